@@ -1,0 +1,22 @@
+"""Block-ADMM workbench engine: train deep networks without end-to-end backpropagation.
+
+A network is cut into T blocks, block_t maps Z_{t-1} -> Z_t (Z_0 = X). Training solves
+
+    min_{Θ, Z}  J(Y, Z_T) + Σ_t β_t/2 ‖Z_t − block_t(Z_{t−1}) + U_t‖²
+
+by Stochastic Block-ADMM (batch, paper Alg. 1) or its online variant (Alg. 2).
+
+Notation used everywhere in this package (paper symbol -> code name):
+
+    Θ_t  -> ``params``   parameters of block t
+    Z_t  -> ``z``        auxiliary (decoupling) variable after block t, one row per sample
+    U_t  -> ``u``        scaled dual of the constraint Z_t = block_t(Z_{t−1})
+    β_t  -> ``beta``     penalty of block t (ρ_t = 1/β_t in the paper's convergence section)
+    ζ_t  -> ``z_lr``     step size of the Z-update
+    η_t  -> ``lr``       step size of the Θ-update
+    k    -> ``primal_steps``  Z/Θ passes between two dual steps
+
+The package is pure compute: it never imports streamlit or a plotting library.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,212 @@
+"""Command line: ``python -m admm_core {train,presets,methods,evaluate,bench}``.
+
+    python -m admm_core train --preset mnist-mlp-mse --method block-admm --epochs 10
+    python -m admm_core train --resume runs/<dir>            # continue a stopped run
+    python -m admm_core presets
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .config import ConfigError, RunConfig
+from .data import DataError
+from .methods import METHODS
+from .presets import PRESETS, preset_config
+
+
+def _floats(text: str):
+    vals = [float(v) for v in text.split(",") if v.strip()]
+    return vals[0] if len(vals) == 1 else vals
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(",") if v.strip())
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def config_from_args(a: argparse.Namespace) -> RunConfig:
+    """Preset (or defaults) + method + command-line overrides -> validated RunConfig."""
+    if a.config:
+        cfg = RunConfig.from_json(Path(a.config).read_text())
+        if a.method:
+            cfg = cfg.replace(method=a.method, method_params={})
+    elif a.preset:
+        cfg = preset_config(a.preset, a.method or "block-admm")
+    else:
+        cfg = RunConfig(method=a.method or "block-admm")
+    ch: dict = {}
+    if a.data:
+        ch["data__name"] = a.data
+    if a.data_root:
+        ch["data__root"] = a.data_root
+    if a.train_limit:
+        ch["data__train_limit"] = a.train_limit
+    if a.test_limit:
+        ch["data__test_limit"] = a.test_limit
+    if a.arch:
+        ch["model__arch"] = a.arch
+    if a.hidden is not None:
+        ch["model__hidden"] = _ints(a.hidden)
+    if a.split is not None:
+        ch["model__split"] = tuple(s for s in a.split.split(",") if s) if a.split != "default" else None
+    for key, attr in (("epochs", "epochs"), ("batch_size", "batch_size"), ("loss", "loss"), ("seed", "seed"), ("device", "device"), ("eval_every", "eval_every")):
+        if getattr(a, attr) is not None:
+            ch[f"train__{key}"] = getattr(a, attr)
+    mp = {}
+    for flag, key, conv in (("lr", "lr", float), ("z_lr", "z_lr", float), ("beta", "beta", _floats), ("primal_steps", "primal_steps", int)):
+        v = getattr(a, flag)
+        if v is not None:
+            mp[key] = conv(v) if isinstance(v, str) else v
+    for kv in a.set or []:
+        if "=" not in kv:
+            raise ConfigError(f"--set {kv!r}: expected NAME=VALUE")
+        k, v = kv.split("=", 1)
+        mp[k.strip().replace("-", "_")] = _value(v)
+    if mp:
+        ch["method_params"] = {**cfg.method_params, **mp}
+    return cfg.replace(**ch) if ch else cfg
+
+
+def cmd_train(a) -> int:
+    from .runs import install_stop_handlers, new_run_dir, read_json, train
+
+    if a.resume:
+        run_dir = Path(a.resume)
+        cfg = RunConfig.from_json((run_dir / "config.json").read_text())
+        if a.epochs:
+            cfg = cfg.replace(train__epochs=a.epochs)
+            (run_dir / "config.json").write_text(cfg.to_json())
+    else:
+        cfg = config_from_args(a)
+        run_dir = Path(a.out) if a.out else new_run_dir(cfg)
+    should_stop = install_stop_handlers()
+    print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
+    bar = None
+    if not a.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=cfg.train.epochs, unit="epoch", bar_format="{l_bar}{bar}| {n:.2f}/{total} [{elapsed}<{remaining}] {postfix}", file=sys.stderr)
+        if a.resume:
+            st = read_json(run_dir / "status.json", {}) or {}
+            bar.n = float(st.get("epoch", 0))
+
+    def on_progress(epochs_done: float, m):
+        if bar is None:
+            return
+        bar.n = round(epochs_done, 2)
+        if m is not None:
+            res = ",".join(f"{r:.3f}" for r in m["residuals"])
+            bar.set_postfix_str(f"test {m['test_accuracy']:.4f} train {m['train_accuracy']:.4f} loss {m['train_loss']:.4f}" + (f" res [{res}]" if res else ""))
+        bar.refresh()
+
+    summary = train(cfg, run_dir, resume=bool(a.resume), on_progress=on_progress, should_stop=should_stop)
+    if bar:
+        bar.close()
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_presets(a) -> int:
+    width = max(map(len, PRESETS))
+    for name, p in PRESETS.items():
+        print(f"{name:<{width}}  {p['help']}")
+    return 0
+
+
+def cmd_methods(a) -> int:
+    for name, cls in METHODS.items():
+        print(f"{name}: {cls.summary}")
+        for s in cls.settings():
+            choices = f" {list(s['choices'])}" if s["choices"] else ""
+            print(f"    {s['name']} = {s['default']!r}{choices}  — {s['help']}")
+    return 0
+
+
+def cmd_evaluate(a) -> int:
+    import torch
+
+    from .runs import build, load_checkpoint
+
+    run_dir = Path(a.run)
+    cfg = RunConfig.from_json((run_dir / "config.json").read_text())
+    if a.data_root:
+        cfg = cfg.replace(data__root=a.data_root)
+    sess = build(cfg)
+    epoch, _ = load_checkpoint(run_dir / "checkpoint.pt", sess)
+    with torch.no_grad():
+        m = sess.evaluate()
+    print(json.dumps({"epoch": epoch, **m}, indent=2))
+    return 0
+
+
+def cmd_bench(a) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(a.bench_args)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m admm_core", description="Block-ADMM workbench: train networks without end-to-end backprop")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    t = sub.add_parser("train", help="train one configuration into a run directory")
+    t.add_argument("--preset", help=f"one of: {', '.join(PRESETS)}")
+    t.add_argument("--method", help=f"one of: {', '.join(METHODS)}")
+    t.add_argument("--config", help="a config.json to start from (e.g. of an earlier run)")
+    t.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    t.add_argument("--out", metavar="DIR", help="run directory (default: runs/<time>-<preset>-<method>-s<seed>)")
+    t.add_argument("--epochs", type=int)
+    t.add_argument("--data", help="data set name (overrides the preset)")
+    t.add_argument("--data-root", help="folder holding MNIST/, FashionMNIST/, cifar10-jpeg/ (default: $ADMM_DATA)")
+    t.add_argument("--train-limit", type=int, help="use only the first N training samples")
+    t.add_argument("--test-limit", type=int, help="use only the first N test samples")
+    t.add_argument("--arch", choices=["mlp", "resnet18"])
+    t.add_argument("--hidden", help="MLP hidden widths, e.g. 128,128")
+    t.add_argument("--split", help="split points, e.g. fc1,fc2 (MLP) or conv3_x (ResNet-18); 'default' for the default")
+    t.add_argument("--loss", choices=["mse", "ce"])
+    t.add_argument("--batch-size", type=int)
+    t.add_argument("--seed", type=int)
+    t.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    t.add_argument("--eval-every", type=int)
+    t.add_argument("--lr", type=float, help="η, Θ step size")
+    t.add_argument("--z-lr", type=float, help="ζ, Z step size")
+    t.add_argument("--beta", help="β, one value or one per block (comma-separated)")
+    t.add_argument("--primal-steps", type=int, help="k, primal passes per dual step")
+    t.add_argument("--set", action="append", metavar="NAME=VALUE", help="any method setting, e.g. --set z_optimizer=adam")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.set_defaults(func=cmd_train)
+
+    sub.add_parser("presets", help="list presets").set_defaults(func=cmd_presets)
+    sub.add_parser("methods", help="list methods and their settings").set_defaults(func=cmd_methods)
+
+    e = sub.add_parser("evaluate", help="evaluate a run's checkpoint")
+    e.add_argument("--run", required=True)
+    e.add_argument("--data-root")
+    e.set_defaults(func=cmd_evaluate)
+
+    b = sub.add_parser("bench", help="benchmarks (see python -m admm_core bench --help)", add_help=False)
+    b.add_argument("bench_args", nargs=argparse.REMAINDER)
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv=None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

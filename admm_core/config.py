@@ -1,0 +1,154 @@
+"""Run configuration: frozen dataclasses, validated on construction, JSON round-trip.
+
+A :class:`RunConfig` is everything needed to re-run an experiment. The method's own
+hyperparameters live in ``method_params`` and are validated by the method's settings
+dataclass (see :mod:`admm_core.methods`), so a new method brings its own fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A bad configuration value. The message names the field and the value."""
+
+
+def check(ok: bool, field_name: str, value: Any, why: str) -> None:
+    """Raise ConfigError('field = value: why') unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"{field_name} = {value!r}: {why}")
+
+
+LOSSES = ("mse", "ce")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    name: str = "digits"  # key of admm_core.data.DATASETS
+    root: str | None = None  # data root; None -> $ADMM_DATA, ./data, ../shared/data
+    train_limit: int | None = None  # keep only this many training samples (small mode)
+    test_limit: int | None = None  # keep only this many test samples
+
+    def __post_init__(self):
+        from .data import DATASETS  # late import: data imports torch, config must stay light
+
+        check(self.name in DATASETS, "data.name", self.name, f"unknown data set; choose from {sorted(DATASETS)}")
+        for f in ("train_limit", "test_limit"):
+            v = getattr(self, f)
+            check(v is None or (isinstance(v, int) and v > 0), f"data.{f}", v, "must be a positive integer or null")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str = "mlp"  # "mlp" (Linear+ReLU layers fc1..fcL) or "resnet18" (32×32 inputs)
+    hidden: tuple[int, ...] = (128, 128)  # MLP hidden widths; depth = len(hidden) + 1 layers
+    split: tuple[str, ...] | None = None  # cut after these named layers; None = after every MLP layer
+
+    def __post_init__(self):
+        from .models import ARCHS
+
+        check(self.arch in ARCHS, "model.arch", self.arch, f"unknown architecture; choose from {sorted(ARCHS)}")
+        object.__setattr__(self, "hidden", tuple(self.hidden))
+        if self.split is not None:
+            object.__setattr__(self, "split", tuple(self.split))
+        for w in self.hidden:
+            check(isinstance(w, int) and w > 0, "model.hidden", self.hidden, "widths must be positive integers")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 10  # passes over the training data
+    batch_size: int = 64  # minibatch size of Θ-steps (and of online-admm's Z)
+    loss: str = "mse"  # "mse" (½‖z − onehot(y)‖² per sample) or "ce" (cross-entropy)
+    seed: int = 0  # fixes init, data order and every random draw
+    device: str = "auto"  # "auto" picks cuda when available
+    eval_every: int = 1  # evaluate (and log a metrics line) every this many epochs
+    checkpoint_every: int = 1  # write a resumable checkpoint every this many epochs
+
+    def __post_init__(self):
+        for f in ("epochs", "batch_size", "eval_every", "checkpoint_every"):
+            v = getattr(self, f)
+            check(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"train.{f}", v, "must be a positive integer")
+        check(self.loss in LOSSES, "train.loss", self.loss, f"choose from {list(LOSSES)}")
+        check(self.device in DEVICES, "train.device", self.device, f"choose from {list(DEVICES)}")
+        check(isinstance(self.seed, int) and self.seed >= 0, "train.seed", self.seed, "must be a non-negative integer")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    method: str = "block-admm"  # key of admm_core.methods.METHODS
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    method_params: dict = field(default_factory=dict)  # the method's hyperparameters (see its settings class)
+    preset: str | None = None  # preset this config started from, for the record
+
+    def __post_init__(self):
+        from .methods import METHODS
+
+        check(self.method in METHODS, "method", self.method, f"unknown method; choose from {sorted(METHODS)}")
+        object.__setattr__(self, "method_params", dict(self.method_params))
+        self.build_method()  # validates method_params
+
+    def build_method(self):
+        """The method's settings object (validated)."""
+        from .methods import make_method
+
+        return make_method(self.method, self.method_params)
+
+    # --- JSON round-trip -------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunConfig":
+        d = dict(d)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        check(not unknown, "config", sorted(unknown), "unknown keys")
+        sub = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+        for key, klass in sub.items():
+            if key in d and isinstance(d[key], dict):
+                fields = {f.name for f in dataclasses.fields(klass)}
+                bad = set(d[key]) - fields
+                check(not bad, key, sorted(bad), "unknown keys")
+                vals = dict(d[key])
+                for k in ("hidden", "split"):
+                    if isinstance(vals.get(k), list):
+                        vals[k] = tuple(vals[k])
+                d[key] = klass(**vals)
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunConfig":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"config: not valid JSON ({e})") from None
+        check(isinstance(d, dict), "config", type(d).__name__, "must be a JSON object")
+        return cls.from_dict(d)
+
+    def replace(self, **changes) -> "RunConfig":
+        """Copy with changes; nested keys as ``train__epochs=5`` or whole sub-configs."""
+        top: dict[str, Any] = {}
+        nested: dict[str, dict] = {}
+        for k, v in changes.items():
+            if "__" in k:
+                part, name = k.split("__", 1)
+                nested.setdefault(part, {})[name] = v
+            else:
+                top[k] = v
+        for part, vals in nested.items():
+            if part == "method_params":
+                top["method_params"] = {**self.method_params, **top.get("method_params", {}), **vals}
+            else:
+                top[part] = dataclasses.replace(top.get(part, getattr(self, part)), **vals)
+        return dataclasses.replace(self, **top)

@@ -1,0 +1,82 @@
+"""End-to-end backpropagation baselines (SGD, Adam) on the same network, data and metrics.
+
+Θ ← Θ − η ∇_Θ J(y_i, f_Θ(x_i)) / |i| on shuffled minibatches; the block split is ignored
+(the composed network is trained as one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .base import MethodBase, TrainBatch, minibatches, setting
+
+
+@dataclass
+class BackpropState:
+    opt: torch.optim.Optimizer
+    gen: torch.Generator
+    iteration: int = 0
+
+    def state_dict(self) -> dict:
+        return {"opt": self.opt.state_dict(), "gen": self.gen.get_state(), "iteration": self.iteration}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.opt.load_state_dict(d["opt"])
+        self.gen.set_state(d["gen"])
+        self.iteration = d["iteration"]
+
+
+class _Backprop(MethodBase):
+    uses_blocks = False
+
+    def make_optimizer(self, params) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> BackpropState:
+        return BackpropState(opt=self.make_optimizer(net.parameters()), gen=gen)
+
+    def run_epoch(self, net, state: BackpropState, batch: TrainBatch, progress=None) -> dict:
+        net.train()
+        batches = minibatches(batch.n, batch.batch_size, state.gen)
+        for b, idx in enumerate(batches):
+            idx = idx.to(batch.x.device)
+            state.opt.zero_grad(set_to_none=True)
+            (batch.loss(net(batch.x[idx]), batch.y[idx]) / len(idx)).backward()
+            state.opt.step()
+            state.iteration += 1
+            if progress and (b % 50 == 0 or b == len(batches) - 1):
+                progress((b + 1) / len(batches))
+        return {}
+
+    def diagnostics(self, net, state, batch) -> dict:
+        return {"residuals": [], "dual_norms": [], "betas": [], "iteration": state.iteration}
+
+    def state_bytes(self, state: BackpropState) -> int:
+        return 0  # no auxiliary variables; optimizer moments are O(|Θ|)
+
+
+@dataclass(frozen=True)
+class SGD(_Backprop):
+    """Minibatch SGD with backpropagation through the whole network."""
+
+    name = "sgd"
+    summary = "End-to-end backprop, minibatch SGD"
+    lr: float = setting(5e-3, "η: learning rate (paper: 5e-3)")
+    momentum: float = setting(0.0, "heavy-ball momentum", positive=False, max=0.999)
+
+    def make_optimizer(self, params):
+        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum)
+
+
+@dataclass(frozen=True)
+class Adam(_Backprop):
+    """Adam with backpropagation through the whole network."""
+
+    name = "adam"
+    summary = "End-to-end backprop, Adam"
+    lr: float = setting(1e-3, "η: learning rate")
+
+    def make_optimizer(self, params):
+        return torch.optim.Adam(params, lr=self.lr)

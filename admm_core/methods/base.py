@@ -1,0 +1,194 @@
+"""The method protocol and the pieces Block-ADMM variants share.
+
+A method object holds only its settings (a frozen dataclass whose fields carry a one-line
+``help`` in their metadata). Everything that changes during training lives in a state
+object with ``state_dict()`` / ``load_state_dict()``, so a run resumes exactly.
+
+Protocol (duck-typed)::
+
+    state = method.init_state(net, batch, gen)       # Alg. initialisation
+    stats = method.run_epoch(net, state, batch, progress)   # one pass over the data
+    diag  = method.diagnostics(net, state, batch)    # residuals, dual norms, betas
+    method.state_bytes(state)                        # bytes of Z, U and their moments
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from ..config import ConfigError, check
+
+
+def setting(default, help: str, **meta):
+    """A settings field with a one-line help (shown by the CLI and the dashboard)."""
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass
+class TrainBatch:
+    """The training set on the device plus the objective."""
+
+    x: torch.Tensor  # (N, ...) inputs, Z_0
+    y: torch.Tensor  # (N,) labels
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # J, summed over samples
+    batch_size: int  # minibatch size of Θ-steps
+
+    @property
+    def n(self) -> int:
+        return self.x.shape[0]
+
+
+class MethodBase:
+    """Shared helpers; concrete methods are frozen dataclasses that inherit this."""
+
+    name = "?"
+    summary = ""
+    uses_blocks = True  # False for end-to-end methods (the split is ignored)
+
+    @classmethod
+    def settings(cls) -> list[dict]:
+        """[{name, default, help, type, choices}] for menus and ``--help``."""
+        out = []
+        for f in dataclasses.fields(cls):
+            out.append(
+                {
+                    "name": f.name,
+                    "default": f.default,
+                    "help": f.metadata.get("help", ""),
+                    "type": type(f.default).__name__,
+                    "choices": f.metadata.get("choices"),
+                }
+            )
+        return out
+
+    def _validate(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            choices = f.metadata.get("choices")
+            if f.metadata.get("per_block") and isinstance(v, (list, tuple)):
+                for b in v:
+                    check(isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0, f"{self.name}.{f.name}", list(v), "every value must be > 0")
+                object.__setattr__(self, f.name, tuple(float(b) for b in v))
+            elif choices is not None:
+                check(v in choices, f"{self.name}.{f.name}", v, f"choose from {list(choices)}")
+            elif isinstance(f.default, bool):
+                check(isinstance(v, bool), f"{self.name}.{f.name}", v, "must be true or false")
+            elif isinstance(f.default, int):
+                check(isinstance(v, int) and not isinstance(v, bool), f"{self.name}.{f.name}", v, "must be an integer")
+                lo = f.metadata.get("min", 1)
+                check(v >= lo, f"{self.name}.{f.name}", v, f"must be ≥ {lo}")
+            elif isinstance(f.default, float):
+                check(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), f"{self.name}.{f.name}", v, "must be a number")
+                object.__setattr__(self, f.name, float(v))
+                if f.metadata.get("positive", True):
+                    check(v > 0, f"{self.name}.{f.name}", v, "must be > 0")
+                else:
+                    check(v >= 0, f"{self.name}.{f.name}", v, "must be ≥ 0")
+                if "max" in f.metadata:
+                    check(v <= f.metadata["max"], f"{self.name}.{f.name}", v, f"must be ≤ {f.metadata['max']}")
+
+    def __post_init__(self):
+        self._validate()
+
+
+def per_block(value: float | Sequence[float], T: int, name: str) -> list[float]:
+    """A scalar or one value per block -> list of T floats (validated)."""
+    vals = [float(value)] * T if isinstance(value, (int, float)) else [float(v) for v in value]
+    check(len(vals) == T, name, value, f"give one value or one per block (T = {T})")
+    for v in vals:
+        check(math.isfinite(v) and v > 0, name, value, "every value must be > 0")
+    return vals
+
+
+def make_theta_optimizers(net, kind: str, lr: float) -> list[torch.optim.Optimizer]:
+    """One optimizer per block: Θ_t are updated independently (no gradient crosses blocks)."""
+    opt = torch.optim.Adam if kind == "adam" else torch.optim.SGD
+    return [opt(b.parameters(), lr=lr) for b in net.blocks]
+
+
+def minibatches(n: int, batch_size: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """A fresh random permutation of range(n) cut into minibatches."""
+    perm = torch.randperm(n, generator=gen)
+    return list(perm.split(batch_size))
+
+
+def tensor_bytes(tensors) -> int:
+    return int(sum(t.numel() * t.element_size() for t in tensors if t is not None))
+
+
+def reverse_z_sweep(
+    blocks: Sequence[nn.Module],
+    z0: torch.Tensor,
+    zs: list[torch.Tensor],
+    objective: Callable[[torch.Tensor], torch.Tensor],
+    couplings: Sequence[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]],
+    z_step: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+    first_out: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
+    """One Z-update pass of Alg. 1/2 on some rows: Z_T first, then t = T−1 … 1.
+
+    ``couplings[t](z, out)`` is block t+1's coupling term (0-based) given Z and the block's
+    output, e.g. β/2‖z − out + u‖². The gradient for Z_t is
+
+        ∇_{Z_t} [ P_t(Z_t, block_t(Z_{t−1})) + P_{t+1}(Z_{t+1}^{new}, block_{t+1}(Z_t)) ]
+
+    where the second term reaches Z_t only through block_{t+1} — backprop stops at Z_t.
+    Each block runs forward once; block_1 not at all when ``first_out`` = block_1(Z_0) is given.
+    ``z_step(t, z, grad)`` returns the new Z_t (a plain gradient step or Adam).
+    """
+    T = len(blocks)
+    zs = list(zs)
+
+    def forward(t: int):
+        """(input, output) of block t (0-based), input tracking grad unless it is Z_0."""
+        if t == 0:
+            with torch.no_grad():
+                return z0, (first_out if first_out is not None else blocks[0](z0))
+        inp = zs[t - 1].detach().requires_grad_()
+        return inp, blocks[t](inp)
+
+    with torch.enable_grad():
+        inp, out = forward(T - 1)
+        # Z_T-step (Alg. 1, line 1): ∇ (J + P_T)
+        zT = zs[T - 1].detach().requires_grad_()
+        grad = torch.autograd.grad(objective(zT) + couplings[T - 1](zT, out.detach()), zT)[0]
+        zs[T - 1] = z_step(T - 1, zs[T - 1], grad)
+        # Z-update, reverse sweep (Alg. 1, t = T−1 … 1)
+        for t in range(T - 2, -1, -1):
+            # P_{t+1} at the new Z_{t+1}, differentiated through block_{t+1} only
+            g_next = torch.autograd.grad(couplings[t + 1](zs[t + 1].detach(), out), inp)[0]
+            inp, out = forward(t)
+            zt = zs[t].detach().requires_grad_()
+            g_own = torch.autograd.grad(couplings[t](zt, out.detach()), zt)[0]
+            zs[t] = z_step(t, zs[t], g_own + g_next)
+    return [z.detach() for z in zs]
+
+
+def adam_z_step(z, g, m, v, step: int, lr: float, b1=0.9, b2=0.999, eps=1e-8):
+    """Adam on Z rows (in place on m, v). Shown here to degenerate into ±lr sign steps early on."""
+    m.mul_(b1).add_(g, alpha=1 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+    mhat = m / (1 - b1**step)
+    vhat = v / (1 - b2**step)
+    return z - lr * mhat / (vhat.sqrt() + eps)
+
+
+@torch.no_grad()
+def evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, loss, chunk: int = 8192) -> tuple[float, float]:
+    """(mean loss per sample, accuracy) of the straight-through forward pass."""
+    was = net.training
+    net.eval()
+    total, correct = 0.0, 0
+    for s in range(0, x.shape[0], chunk):
+        out = net(x[s : s + chunk])
+        total += float(loss(out, y[s : s + chunk]))
+        correct += int((out.argmax(1) == y[s : s + chunk]).sum())
+    net.train(was)
+    n = max(1, x.shape[0])
+    return total / n, correct / n

