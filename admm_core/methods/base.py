@@ -106,10 +106,28 @@ def per_block(value: float | Sequence[float], T: int, name: str) -> list[float]:
     return vals
 
 
-def make_theta_optimizers(net, kind: str, lr: float) -> list[torch.optim.Optimizer]:
-    """One optimizer per block: Θ_t are updated independently (no gradient crosses blocks)."""
+def make_theta_optimizer(net, kind: str, lr: float) -> torch.optim.Optimizer:
+    """One optimizer with a parameter group per block.
+
+    Adam and SGD act element-wise, so one optimizer over per-block groups takes exactly the
+    steps T separate optimizers would; it just costs one call instead of T.
+    """
     opt = torch.optim.Adam if kind == "adam" else torch.optim.SGD
-    return [opt(b.parameters(), lr=lr) for b in net.blocks]
+    return opt([{"params": list(b.parameters())} for b in net.blocks], lr=lr, foreach=True)
+
+
+def theta_step(net, opt: torch.optim.Optimizer, inputs: Sequence[torch.Tensor], coupling_losses: Callable[[int, torch.Tensor], torch.Tensor]) -> None:
+    """Θ-update of every block on one minibatch: Θ_t ← Θ_t − η ∇_{Θ_t} P_t.
+
+    ``inputs[t]`` is block t's (detached) input Z_{t−1}; ``coupling_losses(t, out)`` its P_t.
+    P_t depends on Θ_t alone (Z and U are fixed here), so the gradient of Σ_t P_t w.r.t.
+    Θ_t is ∇_{Θ_t} P_t: one backward call gives every block its own update and no
+    gradient crosses a block boundary (the inputs carry no graph).
+    """
+    opt.zero_grad(set_to_none=True)
+    total = sum(coupling_losses(t, block(inputs[t])) for t, block in enumerate(net.blocks))
+    total.backward()
+    opt.step()
 
 
 def minibatches(n: int, batch_size: int, gen: torch.Generator) -> list[torch.Tensor]:
@@ -129,7 +147,7 @@ def reverse_z_sweep(
     objective: Callable[[torch.Tensor], torch.Tensor],
     couplings: Sequence[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]],
     z_step: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
-    first_out: torch.Tensor | None = None,
+    on_forward: Callable[[int, torch.Tensor], None] | None = None,
 ) -> list[torch.Tensor]:
     """One Z-update pass of Alg. 1/2 on some rows: Z_T first, then t = T−1 … 1.
 
@@ -139,8 +157,9 @@ def reverse_z_sweep(
         ∇_{Z_t} [ P_t(Z_t, block_t(Z_{t−1})) + P_{t+1}(Z_{t+1}^{new}, block_{t+1}(Z_t)) ]
 
     where the second term reaches Z_t only through block_{t+1} — backprop stops at Z_t.
-    Each block runs forward once; block_1 not at all when ``first_out`` = block_1(Z_0) is given.
-    ``z_step(t, z, grad)`` returns the new Z_t (a plain gradient step or Adam).
+    Each block runs forward exactly once, on the Z values the sweep started from;
+    ``on_forward(t, out)`` sees each output block_t(Z_{t−1}) before Z_t is stepped (the batch
+    method folds its pending dual step in there). ``z_step(t, z, grad)`` returns the new Z_t.
     """
     T = len(blocks)
     zs = list(zs)
@@ -149,9 +168,13 @@ def reverse_z_sweep(
         """(input, output) of block t (0-based), input tracking grad unless it is Z_0."""
         if t == 0:
             with torch.no_grad():
-                return z0, (first_out if first_out is not None else blocks[0](z0))
-        inp = zs[t - 1].detach().requires_grad_()
-        return inp, blocks[t](inp)
+                inp, out = z0, blocks[0](z0)
+        else:
+            inp = zs[t - 1].detach().requires_grad_()
+            out = blocks[t](inp)
+        if on_forward is not None:
+            on_forward(t, out.detach())
+        return inp, out
 
     with torch.enable_grad():
         inp, out = forward(T - 1)

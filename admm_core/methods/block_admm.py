@@ -26,6 +26,10 @@ Implementation choices (measured, see README):
 - The adaptive penalty (paper eq. for ρ_k, ρ = 1/β) is off by default. When it fires,
   β ← β/c, and U ← cU, ζ ← cζ so that the unscaled multiplier λ = βU and the Z-step's
   stability ζβ stay unchanged.
+- The dual step of iteration k and the first Z sweep of iteration k+1 see the same Z and
+  Θ, so within an epoch the dual step is folded into that sweep (one forward pass fewer,
+  same numbers); the last dual step of an epoch runs on its own so diagnostics and
+  checkpoints see a finished iteration.
 - Blocks run in eval mode (BatchNorm uses running statistics) in Z sweeps and dual steps,
   so the Z objective really separates per sample; Θ-steps run in train mode.
 """
@@ -41,12 +45,13 @@ from .base import (
     MethodBase,
     TrainBatch,
     adam_z_step,
-    make_theta_optimizers,
+    make_theta_optimizer,
     minibatches,
     per_block,
     reverse_z_sweep,
     setting,
     tensor_bytes,
+    theta_step,
 )
 
 
@@ -58,7 +63,7 @@ class BlockADMMState:
     u: list[torch.Tensor]  # U_t, same shapes as Z_t
     beta: list[float]  # β_t (changes only with the adaptive penalty)
     z_lr: list[float]  # ζ_t
-    opts: list[torch.optim.Optimizer]  # Θ_t optimizers (their moments)
+    opt: torch.optim.Optimizer  # Θ optimizer, one parameter group per block
     gen: torch.Generator  # minibatch draws
     z_m: list[torch.Tensor] | None = None  # Adam moments of Z (z_optimizer='adam')
     z_v: list[torch.Tensor] | None = None
@@ -66,7 +71,6 @@ class BlockADMMState:
     iteration: int = 0  # dual steps so far
     rho_bound: float = 1.0  # η_k, the bound on ‖h‖ of the adaptive penalty
     residuals: list[float] = field(default_factory=list)  # RMS ‖Z_t − block_t(Z_{t−1})‖ at the last dual step
-    f1: torch.Tensor | None = None  # cache of block_1(X), valid until Θ_1 moves
 
     def state_dict(self) -> dict:
         return {
@@ -74,7 +78,7 @@ class BlockADMMState:
             "u": self.u,
             "beta": self.beta,
             "z_lr": self.z_lr,
-            "opts": [o.state_dict() for o in self.opts],
+            "opt": self.opt.state_dict(),
             "gen": self.gen.get_state(),
             "z_m": self.z_m,
             "z_v": self.z_v,
@@ -85,14 +89,10 @@ class BlockADMMState:
         }
 
     def load_state_dict(self, d: dict) -> None:
-        for k in ("z", "u", "z_m", "z_v"):
+        for k in ("z", "u", "z_m", "z_v", "beta", "z_lr", "z_steps", "iteration", "rho_bound", "residuals"):
             setattr(self, k, d[k])
-        for k in ("beta", "z_lr", "z_steps", "iteration", "rho_bound", "residuals"):
-            setattr(self, k, d[k])
-        for o, s in zip(self.opts, d["opts"]):
-            o.load_state_dict(s)
+        self.opt.load_state_dict(d["opt"])
         self.gen.set_state(d["gen"])
-        self.f1 = None
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class BlockADMM(MethodBase):
                 parts[t].append(z)
         z = [torch.cat(p) for p in parts]
         if self.u_init == "uniform":
-            u = [(torch.rand(zt.shape, generator=gen) * self.u_init_scale).to(zt.device) for zt in z]
+            u = [(torch.rand(zt.shape, generator=gen, dtype=zt.dtype) * self.u_init_scale).to(zt.device) for zt in z]
         else:
             u = [torch.zeros_like(zt) for zt in z]
         state = BlockADMMState(
@@ -137,15 +137,14 @@ class BlockADMM(MethodBase):
             u=u,
             beta=per_block(self.beta, T, f"{self.name}.beta"),
             z_lr=[self.z_lr] * T,
-            opts=make_theta_optimizers(net, self.theta_optimizer, self.lr),
+            opt=make_theta_optimizer(net, self.theta_optimizer, self.lr),
             gen=gen,
             rho_bound=self.rho_bound,
-            f1=z[0].clone(),  # Z_1 = block_1(X) right after the forward pass
+            residuals=[0.0] * T,
         )
         if self.z_optimizer == "adam":
             state.z_m = [torch.zeros_like(zt) for zt in z]
             state.z_v = [torch.zeros_like(zt) for zt in z]
-        state.residuals = [0.0] * T
         return state
 
     # --- one epoch -------------------------------------------------------------------
@@ -153,85 +152,82 @@ class BlockADMM(MethodBase):
         batches = minibatches(batch.n, batch.batch_size, state.gen)
         phases = self.iters_per_epoch * self.primal_steps
         per_phase = [batches[round(i * len(batches) / phases) : round((i + 1) * len(batches) / phases)] for i in range(phases)]
+        fuse = not self.adaptive_rho  # the penalty schedule must act between dual step and sweep
         for it in range(self.iters_per_epoch):
             for p in range(self.primal_steps):
-                self.z_sweep(net, state, batch)  # Z-update (Alg. 1, Z_T then reverse sweep)
+                # Z-update (Z_T-step, reverse sweep); the previous iteration's dual step rides along
+                self.z_sweep(net, state, batch, with_dual=(fuse and it > 0 and p == 0))
                 self.theta_steps(net, state, batch, per_phase[it * self.primal_steps + p])  # Θ-update
-            self.dual_step(net, state, batch)  # U-update
-            if self.adaptive_rho:
-                self.adapt_penalty(state)
+            if not fuse or it == self.iters_per_epoch - 1:
+                self.dual_step(net, state, batch)  # U-update (otherwise folded into the next sweep)
             if progress:
                 progress((it + 1) / self.iters_per_epoch)
         return {}
 
-    def z_sweep(self, net, state: BlockADMMState, batch: TrainBatch) -> None:
-        """Z_T-step and reverse sweep over all rows, chunk by chunk (rows are independent)."""
+    def z_sweep(self, net, state: BlockADMMState, batch: TrainBatch, with_dual: bool = False) -> None:
+        """Z_T-step and reverse sweep over all rows, chunk by chunk (rows are independent).
+
+        With ``with_dual`` the pending dual step U_t ← U_t + Z_t − block_t(Z_{t−1}) is applied
+        to each chunk first, from the same forward pass the sweep needs anyway.
+        """
         net.eval()
-        state.z_steps += 1
         T = net.T
+        sq = [0.0] * T
         for s in range(0, batch.n, self.chunk_size):
             rows = slice(s, s + self.chunk_size)
             y = batch.y[rows]
-            us = [u[rows] for u in state.u]
-            couplings = [
-                (lambda z, out, u=us[t], b=state.beta[t]: 0.5 * b * (z - out + u).pow(2).sum()) for t in range(T)
-            ]
+            zs = [z[rows] for z in state.z]
+            us = [u[rows] for u in state.u]  # views: in-place updates reach the state
+            couplings = [(lambda z, out, u=us[t], b=state.beta[t]: 0.5 * b * (z - out + u).pow(2).sum()) for t in range(T)]
+
+            def dual(t, out, zs=zs, us=us):
+                r = zs[t] - out
+                us[t].add_(r)  # U-update (Alg. 1), before Z_t moves
+                sq[t] += float(r.pow(2).sum())
 
             def z_step(t, z, g, rows=rows):
                 if state.z_m is None:
                     return z - state.z_lr[t] * g
-                return adam_z_step(z, g, state.z_m[t][rows], state.z_v[t][rows], state.z_steps, state.z_lr[t])
+                return adam_z_step(z, g, state.z_m[t][rows], state.z_v[t][rows], state.z_steps + 1, state.z_lr[t])
 
-            new = reverse_z_sweep(
-                net.blocks,
-                batch.x[rows],
-                [z[rows] for z in state.z],
-                lambda z: batch.loss(z, y),
-                couplings,
-                z_step,
-                first_out=None if state.f1 is None else state.f1[rows],
-            )
+            new = reverse_z_sweep(net.blocks, batch.x[rows], zs, lambda z: batch.loss(z, y), couplings, z_step, on_forward=dual if with_dual else None)
             for t in range(T):
                 state.z[t][rows] = new[t]
+        state.z_steps += 1
+        if with_dual:
+            self._after_dual(state, sq, batch.n)
 
     def theta_steps(self, net, state: BlockADMMState, batch: TrainBatch, idx_list) -> None:
-        """Θ_t ← Θ_t − η ∇_{Θ_t} P_t/|i| on each minibatch i; blocks are independent."""
+        """Θ_t ← Θ_t − η ∇_{Θ_t} P_t/|i| on each minibatch i, all blocks at once (they are independent)."""
         if not idx_list:
             return
         net.train()
         for idx in idx_list:
             idx = idx.to(batch.x.device)
-            for t, block in enumerate(net.blocks):
-                inp = batch.x[idx] if t == 0 else state.z[t - 1][idx]  # (B, *d_{t-1})
-                opt = state.opts[t]
-                opt.zero_grad(set_to_none=True)
-                out = block(inp)
-                p_t = 0.5 * state.beta[t] * (state.z[t][idx] - out + state.u[t][idx]).pow(2).sum() / len(idx)
-                p_t.backward()
-                opt.step()
-        state.f1 = None  # Θ_1 moved
+            inputs = [batch.x[idx]] + [z[idx] for z in state.z[:-1]]  # Z_{t−1} rows, (B, *d_{t−1})
+            targets = [z[idx] + u[idx] for z, u in zip(state.z, state.u)]  # Z_t + U_t rows
+            theta_step(net, state.opt, inputs, lambda t, out: 0.5 * state.beta[t] * (targets[t] - out).pow(2).sum() / len(idx))
 
     @torch.no_grad()
     def dual_step(self, net, state: BlockADMMState, batch: TrainBatch) -> None:
         """U_t ← U_t + Z_t − block_t(Z_{t−1}) for every sample; records the residuals."""
         net.eval()
-        T = net.T
-        sq = [0.0] * T
-        if state.f1 is None:
-            state.f1 = torch.empty_like(state.z[0])
+        sq = [0.0] * net.T
         for s in range(0, batch.n, self.chunk_size):
             rows = slice(s, s + self.chunk_size)
             inp = batch.x[rows]
             for t, block in enumerate(net.blocks):
-                out = block(inp)
-                if t == 0:
-                    state.f1[rows] = out  # block_1(X) for the next sweep (Θ_1 is fixed until then)
-                r = state.z[t][rows] - out
+                r = state.z[t][rows] - block(inp)
                 state.u[t][rows] += r
                 sq[t] += float(r.pow(2).sum())
                 inp = state.z[t][rows]
-        state.residuals = [math.sqrt(v / batch.n) for v in sq]
+        self._after_dual(state, sq, batch.n)
+
+    def _after_dual(self, state: BlockADMMState, sq: list[float], n: int) -> None:
+        state.residuals = [math.sqrt(v / n) for v in sq]
         state.iteration += 1
+        if self.adaptive_rho:
+            self.adapt_penalty(state)
 
     def adapt_penalty(self, state: BlockADMMState) -> None:
         """ρ_{k+1} = ρ_k if ‖h‖ ≤ η_k else cρ_k  (ρ = 1/β); η_{k+1} = decay · η_k."""
@@ -255,4 +251,4 @@ class BlockADMM(MethodBase):
         }
 
     def state_bytes(self, state: BlockADMMState) -> int:
-        return tensor_bytes([*state.z, *state.u, *(state.z_m or []), *(state.z_v or []), state.f1])
+        return tensor_bytes([*state.z, *state.u, *(state.z_m or []), *(state.z_v or [])])

