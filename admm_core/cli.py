@@ -80,6 +80,10 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
 def cmd_train(a) -> int:
     from .runs import install_stop_handlers, new_run_dir, read_json, train
 
+    if a.preset == "lfwa-deepfacto":  # DeepFacto has its own loop (admm_core.deepfacto)
+        from .deepfacto import cli_train
+
+        return cli_train(a)
     if a.resume:
         run_dir = Path(a.resume)
         cfg = RunConfig.from_json((run_dir / "config.json").read_text())
@@ -117,9 +121,13 @@ def cmd_train(a) -> int:
 
 
 def cmd_presets(a) -> int:
-    width = max(map(len, PRESETS))
+    from .presets import OTHER_PRESETS
+
+    width = max(map(len, [*PRESETS, *OTHER_PRESETS]))
     for name, p in PRESETS.items():
         print(f"{name:<{width}}  {p['help']}")
+    for name, text in OTHER_PRESETS.items():
+        print(f"{name:<{width}}  {text}")
     return 0
 
 
@@ -146,6 +154,16 @@ def cmd_evaluate(a) -> int:
     with torch.no_grad():
         m = sess.evaluate()
     print(json.dumps({"epoch": epoch, **m}, indent=2))
+    return 0
+
+
+def cmd_heatmaps(a) -> int:
+    from .nmf import heatmap_grid, write_png
+
+    images = [f for group in a.image for f in group]
+    grid = heatmap_grid(a.run, images, a.components, alpha=a.alpha, normalize=a.normalize)
+    write_png(a.out, grid)
+    print(f"wrote {a.out} ({len(images)} image(s))")
     return 0
 
 
@@ -178,6 +196,8 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--primal-steps", type=int, help="k, primal passes per dual step")
     t.add_argument("--set", action="append", metavar="NAME=VALUE", help="any method setting, e.g. --set z_optimizer=adam")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--rank", type=int, help="lfwa-deepfacto: NMF rank r (paper: 4, 32, 256)")
+    t.add_argument("--backbone-weights", metavar="FILE", help="lfwa-deepfacto: face backbone weights (default: cached, trained here if missing)")
     t.set_defaults(func=cmd_train)
 
     sub.add_parser("presets", help="list presets").set_defaults(func=cmd_presets)
@@ -189,6 +209,15 @@ def make_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_evaluate)
 
     sub.add_parser("bench", help="benchmarks (see python -m admm_core bench --help)", add_help=False)
+
+    h = sub.add_parser("heatmaps", help="DeepFacto: grid of NMF score heatmaps over face images")
+    h.add_argument("--run", required=True, help="a finished lfwa-deepfacto run directory")
+    h.add_argument("--image", required=True, action="append", nargs="+", metavar="FILE", help="face image(s); repeat or list several")
+    h.add_argument("--out", required=True, metavar="PNG")
+    h.add_argument("--components", type=_ints, help="rows of S to show, e.g. 0,1,2 (default: the 6 most used)")
+    h.add_argument("--alpha", type=float, default=0.5, help="colour-map opacity")
+    h.add_argument("--normalize", choices=["component", "image"], default="component", help="scale per component (over training faces) or per image")
+    h.set_defaults(func=cmd_heatmaps)
     return p
 
 
@@ -204,6 +233,6 @@ def main(argv=None) -> int:
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:  # ValueError: bad image file / argument (message names it)
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -35,7 +35,7 @@ PRESETS: dict[str, dict] = {
             "adam": {"lr": 1e-3},
             # baselines: several outer iterations per epoch on this 1.3k-sample set (tuned so 3 epochs learn)
             "admm-closed": {"iters_per_epoch": 3},
-            "taylor": {"iters_per_epoch": 5, "warm_start_iters": 10},
+            "taylor": {"iters_per_epoch": 5},
             "dladmm": {"rho": 1e-2, "iters_per_epoch": 3},  # tuned: at the paper's ρ = 1e-6 it needs ~100 iterations here
             "bcd": {"iters_per_epoch": 5},
             "gotmare": {**_MNIST_BLOCK, "iters_per_epoch": 3},
@@ -130,3 +130,10 @@ def preset_config(name: str, method: str = "block-admm") -> RunConfig:
         method_params=dict(p["method_params"].get(method, {})),
         preset=name,
     )
+
+
+# Experiments with their own training loop (not a RunConfig); listed by `presets`.
+OTHER_PRESETS = {
+    "lfwa-deepfacto": "paper §LFWA: face backbone + NMF (rank --rank 4|32|256) + triplet FC, attribute SVMs (admm_core.deepfacto)",
+}
+

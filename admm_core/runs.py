@@ -276,12 +276,12 @@ def install_stop_handlers() -> Callable[[], bool]:
 def run_status(run_dir: Path) -> dict:
     """Status with a dead worker detected: 'running' whose pid is gone is reported as crashed."""
     st = read_json(Path(run_dir) / "status.json", {}) or {}
-    if st.get("state") == "running" and st.get("pid") and not _pid_alive(st["pid"]):
+    if st.get("state") == "running" and st.get("pid") and not pid_alive(st["pid"]):
         st = {**st, "state": "crashed", "error": st.get("error") or "worker process ended without reporting (killed?)"}
     return st
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

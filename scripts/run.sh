@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up (first time only) and start the main job.
+# Set up (first time only) and start the dashboard: http://localhost:8501 (offline, on digits).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m admm_core train --preset digits-mlp --method block-admm "$@"
+export ADMM_DATA=${ADMM_DATA:-$(cd .. && pwd)/shared/data}
+exec .venv/bin/python -m streamlit run app/main.py "$@"

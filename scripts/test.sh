@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Set up (first time only) and run the whole test suite.
+# Set up (first time only) and run the whole test suite: unit/oracle tests, the dashboard
+# (AppTest + a real headless Chromium) and every teaching notebook in small mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# System Chromium for the browser test (Playwright's own browser download cannot work offline).
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "[test] installing chromium (apt)"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+    || echo "[test] chromium could not be installed; the browser test will skip"
+fi
 export ADMM_DATA=${ADMM_DATA:-$(cd .. && pwd)/shared/data}
-exec .venv/bin/python -m pytest -q "$@"
+export ADMM_SMALL=1   # notebooks run in small mode
+exec .venv/bin/python -m pytest -q --nbmake tests notebooks "$@"

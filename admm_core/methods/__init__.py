@@ -6,11 +6,16 @@ Adding a method is one module with a settings dataclass (see :mod:`.base`) and o
 from __future__ import annotations
 
 from ..config import ConfigError
+from .admm_closed import ADMMClosed
 from .backprop import SGD, Adam
+from .bcd import BCD
 from .block_admm import BlockADMM
+from .dladmm import DLADMM
+from .gotmare import Gotmare
 from .online_admm import OnlineADMM
+from .taylor import Taylor
 
-METHODS = {m.name: m for m in (BlockADMM, OnlineADMM, SGD, Adam)}
+METHODS = {m.name: m for m in (BlockADMM, OnlineADMM, SGD, Adam, ADMMClosed, Taylor, DLADMM, BCD, Gotmare)}
 
 
 def make_method(name: str, params: dict | None = None):

@@ -1,0 +1,808 @@
+"""DeepFacto on LFWA: a face backbone, an NMF module, a triplet-trained FC layer — by Block-ADMM.
+
+Network (T = 2 blocks with an NMF module between them, paper §DeepFacto):
+
+    X ──block_1 = backbone──▶ Z_1 (N, C, h, w) ≈ M S ──▶ S (N, r, h, w) ──block_2 = FC──▶ Z_2 (N, d)
+
+Objective (paper eq. block_admm_nmf, t = 1), J = batch-hard triplet loss on Z_2/‖Z_2‖:
+
+    J(Y, Z_2) + β_1/2 ‖Z_1 − block_1(X) + U_1‖² + γ/2 ‖Z_1 − M S + V‖²
+              + β_2/2 ‖Z_2 − block_2(S) + U_2‖²,        M ≥ 0, S ≥ 0
+
+One iteration (Alg. 1, the NMF factors slotted into the reverse sweep):
+
+    Z_2 ← Z_2 − ζ ∇_{Z_2}(J + P_2)                                  # Z-update, top block
+    S   ← P₊(S − ∇_S(γ/2‖Z_1 − MS + V‖² + P_2) / L_S)  × s_steps    # S-step (feels block_2)
+    M   ← P₊(M − ∇_M(γ/2‖Z_1 − MS + V‖²) / L_M)        × m_steps    # M-step
+    Z_1 ← (γ (MS − V) + β_1 (block_1(X) − U_1)) / (γ + β_1)         # Z_1-step (exact minimiser)
+    Θ_2 ← Adam step on P_2 per minibatch;  Θ_1 likewise on P_1 (fine-tune phase only)   # Θ-update
+    U_1 += Z_1 − block_1(X);  V += Z_1 − MS;  U_2 += Z_2 − block_2(S)                      # U-update
+
+Phases (paper §exp:hetero): ``warmup_iters`` iterations with the backbone frozen (Θ_1 and
+block_1(X) fixed: the NMF module and the FC layer warm up), then ``finetune_iters``
+iterations that also step Θ_1 (BatchNorm statistics stay frozen, so block_1 is a fixed
+per-sample map while Z sweeps run). Backprop never crosses the NMF module: S is a
+variable, not a function of Z_1.
+
+Inference (straight through): S = argmin_{S≥0}‖block_1(x) − M S‖ (:func:`admm_core.nmf.nnls`),
+embedding = normalise(block_2(S)).
+
+Evaluation (paper §exp:hetero): linear SVMs (scikit-learn, one per attribute, attribute labels
+used only here) on spatially mean-pooled S predict the 40 LFWA attributes of the *test
+identities*; beside them the majority-class baseline and the same SVMs on the raw backbone
+features (pooled Z_1 of the backbone before DeepFacto).
+
+Run directory (the files of :mod:`admm_core.runs`): ``config.json`` (top-level key
+``deepfacto`` holds :class:`DeepFactoConfig`), ``metrics.jsonl`` (per iteration: epoch,
+phase, train_loss, test_accuracy = face-verification accuracy on held-out identities,
+residuals [‖Z_1 − block_1(X)‖, ‖Z_1 − MS‖, ‖Z_2 − block_2(S)‖] RMS per sample, dual_norms,
+nmf_residual ‖Z_1 − MS‖/‖Z_1‖, s_sparsity, wall_time_s), ``status.json``, ``summary.json``,
+``attributes.json`` (per-attribute table), ``checkpoint.pt`` (inference model: backbone, M,
+FC, component scales) and ``backbone.pt`` (the backbone DeepFacto started from).
+
+    python -m admm_core train --preset lfwa-deepfacto --rank 32
+    python -m admm_core.deepfacto bench --ranks 4,32,256      # the table of the README
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import shutil
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import nmf
+from .config import ConfigError, check
+from .faces import (
+    FaceBackbone,
+    FaceSet,
+    cache_dir,
+    crop_face,
+    embed_all,
+    file_digest,
+    identity_batches,
+    load_backbone,
+    load_lfwa,
+    save_backbone,
+    to_tensor,
+    train_backbone,
+    triplet_loss,
+    verification_accuracy,
+    verification_pairs,
+)
+from .runs import StopRun, default_runs_dir, read_json, read_metrics, resolve_device, write_json
+
+PRESET = "lfwa-deepfacto"
+PAPER_MEAN = {4: 74.8, 32: 81.4, 256: 87.0}  # paper table attr_lfw, mean over the 40 attributes (%)
+
+
+@dataclass(frozen=True)
+class DeepFactoConfig:
+    """Everything a DeepFacto run depends on (saved as config.json["deepfacto"])."""
+
+    rank: int = 32  # r, rank of the NMF module (paper: 4, 32, 256)
+    seed: int = 0  # fixes split, init and draws
+    data_root: str | None = None  # folder holding lfw/ (None: $ADMM_DATA, ./data, ../shared/data)
+    image_size: int = 48  # input pixels (the 160×160 crop is resized); Z_1 is C × size/8 × size/8
+    test_fraction: float = 0.2  # share of identities held out (attribute SVM test + verification)
+    data_limit: int | None = None  # smoke mode: only the first N labelled images (alphabetical by person)
+    backbone_weights: str | None = None  # a backbone file; None: the cached one for this seed/size, trained if missing
+    backbone_epochs: int = 4  # epochs of the backbone's triplet training (if it is trained here)
+    backbone_lr: float = 3e-3  # peak Adam lr of that training (one-cycle)
+    train_limit: int = 2048  # Block-ADMM training images (whole identities with ≥ 2 images, seeded)
+    warmup_iters: int = 12  # iterations with the backbone frozen
+    finetune_iters: int = 1  # iterations that also step the backbone
+    gamma: float = 1.0  # γ, weight of the NMF term
+    beta: float = 1.0  # β_1 = β_2, weight of the coupling terms
+    z_lr: float = 0.1  # ζ, step of the Z_2 update
+    nmf_dual_step: float = 1.0  # V ← V + step·(Z_1 − MS); 1 = ADMM, 0 = penalty only (Z_1 = MS is infeasible at low rank, so V keeps growing)
+    s_steps: int = 3  # projected S steps per iteration
+    m_steps: int = 5  # projected M steps per iteration
+    fc_lr: float = 1e-3  # η_2, Adam step of block_2 (FC)
+    backbone_lr_ft: float = 1e-4  # η_1, Adam step of block_1 in the fine-tune phase
+    emb_dim: int = 128  # d, embedding size of the FC layer
+    margin: float = 0.2  # triplet margin
+    batch_size: int = 128  # minibatch (identity groups of ≤ 4 images)
+    eval_images: int = 300  # train / test faces used for the per-iteration verification check
+    svm_train_limit: int = 4000  # training-identity images the attribute SVMs are fitted on
+    svm_c: float = 0.1  # C of LinearSVC (features standardised first)
+    nnls_tol: float = 1e-3  # tolerance of the test-time projection (relative KKT violation)
+    nnls_max_iter: int = 300  # iteration cap of the test-time projection
+    device: str = "auto"  # auto | cpu | cuda
+
+    def __post_init__(self):
+        check(isinstance(self.rank, int) and self.rank >= 1, "deepfacto.rank", self.rank, "must be a positive integer")
+        check(isinstance(self.image_size, int) and self.image_size >= 32 and self.image_size % 8 == 0, "deepfacto.image_size", self.image_size, "must be a multiple of 8, ≥ 32")
+        check(self.data_limit is None or (isinstance(self.data_limit, int) and self.data_limit >= 20), "deepfacto.data_limit", self.data_limit, "must be null or an integer ≥ 20")
+        check(0 < self.test_fraction < 1, "deepfacto.test_fraction", self.test_fraction, "must be in (0, 1)")
+        for f in ("backbone_epochs", "train_limit", "s_steps", "m_steps", "emb_dim", "batch_size", "eval_images", "svm_train_limit", "nnls_max_iter"):
+            v = getattr(self, f)
+            check(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"deepfacto.{f}", v, "must be a positive integer")
+        for f in ("warmup_iters", "finetune_iters"):
+            v = getattr(self, f)
+            check(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"deepfacto.{f}", v, "must be an integer ≥ 0")
+        for f in ("gamma", "beta", "z_lr", "fc_lr", "backbone_lr", "backbone_lr_ft", "margin", "svm_c", "nnls_tol"):
+            v = getattr(self, f)
+            check(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0, f"deepfacto.{f}", v, "must be a number > 0")
+        check(isinstance(self.nmf_dual_step, (int, float)) and 0 <= self.nmf_dual_step <= 1, "deepfacto.nmf_dual_step", self.nmf_dual_step, "must be in [0, 1]")
+        check(self.device in ("auto", "cpu", "cuda"), "deepfacto.device", self.device, "choose from ['auto', 'cpu', 'cuda']")
+
+    @property
+    def iters(self) -> int:
+        return self.warmup_iters + self.finetune_iters
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DeepFactoConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        bad = set(d) - known
+        check(not bad, "deepfacto", sorted(bad), f"unknown keys; known: {sorted(known)}")
+        return cls(**d)
+
+    def replace(self, **kw) -> "DeepFactoConfig":
+        return dataclasses.replace(self, **kw)
+
+
+def run_config_dict(cfg: DeepFactoConfig) -> dict:
+    """config.json of a DeepFacto run: the dashboard finds it by the 'deepfacto' key / the preset name."""
+    return {
+        "preset": PRESET,
+        "method": "block-admm",
+        "data": {"name": "lfwa", "root": cfg.data_root},
+        "model": {"arch": "face-resnet18s+nmf+fc", "rank": cfg.rank},
+        "train": {"epochs": cfg.iters, "seed": cfg.seed, "device": cfg.device, "batch_size": cfg.batch_size},
+        "deepfacto": cfg.to_dict(),
+    }
+
+
+# --- the backbone: given, cached, or trained here ---------------------------------------------
+
+
+def backbone_cache_path(cfg: DeepFactoConfig) -> Path:
+    lim = f"-n{cfg.data_limit}" if cfg.data_limit else ""
+    return cache_dir() / f"lfw-backbone-{cfg.image_size}px-s{cfg.seed}-tf{cfg.test_fraction}-e{cfg.backbone_epochs}{lim}.pt"
+
+
+def get_backbone(cfg: DeepFactoConfig, faces: FaceSet, train_idx, device, log=print, should_stop=None) -> tuple[FaceBackbone, dict]:
+    """The backbone of ``cfg.backbone_weights``; else the cached one for this split; else train it (and cache it)."""
+    if cfg.backbone_weights:
+        net, meta = load_backbone(cfg.backbone_weights)
+        meta = {**meta, "source": str(cfg.backbone_weights), "trained_here_s": 0.0}
+        log(f"backbone: {cfg.backbone_weights}")
+        return net.to(device).eval(), meta
+    path = backbone_cache_path(cfg)
+    if path.is_file():
+        net, meta = load_backbone(path)
+        log(f"backbone: cached {path} (trained in {meta.get('train_wall_time_s', 0):.0f}s)")
+        return net.to(device).eval(), {**meta, "source": str(path), "trained_here_s": 0.0}
+    log(f"backbone: training one ({cfg.backbone_epochs} epochs, {cfg.image_size}px, triplet loss) — cached at {path}")
+    t0 = time.time()
+    net, hist = train_backbone(faces, train_idx, epochs=cfg.backbone_epochs, lr=cfg.backbone_lr, batch_size=cfg.batch_size, margin=cfg.margin, seed=cfg.seed, device=device, log=log, should_stop=should_stop)
+    wall = time.time() - t0
+    meta = {"image_size": cfg.image_size, "seed": cfg.seed, "test_fraction": cfg.test_fraction, "epochs": cfg.backbone_epochs, "history": hist, "train_wall_time_s": wall}
+    save_backbone(path, net, meta)
+    return net.eval(), {**meta, "source": str(path), "trained_here_s": wall}
+
+
+# --- Block-ADMM state --------------------------------------------------------------------------
+
+
+@dataclass
+class DeepFactoState:
+    """Everything the Block-ADMM loop changes. Spatial dims are flattened: n = h·w."""
+
+    f: torch.Tensor  # block_1(X) (N, C, n), recomputed when Θ_1 moves
+    z1: torch.Tensor  # Z_1 (N, C, n)
+    u1: torch.Tensor  # U_1 (N, C, n)
+    v: torch.Tensor  # V (N, C, n), dual of Z_1 = M S
+    s: torch.Tensor  # S (N, r, n) ≥ 0
+    m: torch.Tensor  # M (C, r) ≥ 0
+    z2: torch.Tensor  # Z_2 (N, d)
+    u2: torch.Tensor  # U_2 (N, d)
+    iteration: int = 0
+    residuals: list = dataclasses.field(default_factory=list)
+
+
+class DeepFactoTrainer:
+    """Block-ADMM for backbone → NMF → FC (see the module docstring for the updates)."""
+
+    def __init__(self, cfg: DeepFactoConfig, backbone: FaceBackbone, images: np.ndarray, identity: np.ndarray, device, gen: torch.Generator):
+        self.cfg, self.backbone, self.images, self.device, self.gen = cfg, backbone, images, device, gen
+        self.identity = identity
+        self.y = torch.from_numpy(identity).to(device)
+        self.rng = np.random.default_rng(cfg.seed + 1)
+        self.chunk = 256
+        self.version = 0  # bumped whenever Θ_1 moves (cached backbone features go stale)
+        with torch.no_grad():
+            f = self.forward_backbone()
+        n_img, c, n = f.shape
+        self.hw = (cfg.image_size // 8, cfg.image_size // 8)
+        r = cfg.rank
+        m = nmf.init_basis(f[: min(512, n_img)], r, gen)
+        s = nmf.nnls(m, f, tol=1e-3, max_iter=20)
+        # a few plain NMF rounds so the ADMM starts from a sensible factorisation
+        for _ in range(3):
+            ss, zs = nmf.gram_terms(f, s)
+            m = nmf.update_m(m, ss, zs, 5)
+            s = nmf.update_s(m, f, s, 3)
+        self.fc = nn.Linear(r * n, cfg.emb_dim).to(device)  # block_2
+        with torch.no_grad():
+            g = self.fc(s.flatten(1))
+            self.fc.weight.mul_(1.0 / g.norm(dim=1).median().clamp(min=1e-6))  # ‖block_2(S)‖ ≈ 1 at start
+            self.fc.bias.zero_()
+            g = self.block2(s)
+        self.state = DeepFactoState(f=f, z1=f.clone(), u1=torch.zeros_like(f), v=torch.zeros_like(f), s=s, m=m, z2=g.clone(), u2=torch.zeros_like(g))
+        self.opt_fc = torch.optim.Adam(self.fc.parameters(), lr=cfg.fc_lr)
+        self.opt_bb = torch.optim.Adam(self.backbone.parameters(), lr=cfg.backbone_lr_ft)
+
+    # blocks
+    def forward_backbone(self) -> torch.Tensor:
+        """block_1(X) for every training image, eval mode: (N, C, n)."""
+        self.backbone.eval()
+        idx = np.arange(len(self.images))
+        z = embed_all(self.backbone.features, self.images, idx, self.device, self.chunk).to(self.device)
+        return z.flatten(2)
+
+    def block2(self, s: torch.Tensor) -> torch.Tensor:
+        return self.fc(s.flatten(1))
+
+    def objective_j(self, z2: torch.Tensor, y: torch.Tensor, reduction="sum") -> torch.Tensor:
+        return triplet_loss(F.normalize(z2, dim=1), y, self.cfg.margin, reduction)
+
+    # one iteration
+    def iterate(self, finetune: bool, should_stop=None) -> dict:
+        cfg, st = self.cfg, self.state
+        gamma, beta = cfg.gamma, cfg.beta
+        batches = identity_batches(self.identity, self.rng, 4, cfg.batch_size)
+        # Z-update, top block: Z_2 ← Z_2 − ζ ∇(J + P_2)
+        with torch.no_grad():
+            g_s = self.block2(st.s)
+        j_total = 0.0
+        for b in batches:
+            b = torch.from_numpy(b).to(self.device)
+            z = st.z2[b].detach().requires_grad_()
+            j = self.objective_j(z, self.y[b])
+            p2 = 0.5 * beta * (z - g_s[b] + st.u2[b]).pow(2).sum()
+            grad = torch.autograd.grad(j + p2, z)[0]
+            st.z2[b] = z.detach() - cfg.z_lr * grad
+            j_total += float(j.detach())
+        with torch.no_grad():
+            # S-step: γ/2‖Z_1 + V − MS‖² + β/2‖Z_2 − block_2(S) + U_2‖², projected, step 1/L
+            w = self.fc.weight.detach()  # (d, r·n)
+            lip_w = beta * float(torch.linalg.matrix_norm(w, 2)) ** 2
+            for s0 in range(0, st.s.shape[0], 1024):
+                rows = slice(s0, s0 + 1024)
+                target = st.z2[rows] + st.u2[rows]
+
+                def coupling(s, target=target):
+                    return (beta * ((self.block2(s) - target) @ w)).view_as(s)
+
+                st.s[rows] = nmf.update_s(st.m, st.z1[rows] + st.v[rows], st.s[rows], cfg.s_steps, coupling=lambda s, c=coupling: c(s) / gamma, coupling_lip=lip_w / gamma)
+            # M-step: γ/2‖Z_1 + V − MS‖² over M ≥ 0 (γ cancels in the 1/L step)
+            ss, zs = nmf.gram_terms(st.z1 + st.v, st.s)
+            st.m = nmf.update_m(st.m, ss, zs, cfg.m_steps)
+            # Z_1-step: exact minimiser of γ/2‖Z_1 − MS + V‖² + β/2‖Z_1 − block_1(X) + U_1‖²
+            ms = nmf.reconstruct(st.m, st.s)
+            st.z1 = (gamma * (ms - st.v) + beta * (st.f - st.u1)) / (gamma + beta)
+        # Θ-update: block_2 (FC) on P_2, block_1 (backbone) on P_1 when fine-tuning
+        self.fc.train()
+        for b in batches:
+            b = torch.from_numpy(b).to(self.device)
+            loss = 0.5 * beta * (st.z2[b] + st.u2[b] - self.block2(st.s[b])).pow(2).sum() / len(b)
+            self.opt_fc.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt_fc.step()
+        if finetune:
+            self.backbone.eval()  # BN statistics frozen; weights move
+            for b in identity_batches(self.identity, self.rng, 4, 64):
+                if should_stop and should_stop():
+                    raise StopRun()
+                x = to_tensor(self.images[b]).to(self.device)
+                bt = torch.from_numpy(b).to(self.device)
+                out = self.backbone.features(x).flatten(2)
+                loss = 0.5 * beta * (st.z1[bt] + st.u1[bt] - out).pow(2).sum() / len(b)
+                self.opt_bb.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt_bb.step()
+            with torch.no_grad():
+                st.f = self.forward_backbone()
+            self.version += 1
+        # U-update (dual steps) and diagnostics
+        with torch.no_grad():
+            g_s = self.block2(st.s)
+            r1, r_nmf, r2 = st.z1 - st.f, st.z1 - ms, st.z2 - g_s
+            st.u1 += r1
+            st.v += cfg.nmf_dual_step * r_nmf
+            st.u2 += r2
+            n_img = st.z1.shape[0]
+            st.residuals = [float(r.pow(2).sum().sqrt()) / math.sqrt(n_img) for r in (r1, r_nmf, r2)]
+            st.iteration += 1
+            return {
+                "phase": "finetune" if finetune else "warmup",
+                "admm_triplet_loss": j_total / n_img,
+                "residuals": st.residuals,
+                "dual_norms": [float(u.pow(2).sum().sqrt()) / math.sqrt(n_img) for u in (st.u1, st.v, st.u2)],
+                "betas": [beta, gamma, beta],
+                "nmf_residual": float(r_nmf.norm() / st.z1.norm().clamp(min=1e-12)),
+                "nmf_residual_backbone": float((st.f - ms).norm() / st.f.norm().clamp(min=1e-12)),
+                "s_sparsity": float((st.s == 0).float().mean()),
+                "iteration": st.iteration,
+            }
+
+    # straight-through inference
+    @torch.no_grad()
+    def features(self, images: np.ndarray, chunk: int = 256) -> torch.Tensor:
+        """block_1(x) of uint8 images, (B, C, n) on the CPU."""
+        self.backbone.eval()
+        return embed_all(lambda x: self.backbone.features(x).flatten(2), images, np.arange(len(images)), self.device, chunk)
+
+    @torch.no_grad()
+    def project(self, z: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+        """S = argmin_{S≥0} ‖Z − M S‖ (the NMF module at test time), (B, r, n) on the CPU."""
+        out = []
+        for i in range(0, len(z), chunk):
+            out.append(nmf.nnls(self.state.m, z[i : i + chunk].to(self.device), tol=self.cfg.nnls_tol, max_iter=self.cfg.nnls_max_iter).cpu())
+        return torch.cat(out)
+
+    def scores(self, images: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """(S as (B, r, n), pooled Z_1 (B, C)) of uint8 images."""
+        z = self.features(images)
+        return self.project(z), z.mean(2)
+
+    @torch.no_grad()
+    def embed(self, s: torch.Tensor) -> torch.Tensor:
+        self.fc.eval()
+        return F.normalize(self.fc(s.to(self.device).flatten(1)), dim=1).cpu()
+
+
+# --- evaluation -------------------------------------------------------------------------------
+
+
+def attribute_svms(x_train: np.ndarray, a_train: np.ndarray, x_test: np.ndarray, a_test: np.ndarray, c: float = 0.1, seed: int = 0) -> np.ndarray:
+    """Per-attribute test accuracy of a linear SVM (standardised features, LinearSVC(C)); (A,)."""
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import LinearSVC
+
+    sc = StandardScaler().fit(x_train)
+    xtr, xte = sc.transform(x_train), sc.transform(x_test)
+    accs = []
+    for k in range(a_train.shape[1]):
+        ytr = a_train[:, k]
+        if ytr.min() == ytr.max():  # one class only in training: predict it
+            accs.append(float((a_test[:, k] == ytr[0]).mean()))
+            continue
+        clf = LinearSVC(C=c, dual=xtr.shape[0] < xtr.shape[1], max_iter=3000, random_state=seed).fit(xtr, ytr)
+        accs.append(float((clf.predict(xte) == a_test[:, k]).mean()))
+    return np.array(accs)
+
+
+def majority_baseline(a_train: np.ndarray, a_test: np.ndarray) -> np.ndarray:
+    """Per-attribute accuracy of predicting the training majority class."""
+    maj = (a_train.mean(0) >= 0.5).astype(a_test.dtype)
+    return (a_test == maj[None, :]).mean(0)
+
+
+def pooled(s: torch.Tensor) -> np.ndarray:
+    """(B, r, n) -> (B, r): spatial mean pooling."""
+    return s.mean(2).numpy()
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, should_stop=None, on_progress=None, log=None) -> dict:
+    """Train DeepFacto into ``run_dir`` (run-dir files as in the module docstring); returns the summary."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    status_path, metrics_path = run_dir / "status.json", run_dir / "metrics.jsonl"
+    status = {"state": "running", "pid": os.getpid(), "started": time.time(), "updated": time.time(), "epoch": 0, "epochs": cfg.iters, "progress": 0.0, "error": None, "phase": "setup"}
+    write_json(status_path, status)
+    (run_dir / "config.json").write_text(json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
+    metrics_path.write_text("")
+    for stale in ("summary.json", "error.txt", "attributes.json"):
+        (run_dir / stale).unlink(missing_ok=True)
+
+    def set_status(**kw):
+        status.update(kw, updated=time.time())
+        write_json(status_path, status)
+
+    timings: dict[str, float] = {}
+    try:
+        device = resolve_device(cfg.device)
+        torch.manual_seed(cfg.seed)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        t = time.time()
+        faces = load_lfwa(cfg.data_root, size=cfg.image_size, limit=cfg.data_limit, progress=log)
+        tr, te = faces.split(cfg.seed, cfg.test_fraction)
+        timings["load_s"] = time.time() - t
+        log(f"LFWA: {faces.n} labelled images, {len(faces.people)} people; train {len(tr)} / test {len(te)} images (identity-disjoint, seed {cfg.seed})")
+        set_status(phase="backbone")
+        backbone, bb_meta = get_backbone(cfg, faces, tr, device, log, should_stop)
+        timings["backbone_train_s"] = bb_meta.get("trained_here_s", 0.0)
+        save_backbone(run_dir / "backbone.pt", backbone, {k: v for k, v in bb_meta.items() if k != "source"})
+        rng = np.random.default_rng(cfg.seed)
+
+        # Block-ADMM training set: whole identities with ≥ 2 training images, up to train_limit images
+        counts = np.bincount(faces.identity[tr], minlength=len(faces.people))
+        multi = tr[counts[faces.identity[tr]] >= 2]
+        people = rng.permutation(np.unique(faces.identity[multi]))
+        take, total = [], 0
+        for p in people:
+            members = multi[faces.identity[multi] == p]
+            if total + len(members) > cfg.train_limit and total > 0:
+                continue
+            take.append(members)
+            total += len(members)
+            if total >= cfg.train_limit:
+                break
+        df_idx = np.sort(np.concatenate(take))
+        # verification check sets: faces of other training people (threshold) and of test people (accuracy)
+        ev_tr_pool = np.setdiff1d(multi, df_idx)
+        pool = ev_tr_pool if len(ev_tr_pool) >= 50 else multi
+        ev_tr = np.sort(rng.choice(pool, min(cfg.eval_images, len(pool)), replace=False))
+        te_counts = np.bincount(faces.identity[te], minlength=len(faces.people))
+        te_multi = te[te_counts[faces.identity[te]] >= 2]
+        ev_te = np.sort(rng.choice(te_multi, min(cfg.eval_images, len(te_multi)), replace=False))
+        pairs_tr = verification_pairs(faces.identity[ev_tr], 500, np.random.default_rng(cfg.seed + 2))
+        pairs_te = verification_pairs(faces.identity[ev_te], 500, np.random.default_rng(cfg.seed + 3))
+        log(f"Block-ADMM training set: {len(df_idx)} images of {len(take)} people; verification check on {len(ev_tr)} + {len(ev_te)} faces")
+
+        # raw backbone baseline features and verification accuracy (before DeepFacto)
+        set_status(phase="baseline features")
+        t = time.time()
+        svm_tr = np.sort(rng.choice(tr, min(cfg.svm_train_limit, len(tr)), replace=False))
+        with torch.no_grad():
+            zfeat = lambda x: backbone.features(x).mean(dim=(2, 3))  # noqa: E731
+            raw_tr = embed_all(zfeat, faces.images, svm_tr, device).numpy()
+            raw_te = embed_all(zfeat, faces.images, te, device).numpy()
+            bb_ver = verification_accuracy(embed_all(backbone, faces.images, ev_tr, device), pairs_tr, embed_all(backbone, faces.images, ev_te, device), pairs_te)
+        timings["baseline_features_s"] = time.time() - t
+        log(f"backbone verification accuracy (test identities): {bb_ver:.4f}")
+
+        set_status(phase="init")
+        t_train = time.time()
+        trainer = DeepFactoTrainer(cfg, backbone, faces.images[df_idx], faces.identity[df_idx], device, gen)
+        wall = time.time() - t_train
+
+        feat_cache: dict = {}
+
+        def ev_features(name, idx):
+            if feat_cache.get(name, (None,))[0] != trainer.version:  # the backbone moved: recompute
+                feat_cache[name] = (trainer.version, trainer.features(faces.images[idx]))
+            return feat_cache[name][1]
+
+        def evaluate_iteration() -> dict:
+            s_tr = trainer.project(ev_features("tr", ev_tr))
+            s_te = trainer.project(ev_features("te", ev_te))
+            e_tr, e_te = trainer.embed(s_tr), trainer.embed(s_te)
+            loss = float(triplet_loss(e_tr, torch.from_numpy(faces.identity[ev_tr]), cfg.margin))
+            return {"train_loss": loss, "test_accuracy": verification_accuracy(e_tr, pairs_tr, e_te, pairs_te), "test_s_sparsity": float((s_te == 0).float().mean())}
+
+        def log_metrics(epoch: int, m: dict) -> dict:
+            m = {"epoch": epoch, "wall_time_s": wall, **m, "time": time.time()}
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(m) + "\n")
+            if on_progress:
+                on_progress(float(epoch), m)
+            return m
+
+        st = trainer.state
+        with torch.no_grad():
+            ms = nmf.reconstruct(st.m, st.s)
+            init = {
+                "phase": "init",
+                "residuals": [0.0, float((st.z1 - ms).pow(2).sum().sqrt()) / math.sqrt(len(df_idx)), 0.0],
+                "dual_norms": [0.0, 0.0, 0.0],
+                "nmf_residual": float((st.z1 - ms).norm() / st.z1.norm()),
+                "s_sparsity": float((st.s == 0).float().mean()),
+            }
+        m0 = log_metrics(0, {**evaluate_iteration(), **init})
+        log(f"iter 0: verification {m0['test_accuracy']:.4f}, nmf residual {m0['nmf_residual']:.3f}, S sparsity {m0['s_sparsity']:.2f}")
+        for it in range(1, cfg.iters + 1):
+            if should_stop and should_stop():
+                raise StopRun()
+            finetune = it > cfg.warmup_iters
+            set_status(phase="finetune" if finetune else "warmup", epoch=it - 1, progress=(it - 1) / max(cfg.iters, 1))
+            t0 = time.perf_counter()
+            diag = trainer.iterate(finetune, should_stop)
+            wall += time.perf_counter() - t0
+            m = log_metrics(it, {**evaluate_iteration(), **diag})
+            if not all(math.isfinite(v) for v in [m["train_loss"], *m["residuals"]]):
+                raise FloatingPointError(f"the run diverged at iteration {it} (loss or residual is not finite)")
+            log(
+                f"iter {it} ({m['phase']}): verification {m['test_accuracy']:.4f}, triplet {m['train_loss']:.4f}, "
+                f"res [{', '.join(f'{r:.3f}' for r in m['residuals'])}], nmf residual {m['nmf_residual']:.3f}, S sparsity {m['s_sparsity']:.2f} ({wall:.0f}s)"
+            )
+        timings["deepfacto_train_s"] = wall
+
+        # attribute evaluation on the test identities
+        set_status(phase="attribute evaluation", epoch=cfg.iters, progress=1.0)
+        t = time.time()
+        s_svm_tr, z_svm_tr = trainer.scores(faces.images[svm_tr])
+        s_svm_te, z_svm_te = trainer.scores(faces.images[te])
+        a_tr, a_te = faces.attributes[svm_tr], faces.attributes[te]
+        acc_s = attribute_svms(pooled(s_svm_tr), a_tr, pooled(s_svm_te), a_te, cfg.svm_c, cfg.seed)
+        acc_raw = attribute_svms(raw_tr, a_tr, raw_te, a_te, cfg.svm_c, cfg.seed)
+        acc_ft = attribute_svms(z_svm_tr.numpy(), a_tr, z_svm_te.numpy(), a_te, cfg.svm_c, cfg.seed)
+        acc_maj = majority_baseline(a_tr, a_te)
+        timings["attribute_eval_s"] = time.time() - t
+
+        # component statistics for heatmaps: 99th percentile and mean of each row of S on training faces
+        s_flat = s_svm_tr.transpose(0, 1).reshape(cfg.rank, -1)
+        scale = torch.quantile(s_flat[:, :: max(1, s_flat.shape[1] // 200_000)], 0.99, dim=1).numpy()
+        order = np.argsort(-s_flat.mean(1).numpy())
+        save_inference(run_dir / "checkpoint.pt", cfg, trainer.backbone, trainer.fc, trainer.state.m, scale, order, trainer.state.iteration)
+
+        per_attr = [
+            {"attribute": nm, "deepfacto": float(a), "raw_backbone": float(b), "finetuned_backbone": float(c), "majority": float(d)}
+            for nm, a, b, c, d in zip(faces.attribute_names, acc_s, acc_raw, acc_ft, acc_maj)
+        ]
+        write_json(run_dir / "attributes.json", per_attr)
+        last = read_metrics(run_dir)[-1]
+        summary = {
+            "preset": PRESET,
+            "method": "block-admm",
+            "data": "lfwa",
+            "status": "finished",
+            "rank": cfg.rank,
+            "epochs": cfg.iters,
+            "mean_attribute_accuracy": float(acc_s.mean()),
+            "raw_backbone_attribute_accuracy": float(acc_raw.mean()),
+            "finetuned_backbone_attribute_accuracy": float(acc_ft.mean()),
+            "majority_attribute_accuracy": float(acc_maj.mean()),
+            "paper_mean_attribute_accuracy": PAPER_MEAN.get(cfg.rank),
+            "test_accuracy": last["test_accuracy"],
+            "backbone_verification_accuracy": bb_ver,
+            "nmf_residual": last["nmf_residual"],
+            "s_sparsity": last["s_sparsity"],
+            "test_s_sparsity": last.get("test_s_sparsity"),
+            "train_loss": last["train_loss"],
+            "wall_time_s": wall,
+            "timings_s": timings,
+            "n_admm_train": int(len(df_idx)),
+            "n_svm_train": int(len(svm_tr)),
+            "n_test": int(len(te)),
+            "n_test_people": int(len(np.unique(faces.identity[te]))),
+            "backbone": bb_meta.get("source"),
+            "device": str(device),
+        }
+        write_json(run_dir / "summary.json", summary)
+        set_status(state="finished", phase="done", progress=1.0, epoch=cfg.iters, elapsed_s=time.time() - status["started"])
+        log(f"mean attribute accuracy: DeepFacto(r={cfg.rank}) {acc_s.mean():.4f} | raw backbone {acc_raw.mean():.4f} | majority {acc_maj.mean():.4f}")
+        return summary
+    except (StopRun, KeyboardInterrupt):
+        summary = {"preset": PRESET, "status": "stopped", "rank": cfg.rank, "timings_s": timings}
+        write_json(run_dir / "summary.json", summary)
+        set_status(state="stopped")
+        return summary
+    except BaseException as e:
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        set_status(state="crashed", error=f"{type(e).__name__}: {e}")
+        raise
+
+
+# --- inference model (heatmaps, dashboard) -----------------------------------------------------
+
+
+def save_inference(path, cfg: DeepFactoConfig, backbone: FaceBackbone, fc: nn.Module, m: torch.Tensor, scale, order, iteration: int = 0) -> None:
+    """checkpoint.pt of a run: what inference and heatmaps need (backbone, M, FC, component scales/order)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(
+        {
+            "format": "deepfacto-v1",
+            "config": cfg.to_dict(),
+            "backbone_arch": backbone.arch,
+            "backbone": {k: v.cpu() for k, v in backbone.state_dict().items()},
+            "fc": {k: v.cpu() for k, v in fc.state_dict().items()},
+            "m": m.detach().cpu(),
+            "scale": torch.as_tensor(np.asarray(scale), dtype=torch.float32),
+            "order": torch.as_tensor(np.asarray(order).copy()),
+            "iteration": iteration,
+        },
+        tmp,
+    )
+    os.replace(tmp, path)
+
+
+class InferenceModel:
+    """A trained DeepFacto (backbone + M + FC) for new images: scores and embeddings."""
+
+    def __init__(self, ck: dict):
+        self.cfg = DeepFactoConfig.from_dict(ck["config"])
+        arch = {k: tuple(v) if isinstance(v, list) else v for k, v in ck["backbone_arch"].items()}
+        self.backbone = FaceBackbone(**arch)
+        self.backbone.load_state_dict(ck["backbone"])
+        self.backbone.eval()
+        self.m = ck["m"].float()
+        self.fc = nn.Linear(self.m.shape[1] * (self.cfg.image_size // 8) ** 2, self.cfg.emb_dim)
+        self.fc.load_state_dict(ck["fc"])
+        self.scale = ck["scale"].numpy()
+        self.order = ck["order"].numpy()
+
+    @property
+    def rank(self) -> int:
+        return int(self.m.shape[1])
+
+    def crop(self, img: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(crop_face(img))
+
+    @torch.no_grad()
+    def scores(self, images: np.ndarray) -> np.ndarray:
+        """(B, H, W, 3) uint8 face crops (any equal size) -> S (B, r, h, w) float32."""
+        import cv2
+
+        size = self.cfg.image_size
+        x = np.stack([cv2.resize(im, (size, size), interpolation=cv2.INTER_AREA) if im.shape[0] != size else im for im in images])
+        z = self.backbone.features(to_tensor(x))
+        return nmf.project(self.m, z, tol=self.cfg.nnls_tol, max_iter=self.cfg.nnls_max_iter).numpy()
+
+
+def load_inference_model(run_dir) -> InferenceModel:
+    path = Path(run_dir) / "checkpoint.pt"
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(ck, dict) or ck.get("format") != "deepfacto-v1":
+        raise ValueError(f"{path}: not a DeepFacto checkpoint")
+    return InferenceModel(ck)
+
+
+# --- command line -------------------------------------------------------------------------------
+
+
+def config_from_cli(a) -> DeepFactoConfig:
+    """`python -m admm_core train --preset lfwa-deepfacto ...` flags -> DeepFactoConfig."""
+    kw: dict = {}
+    if getattr(a, "config", None):
+        d = json.loads(Path(a.config).read_text())
+        kw.update(d.get("deepfacto", d))
+    for flag, key in (("rank", "rank"), ("seed", "seed"), ("device", "device"), ("data_root", "data_root"), ("backbone_weights", "backbone_weights"), ("epochs", "warmup_iters"), ("train_limit", "train_limit"), ("batch_size", "batch_size")):
+        v = getattr(a, flag, None)
+        if v is not None:
+            kw[key] = v
+    for kv in getattr(a, "set", None) or []:
+        if "=" not in kv:
+            raise ConfigError(f"--set {kv!r}: expected NAME=VALUE")
+        k, v = kv.split("=", 1)
+        try:
+            kw[k.strip().replace("-", "_")] = json.loads(v)
+        except json.JSONDecodeError:
+            kw[k.strip().replace("-", "_")] = v
+    return DeepFactoConfig.from_dict(kw)
+
+
+def cli_train(a) -> int:
+    """The CLI's ``train --preset lfwa-deepfacto`` (dispatched from admm_core.cli)."""
+    from .runs import install_stop_handlers
+
+    if getattr(a, "resume", None):
+        raise ConfigError("--resume: DeepFacto runs cannot be resumed yet (start a new run; the backbone is cached)")
+    cfg = config_from_cli(a)
+    run_dir = Path(a.out) if getattr(a, "out", None) else new_run_dir(cfg)
+    print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
+    summary = train_deepfacto(cfg, run_dir, should_stop=install_stop_handlers())
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def new_run_dir(cfg: DeepFactoConfig, root=None) -> Path:
+    root = Path(root or default_runs_dir())
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{PRESET}-r{cfg.rank}-s{cfg.seed}"
+    path, i = root / stem, 1
+    while path.exists():
+        i += 1
+        path = root / f"{stem}-{i}"
+    return path
+
+
+def bench(argv=None) -> int:
+    """`python -m admm_core.deepfacto bench`: one run per rank, then the markdown table."""
+    p = argparse.ArgumentParser(prog="python -m admm_core.deepfacto bench", description="DeepFacto on LFWA for several ranks: attribute accuracy table")
+    p.add_argument("--ranks", default="4,32,256")
+    p.add_argument("--out", default="bench_out/deepfacto", help="folder for the runs and table.md")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE", help="any DeepFactoConfig field")
+    p.add_argument("--backbone-weights")
+    p.add_argument("--data-root")
+    p.add_argument("--seed", type=int)
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for r in [int(v) for v in a.ranks.split(",") if v.strip()]:
+        ns = argparse.Namespace(rank=r, set=a.set, backbone_weights=a.backbone_weights, data_root=a.data_root, seed=a.seed)
+        train_deepfacto(config_from_cli(ns), out / f"r{r}")
+    # the table covers every finished run under --out (so ranks can be run separately: --ranks "")
+    dirs = [d for d in out.glob("r*") if (read_json(d / "summary.json") or {}).get("status") == "finished"]
+    dirs.sort(key=lambda d: read_json(d / "summary.json")["rank"])
+    table = bench_table([read_json(d / "summary.json") for d in dirs]) + "\n" + attribute_table(dirs)
+    (out / "table.md").write_text(table)
+    print(table)
+    return 0
+
+
+def bench_table(rows: list[dict]) -> str:
+    lines = [
+        "| r | DeepFacto (pooled S) | raw backbone (pooled Z) | fine-tuned backbone (pooled Z) | majority | paper DeepFacto | verification (test ids) | NMF residual | S zeros | backbone train s | DeepFacto train s | eval s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in rows:
+        tm = s.get("timings_s", {})
+        paper = s.get("paper_mean_attribute_accuracy")
+        lines.append(
+            f"| {s['rank']} | {100 * s['mean_attribute_accuracy']:.1f} | {100 * s['raw_backbone_attribute_accuracy']:.1f} | {100 * s['finetuned_backbone_attribute_accuracy']:.1f} | "
+            f"{100 * s['majority_attribute_accuracy']:.1f} | {paper if paper is not None else '—'} | {100 * s['test_accuracy']:.1f} | {s['nmf_residual']:.3f} | {100 * s['s_sparsity']:.0f}% | "
+            f"{tm.get('backbone_train_s', 0):.0f} | {tm.get('deepfacto_train_s', 0):.0f} | {tm.get('attribute_eval_s', 0):.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def test_faces(run_dir, n: int = 6, seed: int = 0) -> list[str]:
+    """Paths of ``n`` faces of distinct *test* identities of a run (its own split), seeded."""
+    cfg = DeepFactoConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text())["deepfacto"])
+    fs = load_lfwa(cfg.data_root, size=None, limit=cfg.data_limit)
+    _, te = fs.split(cfg.seed, cfg.test_fraction)
+    rng = np.random.default_rng(seed)
+    people = rng.permutation(np.unique(fs.identity[te]))[:n]
+    picks = [rng.choice(te[fs.identity[te] == p]) for p in people]
+    return [str(fs.image_dir / fs.files[i]) for i in picks]
+
+
+def grid(argv=None) -> int:
+    """`python -m admm_core.deepfacto grid --run DIR --out PNG`: heatmaps over test faces of the run."""
+    p = argparse.ArgumentParser(prog="python -m admm_core.deepfacto grid", description="heatmap grid over faces of held-out identities")
+    p.add_argument("--run", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--faces", type=int, default=6)
+    p.add_argument("--components", help="e.g. 0,3,5 (default: the 6 most used)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--normalize", choices=["component", "image"], default="component")
+    a = p.parse_args(argv)
+    files = test_faces(a.run, a.faces, a.seed)
+    comps = [int(c) for c in a.components.split(",")] if a.components else None
+    nmf.write_png(a.out, nmf.heatmap_grid(a.run, files, comps, normalize=a.normalize))
+    print("\n".join(files))
+    print(f"wrote {a.out}")
+    return 0
+
+
+def attribute_table(run_dirs) -> str:
+    """Per-attribute test accuracy (%) of each run's DeepFacto SVMs, beside raw backbone features and the majority class."""
+    runs = [(read_json(Path(d) / "summary.json")["rank"], read_json(Path(d) / "attributes.json")) for d in run_dirs]
+    if not runs:
+        return ""
+    head = "| attribute | " + " | ".join(f"DeepFacto r={r}" for r, _ in runs) + " | raw backbone | majority |"
+    lines = [head, "|---" * (len(runs) + 3) + "|"]
+    first = runs[0][1]
+    for k, row in enumerate(first):
+        vals = " | ".join(f"{100 * attrs[k]['deepfacto']:.1f}" for _, attrs in runs)
+        lines.append(f"| {row['attribute']} | {vals} | {100 * row['raw_backbone']:.1f} | {100 * row['majority']:.1f} |")
+    means = " | ".join(f"**{100 * np.mean([a['deepfacto'] for a in attrs]):.1f}**" for _, attrs in runs)
+    lines.append(f"| mean | {means} | {100 * np.mean([a['raw_backbone'] for a in first]):.1f} | {100 * np.mean([a['majority'] for a in first]):.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        return bench(argv[1:])
+    if argv[:1] == ["grid"]:
+        return grid(argv[1:])
+    print("usage: python -m admm_core.deepfacto {bench [--ranks 4,32,256] [--out DIR] [--set NAME=VALUE ...] | grid --run DIR --out PNG}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

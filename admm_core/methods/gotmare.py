@@ -1,0 +1,67 @@
+"""Gotmare, Thomas, Brea & Jaggi 2018, "Decoupling backpropagation using constrained
+optimization methods" (ICML workshop on credit assignment) — the network is cut into blocks
+glued by a quadratic penalty on auxiliary variables, with *no* dual variables:
+
+    min_{Θ, Z}  J(Y, Z_T) + Σ_t β_t/2 ‖Z_t − block_t(Z_{t−1})‖²
+
+solved by alternating stochastic steps on the per-sample Z_t (kept for every training
+sample) and on each block's Θ_t. This is exactly batch Stochastic Block-ADMM (paper
+Alg. 1, :mod:`.block_admm`) with the scaled duals frozen at U ≡ 0 — the seed paper's own
+description of this baseline — so the class reuses BlockADMM and drops its dual step:
+
+- U is created as zeros and never changes (``u_init`` must stay 'zero');
+- the dual step U_t ← U_t + Z_t − block_t(Z_{t−1}) is replaced by a pass that only
+  measures the residuals (same place in the schedule, same diagnostics);
+- everything else — Z_T-step, reverse Z sweep, Θ-steps, chunking, the adaptive-penalty
+  option (β grows while the violation stays above a shrinking bound; Gotmare et al. also
+  raise the penalty over training) — is BlockADMM's code.
+
+Deviations, stated: Gotmare et al. tune their own penalty schedule and optimisers per
+experiment; here the schedule is BlockADMM's adaptive ρ rule (off by default) so the two
+methods differ only in the multiplier. The seed paper trains this baseline with minibatch 64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..config import check
+from .base import TrainBatch
+from .block_admm import BlockADMM, BlockADMMState
+
+
+@dataclass(frozen=True)
+class Gotmare(BlockADMM):
+    """Block-ADMM with the duals frozen at zero (quadratic-penalty gluing, Gotmare et al. 2018)."""
+
+    name = "gotmare"
+    summary = "Gotmare et al. 2018: blocks glued by a quadratic penalty, no duals (Block-ADMM with U ≡ 0)"
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.u_init == "zero", f"{self.name}.u_init", self.u_init, "this method has no duals (U ≡ 0)")
+
+    def z_sweep(self, net, state: BlockADMMState, batch: TrainBatch, with_dual: bool = False) -> None:
+        # BlockADMM folds its pending dual step into this sweep; here there is none to fold.
+        super().z_sweep(net, state, batch, with_dual=False)
+        if with_dual:
+            state.iteration += 1  # the (empty) dual step of the previous iteration
+
+    @torch.no_grad()
+    def dual_step(self, net, state: BlockADMMState, batch: TrainBatch) -> None:
+        """No multiplier update: only measure ‖Z_t − block_t(Z_{t−1})‖ (RMS per sample)."""
+        net.eval()
+        sq = [0.0] * net.T
+        for s in range(0, batch.n, self.chunk_size):
+            rows = slice(s, s + self.chunk_size)
+            inp = batch.x[rows]
+            for t, block in enumerate(net.blocks):
+                sq[t] += float((state.z[t][rows] - block(inp)).pow(2).sum())
+                inp = state.z[t][rows]
+        self._after_dual(state, sq, batch.n)
+
+    def state_bytes(self, state: BlockADMMState) -> int:
+        # U is identically zero and not a variable of this method: count Z (and its moments)
+        return super().state_bytes(state) - sum(u.numel() * u.element_size() for u in state.u)

@@ -1,0 +1,371 @@
+"""The Train form as plain data: form values <-> RunConfig <-> URL query parameters.
+
+A *form* is a flat dict of what the widgets hold::
+
+    preset, data, train_limit (0 = all), arch, hidden ("128,128"), split (list of layer
+    names), method, loss, device, epochs, batch_size, seed, eval_every,
+    "mp.<setting>" for each setting of the chosen method (floats as text, so a per-block
+    β can be written "1,0.5,1").
+
+:func:`config_from_form` validates through :class:`admm_core.config.RunConfig` and the
+engine's split / per-block checks, and returns the messages keyed by form field, so the
+page can show each one next to its widget.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+from . import PROJECT_ROOT  # noqa: F401  (puts the project on sys.path)
+
+from admm_core import data as data_mod
+from admm_core.config import ConfigError, RunConfig
+from admm_core.methods import METHODS
+from admm_core.presets import PRESETS, preset_config
+
+NO_PRESET = "none"
+ARCH_NAMES = ("mlp", "resnet18")
+DEFAULT_PRESET = "digits-mlp"
+DEFAULT_METHOD = "block-admm"
+INT_FIELDS = ("train_limit", "epochs", "batch_size", "seed", "eval_every")
+STR_FIELDS = ("preset", "data", "arch", "hidden", "method", "loss", "device")
+MP = "mp."  # prefix of method-setting fields
+
+# Input shapes, only to draw the block diagram with parameter counts without loading a big
+# data set into the dashboard process; sets not listed here are loaded once to learn it.
+_KNOWN_SHAPES = {"digits": ((64,), 10), "mnist-5k": ((784,), 10), "mnist": ((1, 28, 28), 10), "fashion-mnist": ((1, 28, 28), 10), "cifar10": ((3, 32, 32), 10)}
+
+
+# --- small parsers -----------------------------------------------------------------------
+
+def parse_widths(text: str) -> tuple[int, ...]:
+    """'128, 128' -> (128, 128); raises ConfigError naming model.hidden."""
+    parts = [p.strip() for p in str(text).replace(";", ",").split(",") if p.strip()]
+    try:
+        vals = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ConfigError(f"model.hidden = {text!r}: write positive integers separated by commas, e.g. 128,128") from None
+    if any(v <= 0 for v in vals):
+        raise ConfigError(f"model.hidden = {text!r}: widths must be positive integers")
+    return vals
+
+
+def parse_number(text: str, name: str):
+    """'5e-4' -> 0.0005; '1, 0.5' -> [1.0, 0.5] (per-block); raises ConfigError."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    try:
+        vals = [float(p) for p in parts]
+    except ValueError:
+        raise ConfigError(f"{name} = {text!r}: not a number") from None
+    if not vals:
+        raise ConfigError(f"{name} = {text!r}: give a number")
+    return vals[0] if len(vals) == 1 else vals
+
+
+def fmt_number(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return ",".join(fmt_number(x) for x in v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+# --- the network's layers and blocks -------------------------------------------------------
+
+@lru_cache(maxsize=64)
+def _layers(arch: str, hidden: tuple[int, ...], in_shape: tuple[int, ...], n_out: int):
+    from admm_core.config import ModelConfig
+    from admm_core.models import build_layers
+
+    return build_layers(ModelConfig(arch, hidden), in_shape, n_out)
+
+
+def layer_names(arch: str, hidden: tuple[int, ...]) -> list[str]:
+    """Named layers of the network (names do not depend on the input shape)."""
+    shape = (3, 32, 32) if arch == "resnet18" else (8,)
+    return list(_layers(arch, tuple(hidden), shape, 10))
+
+
+def split_options(arch: str, hidden: tuple[int, ...]) -> tuple[list[str], list[str]]:
+    """(allowed split points, default split) from the engine's architecture registry."""
+    from admm_core.config import ModelConfig
+    from admm_core.models import default_split, split_points
+
+    names = layer_names(arch, hidden)
+    cfg = ModelConfig(arch, tuple(hidden))
+    return list(split_points(cfg, names)), list(default_split(cfg, names))
+
+
+@lru_cache(maxsize=8)
+def data_shape(name: str) -> tuple[tuple[int, ...], int]:
+    if name in _KNOWN_SHAPES:
+        return _KNOWN_SHAPES[name]
+    ds = data_mod.load(name)
+    return ds.input_shape, ds.n_classes
+
+
+def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: str) -> list[dict]:
+    """[{block, layers, params}] of the split network (BlockNet.describe)."""
+    from admm_core.blocks import BlockNet
+
+    try:
+        shape, n_out = data_shape(data)
+    except Exception:  # data not loadable: no parameter counts
+        shape, n_out = ((3, 32, 32) if arch == "resnet18" else (8,)), 10
+    layers = _layers(arch, tuple(hidden), tuple(shape), n_out)
+    return BlockNet(layers, tuple(split)).describe()
+
+
+def block_diagram_dot(blocks: list[dict], uses_blocks: bool = True) -> str:
+    """Graphviz DOT of X -> [block 1] -> Z_1 -> … -> Z_T -> loss."""
+    lines = ['digraph G { rankdir=LR; bgcolor="transparent"; node [fontname="Helvetica", fontsize=11];',
+             'x [label="X = Z₀", shape=plaintext];']
+    prev = "x"
+    palette = ["#dbeafe", "#dcfce7", "#fef3c7", "#fce7f3", "#ede9fe", "#cffafe"]
+    T = len(blocks)
+    for b in blocks:
+        t = b["block"]
+        name = f"block {t}" if uses_blocks else "network (end-to-end)"
+        label = f"{name}\\n{' · '.join(b['layers'])}\\n{b['params']:,} params"
+        colour = palette[(t - 1) % len(palette)]
+        lines.append(f'b{t} [label="{label}", shape=box, style="rounded,filled", fillcolor="{colour}"];')
+        lines.append(f"{prev} -> b{t};")
+        if uses_blocks and t < T:
+            lines.append(f'z{t} [label="Z{_sub(t)}", shape=circle, width=0.3];')
+            lines.append(f"b{t} -> z{t};")
+            prev = f"z{t}"
+        else:
+            prev = f"b{t}"
+    lines.append('loss [label="J(Y, Z_T)", shape=plaintext];')
+    lines.append(f"{prev} -> loss; }}")
+    return "\n".join(lines)
+
+
+def _sub(n: int) -> str:
+    return str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+
+
+# --- form <-> config ---------------------------------------------------------------------
+
+def method_fields(method: str, params: dict | None = None) -> dict:
+    """``mp.*`` form values of ``method``: its settings' defaults overridden by ``params``."""
+    params = params or {}
+    out = {}
+    for s in METHODS[method].settings():
+        v = params.get(s["name"], s["default"])
+        if s["choices"] is None and s["type"] == "float":
+            v = fmt_number(v)  # floats are edited as text (per-block lists allowed)
+        out[MP + s["name"]] = v
+    return out
+
+
+def form_from_config(cfg: RunConfig) -> dict:
+    hidden = tuple(cfg.model.hidden)
+    split = list(cfg.model.split) if cfg.model.split is not None else split_options(cfg.model.arch, hidden)[1]
+    return {
+        "preset": cfg.preset or NO_PRESET,
+        "data": cfg.data.name,
+        "train_limit": cfg.data.train_limit or 0,
+        "arch": cfg.model.arch,
+        "hidden": ",".join(map(str, hidden)),
+        "split": split,
+        "method": cfg.method,
+        "loss": cfg.train.loss,
+        "device": cfg.train.device,
+        "epochs": cfg.train.epochs,
+        "batch_size": cfg.train.batch_size,
+        "seed": cfg.train.seed,
+        "eval_every": cfg.train.eval_every,
+        **method_fields(cfg.method, cfg.method_params),
+    }
+
+
+def default_form(preset: str = DEFAULT_PRESET, method: str = DEFAULT_METHOD) -> dict:
+    cfg = preset_config(preset, method) if preset != NO_PRESET else RunConfig(method=method)
+    return form_from_config(cfg)
+
+
+def _field_of(message: str, method: str) -> str:
+    """Which form field a ConfigError message ('train.epochs = 0: …') is about."""
+    head = message.split(" = ", 1)[0].split(":", 1)[0].strip()
+    if head.startswith(f"{method}."):
+        return MP + head.split(".", 1)[1]
+    mapping = {"data.name": "data", "data.train_limit": "train_limit", "model.arch": "arch", "model.hidden": "hidden",
+               "model.split": "split", "method": "method", "preset": "preset", "train.device": "device"}
+    if head in mapping:
+        return mapping[head]
+    if head.startswith("train."):
+        return head.split(".", 1)[1]
+    return "_form"
+
+
+def config_from_form(form: dict, available: list[str] | None = None) -> tuple[RunConfig | None, dict[str, str]]:
+    """Validate ``form`` -> (RunConfig or None, {field: message}).
+
+    All checks are the engine's: RunConfig (data, model, train, the method's settings),
+    the split against the architecture, a per-block β against the number of blocks, the
+    device, and whether the data set is under the data root.
+    """
+    errors: dict[str, str] = {}
+    method = form.get("method", DEFAULT_METHOD)
+
+    def err(exc: Exception, default_field: str | None = None):
+        msg = str(exc)
+        key = default_field or _field_of(msg, method)
+        errors.setdefault(key, msg)
+
+    hidden: tuple[int, ...] = (128,)  # stand-in while the text does not parse
+    try:
+        hidden = parse_widths(form.get("hidden", ""))
+    except ConfigError as e:
+        err(e, "hidden")
+    params = {}
+    if method in METHODS:
+        for s in METHODS[method].settings():
+            key = MP + s["name"]
+            if key not in form:
+                continue
+            v = form[key]
+            if s["choices"] is None and s["type"] == "float":
+                try:
+                    v = parse_number(v, f"{method}.{s['name']}")
+                except ConfigError as e:
+                    err(e, key)
+                    continue
+            params[s["name"]] = v
+    else:
+        errors["method"] = f"method = {method!r}: unknown method; choose from {sorted(METHODS)}"
+    preset = form.get("preset") or NO_PRESET
+    if preset != NO_PRESET and preset not in PRESETS:
+        errors["preset"] = f"preset = {preset!r}: unknown preset; choose from {sorted(PRESETS)}"
+    if errors.get("method"):
+        return None, errors
+    train_limit = form.get("train_limit") or None
+    cfg = None
+    try:
+        cfg = RunConfig.from_dict(
+            {
+                "method": method,
+                "data": {"name": form.get("data", "digits"), "train_limit": int(train_limit) if train_limit else None},
+                "model": {"arch": form.get("arch", "mlp"), "hidden": list(hidden), "split": list(form.get("split") or [])},
+                "train": {k: form[k] for k in ("epochs", "batch_size", "seed", "eval_every", "loss", "device") if k in form},
+                "method_params": params,
+                "preset": None if preset == NO_PRESET else preset,
+            }
+        )
+    except ConfigError as e:
+        err(e)
+    except (TypeError, ValueError) as e:
+        errors.setdefault("_form", str(e))
+    if cfg is None or errors:
+        return None, errors
+
+    # the split must be made of this network's split points, in order
+    from admm_core.blocks import validate_split
+    from admm_core.methods.base import per_block
+
+    try:
+        validate_split(cfg.model, layer_names(cfg.model.arch, cfg.model.hidden), tuple(cfg.model.split))
+    except ConfigError as e:
+        err(e, "split")
+    T = len(cfg.model.split) + 1
+    method_cls = METHODS[method]
+    beta = cfg.method_params.get("beta")
+    if beta is not None and method_cls.uses_blocks and isinstance(beta, (list, tuple)):
+        try:
+            per_block(beta, T, f"{method}.beta")
+        except ConfigError as e:
+            err(e, MP + "beta")
+    try:
+        from admm_core.runs import resolve_device
+
+        resolve_device(cfg.train.device)
+    except RuntimeError as e:
+        errors["device"] = str(e)
+    avail = data_mod.available() if available is None else available
+    if cfg.data.name not in avail:
+        roots = ", ".join(str(r) for r in data_mod.candidate_roots(None))
+        errors["data"] = f"data.name = {cfg.data.name!r}: not found under the data root (looked in {roots}); set ADMM_DATA"
+    if cfg.model.arch == "resnet18" and "data" not in errors:
+        try:
+            shape, _ = data_shape(cfg.data.name)
+            if len(shape) != 3:
+                raise ConfigError(f"model.arch = 'resnet18': needs image inputs (C, H, W); {cfg.data.name} gives flat vectors {shape}")
+        except ConfigError as e:
+            err(e, "arch")
+    return (None if errors else cfg), errors
+
+
+# --- form <-> URL query ----------------------------------------------------------------------
+
+def to_query(form: dict) -> dict[str, str]:
+    """Flat str -> str mapping for st.query_params (only the chosen method's settings)."""
+    q = {}
+    for k in STR_FIELDS + INT_FIELDS:
+        if k in form:
+            q[k] = str(form[k])
+    q["split"] = ",".join(form.get("split") or []) or "-"
+    method = form.get("method")
+    for k, v in form.items():
+        if k.startswith(MP):
+            q["m." + k[len(MP):]] = json.dumps(v) if isinstance(v, bool) else str(v)
+    if method not in METHODS:
+        q = {k: v for k, v in q.items() if not k.startswith("m.")}
+    return q
+
+
+def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
+    """Form values from a query mapping (unknown keys ignored); returns (form, warnings)."""
+    warnings: list[str] = []
+    q = {k: (v[-1] if isinstance(v, list) else v) for k, v in dict(query).items()}
+    preset = q.get("preset", (base or {}).get("preset", DEFAULT_PRESET))
+    method = q.get("method", (base or {}).get("method", DEFAULT_METHOD))
+    if preset not in PRESETS and preset != NO_PRESET:
+        warnings.append(f"preset = {preset!r} in the link is unknown; using {DEFAULT_PRESET}")
+        preset = DEFAULT_PRESET
+    if method not in METHODS:
+        warnings.append(f"method = {method!r} in the link is unknown; using {DEFAULT_METHOD}")
+        method = DEFAULT_METHOD
+    form = dict(base) if base else default_form(preset, method)
+    if form.get("method") != method:
+        form = {k: v for k, v in form.items() if not k.startswith(MP)}
+        form.update(method_fields(method, preset_config(preset, method).method_params if preset != NO_PRESET else {}))
+    form["preset"], form["method"] = preset, method
+    for k in STR_FIELDS:
+        if k in q and k not in ("preset", "method"):
+            form[k] = q[k]
+    for k in INT_FIELDS:
+        if k in q:
+            try:
+                form[k] = int(q[k])
+            except ValueError:
+                warnings.append(f"{k} = {q[k]!r} in the link is not an integer; kept {form.get(k)}")
+    if "split" in q:
+        form["split"] = [] if q["split"] in ("-", "") else [s for s in q["split"].split(",") if s]
+    settings = {s["name"]: s for s in METHODS[method].settings()}
+    for k, v in q.items():
+        if not k.startswith("m."):
+            continue
+        name = k[2:]
+        s = settings.get(name)
+        if s is None:
+            warnings.append(f"{method} has no setting {name!r} (from the link); ignored")
+            continue
+        if s["choices"] is not None or s["type"] == "str":
+            form[MP + name] = v
+        elif s["type"] == "bool":
+            form[MP + name] = v.lower() in ("true", "1", "yes")
+        elif s["type"] == "int":
+            try:
+                form[MP + name] = int(v)
+            except ValueError:
+                warnings.append(f"{method}.{name} = {v!r} in the link is not an integer; ignored")
+        else:
+            form[MP + name] = v
+    return form, warnings
+
+
+def query_keys(method: str | None = None) -> set[str]:
+    keys = set(STR_FIELDS + INT_FIELDS) | {"split"}
+    if method in METHODS:
+        keys |= {"m." + s["name"] for s in METHODS[method].settings()}
+    return keys

@@ -1,0 +1,167 @@
+"""Worker processes and run directories: launch, stop, resume, delete, read.
+
+A run started from the dashboard is ``python -m admm_core train --config RUN/config.json
+--out RUN --quiet`` in its own session (``start_new_session``), so closing the tab or
+restarting the dashboard neither stops nor loses it. Everything the dashboard shows is read
+back from the run directory; the only extra files it writes are ``launch.json`` (the
+worker's pid and command line) and ``worker.log`` (the worker's stdout/stderr), so a worker
+that dies before the engine writes ``status.json`` is still reported with its last words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from . import PROJECT_ROOT
+
+from admm_core.config import RunConfig
+from admm_core.runs import pid_alive, default_runs_dir, list_runs, new_run_dir, read_json, run_status
+
+def runs_root(root: str | Path | None = None) -> Path:
+    return Path(root) if root else default_runs_dir()
+
+
+def _spawn(args: list[str], run_dir: Path) -> int:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    cmd = [sys.executable, "-m", "admm_core", "train", *args, "--quiet"]
+    with open(run_dir / "worker.log", "ab") as log:
+        proc = subprocess.Popen(cmd, cwd=str(PROJECT_ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # reap the child when it ends (no zombies); the worker itself never depends on us
+    threading.Thread(target=proc.wait, daemon=True).start()
+    (run_dir / "launch.json").write_text(json.dumps({"pid": proc.pid, "cmd": cmd, "launched": time.time()}, indent=2))
+    return proc.pid
+
+
+def start_run(cfg: RunConfig, root: str | Path | None = None) -> Path:
+    """Write RUN/config.json and launch a worker training it; returns the run directory."""
+    run_dir = new_run_dir(cfg, runs_root(root))
+    run_dir.mkdir(parents=True, exist_ok=False)
+    (run_dir / "config.json").write_text(cfg.to_json())
+    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir)
+    return run_dir
+
+
+def resume_run(run_dir: str | Path, epochs: int | None = None) -> None:
+    """Continue a stopped / crashed / finished run from its last checkpoint (optionally longer)."""
+    run_dir = Path(run_dir)
+    if state_of(run_dir)["state"] in ("running", "starting"):
+        raise RuntimeError(f"{run_dir.name} is still running")
+    args = ["--resume", str(run_dir)]
+    if epochs:
+        args += ["--epochs", str(int(epochs))]
+    (run_dir / "status.json").unlink(missing_ok=True)  # 'starting' until the worker writes its own
+    _spawn(args, run_dir)
+
+
+def worker_pid(run_dir: Path) -> int | None:
+    st = read_json(run_dir / "status.json", {}) or {}
+    if st.get("state") == "running" and st.get("pid"):
+        return int(st["pid"])
+    launch = read_json(run_dir / "launch.json", {}) or {}
+    return int(launch["pid"]) if launch.get("pid") else None
+
+
+def stop_run(run_dir: str | Path) -> bool:
+    """SIGTERM the worker: it ends the epoch step, writes 'stopped' and stays resumable."""
+    pid = worker_pid(Path(run_dir))
+    if pid is None or not pid_alive(pid):
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def log_tail(run_dir: Path, n: int = 25) -> str:
+    try:
+        lines = (run_dir / "worker.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+def state_of(run_dir: str | Path) -> dict:
+    """The engine's run_status, plus 'starting' for a launched worker that has not reported yet.
+
+    Keys: state (running / finished / stopped / crashed / starting / unknown), error, pid,
+    epoch, epochs, progress, started, updated.
+    """
+    run_dir = Path(run_dir)
+    st = dict(run_status(run_dir))
+    if st.get("state"):
+        if st["state"] == "crashed" and not st.get("error"):
+            st["error"] = "crashed"
+        return st
+    launch = read_json(run_dir / "launch.json", {}) or {}
+    pid = launch.get("pid")
+    if pid and pid_alive(pid):
+        return {"state": "starting", "pid": pid, "progress": 0.0}
+    if pid:  # launched from here but never reported
+        tail = log_tail(run_dir, 5).strip().splitlines()
+        last = tail[-1] if tail else "no output"
+        return {"state": "crashed", "pid": pid, "progress": 0.0, "error": f"worker ended before it reported: {last}"}
+    return {"state": "unknown", "progress": 0.0, "error": None}
+
+
+def dir_size(path: Path) -> int:
+    total = 0
+    for p in Path(path).rglob("*"):
+        try:
+            if p.is_file():
+                total += p.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def human_bytes(n) -> str:
+    if n is None:
+        return "—"
+    n = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def delete_run(run_dir: str | Path) -> None:
+    run_dir = Path(run_dir)
+    if state_of(run_dir)["state"] in ("running", "starting"):
+        raise RuntimeError(f"{run_dir.name} is running; stop it first")
+    if not ((run_dir / "config.json").exists() or (run_dir / "status.json").exists()):
+        raise RuntimeError(f"{run_dir} is not a run directory")
+    shutil.rmtree(run_dir)
+
+
+def runs(root: str | Path | None = None) -> list[dict]:
+    """list_runs with the dashboard's status (adds 'starting'); newest first."""
+    out = []
+    for r in list_runs(runs_root(root)):
+        r = dict(r)
+        r["status"] = state_of(r["dir"])
+        out.append(r)
+    return out
+
+
+def config_of(r: dict) -> dict:
+    return r.get("config") or {}
+
+
+def data_of(r: dict) -> str:
+    return (config_of(r).get("data") or {}).get("name", "?")
+
+
+def method_of(r: dict) -> str:
+    return config_of(r).get("method", "?")

@@ -1,0 +1,42 @@
+"""Block-ADMM workbench dashboard.  Run from the project root:
+
+    streamlit run app/main.py
+
+Pages: Train (configure, launch, watch live), Compare (overlay runs, table vs the paper),
+Heatmaps (DeepFacto NMF score maps over faces), Runs (status, config, delete, download).
+Runs live in $ADMM_RUNS (default ./runs); data sets come from $ADMM_DATA.
+"""
+
+import sys
+from pathlib import Path
+
+APP_DIR = Path(__file__).resolve().parent
+for p in (str(APP_DIR), str(APP_DIR.parent)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import streamlit as st  # noqa: E402
+
+from dashboard import workers  # noqa: E402
+
+st.set_page_config(page_title="Block-ADMM workbench", page_icon=":material/view_column:", layout="wide")
+
+pages = [
+    st.Page("views/train.py", title="Train", icon=":material/model_training:", default=True),  # served at /
+    st.Page("views/compare.py", title="Compare", icon=":material/stacked_line_chart:", url_path="compare"),
+    st.Page("views/heatmaps.py", title="Heatmaps", icon=":material/face:", url_path="heatmaps"),
+    st.Page("views/runs.py", title="Runs", icon=":material/folder_open:", url_path="runs"),
+]
+nav = st.navigation(pages)
+
+with st.sidebar:
+    st.caption("Block-ADMM workbench")
+    st.text_input(
+        "Runs folder",
+        value=str(workers.runs_root()),
+        key="runs_root",
+        help="Where run directories are read and written ($ADMM_RUNS, default ./runs). "
+        "Point it at bench_out/ to look at benchmark runs.",
+    )
+
+nav.run()

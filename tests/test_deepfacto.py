@@ -1,0 +1,179 @@
+"""DeepFacto: LFWA loader and split, triplet pieces, the Block-ADMM trainer, an end-to-end smoke run."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from admm_core import faces as faces_mod
+from admm_core.deepfacto import DeepFactoConfig, DeepFactoTrainer, attribute_svms, majority_baseline
+from admm_core.faces import FaceBackbone, identity_batches, identity_split, triplet_loss
+
+DATA = Path(os.environ.get("ADMM_DATA", "")) / "lfw"
+HAVE_LFW = (DATA / "lfw-deepfunneled-160").is_dir() and (DATA / "lfwa_att_40.csv").is_file()
+needs_lfw = pytest.mark.skipif(not HAVE_LFW, reason=f"LFW/LFWA not found under {DATA} (set ADMM_DATA to the folder holding lfw/)")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ADMM_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+# --- loader ---------------------------------------------------------------------------------
+
+
+@needs_lfw
+def test_lfwa_loader_finds_all_labelled_images_and_40_attributes():
+    fs = faces_mod.load_lfwa(size=None)
+    assert fs.n == 13143
+    assert fs.attributes.shape == (13143, 40) and len(fs.attribute_names) == 40
+    assert set(np.unique(fs.attributes)) <= {0, 1}
+    assert fs.attribute_names[0] == "5_o_Clock_Shadow" and "Male" in fs.attribute_names
+    tr, te = fs.split(seed=0)
+    assert len(tr) + len(te) == 13143
+    assert not set(fs.identity[tr]) & set(fs.identity[te])  # identity-disjoint
+    tr2, te2 = fs.split(seed=0)
+    assert np.array_equal(te, te2)  # fixed seed -> same split
+    assert not np.array_equal(te, fs.split(seed=1)[1])
+
+
+@needs_lfw
+def test_lfwa_images_are_face_crops_resized(tmp_path):
+    fs = faces_mod.load_lfwa(size=48, limit=12)
+    assert fs.images.shape == (12, 48, 48, 3) and fs.images.dtype == np.uint8
+    again = faces_mod.load_lfwa(size=48, limit=12)  # from the cache
+    assert np.array_equal(fs.images, again.images)
+
+
+def test_loader_reads_a_user_lfw_folder_with_250px_originals(tmp_path):
+    import cv2
+
+    root = tmp_path / "mylfw"
+    rows = ["image," + ",".join(f"a{k}" for k in range(40))]
+    for person in ("Ann_A", "Bob_B", "Cid_C"):
+        (root / person).mkdir(parents=True)
+        for j in (1, 2):
+            img = np.zeros((250, 250, 3), np.uint8)
+            img[48:208, 48:208] = 200  # the face crop region
+            cv2.imwrite(str(root / person / f"{person}_{j:04d}.jpg"), img)
+            rows.append(f"{person}/{person}_{j:04d}.jpg," + ",".join(str((j + k) % 2) for k in range(40)))
+    labels = tmp_path / "labels.csv"
+    labels.write_text("\n".join(rows) + "\n")
+    fs = faces_mod.load_lfwa(image_dir=root, labels=labels, size=32, cache=False)
+    assert fs.n == 6 and fs.images.shape == (6, 32, 32, 3)
+    assert fs.images.min() > 150  # only the crop (no black border) survives
+    assert len(fs.people) == 3
+
+
+def test_missing_lfw_gives_one_line_error(tmp_path):
+    from admm_core.data import DataError
+
+    with pytest.raises(DataError, match="lfwa.*not found.*looked in"):
+        faces_mod.load_lfwa(root=tmp_path)
+
+
+def test_bad_face_file_names_the_file(tmp_path):
+    bad = tmp_path / "Person_0001.jpg"
+    bad.write_text("nope")
+    with pytest.raises(ValueError, match="Person_0001.jpg"):
+        faces_mod.read_face(bad, 32)
+
+
+def test_identity_split_is_deterministic_and_sized():
+    people = [f"p{i:03d}" for i in range(100)]
+    a, b = identity_split(people, 0, 0.2), identity_split(list(reversed(sorted(people))), 0, 0.2)
+    assert len(a) == 20
+    assert {people[i] for i in a} == {sorted(people, reverse=True)[i] for i in b}  # by name, not by list order
+
+
+# --- triplet pieces ------------------------------------------------------------------------------
+
+
+def test_triplet_loss_zero_when_separated_and_positive_when_not():
+    y = torch.tensor([0, 0, 1, 1])
+    good = torch.tensor([[1.0, 0], [1.0, 0.01], [-1.0, 0], [-1.0, 0.01]])
+    assert float(triplet_loss(good, y, 0.2)) == 0.0
+    bad = torch.tensor([[1.0, 0], [-1.0, 0], [1.0, 0.01], [-1.0, 0.01]])
+    assert float(triplet_loss(bad, y, 0.2)) > 1.0
+
+
+def test_identity_batches_cover_every_sample_once():
+    ident = np.array([0] * 9 + [1] * 2 + [2] + [3] * 5)
+    bs = identity_batches(ident, np.random.default_rng(0), k=4, batch_size=6)
+    allpos = np.concatenate(bs)
+    assert sorted(allpos.tolist()) == list(range(len(ident)))
+
+
+def test_attribute_svms_and_majority():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 5))
+    a = np.stack([(x[:, 0] > 0), np.zeros(200, bool), (x[:, 1] > 1)], 1).astype(np.uint8)
+    acc = attribute_svms(x[:150], a[:150], x[150:], a[150:])
+    assert acc.shape == (3,) and acc[0] > 0.9 and acc[1] == 1.0
+    maj = majority_baseline(a[:150], a[150:])
+    assert maj[1] == 1.0 and 0.3 < maj[0] < 0.7
+
+
+# --- the Block-ADMM trainer on synthetic faces -----------------------------------------------
+
+
+def test_trainer_iterations_keep_factors_non_negative_and_finite():
+    torch.manual_seed(0)
+    cfg = DeepFactoConfig(rank=3, image_size=32, emb_dim=8, batch_size=8, s_steps=2, m_steps=2)
+    bb = FaceBackbone(widths=(8, 8, 16, 16), out_channels=8, emb_dim=8).eval()
+    images = np.random.default_rng(0).integers(0, 256, (16, 32, 32, 3), dtype=np.uint8)
+    ident = np.repeat(np.arange(4), 4)
+    tr = DeepFactoTrainer(cfg, bb, images, ident, torch.device("cpu"), torch.Generator().manual_seed(0))
+    w0 = [p.clone() for p in bb.parameters()]
+    d1 = tr.iterate(finetune=False)
+    assert all(torch.equal(a, b) for a, b in zip(w0, bb.parameters()))  # frozen while warming up
+    d2 = tr.iterate(finetune=True)
+    assert any(not torch.equal(a, b) for a, b in zip(w0, bb.parameters()))  # fine-tuned afterwards
+    for d in (d1, d2):
+        assert len(d["residuals"]) == 3 and all(np.isfinite(d["residuals"]))
+        assert 0 <= d["s_sparsity"] <= 1 and np.isfinite(d["nmf_residual"])
+    assert (tr.state.m >= 0).all() and (tr.state.s >= 0).all()
+    s, zp = tr.scores(images[:5])
+    assert s.shape == (5, 3, 16) and (s >= 0).all() and zp.shape == (5, 8)
+
+
+def test_config_validation_names_field():
+    from admm_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="deepfacto.rank"):
+        DeepFactoConfig(rank=0)
+    with pytest.raises(ConfigError, match="unknown keys"):
+        DeepFactoConfig.from_dict({"rnak": 4})
+
+
+# --- end to end on a small LFW subset --------------------------------------------------------------
+
+
+@needs_lfw
+def test_smoke_run_through_the_cli(tmp_path):
+    from admm_core.cli import main
+    from admm_core.nmf import heatmaps
+    from admm_core.runs import read_json, read_metrics
+
+    run = tmp_path / "run"
+    sets = ["data_limit=160", "image_size=32", "backbone_epochs=1", "finetune_iters=1", "train_limit=48", "eval_images=30", "svm_train_limit=80", "batch_size=32"]
+    argv = ["train", "--preset", "lfwa-deepfacto", "--rank", "4", "--epochs", "2", "--out", str(run), "--device", "cpu"]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 0
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["preset"] == "lfwa-deepfacto" and cfg["deepfacto"]["rank"] == 4
+    assert read_json(run / "status.json")["state"] == "finished"
+    ms = read_metrics(run)
+    assert [m["epoch"] for m in ms] == [0, 1, 2, 3]
+    for m in ms:
+        assert {"epoch", "train_loss", "test_accuracy", "residuals", "wall_time_s", "nmf_residual", "s_sparsity"} <= set(m)
+    summ = read_json(run / "summary.json")
+    assert 0 <= summ["mean_attribute_accuracy"] <= 1 and summ["rank"] == 4
+    assert len(read_json(run / "attributes.json")) == 40
+    img = DATA / "lfw-deepfunneled-160" / "Aaron_Eckhart" / "Aaron_Eckhart_0001.jpg"
+    maps = heatmaps(run, str(img))
+    assert len(maps) == 4 and maps[0].shape == (160, 160)
