@@ -144,8 +144,12 @@ def test_train_watch_stop_in_chromium(server, browser):
 
     # watch the accuracy chart gain points; time each point's arrival against the worker's clock
     seen_at: dict[int, float] = {}
-    t0, first = time.time(), None
-    while time.time() - t0 < 75 and len(seen_at) < 8 and not (first and time.time() - first > 12 and len(seen_at) >= 4):
+    t0, first, reloaded = time.time(), None, False
+    while time.time() - t0 < 90 and len(seen_at) < 8 and not (first and time.time() - first > 12 and len(seen_at) >= 4):
+        if not seen_at and not reloaded and time.time() - t0 > 30:
+            # under heavy load the first session can miss the switch to the new run: open the page afresh once
+            page.reload()
+            reloaded = True
         acc = _plot(page, "Accuracy", run_dir.name)
         now = time.time()
         n = max(acc["n"]) if acc and acc["n"] else 0

@@ -193,9 +193,12 @@ def test_bad_image_file_gives_clear_error(tiny_run, tmp_path, capsys):
 
 
 def test_engine_stays_free_of_ui_imports():
+    """In a fresh interpreter: pytest itself has imported streamlit for the app tests."""
+    import subprocess
     import sys
 
-    import admm_core.deepfacto  # noqa: F401
-    import admm_core.faces  # noqa: F401
-
-    assert "streamlit" not in sys.modules and "matplotlib.pyplot" not in sys.modules
+    code = ("import sys, admm_core.deepfacto, admm_core.faces, admm_core.nmf; "
+            "bad = [m for m in ('streamlit', 'matplotlib.pyplot', 'plotly') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    root = __import__("pathlib").Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
