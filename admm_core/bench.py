@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from .presets import preset_config
-from .runs import read_json, read_metrics, train
+from .runs import read_json, train
 
 # Final test accuracy (%) reported in the paper, per preset and method.
 PAPER = {

@@ -51,7 +51,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import sys
 import time
 import traceback
@@ -71,7 +70,6 @@ from .faces import (
     cache_dir,
     crop_face,
     embed_all,
-    file_digest,
     identity_batches,
     load_backbone,
     load_lfwa,
@@ -82,7 +80,7 @@ from .faces import (
     verification_accuracy,
     verification_pairs,
 )
-from .runs import StopRun, default_runs_dir, read_json, read_metrics, resolve_device, write_json
+from .runs import StopRun, read_json, read_metrics, resolve_device, unique_run_dir, write_json
 
 PRESET = "lfwa-deepfacto"
 PAPER_MEAN = {4: 74.8, 32: 81.4, 256: 87.0}  # paper table attr_lfw, mean over the 40 attributes (%)
@@ -700,13 +698,7 @@ def cli_train(a) -> int:
 
 
 def new_run_dir(cfg: DeepFactoConfig, root=None) -> Path:
-    root = Path(root or default_runs_dir())
-    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{PRESET}-r{cfg.rank}-s{cfg.seed}"
-    path, i = root / stem, 1
-    while path.exists():
-        i += 1
-        path = root / f"{stem}-{i}"
-    return path
+    return unique_run_dir(f"{PRESET}-r{cfg.rank}-s{cfg.seed}", root)
 
 
 def bench(argv=None) -> int:

@@ -37,14 +37,19 @@ def default_runs_dir() -> Path:
     return Path(os.environ.get("ADMM_RUNS", PROJECT_ROOT / "runs"))
 
 
-def new_run_dir(cfg: RunConfig, root: Path | None = None) -> Path:
+def unique_run_dir(name: str, root: Path | None = None) -> Path:
+    """``<root>/<time>-<name>``, with -2, -3 … appended if that exists already."""
     root = Path(root or default_runs_dir())
-    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.preset or cfg.data.name}-{cfg.method}-s{cfg.train.seed}"
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
     path, i = root / stem, 1
     while path.exists():
         i += 1
         path = root / f"{stem}-{i}"
     return path
+
+
+def new_run_dir(cfg: RunConfig, root: Path | None = None) -> Path:
+    return unique_run_dir(f"{cfg.preset or cfg.data.name}-{cfg.method}-s{cfg.train.seed}", root)
 
 
 def resolve_device(name: str) -> torch.device:

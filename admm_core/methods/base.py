@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from ..config import ConfigError, check
+from ..config import check
 
 
 def setting(default, help: str, **meta):
