@@ -101,6 +101,7 @@ class BlockADMM(MethodBase):
 
     name = "block-admm"
     summary = "Batch Stochastic Block-ADMM (paper Alg. 1): per-sample Z and U kept across iterations"
+    uses_duals = True  # False: the dual step only measures residuals (U ≡ 0, a pure penalty method)
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
@@ -182,7 +183,8 @@ class BlockADMM(MethodBase):
 
             def dual(t, out, zs=zs, us=us):
                 r = zs[t] - out
-                us[t].add_(r)  # U-update (Alg. 1), before Z_t moves
+                if self.uses_duals:
+                    us[t].add_(r)  # U-update (Alg. 1), before Z_t moves
                 sq[t] += float(r.pow(2).sum())
 
             def z_step(t, z, g, rows=rows):
@@ -218,7 +220,8 @@ class BlockADMM(MethodBase):
             inp = batch.x[rows]
             for t, block in enumerate(net.blocks):
                 r = state.z[t][rows] - block(inp)
-                state.u[t][rows] += r
+                if self.uses_duals:
+                    state.u[t][rows] += r
                 sq[t] += float(r.pow(2).sum())
                 inp = state.z[t][rows]
         self._after_dual(state, sq, batch.n)

@@ -25,10 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..config import check
-from .base import TrainBatch
 from .block_admm import BlockADMM, BlockADMMState
 
 
@@ -38,29 +35,11 @@ class Gotmare(BlockADMM):
 
     name = "gotmare"
     summary = "Gotmare et al. 2018: blocks glued by a quadratic penalty, no duals (Block-ADMM with U ≡ 0)"
+    uses_duals = False  # Block-ADMM's dual steps then only measure ‖Z_t − block_t(Z_{t−1})‖
 
     def __post_init__(self):
         super().__post_init__()
         check(self.u_init == "zero", f"{self.name}.u_init", self.u_init, "this method has no duals (U ≡ 0)")
-
-    def z_sweep(self, net, state: BlockADMMState, batch: TrainBatch, with_dual: bool = False) -> None:
-        # BlockADMM folds its pending dual step into this sweep; here there is none to fold.
-        super().z_sweep(net, state, batch, with_dual=False)
-        if with_dual:
-            state.iteration += 1  # the (empty) dual step of the previous iteration
-
-    @torch.no_grad()
-    def dual_step(self, net, state: BlockADMMState, batch: TrainBatch) -> None:
-        """No multiplier update: only measure ‖Z_t − block_t(Z_{t−1})‖ (RMS per sample)."""
-        net.eval()
-        sq = [0.0] * net.T
-        for s in range(0, batch.n, self.chunk_size):
-            rows = slice(s, s + self.chunk_size)
-            inp = batch.x[rows]
-            for t, block in enumerate(net.blocks):
-                sq[t] += float((state.z[t][rows] - block(inp)).pow(2).sum())
-                inp = state.z[t][rows]
-        self._after_dual(state, sq, batch.n)
 
     def state_bytes(self, state: BlockADMMState) -> int:
         # U is identically zero and not a variable of this method: count Z (and its moments)
