@@ -2,6 +2,8 @@
 
     python -m admm_core bench --preset mnist-mlp-mse --methods block-admm,online-admm,adam,sgd --epochs 50
     python -m admm_core bench --preset mnist-deep10 --methods block-admm,sgd,adam --epochs 20
+    python -m admm_core bench --methods block-admm,online-admm,admm-closed,taylor,dladmm,bcd,sgd,adam,gotmare \
+        --epochs 20 --epochs-for online-admm=12,taylor=60,dladmm=60  # the paper's MNIST comparison
 
 Runs go one after another (never in parallel, so timings are not disturbed) into
 ``--out`` (default bench_out/), and the table is also written to ``<out>/<preset>.md``.
@@ -81,6 +83,7 @@ def main(argv=None) -> int:
     p.add_argument("--preset", default="mnist-mlp-mse")
     p.add_argument("--methods", default="block-admm,online-admm,adam,sgd")
     p.add_argument("--epochs", type=int, help="override the preset's epochs")
+    p.add_argument("--epochs-for", default="", metavar="M=N,...", help="per-method epochs, e.g. taylor=60,dladmm=60 (beats --epochs)")
     p.add_argument("--data-root", help="data root (default: $ADMM_DATA, ../shared/data)")
     p.add_argument("--device", default="auto")
     p.add_argument("--seed", type=int, default=0)
@@ -89,11 +92,19 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="METHOD:NAME=VALUE", help="override a method setting")
     a = p.parse_args(argv)
     out = Path(a.out)
+    per_method = {}
+    for item in [x for x in a.epochs_for.split(",") if x]:
+        m, _, n = item.partition("=")
+        if not n.isdigit() or int(n) < 1:
+            p.error(f"--epochs-for: {item!r} is not METHOD=N with N ≥ 1")
+        per_method[m.strip()] = int(n)
     rows = []
     for method in [m for m in a.methods.split(",") if m]:
         cfg = preset_config(a.preset, method).replace(train__device=a.device, train__seed=a.seed)
         if a.epochs:
             cfg = cfg.replace(train__epochs=a.epochs)
+        if method in per_method:
+            cfg = cfg.replace(train__epochs=per_method[method])
         if a.data_root:
             cfg = cfg.replace(data__root=a.data_root)
         extra = {}

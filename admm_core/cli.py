@@ -80,7 +80,8 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
 def cmd_train(a) -> int:
     from .runs import install_stop_handlers, new_run_dir, read_json, train
 
-    if a.preset == "lfwa-deepfacto":  # DeepFacto has its own loop (admm_core.deepfacto)
+    resumes_deepfacto = bool(a.resume) and "deepfacto" in (read_json(Path(a.resume) / "config.json", {}) or {})
+    if a.preset == "lfwa-deepfacto" or resumes_deepfacto:  # DeepFacto has its own loop (admm_core.deepfacto)
         from .deepfacto import cli_train
 
         return cli_train(a)

@@ -21,7 +21,10 @@ One iteration (Alg. 1, the NMF factors slotted into the reverse sweep):
 Phases (paper §exp:hetero): ``warmup_iters`` iterations with the backbone frozen (Θ_1 and
 block_1(X) fixed: the NMF module and the FC layer warm up), then ``finetune_iters``
 iterations that also step Θ_1 (BatchNorm statistics stay frozen, so block_1 is a fixed
-per-sample map while Z sweeps run). Backprop never crosses the NMF module: S is a
+per-sample map while Z sweeps run). Deviation: U_1 is not updated during the warm-up. With
+Θ_1 frozen nothing can close Z_1 − block_1(X), so its dual only winds up (measured: after 12
+warm-up iterations the first fine-tune step tripled ‖Z_1 − block_1(X)‖ and dropped
+verification from 74% to 59%); it starts from 0 when Θ_1 starts moving. Backprop never crosses the NMF module: S is a
 variable, not a function of Z_1.
 
 Inference (straight through): S = argmin_{S≥0}‖block_1(x) − M S‖ (:func:`admm_core.nmf.nnls`),
@@ -38,7 +41,8 @@ phase, train_loss, test_accuracy = face-verification accuracy on held-out identi
 residuals [‖Z_1 − block_1(X)‖, ‖Z_1 − MS‖, ‖Z_2 − block_2(S)‖] RMS per sample, dual_norms,
 nmf_residual ‖Z_1 − MS‖/‖Z_1‖, s_sparsity, wall_time_s), ``status.json``, ``summary.json``,
 ``attributes.json`` (per-attribute table), ``checkpoint.pt`` (inference model: backbone, M,
-FC, component scales) and ``backbone.pt`` (the backbone DeepFacto started from).
+FC, component scales), ``backbone.pt`` (the backbone DeepFacto started from) and, while the
+run is unfinished, ``state.pt`` (the loop state ``--resume`` continues from).
 
     python -m admm_core train --preset lfwa-deepfacto --rank 32
     python -m admm_core.deepfacto bench --ranks 4,32,256      # the table of the README
@@ -83,6 +87,7 @@ from .faces import (
 from .runs import StopRun, read_json, read_metrics, resolve_device, unique_run_dir, write_json
 
 PRESET = "lfwa-deepfacto"
+STATE_FILE = "state.pt"  # loop state for --resume (deleted when the run finishes)
 PAPER_MEAN = {4: 74.8, 32: 81.4, 256: 87.0}  # paper table attr_lfw, mean over the 40 attributes (%)
 
 
@@ -99,6 +104,7 @@ class DeepFactoConfig:
     backbone_weights: str | None = None  # a backbone file; None: the cached one for this seed/size, trained if missing
     backbone_epochs: int = 4  # epochs of the backbone's triplet training (if it is trained here)
     backbone_lr: float = 3e-3  # peak Adam lr of that training (one-cycle)
+    backbone_id_weight: float = 1.0  # weight of the identity softmax beside the triplet loss (0: triplet only, as in the paper)
     train_limit: int = 2048  # Block-ADMM training images (whole identities with ≥ 2 images, seeded)
     warmup_iters: int = 12  # iterations with the backbone frozen
     finetune_iters: int = 1  # iterations that also step the backbone
@@ -114,8 +120,8 @@ class DeepFactoConfig:
     margin: float = 0.2  # triplet margin
     batch_size: int = 128  # minibatch (identity groups of ≤ 4 images)
     eval_images: int = 300  # train / test faces used for the per-iteration verification check
-    svm_train_limit: int = 4000  # training-identity images the attribute SVMs are fitted on
-    svm_c: float = 0.1  # C of LinearSVC (features standardised first)
+    svm_train_limit: int = 20000  # training-identity images the attribute SVMs are fitted on (default: all)
+    svm_c: float = 0.01  # C of LinearSVC (features standardised first)
     nnls_tol: float = 1e-3  # tolerance of the test-time projection (relative KKT violation)
     nnls_max_iter: int = 300  # iteration cap of the test-time projection
     device: str = "auto"  # auto | cpu | cuda
@@ -134,6 +140,7 @@ class DeepFactoConfig:
         for f in ("gamma", "beta", "z_lr", "fc_lr", "backbone_lr", "backbone_lr_ft", "margin", "svm_c", "nnls_tol"):
             v = getattr(self, f)
             check(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0, f"deepfacto.{f}", v, "must be a number > 0")
+        check(isinstance(self.backbone_id_weight, (int, float)) and not isinstance(self.backbone_id_weight, bool) and self.backbone_id_weight >= 0, "deepfacto.backbone_id_weight", self.backbone_id_weight, "must be a number ≥ 0")
         check(isinstance(self.nmf_dual_step, (int, float)) and 0 <= self.nmf_dual_step <= 1, "deepfacto.nmf_dual_step", self.nmf_dual_step, "must be in [0, 1]")
         check(self.device in ("auto", "cpu", "cuda"), "deepfacto.device", self.device, "choose from ['auto', 'cpu', 'cuda']")
 
@@ -172,7 +179,8 @@ def run_config_dict(cfg: DeepFactoConfig) -> dict:
 
 def backbone_cache_path(cfg: DeepFactoConfig) -> Path:
     lim = f"-n{cfg.data_limit}" if cfg.data_limit else ""
-    return cache_dir() / f"lfw-backbone-{cfg.image_size}px-s{cfg.seed}-tf{cfg.test_fraction}-e{cfg.backbone_epochs}{lim}.pt"
+    idw = f"-id{cfg.backbone_id_weight:g}" if cfg.backbone_id_weight else ""
+    return cache_dir() / f"lfw-backbone-{cfg.image_size}px-s{cfg.seed}-tf{cfg.test_fraction}-e{cfg.backbone_epochs}{idw}{lim}.pt"
 
 
 def get_backbone(cfg: DeepFactoConfig, faces: FaceSet, train_idx, device, log=print, should_stop=None) -> tuple[FaceBackbone, dict]:
@@ -189,9 +197,12 @@ def get_backbone(cfg: DeepFactoConfig, faces: FaceSet, train_idx, device, log=pr
         return net.to(device).eval(), {**meta, "source": str(path), "trained_here_s": 0.0}
     log(f"backbone: training one ({cfg.backbone_epochs} epochs, {cfg.image_size}px, triplet loss) — cached at {path}")
     t0 = time.time()
-    net, hist = train_backbone(faces, train_idx, epochs=cfg.backbone_epochs, lr=cfg.backbone_lr, batch_size=cfg.batch_size, margin=cfg.margin, seed=cfg.seed, device=device, log=log, should_stop=should_stop)
+    net, hist = train_backbone(
+        faces, train_idx, epochs=cfg.backbone_epochs, lr=cfg.backbone_lr, batch_size=cfg.batch_size, margin=cfg.margin,
+        id_weight=cfg.backbone_id_weight, seed=cfg.seed, device=device, log=log, should_stop=should_stop,
+    )
     wall = time.time() - t0
-    meta = {"image_size": cfg.image_size, "seed": cfg.seed, "test_fraction": cfg.test_fraction, "epochs": cfg.backbone_epochs, "history": hist, "train_wall_time_s": wall}
+    meta = {"image_size": cfg.image_size, "seed": cfg.seed, "test_fraction": cfg.test_fraction, "epochs": cfg.backbone_epochs, "id_weight": cfg.backbone_id_weight, "history": hist, "train_wall_time_s": wall}
     save_backbone(path, net, meta)
     return net.eval(), {**meta, "source": str(path), "trained_here_s": wall}
 
@@ -323,7 +334,8 @@ class DeepFactoTrainer:
         with torch.no_grad():
             g_s = self.block2(st.s)
             r1, r_nmf, r2 = st.z1 - st.f, st.z1 - ms, st.z2 - g_s
-            st.u1 += r1
+            if finetune:  # deviation: U_1 rests while Θ_1 is frozen (see module docstring)
+                st.u1 += r1
             st.v += cfg.nmf_dual_step * r_nmf
             st.u2 += r2
             n_img = st.z1.shape[0]
@@ -340,6 +352,29 @@ class DeepFactoTrainer:
                 "s_sparsity": float((st.s == 0).float().mean()),
                 "iteration": st.iteration,
             }
+
+    # checkpoint of the whole loop state (resume)
+    def state_dict(self) -> dict:
+        return {
+            "state": dataclasses.asdict(self.state),
+            "backbone": self.backbone.state_dict(),
+            "fc": self.fc.state_dict(),
+            "opt_fc": self.opt_fc.state_dict(),
+            "opt_bb": self.opt_bb.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "gen": self.gen.get_state(),
+            "version": self.version,
+        }
+
+    def load_state_dict(self, ck: dict) -> None:
+        self.state = DeepFactoState(**{k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in ck["state"].items()})
+        self.backbone.load_state_dict(ck["backbone"])
+        self.fc.load_state_dict(ck["fc"])
+        self.opt_fc.load_state_dict(ck["opt_fc"])
+        self.opt_bb.load_state_dict(ck["opt_bb"])
+        self.rng.bit_generator.state = ck["rng"]
+        self.gen.set_state(ck["gen"])
+        self.version = ck["version"] + 1  # cached evaluation features are stale
 
     # straight-through inference
     @torch.no_grad()
@@ -402,16 +437,35 @@ def pooled(s: torch.Tensor) -> np.ndarray:
 # --- the run ---------------------------------------------------------------------------------
 
 
-def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, should_stop=None, on_progress=None, log=None) -> dict:
-    """Train DeepFacto into ``run_dir`` (run-dir files as in the module docstring); returns the summary."""
+def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, should_stop=None, on_progress=None, log=None) -> dict:
+    """Train DeepFacto into ``run_dir`` (run-dir files as in the module docstring); returns the summary.
+
+    After every iteration the whole loop state goes to ``state.pt`` (atomically); with
+    ``resume`` a stopped or crashed run continues from it (same config, same draws) and
+    keeps its metrics. ``state.pt`` is deleted once the run has finished.
+    """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    status_path, metrics_path = run_dir / "status.json", run_dir / "metrics.jsonl"
+    status_path, metrics_path, state_path = run_dir / "status.json", run_dir / "metrics.jsonl", run_dir / STATE_FILE
+    resume_from = None
+    if resume:
+        if not state_path.is_file():
+            raise ConfigError(f"--resume {str(run_dir)!r}: no {STATE_FILE} there (the run finished, or never completed an iteration)")
+        resume_from = torch.load(state_path, map_location="cpu", weights_only=False)
+        saved, now = resume_from["config"], cfg.to_dict()
+        diff = sorted(k for k in saved if k != "warmup_iters" and saved.get(k) != now.get(k))  # the length may change
+        if diff:
+            raise ConfigError(f"--resume {str(run_dir)!r}: the config differs from the run's in {diff}")
+        check(cfg.iters > resume_from["iteration"], "epochs", cfg.iters, f"the run already did {resume_from['iteration']} iterations")
     status = {"state": "running", "pid": os.getpid(), "started": time.time(), "updated": time.time(), "epoch": 0, "epochs": cfg.iters, "progress": 0.0, "error": None, "phase": "setup"}
     write_json(status_path, status)
     (run_dir / "config.json").write_text(json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
-    metrics_path.write_text("")
+    if resume_from is None:
+        metrics_path.write_text("")
+    else:  # keep the metrics of the iterations the state covers
+        rows = [m for m in read_metrics(run_dir) if m["epoch"] <= resume_from["iteration"]]
+        metrics_path.write_text("".join(json.dumps(m) + "\n" for m in rows))
     for stale in ("summary.json", "error.txt", "attributes.json"):
         (run_dir / stale).unlink(missing_ok=True)
 
@@ -499,6 +553,11 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, should_stop=None, on_progr
                 on_progress(float(epoch), m)
             return m
 
+        start = 0
+        if resume_from is not None:
+            trainer.load_state_dict(resume_from["trainer"])
+            start, wall = resume_from["iteration"], resume_from["wall_time_s"]
+            log(f"resumed at iteration {start} ({wall:.0f}s of training so far)")
         st = trainer.state
         with torch.no_grad():
             ms = nmf.reconstruct(st.m, st.s)
@@ -509,9 +568,10 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, should_stop=None, on_progr
                 "nmf_residual": float((st.z1 - ms).norm() / st.z1.norm()),
                 "s_sparsity": float((st.s == 0).float().mean()),
             }
-        m0 = log_metrics(0, {**evaluate_iteration(), **init})
-        log(f"iter 0: verification {m0['test_accuracy']:.4f}, nmf residual {m0['nmf_residual']:.3f}, S sparsity {m0['s_sparsity']:.2f}")
-        for it in range(1, cfg.iters + 1):
+        if start == 0:
+            m0 = log_metrics(0, {**evaluate_iteration(), **init})
+            log(f"iter 0: verification {m0['test_accuracy']:.4f}, nmf residual {m0['nmf_residual']:.3f}, S sparsity {m0['s_sparsity']:.2f}")
+        for it in range(start + 1, cfg.iters + 1):
             if should_stop and should_stop():
                 raise StopRun()
             finetune = it > cfg.warmup_iters
@@ -526,6 +586,9 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, should_stop=None, on_progr
                 f"iter {it} ({m['phase']}): verification {m['test_accuracy']:.4f}, triplet {m['train_loss']:.4f}, "
                 f"res [{', '.join(f'{r:.3f}' for r in m['residuals'])}], nmf residual {m['nmf_residual']:.3f}, S sparsity {m['s_sparsity']:.2f} ({wall:.0f}s)"
             )
+            tmp = state_path.with_suffix(".tmp")
+            torch.save({"config": cfg.to_dict(), "iteration": it, "wall_time_s": wall, "trainer": trainer.state_dict()}, tmp)
+            os.replace(tmp, state_path)  # atomic: a kill mid-write leaves the previous state
         timings["deepfacto_train_s"] = wall
 
         # attribute evaluation on the test identities
@@ -580,6 +643,7 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, should_stop=None, on_progr
             "device": str(device),
         }
         write_json(run_dir / "summary.json", summary)
+        state_path.unlink(missing_ok=True)  # hundreds of MB; the finished run keeps checkpoint.pt
         set_status(state="finished", phase="done", progress=1.0, epoch=cfg.iters, elapsed_s=time.time() - status["started"])
         log(f"mean attribute accuracy: DeepFacto(r={cfg.rank}) {acc_s.mean():.4f} | raw backbone {acc_raw.mean():.4f} | majority {acc_maj.mean():.4f}")
         return summary
@@ -688,11 +752,19 @@ def cli_train(a) -> int:
     from .runs import install_stop_handlers
 
     if getattr(a, "resume", None):
-        raise ConfigError("--resume: DeepFacto runs cannot be resumed yet (start a new run; the backbone is cached)")
-    cfg = config_from_cli(a)
-    run_dir = Path(a.out) if getattr(a, "out", None) else new_run_dir(cfg)
+        run_dir = Path(a.resume)
+        saved = read_json(run_dir / "config.json")
+        if not saved or "deepfacto" not in saved:
+            raise ConfigError(f"--resume {str(run_dir)!r}: no DeepFacto config.json there")
+        cfg = DeepFactoConfig.from_dict(saved["deepfacto"])
+        if a.epochs and a.epochs != cfg.iters:  # a new length moves the end of the warm-up phase
+            check(a.epochs > cfg.finetune_iters, "--epochs", a.epochs, f"must exceed the run's {cfg.finetune_iters} fine-tune iterations")
+            cfg = cfg.replace(warmup_iters=a.epochs - cfg.finetune_iters)
+    else:
+        cfg = config_from_cli(a)
+        run_dir = Path(a.out) if getattr(a, "out", None) else new_run_dir(cfg)
     print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
-    summary = train_deepfacto(cfg, run_dir, should_stop=install_stop_handlers())
+    summary = train_deepfacto(cfg, run_dir, resume=bool(getattr(a, "resume", None)), should_stop=install_stop_handlers())
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -371,12 +371,21 @@ def train_backbone(
     batch_size: int = 128,
     k: int = 4,
     margin: float = 0.2,
+    id_weight: float = 1.0,
+    id_scale: float = 16.0,
     seed: int = 0,
     device=torch.device("cpu"),
     log=print,
     should_stop=None,
 ) -> tuple[FaceBackbone, list[dict]]:
-    """Train a FaceBackbone on the training identities with the batch-hard triplet loss (Adam, cosine lr)."""
+    """Train a FaceBackbone on the training identities (Adam, one-cycle lr).
+
+    Loss per batch: batch-hard triplet(e) + id_weight · CE(id_scale · ê·Ŵᵀ, identity), with e the
+    unit-norm embedding and Ŵ a row-normalised identity classifier (a cosine softmax, dropped
+    after training). Deviation from the paper (triplet only): from scratch on a 2-core CPU the
+    triplet loss alone left the backbone at 56% verification after 4 epochs; the identity
+    softmax gives every image a gradient every step (README, "DeepFacto").
+    """
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -386,7 +395,10 @@ def train_backbone(
     use = train_idx[counts[ident] >= 2]  # people with ≥ 2 images (they give positives)
     ident = faces.identity[use]
     # held-out check: verification on a slice of training people is enough to watch progress
-    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=5e-4)
+    classes, ident_cls = np.unique(ident, return_inverse=True)
+    classifier = nn.Linear(net.arch["emb_dim"], len(classes), bias=False).to(device)
+    params = list(net.parameters()) + (list(classifier.parameters()) if id_weight > 0 else [])
+    opt = torch.optim.Adam(params, lr=lr, weight_decay=5e-4)
     n_batches = len(identity_batches(ident, np.random.default_rng(0), k, batch_size))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(1, epochs * (n_batches + 2)), pct_start=0.15)
     history, t0 = [], time.time()
@@ -398,14 +410,18 @@ def train_backbone(
                 raise KeyboardInterrupt("stop requested")
             x = augment(to_tensor(faces.images[use[b]]), gen).to(device)
             y = torch.from_numpy(ident[b]).to(device)
-            loss = triplet_loss(net(x), y, margin)
+            emb = net(x)
+            loss = triplet_loss(emb, y, margin)
+            if id_weight > 0:
+                logits = id_scale * emb @ F.normalize(classifier.weight, dim=1).T
+                loss = loss + id_weight * F.cross_entropy(logits, torch.from_numpy(ident_cls[b]).to(device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             if sched.last_epoch < sched.total_steps - 1:
                 sched.step()
             tot, nb = tot + float(loss.detach()), nb + 1
-        history.append({"epoch": ep, "triplet_loss": tot / max(nb, 1), "wall_time_s": time.time() - t0})
-        log(f"backbone epoch {ep}/{epochs}: triplet loss {tot / max(nb, 1):.4f} ({time.time() - t0:.0f}s)")
+        history.append({"epoch": ep, "loss": tot / max(nb, 1), "wall_time_s": time.time() - t0})
+        log(f"backbone epoch {ep}/{epochs}: loss {tot / max(nb, 1):.4f} ({time.time() - t0:.0f}s)")
     net.eval()
     return net, history
