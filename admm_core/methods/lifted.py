@@ -343,6 +343,8 @@ class LiftedMethod(MethodBase):
     def diagnostics(self, net, state: LiftedState, batch: TrainBatch) -> dict:
         n = batch.n
         L = len(state.vars["z"])
+        if state.scalars.pop("residuals_stale", False):  # sweeps that leave the residuals to evaluation time
+            self.record_residuals(mlp_linears(net, self.name), state, batch.x.reshape(n, -1))
 
         def norms(name, count):
             if name not in state.vars:
