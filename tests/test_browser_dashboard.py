@@ -165,8 +165,10 @@ def test_train_watch_stop_in_chromium(server, browser):
     res = _wait(lambda: (lambda p: p if p and min(p["n"] or [0]) >= 2 else None)(_plot(page, "Primal residual", run_dir.name)), 20)
     assert res is not None, (_plots(page), len(read_metrics(run_dir)))
     assert len(res["n"]) == 3 and min(res["n"]) >= 2, res  # one trace per block
-    assert _plot(page, "Dual norm", run_dir.name) is not None and _plot(page, "Penalty", run_dir.name) is not None
-    assert page.get_by_text("ETA").count() >= 1
+    # the live fragment redraws its charts every refresh: look again until both are on the page
+    both = _wait(lambda: _plot(page, "Dual norm", run_dir.name) is not None and _plot(page, "Penalty", run_dir.name) is not None or None, 20)
+    assert both, [p["title"] for p in _plots(page)]
+    assert _wait(lambda: page.get_by_text("ETA").count() >= 1, 20)
     (ROOT / "assets").mkdir(exist_ok=True)
     page.set_viewport_size({"width": 1440, "height": 2000})  # Streamlit scrolls inside its own pane
     page.wait_for_timeout(1500)
