@@ -146,9 +146,10 @@ def test_train_watch_stop_in_chromium(server, browser):
     seen_at: dict[int, float] = {}
     t0, first, reloaded = time.time(), None, False
     while time.time() - t0 < 90 and len(seen_at) < 8 and not (first and time.time() - first > 12 and len(seen_at) >= 4):
-        if not seen_at and not reloaded and time.time() - t0 > 30:
-            # under heavy load the first session can miss the switch to the new run: open the page afresh once
-            page.reload()
+        if not seen_at and not reloaded and time.time() - t0 > 15:
+            # the first session can miss the switch to the new run (seen on fresh clones): open its
+            # link afresh once (a plain reload would keep the old ?run= in the URL)
+            page.goto(f"{url}/?run={run_dir.name}")
             reloaded = True
         acc = _plot(page, "Accuracy", run_dir.name)
         now = time.time()
