@@ -84,7 +84,7 @@ from .faces import (
     verification_accuracy,
     verification_pairs,
 )
-from .runs import StopRun, read_json, read_metrics, resolve_device, unique_run_dir, write_json
+from .runs import StopRun, atomic_torch_save, read_json, read_metrics, resolve_device, unique_run_dir, write_json
 
 PRESET = "lfwa-deepfacto"
 STATE_FILE = "state.pt"  # loop state for --resume (deleted when the run finishes)
@@ -488,6 +488,7 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
         log(f"LFWA: {faces.n} labelled images, {len(faces.people)} people; train {len(tr)} / test {len(te)} images (identity-disjoint, seed {cfg.seed})")
         set_status(phase="backbone")
         backbone, bb_meta = get_backbone(cfg, faces, tr, device, log, should_stop)
+        torch.manual_seed(cfg.seed)  # the draws below must not depend on whether the backbone was trained here or cached
         timings["backbone_train_s"] = bb_meta.get("trained_here_s", 0.0)
         save_backbone(run_dir / "backbone.pt", backbone, {k: v for k, v in bb_meta.items() if k != "source"})
         rng = np.random.default_rng(cfg.seed)
@@ -589,9 +590,7 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
                 f"iter {it} ({m['phase']}): verification {m['test_accuracy']:.4f}, triplet {m['train_loss']:.4f}, "
                 f"res [{', '.join(f'{r:.3f}' for r in m['residuals'])}], nmf residual {m['nmf_residual']:.3f}, S sparsity {m['s_sparsity']:.2f} ({wall:.0f}s)"
             )
-            tmp = state_path.with_suffix(".tmp")
-            torch.save({"config": cfg.to_dict(), "iteration": it, "wall_time_s": wall, "trainer": trainer.state_dict()}, tmp)
-            os.replace(tmp, state_path)  # atomic: a kill mid-write leaves the previous state
+            atomic_torch_save({"config": cfg.to_dict(), "iteration": it, "wall_time_s": wall, "trainer": trainer.state_dict()}, state_path)
         timings["deepfacto_train_s"] = wall
 
         # attribute evaluation on the test identities

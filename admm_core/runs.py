@@ -134,10 +134,15 @@ def build(cfg: RunConfig) -> Session:
     return Session(cfg, device, ds, net, method, state, batch)
 
 
-def save_checkpoint(path: Path, sess: Session, epoch: int, wall: float) -> None:
+def atomic_torch_save(obj, path: Path) -> None:
+    """torch.save through a temporary file: a kill mid-write leaves the previous file intact."""
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"epoch": epoch, "wall_time_s": wall, "net": sess.net.state_dict(), "method_state": sess.state.state_dict()}, tmp)
+    torch.save(obj, tmp)
     os.replace(tmp, path)
+
+
+def save_checkpoint(path: Path, sess: Session, epoch: int, wall: float) -> None:
+    atomic_torch_save({"epoch": epoch, "wall_time_s": wall, "net": sess.net.state_dict(), "method_state": sess.state.state_dict()}, path)
 
 
 def load_checkpoint(path: Path, sess: Session) -> tuple[int, float]:
