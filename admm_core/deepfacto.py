@@ -31,9 +31,11 @@ Inference (straight through): S = argmin_{S≥0}‖block_1(x) − M S‖ (:func:
 embedding = normalise(block_2(S)).
 
 Evaluation (paper §exp:hetero): linear SVMs (scikit-learn, one per attribute, attribute labels
-used only here) on spatially mean-pooled S predict the 40 LFWA attributes of the *test
-identities*; beside them the majority-class baseline and the same SVMs on the raw backbone
-features (pooled Z_1 of the backbone before DeepFacto).
+used only here) on pooled S predict the 40 LFWA attributes of the *test identities*; beside
+them the majority-class baseline and the same SVMs on the raw backbone features (Z_1 of the
+backbone before DeepFacto, pooled the same way). Pooling: average over a g × g grid
+(``svm_grid``, default 3: the paper's S is r × 3 × 3, from a 160 px Inception-ResNet) and,
+for comparison, the global mean (g = 1).
 
 Run directory (the files of :mod:`admm_core.runs`): ``config.json`` (top-level key
 ``deepfacto`` holds :class:`DeepFactoConfig`), ``metrics.jsonl`` (per iteration: epoch,
@@ -70,6 +72,7 @@ from . import nmf
 from .config import ConfigError, check
 from .faces import (
     FaceBackbone,
+    backbone_widths,
     FaceSet,
     cache_dir,
     crop_face,
@@ -105,6 +108,7 @@ class DeepFactoConfig:
     backbone_epochs: int = 30  # epochs of the backbone training (if it is trained here; ≈ 25 min on one CPU core)
     backbone_lr: float = 3e-3  # peak Adam lr of that training (one-cycle)
     backbone_id_weight: float = 1.0  # weight of the identity softmax beside the triplet loss (0: triplet only, as in the paper)
+    backbone_width: int = 16  # base width w of a backbone trained here: stages (w, 2w, 4w, 4w); 32 scores higher but costs ~4x
     train_limit: int = 2048  # Block-ADMM training images (whole identities with ≥ 2 images, seeded)
     warmup_iters: int = 12  # iterations with the backbone frozen
     finetune_iters: int = 1  # iterations that also step the backbone
@@ -122,6 +126,7 @@ class DeepFactoConfig:
     eval_images: int = 300  # train / test faces used for the per-iteration verification check
     svm_train_limit: int = 20000  # training-identity images the attribute SVMs are fitted on (default: all)
     svm_c: float = 0.01  # C of LinearSVC (features standardised first)
+    svm_grid: int = 3  # S and Z_1 are average-pooled to a g × g grid for the SVMs (the paper's S is r × 3 × 3); 1 = global mean
     nnls_tol: float = 1e-3  # tolerance of the test-time projection (relative KKT violation)
     nnls_max_iter: int = 300  # iteration cap of the test-time projection
     device: str = "auto"  # auto | cpu | cuda
@@ -131,7 +136,7 @@ class DeepFactoConfig:
         check(isinstance(self.image_size, int) and self.image_size >= 32 and self.image_size % 8 == 0, "deepfacto.image_size", self.image_size, "must be a multiple of 8, ≥ 32")
         check(self.data_limit is None or (isinstance(self.data_limit, int) and self.data_limit >= 20), "deepfacto.data_limit", self.data_limit, "must be null or an integer ≥ 20")
         check(0 < self.test_fraction < 1, "deepfacto.test_fraction", self.test_fraction, "must be in (0, 1)")
-        for f in ("backbone_epochs", "train_limit", "s_steps", "m_steps", "emb_dim", "batch_size", "eval_images", "svm_train_limit", "nnls_max_iter"):
+        for f in ("backbone_epochs", "backbone_width", "train_limit", "s_steps", "m_steps", "emb_dim", "batch_size", "eval_images", "svm_train_limit", "svm_grid", "nnls_max_iter"):
             v = getattr(self, f)
             check(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"deepfacto.{f}", v, "must be a positive integer")
         for f in ("warmup_iters", "finetune_iters"):
@@ -180,7 +185,8 @@ def run_config_dict(cfg: DeepFactoConfig) -> dict:
 def backbone_cache_path(cfg: DeepFactoConfig) -> Path:
     lim = f"-n{cfg.data_limit}" if cfg.data_limit else ""
     idw = f"-id{cfg.backbone_id_weight:g}" if cfg.backbone_id_weight else ""
-    return cache_dir() / f"lfw-backbone-{cfg.image_size}px-s{cfg.seed}-tf{cfg.test_fraction}-e{cfg.backbone_epochs}{idw}{lim}.pt"
+    wid = f"-w{cfg.backbone_width}" if cfg.backbone_width != 16 else ""  # 16: the name cached files had before widths were a choice
+    return cache_dir() / f"lfw-backbone-{cfg.image_size}px-s{cfg.seed}-tf{cfg.test_fraction}-e{cfg.backbone_epochs}{idw}{wid}{lim}.pt"
 
 
 def get_backbone(cfg: DeepFactoConfig, faces: FaceSet, train_idx, device, log=print, should_stop=None) -> tuple[FaceBackbone, dict]:
@@ -199,10 +205,10 @@ def get_backbone(cfg: DeepFactoConfig, faces: FaceSet, train_idx, device, log=pr
     t0 = time.time()
     net, hist = train_backbone(
         faces, train_idx, epochs=cfg.backbone_epochs, lr=cfg.backbone_lr, batch_size=cfg.batch_size, margin=cfg.margin,
-        id_weight=cfg.backbone_id_weight, seed=cfg.seed, device=device, log=log, should_stop=should_stop,
+        id_weight=cfg.backbone_id_weight, widths=backbone_widths(cfg.backbone_width), seed=cfg.seed, device=device, log=log, should_stop=should_stop,
     )
     wall = time.time() - t0
-    meta = {"image_size": cfg.image_size, "seed": cfg.seed, "test_fraction": cfg.test_fraction, "epochs": cfg.backbone_epochs, "id_weight": cfg.backbone_id_weight, "history": hist, "train_wall_time_s": wall}
+    meta = {"image_size": cfg.image_size, "seed": cfg.seed, "test_fraction": cfg.test_fraction, "epochs": cfg.backbone_epochs, "id_weight": cfg.backbone_id_weight, "width": cfg.backbone_width, "history": hist, "train_wall_time_s": wall}
     save_backbone(path, net, meta)
     return net.eval(), {**meta, "source": str(path), "trained_here_s": wall}
 
@@ -392,9 +398,9 @@ class DeepFactoTrainer:
         return torch.cat(out)
 
     def scores(self, images: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """(S as (B, r, n), pooled Z_1 (B, C)) of uint8 images."""
+        """(S (B, r, n), block_1(x) (B, C, n)) of uint8 images."""
         z = self.features(images)
-        return self.project(z), z.mean(2)
+        return self.project(z), z
 
     @torch.no_grad()
     def embed(self, s: torch.Tensor) -> torch.Tensor:
@@ -405,25 +411,31 @@ class DeepFactoTrainer:
 # --- evaluation -------------------------------------------------------------------------------
 
 
-def attribute_svms(x_train: np.ndarray, a_train: np.ndarray, x_test: np.ndarray, a_test: np.ndarray, c: float = 0.1, seed: int = 0) -> np.ndarray:
-    """Per-attribute test accuracy of a linear SVM (standardised features, LinearSVC(C)); (A,)."""
+def attribute_svms(x_train: np.ndarray, a_train: np.ndarray, x_test: np.ndarray, a_test: np.ndarray, c: float = 0.1, seed: int = 0, n_jobs: int | None = None) -> np.ndarray:
+    """Per-attribute test accuracy of a linear SVM (standardised features, LinearSVC(C)); (A,).
+
+    The 40 SVMs are independent: ``n_jobs`` processes fit them (default: all cores).
+    """
+    from joblib import Parallel, delayed
     from sklearn.preprocessing import StandardScaler
-    from sklearn.svm import LinearSVC
 
     sc = StandardScaler().fit(x_train)
     # a component that is almost never active would be blown up to huge values and stall the
     # solver (measured: > 15 min for r = 256): floor each scale at 1% of the median scale
     sc.scale_ = np.maximum(sc.scale_, 1e-2 * np.median(sc.scale_))
     xtr, xte = sc.transform(x_train), sc.transform(x_test)
-    accs = []
-    for k in range(a_train.shape[1]):
-        ytr = a_train[:, k]
-        if ytr.min() == ytr.max():  # one class only in training: predict it
-            accs.append(float((a_test[:, k] == ytr[0]).mean()))
-            continue
-        clf = LinearSVC(C=c, dual=xtr.shape[0] < xtr.shape[1], max_iter=3000, random_state=seed).fit(xtr, ytr)
-        accs.append(float((clf.predict(xte) == a_test[:, k]).mean()))
+    n_jobs = n_jobs or os.cpu_count() or 1
+    accs = Parallel(n_jobs=min(n_jobs, a_train.shape[1]))(delayed(_one_svm)(xtr, a_train[:, k], xte, a_test[:, k], c, seed) for k in range(a_train.shape[1]))
     return np.array(accs)
+
+
+def _one_svm(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray, c: float, seed: int) -> float:
+    from sklearn.svm import LinearSVC
+
+    if ytr.min() == ytr.max():  # one class only in training: predict it
+        return float((yte == ytr[0]).mean())
+    clf = LinearSVC(C=c, dual=xtr.shape[0] < xtr.shape[1], max_iter=3000, random_state=seed).fit(xtr, ytr)
+    return float((clf.predict(xte) == yte).mean())
 
 
 def majority_baseline(a_train: np.ndarray, a_test: np.ndarray) -> np.ndarray:
@@ -432,9 +444,15 @@ def majority_baseline(a_train: np.ndarray, a_test: np.ndarray) -> np.ndarray:
     return (a_test == maj[None, :]).mean(0)
 
 
-def pooled(s: torch.Tensor) -> np.ndarray:
-    """(B, r, n) -> (B, r): spatial mean pooling."""
-    return s.mean(2).numpy()
+def pooled(s: torch.Tensor, grid: int = 1) -> np.ndarray:
+    """(B, k, n) with n = h·w, h = w -> (B, k·g·g): average pooling onto a g × g grid (g = 1: the mean).
+
+    The grid cells are torch's adaptive pooling windows (for 8 → 3: rows 0–2, 2–5, 5–7).
+    """
+    if grid == 1:
+        return s.mean(2).numpy()
+    h = math.isqrt(s.shape[2])
+    return F.adaptive_avg_pool2d(s.reshape(s.shape[0], s.shape[1], h, h), grid).flatten(1).numpy()
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -523,9 +541,9 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
         t = time.time()
         svm_tr = np.sort(rng.choice(tr, min(cfg.svm_train_limit, len(tr)), replace=False))
         with torch.no_grad():
-            zfeat = lambda x: backbone.features(x).mean(dim=(2, 3))  # noqa: E731
-            raw_tr = embed_all(zfeat, faces.images, svm_tr, device).numpy()
-            raw_te = embed_all(zfeat, faces.images, te, device).numpy()
+            zfeat = lambda x: backbone.features(x).flatten(2)  # noqa: E731
+            raw_tr = embed_all(zfeat, faces.images, svm_tr, device)
+            raw_te = embed_all(zfeat, faces.images, te, device)
             bb_ver = verification_accuracy(embed_all(backbone, faces.images, ev_tr, device), pairs_tr, embed_all(backbone, faces.images, ev_te, device), pairs_te)
         timings["baseline_features_s"] = time.time() - t
         log(f"backbone verification accuracy (test identities): {bb_ver:.4f}")
@@ -599,9 +617,12 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
         s_svm_tr, z_svm_tr = trainer.scores(faces.images[svm_tr])
         s_svm_te, z_svm_te = trainer.scores(faces.images[te])
         a_tr, a_te = faces.attributes[svm_tr], faces.attributes[te]
-        acc_s = attribute_svms(pooled(s_svm_tr), a_tr, pooled(s_svm_te), a_te, cfg.svm_c, cfg.seed)
-        acc_raw = attribute_svms(raw_tr, a_tr, raw_te, a_te, cfg.svm_c, cfg.seed)
-        acc_ft = attribute_svms(z_svm_tr.numpy(), a_tr, z_svm_te.numpy(), a_te, cfg.svm_c, cfg.seed)
+        g = cfg.svm_grid
+        svm = lambda f_tr, f_te, grid: attribute_svms(pooled(f_tr, grid), a_tr, pooled(f_te, grid), a_te, cfg.svm_c, cfg.seed)  # noqa: E731
+        acc_s, acc_raw = svm(s_svm_tr, s_svm_te, g), svm(raw_tr, raw_te, g)
+        # global-mean pooling beside it (same as g × g when g = 1); the fine-tuned backbone only so (a diagnostic)
+        acc_s1, acc_raw1 = (acc_s, acc_raw) if g == 1 else (svm(s_svm_tr, s_svm_te, 1), svm(raw_tr, raw_te, 1))
+        acc_ft = svm(z_svm_tr, z_svm_te, 1)
         acc_maj = majority_baseline(a_tr, a_te)
         timings["attribute_eval_s"] = time.time() - t
 
@@ -612,8 +633,8 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
         save_inference(run_dir / "checkpoint.pt", cfg, trainer.backbone, trainer.fc, trainer.state.m, scale, order, trainer.state.iteration)
 
         per_attr = [
-            {"attribute": nm, "deepfacto": float(a), "raw_backbone": float(b), "finetuned_backbone": float(c), "majority": float(d)}
-            for nm, a, b, c, d in zip(faces.attribute_names, acc_s, acc_raw, acc_ft, acc_maj)
+            {"attribute": nm, "deepfacto": float(a), "raw_backbone": float(b), "deepfacto_global": float(a1), "raw_backbone_global": float(b1), "finetuned_backbone_global": float(c), "majority": float(d)}
+            for nm, a, b, a1, b1, c, d in zip(faces.attribute_names, acc_s, acc_raw, acc_s1, acc_raw1, acc_ft, acc_maj)
         ]
         write_json(run_dir / "attributes.json", per_attr)
         last = read_metrics(run_dir)[-1]
@@ -624,9 +645,12 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
             "status": "finished",
             "rank": cfg.rank,
             "epochs": cfg.iters,
-            "mean_attribute_accuracy": float(acc_s.mean()),
+            "svm_grid": g,
+            "mean_attribute_accuracy": float(acc_s.mean()),  # pooled S on the g × g grid
             "raw_backbone_attribute_accuracy": float(acc_raw.mean()),
-            "finetuned_backbone_attribute_accuracy": float(acc_ft.mean()),
+            "mean_attribute_accuracy_global": float(acc_s1.mean()),  # globally pooled S
+            "raw_backbone_attribute_accuracy_global": float(acc_raw1.mean()),
+            "finetuned_backbone_attribute_accuracy": float(acc_ft.mean()),  # global pooling
             "majority_attribute_accuracy": float(acc_maj.mean()),
             "paper_mean_attribute_accuracy": PAPER_MEAN.get(cfg.rank),
             "test_accuracy": last["test_accuracy"],
@@ -806,15 +830,17 @@ def bench(argv=None) -> int:
 
 def bench_table(rows: list[dict]) -> str:
     lines = [
-        "| r | DeepFacto (pooled S) | raw backbone (pooled Z) | fine-tuned backbone (pooled Z) | majority | paper DeepFacto | verification (test ids) | ‖Z_1 − MS‖/‖Z_1‖ | ‖block_1(X) − MS‖/‖block_1(X)‖ | S zeros | backbone train s | DeepFacto train s | eval s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| r | DeepFacto (S, g×g) | raw backbone (Z, g×g) | DeepFacto (S, mean) | raw backbone (Z, mean) | fine-tuned backbone (Z, mean) | majority | paper DeepFacto | verification (test ids) | ‖Z_1 − MS‖/‖Z_1‖ | ‖block_1(X) − MS‖/‖block_1(X)‖ | S zeros | backbone train s | DeepFacto train s | eval s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    pct = lambda v: "—" if v is None else f"{100 * v:.1f}"  # noqa: E731  (runs from before svm_grid lack the mean columns)
     for s in rows:
         tm = s.get("timings_s", {})
         paper = s.get("paper_mean_attribute_accuracy")
         rb = s.get("nmf_residual_backbone")
         lines.append(
-            f"| {s['rank']} | {100 * s['mean_attribute_accuracy']:.1f} | {100 * s['raw_backbone_attribute_accuracy']:.1f} | {100 * s['finetuned_backbone_attribute_accuracy']:.1f} | "
+            f"| {s['rank']} | {pct(s['mean_attribute_accuracy'])} (g={s.get('svm_grid', 1)}) | {pct(s['raw_backbone_attribute_accuracy'])} | {pct(s.get('mean_attribute_accuracy_global'))} | "
+            f"{pct(s.get('raw_backbone_attribute_accuracy_global'))} | {pct(s['finetuned_backbone_attribute_accuracy'])} | "
             f"{100 * s['majority_attribute_accuracy']:.1f} | {paper if paper is not None else '—'} | {100 * s['test_accuracy']:.1f} | {s['nmf_residual']:.3f} | {'—' if rb is None else f'{rb:.3f}'} | {100 * s['s_sparsity']:.0f}% | "
             f"{tm.get('backbone_train_s', 0):.0f} | {tm.get('deepfacto_train_s', 0):.0f} | {tm.get('attribute_eval_s', 0):.0f} |"
         )

@@ -189,6 +189,11 @@ def to_tensor(images: np.ndarray) -> torch.Tensor:
 # --- backbone --------------------------------------------------------------------------------
 
 
+def backbone_widths(width: int) -> tuple[int, int, int, int]:
+    """Stage widths of a FaceBackbone with base width ``width``: (w, 2w, 4w, 4w)."""
+    return (width, 2 * width, 4 * width, 4 * width)
+
+
 class FaceBackbone(nn.Module):
     """ResNet-18 layout (2-2-2-2 BasicBlocks), narrow, last stage at stride 1; ``features`` = Z_1 ≥ 0."""
 
@@ -373,6 +378,7 @@ def train_backbone(
     margin: float = 0.2,
     id_weight: float = 1.0,
     id_scale: float = 16.0,
+    widths=(16, 32, 64, 64),
     seed: int = 0,
     device=torch.device("cpu"),
     log=print,
@@ -389,7 +395,7 @@ def train_backbone(
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
-    net = FaceBackbone().to(device)
+    net = FaceBackbone(widths=tuple(widths)).to(device)
     ident = faces.identity[train_idx]
     counts = np.bincount(ident)
     use = train_idx[counts[ident] >= 2]  # people with ≥ 2 images (they give positives)
@@ -408,7 +414,7 @@ def train_backbone(
         for b in identity_batches(ident, rng, k, batch_size):
             if should_stop and should_stop():
                 raise KeyboardInterrupt("stop requested")
-            x = augment(to_tensor(faces.images[use[b]]), gen).to(device)
+            x = augment(to_tensor(faces.images[use[b]]).to(device), gen)  # same draws on any device
             y = torch.from_numpy(ident[b]).to(device)
             emb = net(x)
             loss = triplet_loss(emb, y, margin)

@@ -115,6 +115,21 @@ def test_attribute_svms_and_majority():
     assert acc.shape == (3,) and acc[0] > 0.9 and acc[1] == 1.0
     maj = majority_baseline(a[:150], a[150:])
     assert maj[1] == 1.0 and 0.3 < maj[0] < 0.7
+    # the SVMs run in parallel processes: same numbers as one process, in attribute order
+    assert np.array_equal(attribute_svms(x[:150], a[:150], x[150:], a[150:], n_jobs=2), attribute_svms(x[:150], a[:150], x[150:], a[150:], n_jobs=1))
+
+
+def test_pooled_grid_matches_hand_windows():
+    """3 × 3 pooling of an 8 × 8 map: windows rows/cols [0,3), [2,6), [5,8), flattened channel-major."""
+    from admm_core.deepfacto import pooled
+
+    s = torch.rand(2, 3, 64)
+    got = pooled(s, 3)
+    m = s.reshape(2, 3, 8, 8).numpy()
+    win = [(0, 3), (2, 6), (5, 8)]
+    want = np.stack([[m[b, k, r0:r1, c0:c1].mean() for k in range(3) for r0, r1 in win for c0, c1 in win] for b in range(2)])
+    assert got.shape == (2, 27) and np.allclose(got, want, atol=1e-6)
+    assert np.allclose(pooled(s, 1), s.mean(2).numpy())
 
 
 # --- the Block-ADMM trainer on synthetic faces -----------------------------------------------
@@ -136,8 +151,8 @@ def test_trainer_iterations_keep_factors_non_negative_and_finite():
         assert len(d["residuals"]) == 3 and all(np.isfinite(d["residuals"]))
         assert 0 <= d["s_sparsity"] <= 1 and np.isfinite(d["nmf_residual"])
     assert (tr.state.m >= 0).all() and (tr.state.s >= 0).all()
-    s, zp = tr.scores(images[:5])
-    assert s.shape == (5, 3, 16) and (s >= 0).all() and zp.shape == (5, 8)
+    s, z = tr.scores(images[:5])
+    assert s.shape == (5, 3, 16) and (s >= 0).all() and z.shape == (5, 8, 16)
 
 
 def test_config_validation_names_field():
@@ -234,3 +249,57 @@ def test_backbone_training_pulls_same_person_together():
         assert hist[-1]["loss"] < hist[0]["loss"]
         ratios[w] = ratio(net)
     assert ratios[1.0] < 0.5 and ratios[1.0] < ratios[0.0]
+
+
+def _synthetic_faces(n_people=6, per=6, size=32, seed=0, noise=20.0):
+    from admm_core.faces import FaceSet
+
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 256, size=(n_people, 4, 4, 3))
+    ident = np.repeat(np.arange(n_people), per)
+    imgs = np.repeat(np.repeat(base, size // 4, 1), size // 4, 2)[ident]
+    imgs = np.clip(imgs + rng.normal(0, noise, imgs.shape), 0, 255).astype(np.uint8)
+    attrs = (rng.random((len(ident), 40)) < 0.3).astype(np.uint8)
+    return FaceSet(files=[f"p{k}/{i}.jpg" for i, k in enumerate(ident)], identity=ident, people=[f"p{i}" for i in range(n_people)],
+                   attributes=attrs, attribute_names=[f"a{k}" for k in range(40)], images=imgs, image_dir=Path("."))
+
+
+def test_backbone_width_reaches_the_network_and_the_cache_name(tmp_path):
+    from admm_core.deepfacto import backbone_cache_path
+    from admm_core.faces import backbone_widths, load_backbone, save_backbone, train_backbone
+
+    fs = _synthetic_faces()
+    net, _ = train_backbone(fs, np.arange(fs.n), epochs=1, batch_size=12, widths=backbone_widths(8), log=lambda m: None)
+    assert net.arch["widths"] == [8, 16, 32, 32] and net.stages[-1][-1].conv2.out_channels == 32
+    save_backbone(tmp_path / "b.pt", net, {"epochs": 1})
+    back, meta = load_backbone(tmp_path / "b.pt")  # the file carries its widths
+    back.eval()
+    x = faces_mod.to_tensor(fs.images[:4])
+    assert back.arch == net.arch and meta["epochs"] == 1 and torch.allclose(back(x), net(x), atol=1e-6)
+    # width 16 keeps the cache name older runs wrote; other widths get their own file
+    assert "-w" not in backbone_cache_path(DeepFactoConfig()).name
+    assert backbone_cache_path(DeepFactoConfig(backbone_width=32)).name.endswith("-w32.pt")
+    with pytest.raises(Exception, match="backbone_width"):
+        DeepFactoConfig(backbone_width=0)
+
+
+def test_backbone_study_pack_round_trip(tmp_path):
+    """The face pack that carries LFW to a GPU machine: labels exact, pixels within JPEG-95 error."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("backbone_study", Path(__file__).resolve().parents[1] / "scripts" / "backbone_study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    import cv2
+
+    fs = _synthetic_faces(noise=0.0)
+    # smooth images (JPEG drops pixel noise and sharp colour edges; real 64 px faces: mean error 2.0 / 255)
+    fs.images = np.stack([cv2.resize(np.ascontiguousarray(im[::8, ::8]), (32, 32), interpolation=cv2.INTER_LINEAR) for im in fs.images])
+    study.pack(fs, tmp_path / "p.npz")
+    back = study.unpack(tmp_path / "p.npz")
+    assert back.files == fs.files and back.people == fs.people and back.attribute_names == fs.attribute_names
+    assert np.array_equal(back.identity, fs.identity) and np.array_equal(back.attributes, fs.attributes)
+    assert back.images.shape == fs.images.shape and back.images.dtype == np.uint8
+    err = np.abs(back.images.astype(int) - fs.images.astype(int)).mean()
+    assert err < 4, err
+    assert np.abs(back.images.astype(int) - fs.images[::-1].astype(int)).mean() > 10 * max(err, 1)  # order kept, not a mix-up
