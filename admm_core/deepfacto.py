@@ -72,8 +72,8 @@ from . import nmf
 from .config import ConfigError, check
 from .faces import (
     FaceBackbone,
-    backbone_widths,
     FaceSet,
+    backbone_widths,
     cache_dir,
     crop_face,
     embed_all,
@@ -542,8 +542,8 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
         svm_tr = np.sort(rng.choice(tr, min(cfg.svm_train_limit, len(tr)), replace=False))
         with torch.no_grad():
             zfeat = lambda x: backbone.features(x).flatten(2)  # noqa: E731
-            raw_tr = embed_all(zfeat, faces.images, svm_tr, device)
-            raw_te = embed_all(zfeat, faces.images, te, device)
+            # pooled now (both ways the SVMs use): the full (N, C, n) maps would sit in memory through training
+            raw = {gr: (pooled(embed_all(zfeat, faces.images, svm_tr, device), gr), pooled(embed_all(zfeat, faces.images, te, device), gr)) for gr in {1, cfg.svm_grid}}
             bb_ver = verification_accuracy(embed_all(backbone, faces.images, ev_tr, device), pairs_tr, embed_all(backbone, faces.images, ev_te, device), pairs_te)
         timings["baseline_features_s"] = time.time() - t
         log(f"backbone verification accuracy (test identities): {bb_ver:.4f}")
@@ -618,11 +618,11 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
         s_svm_te, z_svm_te = trainer.scores(faces.images[te])
         a_tr, a_te = faces.attributes[svm_tr], faces.attributes[te]
         g = cfg.svm_grid
-        svm = lambda f_tr, f_te, grid: attribute_svms(pooled(f_tr, grid), a_tr, pooled(f_te, grid), a_te, cfg.svm_c, cfg.seed)  # noqa: E731
-        acc_s, acc_raw = svm(s_svm_tr, s_svm_te, g), svm(raw_tr, raw_te, g)
+        svm = lambda f_tr, f_te: attribute_svms(f_tr, a_tr, f_te, a_te, cfg.svm_c, cfg.seed)  # noqa: E731
+        acc_s, acc_raw = svm(pooled(s_svm_tr, g), pooled(s_svm_te, g)), svm(*raw[g])
         # global-mean pooling beside it (same as g × g when g = 1); the fine-tuned backbone only so (a diagnostic)
-        acc_s1, acc_raw1 = (acc_s, acc_raw) if g == 1 else (svm(s_svm_tr, s_svm_te, 1), svm(raw_tr, raw_te, 1))
-        acc_ft = svm(z_svm_tr, z_svm_te, 1)
+        acc_s1, acc_raw1 = (acc_s, acc_raw) if g == 1 else (svm(pooled(s_svm_tr, 1), pooled(s_svm_te, 1)), svm(*raw[1]))
+        acc_ft = svm(pooled(z_svm_tr, 1), pooled(z_svm_te, 1))
         acc_maj = majority_baseline(a_tr, a_te)
         timings["attribute_eval_s"] = time.time() - t
 

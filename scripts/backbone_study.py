@@ -55,10 +55,15 @@ def score(net, faces: FaceSet, tr: np.ndarray, te: np.ndarray, device, seed: int
     """Verification (test identities) and mean attribute accuracy of SVMs on pooled Z_1."""
     net = net.to(device).eval()
     t = time.time()
+
+    def both(x):  # one forward pass: pooled Z_1 and the unit embedding, side by side
+        z = net.features(x)
+        return torch.cat([z.mean(dim=(2, 3)), net.embed_features(z)], 1)
+
     with torch.no_grad():
-        z = lambda x: net.features(x).mean(dim=(2, 3))  # noqa: E731
-        f_tr, f_te = embed_all(z, faces.images, tr, device).numpy(), embed_all(z, faces.images, te, device).numpy()
-        e_tr, e_te = embed_all(net, faces.images, tr, device), embed_all(net, faces.images, te, device)
+        o_tr, o_te = embed_all(both, faces.images, tr, device), embed_all(both, faces.images, te, device)
+    c = o_tr.shape[1] - net.arch["emb_dim"]
+    f_tr, f_te, e_tr, e_te = o_tr[:, :c].numpy(), o_te[:, :c].numpy(), o_tr[:, c:], o_te[:, c:]
     p_tr = verification_pairs(faces.identity[tr], 3000, np.random.default_rng(seed + 2))
     p_te = verification_pairs(faces.identity[te], 3000, np.random.default_rng(seed + 3))
     ver = verification_accuracy(e_tr, p_tr, e_te, p_te)

@@ -222,20 +222,27 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path):
     assert done["mean_attribute_accuracy"] == pytest.approx(whole["mean_attribute_accuracy"], abs=1e-9)
 
 
+def _synthetic_faces(n_people=6, per=6, size=32, seed=0, noise=20.0):
+    from admm_core.faces import FaceSet
+
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 256, size=(n_people, 4, 4, 3))
+    ident = np.repeat(np.arange(n_people), per)
+    imgs = np.repeat(np.repeat(base, size // 4, 1), size // 4, 2)[ident]
+    imgs = np.clip(imgs + rng.normal(0, noise, imgs.shape), 0, 255).astype(np.uint8)
+    attrs = (rng.random((len(ident), 40)) < 0.3).astype(np.uint8)
+    return FaceSet(files=[f"p{k}/{i}.jpg" for i, k in enumerate(ident)], identity=ident, people=[f"p{i}" for i in range(n_people)],
+                   attributes=attrs, attribute_names=[f"a{k}" for k in range(40)], images=imgs, image_dir=Path("."))
+
+
 def test_backbone_training_pulls_same_person_together():
     """train_backbone on synthetic 'people' (a colour pattern each, heavy noise): the loss falls for
     triplet-only and triplet + identity softmax; with the softmax the same-person / other-person
     distance ratio drops well below an untrained net's (≈ 0.8–0.9 here), and below triplet-only's."""
-    from admm_core.faces import FaceSet, embed_all, train_backbone
+    from admm_core.faces import embed_all, train_backbone
 
-    rng = np.random.default_rng(0)
-    n_people, per = 6, 6
-    base = rng.integers(0, 256, size=(n_people, 4, 4, 3))
-    imgs = np.repeat(np.repeat(base, 8, 1), 8, 2)[np.repeat(np.arange(n_people), per)]
-    imgs = np.clip(imgs + rng.normal(0, 90, imgs.shape), 0, 255).astype(np.uint8)
-    ident = np.repeat(np.arange(n_people), per)
-    fs = FaceSet(files=[f"p{k}/{i}.jpg" for i, k in enumerate(ident)], identity=ident, people=[f"p{i}" for i in range(n_people)],
-                 attributes=np.zeros((len(ident), 40), np.uint8), attribute_names=[f"a{k}" for k in range(40)], images=imgs, image_dir=Path("."))
+    fs = _synthetic_faces(noise=90.0)
+    imgs, ident = fs.images, fs.identity
     same = torch.from_numpy(ident[:, None] == ident[None, :])
     off = ~torch.eye(len(ident), dtype=torch.bool)
 
@@ -249,19 +256,6 @@ def test_backbone_training_pulls_same_person_together():
         assert hist[-1]["loss"] < hist[0]["loss"]
         ratios[w] = ratio(net)
     assert ratios[1.0] < 0.5 and ratios[1.0] < ratios[0.0]
-
-
-def _synthetic_faces(n_people=6, per=6, size=32, seed=0, noise=20.0):
-    from admm_core.faces import FaceSet
-
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 256, size=(n_people, 4, 4, 3))
-    ident = np.repeat(np.arange(n_people), per)
-    imgs = np.repeat(np.repeat(base, size // 4, 1), size // 4, 2)[ident]
-    imgs = np.clip(imgs + rng.normal(0, noise, imgs.shape), 0, 255).astype(np.uint8)
-    attrs = (rng.random((len(ident), 40)) < 0.3).astype(np.uint8)
-    return FaceSet(files=[f"p{k}/{i}.jpg" for i, k in enumerate(ident)], identity=ident, people=[f"p{i}" for i in range(n_people)],
-                   attributes=attrs, attribute_names=[f"a{k}" for k in range(40)], images=imgs, image_dir=Path("."))
 
 
 def test_backbone_width_reaches_the_network_and_the_cache_name(tmp_path):
