@@ -119,6 +119,36 @@ def test_attribute_svms_and_majority():
     assert np.array_equal(attribute_svms(x[:150], a[:150], x[150:], a[150:], n_jobs=2), attribute_svms(x[:150], a[:150], x[150:], a[150:], n_jobs=1))
 
 
+def test_svm_c_cross_validation_over_test_people():
+    """attribute_svms_cv against a hand-written reference: each half of the test people is scored
+    with the C that is best on the other half."""
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import LinearSVC
+
+    from admm_core.deepfacto import attribute_svms_cv, identity_holdout
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(260, 40))
+    a = np.stack([x[:, 0] + 0.8 * rng.normal(size=260) > 0, x[:, 1] + x[:, 2] > 0.5, np.ones(260, bool)], 1).astype(np.uint8)
+    x_tr, a_tr, x_te, a_te = x[:160], a[:160], x[160:], a[160:]
+    groups = np.repeat(np.arange(25), 4)  # 25 test people, 4 images each
+    fold = identity_holdout(groups, 0.5, seed=0)
+    assert fold.sum() in (48, 52) and not set(groups[fold]) & set(groups[~fold])  # whole people on each side
+    cs = (1e-3, 1e-1, 10.0)
+    acc, chosen = attribute_svms_cv(x_tr, a_tr, x_te, a_te, groups, cs, seed=0)
+    sc = StandardScaler().fit(x_tr)
+    sc.scale_ = np.maximum(sc.scale_, 1e-2 * np.median(sc.scale_))
+    for k in range(2):
+        hit = [LinearSVC(C=c, max_iter=3000, random_state=0).fit(sc.transform(x_tr), a_tr[:, k]).predict(sc.transform(x_te)) == a_te[:, k] for c in cs]
+        c1, c2 = int(np.argmax([h[~fold].mean() for h in hit])), int(np.argmax([h[fold].mean() for h in hit]))
+        assert tuple(chosen[k]) == (cs[c1], cs[c2])
+        assert acc[k] == pytest.approx((hit[c1][fold].sum() + hit[c2][~fold].sum()) / len(a_te))
+    assert tuple(chosen[2]) == (1e-3, 1e-3) and acc[2] == 1.0  # one class only: every C ties, the smallest wins
+    # one candidate: the plain SVMs
+    acc1, chosen1 = attribute_svms_cv(x_tr, a_tr, x_te, a_te, groups, [0.1])
+    assert np.array_equal(acc1, attribute_svms(x_tr, a_tr, x_te, a_te, c=0.1)) and (chosen1 == 0.1).all()
+
+
 def test_pooled_grid_matches_hand_windows():
     """3 × 3 pooling of an 8 × 8 map: windows rows/cols [0,3), [2,6), [5,8), flattened channel-major."""
     from admm_core.deepfacto import pooled
@@ -192,6 +222,19 @@ def test_smoke_run_through_the_cli(tmp_path):
     img = DATA / "lfw-deepfunneled-160" / "Aaron_Eckhart" / "Aaron_Eckhart_0001.jpg"
     maps = heatmaps(run, str(img))
     assert len(maps) == 4 and maps[0].shape == (160, 160)
+    # `evaluate` rebuilds the same features from the run's files: the same accuracies
+    from admm_core.deepfacto import main as df_main
+
+    assert summ["svm_c"] == list(DeepFactoConfig().svm_c) and all(set(r["svm_c"]) >= {"deepfacto", "raw_backbone"} for r in read_json(run / "attributes.json"))
+    assert df_main(["evaluate", "--run", str(run)]) == 0
+    again = read_json(run / "summary.json")
+    for k in ("mean_attribute_accuracy", "raw_backbone_attribute_accuracy", "mean_attribute_accuracy_global", "finetuned_backbone_attribute_accuracy"):
+        assert again[k] == pytest.approx(summ[k], abs=1e-9), k
+    assert df_main(["evaluate", "--run", str(run), "--set", "svm_c=0.05"]) == 0
+    assert read_json(run / "summary.json")["svm_c"] == [0.05] and all(r["svm_c"]["deepfacto"] == [0.05, 0.05] for r in read_json(run / "attributes.json"))
+    assert json.loads((run / "config.json").read_text())["deepfacto"]["svm_c"] == [0.05]
+    assert df_main(["evaluate", "--run", str(run), "--set", "rank=8"]) == 2  # training fields need a new run
+    assert df_main(["evaluate", "--run", str(tmp_path / "nope")]) == 2
 
 
 @needs_lfw
