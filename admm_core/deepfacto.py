@@ -964,6 +964,8 @@ def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
     saved = read_json(run_dir / "config.json")
     cfg = DeepFactoConfig.from_dict({**saved["deepfacto"], **overrides})
     device = resolve_device(cfg.device)
+    if len(cfg.svm_c) == 1:  # e.g. a run from before the C selection
+        log(f"SVM C = {cfg.svm_c[0]:g} (the run's setting); --set 'svm_c=[0.0001,0.001,0.01]' chooses it by cross-validation")
     t = time.time()
     faces = load_lfwa(cfg.data_root, size=cfg.image_size, limit=cfg.data_limit, progress=log)
     tr, te = faces.split(cfg.seed, cfg.test_fraction)
