@@ -856,15 +856,22 @@ def config_from_cli(a) -> DeepFactoConfig:
         v = getattr(a, flag, None)
         if v is not None:
             kw[key] = v
-    for kv in getattr(a, "set", None) or []:
+    kw.update(parse_sets(getattr(a, "set", None)))
+    return DeepFactoConfig.from_dict(kw)
+
+
+def parse_sets(kvs) -> dict:
+    """``--set NAME=VALUE`` flags -> {name: value}; VALUE is JSON where it parses, else a string."""
+    out = {}
+    for kv in kvs or []:
         if "=" not in kv:
             raise ConfigError(f"--set {kv!r}: expected NAME=VALUE")
         k, v = kv.split("=", 1)
         try:
-            kw[k.strip().replace("-", "_")] = json.loads(v)
+            out[k.strip().replace("-", "_")] = json.loads(v)
         except json.JSONDecodeError:
-            kw[k.strip().replace("-", "_")] = v
-    return DeepFactoConfig.from_dict(kw)
+            out[k.strip().replace("-", "_")] = v
+    return out
 
 
 def cli_train(a) -> int:
@@ -1002,13 +1009,7 @@ def evaluate(argv=None) -> int:
     p.add_argument("--run", action="append", required=True, help="a run folder (repeatable)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help=f"one of {list(EVAL_FIELDS)}")
     a = p.parse_args(argv)
-    overrides = {}
-    for kv in a.set or []:
-        k, _, v = kv.partition("=")
-        try:
-            overrides[k.strip().replace("-", "_")] = json.loads(v)
-        except json.JSONDecodeError:
-            overrides[k.strip().replace("-", "_")] = v
+    overrides = parse_sets(a.set)
     for r in a.run:
         s = evaluate_run(r, overrides)
         print(f"{r}: mean attribute accuracy {100 * s['mean_attribute_accuracy']:.2f} (raw backbone {100 * s['raw_backbone_attribute_accuracy']:.2f}, majority {100 * s['majority_attribute_accuracy']:.2f})")
