@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -511,6 +512,20 @@ def pooled(s: torch.Tensor, grid: int = 1) -> np.ndarray:
 # --- the run ---------------------------------------------------------------------------------
 
 
+# attribute_svms_cv results by a digest of their inputs: runs that share a backbone (the ranks of
+# one bench) have the same raw-backbone features, whose SVMs are the slowest part of `evaluate`
+_SVM_MEMO: dict[str, tuple] = {}
+
+
+def _digest(*parts) -> str:
+    h = hashlib.sha1()
+    for x in parts:
+        x = np.ascontiguousarray(np.asarray(x))
+        h.update(f"{x.dtype}{x.shape}".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
 def attribute_evaluation(cfg: DeepFactoConfig, faces: FaceSet, svm_tr: np.ndarray, te: np.ndarray, s: tuple, z: tuple, raw: dict, log=print) -> tuple[list[dict], dict]:
     """The attribute SVMs of a run: (per-attribute rows, summary fields).
 
@@ -523,8 +538,14 @@ def attribute_evaluation(cfg: DeepFactoConfig, faces: FaceSet, svm_tr: np.ndarra
 
     def svm(name, f_tr, f_te):
         t = time.time()
-        acc, chosen[name] = attribute_svms_cv(f_tr, a_tr, f_te, a_te, faces.identity[te], cfg.svm_c, cfg.seed)
-        log(f"attribute SVMs on {name} ({f_tr.shape[1]} features): mean accuracy {acc.mean():.4f}, median C {np.median(chosen[name]):g} ({time.time() - t:.0f}s)")
+        args = (f_tr, a_tr, f_te, a_te, faces.identity[te], cfg.svm_c, cfg.seed)
+        key = _digest(*args)
+        hit = key in _SVM_MEMO
+        if not hit:
+            _SVM_MEMO[key] = attribute_svms_cv(*args)
+        acc, chosen[name] = _SVM_MEMO[key]
+        how = "same features as an earlier run: reused" if hit else f"{time.time() - t:.0f}s"
+        log(f"attribute SVMs on {name} ({f_tr.shape[1]} features): mean accuracy {acc.mean():.4f}, median C {np.median(chosen[name]):g} ({how})")
         return acc
 
     acc_s, acc_raw = svm("deepfacto", pooled(s[0], g), pooled(s[1], g)), svm("raw_backbone", *raw[g])

@@ -65,12 +65,12 @@ def test_admm_closed_w_update_is_the_ridge_least_squares_of_alg3():
     lins = mlp_linears(sess.net, m.name)
     x = sess.batch.x.reshape(sess.batch.n, -1)
     m.sweep(lins, st, x, sess.batch)  # give U a non-zero value first
-    a_prev, target = st.vars["a"][-1].clone(), (st.vars["z"][-1] + st.vars["u"][-1]).clone()
+    a_prev, target = st.vars["a"][-1].cpu(), (st.vars["z"][-1] + st.vars["u"][-1]).cpu()  # the reference runs on the CPU
     m.sweep(lins, st, x, sess.batch)
     a1 = torch.cat([a_prev, torch.ones(len(a_prev), 1)], 1).double()
     reg = torch.diag(torch.tensor([2 * m.weight_decay / m.beta] * 16 + [0.0], dtype=torch.float64))
     ref = torch.linalg.solve(a1.t() @ a1 + reg, a1.t() @ target.double())
-    w, b = read_weights(lins[-1])
+    w, b = (v.cpu() for v in read_weights(lins[-1]))
     tol = 1e-3 * float(ref.abs().max())  # float32 Gram products, float64 solve
     torch.testing.assert_close(w.double(), ref[:16].t(), rtol=0, atol=tol)
     torch.testing.assert_close(b.double(), ref[16], rtol=0, atol=tol)

@@ -149,6 +149,41 @@ def test_svm_c_cross_validation_over_test_people():
     assert np.array_equal(acc1, attribute_svms(x_tr, a_tr, x_te, a_te, c=0.1)) and (chosen1 == 0.1).all()
 
 
+def test_runs_sharing_a_backbone_fit_its_svms_once(monkeypatch):
+    """attribute_evaluation reuses SVM results for identical inputs (the raw-backbone features of
+    runs that share a backbone) and refits when anything in them differs."""
+    from types import SimpleNamespace
+
+    from admm_core import deepfacto as df
+
+    calls = []
+    real = df.attribute_svms_cv
+    monkeypatch.setattr(df, "attribute_svms_cv", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    monkeypatch.setattr(df, "_SVM_MEMO", {})
+    rng = np.random.default_rng(0)
+    n_tr, n_te = 60, 40
+    faces = SimpleNamespace(attributes=(rng.random((n_tr + n_te, 2)) > 0.5).astype(np.uint8), identity=np.repeat(np.arange(25), 4), attribute_names=["a", "b"])
+    tr, te = np.arange(n_tr), np.arange(n_tr, n_tr + n_te)
+    cfg = DeepFactoConfig(svm_grid=1, svm_c=(0.01, 0.1))
+    raw = {1: (rng.normal(size=(n_tr, 7)), rng.normal(size=(n_te, 7)))}
+
+    def run(seed):
+        g = torch.Generator().manual_seed(seed)
+        s = (torch.rand(n_tr, 3, 4, generator=g), torch.rand(n_te, 3, 4, generator=g))
+        z = (torch.rand(n_tr, 5, 4, generator=g), torch.rand(n_te, 5, 4, generator=g))
+        return df.attribute_evaluation(cfg, faces, tr, te, s, z, raw, log=lambda m: None)
+
+    rows_a, sum_a = run(0)
+    assert len(calls) == 3  # S, raw, fine-tuned (g = 1: the global columns are the same fits)
+    rows_b, sum_b = run(1)  # another run on the same backbone: new S and Z, same raw features
+    assert len(calls) == 5 and 7 not in {c[1] for c in calls[3:]}
+    assert sum_b["raw_backbone_attribute_accuracy"] == sum_a["raw_backbone_attribute_accuracy"]
+    assert [r["raw_backbone"] for r in rows_b] == [r["raw_backbone"] for r in rows_a]
+    raw[1] = (raw[1][0] + 1e-3, raw[1][1])  # any change in the inputs: fitted again
+    run(1)
+    assert len(calls) == 6 and calls[-1][1] == 7
+
+
 def test_pooled_grid_matches_hand_windows():
     """3 × 3 pooling of an 8 × 8 map: windows rows/cols [0,3), [2,6), [5,8), flattened channel-major."""
     from admm_core.deepfacto import pooled

@@ -46,7 +46,7 @@ def test_residuals_shrink_over_iterations_from_a_perturbed_start():
     """Start from Z, U far from consistent: the ADMM iterations pull Z_t back onto block_t(Z_{t−1})."""
     sess = build(digits_cfg(iters_per_epoch=5, primal_steps=1))
     for z in sess.state.z:
-        z.add_(torch.randn(z.shape, generator=torch.Generator().manual_seed(0)))
+        z.add_(torch.randn(z.shape, generator=torch.Generator().manual_seed(0)).to(z.device))
     m = sess.method
     m.dual_step(sess.net, sess.state, sess.batch)
     first = sum(sess.state.residuals)

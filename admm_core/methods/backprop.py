@@ -24,7 +24,7 @@ class BackpropState:
 
     def load_state_dict(self, d: dict) -> None:
         self.opt.load_state_dict(d["opt"])
-        self.gen.set_state(d["gen"])
+        self.gen.set_state(d["gen"].cpu())  # a CPU generator; the checkpoint may be mapped to cuda
         self.iteration = d["iteration"]
 
 

@@ -92,7 +92,7 @@ class BlockADMMState:
         for k in ("z", "u", "z_m", "z_v", "beta", "z_lr", "z_steps", "iteration", "rho_bound", "residuals"):
             setattr(self, k, d[k])
         self.opt.load_state_dict(d["opt"])
-        self.gen.set_state(d["gen"])
+        self.gen.set_state(d["gen"].cpu())  # a CPU generator; the checkpoint may be mapped to cuda
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ class OnlineADMMState:
         for k in ("u", "beta", "iteration", "residuals", "batch_bytes"):
             setattr(self, k, d[k])
         self.opt.load_state_dict(d["opt"])
-        self.gen.set_state(d["gen"])
+        self.gen.set_state(d["gen"].cpu())  # a CPU generator; the checkpoint may be mapped to cuda
 
 
 @dataclass(frozen=True)
