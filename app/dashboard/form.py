@@ -3,7 +3,7 @@
 A *form* is a flat dict of what the widgets hold::
 
     preset, data, train_limit (0 = all), arch, hidden ("128,128"), split (list of layer
-    names), method, loss, device, epochs, batch_size, seed, eval_every,
+    names), method, loss, device, epochs, batch_size, seed, eval_every, checkpoint_every,
     "mp.<setting>" for each setting of the chosen method (floats as text, so a per-block
     β can be written "1,0.5,1").
 
@@ -28,7 +28,7 @@ NO_PRESET = "none"
 ARCH_NAMES = ("mlp", "resnet18")
 DEFAULT_PRESET = "digits-mlp"
 DEFAULT_METHOD = "block-admm"
-INT_FIELDS = ("train_limit", "epochs", "batch_size", "seed", "eval_every")
+INT_FIELDS = ("train_limit", "epochs", "batch_size", "seed", "eval_every", "checkpoint_every")
 STR_FIELDS = ("preset", "data", "arch", "hidden", "method", "loss", "device")
 MP = "mp."  # prefix of method-setting fields
 
@@ -175,6 +175,7 @@ def form_from_config(cfg: RunConfig) -> dict:
         "batch_size": cfg.train.batch_size,
         "seed": cfg.train.seed,
         "eval_every": cfg.train.eval_every,
+        "checkpoint_every": cfg.train.checkpoint_every,
         **method_fields(cfg.method, cfg.method_params),
     }
 
@@ -247,7 +248,7 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
                 "method": method,
                 "data": {"name": form.get("data", "digits"), "train_limit": int(train_limit) if train_limit else None},
                 "model": {"arch": form.get("arch", "mlp"), "hidden": list(hidden), "split": list(form.get("split") or [])},
-                "train": {k: form[k] for k in ("epochs", "batch_size", "seed", "eval_every", "loss", "device") if k in form},
+                "train": {k: form[k] for k in ("epochs", "batch_size", "seed", "eval_every", "checkpoint_every", "loss", "device") if k in form},
                 "method_params": params,
                 "preset": None if preset == NO_PRESET else preset,
             }

@@ -162,14 +162,14 @@ with st.container(border=True):
 
 with st.container(border=True):
     st.markdown("**Method and training**")
-    c = st.columns([1.4, 0.8, 0.8, 0.8, 0.8, 0.8])
+    c = st.columns([1.4, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8])
     with c[0]:
         st.selectbox("Method", list(METHODS), key=K + "method", on_change=on_method,
                      help="From the engine's method registry.")
         slots["method"] = st.empty()
     for col, (field, label, kw) in zip(
         c[1:],
-        [("loss", "Loss", None), ("epochs", "Epochs", 1), ("batch_size", "Batch size", 1), ("seed", "Seed", 1), ("eval_every", "Evaluate every", 1)],
+        [("loss", "Loss", None), ("epochs", "Epochs", 1), ("batch_size", "Batch size", 1), ("seed", "Seed", 1), ("eval_every", "Evaluate every", 1), ("checkpoint_every", "Checkpoint every", 1)],
     ):
         with col:
             if kw is None:
