@@ -509,6 +509,23 @@ def pooled(s: torch.Tensor, grid: int = 1) -> np.ndarray:
     return F.adaptive_avg_pool2d(s.reshape(s.shape[0], s.shape[1], h, h), grid).flatten(1).numpy()
 
 
+
+def pooled_features(net: nn.Module, images: np.ndarray, idx_sets, grids, device) -> dict[int, tuple]:
+    """{g: (features of each index set)}: block_1(x) = ``net.features`` pooled on each g × g grid in
+    ``grids`` (:func:`pooled`), one forward pass per image, chunked: the full (N, C, h·w) maps are
+    never held (10,502 training faces: 0.7 GB per copy)."""
+    grids = sorted(set(grids))
+
+    def fn(x):
+        z = net.features(x).flatten(2).cpu()
+        return torch.from_numpy(np.concatenate([pooled(z, g) for g in grids], 1))
+
+    outs = [embed_all(fn, images, idx, device).numpy() for idx in idx_sets]
+    n_ch = outs[0].shape[1] // sum(g * g for g in grids)
+    cuts = np.cumsum([n_ch * g * g for g in grids])[:-1]
+    split = [np.split(o, cuts, axis=1) for o in outs]
+    return {g: tuple(parts[i] for parts in split) for i, g in enumerate(grids)}
+
 # --- the run ---------------------------------------------------------------------------------
 
 
@@ -673,9 +690,8 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
         set_status(phase="baseline features")
         t = time.time()
         with torch.no_grad():
-            zfeat = lambda x: backbone.features(x).flatten(2)  # noqa: E731
-            # pooled now (both ways the SVMs use): the full (N, C, n) maps would sit in memory through training
-            raw = {gr: (pooled(embed_all(zfeat, faces.images, svm_tr, device), gr), pooled(embed_all(zfeat, faces.images, te, device), gr)) for gr in {1, cfg.svm_grid}}
+            # pooled now (both ways the SVMs use): the full maps would sit in memory through training
+            raw = pooled_features(backbone, faces.images, (svm_tr, te), {1, cfg.svm_grid}, device)
             bb_ver = verification_accuracy(embed_all(backbone, faces.images, ev_tr, device), pairs_tr, embed_all(backbone, faces.images, ev_te, device), pairs_te)
         timings["baseline_features_s"] = time.time() - t
         log(f"backbone verification accuracy (test identities): {bb_ver:.4f}")
@@ -1009,9 +1025,7 @@ def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
         def scores(z):
             return torch.cat([nmf.nnls(m, z[i : i + 256].to(device), tol=cfg.nnls_tol, max_iter=cfg.nnls_max_iter).cpu() for i in range(0, len(z), 256)])
 
-        raw = {}
-        for gr in {1, cfg.svm_grid}:
-            raw[gr] = (pooled(feats(raw_bb, svm_tr), gr), pooled(feats(raw_bb, te), gr))
+        raw = pooled_features(raw_bb, faces.images, (svm_tr, te), {1, cfg.svm_grid}, device)
         z_tr, z_te = feats(fine_bb, svm_tr), feats(fine_bb, te)
         s_tr, s_te = scores(z_tr), scores(z_te)
     log(f"features of {len(svm_tr)} + {len(te)} images ({time.time() - t:.0f}s)")

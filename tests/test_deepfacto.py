@@ -200,6 +200,24 @@ def test_pooled_grid_matches_hand_windows():
 # --- the Block-ADMM trainer on synthetic faces -----------------------------------------------
 
 
+def test_pooled_features_match_pooling_each_grid_separately():
+    """One chunked forward pass pooled on several grids = the full maps pooled grid by grid."""
+    from admm_core.deepfacto import pooled, pooled_features
+    from admm_core.faces import backbone_widths, embed_all
+
+    torch.manual_seed(0)
+    net = FaceBackbone(widths=backbone_widths(8)).eval()
+    imgs = np.random.default_rng(0).integers(0, 256, size=(7, 64, 64, 3), dtype=np.uint8)
+    a, b = np.array([0, 2, 3, 6]), np.array([1, 5])
+    with torch.no_grad():
+        got = pooled_features(net, imgs, (a, b), {3, 1}, torch.device("cpu"))
+        full = [embed_all(lambda x: net.features(x).flatten(2), imgs, idx, torch.device("cpu"), chunk=3) for idx in (a, b)]
+    assert sorted(got) == [1, 3]
+    for g in (1, 3):
+        for mine, ref in zip(got[g], full):
+            np.testing.assert_allclose(mine, pooled(ref, g), rtol=1e-5, atol=1e-6)
+
+
 def test_trainer_iterations_keep_factors_non_negative_and_finite():
     torch.manual_seed(0)
     cfg = DeepFactoConfig(rank=3, image_size=32, emb_dim=8, batch_size=8, s_steps=2, m_steps=2)
