@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -423,6 +424,17 @@ def test_worker_crash_is_reported_with_its_error(tmp_path):
     st = W.state_of(run_dir)
     assert "resnet18" in st["error"] and "image inputs" in st["error"]
     assert (run_dir / "error.txt").exists() and "launch.json" in os.listdir(run_dir)
+
+
+@pytest.mark.skipif(shutil.which("nice") is None, reason="no `nice` on this system")
+def test_worker_runs_at_lower_priority_and_stops(tmp_path):
+    """The worker yields the CPU to the app (niceness above ours) and SIGTERM to its recorded pid stops it."""
+    run_dir = W.start_run(tiny().replace(train__epochs=100000), tmp_path)
+    assert _wait(lambda: W.state_of(run_dir)["state"] == "running", 90), W.state_of(run_dir)
+    pid = W.worker_pid(run_dir)
+    assert os.getpriority(os.PRIO_PROCESS, pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + 5, 19)
+    assert W.stop_run(run_dir)
+    assert _wait(lambda: W.state_of(run_dir)["state"] == "stopped", 60), W.state_of(run_dir)
 
 
 def test_chart_helpers():
