@@ -25,7 +25,15 @@ from .runs import read_json, train
 
 # Final test accuracy (%) reported in the paper, per preset and method.
 PAPER = {
-    "mnist-mlp-mse": {"block-admm": 97.61, "online-admm": 93.88, "admm-closed": 95.02, "taylor": 87.52, "dladmm": 83.89, "bcd": 83.28, "sgd": 95.29},
+    "mnist-mlp-mse": {
+        "block-admm": 97.61,
+        "online-admm": 93.88,
+        "admm-closed": 95.02,
+        "taylor": 87.52,
+        "dladmm": 83.89,
+        "bcd": 83.28,
+        "sgd": 95.29,
+    },
     "mnist-deep10": {"block-admm": 94.43, "sgd": 10.28, "adam": 58.0},
     "mnist-deep20": {"block-admm": 91.75},
 }
@@ -79,11 +87,18 @@ def table(preset: str, rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m admm_core bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m admm_core bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--preset", default="mnist-mlp-mse")
     p.add_argument("--methods", default="block-admm,online-admm,adam,sgd")
     p.add_argument("--epochs", type=int, help="override the preset's epochs")
-    p.add_argument("--epochs-for", default="", metavar="M=N,...", help="per-method epochs, e.g. taylor=60,dladmm=60 (beats --epochs)")
+    p.add_argument(
+        "--epochs-for",
+        default="",
+        metavar="M=N,...",
+        help="per-method epochs, e.g. taylor=60,dladmm=60 (beats --epochs)",
+    )
     p.add_argument("--data-root", help="data root (default: $ADMM_DATA, ../shared/data)")
     p.add_argument("--device", default="auto")
     p.add_argument("--seed", type=int, default=0)
@@ -123,11 +138,17 @@ def main(argv=None) -> int:
         if a.reuse and done and done.get("status") == "finished" and done.get("epochs") == cfg.train.epochs:
             summary = done
         else:
-            print(f"[bench] {a.preset} / {method} for {cfg.train.epochs} epochs -> {run_dir}", file=sys.stderr, flush=True)
+            print(
+                f"[bench] {a.preset} / {method} for {cfg.train.epochs} epochs -> {run_dir}", file=sys.stderr, flush=True
+            )
 
             def prog(e, m, method=method):
                 if m is not None:
-                    print(f"[bench]   {method} epoch {m['epoch']}: test {m['test_accuracy']:.4f} at {m['wall_time_s']:.1f}s", file=sys.stderr, flush=True)
+                    print(
+                        f"[bench]   {method} epoch {m['epoch']}: test {m['test_accuracy']:.4f} at {m['wall_time_s']:.1f}s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
 
             summary = train(cfg, run_dir, on_progress=prog)
         rows.append(summary)

@@ -61,7 +61,9 @@ def validate_split(cfg: ModelConfig, layer_names: list[str], split: tuple[str, .
     last = layer_names[-1]
     for s in split:
         if s == last:
-            raise ConfigError(f"model.split = {s!r}: that is the last layer; a split must fall before it (allowed: {', '.join(allowed)})")
+            raise ConfigError(
+                f"model.split = {s!r}: that is the last layer; a split must fall before it (allowed: {', '.join(allowed)})"
+            )
         if s not in layer_names:
             raise ConfigError(f"model.split = {s!r}: no such layer in this {cfg.arch} (allowed: {', '.join(allowed)})")
         if s not in allowed:

@@ -1,8 +1,8 @@
 """Command line: ``python -m admm_core {train,presets,methods,evaluate,bench}``.
 
-    python -m admm_core train --preset mnist-mlp-mse --method block-admm --epochs 10
-    python -m admm_core train --resume runs/<dir>            # continue a stopped run
-    python -m admm_core presets
+python -m admm_core train --preset mnist-mlp-mse --method block-admm --epochs 10
+python -m admm_core train --resume runs/<dir>            # continue a stopped run
+python -m admm_core presets
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from .config import ConfigError, RunConfig
-from .data import DataError
+from .errors import DataError, ImageError
 from .methods import METHODS
 from .presets import PRESETS, preset_config
 
@@ -59,11 +59,23 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         ch["model__hidden"] = _ints(a.hidden)
     if a.split is not None:
         ch["model__split"] = tuple(s for s in a.split.split(",") if s) if a.split != "default" else None
-    for key, attr in (("epochs", "epochs"), ("batch_size", "batch_size"), ("loss", "loss"), ("seed", "seed"), ("device", "device"), ("eval_every", "eval_every")):
+    for key, attr in (
+        ("epochs", "epochs"),
+        ("batch_size", "batch_size"),
+        ("loss", "loss"),
+        ("seed", "seed"),
+        ("device", "device"),
+        ("eval_every", "eval_every"),
+    ):
         if getattr(a, attr) is not None:
             ch[f"train__{key}"] = getattr(a, attr)
     mp = {}
-    for flag, key, conv in (("lr", "lr", float), ("z_lr", "z_lr", float), ("beta", "beta", _floats), ("primal_steps", "primal_steps", int)):
+    for flag, key, conv in (
+        ("lr", "lr", float),
+        ("z_lr", "z_lr", float),
+        ("beta", "beta", _floats),
+        ("primal_steps", "primal_steps", int),
+    ):
         v = getattr(a, flag)
         if v is not None:
             mp[key] = conv(v) if isinstance(v, str) else v
@@ -100,7 +112,12 @@ def cmd_train(a) -> int:
     if not a.quiet:
         from tqdm import tqdm
 
-        bar = tqdm(total=cfg.train.epochs, unit="epoch", bar_format="{l_bar}{bar}| {n:.2f}/{total} [{elapsed}<{remaining}] {postfix}", file=sys.stderr)
+        bar = tqdm(
+            total=cfg.train.epochs,
+            unit="epoch",
+            bar_format="{l_bar}{bar}| {n:.2f}/{total} [{elapsed}<{remaining}] {postfix}",
+            file=sys.stderr,
+        )
         if a.resume:
             st = read_json(run_dir / "status.json", {}) or {}
             bar.n = float(st.get("epoch", 0))
@@ -111,7 +128,10 @@ def cmd_train(a) -> int:
         bar.n = round(epochs_done, 2)
         if m is not None:
             res = ",".join(f"{r:.3f}" for r in m["residuals"])
-            bar.set_postfix_str(f"test {m['test_accuracy']:.4f} train {m['train_accuracy']:.4f} loss {m['train_loss']:.4f}" + (f" res [{res}]" if res else ""))
+            bar.set_postfix_str(
+                f"test {m['test_accuracy']:.4f} train {m['train_accuracy']:.4f} loss {m['train_loss']:.4f}"
+                + (f" res [{res}]" if res else "")
+            )
         bar.refresh()
 
     summary = train(cfg, run_dir, resume=bool(a.resume), on_progress=on_progress, should_stop=should_stop)
@@ -159,7 +179,7 @@ def cmd_evaluate(a) -> int:
 
 
 def cmd_heatmaps(a) -> int:
-    from .nmf import heatmap_grid, write_png
+    from .heatmaps import heatmap_grid, write_png
 
     images = [f for group in a.image for f in group]
     grid = heatmap_grid(a.run, images, a.components, alpha=a.alpha, normalize=a.normalize)
@@ -168,8 +188,32 @@ def cmd_heatmaps(a) -> int:
     return 0
 
 
+DEEPFACTO_USAGE = (
+    "usage: admm deepfacto {bench [--ranks 4,32,256] [--out DIR] [--set NAME=VALUE ...]"
+    " | evaluate --run DIR [--set svm_c=...] | grid --run DIR --out PNG}"
+)
+
+
+def deepfacto_main(argv: list) -> int:
+    """`admm deepfacto bench|evaluate|grid ...` (each has its own parser)."""
+    from . import deepfacto
+    from .heatmaps import grid
+
+    commands = {"bench": deepfacto.bench, "evaluate": deepfacto.evaluate, "grid": grid}
+    if not argv or argv[0] not in commands:
+        print(DEEPFACTO_USAGE, file=sys.stderr)
+        return 2
+    try:
+        return commands[argv[0]](argv[1:])
+    except (ConfigError, DataError, ImageError) as e:  # bad input: one line naming the field and the value
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m admm_core", description="Block-ADMM workbench: train networks without end-to-end backprop")
+    p = argparse.ArgumentParser(
+        prog="python -m admm_core", description="Block-ADMM workbench: train networks without end-to-end backprop"
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
 
     t = sub.add_parser("train", help="train one configuration into a run directory")
@@ -195,10 +239,16 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--z-lr", type=float, help="ζ, Z step size")
     t.add_argument("--beta", help="β, one value or one per block (comma-separated)")
     t.add_argument("--primal-steps", type=int, help="k, primal passes per dual step")
-    t.add_argument("--set", action="append", metavar="NAME=VALUE", help="any method setting, e.g. --set z_optimizer=adam")
+    t.add_argument(
+        "--set", action="append", metavar="NAME=VALUE", help="any method setting, e.g. --set z_optimizer=adam"
+    )
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--rank", type=int, help="lfwa-deepfacto: NMF rank r (paper: 4, 32, 256)")
-    t.add_argument("--backbone-weights", metavar="FILE", help="lfwa-deepfacto: face backbone weights (default: cached, trained here if missing)")
+    t.add_argument(
+        "--backbone-weights",
+        metavar="FILE",
+        help="lfwa-deepfacto: face backbone weights (default: cached, trained here if missing)",
+    )
     t.set_defaults(func=cmd_train)
 
     sub.add_parser("presets", help="list presets").set_defaults(func=cmd_presets)
@@ -210,14 +260,27 @@ def make_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_evaluate)
 
     sub.add_parser("bench", help="benchmarks (see python -m admm_core bench --help)", add_help=False)
+    sub.add_parser("deepfacto", help="DeepFacto on LFWA: bench | evaluate | grid (see admm deepfacto)", add_help=False)
 
     h = sub.add_parser("heatmaps", help="DeepFacto: grid of NMF score heatmaps over face images")
     h.add_argument("--run", required=True, help="a finished lfwa-deepfacto run directory")
-    h.add_argument("--image", required=True, action="append", nargs="+", metavar="FILE", help="face image(s); repeat or list several")
+    h.add_argument(
+        "--image",
+        required=True,
+        action="append",
+        nargs="+",
+        metavar="FILE",
+        help="face image(s); repeat or list several",
+    )
     h.add_argument("--out", required=True, metavar="PNG")
     h.add_argument("--components", type=_ints, help="rows of S to show, e.g. 0,1,2 (default: the 6 most used)")
     h.add_argument("--alpha", type=float, default=0.5, help="colour-map opacity")
-    h.add_argument("--normalize", choices=["component", "image"], default="component", help="scale per component (over training faces) or per image")
+    h.add_argument(
+        "--normalize",
+        choices=["component", "image"],
+        default="component",
+        help="scale per component (over training faces) or per image",
+    )
     h.set_defaults(func=cmd_heatmaps)
     return p
 
@@ -228,6 +291,8 @@ def main(argv=None) -> int:
         from .bench import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["deepfacto"]:
+        return deepfacto_main(argv[1:])
     args = make_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -12,15 +12,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .data import DATASETS
+from .errors import ConfigError, check
+from .methods import METHODS, make_method
+from .models import ARCHS
 
-class ConfigError(ValueError):
-    """A bad configuration value. The message names the field and the value."""
-
-
-def check(ok: bool, field_name: str, value: Any, why: str) -> None:
-    """Raise ConfigError('field = value: why') unless ``ok``."""
-    if not ok:
-        raise ConfigError(f"{field_name} = {value!r}: {why}")
+__all__ = ["ConfigError", "check", "DataConfig", "ModelConfig", "TrainConfig", "RunConfig"]
 
 
 LOSSES = ("mse", "ce")
@@ -35,8 +32,6 @@ class DataConfig:
     test_limit: int | None = None  # keep only this many test samples
 
     def __post_init__(self):
-        from .data import DATASETS  # late import: data imports torch, config must stay light
-
         check(self.name in DATASETS, "data.name", self.name, f"unknown data set; choose from {sorted(DATASETS)}")
         for f in ("train_limit", "test_limit"):
             v = getattr(self, f)
@@ -50,8 +45,6 @@ class ModelConfig:
     split: tuple[str, ...] | None = None  # cut after these named layers; None = after every MLP layer
 
     def __post_init__(self):
-        from .models import ARCHS
-
         check(self.arch in ARCHS, "model.arch", self.arch, f"unknown architecture; choose from {sorted(ARCHS)}")
         object.__setattr__(self, "hidden", tuple(self.hidden))
         if self.split is not None:
@@ -73,7 +66,9 @@ class TrainConfig:
     def __post_init__(self):
         for f in ("epochs", "batch_size", "eval_every", "checkpoint_every"):
             v = getattr(self, f)
-            check(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"train.{f}", v, "must be a positive integer")
+            check(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0, f"train.{f}", v, "must be a positive integer"
+            )
         check(self.loss in LOSSES, "train.loss", self.loss, f"choose from {list(LOSSES)}")
         check(self.device in DEVICES, "train.device", self.device, f"choose from {list(DEVICES)}")
         check(isinstance(self.seed, int) and self.seed >= 0, "train.seed", self.seed, "must be a non-negative integer")
@@ -89,16 +84,12 @@ class RunConfig:
     preset: str | None = None  # preset this config started from, for the record
 
     def __post_init__(self):
-        from .methods import METHODS
-
         check(self.method in METHODS, "method", self.method, f"unknown method; choose from {sorted(METHODS)}")
         object.__setattr__(self, "method_params", dict(self.method_params))
         self.build_method()  # validates method_params
 
     def build_method(self):
         """The method's settings object (validated)."""
-        from .methods import make_method
-
         return make_method(self.method, self.method_params)
 
     # --- JSON round-trip -------------------------------------------------------------

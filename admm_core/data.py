@@ -10,19 +10,17 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
+from .errors import DataError
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-
-class DataError(FileNotFoundError):
-    """A data set is missing or unreadable; the message says where we looked."""
 
 
 @dataclass
@@ -44,7 +42,14 @@ class Dataset:
 
     def limit(self, train: int | None, test: int | None) -> "Dataset":
         """First ``train``/``test`` samples (the sets are shuffled or stratified already)."""
-        return Dataset(self.name, self.x_train[:train], self.y_train[:train], self.x_test[:test], self.y_test[:test], self.n_classes)
+        return Dataset(
+            self.name,
+            self.x_train[:train],
+            self.y_train[:train],
+            self.x_test[:test],
+            self.y_test[:test],
+            self.n_classes,
+        )
 
 
 def candidate_roots(root: str | os.PathLike | None) -> list[Path]:
@@ -65,6 +70,7 @@ def _missing(name: str, looked: list[Path], how: str) -> DataError:
 
 # --- bundled with dependencies -----------------------------------------------------------
 
+
 def load_digits(root=None, download=False) -> Dataset:
     """scikit-learn's 1,797 8×8 digits, pixels /16, stratified 75/25 split (seed 0)."""
     from sklearn.datasets import load_digits as sk_digits
@@ -73,7 +79,14 @@ def load_digits(root=None, download=False) -> Dataset:
     d = sk_digits()
     x = (d.data / 16.0).astype(np.float32)
     xtr, xte, ytr, yte = train_test_split(x, d.target, test_size=0.25, random_state=0, stratify=d.target)
-    return Dataset("digits", torch.from_numpy(xtr), torch.from_numpy(ytr).long(), torch.from_numpy(xte), torch.from_numpy(yte).long(), 10)
+    return Dataset(
+        "digits",
+        torch.from_numpy(xtr),
+        torch.from_numpy(ytr).long(),
+        torch.from_numpy(xte),
+        torch.from_numpy(yte).long(),
+        10,
+    )
 
 
 def load_mnist_5k(root=None, download=False) -> Dataset:
@@ -84,10 +97,18 @@ def load_mnist_5k(root=None, download=False) -> Dataset:
     x, y = mnist_data()
     x = (x / 255.0).astype(np.float32)
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
-    return Dataset("mnist-5k", torch.from_numpy(xtr), torch.from_numpy(ytr).long(), torch.from_numpy(xte), torch.from_numpy(yte).long(), 10)
+    return Dataset(
+        "mnist-5k",
+        torch.from_numpy(xtr),
+        torch.from_numpy(ytr).long(),
+        torch.from_numpy(xte),
+        torch.from_numpy(yte).long(),
+        10,
+    )
 
 
 # --- torchvision sets from a data root ----------------------------------------------------
+
 
 def _torchvision_idx(name: str, cls_name: str, folder: str, root, download) -> Dataset:
     import torchvision
@@ -107,7 +128,11 @@ def _torchvision_idx(name: str, cls_name: str, folder: str, root, download) -> D
         ptr, pte = torch.randperm(len(tr.targets), generator=g), torch.randperm(len(te.targets), generator=g)
         to_x = lambda d, p: (d.data[p].float() / 255.0).unsqueeze(1)  # (N, 1, 28, 28)
         return Dataset(name, to_x(tr, ptr), tr.targets[ptr].long(), to_x(te, pte), te.targets[pte].long(), 10)
-    raise _missing(name, looked, f"Put the four IDX files in <root>/{folder}/raw, point --data-root or ADMM_DATA at <root>, or add --download where there is internet.")
+    raise _missing(
+        name,
+        looked,
+        f"Put the four IDX files in <root>/{folder}/raw, point --data-root or ADMM_DATA at <root>, or add --download where there is internet.",
+    )
 
 
 def load_mnist(root=None, download=False) -> Dataset:
@@ -164,15 +189,34 @@ def load_cifar10(root=None, download=False) -> Dataset:
             xte, yte = read_image_tars([jdir / "test.tar"])
             g = np.random.default_rng(0)
             p = g.permutation(len(ytr))
-            return Dataset("cifar10", _cifar_tensor(xtr[p]), torch.from_numpy(ytr[p]), _cifar_tensor(xte), torch.from_numpy(yte), 10)
+            return Dataset(
+                "cifar10",
+                _cifar_tensor(xtr[p]),
+                torch.from_numpy(ytr[p]),
+                _cifar_tensor(xte),
+                torch.from_numpy(yte),
+                10,
+            )
         looked.append(r / "cifar-10-batches-py")
         if (r / "cifar-10-batches-py").exists() or download:
             import torchvision
 
             tr = torchvision.datasets.CIFAR10(str(r), train=True, download=download)
             te = torchvision.datasets.CIFAR10(str(r), train=False, download=download)
-            return Dataset("cifar10", _cifar_tensor(tr.data), torch.tensor(tr.targets), _cifar_tensor(te.data), torch.tensor(te.targets), 10)
-    raise _missing("cifar10", looked, "Put train-0.tar … train-4.tar and test.tar in <root>/cifar10-jpeg (or torchvision's cifar-10-batches-py in <root>) and point --data-root or ADMM_DATA at <root>.")
+            return Dataset(
+                "cifar10",
+                _cifar_tensor(tr.data),
+                torch.tensor(tr.targets),
+                _cifar_tensor(te.data),
+                torch.tensor(te.targets),
+                10,
+            )
+    raise _missing(
+        "cifar10",
+        looked,
+        "Put train-0.tar … train-4.tar and test.tar in <root>/cifar10-jpeg (or torchvision's cifar-10-batches-py "
+        "in <root>) and point --data-root or ADMM_DATA at <root>.",
+    )
 
 
 DATASETS: dict[str, Callable[..., Dataset]] = {
@@ -208,6 +252,8 @@ def available(root: str | None = None) -> list[str]:
             out.append("mnist")
         if (r / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").exists() and "fashion-mnist" not in out:
             out.append("fashion-mnist")
-        if ((r / "cifar10-jpeg" / "test.tar").exists() or (r / "cifar-10-batches-py").exists()) and "cifar10" not in out:
+        if (
+            (r / "cifar10-jpeg" / "test.tar").exists() or (r / "cifar-10-batches-py").exists()
+        ) and "cifar10" not in out:
             out.append("cifar10")
     return out

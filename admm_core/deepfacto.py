@@ -37,7 +37,7 @@ backbone before DeepFacto, pooled the same way). Pooling: average over a g × g 
 (``svm_grid``, default 3: the paper's S is r × 3 × 3, from a 160 px Inception-ResNet) and,
 for comparison, the global mean (g = 1). Each SVM's C is chosen from ``svm_c`` by 2-fold
 cross-validation over the test people (:func:`attribute_svms_cv`: each half is scored with
-the C that did best on the other half); ``python -m admm_core.deepfacto evaluate --run DIR``
+the C that did best on the other half); ``admm deepfacto evaluate --run DIR``
 redoes this part of a finished run from its files.
 
 Run directory (the files of :mod:`admm_core.runs`): ``config.json`` (top-level key
@@ -50,7 +50,7 @@ FC, component scales), ``backbone.pt`` (the backbone DeepFacto started from) and
 run is unfinished, ``state.pt`` (the loop state ``--resume`` continues from).
 
     python -m admm_core train --preset lfwa-deepfacto --rank 32
-    python -m admm_core.deepfacto bench --ranks 4,32,256      # the table of the README
+    admm deepfacto bench --ranks 4,32,256      # the table of the README
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import nmf
-from .config import ConfigError, check
+from .errors import ConfigError, check
 from .faces import (
     FaceBackbone,
     FaceSet,
@@ -111,8 +111,12 @@ class DeepFactoConfig:
     backbone_weights: str | None = None  # a backbone file; None: the cached one for this seed/size, trained if missing
     backbone_epochs: int = 30  # epochs of the backbone training (if it is trained here; ≈ 25 min on one CPU core)
     backbone_lr: float = 3e-3  # peak Adam lr of that training (one-cycle)
-    backbone_id_weight: float = 1.0  # weight of the identity softmax beside the triplet loss (0: triplet only, as in the paper)
-    backbone_width: int = 16  # base width w of a backbone trained here: stages (w, 2w, 4w, 4w); 32 scores higher but costs ~4x
+    backbone_id_weight: float = (
+        1.0  # weight of the identity softmax beside the triplet loss (0: triplet only, as in the paper)
+    )
+    backbone_width: int = (
+        16  # base width w of a backbone trained here: stages (w, 2w, 4w, 4w); 32 scores higher but costs ~4x
+    )
     train_limit: int = 2048  # Block-ADMM training images (whole identities with ≥ 2 images, seeded)
     warmup_iters: int = 12  # iterations with the backbone frozen
     finetune_iters: int = 1  # iterations that also step the backbone
@@ -132,32 +136,89 @@ class DeepFactoConfig:
     # C of LinearSVC (features standardised first): one value, or candidates chosen per attribute by
     # 2-fold cross-validation over the test people (attribute_svms_cv; a fixed 0.01 overfit r = 256's 2,304 features)
     svm_c: tuple = (1e-4, 1e-3, 1e-2)
-    svm_grid: int = 3  # S and Z_1 are average-pooled to a g × g grid for the SVMs (the paper's S is r × 3 × 3); 1 = global mean
+    svm_grid: int = (
+        3  # S and Z_1 are average-pooled to a g × g grid for the SVMs (the paper's S is r × 3 × 3); 1 = global mean
+    )
     nnls_tol: float = 1e-3  # tolerance of the test-time projection (relative KKT violation)
     nnls_max_iter: int = 300  # iteration cap of the test-time projection
     device: str = "auto"  # auto | cpu | cuda
 
     def __post_init__(self):
         check(isinstance(self.rank, int) and self.rank >= 1, "deepfacto.rank", self.rank, "must be a positive integer")
-        check(isinstance(self.image_size, int) and self.image_size >= 32 and self.image_size % 8 == 0, "deepfacto.image_size", self.image_size, "must be a multiple of 8, ≥ 32")
-        check(self.data_limit is None or (isinstance(self.data_limit, int) and self.data_limit >= 20), "deepfacto.data_limit", self.data_limit, "must be null or an integer ≥ 20")
+        check(
+            isinstance(self.image_size, int) and self.image_size >= 32 and self.image_size % 8 == 0,
+            "deepfacto.image_size",
+            self.image_size,
+            "must be a multiple of 8, ≥ 32",
+        )
+        check(
+            self.data_limit is None or (isinstance(self.data_limit, int) and self.data_limit >= 20),
+            "deepfacto.data_limit",
+            self.data_limit,
+            "must be null or an integer ≥ 20",
+        )
         check(0 < self.test_fraction < 1, "deepfacto.test_fraction", self.test_fraction, "must be in (0, 1)")
-        for f in ("backbone_epochs", "backbone_width", "train_limit", "s_steps", "m_steps", "emb_dim", "batch_size", "eval_images", "svm_train_limit", "svm_grid", "nnls_max_iter"):
+        for f in (
+            "backbone_epochs",
+            "backbone_width",
+            "train_limit",
+            "s_steps",
+            "m_steps",
+            "emb_dim",
+            "batch_size",
+            "eval_images",
+            "svm_train_limit",
+            "svm_grid",
+            "nnls_max_iter",
+        ):
             v = getattr(self, f)
-            check(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"deepfacto.{f}", v, "must be a positive integer")
+            check(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                f"deepfacto.{f}",
+                v,
+                "must be a positive integer",
+            )
         for f in ("warmup_iters", "finetune_iters"):
             v = getattr(self, f)
-            check(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"deepfacto.{f}", v, "must be an integer ≥ 0")
+            check(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"deepfacto.{f}", v, "must be an integer ≥ 0"
+            )
         cs = self.svm_c if isinstance(self.svm_c, (list, tuple)) else (self.svm_c,)
-        ok = len(cs) > 0 and all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c > 0 for c in cs)
+        ok = len(cs) > 0 and all(
+            isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c > 0 for c in cs
+        )
         check(ok, "deepfacto.svm_c", self.svm_c, "must be a number > 0 or a non-empty list of them")
-        object.__setattr__(self, "svm_c", tuple(sorted(float(c) for c in cs)))  # frozen; ascending: ties go to the smaller C
+        object.__setattr__(
+            self, "svm_c", tuple(sorted(float(c) for c in cs))
+        )  # frozen; ascending: ties go to the smaller C
         for f in ("gamma", "beta", "z_lr", "fc_lr", "backbone_lr", "backbone_lr_ft", "margin", "nnls_tol"):
             v = getattr(self, f)
-            check(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0, f"deepfacto.{f}", v, "must be a number > 0")
-        check(isinstance(self.backbone_id_weight, (int, float)) and not isinstance(self.backbone_id_weight, bool) and self.backbone_id_weight >= 0, "deepfacto.backbone_id_weight", self.backbone_id_weight, "must be a number ≥ 0")
-        check(isinstance(self.nmf_dual_step, (int, float)) and 0 <= self.nmf_dual_step <= 1, "deepfacto.nmf_dual_step", self.nmf_dual_step, "must be in [0, 1]")
-        check(self.device in ("auto", "cpu", "cuda"), "deepfacto.device", self.device, "choose from ['auto', 'cpu', 'cuda']")
+            check(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
+                f"deepfacto.{f}",
+                v,
+                "must be a number > 0",
+            )
+        check(
+            isinstance(self.backbone_id_weight, (int, float))
+            and not isinstance(self.backbone_id_weight, bool)
+            and self.backbone_id_weight >= 0,
+            "deepfacto.backbone_id_weight",
+            self.backbone_id_weight,
+            "must be a number ≥ 0",
+        )
+        check(
+            isinstance(self.nmf_dual_step, (int, float)) and 0 <= self.nmf_dual_step <= 1,
+            "deepfacto.nmf_dual_step",
+            self.nmf_dual_step,
+            "must be in [0, 1]",
+        )
+        check(
+            self.device in ("auto", "cpu", "cuda"),
+            "deepfacto.device",
+            self.device,
+            "choose from ['auto', 'cpu', 'cuda']",
+        )
 
     @property
     def iters(self) -> int:
@@ -195,11 +256,18 @@ def run_config_dict(cfg: DeepFactoConfig) -> dict:
 def backbone_cache_path(cfg: DeepFactoConfig) -> Path:
     lim = f"-n{cfg.data_limit}" if cfg.data_limit else ""
     idw = f"-id{cfg.backbone_id_weight:g}" if cfg.backbone_id_weight else ""
-    wid = f"-w{cfg.backbone_width}" if cfg.backbone_width != 16 else ""  # 16: the name cached files had before widths were a choice
-    return cache_dir() / f"lfw-backbone-{cfg.image_size}px-s{cfg.seed}-tf{cfg.test_fraction}-e{cfg.backbone_epochs}{idw}{wid}{lim}.pt"
+    wid = (
+        f"-w{cfg.backbone_width}" if cfg.backbone_width != 16 else ""
+    )  # 16: the name cached files had before widths were a choice
+    return (
+        cache_dir()
+        / f"lfw-backbone-{cfg.image_size}px-s{cfg.seed}-tf{cfg.test_fraction}-e{cfg.backbone_epochs}{idw}{wid}{lim}.pt"
+    )
 
 
-def get_backbone(cfg: DeepFactoConfig, faces: FaceSet, train_idx, device, log=print, should_stop=None) -> tuple[FaceBackbone, dict]:
+def get_backbone(
+    cfg: DeepFactoConfig, faces: FaceSet, train_idx, device, log=print, should_stop=None
+) -> tuple[FaceBackbone, dict]:
     """The backbone of ``cfg.backbone_weights``; else the cached one for this split; else train it (and cache it)."""
     if cfg.backbone_weights:
         net, meta = load_backbone(cfg.backbone_weights)
@@ -214,11 +282,30 @@ def get_backbone(cfg: DeepFactoConfig, faces: FaceSet, train_idx, device, log=pr
     log(f"backbone: training one ({cfg.backbone_epochs} epochs, {cfg.image_size}px, triplet loss) — cached at {path}")
     t0 = time.time()
     net, hist = train_backbone(
-        faces, train_idx, epochs=cfg.backbone_epochs, lr=cfg.backbone_lr, batch_size=cfg.batch_size, margin=cfg.margin,
-        id_weight=cfg.backbone_id_weight, widths=backbone_widths(cfg.backbone_width), seed=cfg.seed, device=device, log=log, should_stop=should_stop,
+        faces,
+        train_idx,
+        epochs=cfg.backbone_epochs,
+        lr=cfg.backbone_lr,
+        batch_size=cfg.batch_size,
+        margin=cfg.margin,
+        id_weight=cfg.backbone_id_weight,
+        widths=backbone_widths(cfg.backbone_width),
+        seed=cfg.seed,
+        device=device,
+        log=log,
+        should_stop=should_stop,
     )
     wall = time.time() - t0
-    meta = {"image_size": cfg.image_size, "seed": cfg.seed, "test_fraction": cfg.test_fraction, "epochs": cfg.backbone_epochs, "id_weight": cfg.backbone_id_weight, "width": cfg.backbone_width, "history": hist, "train_wall_time_s": wall}
+    meta = {
+        "image_size": cfg.image_size,
+        "seed": cfg.seed,
+        "test_fraction": cfg.test_fraction,
+        "epochs": cfg.backbone_epochs,
+        "id_weight": cfg.backbone_id_weight,
+        "width": cfg.backbone_width,
+        "history": hist,
+        "train_wall_time_s": wall,
+    }
     save_backbone(path, net, meta)
     return net.eval(), {**meta, "source": str(path), "trained_here_s": wall}
 
@@ -245,7 +332,15 @@ class DeepFactoState:
 class DeepFactoTrainer:
     """Block-ADMM for backbone → NMF → FC (see the module docstring for the updates)."""
 
-    def __init__(self, cfg: DeepFactoConfig, backbone: FaceBackbone, images: np.ndarray, identity: np.ndarray, device, gen: torch.Generator):
+    def __init__(
+        self,
+        cfg: DeepFactoConfig,
+        backbone: FaceBackbone,
+        images: np.ndarray,
+        identity: np.ndarray,
+        device,
+        gen: torch.Generator,
+    ):
         self.cfg, self.backbone, self.images, self.device, self.gen = cfg, backbone, images, device, gen
         self.identity = identity
         self.y = torch.from_numpy(identity).to(device)
@@ -270,7 +365,16 @@ class DeepFactoTrainer:
             self.fc.weight.mul_(1.0 / g.norm(dim=1).median().clamp(min=1e-6))  # ‖block_2(S)‖ ≈ 1 at start
             self.fc.bias.zero_()
             g = self.block2(s)
-        self.state = DeepFactoState(f=f, z1=f.clone(), u1=torch.zeros_like(f), v=torch.zeros_like(f), s=s, m=m, z2=g.clone(), u2=torch.zeros_like(g))
+        self.state = DeepFactoState(
+            f=f,
+            z1=f.clone(),
+            u1=torch.zeros_like(f),
+            v=torch.zeros_like(f),
+            s=s,
+            m=m,
+            z2=g.clone(),
+            u2=torch.zeros_like(g),
+        )
         self.opt_fc = torch.optim.Adam(self.fc.parameters(), lr=cfg.fc_lr)
         self.opt_bb = torch.optim.Adam(self.backbone.parameters(), lr=cfg.backbone_lr_ft)
 
@@ -316,7 +420,14 @@ class DeepFactoTrainer:
                 def coupling(s, target=target):
                     return (beta * ((self.block2(s) - target) @ w)).view_as(s)
 
-                st.s[rows] = nmf.update_s(st.m, st.z1[rows] + st.v[rows], st.s[rows], cfg.s_steps, coupling=lambda s, c=coupling: c(s) / gamma, coupling_lip=lip_w / gamma)
+                st.s[rows] = nmf.update_s(
+                    st.m,
+                    st.z1[rows] + st.v[rows],
+                    st.s[rows],
+                    cfg.s_steps,
+                    coupling=lambda s, c=coupling: c(s) / gamma,
+                    coupling_lip=lip_w / gamma,
+                )
             # M-step: γ/2‖Z_1 + V − MS‖² over M ≥ 0 (γ cancels in the 1/L step)
             ss, zs = nmf.gram_terms(st.z1 + st.v, st.s)
             st.m = nmf.update_m(st.m, ss, zs, cfg.m_steps)
@@ -383,7 +494,9 @@ class DeepFactoTrainer:
         }
 
     def load_state_dict(self, ck: dict) -> None:
-        self.state = DeepFactoState(**{k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in ck["state"].items()})
+        self.state = DeepFactoState(
+            **{k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in ck["state"].items()}
+        )
         self.backbone.load_state_dict(ck["backbone"])
         self.fc.load_state_dict(ck["fc"])
         self.opt_fc.load_state_dict(ck["opt_fc"])
@@ -397,14 +510,23 @@ class DeepFactoTrainer:
     def features(self, images: np.ndarray, chunk: int = 256) -> torch.Tensor:
         """block_1(x) of uint8 images, (B, C, n) on the CPU."""
         self.backbone.eval()
-        return embed_all(lambda x: self.backbone.features(x).flatten(2), images, np.arange(len(images)), self.device, chunk)
+        return embed_all(
+            lambda x: self.backbone.features(x).flatten(2), images, np.arange(len(images)), self.device, chunk
+        )
 
     @torch.no_grad()
     def project(self, z: torch.Tensor, chunk: int = 256) -> torch.Tensor:
         """S = argmin_{S≥0} ‖Z − M S‖ (the NMF module at test time), (B, r, n) on the CPU."""
         out = []
         for i in range(0, len(z), chunk):
-            out.append(nmf.nnls(self.state.m, z[i : i + chunk].to(self.device), tol=self.cfg.nnls_tol, max_iter=self.cfg.nnls_max_iter).cpu())
+            out.append(
+                nmf.nnls(
+                    self.state.m,
+                    z[i : i + chunk].to(self.device),
+                    tol=self.cfg.nnls_tol,
+                    max_iter=self.cfg.nnls_max_iter,
+                ).cpu()
+            )
         return torch.cat(out)
 
     def scores(self, images: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -421,7 +543,15 @@ class DeepFactoTrainer:
 # --- evaluation -------------------------------------------------------------------------------
 
 
-def attribute_svms(x_train: np.ndarray, a_train: np.ndarray, x_test: np.ndarray, a_test: np.ndarray, c=0.01, seed: int = 0, n_jobs: int | None = None) -> np.ndarray:
+def attribute_svms(
+    x_train: np.ndarray,
+    a_train: np.ndarray,
+    x_test: np.ndarray,
+    a_test: np.ndarray,
+    c=0.01,
+    seed: int = 0,
+    n_jobs: int | None = None,
+) -> np.ndarray:
     """Per-attribute test accuracy of a linear SVM (standardised features, LinearSVC(C)); (A,).
 
     The 40 SVMs are independent: ``n_jobs`` processes fit them (default: all cores).
@@ -438,7 +568,9 @@ def identity_holdout(groups: np.ndarray, fraction: float = 0.5, seed: int = 0) -
     return np.isin(groups, out)
 
 
-def attribute_svms_cv(x_train, a_train, x_test, a_test, test_groups: np.ndarray, cs, seed: int = 0, n_jobs: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def attribute_svms_cv(
+    x_train, a_train, x_test, a_test, test_groups: np.ndarray, cs, seed: int = 0, n_jobs: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-attribute test accuracy (A,) with C chosen by 2-fold cross-validation over the *test people*;
     also the chosen C, (A, 2) (for fold 1, fold 2).
 
@@ -451,7 +583,9 @@ def attribute_svms_cv(x_train, a_train, x_test, a_test, test_groups: np.ndarray,
     cs = sorted(float(c) for c in cs)
     xtr, xte = _standardise(x_train, x_test)
     n_a = a_train.shape[1]
-    hits = np.stack(_fit_many(xtr, a_train, xte, a_test, [(k, c) for k in range(n_a) for c in cs], seed, n_jobs)).reshape(n_a, len(cs), -1)
+    hits = np.stack(
+        _fit_many(xtr, a_train, xte, a_test, [(k, c) for k in range(n_a) for c in cs], seed, n_jobs)
+    ).reshape(n_a, len(cs), -1)
     if len(cs) == 1:
         return hits[:, 0].mean(1), np.full((n_a, 2), cs[0])
     fold = identity_holdout(test_groups, 0.5, seed)
@@ -477,7 +611,9 @@ def _fit_many(xtr, a_tr, xte, a_te, jobs, seed, n_jobs) -> list[np.ndarray]:
     from joblib import Parallel, delayed
 
     n_jobs = n_jobs or os.cpu_count() or 1
-    return Parallel(n_jobs=min(n_jobs, len(jobs)))(delayed(_one_svm)(xtr, a_tr[:, k], xte, a_te[:, k], c, seed) for k, c in jobs)
+    return Parallel(n_jobs=min(n_jobs, len(jobs)))(
+        delayed(_one_svm)(xtr, a_tr[:, k], xte, a_te[:, k], c, seed) for k, c in jobs
+    )
 
 
 def _one_svm(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray, c: float, seed: int) -> np.ndarray:
@@ -509,7 +645,6 @@ def pooled(s: torch.Tensor, grid: int = 1) -> np.ndarray:
     return F.adaptive_avg_pool2d(s.reshape(s.shape[0], s.shape[1], h, h), grid).flatten(1).numpy()
 
 
-
 def pooled_features(net: nn.Module, images: np.ndarray, idx_sets, grids, device) -> dict[int, tuple]:
     """{g: (features of each index set)}: block_1(x) = ``net.features`` pooled on each g × g grid in
     ``grids`` (:func:`pooled`), one forward pass per image, chunked: the full (N, C, h·w) maps are
@@ -525,6 +660,7 @@ def pooled_features(net: nn.Module, images: np.ndarray, idx_sets, grids, device)
     cuts = np.cumsum([n_ch * g * g for g in grids])[:-1]
     split = [np.split(o, cuts, axis=1) for o in outs]
     return {g: tuple(parts[i] for parts in split) for i, g in enumerate(grids)}
+
 
 # --- the run ---------------------------------------------------------------------------------
 
@@ -543,7 +679,9 @@ def _digest(*parts) -> str:
     return h.hexdigest()
 
 
-def attribute_evaluation(cfg: DeepFactoConfig, faces: FaceSet, svm_tr: np.ndarray, te: np.ndarray, s: tuple, z: tuple, raw: dict, log=print) -> tuple[list[dict], dict]:
+def attribute_evaluation(
+    cfg: DeepFactoConfig, faces: FaceSet, svm_tr: np.ndarray, te: np.ndarray, s: tuple, z: tuple, raw: dict, log=print
+) -> tuple[list[dict], dict]:
     """The attribute SVMs of a run: (per-attribute rows, summary fields).
 
     ``s`` = (S of the SVM training images, S of the test images), each (B, r, n); ``z`` the same for
@@ -562,7 +700,9 @@ def attribute_evaluation(cfg: DeepFactoConfig, faces: FaceSet, svm_tr: np.ndarra
             _SVM_MEMO[key] = attribute_svms_cv(*args)
         acc, chosen[name] = _SVM_MEMO[key]
         how = "same features as an earlier run: reused" if hit else f"{time.time() - t:.0f}s"
-        log(f"attribute SVMs on {name} ({f_tr.shape[1]} features): mean accuracy {acc.mean():.4f}, median C {np.median(chosen[name]):g} ({how})")
+        log(
+            f"attribute SVMs on {name} ({f_tr.shape[1]} features): mean accuracy {acc.mean():.4f}, median C {np.median(chosen[name]):g} ({how})"
+        )
         return acc
 
     acc_s, acc_raw = svm("deepfacto", pooled(s[0], g), pooled(s[1], g)), svm("raw_backbone", *raw[g])
@@ -570,7 +710,10 @@ def attribute_evaluation(cfg: DeepFactoConfig, faces: FaceSet, svm_tr: np.ndarra
     if g == 1:
         acc_s1, acc_raw1 = acc_s, acc_raw
     else:
-        acc_s1, acc_raw1 = svm("deepfacto_global", pooled(s[0], 1), pooled(s[1], 1)), svm("raw_backbone_global", *raw[1])
+        acc_s1, acc_raw1 = (
+            svm("deepfacto_global", pooled(s[0], 1), pooled(s[1], 1)),
+            svm("raw_backbone_global", *raw[1]),
+        )
     acc_ft = svm("finetuned_backbone_global", pooled(z[0], 1), pooled(z[1], 1))
     acc_maj = majority_baseline(a_tr, a_te)
     per_attr = [
@@ -596,7 +739,9 @@ def attribute_evaluation(cfg: DeepFactoConfig, faces: FaceSet, svm_tr: np.ndarra
         "finetuned_backbone_attribute_accuracy": float(acc_ft.mean()),  # global pooling
         "majority_attribute_accuracy": float(acc_maj.mean()),
     }
-    log(f"mean attribute accuracy: DeepFacto(r={cfg.rank}) {acc_s.mean():.4f} | raw backbone {acc_raw.mean():.4f} | majority {acc_maj.mean():.4f}")
+    log(
+        f"mean attribute accuracy: DeepFacto(r={cfg.rank}) {acc_s.mean():.4f} | raw backbone {acc_raw.mean():.4f} | majority {acc_maj.mean():.4f}"
+    )
     return per_attr, summary
 
 
@@ -632,7 +777,9 @@ def run_indices(cfg: DeepFactoConfig, faces: FaceSet, tr: np.ndarray, te: np.nda
     return df_idx, len(take), ev_tr, ev_te, pairs_tr, pairs_te, svm_tr
 
 
-def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, should_stop=None, on_progress=None, log=None) -> dict:
+def train_deepfacto(
+    cfg: DeepFactoConfig, run_dir, *, resume: bool = False, should_stop=None, on_progress=None, log=None
+) -> dict:
     """Train DeepFacto into ``run_dir`` (run-dir files as in the module docstring); returns the summary.
 
     After every iteration the whole loop state goes to ``state.pt`` (atomically); with
@@ -646,14 +793,31 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
     resume_from = None
     if resume:
         if not state_path.is_file():
-            raise ConfigError(f"--resume {str(run_dir)!r}: no {STATE_FILE} there (the run finished, or never completed an iteration)")
+            raise ConfigError(
+                f"--resume {str(run_dir)!r}: no {STATE_FILE} there (the run finished, or never completed an iteration)"
+            )
         resume_from = torch.load(state_path, map_location="cpu", weights_only=False)
         saved, now = resume_from["config"], cfg.to_dict()
         diff = sorted(k for k in saved if k != "warmup_iters" and saved.get(k) != now.get(k))  # the length may change
         if diff:
             raise ConfigError(f"--resume {str(run_dir)!r}: the config differs from the run's in {diff}")
-        check(cfg.iters > resume_from["iteration"], "epochs", cfg.iters, f"the run already did {resume_from['iteration']} iterations")
-    status = {"state": "running", "pid": os.getpid(), "started": time.time(), "updated": time.time(), "epoch": 0, "epochs": cfg.iters, "progress": 0.0, "error": None, "phase": "setup"}
+        check(
+            cfg.iters > resume_from["iteration"],
+            "epochs",
+            cfg.iters,
+            f"the run already did {resume_from['iteration']} iterations",
+        )
+    status = {
+        "state": "running",
+        "pid": os.getpid(),
+        "started": time.time(),
+        "updated": time.time(),
+        "epoch": 0,
+        "epochs": cfg.iters,
+        "progress": 0.0,
+        "error": None,
+        "phase": "setup",
+    }
     write_json(status_path, status)
     (run_dir / "config.json").write_text(json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
     if resume_from is None:
@@ -677,14 +841,20 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
         faces = load_lfwa(cfg.data_root, size=cfg.image_size, limit=cfg.data_limit, progress=log)
         tr, te = faces.split(cfg.seed, cfg.test_fraction)
         timings["load_s"] = time.time() - t
-        log(f"LFWA: {faces.n} labelled images, {len(faces.people)} people; train {len(tr)} / test {len(te)} images (identity-disjoint, seed {cfg.seed})")
+        log(
+            f"LFWA: {faces.n} labelled images, {len(faces.people)} people; train {len(tr)} / test {len(te)} images (identity-disjoint, seed {cfg.seed})"
+        )
         set_status(phase="backbone")
         backbone, bb_meta = get_backbone(cfg, faces, tr, device, log, should_stop)
-        torch.manual_seed(cfg.seed)  # the draws below must not depend on whether the backbone was trained here or cached
+        torch.manual_seed(
+            cfg.seed
+        )  # the draws below must not depend on whether the backbone was trained here or cached
         timings["backbone_train_s"] = bb_meta.get("trained_here_s", 0.0)
         save_backbone(run_dir / "backbone.pt", backbone, {k: v for k, v in bb_meta.items() if k != "source"})
         df_idx, n_people, ev_tr, ev_te, pairs_tr, pairs_te, svm_tr = run_indices(cfg, faces, tr, te)
-        log(f"Block-ADMM training set: {len(df_idx)} images of {n_people} people; verification check on {len(ev_tr)} + {len(ev_te)} faces")
+        log(
+            f"Block-ADMM training set: {len(df_idx)} images of {n_people} people; verification check on {len(ev_tr)} + {len(ev_te)} faces"
+        )
 
         # raw backbone baseline features and verification accuracy (before DeepFacto)
         set_status(phase="baseline features")
@@ -692,7 +862,12 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
         with torch.no_grad():
             # pooled now (both ways the SVMs use): the full maps would sit in memory through training
             raw = pooled_features(backbone, faces.images, (svm_tr, te), {1, cfg.svm_grid}, device)
-            bb_ver = verification_accuracy(embed_all(backbone, faces.images, ev_tr, device), pairs_tr, embed_all(backbone, faces.images, ev_te, device), pairs_te)
+            bb_ver = verification_accuracy(
+                embed_all(backbone, faces.images, ev_tr, device),
+                pairs_tr,
+                embed_all(backbone, faces.images, ev_te, device),
+                pairs_te,
+            )
         timings["baseline_features_s"] = time.time() - t
         log(f"backbone verification accuracy (test identities): {bb_ver:.4f}")
 
@@ -713,7 +888,11 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
             s_te = trainer.project(ev_features("te", ev_te))
             e_tr, e_te = trainer.embed(s_tr), trainer.embed(s_te)
             loss = float(triplet_loss(e_tr, torch.from_numpy(faces.identity[ev_tr]), cfg.margin))
-            return {"train_loss": loss, "test_accuracy": verification_accuracy(e_tr, pairs_tr, e_te, pairs_te), "test_s_sparsity": float((s_te == 0).float().mean())}
+            return {
+                "train_loss": loss,
+                "test_accuracy": verification_accuracy(e_tr, pairs_tr, e_te, pairs_te),
+                "test_s_sparsity": float((s_te == 0).float().mean()),
+            }
 
         def log_metrics(epoch: int, m: dict) -> dict:
             m = {"epoch": epoch, "wall_time_s": wall, **m, "time": time.time()}
@@ -740,7 +919,9 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
             }
         if start == 0:
             m0 = log_metrics(0, {**evaluate_iteration(), **init})
-            log(f"iter 0: verification {m0['test_accuracy']:.4f}, nmf residual {m0['nmf_residual']:.3f}, S sparsity {m0['s_sparsity']:.2f}")
+            log(
+                f"iter 0: verification {m0['test_accuracy']:.4f}, nmf residual {m0['nmf_residual']:.3f}, S sparsity {m0['s_sparsity']:.2f}"
+            )
         for it in range(start + 1, cfg.iters + 1):
             if should_stop and should_stop():
                 raise StopRun()
@@ -756,7 +937,10 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
                 f"iter {it} ({m['phase']}): verification {m['test_accuracy']:.4f}, triplet {m['train_loss']:.4f}, "
                 f"res [{', '.join(f'{r:.3f}' for r in m['residuals'])}], nmf residual {m['nmf_residual']:.3f}, S sparsity {m['s_sparsity']:.2f} ({wall:.0f}s)"
             )
-            atomic_torch_save({"config": cfg.to_dict(), "iteration": it, "wall_time_s": wall, "trainer": trainer.state_dict()}, state_path)
+            atomic_torch_save(
+                {"config": cfg.to_dict(), "iteration": it, "wall_time_s": wall, "trainer": trainer.state_dict()},
+                state_path,
+            )
         timings["deepfacto_train_s"] = wall
 
         # attribute evaluation on the test identities
@@ -764,14 +948,25 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
         t = time.time()
         s_svm_tr, z_svm_tr = trainer.scores(faces.images[svm_tr])
         s_svm_te, z_svm_te = trainer.scores(faces.images[te])
-        per_attr, svm_summary = attribute_evaluation(cfg, faces, svm_tr, te, (s_svm_tr, s_svm_te), (z_svm_tr, z_svm_te), raw, log)
+        per_attr, svm_summary = attribute_evaluation(
+            cfg, faces, svm_tr, te, (s_svm_tr, s_svm_te), (z_svm_tr, z_svm_te), raw, log
+        )
         timings["attribute_eval_s"] = time.time() - t
 
         # component statistics for heatmaps: 99th percentile and mean of each row of S on training faces
         s_flat = s_svm_tr.transpose(0, 1).reshape(cfg.rank, -1)
         scale = torch.quantile(s_flat[:, :: max(1, s_flat.shape[1] // 200_000)], 0.99, dim=1).numpy()
         order = np.argsort(-s_flat.mean(1).numpy())
-        save_inference(run_dir / "checkpoint.pt", cfg, trainer.backbone, trainer.fc, trainer.state.m, scale, order, trainer.state.iteration)
+        save_inference(
+            run_dir / "checkpoint.pt",
+            cfg,
+            trainer.backbone,
+            trainer.fc,
+            trainer.state.m,
+            scale,
+            order,
+            trainer.state.iteration,
+        )
 
         write_json(run_dir / "attributes.json", per_attr)
         last = read_metrics(run_dir)[-1]
@@ -802,7 +997,9 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
         }
         write_json(run_dir / "summary.json", summary)
         state_path.unlink(missing_ok=True)  # hundreds of MB; the finished run keeps checkpoint.pt
-        set_status(state="finished", phase="done", progress=1.0, epoch=cfg.iters, elapsed_s=time.time() - status["started"])
+        set_status(
+            state="finished", phase="done", progress=1.0, epoch=cfg.iters, elapsed_s=time.time() - status["started"]
+        )
         return summary
     except (StopRun, KeyboardInterrupt):
         summary = {"preset": PRESET, "status": "stopped", "rank": cfg.rank, "timings_s": timings}
@@ -818,7 +1015,9 @@ def train_deepfacto(cfg: DeepFactoConfig, run_dir, *, resume: bool = False, shou
 # --- inference model (heatmaps, dashboard) -----------------------------------------------------
 
 
-def save_inference(path, cfg: DeepFactoConfig, backbone: FaceBackbone, fc: nn.Module, m: torch.Tensor, scale, order, iteration: int = 0) -> None:
+def save_inference(
+    path, cfg: DeepFactoConfig, backbone: FaceBackbone, fc: nn.Module, m: torch.Tensor, scale, order, iteration: int = 0
+) -> None:
     """checkpoint.pt of a run: what inference and heatmaps need (backbone, M, FC, component scales/order)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -867,7 +1066,9 @@ class InferenceModel:
         import cv2
 
         size = self.cfg.image_size
-        x = np.stack([cv2.resize(im, (size, size), interpolation=cv2.INTER_AREA) if im.shape[0] != size else im for im in images])
+        x = np.stack(
+            [cv2.resize(im, (size, size), interpolation=cv2.INTER_AREA) if im.shape[0] != size else im for im in images]
+        )
         z = self.backbone.features(to_tensor(x))
         return nmf.project(self.m, z, tol=self.cfg.nnls_tol, max_iter=self.cfg.nnls_max_iter).numpy()
 
@@ -889,7 +1090,16 @@ def config_from_cli(a) -> DeepFactoConfig:
     if getattr(a, "config", None):
         d = json.loads(Path(a.config).read_text())
         kw.update(d.get("deepfacto", d))
-    for flag, key in (("rank", "rank"), ("seed", "seed"), ("device", "device"), ("data_root", "data_root"), ("backbone_weights", "backbone_weights"), ("epochs", "warmup_iters"), ("train_limit", "train_limit"), ("batch_size", "batch_size")):
+    for flag, key in (
+        ("rank", "rank"),
+        ("seed", "seed"),
+        ("device", "device"),
+        ("data_root", "data_root"),
+        ("backbone_weights", "backbone_weights"),
+        ("epochs", "warmup_iters"),
+        ("train_limit", "train_limit"),
+        ("batch_size", "batch_size"),
+    ):
         v = getattr(a, flag, None)
         if v is not None:
             kw[key] = v
@@ -922,13 +1132,20 @@ def cli_train(a) -> int:
             raise ConfigError(f"--resume {str(run_dir)!r}: no DeepFacto config.json there")
         cfg = DeepFactoConfig.from_dict(saved["deepfacto"])
         if a.epochs and a.epochs != cfg.iters:  # a new length moves the end of the warm-up phase
-            check(a.epochs > cfg.finetune_iters, "--epochs", a.epochs, f"must exceed the run's {cfg.finetune_iters} fine-tune iterations")
+            check(
+                a.epochs > cfg.finetune_iters,
+                "--epochs",
+                a.epochs,
+                f"must exceed the run's {cfg.finetune_iters} fine-tune iterations",
+            )
             cfg = cfg.replace(warmup_iters=a.epochs - cfg.finetune_iters)
     else:
         cfg = config_from_cli(a)
         run_dir = Path(a.out) if getattr(a, "out", None) else new_run_dir(cfg)
     print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
-    summary = train_deepfacto(cfg, run_dir, resume=bool(getattr(a, "resume", None)), should_stop=install_stop_handlers())
+    summary = train_deepfacto(
+        cfg, run_dir, resume=bool(getattr(a, "resume", None)), should_stop=install_stop_handlers()
+    )
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -938,8 +1155,10 @@ def new_run_dir(cfg: DeepFactoConfig, root=None) -> Path:
 
 
 def bench(argv=None) -> int:
-    """`python -m admm_core.deepfacto bench`: one run per rank, then the markdown table."""
-    p = argparse.ArgumentParser(prog="python -m admm_core.deepfacto bench", description="DeepFacto on LFWA for several ranks: attribute accuracy table")
+    """`admm deepfacto bench`: one run per rank, then the markdown table."""
+    p = argparse.ArgumentParser(
+        prog="admm deepfacto bench", description="DeepFacto on LFWA for several ranks: attribute accuracy table"
+    )
     p.add_argument("--ranks", default="4,32,256")
     p.add_argument("--out", default="bench_out/deepfacto", help="folder for the runs and table.md")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="any DeepFactoConfig field")
@@ -950,7 +1169,9 @@ def bench(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     for r in [int(v) for v in a.ranks.split(",") if v.strip()]:
-        ns = argparse.Namespace(rank=r, set=a.set, backbone_weights=a.backbone_weights, data_root=a.data_root, seed=a.seed)
+        ns = argparse.Namespace(
+            rank=r, set=a.set, backbone_weights=a.backbone_weights, data_root=a.data_root, seed=a.seed
+        )
         train_deepfacto(config_from_cli(ns), out / f"r{r}")
     # the table covers every finished run under --out (so ranks can be run separately: --ranks "")
     dirs = [d for d in out.glob("r*") if (read_json(d / "summary.json") or {}).get("status") == "finished"]
@@ -966,10 +1187,12 @@ def bench(argv=None) -> int:
 
 
 def bench_table(rows: list[dict]) -> str:
-    lines = [
-        "| r | DeepFacto (S, g×g) | raw backbone (Z, g×g) | DeepFacto (S, mean) | raw backbone (Z, mean) | fine-tuned backbone (Z, mean) | majority | paper DeepFacto | verification (test ids) | ‖Z_1 − MS‖/‖Z_1‖ | ‖block_1(X) − MS‖/‖block_1(X)‖ | S zeros | backbone train s | DeepFacto train s | eval s | SVM C |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    head = [
+        "r", "DeepFacto (S, g×g)", "raw backbone (Z, g×g)", "DeepFacto (S, mean)", "raw backbone (Z, mean)",
+        "fine-tuned backbone (Z, mean)", "majority", "paper DeepFacto", "verification (test ids)", "‖Z_1 − MS‖/‖Z_1‖",
+        "‖block_1(X) − MS‖/‖block_1(X)‖", "S zeros", "backbone train s", "DeepFacto train s", "eval s", "SVM C",
+    ]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     pct = lambda v: "—" if v is None else f"{100 * v:.1f}"  # noqa: E731  (runs from before svm_grid lack the mean columns)
     for s in rows:
         tm = s.get("timings_s", {})
@@ -977,16 +1200,27 @@ def bench_table(rows: list[dict]) -> str:
         rb = s.get("nmf_residual_backbone")
         cs = s.get("svm_c", [0.01])  # runs from before the C selection used 0.01
         c_txt = f"{cs[0]:g}" if len(cs) == 1 else f"chosen from {', '.join(f'{c:g}' for c in cs)}"
-        lines.append(
-            f"| {s['rank']} | {pct(s['mean_attribute_accuracy'])} (g={s.get('svm_grid', 1)}) | {pct(s['raw_backbone_attribute_accuracy'])} | {pct(s.get('mean_attribute_accuracy_global'))} | "
-            f"{pct(s.get('raw_backbone_attribute_accuracy_global'))} | {pct(s['finetuned_backbone_attribute_accuracy'])} | "
-            f"{100 * s['majority_attribute_accuracy']:.1f} | {paper if paper is not None else '—'} | {100 * s['test_accuracy']:.1f} | {s['nmf_residual']:.3f} | {'—' if rb is None else f'{rb:.3f}'} | {100 * s['s_sparsity']:.0f}% | "
-            f"{tm.get('backbone_train_s', 0):.0f} | {tm.get('deepfacto_train_s', 0):.0f} | {tm.get('attribute_eval_s', 0):.0f} | {c_txt} |"
-        )
+        cells = [
+            s["rank"], f"{pct(s['mean_attribute_accuracy'])} (g={s.get('svm_grid', 1)})",
+            pct(s["raw_backbone_attribute_accuracy"]), pct(s.get("mean_attribute_accuracy_global")),
+            pct(s.get("raw_backbone_attribute_accuracy_global")), pct(s["finetuned_backbone_attribute_accuracy"]),
+            f"{100 * s['majority_attribute_accuracy']:.1f}", "—" if paper is None else paper,
+            f"{100 * s['test_accuracy']:.1f}", f"{s['nmf_residual']:.3f}", "—" if rb is None else f"{rb:.3f}",
+            f"{100 * s['s_sparsity']:.0f}%", f"{tm.get('backbone_train_s', 0):.0f}",
+            f"{tm.get('deepfacto_train_s', 0):.0f}", f"{tm.get('attribute_eval_s', 0):.0f}", c_txt,
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n"
 
 
-EVAL_FIELDS = ("svm_c", "svm_grid", "svm_train_limit", "nnls_tol", "nnls_max_iter", "device")  # what `evaluate` may change
+EVAL_FIELDS = (
+    "svm_c",
+    "svm_grid",
+    "svm_train_limit",
+    "nnls_tol",
+    "nnls_max_iter",
+    "device",
+)  # what `evaluate` may change
 
 
 def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
@@ -1000,16 +1234,26 @@ def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
     run_dir = Path(run_dir)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     summary = read_json(run_dir / "summary.json") or {}
-    if summary.get("status") != "finished" or not (run_dir / "checkpoint.pt").is_file() or not (run_dir / "backbone.pt").is_file():
-        raise ConfigError(f"--run {str(run_dir)!r}: not a finished DeepFacto run (needs summary.json with status 'finished', checkpoint.pt and backbone.pt)")
+    if (
+        summary.get("status") != "finished"
+        or not (run_dir / "checkpoint.pt").is_file()
+        or not (run_dir / "backbone.pt").is_file()
+    ):
+        raise ConfigError(
+            f"--run {str(run_dir)!r}: not a finished DeepFacto run (needs summary.json with status 'finished', checkpoint.pt and backbone.pt)"
+        )
     overrides = dict(overrides or {})
     bad = sorted(set(overrides) - set(EVAL_FIELDS))
-    check(not bad, "--set", bad, f"evaluate may only change {list(EVAL_FIELDS)} (the rest would need a new training run)")
+    check(
+        not bad, "--set", bad, f"evaluate may only change {list(EVAL_FIELDS)} (the rest would need a new training run)"
+    )
     saved = read_json(run_dir / "config.json")
     cfg = DeepFactoConfig.from_dict({**saved["deepfacto"], **overrides})
     device = resolve_device(cfg.device)
     if len(cfg.svm_c) == 1:  # e.g. a run from before the C selection
-        log(f"SVM C = {cfg.svm_c[0]:g} (the run's setting); --set 'svm_c=[0.0001,0.001,0.01]' chooses it by cross-validation")
+        log(
+            f"SVM C = {cfg.svm_c[0]:g} (the run's setting); --set 'svm_c=[0.0001,0.001,0.01]' chooses it by cross-validation"
+        )
     t = time.time()
     faces = load_lfwa(cfg.data_root, size=cfg.image_size, limit=cfg.data_limit, progress=log)
     tr, te = faces.split(cfg.seed, cfg.test_fraction)
@@ -1023,7 +1267,12 @@ def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
             return embed_all(lambda x: net.features(x).flatten(2), faces.images, idx, device)
 
         def scores(z):
-            return torch.cat([nmf.nnls(m, z[i : i + 256].to(device), tol=cfg.nnls_tol, max_iter=cfg.nnls_max_iter).cpu() for i in range(0, len(z), 256)])
+            return torch.cat(
+                [
+                    nmf.nnls(m, z[i : i + 256].to(device), tol=cfg.nnls_tol, max_iter=cfg.nnls_max_iter).cpu()
+                    for i in range(0, len(z), 256)
+                ]
+            )
 
         raw = pooled_features(raw_bb, faces.images, (svm_tr, te), {1, cfg.svm_grid}, device)
         z_tr, z_te = feats(fine_bb, svm_tr), feats(fine_bb, te)
@@ -1032,22 +1281,34 @@ def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
     per_attr, svm_summary = attribute_evaluation(cfg, faces, svm_tr, te, (s_tr, s_te), (z_tr, z_te), raw, log)
     write_json(run_dir / "attributes.json", per_attr)
     timings = {**summary.get("timings_s", {}), "attribute_eval_s": time.time() - t}
-    summary = {**summary, **svm_summary, "timings_s": timings, "n_svm_train": int(len(svm_tr)), "evaluated": time.strftime("%Y-%m-%d %H:%M:%S")}
+    summary = {
+        **summary,
+        **svm_summary,
+        "timings_s": timings,
+        "n_svm_train": int(len(svm_tr)),
+        "evaluated": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     write_json(run_dir / "summary.json", summary)
     (run_dir / "config.json").write_text(json.dumps({**saved, "deepfacto": cfg.to_dict()}, indent=2, sort_keys=True))
     return summary
 
 
 def evaluate(argv=None) -> int:
-    """`python -m admm_core.deepfacto evaluate --run DIR [--set svm_c=...]`."""
-    p = argparse.ArgumentParser(prog="python -m admm_core.deepfacto evaluate", description="redo the attribute SVMs of finished DeepFacto runs (no training)")
+    """`admm deepfacto evaluate --run DIR [--set svm_c=...]`."""
+    p = argparse.ArgumentParser(
+        prog="admm deepfacto evaluate", description="redo the attribute SVMs of finished DeepFacto runs (no training)"
+    )
     p.add_argument("--run", action="append", required=True, help="a run folder (repeatable)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help=f"one of {list(EVAL_FIELDS)}")
     a = p.parse_args(argv)
     overrides = parse_sets(a.set)
     for r in a.run:
         s = evaluate_run(r, overrides)
-        print(f"{r}: mean attribute accuracy {100 * s['mean_attribute_accuracy']:.2f} (raw backbone {100 * s['raw_backbone_attribute_accuracy']:.2f}, majority {100 * s['majority_attribute_accuracy']:.2f})")
+        acc, raw, maj = (
+            100 * s[k]
+            for k in ("mean_attribute_accuracy", "raw_backbone_attribute_accuracy", "majority_attribute_accuracy")
+        )
+        print(f"{r}: mean attribute accuracy {acc:.2f} (raw backbone {raw:.2f}, majority {maj:.2f})")
     return 0
 
 
@@ -1062,24 +1323,6 @@ def test_faces(run_dir, n: int = 6, seed: int = 0) -> list[str]:
     return [str(fs.image_dir / fs.files[i]) for i in picks]
 
 
-def grid(argv=None) -> int:
-    """`python -m admm_core.deepfacto grid --run DIR --out PNG`: heatmaps over test faces of the run."""
-    p = argparse.ArgumentParser(prog="python -m admm_core.deepfacto grid", description="heatmap grid over faces of held-out identities")
-    p.add_argument("--run", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--faces", type=int, default=6)
-    p.add_argument("--components", help="e.g. 0,3,5 (default: the 6 most used)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--normalize", choices=["component", "image"], default="component")
-    a = p.parse_args(argv)
-    files = test_faces(a.run, a.faces, a.seed)
-    comps = [int(c) for c in a.components.split(",")] if a.components else None
-    nmf.write_png(a.out, nmf.heatmap_grid(a.run, files, comps, normalize=a.normalize))
-    print("\n".join(files))
-    print(f"wrote {a.out}")
-    return 0
-
-
 def attribute_table(run_dirs) -> str:
     """Per-attribute test accuracy (%) of each run's DeepFacto SVMs, beside raw backbone features and the majority class."""
     runs = [(read_json(Path(d) / "summary.json")["rank"], read_json(Path(d) / "attributes.json")) for d in run_dirs]
@@ -1092,29 +1335,7 @@ def attribute_table(run_dirs) -> str:
         vals = " | ".join(f"{100 * attrs[k]['deepfacto']:.1f}" for _, attrs in runs)
         lines.append(f"| {row['attribute']} | {vals} | {100 * row['raw_backbone']:.1f} | {100 * row['majority']:.1f} |")
     means = " | ".join(f"**{100 * np.mean([a['deepfacto'] for a in attrs]):.1f}**" for _, attrs in runs)
-    lines.append(f"| mean | {means} | {100 * np.mean([a['raw_backbone'] for a in first]):.1f} | {100 * np.mean([a['majority'] for a in first]):.1f} |")
+    lines.append(
+        f"| mean | {means} | {100 * np.mean([a['raw_backbone'] for a in first]):.1f} | {100 * np.mean([a['majority'] for a in first]):.1f} |"
+    )
     return "\n".join(lines) + "\n"
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        return _main(argv)
-    except ConfigError as e:  # bad input: one line naming the field and the value
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-def _main(argv: list) -> int:
-    if argv[:1] == ["bench"]:
-        return bench(argv[1:])
-    if argv[:1] == ["grid"]:
-        return grid(argv[1:])
-    if argv[:1] == ["evaluate"]:
-        return evaluate(argv[1:])
-    print("usage: python -m admm_core.deepfacto {bench [--ranks 4,32,256] [--out DIR] [--set NAME=VALUE ...] | evaluate --run DIR [--set svm_c=...] | grid --run DIR --out PNG}", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

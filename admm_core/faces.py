@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
-from .data import DataError, candidate_roots
-from .nmf import ImageError
+from .data import candidate_roots
+from .errors import DataError, ImageError
 
 LFW_IMAGES = Path("lfw") / "lfw-deepfunneled-160"
 LFWA_LABELS = Path("lfw") / "lfwa_att_40.csv"
@@ -142,7 +142,15 @@ def read_labels(labels: Path) -> tuple[list[str], list[str], np.ndarray]:
     return names, rows[0][1:], attrs
 
 
-def load_lfwa(root=None, size: int | None = 64, limit: int | None = None, image_dir=None, labels=None, cache: bool = True, progress=None) -> FaceSet:
+def load_lfwa(
+    root=None,
+    size: int | None = 64,
+    limit: int | None = None,
+    image_dir=None,
+    labels=None,
+    cache: bool = True,
+    progress=None,
+) -> FaceSet:
     """LFWA: every labelled image whose file exists, its identity and 40 attributes.
 
     ``size``: input size in pixels (square), or None to skip reading pixels (labels only).
@@ -201,17 +209,26 @@ class FaceBackbone(nn.Module):
         super().__init__()
         from torchvision.models.resnet import BasicBlock
 
-        self.arch = {"widths": list(widths), "out_channels": out_channels, "emb_dim": emb_dim, "in_channels": in_channels}
-        self.stem = nn.Sequential(nn.Conv2d(in_channels, widths[0], 3, 2, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True))
+        self.arch = {
+            "widths": list(widths),
+            "out_channels": out_channels,
+            "emb_dim": emb_dim,
+            "in_channels": in_channels,
+        }
+        self.stem = nn.Sequential(
+            nn.Conv2d(in_channels, widths[0], 3, 2, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True)
+        )
         stages, c_in = [], widths[0]
-        for i, (w, stride) in enumerate(zip(widths, (1, 2, 2, 1))):
+        for w, stride in zip(widths, (1, 2, 2, 1)):
             down = None
             if stride != 1 or c_in != w:
                 down = nn.Sequential(nn.Conv2d(c_in, w, 1, stride, bias=False), nn.BatchNorm2d(w))
             stages.append(nn.Sequential(BasicBlock(c_in, w, stride, down), BasicBlock(w, w)))
             c_in = w
         self.stages = nn.Sequential(*stages)
-        self.expand = nn.Sequential(nn.Conv2d(c_in, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True))
+        self.expand = nn.Sequential(
+            nn.Conv2d(c_in, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True)
+        )
         self.head = nn.Linear(out_channels, emb_dim)
         self.register_buffer("mean", torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1)[:, :in_channels])
         self.register_buffer("std", torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1)[:, :in_channels])
@@ -253,7 +270,9 @@ def load_backbone(path, map_location="cpu") -> tuple[FaceBackbone, dict]:
     try:
         net.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as e:
-        raise ValueError(f"--backbone-weights {path}: does not fit the face backbone ({str(e).splitlines()[0]})") from None
+        raise ValueError(
+            f"--backbone-weights {path}: does not fit the face backbone ({str(e).splitlines()[0]})"
+        ) from None
     return net, meta
 
 
@@ -285,7 +304,9 @@ def triplet_loss(emb: torch.Tensor, labels: torch.Tensor, margin: float = 0.2, r
     return loss.sum() if reduction == "sum" else loss.sum() / valid.sum().clamp(min=1)
 
 
-def identity_batches(identity: np.ndarray, rng: np.random.Generator, k: int = 4, batch_size: int = 128) -> list[np.ndarray]:
+def identity_batches(
+    identity: np.ndarray, rng: np.random.Generator, k: int = 4, batch_size: int = 128
+) -> list[np.ndarray]:
     """Positions 0..N−1 cut into batches of whole identity groups (2..k images of one person each).
 
     Every sample lands in exactly one batch (people with a single image form groups of one,
@@ -380,7 +401,7 @@ def train_backbone(
     id_scale: float = 16.0,
     widths=(16, 32, 64, 64),
     seed: int = 0,
-    device=torch.device("cpu"),
+    device: torch.device | str = "cpu",
     log=print,
     should_stop=None,
 ) -> tuple[FaceBackbone, list[dict]]:
@@ -395,6 +416,7 @@ def train_backbone(
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
+    device = torch.device(device)
     net = FaceBackbone(widths=tuple(widths)).to(device)
     ident = faces.identity[train_idx]
     counts = np.bincount(ident)
@@ -406,7 +428,9 @@ def train_backbone(
     params = list(net.parameters()) + (list(classifier.parameters()) if id_weight > 0 else [])
     opt = torch.optim.Adam(params, lr=lr, weight_decay=5e-4)
     n_batches = len(identity_batches(ident, np.random.default_rng(0), k, batch_size))
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(1, epochs * (n_batches + 2)), pct_start=0.15)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=lr, total_steps=max(1, epochs * (n_batches + 2)), pct_start=0.15
+    )
     history, t0 = [], time.time()
     for ep in range(1, epochs + 1):
         net.train()
@@ -431,3 +455,42 @@ def train_backbone(
         log(f"backbone epoch {ep}/{epochs}: loss {tot / max(nb, 1):.4f} ({time.time() - t0:.0f}s)")
     net.eval()
     return net, history
+
+
+def pack_faces(faces: FaceSet, out: Path, quality: int = 95) -> None:
+    """Labelled faces at one size in one file (JPEG bytes + offset table): carries LFW to a machine without it."""
+    import cv2
+
+    blobs = [
+        cv2.imencode(".jpg", img[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, quality])[1].ravel() for img in faces.images
+    ]
+    offsets = np.cumsum([0] + [len(b) for b in blobs])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(
+        out,
+        jpeg=np.concatenate(blobs),
+        offsets=offsets,
+        files=np.array(faces.files),
+        identity=faces.identity,
+        people=np.array(faces.people),
+        attributes=faces.attributes,
+        attribute_names=np.array(faces.attribute_names),
+    )
+
+
+def unpack_faces(path: Path) -> FaceSet:
+    """Read a :func:`pack_faces` file back."""
+    import cv2
+
+    d = np.load(path)
+    buf, off = d["jpeg"], d["offsets"]
+    imgs = np.stack([cv2.imdecode(buf[off[i] : off[i + 1]], cv2.IMREAD_COLOR)[:, :, ::-1] for i in range(len(off) - 1)])
+    return FaceSet(
+        list(d["files"]),
+        d["identity"],
+        list(d["people"]),
+        d["attributes"],
+        list(d["attribute_names"]),
+        np.ascontiguousarray(imgs),
+        path,
+    )

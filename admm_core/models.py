@@ -13,12 +13,16 @@ paper's vanishing-gradient experiment).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from .config import ConfigError, ModelConfig
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
 
 
 def mlp_layers(in_dim: int, hidden: tuple[int, ...], n_out: int) -> "OrderedDict[str, nn.Module]":

@@ -1,4 +1,4 @@
-"""NMF module of DeepFacto, batched non-negative projection, and heatmap tensors.
+"""NMF math of DeepFacto: the factorisation updates and the batched non-negative projection.
 
 DeepFacto (paper §DeepFacto) puts a non-negative factorisation between block t and t+1.
 Block t's output Z_t (N, C, H, W) is read as a C × (N·H·W) matrix (one column per pixel
@@ -27,20 +27,13 @@ batch (N, C, H·W) — the per-sample layout avoids copying activations into one
 (the math is identical: the columns are just grouped by sample). :func:`project` takes
 (N, C, H, W) activations and returns (N, r, H, W) scores.
 
-Heatmaps (paper supp. §Heat maps): row k of S for one image, reshaped to (H, W) and
-bilinearly upsampled (OpenCV) to the image, is the attention map of component k;
-:func:`heatmaps` / :func:`overlay` / :func:`heatmap_grid` serve the CLI and the dashboard.
+Pure tensor math: image reading and heatmap drawing live in :mod:`admm_core.heatmaps`.
 """
 
 from __future__ import annotations
 
 import math
-import os
-from functools import lru_cache
-from pathlib import Path
-from typing import Sequence
 
-import numpy as np
 import torch
 
 # --- tensors <-> the C × (N·H·W) matrix of the paper ----------------------------------------
@@ -97,7 +90,9 @@ def update_m(m: torch.Tensor, ss: torch.Tensor, zs: torch.Tensor, steps: int = 1
     return m
 
 
-def update_s(m: torch.Tensor, z: torch.Tensor, s: torch.Tensor, steps: int = 1, coupling=None, coupling_lip: float = 0.0) -> torch.Tensor:
+def update_s(
+    m: torch.Tensor, z: torch.Tensor, s: torch.Tensor, steps: int = 1, coupling=None, coupling_lip: float = 0.0
+) -> torch.Tensor:
     """S-step: ``steps`` projected gradient steps on ½‖Z − M S‖² + C(S) over S ≥ 0.
 
     ``coupling(s) -> ∇C(s)`` adds the next block's coupling term (DeepFacto: β/2‖Z_{t+1} −
@@ -119,7 +114,14 @@ def update_s(m: torch.Tensor, z: torch.Tensor, s: torch.Tensor, steps: int = 1, 
 
 
 @torch.no_grad()
-def nnls(m: torch.Tensor, z: torch.Tensor, s0: torch.Tensor | None = None, tol: float = 1e-5, max_iter: int = 2000, check_every: int = 10) -> torch.Tensor:
+def nnls(
+    m: torch.Tensor,
+    z: torch.Tensor,
+    s0: torch.Tensor | None = None,
+    tol: float = 1e-5,
+    max_iter: int = 2000,
+    check_every: int = 10,
+) -> torch.Tensor:
     """S = argmin_{S ≥ 0} ½‖Z − M S‖², every column at once (batched, on z's device).
 
     ``m`` (C, r), ``z`` (..., C, n) -> S (..., r, n). Accelerated projected gradient (FISTA,
@@ -190,157 +192,3 @@ def init_basis(z: torch.Tensor, r: int, gen: torch.Generator | None = None) -> t
     m = cols[pick].T.clone()  # (C, r)
     m = m + 0.01 * m.mean() * torch.rand(m.shape, generator=gen).to(m)
     return m.clamp(min=0.0)
-
-
-# --- heatmaps --------------------------------------------------------------------------------
-
-
-class ImageError(ValueError):
-    """An image file or array cannot be used; the message names the file."""
-
-
-def read_image(image, what: str = "image") -> np.ndarray:
-    """A path or an (H, W, 3) / (H, W) uint8 array -> (H, W, 3) uint8 RGB. Clear error otherwise."""
-    import cv2
-
-    if isinstance(image, (str, os.PathLike)):
-        path = Path(image)
-        if not path.is_file():
-            raise ImageError(f"cannot read image {str(path)!r}: no such file")
-        bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        if bgr is None:
-            raise ImageError(f"cannot read image {str(path)!r}: not an image file OpenCV can decode (JPEG, PNG, ...)")
-        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-    arr = np.asarray(image)
-    if arr.ndim == 2:
-        arr = np.repeat(arr[:, :, None], 3, axis=2)
-    if arr.ndim != 3 or arr.shape[2] not in (3, 4) or arr.shape[0] < 8 or arr.shape[1] < 8:
-        raise ImageError(f"{what}: expected an (H, W, 3) RGB array, got shape {arr.shape}")
-    if arr.dtype != np.uint8:
-        if np.issubdtype(arr.dtype, np.floating) and arr.size and float(np.nanmax(arr)) <= 1.0:
-            arr = arr * 255.0
-        arr = np.clip(np.nan_to_num(arr), 0, 255).astype(np.uint8)
-    return np.ascontiguousarray(arr[:, :, :3])
-
-
-def upsample(score_map: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """(h, w) score map -> (H, W) by bilinear interpolation (OpenCV). ``size`` is (H, W)."""
-    import cv2
-
-    return cv2.resize(np.ascontiguousarray(score_map, dtype=np.float32), (int(size[1]), int(size[0])), interpolation=cv2.INTER_LINEAR)
-
-
-def overlay(image, heatmap: np.ndarray, alpha: float = 0.5, colormap: int | None = None) -> np.ndarray:
-    """Blend a heatmap (H, W) in [0, 1] as a colour map (JET) over an RGB image; returns (H, W, 3) uint8.
-
-    A heatmap of another size is bilinearly resized to the image.
-    """
-    import cv2
-
-    img = read_image(image)
-    h = np.asarray(heatmap, dtype=np.float32)
-    if h.shape != img.shape[:2]:
-        h = upsample(h, img.shape[:2])
-    h8 = (np.clip(h, 0.0, 1.0) * 255).astype(np.uint8)
-    colour = cv2.cvtColor(cv2.applyColorMap(h8, cv2.COLORMAP_JET if colormap is None else colormap), cv2.COLOR_BGR2RGB)
-    a = float(np.clip(alpha, 0.0, 1.0))
-    return (img.astype(np.float32) * (1 - a) + colour.astype(np.float32) * a).round().clip(0, 255).astype(np.uint8)
-
-
-@lru_cache(maxsize=4)
-def _load_model(run_dir: str, mtime: float):
-    from .deepfacto import load_inference_model
-
-    return load_inference_model(run_dir)
-
-
-def load_model(run_dir):
-    """The run's inference model (backbone + M + component scales), cached per checkpoint file."""
-    path = Path(run_dir) / "checkpoint.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no DeepFacto checkpoint in this run directory (is it a finished lfwa-deepfacto run?)")
-    return _load_model(str(Path(run_dir).resolve()), path.stat().st_mtime)
-
-
-def score_maps(run_dir, image) -> tuple[np.ndarray, np.ndarray]:
-    """(S of one image as (r, h, w) float32, the image as the model saw it cropped: (H, W, 3) uint8)."""
-    model = load_model(run_dir)
-    img = model.crop(read_image(image))
-    s = model.scores(img[None])[0]  # (r, h, w)
-    return s, img
-
-
-def heatmaps(run_dir, image, components: Sequence[int] | None = None, normalize: str = "component") -> list[np.ndarray]:
-    """Heatmaps of a DeepFacto run for one image — the dashboard's entry point.
-
-    ``run_dir``: a finished ``lfwa-deepfacto`` run directory (holds checkpoint.pt).
-    ``image``: a path, or an (H, W, 3) uint8 RGB array (a 250×250 LFW original is centre-
-    cropped to its 160×160 face crop; other sizes are centre-cropped to a square).
-    ``components``: indices into the r rows of S (default: all r, in index order).
-    ``normalize``: "component" divides row k by its 99th percentile over the training faces
-    (maps are comparable across images; a component that is off stays dark), "image" by
-    the row's maximum on this image.
-
-    Returns one (H, W) float32 array in [0, 1] per component, H × W being the cropped image's
-    size (160×160 for LFW), i.e. the size :func:`overlay` blends it onto; the cropped image
-    itself is ``crop_image(run_dir, image)``.
-    """
-    model = load_model(run_dir)
-    s, img = score_maps(run_dir, image)
-    r = s.shape[0]
-    comps = list(range(r)) if components is None else [int(k) for k in components]
-    for k in comps:
-        if not 0 <= k < r:
-            raise ValueError(f"components: {k} is out of range (this run has rank r = {r})")
-    out = []
-    for k in comps:
-        if normalize == "image":
-            den = float(s[k].max())
-        elif normalize == "component":
-            den = float(model.scale[k])
-        else:
-            raise ValueError(f"normalize = {normalize!r}: choose 'component' or 'image'")
-        hm = upsample(s[k] / den if den > 0 else np.zeros_like(s[k]), img.shape[:2])
-        out.append(np.clip(hm, 0.0, 1.0).astype(np.float32))
-    return out
-
-
-def crop_image(run_dir, image) -> np.ndarray:
-    """The (H, W, 3) uint8 face crop the heatmaps of :func:`heatmaps` refer to."""
-    return load_model(run_dir).crop(read_image(image))
-
-
-def default_components(run_dir, k: int = 6) -> list[int]:
-    """The k components with the largest mean score over the training faces (most used first)."""
-    return [int(i) for i in load_model(run_dir).order[:k]]
-
-
-def heatmap_grid(run_dir, images: Sequence, components: Sequence[int] | None = None, alpha: float = 0.5, normalize: str = "component", labels: bool = True) -> np.ndarray:
-    """A grid (uint8 RGB): one row per image — the face crop, then one overlay per component."""
-    import cv2
-
-    comps = list(components) if components is not None else default_components(run_dir)
-    rows = []
-    for im in images:
-        img = crop_image(run_dir, im)
-        maps = heatmaps(run_dir, im, comps, normalize=normalize)
-        tiles = [img] + [overlay(img, h, alpha) for h in maps]
-        rows.append(np.concatenate(tiles, axis=1))
-    grid = np.concatenate(rows, axis=0)
-    if labels:
-        th = 22
-        tile_w = rows[0].shape[1] // (len(comps) + 1)
-        head = np.full((th, grid.shape[1], 3), 255, np.uint8)
-        for j, k in enumerate(["image"] + [f"S[{c}]" for c in comps]):
-            cv2.putText(head, k, (j * tile_w + 6, 16), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
-        grid = np.concatenate([head, grid], axis=0)
-    return grid
-
-
-def write_png(path, rgb: np.ndarray) -> None:
-    import cv2
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, 9]):
-        raise OSError(f"could not write {path}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from .config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from .errors import ConfigError
 
 # Shared Block-ADMM settings for the MNIST MLPs: paper β = 1, 3 primal steps, Adam on Θ;
 # plain gradient step on Z with ζ = 0.5 (tuned: Adam on Z does not learn, README).
@@ -37,7 +38,10 @@ PRESETS: dict[str, dict] = {
             # baselines: several outer iterations per epoch on this 1.3k-sample set (tuned so 3 epochs learn)
             "admm-closed": {"iters_per_epoch": 3},
             "taylor": {"iters_per_epoch": 5},
-            "dladmm": {"rho": 1e-2, "iters_per_epoch": 3},  # tuned: at the paper's ρ = 1e-6 it needs ~100 iterations here
+            "dladmm": {
+                "rho": 1e-2,
+                "iters_per_epoch": 3,
+            },  # tuned: at the paper's ρ = 1e-6 it needs ~100 iterations here
             "bcd": {"iters_per_epoch": 5},
             "gotmare": {**_MNIST_BLOCK, "iters_per_epoch": 3},
         },
@@ -69,7 +73,11 @@ PRESETS: dict[str, dict] = {
             "online-admm": _MNIST_ONLINE,
             **_MNIST_BACKPROP,
             # the paper's baselines, at their papers' settings (README, "Baselines")
-            "admm-closed": {"beta": 10.0, "gamma": 10.0, "weight_decay": 5e-5},  # paper §MNIST: β = γ = 10, λ = 5e-5, U(0, 1e-4)
+            "admm-closed": {
+                "beta": 10.0,
+                "gamma": 10.0,
+                "weight_decay": 5e-5,
+            },  # paper §MNIST: β = γ = 10, λ = 5e-5, U(0, 1e-4)
             "taylor": {"beta": 10.0, "gamma": 10.0},  # paper §MNIST settings for this baseline
             "dladmm": {"rho": 1e-6},  # dlADMM's code: ρ from 1e-6, ×10 on three rising losses
             "bcd": {"gamma": 1.0, "rho": 1.0, "alpha": 5.0},  # Zeng et al.'s MNIST code
@@ -82,7 +90,13 @@ PRESETS: dict[str, dict] = {
         "model": ModelConfig("mlp", (128,) * 9),
         "train": TrainConfig(epochs=50, batch_size=64, loss="mse"),
         "train_overrides": _MNIST_TRAIN,
-        "method_params": {"block-admm": _MNIST_BLOCK, "online-admm": _MNIST_ONLINE, **_MNIST_BACKPROP, "bcd": {"gamma": 1.0, "rho": 1.0, "alpha": 5.0}, "gotmare": _MNIST_BLOCK},
+        "method_params": {
+            "block-admm": _MNIST_BLOCK,
+            "online-admm": _MNIST_ONLINE,
+            **_MNIST_BACKPROP,
+            "bcd": {"gamma": 1.0, "rho": 1.0, "alpha": 5.0},
+            "gotmare": _MNIST_BLOCK,
+        },
     },
     "mnist-deep20": {
         "help": "paper §vanishing gradient: 20 fully connected layers (width 128), MSE, one block per layer",
@@ -90,7 +104,13 @@ PRESETS: dict[str, dict] = {
         "model": ModelConfig("mlp", (128,) * 19),
         "train": TrainConfig(epochs=50, batch_size=64, loss="mse"),
         "train_overrides": _MNIST_TRAIN,
-        "method_params": {"block-admm": _MNIST_BLOCK, "online-admm": _MNIST_ONLINE, **_MNIST_BACKPROP, "bcd": {"gamma": 1.0, "rho": 1.0, "alpha": 5.0}, "gotmare": _MNIST_BLOCK},
+        "method_params": {
+            "block-admm": _MNIST_BLOCK,
+            "online-admm": _MNIST_ONLINE,
+            **_MNIST_BACKPROP,
+            "bcd": {"gamma": 1.0, "rho": 1.0, "alpha": 5.0},
+            "gotmare": _MNIST_BLOCK,
+        },
     },
     "fmnist-mlp-ce": {
         "help": "paper supp.: Fashion-MNIST, 784-1000-1000-10, cross-entropy, batch 128, β = 1, 3 primal steps",
@@ -98,7 +118,13 @@ PRESETS: dict[str, dict] = {
         "model": ModelConfig("mlp", (1000, 1000)),
         # Z, U of block-admm: 920 MiB (on an H200 an epoch trains in 1.6 s; evaluation + this checkpoint took 1.7 s more)
         "train": TrainConfig(epochs=200, batch_size=128, loss="ce", checkpoint_every=5),
-        "method_params": {"block-admm": {**_MNIST_BLOCK, "z_lr": 0.3}, "online-admm": {"lr": 1e-3, "z_lr": 0.3}, **_MNIST_BACKPROP, "gotmare": {**_MNIST_BLOCK, "z_lr": 0.3}, "dladmm": {"rho": 1e-6}},
+        "method_params": {
+            "block-admm": {**_MNIST_BLOCK, "z_lr": 0.3},
+            "online-admm": {"lr": 1e-3, "z_lr": 0.3},
+            **_MNIST_BACKPROP,
+            "gotmare": {**_MNIST_BLOCK, "z_lr": 0.3},
+            "dladmm": {"rho": 1e-6},
+        },
     },
     "cifar10-resnet18": {
         "help": "paper supp.: CIFAR-10, ResNet-18, T = 2 (split after conv3_x), Adam η = 5e-3, ζ = 0.5, β = 1",
@@ -106,11 +132,25 @@ PRESETS: dict[str, dict] = {
         "model": ModelConfig("resnet18", split=("conv3_x",)),
         "train": TrainConfig(epochs=100, batch_size=128, loss="ce", checkpoint_every=5),  # Z, U after conv3_x: ≈ 13 GB
         "method_params": {
-            "block-admm": {"lr": 5e-3, "z_lr": 0.5, "beta": 1.0, "primal_steps": 1, "iters_per_epoch": 4, "chunk_size": 1024},
+            "block-admm": {
+                "lr": 5e-3,
+                "z_lr": 0.5,
+                "beta": 1.0,
+                "primal_steps": 1,
+                "iters_per_epoch": 4,
+                "chunk_size": 1024,
+            },
             "online-admm": {"lr": 5e-3, "z_lr": 0.5},
             "sgd": {"lr": 5e-2, "momentum": 0.9},
             "adam": {"lr": 1e-3},
-            "gotmare": {"lr": 5e-3, "z_lr": 0.5, "beta": 1.0, "primal_steps": 1, "iters_per_epoch": 4, "chunk_size": 1024},  # paper supp.: Gotmare et al.'s T = 2 split
+            "gotmare": {
+                "lr": 5e-3,
+                "z_lr": 0.5,
+                "beta": 1.0,
+                "primal_steps": 1,
+                "iters_per_epoch": 4,
+                "chunk_size": 1024,
+            },  # paper supp.: Gotmare et al.'s T = 2 split
         },
     },
 }
@@ -118,7 +158,6 @@ PRESETS: dict[str, dict] = {
 
 def preset_config(name: str, method: str = "block-admm") -> RunConfig:
     """RunConfig of preset ``name`` for ``method`` (the preset's tuned settings for it, if any)."""
-    from .config import ConfigError
 
     if name not in PRESETS:
         raise ConfigError(f"preset = {name!r}: unknown preset; choose from {sorted(PRESETS)}")
@@ -138,4 +177,3 @@ def preset_config(name: str, method: str = "block-admm") -> RunConfig:
 OTHER_PRESETS = {
     "lfwa-deepfacto": "paper §LFWA: face backbone + NMF (rank --rank 4|32|256) + triplet FC, attribute SVMs (admm_core.deepfacto)",
 }
-

@@ -17,9 +17,9 @@ import os
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -142,7 +142,10 @@ def atomic_torch_save(obj, path: Path) -> None:
 
 
 def save_checkpoint(path: Path, sess: Session, epoch: int, wall: float) -> None:
-    atomic_torch_save({"epoch": epoch, "wall_time_s": wall, "net": sess.net.state_dict(), "method_state": sess.state.state_dict()}, path)
+    atomic_torch_save(
+        {"epoch": epoch, "wall_time_s": wall, "net": sess.net.state_dict(), "method_state": sess.state.state_dict()},
+        path,
+    )
 
 
 def load_checkpoint(path: Path, sess: Session) -> tuple[int, float]:
@@ -197,7 +200,16 @@ def train(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     status_path, metrics_path, ckpt_path = run_dir / "status.json", run_dir / "metrics.jsonl", run_dir / "checkpoint.pt"
-    status = {"state": "running", "pid": os.getpid(), "started": time.time(), "updated": time.time(), "epoch": 0, "epochs": cfg.train.epochs, "progress": 0.0, "error": None}
+    status = {
+        "state": "running",
+        "pid": os.getpid(),
+        "started": time.time(),
+        "updated": time.time(),
+        "epoch": 0,
+        "epochs": cfg.train.epochs,
+        "progress": 0.0,
+        "error": None,
+    }
     write_json(status_path, status)
     last_status_write = [0.0]
 
@@ -315,5 +327,13 @@ def list_runs(root: Path | None = None) -> list[dict]:
     for d in sorted(root.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True):
         if not (d / "config.json").exists() and not (d / "status.json").exists():
             continue
-        out.append({"dir": d, "name": d.name, "config": read_json(d / "config.json", {}), "status": run_status(d), "summary": read_json(d / "summary.json")})
+        out.append(
+            {
+                "dir": d,
+                "name": d.name,
+                "config": read_json(d / "config.json", {}),
+                "status": run_status(d),
+                "summary": read_json(d / "summary.json"),
+            }
+        )
     return out

@@ -7,17 +7,9 @@ Heatmaps (DeepFacto NMF score maps over faces), Runs (status, config, delete, do
 Runs live in $ADMM_RUNS (default ./runs); data sets come from $ADMM_DATA.
 """
 
-import sys
-from pathlib import Path
+import streamlit as st
 
-APP_DIR = Path(__file__).resolve().parent
-for p in (str(APP_DIR), str(APP_DIR.parent)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-import streamlit as st  # noqa: E402
-
-from dashboard import workers  # noqa: E402
+from app.dashboard import workers
 
 st.set_page_config(page_title="Block-ADMM workbench", page_icon=":material/view_column:", layout="wide")
 

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import workers
+from app.dashboard import workers
 
-STATE_COLOURS = {"running": "green", "starting": "orange", "finished": "blue", "stopped": "gray", "crashed": "red", "unknown": "gray"}
+STATE_COLOURS = {
+    "running": "green",
+    "starting": "orange",
+    "finished": "blue",
+    "stopped": "gray",
+    "crashed": "red",
+    "unknown": "gray",
+}
 
 
 def runs_root():

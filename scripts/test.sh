@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up (first time only) and run the whole test suite: unit/oracle tests, the dashboard
-# (AppTest + a real headless Chromium) and every teaching notebook in small mode.
+# Set up (first time only) and run the whole check: ruff (format and lint), unit/oracle tests,
+# the dashboard (AppTest + a real headless Chromium) and every teaching notebook in small mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,6 +10,8 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
     || echo "[test] chromium could not be installed; the browser test will skip"
 fi
+echo "[test] ruff (format and lint)"
+.venv/bin/ruff format --check --quiet . && .venv/bin/ruff check --quiet .
 export ADMM_DATA=${ADMM_DATA:-$(cd .. && pwd)/shared/data}
 export ADMM_SMALL=1   # notebooks run in small mode
 exec .venv/bin/python -m pytest -q --nbmake tests notebooks "$@"

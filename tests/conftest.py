@@ -1,8 +1,6 @@
 import os
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("ADMM_DATA", str(ROOT.parent / "shared" / "data"))
 os.environ.setdefault("ADMM_RUNS", "/tmp/admm-test-runs")

@@ -18,19 +18,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from streamlit.testing.v1 import AppTest
+
+from admm_core.config import RunConfig
+from admm_core.presets import PRESETS, preset_config
+from admm_core.runs import read_json, train, write_json
+from app.dashboard import faces
+from app.dashboard import form as F
+from app.dashboard import workers as W
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app"
-sys.path.insert(0, str(APP))
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-from admm_core.config import RunConfig  # noqa: E402
-from admm_core.presets import PRESETS, preset_config  # noqa: E402
-from admm_core.runs import read_json, train, write_json  # noqa: E402
-from dashboard import faces  # noqa: E402
-from dashboard import form as F  # noqa: E402
-from dashboard import workers as W  # noqa: E402
 
 TIMEOUT = 60
 
@@ -96,6 +94,7 @@ def widget(at, kind, key):
 
 # --- pure helpers ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_form_round_trip_reproduces_every_preset(preset):
     """config -> form -> URL -> form -> config gives back the preset's config (split made explicit)."""
@@ -142,6 +141,7 @@ def test_block_diagram_follows_the_split():
 
 
 # --- Train page ---------------------------------------------------------------------------------
+
 
 def test_train_page_opens_on_digits_and_mirrors_the_url(env_runs):
     at = app().run()
@@ -190,8 +190,14 @@ def test_train_widgets_map_to_the_config(env_runs, monkeypatch):
     assert q["method"] == "online-admm" and q["hidden"] == "64,32,16" and q["split"] == "fc2" and q["m.beta"] == "2,0.5"
     cfg = _start_and_capture(at, monkeypatch)
     expected = preset_config("digits-mlp", "online-admm").replace(
-        model__hidden=(64, 32, 16), model__split=("fc2",), train__epochs=7, train__seed=3, train__loss="ce",
-        train__device="cpu", data__train_limit=500, method_params={"lr": 1e-3, "z_lr": 0.5, "beta": [2.0, 0.5], "dual": "damped"},
+        model__hidden=(64, 32, 16),
+        model__split=("fc2",),
+        train__epochs=7,
+        train__seed=3,
+        train__loss="ce",
+        train__device="cpu",
+        data__train_limit=500,
+        method_params={"lr": 1e-3, "z_lr": 0.5, "beta": [2.0, 0.5], "dual": "damped"},
     )
     assert same_config(cfg, expected)
     assert cfg.build_method().beta == (2.0, 0.5)
@@ -219,7 +225,17 @@ def test_train_bad_values_show_messages_not_tracebacks(env_runs):
 
 
 def test_train_form_from_a_shared_url(env_runs):
-    at = app({"preset": "digits-mlp", "method": "sgd", "epochs": "9", "hidden": "32", "split": "-", "m.lr": "0.02", "m.momentum": "0.5"}).run()
+    at = app(
+        {
+            "preset": "digits-mlp",
+            "method": "sgd",
+            "epochs": "9",
+            "hidden": "32",
+            "split": "-",
+            "m.lr": "0.02",
+            "m.momentum": "0.5",
+        }
+    ).run()
     no_exceptions(at)
     assert widget(at, "selectbox", "f.method").value == "sgd"
     assert widget(at, "number_input", "f.epochs").value == 9
@@ -242,6 +258,7 @@ def test_preset_and_method_menus_fill_the_form(env_runs):
 
 
 # --- Runs page ------------------------------------------------------------------------------------
+
 
 def test_runs_page_reads_real_run_dirs(env_runs):
     at = app().run()
@@ -303,6 +320,7 @@ def test_runs_page_loads_a_config_into_the_train_form(env_runs):
 
 # --- Compare page ---------------------------------------------------------------------------------
 
+
 def test_compare_page_table_and_csv(env_runs):
     at = app().run()
     at.switch_page("views/compare.py").run()
@@ -325,13 +343,20 @@ def test_compare_rows_carry_the_paper_figures(runs_root):
     cfg = json.loads((runs_root / "r1-digits-block-admm" / "config.json").read_text())
     from admm_core.bench import PAPER
     from admm_core.runs import read_metrics
-    from dashboard.charts import run_row
+    from app.dashboard.charts import run_row
 
-    row = run_row("x", {**cfg, "preset": "mnist-mlp-mse"}, {"state": "finished"}, read_metrics(runs_root / "r1-digits-block-admm"), PAPER)
+    row = run_row(
+        "x",
+        {**cfg, "preset": "mnist-mlp-mse"},
+        {"state": "finished"},
+        read_metrics(runs_root / "r1-digits-block-admm"),
+        PAPER,
+    )
     assert row["paper test %"] == 97.61 and row["epochs"] == 2 and row["Δ vs paper"] is not None
 
 
 # --- Heatmaps page ---------------------------------------------------------------------------------
+
 
 def _png(arr: np.ndarray) -> bytes:
     from PIL import Image
@@ -351,7 +376,9 @@ def test_heatmaps_page_without_deepfacto_runs(env_runs):
 def test_heatmaps_page_lists_deepfacto_runs_and_checks_uploads(tmp_path, monkeypatch):
     root = tmp_path / "runs"
     (root / "df1").mkdir(parents=True)
-    (root / "df1" / "config.json").write_text(json.dumps({"method": "block-admm", "preset": "lfwa-deepfacto", "deepfacto": {"rank": 4}}))
+    (root / "df1" / "config.json").write_text(
+        json.dumps({"method": "block-admm", "preset": "lfwa-deepfacto", "deepfacto": {"rank": 4}})
+    )
     (root / "plain").mkdir()
     (root / "plain" / "config.json").write_text(tiny().to_json())
     monkeypatch.setenv("ADMM_RUNS", str(root))
@@ -361,7 +388,9 @@ def test_heatmaps_page_lists_deepfacto_runs_and_checks_uploads(tmp_path, monkeyp
     assert [o.split(" · ")[0] for o in widget(at, "selectbox", "hm_run").options] == ["df1"]
     # an LFW face is shown; this stub run has no checkpoint, which the page says (no traceback)
     warnings = " ".join(w.value for w in at.warning)
-    assert "no usable DeepFacto model" in warnings or "nmf.heatmaps" in warnings or "LFW is not under" in warnings, warnings
+    assert "no usable DeepFacto model" in warnings or "nmf.heatmaps" in warnings or "LFW is not under" in warnings, (
+        warnings
+    )
     widget(at, "radio", "hm_source").set_value("Upload a photo").run()
     widget(at, "file_uploader", "hm_upload").set_value(("notes.txt", b"hello, not an image", "text/plain")).run()
     no_exceptions(at)
@@ -406,6 +435,7 @@ def test_overlay_figure_draws_each_component():
 
 # --- workers: real processes --------------------------------------------------------------------------
 
+
 def _wait(pred, timeout=60.0):
     t0 = time.time()
     while time.time() - t0 < timeout:
@@ -438,10 +468,23 @@ def test_worker_runs_at_lower_priority_and_stops(tmp_path):
 
 
 def test_chart_helpers():
-    from dashboard import charts as C
+    from app.dashboard import charts as C
 
-    ms = [{"epoch": e, "wall_time_s": 2.0 * e, "train_accuracy": 0.5, "test_accuracy": 0.4, "train_loss": 1.0, "test_loss": 1.1,
-           "residuals": [0.1, 0.2], "dual_norms": [1.0, 2.0], "betas": [1.0, 1.0], "time": 0.0} for e in range(4)]
+    ms = [
+        {
+            "epoch": e,
+            "wall_time_s": 2.0 * e,
+            "train_accuracy": 0.5,
+            "test_accuracy": 0.4,
+            "train_loss": 1.0,
+            "test_loss": 1.1,
+            "residuals": [0.1, 0.2],
+            "dual_norms": [1.0, 2.0],
+            "betas": [1.0, 1.0],
+            "time": 0.0,
+        }
+        for e in range(4)
+    ]
     assert C.seconds_per_epoch(ms) == ([1, 2, 3], [2.0, 2.0, 2.0])
     figs = C.live_figures(ms)
     assert [len(figs["residuals"].data), len(figs["accuracy"].data)] == [2, 2]

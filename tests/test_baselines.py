@@ -42,6 +42,7 @@ def test_registry_holds_every_baseline():
 
 # --- closed-form oracles -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("ridge", [0.0, 0.3])
 def test_w_update_equals_lstsq_and_normal_equations(ridge):
     g = torch.Generator().manual_seed(1)
@@ -65,7 +66,10 @@ def test_admm_closed_w_update_is_the_ridge_least_squares_of_alg3():
     lins = mlp_linears(sess.net, m.name)
     x = sess.batch.x.reshape(sess.batch.n, -1)
     m.sweep(lins, st, x, sess.batch)  # give U a non-zero value first
-    a_prev, target = st.vars["a"][-1].cpu(), (st.vars["z"][-1] + st.vars["u"][-1]).cpu()  # the reference runs on the CPU
+    a_prev, target = (
+        st.vars["a"][-1].cpu(),
+        (st.vars["z"][-1] + st.vars["u"][-1]).cpu(),
+    )  # the reference runs on the CPU
     m.sweep(lins, st, x, sess.batch)
     a1 = torch.cat([a_prev, torch.ones(len(a_prev), 1)], 1).double()
     reg = torch.diag(torch.tensor([2 * m.weight_decay / m.beta] * 16 + [0.0], dtype=torch.float64))
@@ -115,6 +119,7 @@ def test_dladmm_backtracking_equals_the_papers_doubling_loop():
 
 
 # --- monotonicity ---------------------------------------------------------------------------
+
 
 def test_admm_closed_lagrangian_never_rises_in_the_primal_updates():
     """Each primal update of Alg. 3 is an exact block minimiser of the augmented Lagrangian, so
@@ -188,6 +193,7 @@ def test_bcd_objective_never_rises():
 
 # --- gotmare == block-admm with U ≡ 0 -------------------------------------------------------
 
+
 def test_gotmare_equals_block_admm_with_duals_frozen_at_zero():
     cfg = digits_cfg("gotmare", n=400)
     got = build(cfg)
@@ -200,7 +206,12 @@ def test_gotmare_equals_block_admm_with_duals_frozen_at_zero():
         phases = bm.iters_per_epoch * bm.primal_steps
         for i in range(phases):
             bm.z_sweep(ref.net, ref.state, ref.batch, with_dual=False)
-            bm.theta_steps(ref.net, ref.state, ref.batch, batches[round(i * len(batches) / phases) : round((i + 1) * len(batches) / phases)])
+            bm.theta_steps(
+                ref.net,
+                ref.state,
+                ref.batch,
+                batches[round(i * len(batches) / phases) : round((i + 1) * len(batches) / phases)],
+            )
     assert all(float(u.abs().max()) == 0.0 for u in got.state.u)
     for z1, z2 in zip(got.state.z, ref.state.z):
         assert torch.equal(z1, z2)
@@ -212,6 +223,7 @@ def test_gotmare_equals_block_admm_with_duals_frozen_at_zero():
 
 
 # --- engine integration ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("method", BASELINES)
 def test_baseline_learns_on_digits_through_the_engine(method, tmp_path):
@@ -234,7 +246,9 @@ def test_lifted_resume_is_exact(method, tmp_path):
     train(cfg.replace(train__epochs=2), tmp_path / "part")
     resumed = train(cfg, tmp_path / "part", resume=True)
     a, b = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "part")
-    assert [(m["train_loss"], m["residuals"], m["dual_norms"]) for m in a] == [(m["train_loss"], m["residuals"], m["dual_norms"]) for m in b]
+    assert [(m["train_loss"], m["residuals"], m["dual_norms"]) for m in a] == [
+        (m["train_loss"], m["residuals"], m["dual_norms"]) for m in b
+    ]
     assert resumed["test_accuracy"] == full["test_accuracy"]
 
 
@@ -266,8 +280,25 @@ def test_singular_solves_are_regularised_and_counted():
 def test_cli_trains_a_baseline(tmp_path):
     out = tmp_path / "run"
     r = subprocess.run(
-        [sys.executable, "-m", "admm_core", "train", "--preset", "digits-mlp", "--method", "bcd", "--epochs", "2", "--out", str(out), "--quiet"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "admm_core",
+            "train",
+            "--preset",
+            "digits-mlp",
+            "--method",
+            "bcd",
+            "--epochs",
+            "2",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["method"] == "bcd"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,15 +13,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _plot_module():
-    spec = importlib.util.spec_from_file_location("plot_bench", ROOT / "scripts" / "plot_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from admm_core import plots
+
+    return plots
 
 
 def test_epochs_for_sets_each_methods_length(tmp_path, capsys):
     out = tmp_path / "b"
-    rc = bench.main(["--preset", "digits-mlp", "--methods", "adam,bcd", "--epochs", "1", "--epochs-for", "bcd=2", "--out", str(out)])
+    rc = bench.main(
+        ["--preset", "digits-mlp", "--methods", "adam,bcd", "--epochs", "1", "--epochs-for", "bcd=2", "--out", str(out)]
+    )
     assert rc == 0
     epochs = {m: json.loads((out / f"digits-mlp-{m}" / "summary.json").read_text())["epochs"] for m in ("adam", "bcd")}
     assert epochs == {"adam": 1, "bcd": 2}

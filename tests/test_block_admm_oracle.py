@@ -67,7 +67,11 @@ def reference_iteration(W, Z, U, x, y, beta, z_lr, lr):
         return delta.T @ inp, delta.sum(0)
 
     new_W = []
-    for inp, Zt, Ut, (Wt, bt), act in ((x, Z1n, U1, W[0], True), (Z1n, Z2n, U2, W[1], True), (Z2n, Z3n, U3, W[2], False)):
+    for inp, Zt, Ut, (Wt, bt), act in (
+        (x, Z1n, U1, W[0], True),
+        (Z1n, Z2n, U2, W[1], True),
+        (Z2n, Z3n, U3, W[2], False),
+    ):
         gW, gb = grads(inp, Zt, Ut, Wt, bt, act)
         new_W.append((Wt - lr * gW, bt - lr * gb))
 
@@ -82,7 +86,20 @@ def reference_iteration(W, Z, U, x, y, beta, z_lr, lr):
 def test_one_iteration_matches_hand_written_equations():
     net, x, y = tiny_problem()
     beta, z_lr, lr = 0.7, 0.3, 0.05
-    method = make_method("block-admm", dict(lr=lr, theta_optimizer="sgd", z_lr=z_lr, beta=beta, primal_steps=1, iters_per_epoch=1, u_init="uniform", u_init_scale=0.5, chunk_size=10))
+    method = make_method(
+        "block-admm",
+        dict(
+            lr=lr,
+            theta_optimizer="sgd",
+            z_lr=z_lr,
+            beta=beta,
+            primal_steps=1,
+            iters_per_epoch=1,
+            u_init="uniform",
+            u_init_scale=0.5,
+            chunk_size=10,
+        ),
+    )
     batch = TrainBatch(x, y, mse_sum, batch_size=N)  # one minibatch = the whole set
     state = method.init_state(net, batch, torch.Generator().manual_seed(1))
     # move away from the forward-pass init so every term is non-trivial
@@ -124,7 +141,9 @@ def test_folded_dual_step_equals_separate_dual_steps():
     # explicit Alg. 1 order: (sweep, Θ) × k, then dual, per iteration
     batches = minibatches(batch.n, batch.batch_size, state_b.gen)
     phases = params["iters_per_epoch"] * params["primal_steps"]
-    per_phase = [batches[round(i * len(batches) / phases) : round((i + 1) * len(batches) / phases)] for i in range(phases)]
+    per_phase = [
+        batches[round(i * len(batches) / phases) : round((i + 1) * len(batches) / phases)] for i in range(phases)
+    ]
     for it in range(params["iters_per_epoch"]):
         for p in range(params["primal_steps"]):
             method.z_sweep(net_b, state_b, batch)

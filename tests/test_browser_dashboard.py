@@ -25,12 +25,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "app"))
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+CHROMIUM = (
+    os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
+)
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM} (apt-get install -y chromium)")
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM} (apt-get install -y chromium)"
+)
 
 PLOTS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(d => ({
     title: (d.layout && d.layout.title && (d.layout.title.text || d.layout.title)) || '',
@@ -57,10 +69,10 @@ def _wait(pred, timeout, every=0.1):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The dashboard on 127.0.0.1:<free port> with its own runs folder; stopped afterwards."""
+    import torch
+
     from admm_core.presets import preset_config
     from admm_core.runs import train
-
-    import torch
 
     root = tmp_path_factory.mktemp("browser-runs")
     # small finished runs of three methods for the Compare page (made the CLI's / a notebook's way)
@@ -72,9 +84,25 @@ def server(tmp_path_factory):
     torch.set_num_threads(threads)
     port = _free_port()
     env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.address", "127.0.0.1",
-           "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none", "--global.developmentMode", "false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app" / "main.py"),
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+        "--global.developmentMode",
+        "false",
+    ]
     log = open(root / "server.log", "wb")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -90,7 +118,7 @@ def server(tmp_path_factory):
         pytest.fail("streamlit did not start:\n" + (root / "server.log").read_text())
     yield url, root
     # stop every worker we started, then the server (its whole process group)
-    from dashboard import workers as W
+    from app.dashboard import workers as W
 
     for d in root.iterdir():
         if d.is_dir():
@@ -123,7 +151,7 @@ def _plot(page, prefix: str, run: str | None = None) -> dict | None:
 
 def test_train_watch_stop_in_chromium(server, browser):
     from admm_core.runs import read_metrics
-    from dashboard import workers as W
+    from app.dashboard import workers as W
 
     url, root = server
     before = {d.name for d in root.iterdir()}
@@ -163,11 +191,21 @@ def test_train_watch_stop_in_chromium(server, browser):
     metrics = read_metrics(run_dir)
     # the first points land while the page is still loading the worker's first output: skip index 0
     lat = [seen_at[i] - metrics[i]["time"] for i in sorted(seen_at) if i > 0 and i < len(metrics)]
-    res = _wait(lambda: (lambda p: p if p and min(p["n"] or [0]) >= 2 else None)(_plot(page, "Primal residual", run_dir.name)), 20)
+    res = _wait(
+        lambda: (lambda p: p if p and min(p["n"] or [0]) >= 2 else None)(_plot(page, "Primal residual", run_dir.name)),
+        20,
+    )
     assert res is not None, (_plots(page), len(read_metrics(run_dir)))
     assert len(res["n"]) == 3 and min(res["n"]) >= 2, res  # one trace per block
     # the live fragment redraws its charts every refresh: look again until both are on the page
-    both = _wait(lambda: _plot(page, "Dual norm", run_dir.name) is not None and _plot(page, "Penalty", run_dir.name) is not None or None, 20)
+    both = _wait(
+        lambda: (
+            _plot(page, "Dual norm", run_dir.name) is not None
+            and _plot(page, "Penalty", run_dir.name) is not None
+            or None
+        ),
+        20,
+    )
     assert both, [p["title"] for p in _plots(page)]
     assert _wait(lambda: page.get_by_text("ETA").count() >= 1, 20)
     (ROOT / "assets").mkdir(exist_ok=True)

@@ -5,7 +5,6 @@ import os
 import tarfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image

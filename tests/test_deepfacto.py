@@ -14,7 +14,9 @@ from admm_core.faces import FaceBackbone, identity_batches, identity_split, trip
 
 DATA = Path(os.environ.get("ADMM_DATA", "")) / "lfw"
 HAVE_LFW = (DATA / "lfw-deepfunneled-160").is_dir() and (DATA / "lfwa_att_40.csv").is_file()
-needs_lfw = pytest.mark.skipif(not HAVE_LFW, reason=f"LFW/LFWA not found under {DATA} (set ADMM_DATA to the folder holding lfw/)")
+needs_lfw = pytest.mark.skipif(
+    not HAVE_LFW, reason=f"LFW/LFWA not found under {DATA} (set ADMM_DATA to the folder holding lfw/)"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -116,7 +118,10 @@ def test_attribute_svms_and_majority():
     maj = majority_baseline(a[:150], a[150:])
     assert maj[1] == 1.0 and 0.3 < maj[0] < 0.7
     # the SVMs run in parallel processes: same numbers as one process, in attribute order
-    assert np.array_equal(attribute_svms(x[:150], a[:150], x[150:], a[150:], n_jobs=2), attribute_svms(x[:150], a[:150], x[150:], a[150:], n_jobs=1))
+    assert np.array_equal(
+        attribute_svms(x[:150], a[:150], x[150:], a[150:], n_jobs=2),
+        attribute_svms(x[:150], a[:150], x[150:], a[150:], n_jobs=1),
+    )
 
 
 def test_svm_c_cross_validation_over_test_people():
@@ -129,7 +134,9 @@ def test_svm_c_cross_validation_over_test_people():
 
     rng = np.random.default_rng(1)
     x = rng.normal(size=(260, 40))
-    a = np.stack([x[:, 0] + 0.8 * rng.normal(size=260) > 0, x[:, 1] + x[:, 2] > 0.5, np.ones(260, bool)], 1).astype(np.uint8)
+    a = np.stack([x[:, 0] + 0.8 * rng.normal(size=260) > 0, x[:, 1] + x[:, 2] > 0.5, np.ones(260, bool)], 1).astype(
+        np.uint8
+    )
     x_tr, a_tr, x_te, a_te = x[:160], a[:160], x[160:], a[160:]
     groups = np.repeat(np.arange(25), 4)  # 25 test people, 4 images each
     fold = identity_holdout(groups, 0.5, seed=0)
@@ -139,7 +146,13 @@ def test_svm_c_cross_validation_over_test_people():
     sc = StandardScaler().fit(x_tr)
     sc.scale_ = np.maximum(sc.scale_, 1e-2 * np.median(sc.scale_))
     for k in range(2):
-        hit = [LinearSVC(C=c, max_iter=3000, random_state=0).fit(sc.transform(x_tr), a_tr[:, k]).predict(sc.transform(x_te)) == a_te[:, k] for c in cs]
+        hit = [
+            LinearSVC(C=c, max_iter=3000, random_state=0)
+            .fit(sc.transform(x_tr), a_tr[:, k])
+            .predict(sc.transform(x_te))
+            == a_te[:, k]
+            for c in cs
+        ]
         c1, c2 = int(np.argmax([h[~fold].mean() for h in hit])), int(np.argmax([h[fold].mean() for h in hit]))
         assert tuple(chosen[k]) == (cs[c1], cs[c2])
         assert acc[k] == pytest.approx((hit[c1][fold].sum() + hit[c2][~fold].sum()) / len(a_te))
@@ -162,7 +175,11 @@ def test_runs_sharing_a_backbone_fit_its_svms_once(monkeypatch):
     monkeypatch.setattr(df, "_SVM_MEMO", {})
     rng = np.random.default_rng(0)
     n_tr, n_te = 60, 40
-    faces = SimpleNamespace(attributes=(rng.random((n_tr + n_te, 2)) > 0.5).astype(np.uint8), identity=np.repeat(np.arange(25), 4), attribute_names=["a", "b"])
+    faces = SimpleNamespace(
+        attributes=(rng.random((n_tr + n_te, 2)) > 0.5).astype(np.uint8),
+        identity=np.repeat(np.arange(25), 4),
+        attribute_names=["a", "b"],
+    )
     tr, te = np.arange(n_tr), np.arange(n_tr, n_tr + n_te)
     cfg = DeepFactoConfig(svm_grid=1, svm_c=(0.01, 0.1))
     raw = {1: (rng.normal(size=(n_tr, 7)), rng.normal(size=(n_te, 7)))}
@@ -192,7 +209,9 @@ def test_pooled_grid_matches_hand_windows():
     got = pooled(s, 3)
     m = s.reshape(2, 3, 8, 8).numpy()
     win = [(0, 3), (2, 6), (5, 8)]
-    want = np.stack([[m[b, k, r0:r1, c0:c1].mean() for k in range(3) for r0, r1 in win for c0, c1 in win] for b in range(2)])
+    want = np.stack(
+        [[m[b, k, r0:r1, c0:c1].mean() for k in range(3) for r0, r1 in win for c0, c1 in win] for b in range(2)]
+    )
     assert got.shape == (2, 27) and np.allclose(got, want, atol=1e-6)
     assert np.allclose(pooled(s, 1), s.mean(2).numpy())
 
@@ -211,7 +230,9 @@ def test_pooled_features_match_pooling_each_grid_separately():
     a, b = np.array([0, 2, 3, 6]), np.array([1, 5])
     with torch.no_grad():
         got = pooled_features(net, imgs, (a, b), {3, 1}, torch.device("cpu"))
-        full = [embed_all(lambda x: net.features(x).flatten(2), imgs, idx, torch.device("cpu"), chunk=3) for idx in (a, b)]
+        full = [
+            embed_all(lambda x: net.features(x).flatten(2), imgs, idx, torch.device("cpu"), chunk=3) for idx in (a, b)
+        ]
     assert sorted(got) == [1, 3]
     for g in (1, 3):
         for mine, ref in zip(got[g], full):
@@ -257,7 +278,16 @@ def test_smoke_run_through_the_cli(tmp_path):
     from admm_core.runs import read_json, read_metrics
 
     run = tmp_path / "run"
-    sets = ["data_limit=160", "image_size=32", "backbone_epochs=1", "finetune_iters=1", "train_limit=48", "eval_images=30", "svm_train_limit=80", "batch_size=32"]
+    sets = [
+        "data_limit=160",
+        "image_size=32",
+        "backbone_epochs=1",
+        "finetune_iters=1",
+        "train_limit=48",
+        "eval_images=30",
+        "svm_train_limit=80",
+        "batch_size=32",
+    ]
     argv = ["train", "--preset", "lfwa-deepfacto", "--rank", "4", "--epochs", "2", "--out", str(run), "--device", "cpu"]
     for s in sets:
         argv += ["--set", s]
@@ -268,7 +298,15 @@ def test_smoke_run_through_the_cli(tmp_path):
     ms = read_metrics(run)
     assert [m["epoch"] for m in ms] == [0, 1, 2, 3]
     for m in ms:
-        assert {"epoch", "train_loss", "test_accuracy", "residuals", "wall_time_s", "nmf_residual", "s_sparsity"} <= set(m)
+        assert {
+            "epoch",
+            "train_loss",
+            "test_accuracy",
+            "residuals",
+            "wall_time_s",
+            "nmf_residual",
+            "s_sparsity",
+        } <= set(m)
     summ = read_json(run / "summary.json")
     assert 0 <= summ["mean_attribute_accuracy"] <= 1 and summ["rank"] == 4
     assert len(read_json(run / "attributes.json")) == 40
@@ -278,13 +316,22 @@ def test_smoke_run_through_the_cli(tmp_path):
     # `evaluate` rebuilds the same features from the run's files: the same accuracies
     from admm_core.deepfacto import main as df_main
 
-    assert summ["svm_c"] == list(DeepFactoConfig().svm_c) and all(set(r["svm_c"]) >= {"deepfacto", "raw_backbone"} for r in read_json(run / "attributes.json"))
+    assert summ["svm_c"] == list(DeepFactoConfig().svm_c) and all(
+        set(r["svm_c"]) >= {"deepfacto", "raw_backbone"} for r in read_json(run / "attributes.json")
+    )
     assert df_main(["evaluate", "--run", str(run)]) == 0
     again = read_json(run / "summary.json")
-    for k in ("mean_attribute_accuracy", "raw_backbone_attribute_accuracy", "mean_attribute_accuracy_global", "finetuned_backbone_attribute_accuracy"):
+    for k in (
+        "mean_attribute_accuracy",
+        "raw_backbone_attribute_accuracy",
+        "mean_attribute_accuracy_global",
+        "finetuned_backbone_attribute_accuracy",
+    ):
         assert again[k] == pytest.approx(summ[k], abs=1e-9), k
     assert df_main(["evaluate", "--run", str(run), "--set", "svm_c=0.05"]) == 0
-    assert read_json(run / "summary.json")["svm_c"] == [0.05] and all(r["svm_c"]["deepfacto"] == [0.05, 0.05] for r in read_json(run / "attributes.json"))
+    assert read_json(run / "summary.json")["svm_c"] == [0.05] and all(
+        r["svm_c"]["deepfacto"] == [0.05, 0.05] for r in read_json(run / "attributes.json")
+    )
     assert json.loads((run / "config.json").read_text())["deepfacto"]["svm_c"] == [0.05]
     assert df_main(["evaluate", "--run", str(run), "--set", "rank=8"]) == 2  # training fields need a new run
     assert df_main(["evaluate", "--run", str(tmp_path / "nope")]) == 2
@@ -298,8 +345,19 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path):
     from admm_core.deepfacto import STATE_FILE, DeepFactoConfig, train_deepfacto
     from admm_core.runs import read_json, read_metrics
 
-    cfg = DeepFactoConfig(rank=4, data_limit=160, image_size=32, backbone_epochs=1, warmup_iters=2, finetune_iters=1, train_limit=48,
-                          eval_images=30, svm_train_limit=80, batch_size=32, device="cpu")
+    cfg = DeepFactoConfig(
+        rank=4,
+        data_limit=160,
+        image_size=32,
+        backbone_epochs=1,
+        warmup_iters=2,
+        finetune_iters=1,
+        train_limit=48,
+        eval_images=30,
+        svm_train_limit=80,
+        batch_size=32,
+        device="cpu",
+    )
     whole = train_deepfacto(cfg, tmp_path / "whole", log=lambda m: None)
     part = tmp_path / "part"
     stopped = train_deepfacto(cfg, part, should_stop=lambda: len(read_metrics(part)) >= 2, log=lambda m: None)
@@ -327,8 +385,15 @@ def _synthetic_faces(n_people=6, per=6, size=32, seed=0, noise=20.0):
     imgs = np.repeat(np.repeat(base, size // 4, 1), size // 4, 2)[ident]
     imgs = np.clip(imgs + rng.normal(0, noise, imgs.shape), 0, 255).astype(np.uint8)
     attrs = (rng.random((len(ident), 40)) < 0.3).astype(np.uint8)
-    return FaceSet(files=[f"p{k}/{i}.jpg" for i, k in enumerate(ident)], identity=ident, people=[f"p{i}" for i in range(n_people)],
-                   attributes=attrs, attribute_names=[f"a{k}" for k in range(40)], images=imgs, image_dir=Path("."))
+    return FaceSet(
+        files=[f"p{k}/{i}.jpg" for i, k in enumerate(ident)],
+        identity=ident,
+        people=[f"p{i}" for i in range(n_people)],
+        attributes=attrs,
+        attribute_names=[f"a{k}" for k in range(40)],
+        images=imgs,
+        image_dir=Path("."),
+    )
 
 
 def test_backbone_training_pulls_same_person_together():
@@ -348,7 +413,9 @@ def test_backbone_training_pulls_same_person_together():
 
     ratios = {}
     for w in (0.0, 1.0):
-        net, hist = train_backbone(fs, np.arange(len(ident)), epochs=6, lr=3e-3, batch_size=12, id_weight=w, log=lambda m: None)
+        net, hist = train_backbone(
+            fs, np.arange(len(ident)), epochs=6, lr=3e-3, batch_size=12, id_weight=w, log=lambda m: None
+        )
         assert hist[-1]["loss"] < hist[0]["loss"]
         ratios[w] = ratio(net)
     assert ratios[1.0] < 0.5 and ratios[1.0] < ratios[0.0]
@@ -375,21 +442,22 @@ def test_backbone_width_reaches_the_network_and_the_cache_name(tmp_path):
 
 def test_backbone_study_pack_round_trip(tmp_path):
     """The face pack that carries LFW to a GPU machine: labels exact, pixels within JPEG-95 error."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("backbone_study", Path(__file__).resolve().parents[1] / "scripts" / "backbone_study.py")
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
     import cv2
+
+    from admm_core.faces import pack_faces, unpack_faces
 
     fs = _synthetic_faces(noise=0.0)
     # smooth images (JPEG drops pixel noise and sharp colour edges; real 64 px faces: mean error 2.0 / 255)
-    fs.images = np.stack([cv2.resize(np.ascontiguousarray(im[::8, ::8]), (32, 32), interpolation=cv2.INTER_LINEAR) for im in fs.images])
-    study.pack(fs, tmp_path / "p.npz")
-    back = study.unpack(tmp_path / "p.npz")
+    fs.images = np.stack(
+        [cv2.resize(np.ascontiguousarray(im[::8, ::8]), (32, 32), interpolation=cv2.INTER_LINEAR) for im in fs.images]
+    )
+    pack_faces(fs, tmp_path / "p.npz")
+    back = unpack_faces(tmp_path / "p.npz")
     assert back.files == fs.files and back.people == fs.people and back.attribute_names == fs.attribute_names
     assert np.array_equal(back.identity, fs.identity) and np.array_equal(back.attributes, fs.attributes)
     assert back.images.shape == fs.images.shape and back.images.dtype == np.uint8
     err = np.abs(back.images.astype(int) - fs.images.astype(int)).mean()
     assert err < 4, err
-    assert np.abs(back.images.astype(int) - fs.images[::-1].astype(int)).mean() > 10 * max(err, 1)  # order kept, not a mix-up
+    assert np.abs(back.images.astype(int) - fs.images[::-1].astype(int)).mean() > 10 * max(
+        err, 1
+    )  # order kept, not a mix-up

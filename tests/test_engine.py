@@ -84,6 +84,7 @@ def test_online_literal_dual_only_grows_and_additive_is_default():
 
 # --- validation ---------------------------------------------------------------------------
 
+
 def test_split_past_last_layer_is_rejected_with_its_name():
     with pytest.raises(ConfigError, match="fc9"):
         build_blocknet(ModelConfig("mlp", (8, 8), split=("fc1", "fc9")), (4,), 3)
@@ -141,6 +142,7 @@ def test_per_block_beta_length_is_checked_against_t():
 
 # --- round-trips and resume --------------------------------------------------------------
 
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_config_json_round_trip(preset, method):
@@ -184,7 +186,16 @@ def test_run_directory_contract(tmp_path):
         assert key in summary
     assert 0 <= summary["test_accuracy"] <= 1 and summary["epochs"] == 2
     for m in read_metrics(tmp_path):
-        for key in ("epoch", "train_loss", "test_accuracy", "residuals", "wall_time_s", "dual_norms", "betas", "state_bytes"):
+        for key in (
+            "epoch",
+            "train_loss",
+            "test_accuracy",
+            "residuals",
+            "wall_time_s",
+            "dual_norms",
+            "betas",
+            "state_bytes",
+        ):
             assert key in m
         assert len(m["residuals"]) == 3
     assert read_json(tmp_path / "status.json")["state"] == "finished"
@@ -194,20 +205,61 @@ def test_run_directory_contract(tmp_path):
 def test_cli_train_and_bad_split(tmp_path):
     out = tmp_path / "run"
     r = subprocess.run(
-        [sys.executable, "-m", "admm_core", "train", "--preset", "digits-mlp", "--method", "block-admm", "--epochs", "1", "--out", str(out), "--quiet", "--beta", "1,1,2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "admm_core",
+            "train",
+            "--preset",
+            "digits-mlp",
+            "--method",
+            "block-admm",
+            "--epochs",
+            "1",
+            "--out",
+            str(out),
+            "--quiet",
+            "--beta",
+            "1,1,2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["epochs"] == 1
     assert read_metrics(out)[-1]["betas"] == [1.0, 1.0, 2.0]
-    r = subprocess.run([sys.executable, "-m", "admm_core", "train", "--preset", "digits-mlp", "--split", "fc1,fc7", "--out", str(tmp_path / "bad")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "admm_core",
+            "train",
+            "--preset",
+            "digits-mlp",
+            "--split",
+            "fc1,fc7",
+            "--out",
+            str(tmp_path / "bad"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2
     assert "fc7" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, "-m", "admm_core", "presets"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "admm_core", "presets"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0 and all(p in r.stdout for p in PRESETS)
 
 
 def test_engine_does_not_import_ui_libraries():
-    code = "import sys, admm_core.cli, admm_core.runs, admm_core.methods; bad = [m for m in ('streamlit', 'plotly', 'matplotlib') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+    code = (
+        "import sys, admm_core.cli, admm_core.runs, admm_core.methods; "
+        "bad = [m for m in ('streamlit', 'plotly', 'matplotlib') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -10,7 +10,9 @@ from admm_core import nmf
 def _problem(c=12, r=4, n=40, seed=0, noise=0.05):
     g = torch.Generator().manual_seed(seed)
     m_true = torch.rand(c, r, generator=g, dtype=torch.float64)
-    s_true = torch.rand(r, n, generator=g, dtype=torch.float64) * (torch.rand(r, n, generator=g, dtype=torch.float64) > 0.5)
+    s_true = torch.rand(r, n, generator=g, dtype=torch.float64) * (
+        torch.rand(r, n, generator=g, dtype=torch.float64) > 0.5
+    )
     z = (m_true @ s_true + noise * torch.rand(c, n, generator=g, dtype=torch.float64)).clamp(min=0)
     return z, g
 
@@ -172,7 +174,9 @@ def test_heatmap_grid_and_cli(tiny_run, tmp_path):
     grid = nmf.heatmap_grid(tiny_run, files, components=[0, 2])
     assert grid.shape == (22 + 2 * 160, 3 * 160, 3)
     out = tmp_path / "grid.png"
-    assert main(["heatmaps", "--run", str(tiny_run), "--image", *files, "--out", str(out), "--components", "0,1,2"]) == 0
+    assert (
+        main(["heatmaps", "--run", str(tiny_run), "--image", *files, "--out", str(out), "--components", "0,1,2"]) == 0
+    )
     assert cv2.imread(str(out)).shape == (22 + 2 * 160, 4 * 160, 3)
 
 
@@ -197,8 +201,10 @@ def test_engine_stays_free_of_ui_imports():
     import subprocess
     import sys
 
-    code = ("import sys, admm_core.deepfacto, admm_core.faces, admm_core.nmf; "
-            "bad = [m for m in ('streamlit', 'matplotlib.pyplot', 'plotly') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    code = (
+        "import sys, admm_core.deepfacto, admm_core.faces, admm_core.nmf; "
+        "bad = [m for m in ('streamlit', 'matplotlib.pyplot', 'plotly') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+    )
     root = __import__("pathlib").Path(__file__).resolve().parent.parent
     r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr

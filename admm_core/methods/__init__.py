@@ -5,7 +5,7 @@ Adding a method is one module with a settings dataclass (see :mod:`.base`) and o
 
 from __future__ import annotations
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .admm_closed import ADMMClosed
 from .backprop import SGD, Adam
 from .bcd import BCD

@@ -69,7 +69,11 @@ class ADMMClosed(LiftedMethod):
     beta: float = setting(10.0, "β: penalty of the linear constraints Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (paper: 10)")
     gamma: float = setting(10.0, "γ: penalty of the activation constraints A_ℓ = relu(Z_ℓ) (paper: 10)")
     weight_decay: float = setting(5e-5, "λ: weight decay λ‖W‖² (paper: 5e-5)", positive=False)
-    init: str = setting("uniform", "initial W, b: U(0, init_scale) as in the paper, or the network's own init", choices=("uniform", "net"))
+    init: str = setting(
+        "uniform",
+        "initial W, b: U(0, init_scale) as in the paper, or the network's own init",
+        choices=("uniform", "net"),
+    )
     init_scale: float = setting(1e-4, "upper end of the uniform init (paper: 1e-4)")
     iters_per_epoch: int = setting(1, "outer iterations (full sweeps) per epoch")
     solve_eps: float = setting(1e-7, "relative jitter added to every linear solve (× mean diagonal)", positive=False)
@@ -104,10 +108,15 @@ class ADMMClosed(LiftedMethod):
             # A-update: argmin P_{ℓ+1} + Q_ℓ (uses the old Z_{ℓ+1}, U_{ℓ+1})
             w_next, b_next = read_weights(lins[l + 1])
             a[l] = activation_solve(
-                state.solver, w_next, b_next,
+                state.solver,
+                w_next,
+                b_next,
                 lambda rows, l=l: z[l + 1][rows] + u[l + 1][rows],
                 lambda rows, l=l: torch.relu(z[l][rows]) - v[l][rows],
-                beta, gamma, n, ch,
+                beta,
+                gamma,
+                n,
+                ch,
             )
             if update_duals:  # U_ℓ, V_ℓ are not read again in this sweep
                 r = z[l] - m

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
-from ..config import check
+from ..errors import check
 
 
 def setting(default, help: str, **meta):
@@ -73,7 +73,12 @@ class MethodBase:
             choices = f.metadata.get("choices")
             if f.metadata.get("per_block") and isinstance(v, (list, tuple)):
                 for b in v:
-                    check(isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0, f"{self.name}.{f.name}", list(v), "every value must be > 0")
+                    check(
+                        isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0,
+                        f"{self.name}.{f.name}",
+                        list(v),
+                        "every value must be > 0",
+                    )
                 object.__setattr__(self, f.name, tuple(float(b) for b in v))
             elif choices is not None:
                 check(v in choices, f"{self.name}.{f.name}", v, f"choose from {list(choices)}")
@@ -84,7 +89,12 @@ class MethodBase:
                 lo = f.metadata.get("min", 1)
                 check(v >= lo, f"{self.name}.{f.name}", v, f"must be ≥ {lo}")
             elif isinstance(f.default, float):
-                check(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), f"{self.name}.{f.name}", v, "must be a number")
+                check(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+                    f"{self.name}.{f.name}",
+                    v,
+                    "must be a number",
+                )
                 object.__setattr__(self, f.name, float(v))
                 if f.metadata.get("positive", True):
                     check(v > 0, f"{self.name}.{f.name}", v, "must be > 0")
@@ -116,7 +126,12 @@ def make_theta_optimizer(net, kind: str, lr: float) -> torch.optim.Optimizer:
     return opt([{"params": list(b.parameters())} for b in net.blocks], lr=lr, foreach=True)
 
 
-def theta_step(net, opt: torch.optim.Optimizer, inputs: Sequence[torch.Tensor], coupling_losses: Callable[[int, torch.Tensor], torch.Tensor]) -> None:
+def theta_step(
+    net,
+    opt: torch.optim.Optimizer,
+    inputs: Sequence[torch.Tensor],
+    coupling_losses: Callable[[int, torch.Tensor], torch.Tensor],
+) -> None:
     """Θ-update of every block on one minibatch: Θ_t ← Θ_t − η ∇_{Θ_t} P_t.
 
     ``inputs[t]`` is block t's (detached) input Z_{t−1}; ``coupling_losses(t, out)`` its P_t.

@@ -80,7 +80,9 @@ class BCD(LiftedMethod):
         w_old, b_old = read_weights(lins[l])
         prior = torch.cat([w_old, b_old[:, None]], 1)
         r = self.alpha / self.rho
-        w, b = solve_weights(state.solver, g, cross(a_in, state.vars["z"][l], self.chunk_size), ridge=r, ridge_bias=r, prior=prior)
+        w, b = solve_weights(
+            state.solver, g, cross(a_in, state.vars["z"][l], self.chunk_size), ridge=r, ridge_bias=r, prior=prior
+        )
         write_weights(lins[l], w, b)
 
     def sweep(self, lins, state: LiftedState, x: torch.Tensor, batch: TrainBatch) -> None:
@@ -88,14 +90,20 @@ class BCD(LiftedMethod):
         L, n, ch = len(lins), x.shape[0], self.chunk_size
         gamma, rho, alpha = self.gamma, self.rho, self.alpha
         # output layer: V_L, U_L, W_L
-        a_out.copy_(output_prox(batch.loss, batch.y, (gamma * z[-1] + alpha * a_out) / (gamma + alpha), gamma + alpha, start=a_out))
+        a_out.copy_(
+            output_prox(
+                batch.loss, batch.y, (gamma * z[-1] + alpha * a_out) / (gamma + alpha), gamma + alpha, start=a_out
+            )
+        )
         w, b = read_weights(lins[-1])
         z[-1] = (gamma * a_out + rho * linear(a[-1] if L > 1 else x, w, b)) / (gamma + rho)
         self.update_weights(lins, state, x, L - 1)
         # hidden layers, backward: V_ℓ, U_ℓ, W_ℓ
         for l in range(L - 2, -1, -1):
             w_next, b_next = read_weights(lins[l + 1])
-            a[l] = activation_solve(state.solver, w_next, b_next, z[l + 1], lambda rows, l=l: torch.relu(z[l][rows]), rho, gamma, n, ch)
+            a[l] = activation_solve(
+                state.solver, w_next, b_next, z[l + 1], lambda rows, l=l: torch.relu(z[l][rows]), rho, gamma, n, ch
+            )
             w, b = read_weights(lins[l])
             a_in = x if l == 0 else a[l - 1]
             for s in range(0, n, ch):

@@ -106,11 +106,17 @@ class BlockADMM(MethodBase):
     lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
     z_lr: float = setting(0.5, "ζ: step size of the Z-updates")
-    z_optimizer: str = setting("sgd", "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)", choices=("sgd", "adam"))
+    z_optimizer: str = setting(
+        "sgd",
+        "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)",
+        choices=("sgd", "adam"),
+    )
     beta: float = setting(1.0, "β: penalty weight of the coupling terms (one value, or one per block)", per_block=True)
     primal_steps: int = setting(3, "k: Z/Θ passes between two dual steps")
     iters_per_epoch: int = setting(7, "dual steps per epoch (Z is swept primal_steps times in each)")
-    u_init: str = setting("zero", "initial duals U: zeros, or uniform in [0, u_init_scale)", choices=("zero", "uniform"))
+    u_init: str = setting(
+        "zero", "initial duals U: zeros, or uniform in [0, u_init_scale)", choices=("zero", "uniform")
+    )
     u_init_scale: float = setting(1e-3, "scale of the uniform dual initialisation")
     adaptive_rho: bool = setting(False, "adaptive penalty: β ← β/c whenever ‖h‖ exceeds a shrinking bound")
     rho_c: float = setting(0.5, "c in ρ ← cρ (0 < c < 1)", max=0.999999)
@@ -152,7 +158,9 @@ class BlockADMM(MethodBase):
     def run_epoch(self, net, state: BlockADMMState, batch: TrainBatch, progress=None) -> dict:
         batches = minibatches(batch.n, batch.batch_size, state.gen)
         phases = self.iters_per_epoch * self.primal_steps
-        per_phase = [batches[round(i * len(batches) / phases) : round((i + 1) * len(batches) / phases)] for i in range(phases)]
+        per_phase = [
+            batches[round(i * len(batches) / phases) : round((i + 1) * len(batches) / phases)] for i in range(phases)
+        ]
         fuse = not self.adaptive_rho  # the penalty schedule must act between dual step and sweep
         for it in range(self.iters_per_epoch):
             for p in range(self.primal_steps):
@@ -179,7 +187,9 @@ class BlockADMM(MethodBase):
             y = batch.y[rows]
             zs = [z[rows] for z in state.z]
             us = [u[rows] for u in state.u]  # views: in-place updates reach the state
-            couplings = [(lambda z, out, u=us[t], b=state.beta[t]: 0.5 * b * (z - out + u).pow(2).sum()) for t in range(T)]
+            couplings = [
+                (lambda z, out, u=us[t], b=state.beta[t]: 0.5 * b * (z - out + u).pow(2).sum()) for t in range(T)
+            ]
 
             def dual(t, out, zs=zs, us=us):
                 r = zs[t] - out
@@ -192,7 +202,15 @@ class BlockADMM(MethodBase):
                     return z - state.z_lr[t] * g
                 return adam_z_step(z, g, state.z_m[t][rows], state.z_v[t][rows], state.z_steps + 1, state.z_lr[t])
 
-            new = reverse_z_sweep(net.blocks, batch.x[rows], zs, lambda z: batch.loss(z, y), couplings, z_step, on_forward=dual if with_dual else None)
+            new = reverse_z_sweep(
+                net.blocks,
+                batch.x[rows],
+                zs,
+                lambda z: batch.loss(z, y),
+                couplings,
+                z_step,
+                on_forward=dual if with_dual else None,
+            )
             for t in range(T):
                 state.z[t][rows] = new[t]
         state.z_steps += 1
@@ -208,7 +226,9 @@ class BlockADMM(MethodBase):
             idx = idx.to(batch.x.device)
             inputs = [batch.x[idx]] + [z[idx] for z in state.z[:-1]]  # Z_{t−1} rows, (B, *d_{t−1})
             targets = [z[idx] + u[idx] for z, u in zip(state.z, state.u)]  # Z_t + U_t rows
-            theta_step(net, state.opt, inputs, lambda t, out: 0.5 * state.beta[t] * (targets[t] - out).pow(2).sum() / len(idx))
+            theta_step(
+                net, state.opt, inputs, lambda t, out: 0.5 * state.beta[t] * (targets[t] - out).pow(2).sum() / len(idx)
+            )
 
     @torch.no_grad()
     def dual_step(self, net, state: BlockADMMState, batch: TrainBatch) -> None:

@@ -83,7 +83,14 @@ class DLADMM(LiftedMethod):
     def init_vars(self, net, lins, x, batch: TrainBatch, gen):
         normal_init(lins, self.init_std, None, gen)
         z, a = forward_vars(lins, x, self.chunk_size)
-        scalars = {"rho": self.rho, "theta": self.theta, "tau": self.tau, "loss_history": [], "theta_used": [0.0] * len(lins), "tau_used": [0.0] * (len(lins) - 1)}
+        scalars = {
+            "rho": self.rho,
+            "theta": self.theta,
+            "tau": self.tau,
+            "loss_history": [],
+            "theta_used": [0.0] * len(lins),
+            "tau_used": [0.0] * (len(lins) - 1),
+        }
         return {"z": z, "a": a, "u": [torch.zeros_like(z[-1])]}, scalars
 
     # --- the sub-problems ---------------------------------------------------------------
@@ -119,7 +126,11 @@ class DLADMM(LiftedMethod):
         """b ← mean over rows of (T − A Wᵀ) = mean(T) − W mean(A): the exact minimiser."""
         w, b = read_weights(lins[l])
         t = self._target(state, l, L)
-        mean_a = self.x_gram(state, x)[:-1, -1] / x.shape[0] if l == 0 else state.vars["a"][l - 1].mean(0, dtype=torch.float64)
+        mean_a = (
+            self.x_gram(state, x)[:-1, -1] / x.shape[0]
+            if l == 0
+            else state.vars["a"][l - 1].mean(0, dtype=torch.float64)
+        )
         write_weights(lins[l], w, (t.mean(0, dtype=torch.float64) - w.double() @ mean_a).float())
 
     def update_z(self, lins, state, x, batch, l: int, L: int) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import check
+from ..errors import check
 from .block_admm import BlockADMM, BlockADMMState
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..losses import mse_sum
 from .base import MethodBase, TrainBatch, tensor_bytes
 
@@ -47,7 +47,11 @@ from .base import MethodBase, TrainBatch, tensor_bytes
 
 def mlp_linears(net: nn.Module, method: str) -> list[nn.Linear]:
     """The Linear layers of a Linear(+ReLU) MLP, in order; anything else -> ConfigError."""
-    mods = [m for m in net.modules() if not isinstance(m, (nn.Sequential, nn.ModuleList)) and m is not net and len(list(m.children())) == 0]
+    mods = [
+        m
+        for m in net.modules()
+        if not isinstance(m, (nn.Sequential, nn.ModuleList)) and m is not net and len(list(m.children())) == 0
+    ]
     linears, pattern = [], []
     for m in mods:
         if isinstance(m, nn.Linear):
@@ -64,13 +68,19 @@ def mlp_linears(net: nn.Module, method: str) -> list[nn.Linear]:
             )
     want = "LR" * (len(linears) - 1) + "L"
     if not linears or "".join(pattern) != want:
-        raise ConfigError(f"method = {method!r}: needs Linear, ReLU, …, Linear layers (model.arch = 'mlp'); got {''.join(pattern) or 'no Linear layer'}")
+        raise ConfigError(
+            f"method = {method!r}: needs Linear, ReLU, …, Linear layers (model.arch = 'mlp'); got {''.join(pattern) or 'no Linear layer'}"
+        )
     return linears
 
 
 def read_weights(lin: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
     """(W (d_out, d_in), b (d_out,)) as plain tensors (no autograd)."""
-    b = lin.bias.detach() if lin.bias is not None else torch.zeros(lin.out_features, device=lin.weight.device, dtype=lin.weight.dtype)
+    b = (
+        lin.bias.detach()
+        if lin.bias is not None
+        else torch.zeros(lin.out_features, device=lin.weight.device, dtype=lin.weight.dtype)
+    )
     return lin.weight.detach(), b
 
 
@@ -163,7 +173,14 @@ class Solver:
         return torch.linalg.lstsq(m.cpu(), r.double().cpu(), driver="gelsd").solution.to(m.device)
 
 
-def solve_weights(solver: Solver, g: torch.Tensor, rhs: torch.Tensor, ridge: float, ridge_bias: float = 0.0, prior: torch.Tensor | None = None):
+def solve_weights(
+    solver: Solver,
+    g: torch.Tensor,
+    rhs: torch.Tensor,
+    ridge: float,
+    ridge_bias: float = 0.0,
+    prior: torch.Tensor | None = None,
+):
     """argmin_W̃ ½‖T − [A 1] W̃ᵀ‖² + ridge/2 ‖W‖² + ridge_bias/2 b² (+ prior pull), closed form.
 
     ``g`` = [A 1]ᵀ[A 1], ``rhs`` = [A 1]ᵀT (float64). With ``prior`` (d_out, d_in+1) the
@@ -182,7 +199,9 @@ def solve_weights(solver: Solver, g: torch.Tensor, rhs: torch.Tensor, ridge: flo
     return w, b
 
 
-def activation_solve(solver: Solver, w_next, b_next, target_next, anchor, beta: float, gamma: float, n: int, chunk: int) -> torch.Tensor:
+def activation_solve(
+    solver: Solver, w_next, b_next, target_next, anchor, beta: float, gamma: float, n: int, chunk: int
+) -> torch.Tensor:
     """argmin_A β/2 ‖T − A W_{ℓ+1}ᵀ − b_{ℓ+1}‖² + γ/2 ‖A − H‖²  (row by row, one shared factor).
 
     ``target_next`` T and ``anchor`` H are (N, ·) tensors or callables(rows -> tensor).
@@ -219,7 +238,9 @@ def relu_argmin(p: torch.Tensor, q: torch.Tensor, wp: float, wq: float) -> torch
     return torch.where(pos, s.clamp_min_(0), p)
 
 
-def output_prox(loss, y: torch.Tensor, center: torch.Tensor, weight: float, start: torch.Tensor | None = None, iters: int = 100) -> torch.Tensor:
+def output_prox(
+    loss, y: torch.Tensor, center: torch.Tensor, weight: float, start: torch.Tensor | None = None, iters: int = 100
+) -> torch.Tensor:
     """argmin_z J(y, z) + weight/2 ‖z − center‖² (J summed over rows, separable per row).
 
     Closed form for the MSE loss J = ½‖z − onehot(y)‖²: z = (onehot + weight·center)/(1 + weight).
@@ -290,7 +311,9 @@ class LiftedMethod(MethodBase):
         lins = mlp_linears(net, self.name)
         x = batch.x.reshape(batch.n, -1)
         if x.shape[1] != lins[0].in_features:
-            raise ConfigError(f"method = {self.name!r}: input width {x.shape[1]} does not match the first Linear layer ({lins[0].in_features})")
+            raise ConfigError(
+                f"method = {self.name!r}: input width {x.shape[1]} does not match the first Linear layer ({lins[0].in_features})"
+            )
         with torch.no_grad():
             vars_, scalars = self.init_vars(net, lins, x, batch, gen)
         scalars.setdefault("iteration", 0)
@@ -394,7 +417,11 @@ def normal_init(lins, std: float, bias: float | None, gen: torch.Generator) -> N
     """W ~ N(0, std²); b ~ N(0, std²) or the constant ``bias``."""
     for lin in lins:
         w = torch.randn(lin.weight.shape, generator=gen) * std
-        b = torch.full((lin.out_features,), bias) if bias is not None else torch.randn(lin.out_features, generator=gen) * std
+        b = (
+            torch.full((lin.out_features,), bias)
+            if bias is not None
+            else torch.randn(lin.out_features, generator=gen) * std
+        )
         write_weights(lin, w.to(lin.weight.device), b.to(lin.weight.device))
 
 

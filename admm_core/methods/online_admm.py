@@ -31,7 +31,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .base import MethodBase, TrainBatch, adam_z_step, make_theta_optimizer, minibatches, per_block, reverse_z_sweep, setting, tensor_bytes, theta_step
+from .base import (
+    MethodBase,
+    TrainBatch,
+    adam_z_step,
+    make_theta_optimizer,
+    minibatches,
+    per_block,
+    reverse_z_sweep,
+    setting,
+    tensor_bytes,
+    theta_step,
+)
 
 
 @dataclass
@@ -72,10 +83,16 @@ class OnlineADMM(MethodBase):
     lr: float = setting(1e-3, "η: step size of the Θ-updates")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
     z_lr: float = setting(0.5, "ζ: step size of the Z-updates")
-    z_optimizer: str = setting("sgd", "Z-update rule (Adam restarts every minibatch: sign steps)", choices=("sgd", "adam"))
+    z_optimizer: str = setting(
+        "sgd", "Z-update rule (Adam restarts every minibatch: sign steps)", choices=("sgd", "adam")
+    )
     beta: float = setting(1.0, "β: penalty weight of the coupling terms (one value, or one per block)", per_block=True)
     primal_steps: int = setting(1, "Z/Θ passes per minibatch before the dual step")
-    dual: str = setting("additive", "scalar dual form: additive (stable), literal (Alg. 2 as printed; diverges), damped", choices=("additive", "literal", "damped"))
+    dual: str = setting(
+        "additive",
+        "scalar dual form: additive (stable), literal (Alg. 2 as printed; diverges), damped",
+        choices=("additive", "literal", "damped"),
+    )
     dual_decay: float = setting(0.9, "δ of the damped dual u ← δu + ‖r‖", positive=False, max=0.999999)
     eps: float = setting(1e-8, "ε guarding ‖r‖ at r = 0")
 

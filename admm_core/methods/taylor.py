@@ -66,8 +66,14 @@ class Taylor(LiftedMethod):
 
     beta: float = setting(10.0, "β: penalty of Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (seed paper: 10)")
     gamma: float = setting(10.0, "γ: penalty of A_ℓ = relu(Z_ℓ) (seed paper: 10)")
-    warm_start_iters: int = setting(10, "first outer iterations without the multiplier update (Taylor et al. §6 warm start)", min=0)
-    init: str = setting("uniform", "initial W, b: U(0, init_scale) as in the seed paper, or the network's own init", choices=("uniform", "net"))
+    warm_start_iters: int = setting(
+        10, "first outer iterations without the multiplier update (Taylor et al. §6 warm start)", min=0
+    )
+    init: str = setting(
+        "uniform",
+        "initial W, b: U(0, init_scale) as in the seed paper, or the network's own init",
+        choices=("uniform", "net"),
+    )
     init_scale: float = setting(1e-4, "upper end of the uniform init (seed paper: 1e-4)")
     iters_per_epoch: int = setting(1, "outer iterations (full sweeps) per epoch")
     solve_eps: float = setting(1e-7, "relative jitter of the least-squares solves (× mean diagonal)", positive=False)
@@ -91,7 +97,9 @@ class Taylor(LiftedMethod):
             write_weights(lins[l], w, b)
             # A-update (uses W_{ℓ+1}, Z_{ℓ+1} of the previous iteration)
             w_next, b_next = read_weights(lins[l + 1])
-            a[l] = activation_solve(state.solver, w_next, b_next, z[l + 1], lambda rows, l=l: torch.relu(z[l][rows]), beta, gamma, n, ch)
+            a[l] = activation_solve(
+                state.solver, w_next, b_next, z[l + 1], lambda rows, l=l: torch.relu(z[l][rows]), beta, gamma, n, ch
+            )
             # Z-update: elementwise case split
             m = linear(inputs(l), w, b)
             for s in range(0, n, ch):
@@ -114,4 +122,7 @@ class Taylor(LiftedMethod):
         state.scalars["act_residuals"] = [(q / n) ** 0.5 for q in act]
 
     def extra_diagnostics(self, state):
-        return {"gammas": [self.gamma] * (len(state.vars["z"]) - 1), "warm_start": state.scalars["iteration"] < self.warm_start_iters}
+        return {
+            "gammas": [self.gamma] * (len(state.vars["z"]) - 1),
+            "warm_start": state.scalars["iteration"] < self.warm_start_iters,
+        }

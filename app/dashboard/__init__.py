@@ -9,10 +9,7 @@ The dashboard holds no training math: configs, validation, training and run dire
 all come from :mod:`admm_core`.
 """
 
-import sys
 from pathlib import Path
 
 APP_DIR = Path(__file__).resolve().parent.parent
 PROJECT_ROOT = APP_DIR.parent
-if str(PROJECT_ROOT) not in sys.path:  # `streamlit run app/main.py` puts only app/ on the path
-    sys.path.insert(0, str(PROJECT_ROOT))

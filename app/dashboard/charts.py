@@ -12,7 +12,9 @@ DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 LIVE_HEIGHT = 250
 
 
-def _layout(fig: go.Figure, title: str, xtitle: str, ytitle: str, log_y: bool = False, height: int = LIVE_HEIGHT) -> go.Figure:
+def _layout(
+    fig: go.Figure, title: str, xtitle: str, ytitle: str, log_y: bool = False, height: int = LIVE_HEIGHT
+) -> go.Figure:
     fig.update_layout(
         title={"text": title, "font": {"size": 14}},
         height=height,
@@ -41,8 +43,12 @@ def _finite(v) -> bool:
 def accuracy_figure(metrics: list[dict]) -> go.Figure:
     ep = _col(metrics, "epoch")
     fig = go.Figure()
-    fig.add_scatter(x=ep, y=_col(metrics, "train_accuracy", 100), name="train", mode="lines+markers", line={"color": COLOURS[0]})
-    fig.add_scatter(x=ep, y=_col(metrics, "test_accuracy", 100), name="test", mode="lines+markers", line={"color": COLOURS[1]})
+    fig.add_scatter(
+        x=ep, y=_col(metrics, "train_accuracy", 100), name="train", mode="lines+markers", line={"color": COLOURS[0]}
+    )
+    fig.add_scatter(
+        x=ep, y=_col(metrics, "test_accuracy", 100), name="test", mode="lines+markers", line={"color": COLOURS[1]}
+    )
     return _layout(fig, "Accuracy (%)", "epoch", "%")
 
 
@@ -68,9 +74,13 @@ def per_block_figure(metrics: list[dict], key: str, title: str, log_y: bool = Fa
             vals = m.get(key) or []
             v = vals[t] if t < len(vals) else None
             ys.append(v if _finite(v) and (not log_y or v > 0) else None)
-        fig.add_scatter(x=ep, y=ys, name=f"block {t + 1}", mode="lines+markers", line={"color": COLOURS[t % len(COLOURS)]})
+        fig.add_scatter(
+            x=ep, y=ys, name=f"block {t + 1}", mode="lines+markers", line={"color": COLOURS[t % len(COLOURS)]}
+        )
     if not fig.data:
-        fig.add_annotation(text="no blocks: end-to-end method", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+        fig.add_annotation(
+            text="no blocks: end-to-end method", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5
+        )
     return _layout(fig, title, "epoch", "", log_y)
 
 
@@ -96,7 +106,9 @@ def live_figures(metrics: list[dict], log_residuals: bool = True, run: str | Non
     figs = {
         "accuracy": accuracy_figure(metrics),
         "loss": loss_figure(metrics),
-        "residuals": per_block_figure(metrics, "residuals", "Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block", log_residuals),
+        "residuals": per_block_figure(
+            metrics, "residuals", "Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block", log_residuals
+        ),
         "dual_norms": per_block_figure(metrics, "dual_norms", "Dual norm ‖U_t‖ per block", log_residuals),
         "betas": per_block_figure(metrics, "betas", "Penalty β per block"),
         "seconds": seconds_figure(metrics),
@@ -129,6 +141,7 @@ def fmt_duration(s: float | None) -> str:
 
 # --- Compare -------------------------------------------------------------------------------
 
+
 def smooth(ys: list, weight: float) -> list:
     """Exponential moving average (TensorBoard style); gaps stay gaps."""
     if weight <= 0:
@@ -143,8 +156,16 @@ def smooth(ys: list, weight: float) -> list:
     return out
 
 
-def compare_figure(series: list[tuple[str, list[dict]]], key: str, x_key: str = "epoch", smoothing: float = 0.0,
-                   log_y: bool = False, title: str = "", percent: bool = False, height: int = 420) -> go.Figure:
+def compare_figure(
+    series: list[tuple[str, list[dict]]],
+    key: str,
+    x_key: str = "epoch",
+    smoothing: float = 0.0,
+    log_y: bool = False,
+    title: str = "",
+    percent: bool = False,
+    height: int = 420,
+) -> go.Figure:
     """Overlay one column of several runs; per-block columns get one dash style per block."""
     fig = go.Figure()
     xtitle = "wall time (s)" if x_key == "wall_time_s" else "epoch"
@@ -155,14 +176,29 @@ def compare_figure(series: list[tuple[str, list[dict]]], key: str, x_key: str = 
             for t in range(n_blocks(metrics, key)):
                 ys = [(m.get(key) or [None] * (t + 1))[t] if t < len(m.get(key) or []) else None for m in metrics]
                 ys = [y if _finite(y) and (not log_y or y > 0) else None for y in ys]
-                fig.add_scatter(x=xs, y=smooth(ys, smoothing), name=f"{label} · block {t + 1}", mode="lines",
-                                line={"color": colour, "dash": DASHES[t % len(DASHES)]}, legendgroup=label)
+                fig.add_scatter(
+                    x=xs,
+                    y=smooth(ys, smoothing),
+                    name=f"{label} · block {t + 1}",
+                    mode="lines",
+                    line={"color": colour, "dash": DASHES[t % len(DASHES)]},
+                    legendgroup=label,
+                )
         else:
             ys = _col(metrics, key, 100.0 if percent else 1.0)
             ys = [y if y is None or not log_y or y > 0 else None for y in ys]
-            fig.add_scatter(x=xs, y=smooth(ys, smoothing), name=label, mode="lines+markers", marker={"size": 4}, line={"color": colour})
+            fig.add_scatter(
+                x=xs,
+                y=smooth(ys, smoothing),
+                name=label,
+                mode="lines+markers",
+                marker={"size": 4},
+                line={"color": colour},
+            )
     fig = _layout(fig, title, xtitle, "%" if percent else "", log_y, height=height)
-    fig.update_layout(legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.18, "yanchor": "top"}, margin={"t": 40, "b": 20})
+    fig.update_layout(
+        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.18, "yanchor": "top"}, margin={"t": 40, "b": 20}
+    )
     return fig
 
 

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import PROJECT_ROOT  # noqa: F401
-
 FACE_SIZE = 160  # LFW deep-funneled crops here are 160×160 with the face centred
 CASCADE_NAME = "haarcascade_frontalface_default.xml"
 
@@ -51,7 +49,10 @@ def _cascade_paths() -> list[Path]:
     data = getattr(getattr(cv2, "data", None), "haarcascades", None)
     if data:
         out.append(Path(data) / CASCADE_NAME)
-    out += [Path("/usr/share/opencv4/haarcascades") / CASCADE_NAME, Path("/usr/share/opencv/haarcascades") / CASCADE_NAME]
+    out += [
+        Path("/usr/share/opencv4/haarcascades") / CASCADE_NAME,
+        Path("/usr/share/opencv/haarcascades") / CASCADE_NAME,
+    ]
     return out
 
 
@@ -68,7 +69,9 @@ def face_detector():
                     def detect(rgb, clf=clf):
                         gray = cv2.equalizeHist(cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY))
                         side = min(gray.shape)
-                        found = clf.detectMultiScale(gray, scaleFactor=1.1, minNeighbors=5, minSize=(max(24, side // 10),) * 2)
+                        found = clf.detectMultiScale(
+                            gray, scaleFactor=1.1, minNeighbors=5, minSize=(max(24, side // 10),) * 2
+                        )
                         return [tuple(int(v) for v in b) for b in found]
 
                     return detect, f"OpenCV {cv2.__version__} Haar cascade ({path.name})"
@@ -82,14 +85,18 @@ def face_detector():
             return [] if faces is None else [tuple(int(v) for v in f[:4]) for f in faces]
 
         return detect, f"OpenCV {cv2.__version__} YuNet ({Path(model).name})"
-    why = (f"OpenCV {cv2.__version__} here has no face detector: OpenCV 5 moved the Haar cascade to its contrib "
-           "modules (pip opencv-contrib-python-headless) and ships no cascade files (apt-get install opencv-data).")
+    why = (
+        f"OpenCV {cv2.__version__} here has no face detector: OpenCV 5 moved the Haar cascade to its contrib "
+        "modules (pip opencv-contrib-python-headless) and ships no cascade files (apt-get install opencv-data)."
+    )
     if hasattr(cv2, "CascadeClassifier"):
         why = f"no {CASCADE_NAME} found (apt-get install opencv-data, or set ADMM_FACE_CASCADE)"
     return None, why
 
 
-def crop_face(rgb: np.ndarray, box: tuple[int, int, int, int], size: int = FACE_SIZE, margin: float = 0.35) -> np.ndarray:
+def crop_face(
+    rgb: np.ndarray, box: tuple[int, int, int, int], size: int = FACE_SIZE, margin: float = 0.35
+) -> np.ndarray:
     """Square crop around ``box`` with a margin (edge-padded where it leaves the image), resized."""
     from PIL import Image
 
@@ -130,7 +137,9 @@ def lfw_folder(root: str | None = None) -> Path | None:
     return None
 
 
-def overlay_figure(face: np.ndarray, maps: list[np.ndarray], labels: list[str], opacity: float = 0.5, colorscale: str = "Jet"):
+def overlay_figure(
+    face: np.ndarray, maps: list[np.ndarray], labels: list[str], opacity: float = 0.5, colorscale: str = "Jet"
+):
     """The face with each score map (already upsampled to the face, values in [0, 1]) over it."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -139,8 +148,19 @@ def overlay_figure(face: np.ndarray, maps: list[np.ndarray], labels: list[str], 
     fig = make_subplots(rows=1, cols=n, subplot_titles=list(labels)[:n], horizontal_spacing=0.02)
     for i, m in enumerate(maps, start=1):
         fig.add_trace(go.Image(z=face), row=1, col=i)
-        fig.add_trace(go.Heatmap(z=np.asarray(m, np.float32), opacity=opacity, colorscale=colorscale, showscale=i == n,
-                                 zmin=0, zmax=1, hoverinfo="skip"), row=1, col=i)
+        fig.add_trace(
+            go.Heatmap(
+                z=np.asarray(m, np.float32),
+                opacity=opacity,
+                colorscale=colorscale,
+                showscale=i == n,
+                zmin=0,
+                zmax=1,
+                hoverinfo="skip",
+            ),
+            row=1,
+            col=i,
+        )
         fig.update_yaxes(autorange="reversed", showticklabels=False, scaleanchor=f"x{i if i > 1 else ''}", row=1, col=i)
         fig.update_xaxes(showticklabels=False, row=1, col=i)
     fig.update_layout(height=260, margin={"l": 0, "r": 0, "t": 30, "b": 0})

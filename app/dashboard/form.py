@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from . import PROJECT_ROOT  # noqa: F401  (puts the project on sys.path)
-
 from admm_core import data as data_mod
 from admm_core.config import ConfigError, RunConfig
 from admm_core.methods import METHODS
@@ -34,10 +32,17 @@ MP = "mp."  # prefix of method-setting fields
 
 # Input shapes, only to draw the block diagram with parameter counts without loading a big
 # data set into the dashboard process; sets not listed here are loaded once to learn it.
-_KNOWN_SHAPES = {"digits": ((64,), 10), "mnist-5k": ((784,), 10), "mnist": ((1, 28, 28), 10), "fashion-mnist": ((1, 28, 28), 10), "cifar10": ((3, 32, 32), 10)}
+_KNOWN_SHAPES = {
+    "digits": ((64,), 10),
+    "mnist-5k": ((784,), 10),
+    "mnist": ((1, 28, 28), 10),
+    "fashion-mnist": ((1, 28, 28), 10),
+    "cifar10": ((3, 32, 32), 10),
+}
 
 
 # --- small parsers -----------------------------------------------------------------------
+
 
 def parse_widths(text: str) -> tuple[int, ...]:
     """'128, 128' -> (128, 128); raises ConfigError naming model.hidden."""
@@ -45,7 +50,9 @@ def parse_widths(text: str) -> tuple[int, ...]:
     try:
         vals = tuple(int(p) for p in parts)
     except ValueError:
-        raise ConfigError(f"model.hidden = {text!r}: write positive integers separated by commas, e.g. 128,128") from None
+        raise ConfigError(
+            f"model.hidden = {text!r}: write positive integers separated by commas, e.g. 128,128"
+        ) from None
     if any(v <= 0 for v in vals):
         raise ConfigError(f"model.hidden = {text!r}: widths must be positive integers")
     return vals
@@ -70,6 +77,7 @@ def fmt_number(v) -> str:
 
 
 # --- the network's layers and blocks -------------------------------------------------------
+
 
 @lru_cache(maxsize=64)
 def _layers(arch: str, hidden: tuple[int, ...], in_shape: tuple[int, ...], n_out: int):
@@ -117,8 +125,10 @@ def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: 
 
 def block_diagram_dot(blocks: list[dict], uses_blocks: bool = True) -> str:
     """Graphviz DOT of X -> [block 1] -> Z_1 -> … -> Z_T -> loss."""
-    lines = ['digraph G { rankdir=LR; bgcolor="transparent"; node [fontname="Helvetica", fontsize=11];',
-             'x [label="X = Z₀", shape=plaintext];']
+    lines = [
+        'digraph G { rankdir=LR; bgcolor="transparent"; node [fontname="Helvetica", fontsize=11];',
+        'x [label="X = Z₀", shape=plaintext];',
+    ]
     prev = "x"
     palette = ["#dbeafe", "#dcfce7", "#fef3c7", "#fce7f3", "#ede9fe", "#cffafe"]
     T = len(blocks)
@@ -145,6 +155,7 @@ def _sub(n: int) -> str:
 
 
 # --- form <-> config ---------------------------------------------------------------------
+
 
 def method_fields(method: str, params: dict | None = None) -> dict:
     """``mp.*`` form values of ``method``: its settings' defaults overridden by ``params``."""
@@ -190,8 +201,16 @@ def _field_of(message: str, method: str) -> str:
     head = message.split(" = ", 1)[0].split(":", 1)[0].strip()
     if head.startswith(f"{method}."):
         return MP + head.split(".", 1)[1]
-    mapping = {"data.name": "data", "data.train_limit": "train_limit", "model.arch": "arch", "model.hidden": "hidden",
-               "model.split": "split", "method": "method", "preset": "preset", "train.device": "device"}
+    mapping = {
+        "data.name": "data",
+        "data.train_limit": "train_limit",
+        "model.arch": "arch",
+        "model.hidden": "hidden",
+        "model.split": "split",
+        "method": "method",
+        "preset": "preset",
+        "train.device": "device",
+    }
     if head in mapping:
         return mapping[head]
     if head.startswith("train."):
@@ -247,8 +266,16 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
             {
                 "method": method,
                 "data": {"name": form.get("data", "digits"), "train_limit": int(train_limit) if train_limit else None},
-                "model": {"arch": form.get("arch", "mlp"), "hidden": list(hidden), "split": list(form.get("split") or [])},
-                "train": {k: form[k] for k in ("epochs", "batch_size", "seed", "eval_every", "checkpoint_every", "loss", "device") if k in form},
+                "model": {
+                    "arch": form.get("arch", "mlp"),
+                    "hidden": list(hidden),
+                    "split": list(form.get("split") or []),
+                },
+                "train": {
+                    k: form[k]
+                    for k in ("epochs", "batch_size", "seed", "eval_every", "checkpoint_every", "loss", "device")
+                    if k in form
+                },
                 "method_params": params,
                 "preset": None if preset == NO_PRESET else preset,
             }
@@ -285,18 +312,23 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
     avail = data_mod.available() if available is None else available
     if cfg.data.name not in avail:
         roots = ", ".join(str(r) for r in data_mod.candidate_roots(None))
-        errors["data"] = f"data.name = {cfg.data.name!r}: not found under the data root (looked in {roots}); set ADMM_DATA"
+        errors["data"] = (
+            f"data.name = {cfg.data.name!r}: not found under the data root (looked in {roots}); set ADMM_DATA"
+        )
     if cfg.model.arch == "resnet18" and "data" not in errors:
         try:
             shape, _ = data_shape(cfg.data.name)
             if len(shape) != 3:
-                raise ConfigError(f"model.arch = 'resnet18': needs image inputs (C, H, W); {cfg.data.name} gives flat vectors {shape}")
+                raise ConfigError(
+                    f"model.arch = 'resnet18': needs image inputs (C, H, W); {cfg.data.name} gives flat vectors {shape}"
+                )
         except ConfigError as e:
             err(e, "arch")
     return (None if errors else cfg), errors
 
 
 # --- form <-> URL query ----------------------------------------------------------------------
+
 
 def to_query(form: dict) -> dict[str, str]:
     """Flat str -> str mapping for st.query_params (only the chosen method's settings)."""
@@ -308,7 +340,7 @@ def to_query(form: dict) -> dict[str, str]:
     method = form.get("method")
     for k, v in form.items():
         if k.startswith(MP):
-            q["m." + k[len(MP):]] = json.dumps(v) if isinstance(v, bool) else str(v)
+            q["m." + k[len(MP) :]] = json.dumps(v) if isinstance(v, bool) else str(v)
     if method not in METHODS:
         q = {k: v for k, v in q.items() if not k.startswith("m.")}
     return q

@@ -20,10 +20,11 @@ import threading
 import time
 from pathlib import Path
 
+from admm_core.config import RunConfig
+from admm_core.runs import default_runs_dir, list_runs, new_run_dir, pid_alive, read_json, run_status
+
 from . import PROJECT_ROOT
 
-from admm_core.config import RunConfig
-from admm_core.runs import pid_alive, default_runs_dir, list_runs, new_run_dir, read_json, run_status
 
 def runs_root(root: str | Path | None = None) -> Path:
     return Path(root) if root else default_runs_dir()
@@ -31,7 +32,6 @@ def runs_root(root: str | Path | None = None) -> Path:
 
 def _spawn(args: list[str], run_dir: Path) -> int:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
     cmd = [sys.executable, "-m", "admm_core", "train", *args, "--quiet"]
     # a run takes every core it can; at a lower priority it leaves the app and the browser
@@ -39,7 +39,15 @@ def _spawn(args: list[str], run_dir: Path) -> int:
     if shutil.which("nice"):
         cmd = ["nice", "-n", "5", *cmd]  # nice execs the command: the pid is the worker's
     with open(run_dir / "worker.log", "ab") as log:
-        proc = subprocess.Popen(cmd, cwd=str(PROJECT_ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=str(PROJECT_ROOT),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     # reap the child when it ends (no zombies); the worker itself never depends on us
     threading.Thread(target=proc.wait, daemon=True).start()
     (run_dir / "launch.json").write_text(json.dumps({"pid": proc.pid, "cmd": cmd, "launched": time.time()}, indent=2))

@@ -1,7 +1,7 @@
 """Heatmaps: NMF score maps of a DeepFacto run over LFW faces or an uploaded photo.
 
 DeepFacto runs are those whose config.json has a "deepfacto" key or whose preset starts
-with "lfwa". The score maps come from ``admm_core.nmf.heatmaps(run_dir, images)`` (images
+with "lfwa". The score maps come from ``admm_core.heatmaps.heatmaps(run_dir, images)`` (images
 (N, H, W, 3) uint8 -> maps (N, r, H, W), upsampled to the image) when the engine has it.
 """
 
@@ -10,14 +10,17 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-import ui
-from dashboard import faces
-from dashboard import workers as W
+from admm_core import heatmaps as hm
+from app import ui
+from app.dashboard import faces
+from app.dashboard import workers as W
 
 ss = st.session_state
 st.title("Heatmaps")
-st.caption("DeepFacto factors a block's output as Z ≈ M·S with M, S ≥ 0; each row of S is a score map. "
-           "Here they are upsampled and laid over the face.")
+st.caption(
+    "DeepFacto factors a block's output as Z ≈ M·S with M, S ≥ 0; each row of S is a score map. "
+    "Here they are upsampled and laid over the face."
+)
 
 
 def is_deepfacto(cfg: dict) -> bool:
@@ -29,14 +32,13 @@ if not runs:
     st.info("No DeepFacto runs yet — train one with `python -m admm_core train --preset lfwa-deepfacto`.")
     st.stop()
 
-try:  # the NMF module is optional until the engine has it
-    from admm_core import nmf  # type: ignore
-except ImportError:
-    nmf = None
-has_heatmaps = nmf is not None and callable(getattr(nmf, "heatmaps", None))
 
-name = st.selectbox("DeepFacto run", [r["name"] for r in runs], key="hm_run",
-                    format_func=lambda n: f"{n} · {ui.state_label(next(r for r in runs if r['name'] == n)['status'].get('state'))}")
+name = st.selectbox(
+    "DeepFacto run",
+    [r["name"] for r in runs],
+    key="hm_run",
+    format_func=lambda n: f"{n} · {ui.state_label(next(r for r in runs if r['name'] == n)['status'].get('state'))}",
+)
 run = next(r for r in runs if r["name"] == name)
 df_cfg = run["config"].get("deepfacto") if isinstance(run["config"].get("deepfacto"), dict) else {}
 
@@ -77,30 +79,29 @@ else:
 if face is None:
     st.stop()
 
-if not has_heatmaps:
-    st.image(face, width=200)
-    st.warning("This engine has no `admm_core.nmf.heatmaps` yet, so score maps cannot be computed.")
-    st.stop()
-
 try:
-    model = nmf.load_model(run["dir"])
+    model = hm.load_model(run["dir"])
     rank = len(model.scale)
-    default = nmf.default_components(run["dir"], min(4, rank))
+    default = hm.default_components(run["dir"], min(4, rank))
 except Exception as e:  # no checkpoint yet (still running), or an older run
     st.image(face, width=200)
     st.warning(f"This run has no usable DeepFacto model yet: {e}")
     st.stop()
 c = st.columns([3, 1])
-comps = c[0].multiselect(f"Components (NMF rank r = {rank}; default: the most used)", list(range(rank)), default=default, key="hm_comps")
+comps = c[0].multiselect(
+    f"Components (NMF rank r = {rank}; default: the most used)", list(range(rank)), default=default, key="hm_comps"
+)
 opacity = c[1].slider("Overlay opacity", 0.0, 1.0, 0.5, 0.05, key="hm_opacity")
 if not comps:
     st.info("Pick at least one component.")
     st.stop()
 try:
-    crop = nmf.crop_image(run["dir"], face)
-    maps = nmf.heatmaps(run["dir"], face, comps)
+    crop = hm.crop_image(run["dir"], face)
+    maps = hm.heatmaps(run["dir"], face, comps)
 except Exception as e:  # say so, no traceback
     st.error(f"Could not compute score maps for this run: {type(e).__name__}: {e}")
     st.stop()
-st.plotly_chart(faces.overlay_figure(crop, maps, [f"S[{k}]" for k in comps], opacity), key="hm_fig", config=ui.PLOTLY_CONFIG)
+st.plotly_chart(
+    faces.overlay_figure(crop, maps, [f"S[{k}]" for k in comps], opacity), key="hm_fig", config=ui.PLOTLY_CONFIG
+)
 st.caption("Each map is one row of S (the NMF scores of the block's output), bilinearly upsampled to the face.")

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import streamlit as st
 
-import ui
 from admm_core.config import DEVICES, LOSSES, RunConfig
 from admm_core.data import available
 from admm_core.methods import METHODS
 from admm_core.presets import PRESETS
 from admm_core.runs import read_json, read_metrics
-from dashboard import charts as C
-from dashboard import form as F
-from dashboard import workers as W
+from app import ui
+from app.dashboard import charts as C
+from app.dashboard import form as F
+from app.dashboard import workers as W
 
 REFRESH_S = float(os.environ.get("ADMM_DASH_REFRESH", "0.5"))  # live panel poll period (st.fragment run_every), s
 K = "f."  # prefix of the form's widget keys
@@ -32,7 +32,7 @@ ss = st.session_state
 def wkey(field: str, method: str | None = None) -> str:
     """Widget key of a form field; method settings are keyed per method."""
     if field.startswith(F.MP):
-        return f"{K}{F.MP}{method or ss.get(K + 'method', F.DEFAULT_METHOD)}.{field[len(F.MP):]}"
+        return f"{K}{F.MP}{method or ss.get(K + 'method', F.DEFAULT_METHOD)}.{field[len(F.MP) :]}"
     return K + field
 
 
@@ -53,6 +53,7 @@ def read_form() -> dict:
 
 
 # --- callbacks (run before the page script, so they may set widget values) -----------------
+
 
 def on_preset():
     preset, method = ss[K + "preset"], ss[K + "method"]
@@ -111,8 +112,10 @@ elif K + "method" not in ss:
         ss.setdefault("watch", qp["run"])
 
 st.title("Train")
-st.caption("Configure a network, its split into blocks and a training method; each run is a separate worker "
-           "process writing a run directory, so it keeps going if you close this tab.")
+st.caption(
+    "Configure a network, its split into blocks and a training method; each run is a separate worker "
+    "process writing a run directory, so it keeps going if you close this tab."
+)
 if ss.get("form_notice"):
     st.info(ss.pop("form_notice"))
 
@@ -125,12 +128,21 @@ with st.container(border=True):
     st.markdown("**Data and network**")
     c = st.columns([1.3, 1.1, 0.9, 0.8])
     with c[0]:
-        st.selectbox("Preset", [F.NO_PRESET, *PRESETS], key=K + "preset", on_change=on_preset,
-                     help="Start from one of the paper's setups (fills every field); 'none' keeps your values.")
+        st.selectbox(
+            "Preset",
+            [F.NO_PRESET, *PRESETS],
+            key=K + "preset",
+            on_change=on_preset,
+            help="Start from one of the paper's setups (fills every field); 'none' keeps your values.",
+        )
         slots["preset"] = st.empty()
     with c[1]:
-        st.selectbox("Data set", datasets, key=K + "data",
-                     help="Bundled sets are always here; MNIST, Fashion-MNIST, CIFAR-10 appear when ADMM_DATA holds them.")
+        st.selectbox(
+            "Data set",
+            datasets,
+            key=K + "data",
+            help="Bundled sets are always here; MNIST, Fashion-MNIST, CIFAR-10 appear when ADMM_DATA holds them.",
+        )
         slots["data"] = st.empty()
     with c[2]:
         st.number_input("Training samples (0 = all)", key=K + "train_limit", step=100, min_value=0)
@@ -140,13 +152,24 @@ with st.container(border=True):
         slots["device"] = st.empty()
     c = st.columns([0.8, 1.2, 2.0])
     with c[0]:
-        st.radio("Network", ["mlp", "resnet18"], key=K + "arch", horizontal=True, on_change=on_shape,
-                 format_func=lambda a: {"mlp": "MLP", "resnet18": "ResNet-18"}[a])
+        st.radio(
+            "Network",
+            ["mlp", "resnet18"],
+            key=K + "arch",
+            horizontal=True,
+            on_change=on_shape,
+            format_func=lambda a: {"mlp": "MLP", "resnet18": "ResNet-18"}[a],
+        )
         slots["arch"] = st.empty()
     is_mlp = ss[K + "arch"] == "mlp"
     with c[1]:
-        st.text_input("MLP hidden widths", key=K + "hidden", on_change=on_shape, disabled=not is_mlp,
-                      help="Comma-separated widths; depth = number of widths + 1 (e.g. 128,128 is 784-128-128-10).")
+        st.text_input(
+            "MLP hidden widths",
+            key=K + "hidden",
+            on_change=on_shape,
+            disabled=not is_mlp,
+            help="Comma-separated widths; depth = number of widths + 1 (e.g. 128,128 is 784-128-128-10).",
+        )
         slots["hidden"] = st.empty()
     try:
         hidden_now = F.parse_widths(ss[K + "hidden"]) if is_mlp else (128,)
@@ -155,8 +178,12 @@ with st.container(border=True):
         hidden_now, split_allowed = None, list(ss.get(K + "split") or [])
     ss[K + "split"] = [s for s in (ss.get(K + "split") or []) if s in split_allowed]
     with c[2]:
-        st.multiselect("Split after layers (block boundaries)", split_allowed, key=K + "split",
-                       help="A block ends after each chosen layer; no split = one block. Backprop never crosses a boundary.")
+        st.multiselect(
+            "Split after layers (block boundaries)",
+            split_allowed,
+            key=K + "split",
+            help="A block ends after each chosen layer; no split = one block. Backprop never crosses a boundary.",
+        )
         slots["split"] = st.empty()
     diagram = st.empty()
 
@@ -164,12 +191,20 @@ with st.container(border=True):
     st.markdown("**Method and training**")
     c = st.columns([1.4, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8])
     with c[0]:
-        st.selectbox("Method", list(METHODS), key=K + "method", on_change=on_method,
-                     help="From the engine's method registry.")
+        st.selectbox(
+            "Method", list(METHODS), key=K + "method", on_change=on_method, help="From the engine's method registry."
+        )
         slots["method"] = st.empty()
     for col, (field, label, kw) in zip(
         c[1:],
-        [("loss", "Loss", None), ("epochs", "Epochs", 1), ("batch_size", "Batch size", 1), ("seed", "Seed", 1), ("eval_every", "Evaluate every", 1), ("checkpoint_every", "Checkpoint every", 1)],
+        [
+            ("loss", "Loss", None),
+            ("epochs", "Epochs", 1),
+            ("batch_size", "Batch size", 1),
+            ("seed", "Seed", 1),
+            ("eval_every", "Evaluate every", 1),
+            ("checkpoint_every", "Checkpoint every", 1),
+        ],
     ):
         with col:
             if kw is None:
@@ -207,7 +242,12 @@ with st.container(border=True):
             elif s["type"] == "int":
                 st.number_input(label, key=key, step=1, help=help_text)
             else:
-                st.text_input(label, key=key, help=help_text + ("; one value per block, comma-separated, is allowed" if s["name"] == "beta" else ""))
+                st.text_input(
+                    label,
+                    key=key,
+                    help=help_text
+                    + ("; one value per block, comma-separated, is allowed" if s["name"] == "beta" else ""),
+                )
             slots[F.MP + s["name"]] = st.empty()
 
 # --- validate, mirror into the URL, draw the blocks -------------------------------------------
@@ -237,8 +277,10 @@ with c[2]:
         st.caption(f"Fix {len(errors)} field(s) above to start.")
     else:
         T = len(cfg.model.split) + 1 if cls.uses_blocks else 1
-        st.caption(f"{cfg.data.name} · {cfg.model.arch} {'-'.join(map(str, cfg.model.hidden)) if cfg.model.arch == 'mlp' else ''} · "
-                   f"T = {T} block(s) · {cfg.method} · {cfg.train.epochs} epochs. The page URL holds this setup.")
+        st.caption(
+            f"{cfg.data.name} · {cfg.model.arch} {'-'.join(map(str, cfg.model.hidden)) if cfg.model.arch == 'mlp' else ''} · "
+            f"T = {T} block(s) · {cfg.method} · {cfg.train.epochs} epochs. The page URL holds this setup."
+        )
 with c[1].popover("Load a run's config"):
     names = [r["name"] for r in W.runs(ui.runs_root())]
     if names:
@@ -253,6 +295,7 @@ if start and cfg is not None:
 
 
 # --- live view of one run ------------------------------------------------------------------------
+
 
 def _stop(name):
     W.stop_run(ui.runs_root() / name)
@@ -305,9 +348,14 @@ def live_panel():
     with c[0]:
         # "watch" is plain session state; the menu only edits it (a widget's own state would be
         # reset whenever the list of runs changes)
-        st.selectbox("Run", names, index=names.index(ss["watch"]), key=f"watch_sel_{len(names)}",
-                     on_change=lambda: ss.update(watch=ss[f"watch_sel_{len(names)}"]),
-                     format_func=lambda n: f"{n}  ·  {ui.state_label(by_name[n]['status'].get('state'))}")
+        st.selectbox(
+            "Run",
+            names,
+            index=names.index(ss["watch"]),
+            key=f"watch_sel_{len(names)}",
+            on_change=lambda: ss.update(watch=ss[f"watch_sel_{len(names)}"]),
+            format_func=lambda n: f"{n}  ·  {ui.state_label(by_name[n]['status'].get('state'))}",
+        )
     r = by_name[ss["watch"]]
     run_dir, status = r["dir"], r["status"]
     state = status.get("state", "unknown")
@@ -316,9 +364,20 @@ def live_panel():
         if state in ("running", "starting"):
             st.button("Stop", icon=":material/stop:", key="stop", on_click=_stop, args=(r["name"],), width="stretch")
         elif state in ("stopped", "crashed", "finished"):
-            epochs = st.number_input("Resume to epoch", min_value=1, key="resume_epochs",
-                                     value=int((r["config"].get("train") or {}).get("epochs", 1)))
-            st.button("Resume", icon=":material/play_arrow:", key="resume", on_click=_resume, args=(r["name"], epochs), width="stretch")
+            epochs = st.number_input(
+                "Resume to epoch",
+                min_value=1,
+                key="resume_epochs",
+                value=int((r["config"].get("train") or {}).get("epochs", 1)),
+            )
+            st.button(
+                "Resume",
+                icon=":material/play_arrow:",
+                key="resume",
+                on_click=_resume,
+                args=(r["name"], epochs),
+                width="stretch",
+            )
     with c[2]:
         st.markdown(ui.state_md(state))
         if metrics and metrics[-1].get("test_accuracy") is not None:
@@ -334,7 +393,11 @@ def live_panel():
     st.progress(min(max(progress, 0.0), 1.0), text=text)
     if state == "crashed":
         st.error(f"The worker crashed: {status.get('error')}")
-        tail = (run_dir / "error.txt").read_text(errors="replace")[-3000:] if (run_dir / "error.txt").exists() else W.log_tail(run_dir)
+        tail = (
+            (run_dir / "error.txt").read_text(errors="replace")[-3000:]
+            if (run_dir / "error.txt").exists()
+            else W.log_tail(run_dir)
+        )
         if tail:
             with st.expander("Last error output"):
                 st.code(tail)
@@ -347,8 +410,10 @@ def live_panel():
         cols = st.columns(3)
         for col, name in zip(cols, row):
             col.plotly_chart(figs[name], key=f"live-{name}-{r['name']}", config=ui.PLOTLY_CONFIG)
-    st.caption(f"Last evaluation {time.time() - metrics[-1].get('time', time.time()):.1f} s ago · "
-               f"refreshes every {REFRESH_S:g} s · run dir `{run_dir}`")
+    st.caption(
+        f"Last evaluation {time.time() - metrics[-1].get('time', time.time()):.1f} s ago · "
+        f"refreshes every {REFRESH_S:g} s · run dir `{run_dir}`"
+    )
 
 
 live_panel()

@@ -1,4 +1,6 @@
-"""Train face-backbone variants and score each the way DeepFacto's table does.
+"""Answers: which face backbone (width × epochs) gives DeepFacto the best features?
+
+Trains face-backbone variants and scores each the way DeepFacto's table does.
 
 For every variant (widths × epochs) this trains a FaceBackbone on the training identities
 (triplet + identity softmax, ``admm_core.faces.train_backbone``), then reports
@@ -11,9 +13,9 @@ and saves the weights, usable as ``--backbone-weights``.
 The accelerator machine has no copy of LFW, so ``pack`` writes the labelled faces at one
 size into a single file (JPEG quality 95, ~35 MB at 64 px) and ``--pack`` reads it back.
 
-    python scripts/backbone_study.py pack --size 64 --out .devpack/lfw64.npz
-    python scripts/backbone_study.py train --variants 32x100,64x100 --out bench_out/backbones [--pack F]
-    python scripts/backbone_study.py eval FILE.pt [...]          # score existing weights
+    python experiments/backbone_study.py pack --size 64 --out .devpack/lfw64.npz
+    python experiments/backbone_study.py train --variants 32x100,64x100 --out bench_out/backbones [--pack F]
+    python experiments/backbone_study.py eval FILE.pt [...]          # score existing weights
 """
 
 from __future__ import annotations
@@ -24,31 +26,24 @@ import sys
 import time
 from pathlib import Path
 
-import cv2
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from admm_core.deepfacto import attribute_svms, majority_baseline  # noqa: E402
-from admm_core.faces import FaceSet, backbone_widths, embed_all, load_backbone, load_lfwa, save_backbone, train_backbone, verification_accuracy, verification_pairs  # noqa: E402
-from admm_core.runs import resolve_device  # noqa: E402
-
-
-
-def pack(faces: FaceSet, out: Path, quality: int = 95) -> None:
-    blobs = [cv2.imencode(".jpg", img[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, quality])[1].ravel() for img in faces.images]
-    offsets = np.cumsum([0] + [len(b) for b in blobs])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, jpeg=np.concatenate(blobs), offsets=offsets, files=np.array(faces.files), identity=faces.identity,
-             people=np.array(faces.people), attributes=faces.attributes, attribute_names=np.array(faces.attribute_names))
-
-
-def unpack(path: Path) -> FaceSet:
-    d = np.load(path)
-    buf, off = d["jpeg"], d["offsets"]
-    imgs = np.stack([cv2.imdecode(buf[off[i] : off[i + 1]], cv2.IMREAD_COLOR)[:, :, ::-1] for i in range(len(off) - 1)])
-    return FaceSet(list(d["files"]), d["identity"], list(d["people"]), d["attributes"], list(d["attribute_names"]), np.ascontiguousarray(imgs), path)
+from admm_core.deepfacto import attribute_svms, majority_baseline
+from admm_core.faces import (
+    FaceSet,
+    backbone_widths,
+    embed_all,
+    load_backbone,
+    load_lfwa,
+    pack_faces,
+    save_backbone,
+    train_backbone,
+    unpack_faces,
+    verification_accuracy,
+    verification_pairs,
+)
+from admm_core.runs import resolve_device
 
 
 def score(net, faces: FaceSet, tr: np.ndarray, te: np.ndarray, device, seed: int = 0, svm_c: float = 0.01) -> dict:
@@ -69,13 +64,22 @@ def score(net, faces: FaceSet, tr: np.ndarray, te: np.ndarray, device, seed: int
     ver = verification_accuracy(e_tr, p_tr, e_te, p_te)
     acc = attribute_svms(f_tr, faces.attributes[tr], f_te, faces.attributes[te], svm_c, seed)
     maj = majority_baseline(faces.attributes[tr], faces.attributes[te])
-    return {"verification": ver, "attr_acc": float(acc.mean()), "majority": float(maj.mean()), "eval_s": time.time() - t}
+    return {
+        "verification": ver,
+        "attr_acc": float(acc.mean()),
+        "majority": float(maj.mean()),
+        "eval_s": time.time() - t,
+    }
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| variant | widths | epochs | train s | device | verification (test ids) | raw attribute acc. | majority |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| variant | widths | epochs | train s | device | verification (test ids) | raw attribute acc. | majority |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {r['name']} | {r['widths']} | {r['epochs']} | {r['train_s']:.0f} | {r['device']} | {100 * r['verification']:.1f} | {100 * r['attr_acc']:.1f} | {100 * r['majority']:.1f} |")
+        pcts = " | ".join(f"{100 * r[k]:.1f}" for k in ("verification", "attr_acc", "majority"))
+        out.append(f"| {r['name']} | {r['widths']} | {r['epochs']} | {r['train_s']:.0f} | {r['device']} | {pcts} |")
     return "\n".join(out)
 
 
@@ -92,30 +96,44 @@ def main(argv=None) -> int:
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--device", default="auto")
         q.add_argument("--out", default="bench_out/backbones")
-    sub.choices["train"].add_argument("--variants", default="32x100", help="WIDTHxEPOCHS,... (base width w: stages w, 2w, 4w, 4w)")
+    sub.choices["train"].add_argument(
+        "--variants", default="32x100", help="WIDTHxEPOCHS,... (base width w: stages w, 2w, 4w, 4w)"
+    )
     sub.choices["train"].add_argument("--lr", type=float, default=3e-3)
-    sub.choices["train"].add_argument("--deadline-s", type=float, default=None, help="skip a variant that would end past this many seconds")
+    sub.choices["train"].add_argument(
+        "--deadline-s", type=float, default=None, help="skip a variant that would end past this many seconds"
+    )
     sub.choices["eval"].add_argument("weights", nargs="+")
     a = ap.parse_args(argv)
     log = lambda m: print(m, flush=True)  # noqa: E731
     if a.cmd == "pack":
-        pack(load_lfwa(size=a.size, progress=log), Path(a.out))
+        pack_faces(load_lfwa(size=a.size, progress=log), Path(a.out))
         log(f"wrote {a.out} ({Path(a.out).stat().st_size / 2**20:.1f} MiB)")
         return 0
     t0 = time.time()
-    faces = unpack(Path(a.pack)) if a.pack else load_lfwa(size=a.size, progress=log)
+    faces = unpack_faces(Path(a.pack)) if a.pack else load_lfwa(size=a.size, progress=log)
     tr, te = faces.split(a.seed, 0.2)
     device = resolve_device(a.device)
     torch.backends.cudnn.benchmark = True
-    log(f"{faces.n} faces ({faces.images.shape[1]} px), train {len(tr)} / test {len(te)}, device {device} (load {time.time() - t0:.0f}s)")
+    log(
+        f"{faces.n} faces ({faces.images.shape[1]} px), train {len(tr)} / test {len(te)}, device {device} (load {time.time() - t0:.0f}s)"
+    )
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     if a.cmd == "eval":
         for w in a.weights:
             net, meta = load_backbone(w)
-            rows.append({"name": Path(w).name, "widths": tuple(net.arch["widths"]), "epochs": meta.get("epochs", "?"), "train_s": meta.get("train_wall_time_s", 0.0),
-                         "device": meta.get("device", "cpu"), **score(net, faces, tr, te, device, a.seed)})
+            rows.append(
+                {
+                    "name": Path(w).name,
+                    "widths": tuple(net.arch["widths"]),
+                    "epochs": meta.get("epochs", "?"),
+                    "train_s": meta.get("train_wall_time_s", 0.0),
+                    "device": meta.get("device", "cpu"),
+                    **score(net, faces, tr, te, device, a.seed),
+                }
+            )
             log(table(rows[-1:]))
     else:
         per_epoch = {}  # measured s/epoch per width, to respect the deadline
@@ -128,14 +146,40 @@ def main(argv=None) -> int:
                 log(f"skip {v}: would need ~{est:.0f}s, {a.deadline_s - (time.time() - t0):.0f}s left")
                 continue
             t = time.time()
-            net, hist = train_backbone(faces, tr, epochs=ep, lr=a.lr, widths=backbone_widths(w), seed=a.seed, device=device, log=log if ep <= 10 else (lambda m: None))
+            net, hist = train_backbone(
+                faces,
+                tr,
+                epochs=ep,
+                lr=a.lr,
+                widths=backbone_widths(w),
+                seed=a.seed,
+                device=device,
+                log=log if ep <= 10 else (lambda m: None),
+            )
             wall = time.time() - t
             per_epoch[w] = wall / ep
-            meta = {"image_size": faces.images.shape[1], "seed": a.seed, "test_fraction": 0.2, "epochs": ep, "id_weight": 1.0, "history": hist,
-                    "train_wall_time_s": wall, "device": str(torch.cuda.get_device_name() if device.type == "cuda" else device)}
+            meta = {
+                "image_size": faces.images.shape[1],
+                "seed": a.seed,
+                "test_fraction": 0.2,
+                "epochs": ep,
+                "id_weight": 1.0,
+                "history": hist,
+                "train_wall_time_s": wall,
+                "device": str(torch.cuda.get_device_name() if device.type == "cuda" else device),
+            }
             name = f"backbone-w{w}-e{ep}-{faces.images.shape[1]}px.pt"
             save_backbone(out / name, net, meta)
-            rows.append({"name": name, "widths": backbone_widths(w), "epochs": ep, "train_s": wall, "device": meta["device"], **score(net, faces, tr, te, device, a.seed)})
+            rows.append(
+                {
+                    "name": name,
+                    "widths": backbone_widths(w),
+                    "epochs": ep,
+                    "train_s": wall,
+                    "device": meta["device"],
+                    **score(net, faces, tr, te, device, a.seed),
+                }
+            )
             log(f"{v}: loss {hist[-1]['loss']:.4f}\n" + table(rows[-1:]))
             (out / "backbones.json").write_text(json.dumps(rows, indent=1, default=str))
     log(table(rows))

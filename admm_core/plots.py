@@ -1,6 +1,6 @@
 """Test accuracy versus wall time of every run in a benchmark folder (one line per method).
 
-    python scripts/plot_bench.py bench_out/all9 --out assets/mnist-accuracy-vs-time.png
+    python -m admm_core.plots bench_out/all9 --out assets/mnist-accuracy-vs-time.png
 
 Reads ``<folder>/*/metrics.jsonl`` and ``config.json`` as written by ``python -m admm_core bench``;
 the x axis is training wall time (evaluation excluded), log-scaled so the fast and the
@@ -14,9 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-# paper figures (%), drawn as ticks on the right edge
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from admm_core.bench import PAPER  # noqa: E402
+from .bench import PAPER  # paper figures (%), drawn as ticks on the right edge
 
 
 def load_curves(folder: Path) -> dict[str, list[tuple[float, float]]]:
@@ -26,7 +24,9 @@ def load_curves(folder: Path) -> dict[str, list[tuple[float, float]]]:
         cfg = json.loads((run / "config.json").read_text())
         pts = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
         # epoch 0 (the untrained net, t = 0) has no place on a log axis
-        pts = [(m["wall_time_s"], m["test_accuracy"]) for m in pts if m.get("test_accuracy") is not None and m["epoch"] > 0]
+        pts = [
+            (m["wall_time_s"], m["test_accuracy"]) for m in pts if m.get("test_accuracy") is not None and m["epoch"] > 0
+        ]
         if pts:
             curves[cfg["method"]] = pts
     return curves
@@ -45,14 +45,22 @@ def plot(curves: dict, out: Path, title: str = "", preset: str = "mnist-mlp-mse"
         a = [100 * p[1] for p in pts]
         (line,) = ax.plot(t, a, marker="o", ms=3, lw=1.6, label=f"{method} ({a[-1]:.1f}%)", color=plt.cm.tab10(i % 10))
         if method in paper:
-            ax.annotate("", xy=(1.0, paper[method]), xycoords=("axes fraction", "data"), xytext=(1.03, paper[method]),
-                        textcoords=("axes fraction", "data"), arrowprops={"arrowstyle": "-", "color": line.get_color(), "lw": 3})
+            ax.annotate(
+                "",
+                xy=(1.0, paper[method]),
+                xycoords=("axes fraction", "data"),
+                xytext=(1.03, paper[method]),
+                textcoords=("axes fraction", "data"),
+                arrowprops={"arrowstyle": "-", "color": line.get_color(), "lw": 3},
+            )
     ax.set_xscale("log")
     ax.set_ylim(0, 100)
     ax.axhline(90, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("training wall time (s, log scale)")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(title or "MNIST 784-128-128-10, MSE: test accuracy vs wall time (ticks at the right: paper's final figures)")
+    ax.set_title(
+        title or "MNIST 784-128-128-10, MSE: test accuracy vs wall time (ticks at the right: paper's final figures)"
+    )
     ax.title.set_fontsize(10)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="lower right", fontsize=8, ncol=2)

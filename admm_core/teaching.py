@@ -4,8 +4,7 @@
 in a couple of minutes on a laptop CPU; unset, the notebooks run the real experiments
 (MNIST from ``ADMM_DATA``, default ``../shared/data``).
 
-Importing this module puts the project root on ``sys.path``, so ``import admm_core`` works
-from a notebook opened in ``notebooks/``.
+The notebooks import it as ``from admm_core import teaching``.
 """
 
 from __future__ import annotations
@@ -14,14 +13,9 @@ import atexit
 import math
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 SMALL = os.environ.get("ADMM_SMALL", "").strip().lower() not in ("", "0", "false", "no")
 
@@ -81,8 +75,10 @@ def run(cfg, root: Path, name: str, time_budget_s: float | None = None, quiet: b
     metrics = read_metrics(run_dir)
     if not quiet:
         acc = summary.get("test_accuracy")
-        print(f"{name:>28}: {summary['epochs']:>3} epochs, test accuracy {acc:.3f}, "
-              f"{summary['wall_time_s']:.1f} s training ({time.time() - t0:.1f} s with evaluation)")
+        print(
+            f"{name:>28}: {summary['epochs']:>3} epochs, test accuracy {acc:.3f}, "
+            f"{summary['wall_time_s']:.1f} s training ({time.time() - t0:.1f} s with evaluation)"
+        )
     return summary, metrics
 
 
