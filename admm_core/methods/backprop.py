@@ -10,22 +10,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import MethodBase, TrainBatch, minibatches, setting
+from .base import MethodBase, MethodState, TrainBatch, minibatches, setting
 
 
 @dataclass
-class BackpropState:
+class BackpropState(MethodState):
     opt: torch.optim.Optimizer
     gen: torch.Generator
     iteration: int = 0
-
-    def state_dict(self) -> dict:
-        return {"opt": self.opt.state_dict(), "gen": self.gen.get_state(), "iteration": self.iteration}
-
-    def load_state_dict(self, d: dict) -> None:
-        self.opt.load_state_dict(d["opt"])
-        self.gen.set_state(d["gen"].cpu())  # a CPU generator; the checkpoint may be mapped to cuda
-        self.iteration = d["iteration"]
 
 
 class _Backprop(MethodBase):

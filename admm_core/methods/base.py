@@ -2,9 +2,10 @@
 
 A method object holds only its settings (a frozen dataclass whose fields carry a one-line
 ``help`` in their metadata). Everything that changes during training lives in a state
-object with ``state_dict()`` / ``load_state_dict()``, so a run resumes exactly.
+object with ``state_dict()`` / ``load_state_dict()``, so a run resumes exactly; most states
+are dataclasses deriving from :class:`MethodState`, whose fields *are* the checkpoint.
 
-Protocol (duck-typed)::
+Protocol (:class:`Method`, :class:`State`)::
 
     state = method.init_state(net, batch, gen)       # Alg. initialisation
     stats = method.run_epoch(net, state, batch, progress)   # one pass over the data
@@ -18,6 +19,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -42,6 +44,70 @@ class TrainBatch:
     @property
     def n(self) -> int:
         return self.x.shape[0]
+
+
+@runtime_checkable
+class State(Protocol):
+    """What a method changes while it trains; a checkpoint holds ``state_dict()``."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, d: dict) -> None: ...
+
+
+@runtime_checkable
+class Method(Protocol):
+    """A training method: frozen settings plus the four calls the run loop makes."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    uses_blocks: ClassVar[bool]
+
+    def init_state(self, net: nn.Module, batch: TrainBatch, gen: torch.Generator) -> State: ...
+
+    def run_epoch(self, net: nn.Module, state: State, batch: TrainBatch, progress=None) -> dict: ...
+
+    def diagnostics(self, net: nn.Module, state: State, batch: TrainBatch) -> dict: ...
+
+    def state_bytes(self, state: State) -> int: ...
+
+
+@dataclass
+class MethodState:
+    """A state whose dataclass fields are its checkpoint.
+
+    Optimizers and generators are saved through their own ``state_dict`` / ``get_state`` and
+    restored in place (the objects are bound to the network's parameters); every other field
+    (tensors, lists of tensors, numbers) is saved as it is. Fields named in ``NOT_SAVED``
+    are derived data and are left out.
+    """
+
+    NOT_SAVED: ClassVar[tuple[str, ...]] = ()
+
+    def state_dict(self) -> dict:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name in self.NOT_SAVED:
+                continue
+            v = getattr(self, f.name)
+            if isinstance(v, torch.optim.Optimizer):
+                v = v.state_dict()
+            elif isinstance(v, torch.Generator):
+                v = v.get_state()
+            out[f.name] = v
+        return out
+
+    def load_state_dict(self, d: dict) -> None:
+        for f in dataclasses.fields(self):
+            if f.name in self.NOT_SAVED:
+                continue
+            cur, v = getattr(self, f.name), d[f.name]
+            if isinstance(cur, torch.optim.Optimizer):
+                cur.load_state_dict(v)
+            elif isinstance(cur, torch.Generator):
+                cur.set_state(v.cpu())  # a CPU generator; the checkpoint may be mapped to cuda
+            else:
+                setattr(self, f.name, v)
 
 
 class MethodBase:

@@ -43,6 +43,7 @@ import torch
 
 from .base import (
     MethodBase,
+    MethodState,
     TrainBatch,
     adam_z_step,
     make_theta_optimizer,
@@ -56,7 +57,7 @@ from .base import (
 
 
 @dataclass
-class BlockADMMState:
+class BlockADMMState(MethodState):
     """Everything Block-ADMM changes while it trains."""
 
     z: list[torch.Tensor]  # Z_t, t = 1..T, each (N, *d_t)
@@ -71,28 +72,6 @@ class BlockADMMState:
     iteration: int = 0  # dual steps so far
     rho_bound: float = 1.0  # η_k, the bound on ‖h‖ of the adaptive penalty
     residuals: list[float] = field(default_factory=list)  # RMS ‖Z_t − block_t(Z_{t−1})‖ at the last dual step
-
-    def state_dict(self) -> dict:
-        return {
-            "z": self.z,
-            "u": self.u,
-            "beta": self.beta,
-            "z_lr": self.z_lr,
-            "opt": self.opt.state_dict(),
-            "gen": self.gen.get_state(),
-            "z_m": self.z_m,
-            "z_v": self.z_v,
-            "z_steps": self.z_steps,
-            "iteration": self.iteration,
-            "rho_bound": self.rho_bound,
-            "residuals": self.residuals,
-        }
-
-    def load_state_dict(self, d: dict) -> None:
-        for k in ("z", "u", "z_m", "z_v", "beta", "z_lr", "z_steps", "iteration", "rho_bound", "residuals"):
-            setattr(self, k, d[k])
-        self.opt.load_state_dict(d["opt"])
-        self.gen.set_state(d["gen"].cpu())  # a CPU generator; the checkpoint may be mapped to cuda
 
 
 @dataclass(frozen=True)

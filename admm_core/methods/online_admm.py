@@ -33,6 +33,7 @@ import torch
 
 from .base import (
     MethodBase,
+    MethodState,
     TrainBatch,
     adam_z_step,
     make_theta_optimizer,
@@ -46,7 +47,7 @@ from .base import (
 
 
 @dataclass
-class OnlineADMMState:
+class OnlineADMMState(MethodState):
     u: list[float]  # scalar dual per block
     beta: list[float]
     opt: torch.optim.Optimizer  # one parameter group per block
@@ -54,23 +55,6 @@ class OnlineADMMState:
     iteration: int = 0  # minibatches so far
     residuals: list[float] = field(default_factory=list)  # RMS per sample, mean over the last epoch
     batch_bytes: int = 0  # bytes of the largest minibatch's z (and Adam moments)
-
-    def state_dict(self) -> dict:
-        return {
-            "u": self.u,
-            "beta": self.beta,
-            "opt": self.opt.state_dict(),
-            "gen": self.gen.get_state(),
-            "iteration": self.iteration,
-            "residuals": self.residuals,
-            "batch_bytes": self.batch_bytes,
-        }
-
-    def load_state_dict(self, d: dict) -> None:
-        for k in ("u", "beta", "iteration", "residuals", "batch_bytes"):
-            setattr(self, k, d[k])
-        self.opt.load_state_dict(d["opt"])
-        self.gen.set_state(d["gen"].cpu())  # a CPU generator; the checkpoint may be mapped to cuda
 
 
 @dataclass(frozen=True)
