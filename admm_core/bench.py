@@ -7,12 +7,13 @@
 
 Runs go one after another (never in parallel, so timings are not disturbed) into
 ``--out`` (default bench_out/), and the table is also written to ``<out>/<preset>.md``.
+``--markdown docs/results/mnist.md`` puts it into a docs page as a generated section
+(:mod:`admm_core.docs`); ``--reuse`` rebuilds the table from finished runs without training.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from .config import parse_sets
+from .docs import command_line, write_section
 from .presets import preset_config
 from .runs import read_json, train
 
@@ -105,7 +108,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="bench_out")
     p.add_argument("--reuse", action="store_true", help="reuse finished runs already in --out")
     p.add_argument("--set", action="append", default=[], metavar="METHOD:NAME=VALUE", help="override a method setting")
+    p.add_argument("--markdown", metavar="FILE", help="also write the table into this docs page (a generated section)")
+    p.add_argument("--section", help="name of that section (default: the preset)")
     a = p.parse_args(argv)
+    for s in a.set:
+        if ":" not in s:
+            p.error(f"--set {s!r}: expected METHOD:NAME=VALUE")
     out = Path(a.out)
     per_method = {}
     for item in [x for x in a.epochs_for.split(",") if x]:
@@ -122,15 +130,7 @@ def main(argv=None) -> int:
             cfg = cfg.replace(train__epochs=per_method[method])
         if a.data_root:
             cfg = cfg.replace(data__root=a.data_root)
-        extra = {}
-        for s in a.set:
-            m, kv = s.split(":", 1)
-            k, v = kv.split("=", 1)
-            if m == method:
-                try:
-                    extra[k] = json.loads(v)
-                except json.JSONDecodeError:
-                    extra[k] = v
+        extra = parse_sets(s.split(":", 1)[1] for s in a.set if s.split(":", 1)[0] == method)
         if extra:
             cfg = cfg.replace(method_params={**cfg.method_params, **extra})
         run_dir = out / f"{a.preset}-{method}"
@@ -155,6 +155,9 @@ def main(argv=None) -> int:
     text = f"Preset `{a.preset}`; machine: {machine()}\n\n" + table(a.preset, rows)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{a.preset}.md").write_text(text + "\n")
+    if a.markdown:
+        cmd = command_line(["bench", *(sys.argv[2:] if argv is None else argv)])
+        write_section(a.markdown, a.section or a.preset, text, command=cmd)
     print(text)
     return 0
 

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, parse_sets
 from .errors import DataError, ImageError
 from .methods import METHODS
 from .presets import PRESETS, preset_config
@@ -25,13 +25,6 @@ def _floats(text: str):
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split(",") if v.strip())
-
-
-def _value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:
@@ -79,11 +72,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         v = getattr(a, flag)
         if v is not None:
             mp[key] = conv(v) if isinstance(v, str) else v
-    for kv in a.set or []:
-        if "=" not in kv:
-            raise ConfigError(f"--set {kv!r}: expected NAME=VALUE")
-        k, v = kv.split("=", 1)
-        mp[k.strip().replace("-", "_")] = _value(v)
+    mp.update(parse_sets(a.set))
     if mp:
         ch["method_params"] = {**cfg.method_params, **mp}
     return cfg.replace(**ch) if ch else cfg

@@ -20,6 +20,26 @@ from .models import ARCHS
 __all__ = ["ConfigError", "check", "DataConfig", "ModelConfig", "TrainConfig", "RunConfig"]
 
 
+def parse_sets(flags) -> dict:
+    """``NAME=VALUE`` strings (the CLI's ``--set``) -> {name: value}.
+
+    VALUE is read as JSON where it parses (numbers, lists, true/false, null), else kept as a
+    string; a dash in NAME becomes an underscore. The one parser behind every ``--set``.
+    """
+    out = {}
+    for kv in flags or []:
+        if not isinstance(kv, str) or "=" not in kv:
+            raise ConfigError(f"--set {kv!r}: expected NAME=VALUE")
+        k, v = kv.split("=", 1)
+        name = k.strip().replace("-", "_")
+        check(bool(name), "--set", kv, "the setting name is empty")
+        try:
+            out[name] = json.loads(v)
+        except json.JSONDecodeError:
+            out[name] = v
+    return out
+
+
 LOSSES = ("mse", "ce")
 DEVICES = ("auto", "cpu", "cuda")
 

@@ -73,6 +73,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import nmf
+from .config import parse_sets
 from .errors import ConfigError, check
 from .faces import (
     FaceBackbone,
@@ -1105,20 +1106,6 @@ def config_from_cli(a) -> DeepFactoConfig:
             kw[key] = v
     kw.update(parse_sets(getattr(a, "set", None)))
     return DeepFactoConfig.from_dict(kw)
-
-
-def parse_sets(kvs) -> dict:
-    """``--set NAME=VALUE`` flags -> {name: value}; VALUE is JSON where it parses, else a string."""
-    out = {}
-    for kv in kvs or []:
-        if "=" not in kv:
-            raise ConfigError(f"--set {kv!r}: expected NAME=VALUE")
-        k, v = kv.split("=", 1)
-        try:
-            out[k.strip().replace("-", "_")] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k.strip().replace("-", "_")] = v
-    return out
 
 
 def cli_train(a) -> int:

@@ -1,0 +1,47 @@
+"""Benchmark tables into the docs: a command writes its own table, nobody retypes it.
+
+A docs page holds any number of generated sections, each between two markers::
+
+    <!-- generated:NAME -->
+    ... replaced wholesale every time the command runs ...
+    <!-- /generated:NAME -->
+
+:func:`write_section` replaces the section NAME (or appends it when the page lacks it) and
+leaves the hand-written text around it alone. The section records the command that wrote
+it and when, so every number in the docs can be traced to a command.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from .errors import check
+
+
+def command_line(argv: list[str] | None = None, prog: str = "python -m admm_core") -> str:
+    """The command as a user would type it again (``sys.argv`` by default)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return " ".join([prog, *map(shlex.quote, args)])
+
+
+def write_section(path: str | Path, name: str, body: str, command: str | None = None) -> Path:
+    """Put ``body`` (markdown) into section ``name`` of the page at ``path`` (created if missing)."""
+    check(bool(re.fullmatch(r"[A-Za-z0-9_.:-]+", name)), "section", name, "use letters, digits, '-', '_', '.', ':'")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    start, end = f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    made_by = f"*Written by `{command}` on {stamp}.*\n\n" if command else f"*Written on {stamp}.*\n\n"
+    block = f"{start}\n{made_by}{body.strip()}\n{end}"
+    text = path.read_text() if path.exists() else ""
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text, count=1)
+    else:
+        text = (text.rstrip() + "\n\n" if text.strip() else "") + block + "\n"
+    path.write_text(text)
+    return path
