@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +29,21 @@ def command_line(argv: list[str] | None = None, prog: str = "python -m admm_core
     return " ".join([prog, *map(shlex.quote, args)])
 
 
+def code_version() -> str:
+    """``git describe`` of the working tree the package runs from ("unknown" outside git)."""
+    try:
+        r = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return r.stdout.strip() or "unknown"
+
+
 def write_section(path: str | Path, name: str, body: str, command: str | None = None) -> Path:
     """Put ``body`` (markdown) into section ``name`` of the page at ``path`` (created if missing)."""
     check(bool(re.fullmatch(r"[A-Za-z0-9_.:-]+", name)), "section", name, "use letters, digits, '-', '_', '.', ':'")
@@ -35,7 +51,8 @@ def write_section(path: str | Path, name: str, body: str, command: str | None = 
     path.parent.mkdir(parents=True, exist_ok=True)
     start, end = f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    made_by = f"*Written by `{command}` on {stamp}.*\n\n" if command else f"*Written on {stamp}.*\n\n"
+    how = f"by `{command}` " if command else ""
+    made_by = f"*Written {how}on {stamp}, code {code_version()}.*\n\n"
     block = f"{start}\n{made_by}{body.strip()}\n{end}"
     text = path.read_text() if path.exists() else ""
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
