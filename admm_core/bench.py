@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from .config import parse_sets
-from .docs import command_line, write_section
+from .docs import code_version, command_line, write_section
 from .presets import preset_config
 from .runs import read_json, train
 
@@ -111,6 +111,7 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", metavar="FILE", help="also write the table into this docs page (a generated section)")
     p.add_argument("--section", help="name of that section (default: the preset)")
     a = p.parse_args(argv)
+    version = code_version()
     for s in a.set:
         if ":" not in s:
             p.error(f"--set {s!r}: expected METHOD:NAME=VALUE")
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
     (out / f"{a.preset}.md").write_text(text + "\n")
     if a.markdown:
         cmd = command_line(["bench", *(sys.argv[2:] if argv is None else argv)])
-        write_section(a.markdown, a.section or a.preset, text, command=cmd)
+        write_section(a.markdown, a.section or a.preset, text, command=cmd, version=version)
     print(text)
     return 0
 

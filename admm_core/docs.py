@@ -44,15 +44,21 @@ def code_version() -> str:
     return r.stdout.strip() or "unknown"
 
 
-def write_section(path: str | Path, name: str, body: str, command: str | None = None) -> Path:
-    """Put ``body`` (markdown) into section ``name`` of the page at ``path`` (created if missing)."""
+def write_section(
+    path: str | Path, name: str, body: str, command: str | None = None, version: str | None = None
+) -> Path:
+    """Put ``body`` (markdown) into section ``name`` of the page at ``path`` (created if missing).
+
+    ``version``: the code the numbers came from; take :func:`code_version` when the command
+    starts (the tree may change during a long benchmark). Default: the version now.
+    """
     check(bool(re.fullmatch(r"[A-Za-z0-9_.:-]+", name)), "section", name, "use letters, digits, '-', '_', '.', ':'")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     start, end = f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     how = f"by `{command}` " if command else ""
-    made_by = f"*Written {how}on {stamp}, code {code_version()}.*\n\n"
+    made_by = f"*Written {how}on {stamp}, code {version or code_version()}.*\n\n"
     block = f"{start}\n{made_by}{body.strip()}\n{end}"
     text = path.read_text() if path.exists() else ""
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
