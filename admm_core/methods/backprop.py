@@ -20,7 +20,9 @@ class BackpropState(MethodState):
     iteration: int = 0
 
 
-class _Backprop(MethodBase):
+class Backprop(MethodBase):
+    """End-to-end backprop on the whole network; a subclass names its optimizer (see SGD, Adam)."""
+
     uses_blocks = False
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
@@ -50,7 +52,7 @@ class _Backprop(MethodBase):
 
 
 @dataclass(frozen=True)
-class SGD(_Backprop):
+class SGD(Backprop):
     """Minibatch SGD with backpropagation through the whole network."""
 
     name = "sgd"
@@ -63,7 +65,7 @@ class SGD(_Backprop):
 
 
 @dataclass(frozen=True)
-class Adam(_Backprop):
+class Adam(Backprop):
     """Adam with backpropagation through the whole network."""
 
     name = "adam"
