@@ -115,7 +115,9 @@ def cmd_train(a) -> int:
         try:
             text = (run_dir / "config.json").read_text()
         except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"--resume {str(run_dir)!r}: no readable config.json there ({type(e).__name__})") from None
+            raise ConfigError(
+                f"--resume {str(run_dir)!r}: no readable config.json there ({type(e).__name__})"
+            ) from None
         try:
             cfg = RunConfig.from_json(text)
         except ConfigError as e:
@@ -319,6 +321,11 @@ def main(argv=None) -> int:
     if argv[:1] == ["deepfacto"]:
         return deepfacto_main(argv[1:])
     args = make_parser().parse_args(argv)
+    for k, v in vars(args).items():  # argparse turns a lone "--" value (``--hidden=--``) into []
+        if v == []:
+            setattr(args, k, "--")
+        elif isinstance(v, list) and k == "set":
+            setattr(args, k, ["--" if x == [] else x for x in v])
     try:
         return args.func(args)
     except (ConfigError, DataError) as e:

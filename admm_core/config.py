@@ -92,7 +92,9 @@ class TrainConfig:
             check(
                 isinstance(v, int) and not isinstance(v, bool) and v > 0, f"train.{f}", v, "must be a positive integer"
             )
-        check(isinstance(self.loss, str) and self.loss in LOSSES, "train.loss", self.loss, f"choose from {list(LOSSES)}")
+        check(
+            isinstance(self.loss, str) and self.loss in LOSSES, "train.loss", self.loss, f"choose from {list(LOSSES)}"
+        )
         ok = isinstance(self.device, str) and self.device in DEVICES
         check(ok, "train.device", self.device, f"choose from {list(DEVICES)}")
         ok = isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**63

@@ -49,11 +49,23 @@ def _numel(shape) -> int:
 def layers_of(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], int]]:
     """[(layer name, output shape, parameter count)] of the network ``cfg`` describes."""
     shape, n_out, _, _ = DATA_SHAPES[cfg.data.name]
-    if cfg.model.arch == "mlp":
-        widths = [_numel(shape), *cfg.model.hidden, n_out]
+    if cfg.model.arch != "mlp":
+        check(
+            len(shape) == 3,
+            "model.arch",
+            cfg.model.arch,
+            f"needs image inputs (C, H, W); {cfg.data.name} gives {shape}",
+        )
+    return layer_table(cfg.model.arch, tuple(cfg.model.hidden), shape, n_out)
+
+
+def layer_table(arch: str, hidden: tuple[int, ...], shape: tuple[int, ...], n_out: int) -> list:
+    """[(layer name, output shape, parameter count)] of :func:`admm_core.models.build_layers`'s network,
+    by arithmetic (checked against the built network in tests/test_reliability.py)."""
+    if arch == "mlp":
+        widths = [_numel(shape), *hidden, n_out]
         return [(f"fc{i}", (widths[i],), widths[i - 1] * widths[i] + widths[i]) for i in range(1, len(widths))]
     # ResNet-18, CIFAR stem (3×3 stride-1 conv, no max-pool), torchvision BasicBlocks
-    check(len(shape) == 3, "model.arch", cfg.model.arch, f"needs image inputs (C, H, W); {cfg.data.name} gives {shape}")
     c, h, w = shape
 
     def basic(cin, cout, stride):
@@ -190,7 +202,11 @@ def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict
     est = estimate_memory(cfg)
     free, what = available if available is not None else available_memory(device.type)
     if est["total_bytes"] > free:
-        size = f"model.hidden = {list(cfg.model.hidden)}" if cfg.model.arch == "mlp" else f"model.arch = {cfg.model.arch!r}"
+        size = (
+            f"model.hidden = {list(cfg.model.hidden)}"
+            if cfg.model.arch == "mlp"
+            else f"model.arch = {cfg.model.arch!r}"
+        )
         n, _ = _samples(cfg)
         raise ConfigError(
             f"{size} on {cfg.data.name} ({n} training samples) with {cfg.method}: needs about "
@@ -226,4 +242,13 @@ def preflight(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict:
     return check_fits(cfg, available)
 
 
-__all__ = ["DATA_SHAPES", "estimate_memory", "check_fits", "available_memory", "preflight", "layers_of", "split_of"]
+__all__ = [
+    "DATA_SHAPES",
+    "estimate_memory",
+    "check_fits",
+    "available_memory",
+    "preflight",
+    "layers_of",
+    "layer_table",
+    "split_of",
+]

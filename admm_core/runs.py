@@ -191,7 +191,9 @@ def safe_load(path: Path, map_location="cpu", mmap: bool = False):
         return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         why = str(e).strip().splitlines()
-        hint = next((ln for ln in why if "Unsupported global" in ln or "Weights only load failed" in ln), why[0] if why else "")
+        hint = next(
+            (ln for ln in why if "Unsupported global" in ln or "Weights only load failed" in ln), why[0] if why else ""
+        )
         raise CheckpointError(
             f"{path}: refused: not a plain-tensor checkpoint (it holds Python objects that loading would run; "
             f"{hint.strip()[:160]})"
@@ -227,7 +229,9 @@ def load_checkpoint(path: Path, sess: Session) -> tuple[int, float]:
         sess.state.load_state_dict(ck["method_state"])
     except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as e:
         first = (str(e).strip().splitlines() or [""])[0][:160]
-        raise CheckpointError(f"{path}: does not fit this run's network or method ({type(e).__name__}: {first})") from None
+        raise CheckpointError(
+            f"{path}: does not fit this run's network or method ({type(e).__name__}: {first})"
+        ) from None
     return ck["epoch"], ck["wall_time_s"]
 
 
@@ -398,7 +402,9 @@ def record_exit(run_dir: Path, pid: int, returncode: int | None) -> dict | None:
     if returncode is None:
         how, extra = "worker process ended without reporting (killed?)", {}
     elif returncode < 0:
-        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        name = (
+            signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        )
         how, extra = f"worker killed by signal {name}", {"signal": name}
     else:
         how, extra = f"worker exited with code {returncode} without reporting", {"exit_code": returncode}
