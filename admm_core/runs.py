@@ -158,6 +158,23 @@ def build(cfg: RunConfig) -> Session:
     return Session(cfg, device, ds, net, method, state, batch)
 
 
+class _KeepWriteError:
+    """A file wrapper that remembers the OSError of a failed write (full disk, file-size limit)."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, b):
+        try:
+            return self.f.write(b)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self):
+        return self.f.flush()
+
+
 def atomic_torch_save(obj, path: Path) -> None:
     """torch.save through a temporary file, synced and read back before it replaces ``path``.
 
@@ -167,15 +184,25 @@ def atomic_torch_save(obj, path: Path) -> None:
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
+        with open(tmp, "wb") as raw:
+            f = _KeepWriteError(raw)
+            try:
+                torch.save(obj, f)
+            except RuntimeError:
+                if f.error is not None:  # torch reports a failed write as a bare RuntimeError: say what failed
+                    raise OSError(f.error.errno, f.error.strerror, str(path)) from None
+                raise
+            raw.flush()
+            os.fsync(raw.fileno())
         safe_load(tmp, mmap=True)  # parses the whole archive (mmap: the tensors are not read)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    for stale in path.parent.glob(f"{path.name}.*.tmp"):  # left by a writer killed mid-write
+        pid = stale.name[len(path.name) + 1 : -len(".tmp")]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            stale.unlink(missing_ok=True)
 
 
 def safe_load(path: Path, map_location="cpu", mmap: bool = False):
