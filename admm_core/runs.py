@@ -15,6 +15,7 @@ import json
 import math
 import os
 import pickle
+import re
 import signal
 import threading
 import time
@@ -215,18 +216,24 @@ def safe_load(path: Path, map_location="cpu", mmap: bool = False):
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror})") from None
+    if not head:
+        raise CheckpointError(f"{path}: damaged: the file is empty")
+    if head != b"PK\x03\x04":  # torch.save's zip format; anything else is garbage or a legacy pickle
+        raise CheckpointError(f"{path}: damaged or not a PyTorch checkpoint (not a torch.save zip archive)")
+    try:
         return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
-        why = str(e).strip().splitlines()
-        hint = next(
-            (ln for ln in why if "Unsupported global" in ln or "Weights only load failed" in ln), why[0] if why else ""
-        )
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        what = f"it references {found.group(1)}" if found else "it holds objects other than tensors"
         raise CheckpointError(
-            f"{path}: refused: not a plain-tensor checkpoint (it holds Python objects that loading would run; "
-            f"{hint.strip()[:160]})"
+            f"{path}: refused: not a plain-tensor checkpoint, loading it could run code ({what[:120]})"
         ) from None
     except Exception as e:  # noqa: BLE001 - a damaged file can fail in many ways inside torch/zipfile
-        first = (str(e).strip().splitlines() or [""])[0][:160]
+        first = re.split(r"(?<=\.)\s", (str(e).strip().splitlines() or [""])[0])[0][:160]
         raise CheckpointError(f"{path}: damaged or not a PyTorch checkpoint ({type(e).__name__}: {first})") from None
 
 

@@ -43,7 +43,14 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
-STATS = {"cli": 0, "cli_errors": 0, "form": 0, "form_errors": 0}
+STATS: dict[str, list[int]] = {}  # property -> [examples, refused]
+
+
+def count(name: str, refused: bool) -> None:
+    c = STATS.setdefault(name, [0, 0])
+    c[0] += 1
+    c[1] += bool(refused)
+
 
 # text that is never a valid value of a numeric or named field: junk, unicode, control
 # characters (no NUL: a real argv cannot carry one), separators, path tricks
@@ -133,7 +140,6 @@ def names_value(msg: str, raw, any_token: bool = False) -> bool:
 
 def assert_clean_refusal(rc, err, calls, dirs, fields, raw):
     """One error line (argparse: usage + one line) naming a field and the value; nothing started."""
-    STATS["cli_errors"] += 1
     assert "Traceback" not in err, err
     assert rc == 2, (rc, err)
     assert calls == 0 and dirs == [], (calls, dirs, err)
@@ -262,7 +268,7 @@ def test_cli_one_bad_field_is_one_clean_error(case, tmp_path_factory):
     root = tmp_path_factory.getbasetemp() / "fuzz-cli"
     rc, err, calls, dirs = run_cli(argv, root)
     note(f"argv={argv!r}\nstderr={err!r}")
-    STATS["cli"] += 1
+    count("cli one bad field", rc != 0)
     if rc == 0:
         assert not always_bad, f"accepted a bad value: {argv}"
         assert calls == 1 and len(dirs) == 1
@@ -315,8 +321,7 @@ def test_cli_random_flags_never_traceback(pairs, tmp_path_factory):
         argv.append(f"{flag}={value}")
     note(f"argv={argv!r}")
     rc, err, calls, dirs = run_cli(argv, tmp_path_factory.getbasetemp() / "fuzz-cli-any")
-    STATS["cli"] += 1
-    STATS["cli_errors"] += rc != 0
+    count("cli anything goes", rc != 0)
     assert_clean_outcome(rc, err, calls, dirs)
 
 
@@ -366,8 +371,7 @@ def test_cli_config_json_never_traceback(d, garbage, tmp_path_factory):
         path.write_bytes(garbage)
     note(path.read_bytes()[:400])
     rc, err, calls, dirs = run_cli(["--config", str(path)], base / "fuzz-cli-json")
-    STATS["cli"] += 1
-    STATS["cli_errors"] += rc != 0
+    count("cli --config file", rc != 0)
     assert_clean_outcome(rc, err, calls, dirs)
     if garbage is not None:
         assert rc == 2 and ("config" in err), err
@@ -446,8 +450,8 @@ def test_form_one_bad_field_is_refused_next_to_its_widget(case, tmp_path_factory
     note(f"{key} = {value!r}")
     root = tmp_path_factory.getbasetemp() / "fuzz-form"
     root.mkdir(exist_ok=True)
-    STATS["form"] += 1
     cfg, errors = F.config_from_form(form)  # must not raise
+    count("dashboard form", cfg is None)
     spawned = []
     monkeypatch.setattr(W, "_spawn", lambda args, run_dir: spawned.append(run_dir) or 0)
     if cfg is not None:  # accepted: it may start (value was valid for this field after all)
@@ -457,7 +461,6 @@ def test_form_one_bad_field_is_refused_next_to_its_widget(case, tmp_path_factory
             f.unlink()
         run_dir.rmdir()
         return
-    STATS["form_errors"] += 1
     assert errors and all(isinstance(m, str) and "Traceback" not in m and "\n" not in m for m in errors.values())
     if key == "hidden" and "split" in errors and "hidden" not in errors:
         return  # new widths change the layer count: the form's split no longer fits, said next to it
@@ -498,6 +501,9 @@ def test_start_run_refuses_before_any_directory(tmp_path, monkeypatch):
 
 def test_fuzz_counts_are_reported():
     """Runs last in this file: prints how many configurations were fuzzed (docs/reliability.md)."""
-    if STATS["cli"] == 0:
+    if not STATS:
         pytest.skip("run with the fuzz tests above to get the counts")
-    print(f"\nfuzzed configurations: {STATS}")
+    print("\nfuzzed configurations (examples, refused), tracebacks 0:")
+    for name, (n, refused) in STATS.items():
+        print(f"  {name}: {n} examples, {refused} refused")
+    print(f"  total: {sum(n for n, _ in STATS.values())} examples, {sum(r for _, r in STATS.values())} refused")
