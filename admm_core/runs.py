@@ -425,7 +425,7 @@ def run_status(run_dir: Path) -> dict:
     return st
 
 
-def record_exit(run_dir: Path, pid: int, returncode: int | None) -> dict | None:
+def record_exit(run_dir: Path, pid: int, returncode: int | None, detail: str = "") -> dict | None:
     """Mark the run 'crashed' if its worker ``pid`` ended while status.json still says running
     (or nothing). ``returncode`` as from Popen (−N: killed by signal N; None: not our child, unknown).
     Returns the new status, or None when the worker had reported an end itself."""
@@ -442,6 +442,7 @@ def record_exit(run_dir: Path, pid: int, returncode: int | None) -> dict | None:
         how, extra = f"worker killed by signal {name}", {"signal": name}
     else:
         how, extra = f"worker exited with code {returncode} without reporting", {"exit_code": returncode}
+    how = f"{how}: {detail}" if detail else how  # e.g. the worker's last line (its one-line error)
     st = {**st, "state": "crashed", "pid": pid, "error": st.get("error") or how, "updated": time.time(), **extra}
     try:
         write_json(path, st)

@@ -192,6 +192,15 @@ def _bad_setting_value(s: dict):
     )
 
 
+def _bad_unless_int(raw: str):
+    """Always invalid, unless Python's int() reads it (e.g. '１２', fullwidth digits, is 12): then maybe."""
+    try:
+        int(raw)
+    except ValueError:
+        return True
+    return None
+
+
 def _parsed(v):
     try:
         return json.loads(v)
@@ -212,11 +221,11 @@ def one_bad_cli_field(draw):
             raw = draw(st.one_of(st.integers(max_value=-1), HUGE).map(str) | JUNK)
         else:
             raw = draw((NONPOS.map(str)) | JUNK)
-        return [*argv, f"{flag}={raw}"], [field, flag], raw, True
+        return [*argv, f"{flag}={raw}"], [field, flag], raw, _bad_unless_int(raw)
     if kind == "limit":
         flag = draw(st.sampled_from(["--train-limit", "--test-limit"]))
         raw = draw(st.integers(max_value=-1).map(str) | JUNK.filter(lambda t: t.strip() not in ("0",)))
-        return [*argv, f"{flag}={raw}"], ["data." + flag[2:].replace("-", "_"), flag], raw, True
+        return [*argv, f"{flag}={raw}"], ["data." + flag[2:].replace("-", "_"), flag], raw, _bad_unless_int(raw)
     if kind == "hidden":
         raw = draw(
             st.one_of(

@@ -210,13 +210,24 @@ def test_delete_never_acts_outside_the_root(confined):
         with pytest.raises(PermissionError):
             W.delete_run(target)
     with pytest.raises(PermissionError):
-        W.stop_run(outside)
-    with pytest.raises(PermissionError):
         W.resume_run(outside)
     assert outside.is_dir() and (outside / "config.json").exists()
     assert (root / "sub" / "link-out").is_symlink()
     W.delete_run(W.run_path(root / "sub", "r-in"))  # a real run inside: deleted
     assert not inside.exists() and outside.is_dir()
+
+
+def test_stop_signals_only_a_worker_process(tmp_path):
+    """A status.json naming some other process (crafted, or a recycled pid) never gets it signalled."""
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / "status.json").write_text(f'{{"state": "running", "pid": {victim.pid}}}')
+        assert W.stop_run(tmp_path) is False
+        time.sleep(0.2)
+        assert victim.poll() is None  # still alive: not signalled
+    finally:
+        victim.kill()
+        victim.wait()
 
 
 # --- the dashboard's network exposure ----------------------------------------------------------------

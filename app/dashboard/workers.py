@@ -131,7 +131,9 @@ def _spawn(args: list[str], run_dir: Path) -> int:
     # reap the child when it ends (no zombies) and, if it died without reporting, record how
     # in status.json (signal or exit code); the worker itself never depends on us
     def reap():
-        record_exit(run_dir, proc.pid, proc.wait())
+        rc = proc.wait()
+        tail = log_tail(run_dir, 5).strip().splitlines()
+        record_exit(run_dir, proc.pid, rc, tail[-1] if tail else "")
 
     threading.Thread(target=reap, daemon=True, name=f"reap-{proc.pid}").start()
     return proc.pid
@@ -170,10 +172,20 @@ def worker_pid(run_dir: Path) -> int | None:
     return launch["pid"] if isinstance(launch.get("pid"), int) else None
 
 
+def is_worker_process(pid: int) -> bool:
+    """Whether ``pid`` runs ``admm_core train``: a pid read from a (possibly crafted or stale)
+    status.json must never make Stop signal some other process."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return not Path("/proc/self").exists()  # no /proc here: cannot check, trust the run directory
+    return b"admm_core" in args and b"train" in args
+
+
 def stop_run(run_dir: str | Path) -> bool:
     """SIGTERM the worker: it ends the epoch step, writes 'stopped' and stays resumable."""
-    pid = worker_pid(confine_run_dir(run_dir))
-    if pid is None or not pid_alive(pid):
+    pid = worker_pid(Path(run_dir))
+    if pid is None or not pid_alive(pid) or not is_worker_process(pid):
         return False
     try:
         os.kill(pid, signal.SIGTERM)
