@@ -182,8 +182,19 @@ def confined(tmp_path, monkeypatch):
 def test_runs_folder_is_confined_to_the_allowed_root(confined, tmp_path):
     root, inside, outside = confined
     assert W.confine_runs_root(str(root)) == root.resolve()
-    assert W.confine_runs_root("sub") == (root / "sub").resolve()  # relative: from the allowed root
-    for bad in ("..", "../..", "sub/../../elsewhere", str(outside.parent), "/", "/etc", "link-root", "a-file"):
+    assert W.confine_runs_root(f" {root / 'sub'} ") == (root / "sub").resolve()
+    assert W.confine_runs_root(str(root / "new" / "..")) == root.resolve()
+    for bad in (
+        "..",
+        "../..",
+        f"{root}/sub/../../elsewhere",
+        str(outside.parent),
+        "/",
+        "/etc",
+        str(root / "link-root"),
+        str(root / "link-root" / "r-out"),
+        str(root / "a-file"),
+    ):
         with pytest.raises(ConfigError, match="runs folder"):
             W.confine_runs_root(bad)
         assert W.safe_runs_root(bad) == root  # the pages fall back to the default folder

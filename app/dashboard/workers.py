@@ -50,8 +50,8 @@ def allowed_root() -> Path:
 def confine_runs_root(text: str | Path | None) -> Path:
     """The runs folder typed in the sidebar, if it lies inside :func:`allowed_root`.
 
-    Relative paths are taken from the allowed root; ``..`` and symlinks are resolved before the
-    check, so neither can lead outside. Raises ConfigError naming the value otherwise.
+    ``..`` and symlinks are resolved before the check, so neither can lead outside. Raises
+    ConfigError naming the value otherwise.
     """
     base = allowed_root()
     if text is None or not str(text).strip():
@@ -59,8 +59,7 @@ def confine_runs_root(text: str | Path | None) -> Path:
     raw = str(text).strip()
     if "\x00" in raw:
         raise ConfigError(f"runs folder = {raw!r}: not a path")
-    path = Path(raw).expanduser()
-    path = (path if path.is_absolute() else base / path).resolve()
+    path = Path(raw).expanduser().resolve()  # relative to the working directory, as $ADMM_RUNS is
     if path != base and base not in path.parents:
         raise ConfigError(
             f"runs folder = {raw!r}: outside the allowed root {base} (set ADMM_RUNS_ROOT to allow another folder)"
