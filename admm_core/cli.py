@@ -18,19 +18,31 @@ from .methods import METHODS
 from .presets import PRESETS, preset_config
 
 
-def _floats(text: str):
-    vals = [float(v) for v in text.split(",") if v.strip()]
+def _floats(text: str, name: str = "beta"):
+    try:
+        vals = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{name} = {text!r}: write a number or numbers separated by commas") from None
+    if not vals:
+        raise ConfigError(f"{name} = {text!r}: give a number")
     return vals[0] if len(vals) == 1 else vals
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in text.split(",") if v.strip())
+def _ints(text: str, name: str = "model.hidden") -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"{name} = {text!r}: write integers separated by commas, e.g. 128,128") from None
 
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:
     """Preset (or defaults) + method + command-line overrides -> validated RunConfig."""
     if a.config:
-        cfg = RunConfig.from_json(Path(a.config).read_text())
+        try:
+            text = Path(a.config).read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"--config {a.config!r}: cannot read it ({type(e).__name__}: {e})") from None
+        cfg = RunConfig.from_json(text)
         if a.method:
             cfg = cfg.replace(method=a.method, method_params={})
     elif a.preset:
@@ -79,7 +91,8 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
 
 
 def cmd_train(a) -> int:
-    from .runs import install_stop_handlers, new_run_dir, read_json, train
+    from .resources import preflight
+    from .runs import install_stop_handlers, new_run_dir, read_json, train, verify_checkpoint
 
     resumes_deepfacto = bool(a.resume) and "deepfacto" in (read_json(Path(a.resume) / "config.json", {}) or {})
     if a.preset == "lfwa-deepfacto" or resumes_deepfacto:  # DeepFacto has its own loop (admm_core.deepfacto)
@@ -88,12 +101,26 @@ def cmd_train(a) -> int:
         return cli_train(a)
     if a.resume:
         run_dir = Path(a.resume)
-        cfg = RunConfig.from_json((run_dir / "config.json").read_text())
+        try:
+            text = (run_dir / "config.json").read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(
+                f"--resume {str(run_dir)!r}: no readable config.json there ({type(e).__name__})"
+            ) from None
+        try:
+            cfg = RunConfig.from_json(text)
+        except ConfigError as e:
+            raise ConfigError(f"--resume {str(run_dir)!r}: config.json is damaged: {e}") from None
+        if (run_dir / "checkpoint.pt").exists():
+            verify_checkpoint(run_dir / "checkpoint.pt")  # refuse a damaged checkpoint before touching the run
         if a.epochs:
             cfg = cfg.replace(train__epochs=a.epochs)
+        preflight(cfg)
+        if a.epochs:
             (run_dir / "config.json").write_text(cfg.to_json())
     else:
         cfg = config_from_args(a)
+        preflight(cfg)  # device, data, split, per-block values, memory: before any directory exists
         run_dir = Path(a.out) if a.out else new_run_dir(cfg)
     should_stop = install_stop_handlers()
     print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
@@ -283,6 +310,11 @@ def main(argv=None) -> int:
     if argv[:1] == ["deepfacto"]:
         return deepfacto_main(argv[1:])
     args = make_parser().parse_args(argv)
+    for k, v in vars(args).items():  # argparse turns a lone "--" value (``--hidden=--``) into []
+        if v == []:
+            setattr(args, k, "--")
+        elif isinstance(v, list) and k == "set":
+            setattr(args, k, ["--" if x == [] else x for x in v])
     try:
         return args.func(args)
     except (ConfigError, DataError) as e:
@@ -291,3 +323,6 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as e:  # ValueError: bad image file / argument (message names it)
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # unwritable run directory, full disk: one line naming the file
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1

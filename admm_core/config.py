@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ def parse_sets(flags) -> dict:
 
 
 LOSSES = ("mse", "ce")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -52,10 +54,22 @@ class DataConfig:
     test_limit: int | None = None  # keep only this many test samples
 
     def __post_init__(self):
-        check(self.name in DATASETS, "data.name", self.name, f"unknown data set; choose from {sorted(DATASETS)}")
+        check(
+            isinstance(self.name, str) and self.name in DATASETS,
+            "data.name",
+            self.name,
+            f"unknown data set; choose from {sorted(DATASETS)}",
+        )
+        check(
+            self.root is None or (isinstance(self.root, str) and "\x00" not in self.root),
+            "data.root",
+            self.root,
+            "must be a folder path or null",
+        )
         for f in ("train_limit", "test_limit"):
             v = getattr(self, f)
-            check(v is None or (isinstance(v, int) and v > 0), f"data.{f}", v, "must be a positive integer or null")
+            ok = v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0)
+            check(ok, f"data.{f}", v, "must be a positive integer or null")
 
 
 @dataclass(frozen=True)
@@ -65,12 +79,21 @@ class ModelConfig:
     split: tuple[str, ...] | None = None  # cut after these named layers; None = after every MLP layer
 
     def __post_init__(self):
-        check(self.arch in ARCHS, "model.arch", self.arch, f"unknown architecture; choose from {sorted(ARCHS)}")
+        check(
+            isinstance(self.arch, str) and self.arch in ARCHS,
+            "model.arch",
+            self.arch,
+            f"unknown architecture; choose from {sorted(ARCHS)}",
+        )
+        check(isinstance(self.hidden, (list, tuple)), "model.hidden", self.hidden, "must be a list of widths")
         object.__setattr__(self, "hidden", tuple(self.hidden))
         if self.split is not None:
+            check(isinstance(self.split, (list, tuple)), "model.split", self.split, "must be a list of layer names")
+            check(all(isinstance(s, str) for s in self.split), "model.split", self.split, "layer names are strings")
             object.__setattr__(self, "split", tuple(self.split))
         for w in self.hidden:
-            check(isinstance(w, int) and w > 0, "model.hidden", self.hidden, "widths must be positive integers")
+            ok = isinstance(w, int) and not isinstance(w, bool) and w > 0
+            check(ok, "model.hidden", self.hidden, "widths must be positive integers")
 
 
 @dataclass(frozen=True)
@@ -89,9 +112,13 @@ class TrainConfig:
             check(
                 isinstance(v, int) and not isinstance(v, bool) and v > 0, f"train.{f}", v, "must be a positive integer"
             )
-        check(self.loss in LOSSES, "train.loss", self.loss, f"choose from {list(LOSSES)}")
-        check(self.device in DEVICES, "train.device", self.device, f"choose from {list(DEVICES)}")
-        check(isinstance(self.seed, int) and self.seed >= 0, "train.seed", self.seed, "must be a non-negative integer")
+        check(
+            isinstance(self.loss, str) and self.loss in LOSSES, "train.loss", self.loss, f"choose from {list(LOSSES)}"
+        )
+        ok = isinstance(self.device, str) and self.device in DEVICES
+        check(ok, "train.device", self.device, f"choose from {list(DEVICES)}")
+        ok = isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**63
+        check(ok, "train.seed", self.seed, "must be a non-negative integer below 2**63")
 
 
 @dataclass(frozen=True)
@@ -104,7 +131,18 @@ class RunConfig:
     preset: str | None = None  # preset this config started from, for the record
 
     def __post_init__(self):
-        check(self.method in METHODS, "method", self.method, f"unknown method; choose from {sorted(METHODS)}")
+        check(
+            isinstance(self.method, str) and self.method in METHODS,
+            "method",
+            self.method,
+            f"unknown method; choose from {sorted(METHODS)}",
+        )
+        for key, klass in (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig)):
+            check(isinstance(getattr(self, key), klass), key, getattr(self, key), "must be an object of settings")
+        check(isinstance(self.method_params, dict), "method_params", self.method_params, "must be an object")
+        # the preset name goes into the run directory's name: no path separators or odd characters
+        ok = self.preset is None or (isinstance(self.preset, str) and _SAFE_NAME.fullmatch(self.preset) is not None)
+        check(ok, "preset", self.preset, "must be a preset name (letters, digits, '.', '_', '-') or null")
         object.__setattr__(self, "method_params", dict(self.method_params))
         self.build_method()  # validates method_params
 
@@ -127,7 +165,8 @@ class RunConfig:
         check(not unknown, "config", sorted(unknown), "unknown keys")
         sub = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
         for key, klass in sub.items():
-            if key in d and isinstance(d[key], dict):
+            if key in d:
+                check(isinstance(d[key], dict), key, d[key], "must be a JSON object")
                 fields = {f.name for f in dataclasses.fields(klass)}
                 bad = set(d[key]) - fields
                 check(not bad, key, sorted(bad), "unknown keys")

@@ -797,7 +797,9 @@ def train_deepfacto(
             raise ConfigError(
                 f"--resume {str(run_dir)!r}: no {STATE_FILE} there (the run finished, or never completed an iteration)"
             )
-        resume_from = torch.load(state_path, map_location="cpu", weights_only=False)
+        from .runs import safe_load  # weights_only: a file that would run code is refused (CheckpointError)
+
+        resume_from = safe_load(state_path)
         saved, now = resume_from["config"], cfg.to_dict()
         diff = sorted(k for k in saved if k != "warmup_iters" and saved.get(k) != now.get(k))  # the length may change
         if diff:
@@ -1076,7 +1078,9 @@ class InferenceModel:
 
 def load_inference_model(run_dir) -> InferenceModel:
     path = Path(run_dir) / "checkpoint.pt"
-    ck = torch.load(path, map_location="cpu", weights_only=False)
+    from .runs import safe_load  # weights_only: a file that would run code is refused (CheckpointError)
+
+    ck = safe_load(path)
     if not isinstance(ck, dict) or ck.get("format") != "deepfacto-v1":
         raise ValueError(f"{path}: not a DeepFacto checkpoint")
     return InferenceModel(ck)

@@ -20,6 +20,14 @@ class ImageError(ValueError):
     """An image file or array cannot be used; the message names the file."""
 
 
+class DeviceError(ConfigError, RuntimeError):
+    """The chosen device is not available here (a RuntimeError too, for callers that caught that)."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint or weights file is damaged or untrusted; the message names the file and why."""
+
+
 def check(ok: bool, field_name: str, value: Any, why: str) -> None:
     """Raise ConfigError('field = value: why') unless ``ok``."""
     if not ok:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .data import candidate_roots
-from .errors import DataError, ImageError
+from .errors import CheckpointError, DataError, ImageError
 
 LFW_IMAGES = Path("lfw") / "lfw-deepfunneled-160"
 LFWA_LABELS = Path("lfw") / "lfwa_att_40.csv"
@@ -258,10 +259,18 @@ def load_backbone(path, map_location="cpu") -> tuple[FaceBackbone, dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--backbone-weights {path}: no such file")
-    try:
-        ck = torch.load(path, map_location=map_location, weights_only=False)
+    try:  # weights_only: tensors and plain containers only; a pickle that would run code is refused
+        ck = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(
+            f"--backbone-weights {path}: refused: not a plain-tensor weights file (loading it would run "
+            "Python code it contains); use a state_dict saved with torch.save"
+        ) from None
     except Exception as e:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise ValueError(f"--backbone-weights {path}: not a PyTorch weights file ({type(e).__name__}: {e})") from None
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        raise CheckpointError(
+            f"--backbone-weights {path}: not a PyTorch weights file ({type(e).__name__}: {first})"
+        ) from None
     if isinstance(ck, dict) and ck.get("format") == "admm-face-backbone-v1":
         net = FaceBackbone(**{k: tuple(v) if isinstance(v, list) else v for k, v in ck["arch"].items()})
         state, meta = ck["state_dict"], dict(ck.get("meta", {}))

@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
+import re
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -26,6 +29,7 @@ import torch
 from . import data as data_mod
 from .blocks import build_blocknet
 from .config import RunConfig
+from .errors import CheckpointError, DeviceError
 from .losses import get_loss
 from .methods.base import TrainBatch, evaluate
 
@@ -38,14 +42,22 @@ def default_runs_dir() -> Path:
 
 
 def unique_run_dir(name: str, root: Path | None = None) -> Path:
-    """``<root>/<time>-<name>``, with -2, -3 … appended if that exists already."""
+    """Create and return ``<root>/<time>-<name>``, with -2, -3 … appended if that exists already.
+
+    The directory is created here with ``mkdir(exist_ok=False)``, which is atomic: runs started
+    in the same second by several processes each get their own directory.
+    """
     root = Path(root or default_runs_dir())
+    root.mkdir(parents=True, exist_ok=True)
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
-    path, i = root / stem, 1
-    while path.exists():
-        i += 1
-        path = root / f"{stem}-{i}"
-    return path
+    for i in range(1, 10_000):
+        path = root / (stem if i == 1 else f"{stem}-{i}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{root}: no free run directory name for {stem}")
 
 
 def new_run_dir(cfg: RunConfig, root: Path | None = None) -> Path:
@@ -56,22 +68,33 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device = 'cuda': no CUDA device is available here (use auto or cpu)")
+        raise DeviceError("train.device = 'cuda': no CUDA device is available here (use auto or cpu)")
     return torch.device(name)
 
 
 def write_json(path: Path, obj) -> None:
-    """Atomic JSON write (readers never see half a file)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
+    """Atomic JSON write (readers never see half a file; concurrent writers never share a temporary)."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text(json.dumps(obj, indent=2))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_json(path: Path, default=None):
     try:
         return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # missing, unreadable, garbled or not UTF-8
         return default
+
+
+def read_json_dict(path: Path) -> dict:
+    """A JSON object from ``path``; {} when it is missing, garbled or not an object."""
+    d = read_json(path, {})
+    return d if isinstance(d, dict) else {}
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -81,9 +104,11 @@ def read_metrics(run_dir: Path) -> list[dict]:
         with open(Path(run_dir) / "metrics.jsonl") as f:
             for line in f:
                 try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
+                    m = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(m, dict) and isinstance(m.get("epoch"), int):  # a cut line can parse as a number
+                    out.append(m)
     except OSError:
         pass
     return out
@@ -134,11 +159,94 @@ def build(cfg: RunConfig) -> Session:
     return Session(cfg, device, ds, net, method, state, batch)
 
 
+class _KeepWriteError:
+    """A file wrapper that remembers the OSError of a failed write (full disk, file-size limit)."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, b):
+        try:
+            return self.f.write(b)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self):
+        return self.f.flush()
+
+
 def atomic_torch_save(obj, path: Path) -> None:
-    """torch.save through a temporary file: a kill mid-write leaves the previous file intact."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """torch.save through a temporary file, synced and read back before it replaces ``path``.
+
+    A kill, a full disk or a failed read-back mid-write leaves the previous file intact (and
+    no temporary file behind): a damaged checkpoint never replaces the last good one.
+    """
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as raw:
+            f = _KeepWriteError(raw)
+            try:
+                torch.save(obj, f)
+            except RuntimeError:
+                if f.error is not None:  # torch reports a failed write as a bare RuntimeError: say what failed
+                    raise OSError(f.error.errno, f.error.strerror, str(path)) from None
+                raise
+            raw.flush()
+            os.fsync(raw.fileno())
+        safe_load(tmp, mmap=True)  # parses the whole archive (mmap: the tensors are not read)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    for stale in path.parent.glob(f"{path.name}.*.tmp"):  # left by a writer killed mid-write
+        pid = stale.name[len(path.name) + 1 : -len(".tmp")]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            stale.unlink(missing_ok=True)
+
+
+def safe_load(path: Path, map_location="cpu", mmap: bool = False):
+    """torch.load restricted to tensors and plain containers (``weights_only=True``).
+
+    A pickle that would run code, a truncated or garbage file all raise CheckpointError naming
+    the file and why; nothing in the file is executed.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror})") from None
+    if not head:
+        raise CheckpointError(f"{path}: damaged: the file is empty")
+    if head != b"PK\x03\x04":  # torch.save's zip format; anything else is garbage or a legacy pickle
+        raise CheckpointError(f"{path}: damaged or not a PyTorch checkpoint (not a torch.save zip archive)")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        what = f"it references {found.group(1)}" if found else "it holds objects other than tensors"
+        raise CheckpointError(
+            f"{path}: refused: not a plain-tensor checkpoint, loading it could run code ({what[:120]})"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - a damaged file can fail in many ways inside torch/zipfile
+        first = re.split(r"(?<=\.)\s", (str(e).strip().splitlines() or [""])[0])[0][:160]
+        raise CheckpointError(f"{path}: damaged or not a PyTorch checkpoint ({type(e).__name__}: {first})") from None
+
+
+CHECKPOINT_KEYS = ("epoch", "wall_time_s", "net", "method_state")
+
+
+def verify_checkpoint(path: Path, map_location="cpu", mmap: bool = True) -> dict:
+    """Load ``path`` safely and check it is a run checkpoint; raises CheckpointError naming what is wrong."""
+    ck = safe_load(path, map_location=map_location, mmap=mmap)
+    missing = [k for k in CHECKPOINT_KEYS if not isinstance(ck, dict) or k not in ck]
+    if missing:
+        raise CheckpointError(f"{path}: not a run checkpoint (missing {', '.join(missing)})")
+    return ck
 
 
 def save_checkpoint(path: Path, sess: Session, epoch: int, wall: float) -> None:
@@ -149,9 +257,15 @@ def save_checkpoint(path: Path, sess: Session, epoch: int, wall: float) -> None:
 
 
 def load_checkpoint(path: Path, sess: Session) -> tuple[int, float]:
-    ck = torch.load(path, map_location=sess.device, weights_only=False)
-    sess.net.load_state_dict(ck["net"])
-    sess.state.load_state_dict(ck["method_state"])
+    ck = verify_checkpoint(path, map_location=sess.device, mmap=False)
+    try:
+        sess.net.load_state_dict(ck["net"])
+        sess.state.load_state_dict(ck["method_state"])
+    except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        raise CheckpointError(
+            f"{path}: does not fit this run's network or method ({type(e).__name__}: {first})"
+        ) from None
     return ck["epoch"], ck["wall_time_s"]
 
 
@@ -278,8 +392,11 @@ def train(
         set_status(force=True, state="stopped")
         return summary
     except BaseException as e:
-        (run_dir / "error.txt").write_text(traceback.format_exc())
-        set_status(force=True, state="crashed", error=f"{type(e).__name__}: {e}")
+        try:  # on a full disk or a read-only directory these writes fail too: keep the original error
+            (run_dir / "error.txt").write_text(traceback.format_exc())
+            set_status(force=True, state="crashed", error=f"{type(e).__name__}: {e}")
+        except OSError:
+            pass
         raise
 
 
@@ -296,10 +413,41 @@ def install_stop_handlers() -> Callable[[], bool]:
 
 
 def run_status(run_dir: Path) -> dict:
-    """Status with a dead worker detected: 'running' whose pid is gone is reported as crashed."""
-    st = read_json(Path(run_dir) / "status.json", {}) or {}
-    if st.get("state") == "running" and st.get("pid") and not pid_alive(st["pid"]):
-        st = {**st, "state": "crashed", "error": st.get("error") or "worker process ended without reporting (killed?)"}
+    """Status with a dead worker detected: 'running' whose pid is gone becomes 'crashed', on disk too.
+
+    Whoever notices first (this call from the CLI or the dashboard, or the launcher reaping its
+    child, see :func:`record_exit`) writes it, so ``status.json`` tells the truth to every reader.
+    """
+    st = read_json_dict(Path(run_dir) / "status.json")
+    pid = st.get("pid")
+    if st.get("state") == "running" and isinstance(pid, int) and not pid_alive(pid):
+        st = record_exit(run_dir, pid, None) or st
+    return st
+
+
+def record_exit(run_dir: Path, pid: int, returncode: int | None, detail: str = "") -> dict | None:
+    """Mark the run 'crashed' if its worker ``pid`` ended while status.json still says running
+    (or nothing). ``returncode`` as from Popen (−N: killed by signal N; None: not our child, unknown).
+    Returns the new status, or None when the worker had reported an end itself."""
+    path = Path(run_dir) / "status.json"
+    st = read_json_dict(path)
+    if st.get("state") not in (None, "running") or st.get("pid", pid) != pid:
+        return None
+    if returncode is None:
+        how, extra = "worker process ended without reporting (killed?)", {}
+    elif returncode < 0:
+        name = (
+            signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        )
+        how, extra = f"worker killed by signal {name}", {"signal": name}
+    else:
+        how, extra = f"worker exited with code {returncode} without reporting", {"exit_code": returncode}
+    how = f"{how}: {detail}" if detail else how  # e.g. the worker's last line (its one-line error)
+    st = {**st, "state": "crashed", "pid": pid, "error": st.get("error") or how, "updated": time.time(), **extra}
+    try:
+        write_json(path, st)
+    except OSError:
+        pass  # read-only run directory: report it, cannot record it
     return st
 
 
@@ -322,18 +470,31 @@ def list_runs(root: Path | None = None) -> list[dict]:
     """Every run directory under root (newest first) with its config, status and summary."""
     root = Path(root or default_runs_dir())
     out = []
-    if not root.exists():
+    try:
+        entries = list(root.iterdir()) if root.is_dir() else []
+    except OSError:  # unreadable folder: nothing to list
         return out
-    for d in sorted(root.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True):
-        if not (d / "config.json").exists() and not (d / "status.json").exists():
+
+    def mtime(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:  # deleted meanwhile, or a dangling link
+            return 0.0
+
+    for d in sorted(entries, key=mtime, reverse=True):
+        try:
+            if not d.is_dir() or (not (d / "config.json").exists() and not (d / "status.json").exists()):
+                continue
+        except OSError:
             continue
+        summary = read_json(d / "summary.json")
         out.append(
             {
                 "dir": d,
                 "name": d.name,
-                "config": read_json(d / "config.json", {}),
+                "config": read_json_dict(d / "config.json"),  # garbled or missing: {} (the run is still listed)
                 "status": run_status(d),
-                "summary": read_json(d / "summary.json"),
+                "summary": summary if isinstance(summary, dict) else None,
             }
         )
     return out

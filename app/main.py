@@ -27,8 +27,10 @@ with st.sidebar:
         "Runs folder",
         value=str(workers.runs_root()),
         key="runs_root",
-        help="Where run directories are read and written ($ADMM_RUNS, default ./runs). "
-        "Point it at bench_out/ to look at benchmark runs.",
+        help="Where run directories are read and written ($ADMM_RUNS, default ./runs); it must lie "
+        "inside $ADMM_RUNS_ROOT (default: that same folder). Set ADMM_RUNS_ROOT=. to browse bench_out/.",
     )
+    if problem := workers.runs_root_problem(st.session_state.get("runs_root")):
+        st.error(problem)
 
 nav.run()

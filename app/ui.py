@@ -18,7 +18,7 @@ STATE_COLOURS = {
 
 def runs_root():
     """The runs folder chosen in the sidebar (main.py), else $ADMM_RUNS / ./runs."""
-    return workers.runs_root(st.session_state.get("runs_root") or None)
+    return workers.safe_runs_root(st.session_state.get("runs_root") or None)  # confined to the allowed root
 
 
 def state_label(state: str | None) -> str:

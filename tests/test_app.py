@@ -446,14 +446,22 @@ def _wait(pred, timeout=60.0):
 
 
 def test_worker_crash_is_reported_with_its_error(tmp_path):
-    """A worker whose config fails at build time ends 'crashed' with the engine's message."""
+    """A worker whose config fails its checks ends 'crashed' with the engine's message
+    (start_run itself refuses such a config before launching anything)."""
+    from admm_core.errors import ConfigError
+
     bad = tiny().replace(model__arch="resnet18", model__split=("conv3_x",))  # resnet18 on flat 8×8 digits
-    run_dir = W.start_run(bad, tmp_path)
-    assert W.state_of(run_dir)["state"] in ("starting", "running", "crashed")
+    with pytest.raises(ConfigError, match="image inputs"):
+        W.start_run(bad, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    run_dir = tmp_path / "bad"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(bad.to_json())
+    W._spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir)
     assert _wait(lambda: W.state_of(run_dir)["state"] == "crashed", 90)
     st = W.state_of(run_dir)
-    assert "resnet18" in st["error"] and "image inputs" in st["error"]
-    assert (run_dir / "error.txt").exists() and "launch.json" in os.listdir(run_dir)
+    assert "resnet18" in st["error"] and "image inputs" in st["error"] and st["exit_code"] == 2
+    assert "launch.json" in os.listdir(run_dir)
 
 
 @pytest.mark.skipif(shutil.which("nice") is None, reason="no `nice` on this system")

@@ -81,16 +81,16 @@ def fmt_number(v) -> str:
 
 @lru_cache(maxsize=64)
 def _layers(arch: str, hidden: tuple[int, ...], in_shape: tuple[int, ...], n_out: int):
-    from admm_core.config import ModelConfig
-    from admm_core.models import build_layers
+    """[(name, output shape, params)] by arithmetic: no network is built (widths 100000,100000 cost nothing)."""
+    from admm_core.resources import layer_table
 
-    return build_layers(ModelConfig(arch, hidden), in_shape, n_out)
+    return layer_table(arch, hidden, in_shape, n_out)
 
 
 def layer_names(arch: str, hidden: tuple[int, ...]) -> list[str]:
     """Named layers of the network (names do not depend on the input shape)."""
     shape = (3, 32, 32) if arch == "resnet18" else (8,)
-    return list(_layers(arch, tuple(hidden), shape, 10))
+    return [name for name, _, _ in _layers(arch, tuple(hidden), shape, 10)]
 
 
 def split_options(arch: str, hidden: tuple[int, ...]) -> tuple[list[str], list[str]]:
@@ -113,14 +113,21 @@ def data_shape(name: str) -> tuple[tuple[int, ...], int]:
 
 def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: str) -> list[dict]:
     """[{block, layers, params}] of the split network (BlockNet.describe)."""
-    from admm_core.blocks import BlockNet
-
     try:
         shape, n_out = data_shape(data)
     except Exception:  # data not loadable: no parameter counts
         shape, n_out = ((3, 32, 32) if arch == "resnet18" else (8,)), 10
-    layers = _layers(arch, tuple(hidden), tuple(shape), n_out)
-    return BlockNet(layers, tuple(split)).describe()
+    if arch == "resnet18" and len(shape) != 3:
+        shape = (3, 32, 32)
+    table = _layers(arch, tuple(hidden), tuple(shape), n_out)
+    names = [name for name, _, _ in table]
+    cuts = [names.index(s) + 1 for s in split] + [len(names)]  # as BlockNet groups them
+    out, start = [], 0
+    for t, end in enumerate(cuts):
+        group = table[start:end]
+        out.append({"block": t + 1, "layers": [n for n, _, _ in group], "params": sum(p for _, _, p in group)})
+        start = end
+    return out
 
 
 def block_diagram_dot(blocks: list[dict], uses_blocks: bool = True) -> str:
@@ -324,6 +331,13 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
                 )
         except ConfigError as e:
             err(e, "arch")
+    if not errors:  # memory of Θ, Z/U and the data, by arithmetic (no network is built)
+        from admm_core.resources import check_fits
+
+        try:
+            check_fits(cfg)
+        except ConfigError as e:
+            err(e, "hidden" if cfg.model.arch == "mlp" else "arch")
     return (None if errors else cfg), errors
 
 

@@ -20,14 +20,91 @@ import threading
 import time
 from pathlib import Path
 
-from admm_core.config import RunConfig
-from admm_core.runs import default_runs_dir, list_runs, new_run_dir, pid_alive, read_json, run_status
+from admm_core.config import ConfigError, RunConfig
+from admm_core.resources import preflight
+from admm_core.runs import (
+    default_runs_dir,
+    list_runs,
+    new_run_dir,
+    pid_alive,
+    read_json_dict,
+    record_exit,
+    run_status,
+)
 
 from . import PROJECT_ROOT
 
 
 def runs_root(root: str | Path | None = None) -> Path:
     return Path(root) if root else default_runs_dir()
+
+
+# --- confinement: the page may only read, write and delete under one allowed root -------------
+
+
+def allowed_root() -> Path:
+    """$ADMM_RUNS_ROOT, else the default runs folder ($ADMM_RUNS or ./runs), symlinks resolved."""
+    return Path(os.environ.get("ADMM_RUNS_ROOT") or default_runs_dir()).expanduser().resolve()
+
+
+def confine_runs_root(text: str | Path | None) -> Path:
+    """The runs folder typed in the sidebar, if it lies inside :func:`allowed_root`.
+
+    ``..`` and symlinks are resolved before the check, so neither can lead outside. Raises
+    ConfigError naming the value otherwise.
+    """
+    base = allowed_root()
+    if text is None or not str(text).strip():
+        return runs_root()
+    raw = str(text).strip()
+    if "\x00" in raw:
+        raise ConfigError(f"runs folder = {raw!r}: not a path")
+    path = Path(raw).expanduser().resolve()  # relative to the working directory, as $ADMM_RUNS is
+    if path != base and base not in path.parents:
+        raise ConfigError(
+            f"runs folder = {raw!r}: outside the allowed root {base} (set ADMM_RUNS_ROOT to allow another folder)"
+        )
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"runs folder = {raw!r}: is a file, not a folder")
+    return path
+
+
+def safe_runs_root(text: str | Path | None) -> Path:
+    """:func:`confine_runs_root`, falling back to the default folder when the value is refused."""
+    try:
+        return confine_runs_root(text)
+    except ConfigError:
+        return runs_root()
+
+
+def runs_root_problem(text: str | Path | None) -> str | None:
+    """One line for the sidebar when the typed runs folder is refused (None when it is fine)."""
+    try:
+        confine_runs_root(text)
+    except ConfigError as e:
+        return f"{e}; showing {runs_root()}"
+    return None
+
+
+def run_path(root: str | Path, name: str) -> Path:
+    """``root/name`` for a run named on the page or in a URL (``?run=``): one plain path component,
+    no symlink, inside the allowed root. Raises PermissionError otherwise."""
+    name = str(name)
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
+        raise PermissionError(f"run = {name!r}: not a run name")
+    return confine_run_dir(Path(root) / name)
+
+
+def confine_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir`` itself (not a symlink), strictly inside :func:`allowed_root`; else PermissionError."""
+    run_dir = Path(run_dir)
+    base = allowed_root()
+    if run_dir.is_symlink():
+        raise PermissionError(f"{run_dir}: a symbolic link, not a run directory; not touched")
+    real = run_dir.resolve()
+    if base not in real.parents:
+        raise PermissionError(f"{run_dir}: outside the allowed runs root {base}; not touched")
+    return real
 
 
 def _spawn(args: list[str], run_dir: Path) -> int:
@@ -48,16 +125,27 @@ def _spawn(args: list[str], run_dir: Path) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    # reap the child when it ends (no zombies); the worker itself never depends on us
-    threading.Thread(target=proc.wait, daemon=True).start()
     (run_dir / "launch.json").write_text(json.dumps({"pid": proc.pid, "cmd": cmd, "launched": time.time()}, indent=2))
+
+    # reap the child when it ends (no zombies) and, if it died without reporting, record how
+    # in status.json (signal or exit code); the worker itself never depends on us
+    def reap():
+        rc = proc.wait()
+        tail = log_tail(run_dir, 5).strip().splitlines()
+        record_exit(run_dir, proc.pid, rc, tail[-1] if tail else "")
+
+    threading.Thread(target=reap, daemon=True, name=f"reap-{proc.pid}").start()
     return proc.pid
 
 
 def start_run(cfg: RunConfig, root: str | Path | None = None) -> Path:
-    """Write RUN/config.json and launch a worker training it; returns the run directory."""
-    run_dir = new_run_dir(cfg, runs_root(root))
-    run_dir.mkdir(parents=True, exist_ok=False)
+    """Write RUN/config.json and launch a worker training it; returns the run directory.
+
+    The engine's preflight (device, data, split, memory estimate) runs first: a configuration
+    that cannot run raises ConfigError / DataError and leaves no directory behind.
+    """
+    preflight(cfg)
+    run_dir = new_run_dir(cfg, runs_root(root))  # created atomically, unique even for starts in the same second
     (run_dir / "config.json").write_text(cfg.to_json())
     _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir)
     return run_dir
@@ -65,7 +153,7 @@ def start_run(cfg: RunConfig, root: str | Path | None = None) -> Path:
 
 def resume_run(run_dir: str | Path, epochs: int | None = None) -> None:
     """Continue a stopped / crashed / finished run from its last checkpoint (optionally longer)."""
-    run_dir = Path(run_dir)
+    run_dir = confine_run_dir(run_dir)
     if state_of(run_dir)["state"] in ("running", "starting"):
         raise RuntimeError(f"{run_dir.name} is still running")
     args = ["--resume", str(run_dir)]
@@ -76,17 +164,27 @@ def resume_run(run_dir: str | Path, epochs: int | None = None) -> None:
 
 
 def worker_pid(run_dir: Path) -> int | None:
-    st = read_json(run_dir / "status.json", {}) or {}
-    if st.get("state") == "running" and st.get("pid"):
-        return int(st["pid"])
-    launch = read_json(run_dir / "launch.json", {}) or {}
-    return int(launch["pid"]) if launch.get("pid") else None
+    st = read_json_dict(run_dir / "status.json")
+    if st.get("state") == "running" and isinstance(st.get("pid"), int):
+        return st["pid"]
+    launch = read_json_dict(run_dir / "launch.json")
+    return launch["pid"] if isinstance(launch.get("pid"), int) else None
+
+
+def is_worker_process(pid: int) -> bool:
+    """Whether ``pid`` runs ``admm_core train``: a pid read from a (possibly crafted or stale)
+    status.json must never make Stop signal some other process."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return not Path("/proc/self").exists()  # no /proc here: cannot check, trust the run directory
+    return b"admm_core" in args and b"train" in args
 
 
 def stop_run(run_dir: str | Path) -> bool:
     """SIGTERM the worker: it ends the epoch step, writes 'stopped' and stays resumable."""
     pid = worker_pid(Path(run_dir))
-    if pid is None or not pid_alive(pid):
+    if pid is None or not pid_alive(pid) or not is_worker_process(pid):
         return False
     try:
         os.kill(pid, signal.SIGTERM)
@@ -115,8 +213,8 @@ def state_of(run_dir: str | Path) -> dict:
         if st["state"] == "crashed" and not st.get("error"):
             st["error"] = "crashed"
         return st
-    launch = read_json(run_dir / "launch.json", {}) or {}
-    pid = launch.get("pid")
+    launch = read_json_dict(run_dir / "launch.json")
+    pid = launch.get("pid") if isinstance(launch.get("pid"), int) else None
     if pid and pid_alive(pid):
         return {"state": "starting", "pid": pid, "progress": 0.0}
     if pid:  # launched from here but never reported
@@ -149,12 +247,13 @@ def human_bytes(n) -> str:
 
 
 def delete_run(run_dir: str | Path) -> None:
-    run_dir = Path(run_dir)
+    """Remove a run directory: only a real directory (no symlink) strictly inside the allowed root."""
+    run_dir = confine_run_dir(run_dir)
     if state_of(run_dir)["state"] in ("running", "starting"):
         raise RuntimeError(f"{run_dir.name} is running; stop it first")
     if not ((run_dir / "config.json").exists() or (run_dir / "status.json").exists()):
         raise RuntimeError(f"{run_dir} is not a run directory")
-    shutil.rmtree(run_dir)
+    shutil.rmtree(run_dir)  # rmtree removes links inside without following them
 
 
 def runs(root: str | Path | None = None) -> list[dict]:
