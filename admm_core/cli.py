@@ -90,6 +90,18 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
 
 
 def cmd_train(a) -> int:
+    from . import distributed
+
+    joined = distributed.init_from_env(a.device or "auto")  # under torchrun: join its process group
+    try:
+        return _cmd_train(a)
+    finally:
+        if joined:
+            distributed.shutdown()
+
+
+def _cmd_train(a) -> int:
+    from .distributed import broadcast, is_lead
     from .runs import install_stop_handlers, new_run_dir, read_json, train
 
     resumes_deepfacto = bool(a.resume) and "deepfacto" in (read_json(Path(a.resume) / "config.json", {}) or {})
@@ -106,10 +118,12 @@ def cmd_train(a) -> int:
     else:
         cfg = config_from_args(a)
         run_dir = Path(a.out) if a.out else new_run_dir(cfg)
+    run_dir = broadcast(run_dir)  # rank 0's choice: every rank trains into one directory
     should_stop = install_stop_handlers()
-    print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
+    if is_lead():
+        print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
     bar = None
-    if not a.quiet:
+    if not a.quiet and is_lead():
         from tqdm import tqdm
 
         bar = tqdm(
@@ -137,7 +151,8 @@ def cmd_train(a) -> int:
     summary = train(cfg, run_dir, resume=bool(a.resume), on_progress=on_progress, should_stop=should_stop)
     if bar:
         bar.close()
-    print(json.dumps(summary, indent=2))
+    if is_lead():
+        print(json.dumps(summary, indent=2))
     return 0
 
 
