@@ -59,8 +59,14 @@ def _worker(rank, world, port, cfg_json, run_dir, resume, die_mid_epoch):
 
 
 def spawn(world, cfg, run_dir, resume=False, die_mid_epoch=None):
-    mp.spawn(
-        _worker, args=(world, free_port(), cfg.to_json(), str(run_dir), resume, die_mid_epoch), nprocs=world, join=True
+    # fork: the workers inherit the imported modules (a fresh interpreter per worker costs
+    # seconds of CPU each); the parent never joins a process group, so gloo starts clean
+    mp.start_processes(
+        _worker,
+        args=(world, free_port(), cfg.to_json(), str(run_dir), resume, die_mid_epoch),
+        nprocs=world,
+        join=True,
+        start_method="fork",
     )
 
 
