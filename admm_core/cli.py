@@ -101,7 +101,7 @@ def cmd_train(a) -> int:
 
 
 def _cmd_train(a) -> int:
-    from .distributed import broadcast, is_lead
+    from .distributed import barrier, broadcast, is_lead
     from .runs import install_stop_handlers, new_run_dir, read_json, train
 
     resumes_deepfacto = bool(a.resume) and "deepfacto" in (read_json(Path(a.resume) / "config.json", {}) or {})
@@ -114,7 +114,9 @@ def _cmd_train(a) -> int:
         cfg = RunConfig.from_json((run_dir / "config.json").read_text())
         if a.epochs:
             cfg = cfg.replace(train__epochs=a.epochs)
-            (run_dir / "config.json").write_text(cfg.to_json())
+            barrier()  # every rank has read config.json before rank 0 rewrites it
+            if is_lead():
+                (run_dir / "config.json").write_text(cfg.to_json())
     else:
         cfg = config_from_args(a)
         run_dir = Path(a.out) if a.out else new_run_dir(cfg)

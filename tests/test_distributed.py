@@ -218,3 +218,20 @@ def test_dashboard_worker_command_under_torchrun():
     assert cmd[7:] == ["admm_core", "train", "--out", "R", "--quiet"]
     with pytest.raises(ValueError, match="processes = 0"):
         worker_command([], processes=0)
+
+
+def test_gotmare_sharded_equals_single_process(tmp_path):
+    cfg = digits("gotmare").replace(train__epochs=1)
+    ref = single(cfg, tmp_path / "single")
+    spawn(2, cfg, tmp_path / "two")
+    _, parts = rank_files(tmp_path / "two")
+    n = ref["method_state"]["z"][0].shape[0]
+    for r, ck in enumerate(parts):
+        a, b = D.shard_range(n, r, 2)
+        for t, rows in enumerate(ck["method_state"]["z"]):
+            assert max_diff(rows, ref["method_state"]["z"][t][a:b]) < 1e-5
+        assert all(float(u.abs().max()) == 0 for u in ck["method_state"]["u"])  # no duals
+        for name, p in ref["net"].items():
+            assert max_diff(ck["net"][name], p) < 1e-5, name
+    m1, m2 = read_metrics(tmp_path / "single")[-1], read_metrics(tmp_path / "two")[-1]
+    assert max(abs(p - q) for p, q in zip(m1["residuals"], m2["residuals"])) < 1e-5

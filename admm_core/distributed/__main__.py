@@ -116,10 +116,13 @@ RUNS = {
 }
 
 
-def launch(key: str, out: Path, epochs: int) -> subprocess.Popen:
+def launch(key: str, out: Path, epochs: int, extend: bool = False) -> subprocess.Popen:
     _, procs, extra = RUNS[key]
-    train = ["-m", "admm_core", "train", "--preset", "mnist-mlp-mse", "--epochs", str(epochs), "--device", "cpu"]
-    train += [*extra, "--out", str(out / key), "--quiet"]
+    if extend:  # continue the run from its last checkpoint up to ``epochs``
+        train = ["-m", "admm_core", "train", "--resume", str(out / key), "--epochs", str(epochs), "--quiet"]
+    else:
+        train = ["-m", "admm_core", "train", "--preset", "mnist-mlp-mse", "--epochs", str(epochs), "--device", "cpu"]
+        train += [*extra, "--out", str(out / key), "--quiet"]
     if procs == 1:
         cmd = [sys.executable, *train]
     else:
@@ -127,19 +130,20 @@ def launch(key: str, out: Path, epochs: int) -> subprocess.Popen:
     if shutil.which("nice"):
         cmd = ["nice", "-n", "10", *cmd]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    shutil.rmtree(out / key, ignore_errors=True)
+    if not extend:
+        shutil.rmtree(out / key, ignore_errors=True)
     print(f"[{key}] {' '.join(cmd)}", flush=True)
     return subprocess.Popen(cmd, env=env, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL)
 
 
-def run_group(keys: list[str], out: Path, epochs: int) -> None:
+def run_group(keys: list[str], out: Path, epochs: int, extend: bool = False) -> None:
     """Start the runs side by side (they then share the machine's load alike) and wait for all.
 
     Each run's CPU seconds (its processes and, through torchrun, the workers) go to
     ``<run>/cpu.json`` from wait4's resource usage.
     """
     t0 = time.time()
-    procs = {launch(k, out, epochs).pid: k for k in keys}
+    procs = {launch(k, out, epochs, extend).pid: k for k in keys}
     while procs:
         pid, status, ru = os.wait4(-1, 0)
         key = procs.pop(pid, None)
@@ -147,13 +151,29 @@ def run_group(keys: list[str], out: Path, epochs: int) -> None:
             continue
         if os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"[{key}] failed (exit {os.waitstatus_to_exitcode(status)}); see {out / key}")
-        cpu = ru.ru_utime + ru.ru_stime
-        (out / key / "cpu.json").write_text(json.dumps({"cpu_s": cpu, "wall_s": time.time() - t0}))
+        cpu, wall = ru.ru_utime + ru.ru_stime, time.time() - t0
+        prev = json.loads((out / key / "cpu.json").read_text()) if extend and (out / key / "cpu.json").exists() else {}
+        record = {
+            "cpu_s": prev.get("cpu_s", 0.0) + cpu,
+            "wall_s": prev.get("wall_s", 0.0) + wall,
+            "load_avg_15min": [*prev.get("load_avg_15min", []), os.getloadavg()[2]],
+        }
+        (out / key / "cpu.json").write_text(json.dumps(record))
         print(f"[{key}] done: {time.time() - t0:.0f} s wall, {cpu:.0f} CPU s", flush=True)
 
 
 def _per_epoch(ms: list[dict]) -> list[float]:
     return [b["wall_time_s"] - a["wall_time_s"] for a, b in zip(ms, ms[1:])]
+
+
+def _load(out: Path, keys) -> str:
+    vals = []
+    for k in keys:
+        try:
+            vals += json.loads((out / k / "cpu.json").read_text()).get("load_avg_15min", [])
+        except (OSError, ValueError):
+            pass
+    return f"{min(vals):.0f}–{max(vals):.0f}" if vals else "not recorded"
 
 
 def _cpu(out: Path, key: str, epochs: int) -> str:
@@ -175,7 +195,8 @@ def bench_markdown(out: Path) -> str:
         f"gloo on {platform.machine()} CPU: a 2-core machine shared with other jobs. Time per epoch is the training "
         "time the run loop measures (evaluation excluded), from `metrics.jsonl`; CPU s/epoch is the CPU time of "
         "all the run's processes (start-up and evaluation included, from wait4) over the epochs. The runs of each "
-        "table ran side by side, so they met the same load.",
+        f"table ran side by side, so they met the same load (15-minute load average when the runs ended: "
+        f"{_load(out, RUNS)} on 2 cores).",
         "",
         "**Sample-sharded, 2 processes vs 1 process (Gauss–Seidel sweep)**",
         "",
@@ -246,6 +267,7 @@ def main(argv=None) -> int:
         help=f"runs from {','.join(RUNS)}; ',' side by side, ';' one group after the other",
     )
     b.add_argument("--report-only", action="store_true", help="only rebuild the tables from the run folders")
+    b.add_argument("--extend", action="store_true", help="resume the runs from their checkpoints up to --epochs")
     b.add_argument("--markdown", metavar="FILE")
     a = p.parse_args(argv)
     if a.cmd == "memory-table":
@@ -259,7 +281,7 @@ def main(argv=None) -> int:
                 for key in keys:
                     if key not in RUNS:
                         raise SystemExit(f"--runs: {key!r} is not one of {','.join(RUNS)}")
-                run_group(keys, out, a.epochs)
+                run_group(keys, out, a.epochs, a.extend)
         text = bench_markdown(out)
         name = "bench"
     if a.markdown:
