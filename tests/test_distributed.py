@@ -40,7 +40,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank, world, port, cfg_json, run_dir, resume, die_mid_epoch):
+def _worker(rank, world, port, cfg_json, run_dir, resume, die_mid_epoch, stop_rank0_at=None):
     from admm_core.config import RunConfig
     from admm_core.runs import train
 
@@ -48,22 +48,26 @@ def _worker(rank, world, port, cfg_json, run_dir, resume, die_mid_epoch):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
 
+    seen = [0.0]
+
     def on_progress(done, m):
+        seen[0] = done
         if die_mid_epoch and rank == world - 1 and done >= die_mid_epoch:
             os.kill(os.getpid(), signal.SIGKILL)  # a real kill: no clean-up, no last checkpoint
 
     try:
-        train(RunConfig.from_json(cfg_json), run_dir, resume=resume, on_progress=on_progress)
+        stop = (lambda: rank == 0 and seen[0] >= stop_rank0_at) if stop_rank0_at else None
+        train(RunConfig.from_json(cfg_json), run_dir, resume=resume, on_progress=on_progress, should_stop=stop)
     finally:
         torch.distributed.destroy_process_group()
 
 
-def spawn(world, cfg, run_dir, resume=False, die_mid_epoch=None):
+def spawn(world, cfg, run_dir, resume=False, die_mid_epoch=None, stop_rank0_at=None):
     # fork: the workers inherit the imported modules (a fresh interpreter per worker costs
     # seconds of CPU each); the parent never joins a process group, so gloo starts clean
     mp.start_processes(
         _worker,
-        args=(world, free_port(), cfg.to_json(), str(run_dir), resume, die_mid_epoch),
+        args=(world, free_port(), cfg.to_json(), str(run_dir), resume, die_mid_epoch, stop_rank0_at),
         nprocs=world,
         join=True,
         start_method="fork",
@@ -235,3 +239,10 @@ def test_gotmare_sharded_equals_single_process(tmp_path):
             assert max_diff(ck["net"][name], p) < 1e-5, name
     m1, m2 = read_metrics(tmp_path / "single")[-1], read_metrics(tmp_path / "two")[-1]
     assert max(abs(p - q) for p, q in zip(m1["residuals"], m2["residuals"])) < 1e-5
+
+
+def test_a_stop_asked_of_one_rank_stops_every_rank(tmp_path):
+    """SIGTERM reaches one rank (the dashboard signals rank 0): all ranks stop at the same poll."""
+    spawn(2, digits(), tmp_path / "run", stop_rank0_at=1.4)  # returns: no rank hangs in a collective
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "stopped"
+    assert json.loads((tmp_path / "run" / D.MANIFEST).read_text())["epoch"] == 1  # resumable
