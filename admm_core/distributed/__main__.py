@@ -194,9 +194,9 @@ def bench_markdown(out: Path) -> str:
         f"{epochs} epochs, seed 0, every process with one thread (`OMP_NUM_THREADS=1`, `nice -n 10`), "
         f"gloo on {platform.machine()} CPU: a 2-core machine shared with other jobs. Time per epoch is the training "
         "time the run loop measures (evaluation excluded), from `metrics.jsonl`; CPU s/epoch is the CPU time of "
-        "all the run's processes (start-up and evaluation included, from wait4) over the epochs. The runs of each "
-        f"table ran side by side, so they met the same load (15-minute load average when the runs ended: "
-        f"{_load(out, RUNS)} on 2 cores).",
+        "all the run's processes (start-up and evaluation included, from wait4) over the epochs. Runs started "
+        f"together ran side by side and met the same load (15-minute load average of the 2 cores when runs ended: "
+        f"{_load(out, RUNS)}).",
         "",
         "**Sample-sharded, 2 processes vs 1 process (Gauss–Seidel sweep)**",
         "",
