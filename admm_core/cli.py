@@ -91,6 +91,18 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
 
 
 def cmd_train(a) -> int:
+    from . import distributed
+
+    joined = distributed.init_from_env(a.device or "auto")  # under torchrun: join its process group
+    try:
+        return _cmd_train(a)
+    finally:
+        if joined:
+            distributed.shutdown()
+
+
+def _cmd_train(a) -> int:
+    from .distributed import barrier, broadcast, is_lead
     from .resources import preflight
     from .runs import install_stop_handlers, new_run_dir, read_json, train, verify_checkpoint
 
@@ -117,15 +129,20 @@ def cmd_train(a) -> int:
             cfg = cfg.replace(train__epochs=a.epochs)
         preflight(cfg)
         if a.epochs:
-            (run_dir / "config.json").write_text(cfg.to_json())
+            barrier()  # every rank has read config.json before rank 0 rewrites it
+            if is_lead():
+                (run_dir / "config.json").write_text(cfg.to_json())
     else:
         cfg = config_from_args(a)
         preflight(cfg)  # device, data, split, per-block values, memory: before any directory exists
-        run_dir = Path(a.out) if a.out else new_run_dir(cfg)
+        # new_run_dir creates the directory: only rank 0 picks it, the others take its choice
+        run_dir = Path(a.out) if a.out else (new_run_dir(cfg) if is_lead() else None)
+    run_dir = broadcast(run_dir)  # rank 0's choice: every rank trains into one directory
     should_stop = install_stop_handlers()
-    print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
+    if is_lead():
+        print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
     bar = None
-    if not a.quiet:
+    if not a.quiet and is_lead():
         from tqdm import tqdm
 
         bar = tqdm(
@@ -153,7 +170,8 @@ def cmd_train(a) -> int:
     summary = train(cfg, run_dir, resume=bool(a.resume), on_progress=on_progress, should_stop=should_stop)
     if bar:
         bar.close()
-    print(json.dumps(summary, indent=2))
+    if is_lead():
+        print(json.dumps(summary, indent=2))
     return 0
 
 

@@ -27,11 +27,12 @@ from pathlib import Path
 import torch
 
 from . import data as data_mod
+from . import distributed as dist_mod
 from .blocks import build_blocknet
 from .config import RunConfig
 from .errors import CheckpointError, DeviceError
 from .losses import get_loss
-from .methods.base import TrainBatch, evaluate
+from .methods.base import TrainBatch
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TRAIN_EVAL_LIMIT = 10_000  # train loss/accuracy are measured on the first 10k training samples
@@ -133,8 +134,10 @@ class Session:
     def evaluate(self) -> dict:
         loss = get_loss(self.cfg.train.loss)
         x_te, y_te = self.dataset.x_test.to(self.device), self.dataset.y_test.to(self.device)
-        tr_loss, tr_acc = evaluate(self.net, self.batch.x[:TRAIN_EVAL_LIMIT], self.batch.y[:TRAIN_EVAL_LIMIT], loss)
-        te_loss, te_acc = evaluate(self.net, x_te, y_te, loss)
+        # reduced over ranks when the rows are sharded (admm_core.distributed)
+        tr_loss, tr_acc, te_loss, te_acc = dist_mod.evaluate_split(
+            self.net, self.batch, x_te, y_te, loss, TRAIN_EVAL_LIMIT
+        )
         diag = self.method.diagnostics(self.net, self.state, self.batch)
         return {
             "train_loss": tr_loss,
@@ -142,19 +145,21 @@ class Session:
             "test_loss": te_loss,
             "test_accuracy": te_acc,
             **diag,
-            "state_bytes": self.method.state_bytes(self.state),
+            "state_bytes": self.method.state_bytes(self.state),  # this process's
+            **dist_mod.extra_metrics(self.method, self.state),
         }
 
 
 def build(cfg: RunConfig) -> Session:
     """Load data, build the split network and the method's initial state (seeded)."""
-    device = resolve_device(cfg.train.device)
+    device = dist_mod.local_device(resolve_device(cfg.train.device))
     torch.manual_seed(cfg.train.seed)
     ds = data_mod.load(cfg.data.name, cfg.data.root, train_limit=cfg.data.train_limit, test_limit=cfg.data.test_limit)
     net = build_blocknet(cfg.model, ds.input_shape, ds.n_classes, seed=cfg.train.seed).to(device)
     method = cfg.build_method()
     gen = torch.Generator().manual_seed(cfg.train.seed)
     batch = TrainBatch(ds.x_train.to(device), ds.y_train.to(device), get_loss(cfg.train.loss), cfg.train.batch_size)
+    method, batch = dist_mod.distribute(method, batch, net)  # under torchrun: this rank's rows or block
     state = method.init_state(net, batch, gen)
     return Session(cfg, device, ds, net, method, state, batch)
 
@@ -250,14 +255,23 @@ def verify_checkpoint(path: Path, map_location="cpu", mmap: bool = True) -> dict
 
 
 def save_checkpoint(path: Path, sess: Session, epoch: int, wall: float) -> None:
-    atomic_torch_save(
-        {"epoch": epoch, "wall_time_s": wall, "net": sess.net.state_dict(), "method_state": sess.state.state_dict()},
-        path,
-    )
+    payload = {
+        "epoch": epoch,
+        "wall_time_s": wall,
+        "net": sess.net.state_dict(),
+        "method_state": sess.state.state_dict(),
+    }
+    if dist_mod.world_size() > 1:  # one file per rank + manifest
+        return dist_mod.save(path.parent, payload, epoch, atomic_torch_save)
+    atomic_torch_save(payload, path)
 
 
 def load_checkpoint(path: Path, sess: Session) -> tuple[int, float]:
-    ck = verify_checkpoint(path, map_location=sess.device, mmap=False)
+    dist_mod.check_world(path.parent)  # another world size: a ConfigError naming both
+    if dist_mod.world_size() > 1:  # this rank's file, checked against the manifest
+        ck = dist_mod.load(path.parent, sess.device, read=lambda p: verify_checkpoint(p, sess.device, mmap=False))
+    else:
+        ck = verify_checkpoint(path, map_location=sess.device, mmap=False)
     try:
         sess.net.load_state_dict(ck["net"])
         sess.state.load_state_dict(ck["method_state"])
@@ -313,6 +327,8 @@ def train(
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    lead = dist_mod.is_lead()  # under torchrun only rank 0 writes status, metrics and summary
+    should_stop = dist_mod.agreed(should_stop)  # every rank stops at the same point
     status_path, metrics_path, ckpt_path = run_dir / "status.json", run_dir / "metrics.jsonl", run_dir / "checkpoint.pt"
     status = {
         "state": "running",
@@ -324,24 +340,27 @@ def train(
         "progress": 0.0,
         "error": None,
     }
-    write_json(status_path, status)
+    if lead:
+        write_json(status_path, status)
     last_status_write = [0.0]
 
     def set_status(force=False, **kw):
         status.update(kw, updated=time.time())
-        if force or time.time() - last_status_write[0] > 0.5:
+        if lead and (force or time.time() - last_status_write[0] > 0.5):
             write_json(status_path, status)
             last_status_write[0] = time.time()
 
     try:
         sess = build(cfg)
         start_epoch, wall = 0, 0.0
-        if resume and ckpt_path.exists():
+        if resume and dist_mod.checkpoint_world(run_dir) is not None:
             start_epoch, wall = load_checkpoint(ckpt_path, sess)
             kept = [m for m in read_metrics(run_dir) if m["epoch"] <= start_epoch]
-            with open(metrics_path, "w") as f:  # drop lines logged after the checkpoint
-                f.writelines(json.dumps(m) + "\n" for m in kept)
-        else:
+            dist_mod.barrier()  # every rank has read the metrics before rank 0 rewrites them
+            if lead:
+                with open(metrics_path, "w") as f:  # drop lines logged after the checkpoint
+                    f.writelines(json.dumps(m) + "\n" for m in kept)
+        elif lead:
             (run_dir / "config.json").write_text(cfg.to_json())
             metrics_path.write_text("")
             for stale in ("summary.json", "error.txt"):
@@ -350,9 +369,10 @@ def train(
 
         def log(epoch: int) -> dict:
             m = {"epoch": epoch, "wall_time_s": wall, **sess.evaluate(), "time": time.time()}
-            with open(metrics_path, "a") as f:
-                f.write(json.dumps(m) + "\n")
-                f.flush()
+            if lead:
+                with open(metrics_path, "a") as f:
+                    f.write(json.dumps(m) + "\n")
+                    f.flush()
             if on_progress:
                 on_progress(float(epoch), m)
             return m
@@ -383,17 +403,19 @@ def train(
             if should_stop and should_stop():
                 raise StopRun()
         summary = summarize(cfg, read_metrics(run_dir), "finished")
-        write_json(run_dir / "summary.json", summary)
+        if lead:
+            write_json(run_dir / "summary.json", summary)
         set_status(force=True, state="finished", progress=1.0, elapsed_s=time.time() - t_start)
         return summary
     except StopRun:
         summary = summarize(cfg, read_metrics(run_dir), "stopped")
-        write_json(run_dir / "summary.json", summary)
+        if lead:
+            write_json(run_dir / "summary.json", summary)
         set_status(force=True, state="stopped")
         return summary
     except BaseException as e:
         try:  # on a full disk or a read-only directory these writes fail too: keep the original error
-            (run_dir / "error.txt").write_text(traceback.format_exc())
+            (run_dir / ("error.txt" if lead else f"error-rank{dist_mod.rank()}.txt")).write_text(traceback.format_exc())
             set_status(force=True, state="crashed", error=f"{type(e).__name__}: {e}")
         except OSError:
             pass

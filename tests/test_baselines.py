@@ -205,7 +205,7 @@ def test_gotmare_equals_block_admm_with_duals_frozen_at_zero():
         batches = minibatches(ref.batch.n, ref.batch.batch_size, ref.state.gen)
         phases = bm.iters_per_epoch * bm.primal_steps
         for i in range(phases):
-            bm.z_sweep(ref.net, ref.state, ref.batch, with_dual=False)
+            bm.z_update(ref.net, ref.state, ref.batch, with_dual=False)
             bm.theta_steps(
                 ref.net,
                 ref.state,

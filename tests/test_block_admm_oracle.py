@@ -146,7 +146,7 @@ def test_folded_dual_step_equals_separate_dual_steps():
     ]
     for it in range(params["iters_per_epoch"]):
         for p in range(params["primal_steps"]):
-            method.z_sweep(net_b, state_b, batch)
+            method.z_update(net_b, state_b, batch)
             method.theta_steps(net_b, state_b, batch, per_phase[it * params["primal_steps"] + p])
         method.dual_step(net_b, state_b, batch)
 
@@ -166,7 +166,7 @@ def test_z_sweep_does_not_depend_on_chunk_size():
         st = m.init_state(net, batch, torch.Generator().manual_seed(0))
         for z in st.z:
             z.add_(0.1)
-        m.z_sweep(net, st, batch)
+        m.z_update(net, st, batch)
         out.append(st.z)
     for a, b in zip(*out):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)

@@ -33,17 +33,75 @@ def setting(default, help: str, **meta):
 
 
 @dataclass
+class Shard:
+    """This process's share of the training rows: global rows [start, start + n).
+
+    With ``world`` = 1 (the default) every collective below is the identity, so a single
+    process and rank r of a sample-sharded run (:mod:`admm_core.distributed`) run the same
+    code; with ``world`` > 1 they act on torch.distributed's default process group.
+    """
+
+    rank: int = 0
+    world: int = 1
+    start: int = 0
+    n_global: int | None = None  # None: this process holds every row
+
+    def local(self, idx: torch.Tensor, n_local: int) -> torch.Tensor:
+        """The global row indices ``idx`` this shard holds, as local indices (order kept)."""
+        if self.world == 1:
+            return idx
+        keep = (idx >= self.start) & (idx < self.start + n_local)
+        return idx[keep] - self.start
+
+    def sum(self, values: Sequence[float], device=None) -> list[float]:
+        """Σ over ranks of each value (float64)."""
+        if self.world == 1:
+            return [float(v) for v in values]
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(t)
+        return t.tolist()
+
+    def sum_grads(self, params: Sequence[torch.Tensor]) -> None:
+        """All-reduce (Σ) the gradients in one flat buffer; a missing gradient counts as 0."""
+        if self.world == 1:
+            return
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        torch.distributed.all_reduce(flat)
+        for p, g in zip(params, flat.split([p.numel() for p in params])):
+            p.grad.copy_(g.view_as(p))
+
+    def average_buffers(self, module: nn.Module) -> None:
+        """Average floating buffers (BatchNorm running statistics) so every rank keeps one network."""
+        if self.world == 1:
+            return
+        for b in module.buffers():
+            if b.is_floating_point():
+                torch.distributed.all_reduce(b)
+                b.div_(self.world)
+
+
+@dataclass
 class TrainBatch:
-    """The training set on the device plus the objective."""
+    """The training set on the device (this process's rows of it) plus the objective."""
 
     x: torch.Tensor  # (N, ...) inputs, Z_0
     y: torch.Tensor  # (N,) labels
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # J, summed over samples
     batch_size: int  # minibatch size of Θ-steps
+    shard: Shard = field(default_factory=Shard)
 
     @property
     def n(self) -> int:
+        """Rows held here."""
         return self.x.shape[0]
+
+    @property
+    def n_global(self) -> int:
+        """Rows of the whole training set (= n in a single process)."""
+        return self.n if self.shard.n_global is None else self.shard.n_global
 
 
 @runtime_checkable
@@ -197,6 +255,7 @@ def theta_step(
     opt: torch.optim.Optimizer,
     inputs: Sequence[torch.Tensor],
     coupling_losses: Callable[[int, torch.Tensor], torch.Tensor],
+    reduce_grads: Callable[[list[torch.Tensor]], None] | None = None,
 ) -> None:
     """Θ-update of every block on one minibatch: Θ_t ← Θ_t − η ∇_{Θ_t} P_t.
 
@@ -204,10 +263,16 @@ def theta_step(
     P_t depends on Θ_t alone (Z and U are fixed here), so the gradient of Σ_t P_t w.r.t.
     Θ_t is ∇_{Θ_t} P_t: one backward call gives every block its own update and no
     gradient crosses a block boundary (the inputs carry no graph).
+
+    ``reduce_grads(params)`` runs between backward and step (the data-parallel all-reduce);
+    with it, empty ``inputs`` (this rank holds none of the minibatch's rows) skip the forward.
     """
     opt.zero_grad(set_to_none=True)
-    total = sum(coupling_losses(t, block(inputs[t])) for t, block in enumerate(net.blocks))
-    total.backward()
+    if reduce_grads is None or inputs[0].shape[0] > 0:
+        total = sum(coupling_losses(t, block(inputs[t])) for t, block in enumerate(net.blocks))
+        total.backward()
+    if reduce_grads is not None:
+        reduce_grads([p for g in opt.param_groups for p in g["params"]])
     opt.step()
 
 
@@ -229,6 +294,7 @@ def reverse_z_sweep(
     couplings: Sequence[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]],
     z_step: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
     on_forward: Callable[[int, torch.Tensor], None] | None = None,
+    jacobi: bool = False,
 ) -> list[torch.Tensor]:
     """One Z-update pass of Alg. 1/2 on some rows: Z_T first, then t = T−1 … 1.
 
@@ -241,9 +307,14 @@ def reverse_z_sweep(
     Each block runs forward exactly once, on the Z values the sweep started from;
     ``on_forward(t, out)`` sees each output block_t(Z_{t−1}) before Z_t is stepped (the batch
     method folds its pending dual step in there). ``z_step(t, z, grad)`` returns the new Z_t.
+
+    ``jacobi``: P_{t+1} is taken at the Z_{t+1} the sweep started from instead of the new one,
+    so every Z_t moves from the previous iterate of its neighbours (a Jacobi sweep; the
+    blocks' Z-steps are then independent and can run on different processes).
     """
     T = len(blocks)
     zs = list(zs)
+    z_old = list(zs)
 
     def forward(t: int):
         """(input, output) of block t (0-based), input tracking grad unless it is Z_0."""
@@ -266,7 +337,8 @@ def reverse_z_sweep(
         # Z-update, reverse sweep (Alg. 1, t = T−1 … 1)
         for t in range(T - 2, -1, -1):
             # P_{t+1} at the new Z_{t+1}, differentiated through block_{t+1} only
-            g_next = torch.autograd.grad(couplings[t + 1](zs[t + 1].detach(), out), inp)[0]
+            z_next = z_old[t + 1] if jacobi else zs[t + 1]
+            g_next = torch.autograd.grad(couplings[t + 1](z_next.detach(), out), inp)[0]
             inp, out = forward(t)
             zt = zs[t].detach().requires_grad_()
             g_own = torch.autograd.grad(couplings[t](zt, out.detach()), zt)[0]

@@ -32,6 +32,15 @@ Implementation choices (measured, see README):
   checkpoints see a finished iteration.
 - Blocks run in eval mode (BatchNorm uses running statistics) in Z sweeps and dual steps,
   so the Z objective really separates per sample; Θ-steps run in train mode.
+- ``z_sweep='jacobi'`` replaces the reverse Gauss–Seidel sweep (Z_t sees the new Z_{t+1})
+  by a Jacobi sweep (every Z_t from the previous iterate), the update the block-parallel
+  engine of :mod:`admm_core.distributed` computes with one process per block.
+- Sample sharding (``batch.shard``, :mod:`admm_core.distributed`): this process holds the
+  rows [start, start + n) of Z and U. Minibatches are drawn over the *global* rows with
+  the same generator on every rank, so the sequence does not depend on the world size;
+  each rank backpropagates its rows of a minibatch and the gradients are summed by
+  all-reduce (P_t/|i| with the global |i|), so every rank takes the same Θ-step. Residual
+  and dual-norm sums are reduced across ranks; Z sweeps and dual steps need no messages.
 """
 
 from __future__ import annotations
@@ -102,6 +111,16 @@ class BlockADMM(MethodBase):
     rho_bound: float = setting(1.0, "η_0: initial bound on the constraint violation ‖h‖ (RMS per sample)")
     rho_bound_decay: float = setting(0.9, "η_{k+1} = decay · η_k", max=1.0)
     chunk_size: int = setting(8192, "rows per chunk in Z sweeps (memory bound only; results do not depend on it)")
+    z_sweep: str = setting(
+        "gauss-seidel",
+        "Z-update order: reverse Gauss–Seidel (Alg. 1: Z_t sees the new Z_{t+1}) or Jacobi (all Z_t from the previous iterate)",
+        choices=("gauss-seidel", "jacobi"),
+    )
+    parallel: str = setting(
+        "samples",
+        "under torchrun: shard Z/U rows over processes (samples) or one block per process (blocks, needs z_sweep=jacobi)",
+        choices=("samples", "blocks"),
+    )
 
     # --- initialisation --------------------------------------------------------------
     @torch.no_grad()
@@ -115,7 +134,7 @@ class BlockADMM(MethodBase):
                 parts[t].append(z)
         z = [torch.cat(p) for p in parts]
         if self.u_init == "uniform":
-            u = [(torch.rand(zt.shape, generator=gen, dtype=zt.dtype) * self.u_init_scale).to(zt.device) for zt in z]
+            u = [self._uniform_rows(zt, batch, gen) for zt in z]
         else:
             u = [torch.zeros_like(zt) for zt in z]
         state = BlockADMMState(
@@ -133,9 +152,20 @@ class BlockADMM(MethodBase):
             state.z_v = [torch.zeros_like(zt) for zt in z]
         return state
 
+    def _uniform_rows(self, zt: torch.Tensor, batch: TrainBatch, gen: torch.Generator) -> torch.Tensor:
+        """U(0, scale) draws for this shard's rows, drawn over the global rows in fixed chunks
+        so every rank consumes the generator alike and the values do not depend on the world size."""
+        lo, hi, step = batch.shard.start, batch.shard.start + batch.n, 8192
+        parts = []
+        for s in range(0, batch.n_global, step):
+            r = torch.rand((min(step, batch.n_global - s), *zt.shape[1:]), generator=gen, dtype=zt.dtype)
+            if s < hi and s + r.shape[0] > lo:
+                parts.append(r[max(lo - s, 0) : hi - s])
+        return (torch.cat(parts) * self.u_init_scale).to(zt.device)
+
     # --- one epoch -------------------------------------------------------------------
     def run_epoch(self, net, state: BlockADMMState, batch: TrainBatch, progress=None) -> dict:
-        batches = minibatches(batch.n, batch.batch_size, state.gen)
+        batches = minibatches(batch.n_global, batch.batch_size, state.gen)  # global rows, any world size
         phases = self.iters_per_epoch * self.primal_steps
         per_phase = [
             batches[round(i * len(batches) / phases) : round((i + 1) * len(batches) / phases)] for i in range(phases)
@@ -144,7 +174,7 @@ class BlockADMM(MethodBase):
         for it in range(self.iters_per_epoch):
             for p in range(self.primal_steps):
                 # Z-update (Z_T-step, reverse sweep); the previous iteration's dual step rides along
-                self.z_sweep(net, state, batch, with_dual=(fuse and it > 0 and p == 0))
+                self.z_update(net, state, batch, with_dual=(fuse and it > 0 and p == 0))
                 self.theta_steps(net, state, batch, per_phase[it * self.primal_steps + p])  # Θ-update
             if not fuse or it == self.iters_per_epoch - 1:
                 self.dual_step(net, state, batch)  # U-update (otherwise folded into the next sweep)
@@ -152,8 +182,8 @@ class BlockADMM(MethodBase):
                 progress((it + 1) / self.iters_per_epoch)
         return {}
 
-    def z_sweep(self, net, state: BlockADMMState, batch: TrainBatch, with_dual: bool = False) -> None:
-        """Z_T-step and reverse sweep over all rows, chunk by chunk (rows are independent).
+    def z_update(self, net, state: BlockADMMState, batch: TrainBatch, with_dual: bool = False) -> None:
+        """Z_T-step and reverse sweep over this process's rows, chunk by chunk (rows are independent).
 
         With ``with_dual`` the pending dual step U_t ← U_t + Z_t − block_t(Z_{t−1}) is applied
         to each chunk first, from the same forward pass the sweep needs anyway.
@@ -189,25 +219,34 @@ class BlockADMM(MethodBase):
                 couplings,
                 z_step,
                 on_forward=dual if with_dual else None,
+                jacobi=self.z_sweep == "jacobi",
             )
             for t in range(T):
                 state.z[t][rows] = new[t]
         state.z_steps += 1
         if with_dual:
-            self._after_dual(state, sq, batch.n)
+            self._after_dual(state, sq, batch)
 
     def theta_steps(self, net, state: BlockADMMState, batch: TrainBatch, idx_list) -> None:
         """Θ_t ← Θ_t − η ∇_{Θ_t} P_t/|i| on each minibatch i, all blocks at once (they are independent)."""
         if not idx_list:
             return
         net.train()
+        shard = batch.shard
+        reduce = shard.sum_grads if shard.world > 1 else None
         for idx in idx_list:
-            idx = idx.to(batch.x.device)
+            size = len(idx)  # the global minibatch: P_t/|i| whatever share of it is held here
+            idx = shard.local(idx, batch.n).to(batch.x.device)
             inputs = [batch.x[idx]] + [z[idx] for z in state.z[:-1]]  # Z_{t−1} rows, (B, *d_{t−1})
             targets = [z[idx] + u[idx] for z, u in zip(state.z, state.u)]  # Z_t + U_t rows
             theta_step(
-                net, state.opt, inputs, lambda t, out: 0.5 * state.beta[t] * (targets[t] - out).pow(2).sum() / len(idx)
+                net,
+                state.opt,
+                inputs,
+                lambda t, out: 0.5 * state.beta[t] * (targets[t] - out).pow(2).sum() / size,
+                reduce_grads=reduce,
             )
+        shard.average_buffers(net)
 
     @torch.no_grad()
     def dual_step(self, net, state: BlockADMMState, batch: TrainBatch) -> None:
@@ -223,10 +262,11 @@ class BlockADMM(MethodBase):
                     state.u[t][rows] += r
                 sq[t] += float(r.pow(2).sum())
                 inp = state.z[t][rows]
-        self._after_dual(state, sq, batch.n)
+        self._after_dual(state, sq, batch)
 
-    def _after_dual(self, state: BlockADMMState, sq: list[float], n: int) -> None:
-        state.residuals = [math.sqrt(v / n) for v in sq]
+    def _after_dual(self, state: BlockADMMState, sq: list[float], batch: TrainBatch) -> None:
+        sq = batch.shard.sum(sq, batch.x.device)  # Σ over ranks: residuals of the whole training set
+        state.residuals = [math.sqrt(v / batch.n_global) for v in sq]
         state.iteration += 1
         if self.adaptive_rho:
             self.adapt_penalty(state)
@@ -244,10 +284,10 @@ class BlockADMM(MethodBase):
 
     # --- diagnostics -----------------------------------------------------------------
     def diagnostics(self, net, state: BlockADMMState, batch: TrainBatch) -> dict:
-        n = batch.n
+        sq = batch.shard.sum([float(u.pow(2).sum()) for u in state.u], batch.x.device)
         return {
             "residuals": list(state.residuals),
-            "dual_norms": [float(u.pow(2).sum().sqrt()) / math.sqrt(n) for u in state.u],
+            "dual_norms": [math.sqrt(v / batch.n_global) for v in sq],
             "betas": list(state.beta),
             "iteration": state.iteration,
         }

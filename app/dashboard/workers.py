@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from admm_core.config import ConfigError, RunConfig
+from admm_core.distributed import checkpoint_world
 from admm_core.resources import preflight
 from admm_core.runs import (
     default_runs_dir,
@@ -107,10 +108,21 @@ def confine_run_dir(run_dir: str | Path) -> Path:
     return real
 
 
-def _spawn(args: list[str], run_dir: Path) -> int:
+def worker_command(args: list[str], processes: int = 1) -> list[str]:
+    """The worker's command line; ``processes`` > 1 runs it under torchrun on this machine
+    (``torch.distributed.run --standalone``: sample-sharded Z/U, admm_core.distributed)."""
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        raise ValueError(f"processes = {processes!r}: must be a positive integer")
+    cmd = [sys.executable, "-m", "admm_core", "train", *args, "--quiet"]
+    if processes > 1:
+        cmd[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)]
+    return cmd
+
+
+def _spawn(args: list[str], run_dir: Path, processes: int = 1) -> int:
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    cmd = [sys.executable, "-m", "admm_core", "train", *args, "--quiet"]
+    cmd = worker_command(args, processes)
     # a run takes every core it can; at a lower priority it leaves the app and the browser
     # responsive (a CI run saw the live chart lag 4-8 s behind a worker at normal priority)
     if shutil.which("nice"):
@@ -138,29 +150,36 @@ def _spawn(args: list[str], run_dir: Path) -> int:
     return proc.pid
 
 
-def start_run(cfg: RunConfig, root: str | Path | None = None) -> Path:
+def start_run(cfg: RunConfig, root: str | Path | None = None, processes: int = 1) -> Path:
     """Write RUN/config.json and launch a worker training it; returns the run directory.
 
     The engine's preflight (device, data, split, memory estimate) runs first: a configuration
     that cannot run raises ConfigError / DataError and leaves no directory behind.
+    ``processes`` > 1 starts that many processes through torchrun (block-admm / gotmare only).
     """
+    worker_command([], processes)  # bad value: ValueError before anything is written
     preflight(cfg)
     run_dir = new_run_dir(cfg, runs_root(root))  # created atomically, unique even for starts in the same second
     (run_dir / "config.json").write_text(cfg.to_json())
-    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir)
+    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir, processes)
     return run_dir
 
 
-def resume_run(run_dir: str | Path, epochs: int | None = None) -> None:
-    """Continue a stopped / crashed / finished run from its last checkpoint (optionally longer)."""
+def resume_run(run_dir: str | Path, epochs: int | None = None, processes: int | None = None) -> None:
+    """Continue a stopped / crashed / finished run from its last checkpoint (optionally longer).
+
+    ``processes`` defaults to the world size that wrote the checkpoint (a resume needs the same).
+    """
     run_dir = confine_run_dir(run_dir)
     if state_of(run_dir)["state"] in ("running", "starting"):
         raise RuntimeError(f"{run_dir.name} is still running")
     args = ["--resume", str(run_dir)]
     if epochs:
         args += ["--epochs", str(int(epochs))]
+    if processes is None:
+        processes = checkpoint_world(run_dir) or 1
     (run_dir / "status.json").unlink(missing_ok=True)  # 'starting' until the worker writes its own
-    _spawn(args, run_dir)
+    _spawn(args, run_dir, processes)
 
 
 def worker_pid(run_dir: Path) -> int | None:
