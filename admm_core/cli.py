@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, parse_sets
 from .errors import DataError, ImageError
 from .methods import METHODS
 from .presets import PRESETS, preset_config
@@ -25,13 +25,6 @@ def _floats(text: str):
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split(",") if v.strip())
-
-
-def _value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:
@@ -79,11 +72,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         v = getattr(a, flag)
         if v is not None:
             mp[key] = conv(v) if isinstance(v, str) else v
-    for kv in a.set or []:
-        if "=" not in kv:
-            raise ConfigError(f"--set {kv!r}: expected NAME=VALUE")
-        k, v = kv.split("=", 1)
-        mp[k.strip().replace("-", "_")] = _value(v)
+    mp.update(parse_sets(a.set))
     if mp:
         ch["method_params"] = {**cfg.method_params, **mp}
     return cfg.replace(**ch) if ch else cfg
@@ -94,7 +83,7 @@ def cmd_train(a) -> int:
 
     resumes_deepfacto = bool(a.resume) and "deepfacto" in (read_json(Path(a.resume) / "config.json", {}) or {})
     if a.preset == "lfwa-deepfacto" or resumes_deepfacto:  # DeepFacto has its own loop (admm_core.deepfacto)
-        from .deepfacto import cli_train
+        from .deepfacto.commands import cli_train
 
         return cli_train(a)
     if a.resume:
@@ -189,17 +178,17 @@ def cmd_heatmaps(a) -> int:
 
 
 DEEPFACTO_USAGE = (
-    "usage: admm deepfacto {bench [--ranks 4,32,256] [--out DIR] [--set NAME=VALUE ...]"
+    "usage: admm deepfacto {bench [--ranks 4,32,256] [--out DIR] [--markdown FILE] [--set NAME=VALUE ...]"
     " | evaluate --run DIR [--set svm_c=...] | grid --run DIR --out PNG}"
 )
 
 
 def deepfacto_main(argv: list) -> int:
     """`admm deepfacto bench|evaluate|grid ...` (each has its own parser)."""
-    from . import deepfacto
+    from .deepfacto.commands import bench, evaluate
     from .heatmaps import grid
 
-    commands = {"bench": deepfacto.bench, "evaluate": deepfacto.evaluate, "grid": grid}
+    commands = {"bench": bench, "evaluate": evaluate, "grid": grid}
     if not argv or argv[0] not in commands:
         print(DEEPFACTO_USAGE, file=sys.stderr)
         return 2

@@ -17,7 +17,22 @@ from .errors import ConfigError, check
 from .methods import METHODS, make_method
 from .models import ARCHS
 
-__all__ = ["ConfigError", "check", "DataConfig", "ModelConfig", "TrainConfig", "RunConfig"]
+__all__ = ["ConfigError", "check", "parse_sets", "DataConfig", "ModelConfig", "TrainConfig", "RunConfig"]
+
+
+def parse_sets(kvs) -> dict:
+    """``--set NAME=VALUE`` flags -> {name: value} (dashes become underscores); VALUE is JSON where it
+    parses, else a string. One parser for every command that takes ``--set``."""
+    out = {}
+    for kv in kvs or []:
+        if "=" not in kv:
+            raise ConfigError(f"--set {kv!r}: expected NAME=VALUE")
+        k, v = kv.split("=", 1)
+        try:
+            out[k.strip().replace("-", "_")] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip().replace("-", "_")] = v
+    return out
 
 
 LOSSES = ("mse", "ce")
