@@ -178,7 +178,7 @@ def bench_table(rows: list[dict]) -> str:
             pct(s.get("raw_backbone_attribute_accuracy_global")), pct(s["finetuned_backbone_attribute_accuracy"]),
             f"{100 * s['majority_attribute_accuracy']:.1f}", "—" if paper is None else paper,
             pct(s["test_accuracy"]), pct(s.get("backbone_verification_accuracy")),
-            f"{pairs} + {pairs}" if pairs else "500 + 500 (300 faces)", num(s.get("s_mismatch"), ".2e"),
+            f"{pairs // 2} + {pairs // 2}" if pairs else "500 + 500 (300 faces)", num(s.get("s_mismatch"), ".2e"),
             num(rec, ".3f"), f"{s['nmf_residual']:.3f}", f"{100 * s['s_sparsity']:.0f}%",
             f"{tm.get('backbone_train_s', 0):.0f}", f"{tm.get('deepfacto_train_s', 0):.0f}",
             f"{tm.get('attribute_eval_s', 0):.0f}", c_txt,

@@ -303,7 +303,7 @@ def train_deepfacto(
             **svm_summary,
             "paper_mean_attribute_accuracy": PAPER_MEAN.get(cfg.rank),
             "test_accuracy": ver,  # verification on all test faces
-            "verification_pairs": int(len(pairs_all[1][1])),
+            "verification_pairs": int(len(pairs_all[1][1])),  # all of them: half same-person, half not
             "test_accuracy_check": last["test_accuracy"],  # the per-iteration check (eval_images faces)
             "backbone_verification_accuracy": bb_ver,
             **same_s,
