@@ -135,7 +135,7 @@ def section_text(cmd: str, dirs: list[Path], rows: list[dict], table: str) -> st
     ]
     if len(cfgs) == 1:
         lines += [f"Settings that differ from the defaults (besides r): `{next(iter(cfgs))}`", ""]
-    return "\n".join(lines) + table
+    return "\n".join(lines) + "\n" + table
 
 
 def write_section(path: Path, name: str, text: str) -> None:
