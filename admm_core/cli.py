@@ -108,7 +108,7 @@ def _cmd_train(a) -> int:
 
     resumes_deepfacto = bool(a.resume) and "deepfacto" in (read_json(Path(a.resume) / "config.json", {}) or {})
     if a.preset == "lfwa-deepfacto" or resumes_deepfacto:  # DeepFacto has its own loop (admm_core.deepfacto)
-        from .deepfacto import cli_train
+        from .deepfacto.commands import cli_train
 
         return cli_train(a)
     if a.resume:
@@ -223,17 +223,17 @@ def cmd_heatmaps(a) -> int:
 
 
 DEEPFACTO_USAGE = (
-    "usage: admm deepfacto {bench [--ranks 4,32,256] [--out DIR] [--set NAME=VALUE ...]"
+    "usage: admm deepfacto {bench [--ranks 4,32,256] [--out DIR] [--markdown FILE] [--set NAME=VALUE ...]"
     " | evaluate --run DIR [--set svm_c=...] | grid --run DIR --out PNG}"
 )
 
 
 def deepfacto_main(argv: list) -> int:
     """`admm deepfacto bench|evaluate|grid ...` (each has its own parser)."""
-    from . import deepfacto
+    from .deepfacto.commands import bench, evaluate
     from .heatmaps import grid
 
-    commands = {"bench": deepfacto.bench, "evaluate": deepfacto.evaluate, "grid": grid}
+    commands = {"bench": bench, "evaluate": evaluate, "grid": grid}
     if not argv or argv[0] not in commands:
         print(DEEPFACTO_USAGE, file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ from .errors import ConfigError, check
 from .methods import METHODS, make_method
 from .models import ARCHS
 
-__all__ = ["ConfigError", "check", "DataConfig", "ModelConfig", "TrainConfig", "RunConfig"]
+__all__ = ["ConfigError", "check", "parse_sets", "DataConfig", "ModelConfig", "TrainConfig", "RunConfig"]
 
 
 def parse_sets(flags) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .deepfacto import load_inference_model, test_faces
+from .deepfacto.inference import load_inference_model, test_faces
 from .errors import ImageError
 
 # --- images --------------------------------------------------------------------------------

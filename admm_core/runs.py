@@ -115,6 +115,81 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return out
 
 
+STATES = ("running", "finished", "stopped", "crashed")  # status.json "state" of every run
+
+
+class RunStatus:
+    """``status.json`` of a run and the end of its life, for every training loop (the engine's
+    :func:`train`, DeepFacto's): running → finished / stopped (``summary.json`` written) or
+    crashed (``error.txt`` written, the error in the status).
+
+    ``write=False`` (a rank other than 0 under torchrun) keeps the record in memory only.
+    """
+
+    def __init__(self, run_dir: Path, epochs: int, write: bool = True, **extra):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "status.json"
+        self.write = write
+        self.status = {
+            "state": "running",
+            "pid": os.getpid(),
+            "started": time.time(),
+            "updated": time.time(),
+            "epoch": 0,
+            "epochs": epochs,
+            "progress": 0.0,
+            "error": None,
+            **extra,
+        }
+        self._written = 0.0
+        if write:
+            write_json(self.path, self.status)
+
+    def update(self, force: bool = False, **kw) -> None:
+        """Merge ``kw``; written at most every 0.5 s unless ``force`` (a fast loop polls often)."""
+        self.status.update(kw, updated=time.time())
+        if self.write and (force or time.time() - self._written > 0.5):
+            write_json(self.path, self.status)
+            self._written = time.time()
+
+    def finish(self, summary: dict, **kw) -> dict:
+        if self.write:
+            write_json(self.run_dir / "summary.json", summary)
+        kw = {"elapsed_s": time.time() - self.status["started"], **kw}
+        self.update(force=True, state="finished", progress=1.0, **kw)
+        return summary
+
+    def stop(self, summary: dict) -> dict:
+        if self.write:
+            write_json(self.run_dir / "summary.json", summary)
+        self.update(force=True, state="stopped")
+        return summary
+
+    def crash(self, e: BaseException, error_file: str = "error.txt") -> None:
+        try:  # on a full disk or a read-only directory these writes fail too: keep the original error
+            (self.run_dir / error_file).write_text(traceback.format_exc())
+            self.update(force=True, state="crashed", error=f"{type(e).__name__}: {e}")
+        except OSError:
+            pass
+
+
+def reset_metrics(run_dir: Path, keep_through: int | None = None, stale=("summary.json", "error.txt")) -> None:
+    """Start ``metrics.jsonl``: empty for a new run; on resume keep the lines up to epoch
+    ``keep_through`` (those the checkpoint covers). ``stale`` files of an earlier end go."""
+    path = Path(run_dir) / "metrics.jsonl"
+    kept = [] if keep_through is None else [m for m in read_metrics(run_dir) if m["epoch"] <= keep_through]
+    path.write_text("".join(json.dumps(m) + "\n" for m in kept))
+    for name in stale:
+        (Path(run_dir) / name).unlink(missing_ok=True)
+
+
+def append_metrics(run_dir: Path, m: dict) -> None:
+    with open(Path(run_dir) / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(m) + "\n")
+        f.flush()
+
+
 class StopRun(Exception):
     """Raised inside the loop when a stop was requested (SIGTERM / SIGINT / should_stop)."""
 
@@ -326,53 +401,27 @@ def train(
     (the last checkpoint remains, so it can be resumed).
     """
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     lead = dist_mod.is_lead()  # under torchrun only rank 0 writes status, metrics and summary
     should_stop = dist_mod.agreed(should_stop)  # every rank stops at the same point
-    status_path, metrics_path, ckpt_path = run_dir / "status.json", run_dir / "metrics.jsonl", run_dir / "checkpoint.pt"
-    status = {
-        "state": "running",
-        "pid": os.getpid(),
-        "started": time.time(),
-        "updated": time.time(),
-        "epoch": 0,
-        "epochs": cfg.train.epochs,
-        "progress": 0.0,
-        "error": None,
-    }
-    if lead:
-        write_json(status_path, status)
-    last_status_write = [0.0]
-
-    def set_status(force=False, **kw):
-        status.update(kw, updated=time.time())
-        if lead and (force or time.time() - last_status_write[0] > 0.5):
-            write_json(status_path, status)
-            last_status_write[0] = time.time()
-
+    ckpt_path = run_dir / "checkpoint.pt"
+    status = RunStatus(run_dir, cfg.train.epochs, write=lead)
     try:
         sess = build(cfg)
         start_epoch, wall = 0, 0.0
         if resume and dist_mod.checkpoint_world(run_dir) is not None:
             start_epoch, wall = load_checkpoint(ckpt_path, sess)
-            kept = [m for m in read_metrics(run_dir) if m["epoch"] <= start_epoch]
-            dist_mod.barrier()  # every rank has read the metrics before rank 0 rewrites them
+            dist_mod.barrier()  # every rank has loaded its checkpoint before rank 0 rewrites the metrics
             if lead:
-                with open(metrics_path, "w") as f:  # drop lines logged after the checkpoint
-                    f.writelines(json.dumps(m) + "\n" for m in kept)
+                reset_metrics(run_dir, keep_through=start_epoch, stale=())  # drop lines logged after the checkpoint
         elif lead:
             (run_dir / "config.json").write_text(cfg.to_json())
-            metrics_path.write_text("")
-            for stale in ("summary.json", "error.txt"):
-                (run_dir / stale).unlink(missing_ok=True)
+            reset_metrics(run_dir)
         t_start = time.time()
 
         def log(epoch: int) -> dict:
             m = {"epoch": epoch, "wall_time_s": wall, **sess.evaluate(), "time": time.time()}
             if lead:
-                with open(metrics_path, "a") as f:
-                    f.write(json.dumps(m) + "\n")
-                    f.flush()
+                append_metrics(run_dir, m)
             if on_progress:
                 on_progress(float(epoch), m)
             return m
@@ -384,7 +433,7 @@ def train(
             def progress(frac, epoch=epoch):
                 if should_stop and should_stop():
                     raise StopRun()
-                set_status(progress=(epoch - 1 + frac) / cfg.train.epochs, epoch=epoch - 1)
+                status.update(progress=(epoch - 1 + frac) / cfg.train.epochs, epoch=epoch - 1)
                 if on_progress:
                     on_progress(epoch - 1 + frac, None)
 
@@ -399,26 +448,14 @@ def train(
                     raise FloatingPointError(f"the run diverged at epoch {epoch} (loss or residual is not finite)")
             if epoch % cfg.train.checkpoint_every == 0 or epoch == cfg.train.epochs:
                 save_checkpoint(ckpt_path, sess, epoch, wall)
-            set_status(force=True, epoch=epoch, progress=epoch / cfg.train.epochs)
+            status.update(force=True, epoch=epoch, progress=epoch / cfg.train.epochs)
             if should_stop and should_stop():
                 raise StopRun()
-        summary = summarize(cfg, read_metrics(run_dir), "finished")
-        if lead:
-            write_json(run_dir / "summary.json", summary)
-        set_status(force=True, state="finished", progress=1.0, elapsed_s=time.time() - t_start)
-        return summary
+        return status.finish(summarize(cfg, read_metrics(run_dir), "finished"), elapsed_s=time.time() - t_start)
     except StopRun:
-        summary = summarize(cfg, read_metrics(run_dir), "stopped")
-        if lead:
-            write_json(run_dir / "summary.json", summary)
-        set_status(force=True, state="stopped")
-        return summary
+        return status.stop(summarize(cfg, read_metrics(run_dir), "stopped"))
     except BaseException as e:
-        try:  # on a full disk or a read-only directory these writes fail too: keep the original error
-            (run_dir / ("error.txt" if lead else f"error-rank{dist_mod.rank()}.txt")).write_text(traceback.format_exc())
-            set_status(force=True, state="crashed", error=f"{type(e).__name__}: {e}")
-        except OSError:
-            pass
+        status.crash(e, error_file="error.txt" if lead else f"error-rank{dist_mod.rank()}.txt")
         raise
 
 

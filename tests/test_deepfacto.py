@@ -167,7 +167,7 @@ def test_runs_sharing_a_backbone_fit_its_svms_once(monkeypatch):
     runs that share a backbone) and refits when anything in them differs."""
     from types import SimpleNamespace
 
-    from admm_core import deepfacto as df
+    from admm_core.deepfacto import attributes as df
 
     calls = []
     real = df.attribute_svms_cv
@@ -259,6 +259,82 @@ def test_trainer_iterations_keep_factors_non_negative_and_finite():
     assert s.shape == (5, 3, 16) and (s >= 0).all() and z.shape == (5, 8, 16)
 
 
+def _tiny_trainer(s_mode: str, n_people=4, per=4):
+    torch.manual_seed(0)
+    cfg = DeepFactoConfig(
+        rank=3, image_size=32, emb_dim=8, batch_size=8, s_steps=2, m_steps=2, s_mode=s_mode, eval_images=n_people * per
+    )
+    bb = FaceBackbone(widths=(8, 8, 16, 16), out_channels=8, emb_dim=8).eval()
+    images = np.random.default_rng(0).integers(0, 256, (n_people * per, 32, 32, 3), dtype=np.uint8)
+    ident = np.repeat(np.arange(n_people), per)
+    return DeepFactoTrainer(cfg, bb, images, ident, torch.device("cpu"), torch.Generator().manual_seed(0)), images
+
+
+def test_block2_trains_on_the_s_that_inference_reproduces():
+    """s_mode "projection": after warm-up and fine-tune iterations the S of the training state (what
+    block 2's last Θ-step used) equals the test-time projection recomputed from the images, and the
+    reported mismatch says so; the paper's free S ("admm") differs from it by far more."""
+    from admm_core import nmf
+
+    mism = {}
+    for mode in ("projection", "admm"):
+        tr, images = _tiny_trainer(mode)
+        for ft in (False, False, True):
+            d = tr.iterate(finetune=ft)
+        s_test, f = tr.scores(images)  # inference: features from the images, then S = P_M(block_1(x))
+        ref = nmf.nnls(tr.state.m, f, tol=1e-9, max_iter=20000)  # a tight projection, by hand
+        mism[mode] = float((tr.state.s - s_test).norm() / s_test.norm())
+        assert d["s_mismatch"] == pytest.approx(mism[mode], rel=1e-3, abs=1e-7)
+        if mode == "projection":
+            assert mism[mode] < 1e-6
+            assert float((tr.state.s - ref).norm() / ref.norm()) < 0.02  # a real projection, to the tolerance
+            ms = nmf.reconstruct(tr.state.m, s_test)
+            assert d["reconstruction_error"] == pytest.approx(float((f - ms).norm() / f.norm()), rel=1e-4)
+    assert mism["admm"] > 100 * max(mism["projection"], 1e-4)
+
+
+def test_projection_warmup_fits_m_to_the_frozen_features():
+    """While the backbone is frozen, s_mode "projection" is alternating NMF of block_1(X): Z_1 = block_1(X),
+    U_1 = V = 0, and the reconstruction error does not grow from one iteration to the next."""
+    tr, _ = _tiny_trainer("projection")
+    errs = [tr.iterate(finetune=False)["reconstruction_error"] for _ in range(4)]
+    st = tr.state
+    assert torch.equal(st.z1, st.f) and not st.u1.any() and not st.v.any()
+    assert all(b <= a * (1 + 1e-3) for a, b in zip(errs, errs[1:])), errs
+
+
+def test_admm_dual_v_settles_at_its_fixed_point_instead_of_growing():
+    """s_mode "admm", backbone frozen: after the Z_1-step, V ← V + Z_1 − MS is the contraction
+    V_new = β/(γ+β)·(V + F − U_1 − MS) (F = block_1(X)), whose fixed point is (β/γ)(F − MS − U_1)."""
+    from admm_core import nmf
+
+    tr, _ = _tiny_trainer("admm")
+    tr.cfg = tr.cfg.replace(gamma=2.0, beta=1.0)
+    g, b = tr.cfg.gamma, tr.cfg.beta
+    norms = []
+    for _ in range(12):
+        st = tr.state
+        v_old, f, u1 = st.v.clone(), st.f.clone(), st.u1.clone()
+        tr.iterate(finetune=False)
+        ms = nmf.reconstruct(tr.state.m, tr.state.s)
+        torch.testing.assert_close(tr.state.v, b / (g + b) * (v_old + f - u1 - ms), rtol=1e-4, atol=1e-5)
+        norms.append(float(tr.state.v.norm()))
+    fixed = b / g * (tr.state.f - ms - tr.state.u1)
+    assert float((tr.state.v - fixed).norm() / fixed.norm()) < 0.1 and norms[-1] < 2 * norms[4]
+
+
+def test_old_module_spelling_still_runs():
+    """`python -m admm_core.deepfacto` (the README's older spelling) reaches `admm deepfacto`."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run(
+        [sys.executable, "-m", "admm_core.deepfacto"], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2 and "usage: admm deepfacto" in r.stderr
+
+
 def test_config_validation_names_field():
     from admm_core.config import ConfigError
 
@@ -274,7 +350,7 @@ def test_config_validation_names_field():
 @needs_lfw
 def test_smoke_run_through_the_cli(tmp_path):
     from admm_core.cli import main
-    from admm_core.nmf import heatmaps
+    from admm_core.heatmaps import heatmaps
     from admm_core.runs import read_json, read_metrics
 
     run = tmp_path / "run"
@@ -309,12 +385,20 @@ def test_smoke_run_through_the_cli(tmp_path):
         } <= set(m)
     summ = read_json(run / "summary.json")
     assert 0 <= summ["mean_attribute_accuracy"] <= 1 and summ["rank"] == 4
+    # verification on all test faces (3,000 + 3,000 pairs); block 2 trained on the S inference gives
+    assert summ["verification_pairs"] == 6000 and 0 <= summ["test_accuracy"] <= 1
+    assert summ["s_mode"] == "projection" and summ["s_mismatch"] < 1e-5
+    assert 0 < summ["reconstruction_error"] < 1 and all(
+        "s_mismatch" in m and "reconstruction_error" in m for m in ms[1:]
+    )
     assert len(read_json(run / "attributes.json")) == 40
     img = DATA / "lfw-deepfunneled-160" / "Aaron_Eckhart" / "Aaron_Eckhart_0001.jpg"
     maps = heatmaps(run, str(img))
     assert len(maps) == 4 and maps[0].shape == (160, 160)
+
     # `evaluate` rebuilds the same features from the run's files: the same accuracies
-    from admm_core.deepfacto import main as df_main
+    def df_main(argv):  # `admm deepfacto ...`
+        return main(["deepfacto", *argv])
 
     assert summ["svm_c"] == list(DeepFactoConfig().svm_c) and all(
         set(r["svm_c"]) >= {"deepfacto", "raw_backbone"} for r in read_json(run / "attributes.json")

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from admm_core import heatmaps as hm
 from admm_core import nmf
 
 
@@ -114,6 +115,16 @@ def test_nnls_float32_tolerance_and_project_shape():
     np.testing.assert_allclose(s4[2, :, 1, 2].numpy(), ref, atol=1e-3)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (the projection runs on z's device)")
+def test_projection_runs_on_cuda_and_matches_the_cpu():
+    g = torch.Generator().manual_seed(4)
+    m = torch.rand(32, 8, generator=g)
+    z = torch.rand(6, 32, 4, 4, generator=g)
+    s_gpu = nmf.project(m.cuda(), z.cuda(), tol=1e-6, max_iter=5000)
+    assert s_gpu.device.type == "cuda"
+    np.testing.assert_allclose(s_gpu.cpu().numpy(), nmf.project(m, z, tol=1e-6, max_iter=5000).numpy(), atol=1e-4)
+
+
 def test_init_basis_non_negative():
     z = torch.relu(torch.randn(8, 6, 10))
     m = nmf.init_basis(z, 4, torch.Generator().manual_seed(0))
@@ -146,19 +157,19 @@ def _face(h=160, w=160, seed=0):
 
 def test_heatmap_shapes_and_ranges(tiny_run):
     img = _face()
-    maps = nmf.heatmaps(tiny_run, img)
+    maps = hm.heatmaps(tiny_run, img)
     assert len(maps) == 5
     for h in maps:
         assert h.shape == (160, 160) and h.dtype == np.float32
         assert h.min() >= 0.0 and h.max() <= 1.0
-    sel = nmf.heatmaps(tiny_run, img, components=[4, 1], normalize="image")
+    sel = hm.heatmaps(tiny_run, img, components=[4, 1], normalize="image")
     assert len(sel) == 2 and all(h.max() <= 1.0 for h in sel)
     # a 250×250 LFW original is cropped to the 160×160 face crop
-    assert nmf.heatmaps(tiny_run, _face(250, 250), components=[0])[0].shape == (160, 160)
-    ov = nmf.overlay(img, maps[0], alpha=0.4)
+    assert hm.heatmaps(tiny_run, _face(250, 250), components=[0])[0].shape == (160, 160)
+    ov = hm.overlay(img, maps[0], alpha=0.4)
     assert ov.shape == (160, 160, 3) and ov.dtype == np.uint8
     with pytest.raises(ValueError, match="out of range"):
-        nmf.heatmaps(tiny_run, img, components=[5])
+        hm.heatmaps(tiny_run, img, components=[5])
 
 
 def test_heatmap_grid_and_cli(tiny_run, tmp_path):
@@ -171,7 +182,7 @@ def test_heatmap_grid_and_cli(tiny_run, tmp_path):
         p = tmp_path / f"face{i}.jpg"
         cv2.imwrite(str(p), _face(seed=i))
         files.append(str(p))
-    grid = nmf.heatmap_grid(tiny_run, files, components=[0, 2])
+    grid = hm.heatmap_grid(tiny_run, files, components=[0, 2])
     assert grid.shape == (22 + 2 * 160, 3 * 160, 3)
     out = tmp_path / "grid.png"
     assert (
@@ -185,12 +196,12 @@ def test_bad_image_file_gives_clear_error(tiny_run, tmp_path, capsys):
 
     bad = tmp_path / "not-a-face.jpg"
     bad.write_bytes(b"this is not a jpeg")
-    with pytest.raises(nmf.ImageError, match="not-a-face.jpg"):
-        nmf.heatmaps(tiny_run, bad)
-    with pytest.raises(nmf.ImageError, match="missing.png.*no such file"):
-        nmf.read_image(tmp_path / "missing.png")
-    with pytest.raises(nmf.ImageError, match="shape"):
-        nmf.read_image(np.zeros((3, 3)))
+    with pytest.raises(hm.ImageError, match="not-a-face.jpg"):
+        hm.heatmaps(tiny_run, bad)
+    with pytest.raises(hm.ImageError, match="missing.png.*no such file"):
+        hm.read_image(tmp_path / "missing.png")
+    with pytest.raises(hm.ImageError, match="shape"):
+        hm.read_image(np.zeros((3, 3)))
     assert main(["heatmaps", "--run", str(tiny_run), "--image", str(bad), "--out", str(tmp_path / "x.png")]) == 2
     err = capsys.readouterr().err
     assert "not-a-face.jpg" in err and err.count("\n") == 1

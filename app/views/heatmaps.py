@@ -27,6 +27,14 @@ def is_deepfacto(cfg: dict) -> bool:
     return bool(cfg) and ("deepfacto" in cfg or str(cfg.get("preset") or "").startswith("lfwa"))
 
 
+@st.cache_data(show_spinner="Reading the run's identity split…")
+def held_out_people(run_dir: str) -> dict[str, list[str]]:
+    """{person: image paths} of the run's test identities (deepfacto.test_people: the run's own split)."""
+    from admm_core.deepfacto import test_people
+
+    return {p: [str(f) for f in files] for p, files in test_people(run_dir).items()}
+
+
 runs = [r for r in W.runs(ui.runs_root()) if is_deepfacto(r["config"] or {})]
 if not runs:
     st.info("No DeepFacto runs yet — train one with `python -m admm_core train --preset lfwa-deepfacto`.")
@@ -40,26 +48,20 @@ name = st.selectbox(
     format_func=lambda n: f"{n} · {ui.state_label(next(r for r in runs if r['name'] == n)['status'].get('state'))}",
 )
 run = next(r for r in runs if r["name"] == name)
-df_cfg = run["config"].get("deepfacto") if isinstance(run["config"].get("deepfacto"), dict) else {}
 
 source = st.radio("Face", ["LFW test faces", "Upload a photo"], horizontal=True, key="hm_source")
 face = None
 if source == "LFW test faces":
-    folder = faces.lfw_folder()
-    if folder is None:
-        st.warning("LFW is not under the data root (expected <ADMM_DATA>/lfw/lfw-deepfunneled-160).")
-    else:
-        people = sorted(p.name for p in folder.iterdir() if p.is_dir())
-        try:  # the run's identity-disjoint test people, when the engine can say
-            from admm_core.faces import identity_split
-
-            test = sorted(identity_split(people, int(df_cfg.get("seed", 0))))
-            people, caption = [people[i] for i in test], "people held out of this run's training (identity split)"
-        except Exception:
-            caption = "all LFW people"
+    try:  # the run's own held-out people: its identity split of the labelled people (admm_core.deepfacto)
+        held = held_out_people(str(run["dir"]))
+    except Exception as e:  # no LFW labels here, or a config this engine cannot read: say so, no traceback
+        held = {}
+        st.warning(f"Cannot list this run's held-out people: {type(e).__name__}: {e}")
+    if held:
+        people = sorted(held)
         c = st.columns([2, 1])
-        person = c[0].selectbox(f"Person ({len(people)}: {caption})", people, key="hm_person")
-        images = sorted((folder / person).glob("*.jpg"))
+        person = c[0].selectbox(f"Person ({len(people)} held out of this run's training)", people, key="hm_person")
+        images = held[person]
         idx = c[1].number_input("Image", min_value=1, max_value=max(1, len(images)), value=1, key="hm_idx") - 1
         if images:
             from PIL import Image

@@ -1,0 +1,67 @@
+"""Block 1 of DeepFacto: the face backbone a run starts from: a given file, the cached one for this
+split, or one trained here (:func:`admm_core.faces.train_backbone`) and cached."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..faces import FaceBackbone, FaceSet, backbone_widths, cache_dir, load_backbone, save_backbone, train_backbone
+from .config import DeepFactoConfig
+
+
+def backbone_cache_path(cfg: DeepFactoConfig) -> Path:
+    lim = f"-n{cfg.data_limit}" if cfg.data_limit else ""
+    idw = f"-id{cfg.backbone_id_weight:g}" if cfg.backbone_id_weight else ""
+    wid = (
+        f"-w{cfg.backbone_width}" if cfg.backbone_width != 16 else ""
+    )  # 16: the name cached files had before widths were a choice
+    return (
+        cache_dir()
+        / f"lfw-backbone-{cfg.image_size}px-s{cfg.seed}-tf{cfg.test_fraction}-e{cfg.backbone_epochs}{idw}{wid}{lim}.pt"
+    )
+
+
+def get_backbone(
+    cfg: DeepFactoConfig, faces: FaceSet, train_idx, device, log=print, should_stop=None
+) -> tuple[FaceBackbone, dict]:
+    """The backbone of ``cfg.backbone_weights``; else the cached one for this split; else train it (and cache it)."""
+    if cfg.backbone_weights:
+        net, meta = load_backbone(cfg.backbone_weights)
+        meta = {**meta, "source": str(cfg.backbone_weights), "trained_here_s": 0.0}
+        log(f"backbone: {cfg.backbone_weights}")
+        return net.to(device).eval(), meta
+    path = backbone_cache_path(cfg)
+    if path.is_file():
+        net, meta = load_backbone(path)
+        log(f"backbone: cached {path} (trained in {meta.get('train_wall_time_s', 0):.0f}s)")
+        return net.to(device).eval(), {**meta, "source": str(path), "trained_here_s": 0.0}
+    log(f"backbone: training one ({cfg.backbone_epochs} epochs, {cfg.image_size}px, triplet loss) — cached at {path}")
+    t0 = time.time()
+    net, hist = train_backbone(
+        faces,
+        train_idx,
+        epochs=cfg.backbone_epochs,
+        lr=cfg.backbone_lr,
+        batch_size=cfg.batch_size,
+        margin=cfg.margin,
+        id_weight=cfg.backbone_id_weight,
+        widths=backbone_widths(cfg.backbone_width),
+        seed=cfg.seed,
+        device=device,
+        log=log,
+        should_stop=should_stop,
+    )
+    wall = time.time() - t0
+    meta = {
+        "image_size": cfg.image_size,
+        "seed": cfg.seed,
+        "test_fraction": cfg.test_fraction,
+        "epochs": cfg.backbone_epochs,
+        "id_weight": cfg.backbone_id_weight,
+        "width": cfg.backbone_width,
+        "history": hist,
+        "train_wall_time_s": wall,
+    }
+    save_backbone(path, net, meta)
+    return net.eval(), {**meta, "source": str(path), "trained_here_s": wall}

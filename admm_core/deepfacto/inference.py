@@ -1,0 +1,103 @@
+"""A trained DeepFacto for new images (heatmaps, dashboard): ``checkpoint.pt`` of a run and the
+straight-through inference S = argmin_{S≥0}‖block_1(x) − M S‖ (:func:`admm_core.nmf.project`),
+embedding = normalise(block_2(S)); and the run's held-out people."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import nmf
+from ..faces import FaceBackbone, crop_face, load_lfwa, to_tensor
+from ..runs import atomic_torch_save, safe_load
+from .config import DeepFactoConfig
+
+
+def save_inference(
+    path, cfg: DeepFactoConfig, backbone: FaceBackbone, fc: nn.Module, m: torch.Tensor, scale, order, iteration: int = 0
+) -> None:
+    """checkpoint.pt of a run: what inference and heatmaps need (backbone, M, FC, component scales/order)."""
+    atomic_torch_save(
+        {
+            "format": "deepfacto-v1",
+            "config": cfg.to_dict(),
+            "backbone_arch": backbone.arch,
+            "backbone": {k: v.cpu() for k, v in backbone.state_dict().items()},
+            "fc": {k: v.cpu() for k, v in fc.state_dict().items()},
+            "m": m.detach().cpu(),
+            "scale": torch.as_tensor(np.asarray(scale), dtype=torch.float32),
+            "order": torch.as_tensor(np.asarray(order).copy()),
+            "iteration": iteration,
+        },
+        Path(path),
+    )
+
+
+class InferenceModel:
+    """A trained DeepFacto (backbone + M + FC) for new images: scores and embeddings."""
+
+    def __init__(self, ck: dict):
+        self.cfg = DeepFactoConfig.from_dict(ck["config"])
+        arch = {k: tuple(v) if isinstance(v, list) else v for k, v in ck["backbone_arch"].items()}
+        self.backbone = FaceBackbone(**arch)
+        self.backbone.load_state_dict(ck["backbone"])
+        self.backbone.eval()
+        self.m = ck["m"].float()
+        self.fc = nn.Linear(self.m.shape[1] * (self.cfg.image_size // 8) ** 2, self.cfg.emb_dim)
+        self.fc.load_state_dict(ck["fc"])
+        self.scale = ck["scale"].numpy()
+        self.order = ck["order"].numpy()
+
+    @property
+    def rank(self) -> int:
+        return int(self.m.shape[1])
+
+    def crop(self, img: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(crop_face(img))
+
+    @torch.no_grad()
+    def scores(self, images: np.ndarray) -> np.ndarray:
+        """(B, H, W, 3) uint8 face crops (any equal size) -> S (B, r, h, w) float32."""
+        import cv2
+
+        size = self.cfg.image_size
+        x = np.stack(
+            [cv2.resize(im, (size, size), interpolation=cv2.INTER_AREA) if im.shape[0] != size else im for im in images]
+        )
+        z = self.backbone.features(to_tensor(x))
+        return nmf.project(self.m, z, tol=self.cfg.nnls_tol, max_iter=self.cfg.nnls_max_iter).numpy()
+
+
+def load_inference_model(run_dir) -> InferenceModel:
+    path = Path(run_dir) / "checkpoint.pt"
+    ck = safe_load(path)  # weights_only: a file that would run code is refused (CheckpointError)
+    if not isinstance(ck, dict) or ck.get("format") != "deepfacto-v1":
+        raise ValueError(f"{path}: not a DeepFacto checkpoint")
+    return InferenceModel(ck)
+
+
+def test_people(run_dir) -> dict[str, list[Path]]:
+    """{person: image paths} of the *test* identities of a run: its own split of the labelled
+    people (``data_limit`` included), not of the LFW folder names."""
+    cfg = DeepFactoConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text())["deepfacto"])
+    fs = load_lfwa(cfg.data_root, size=None, limit=cfg.data_limit)
+    _, te = fs.split(cfg.seed, cfg.test_fraction)
+    out: dict[str, list[Path]] = {}
+    for i in te:
+        out.setdefault(fs.people[fs.identity[i]], []).append(fs.image_dir / fs.files[i])
+    return out
+
+
+def test_faces(run_dir, n: int = 6, seed: int = 0) -> list[str]:
+    """Paths of ``n`` faces of distinct *test* identities of a run (its own split), seeded."""
+    cfg = DeepFactoConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text())["deepfacto"])
+    fs = load_lfwa(cfg.data_root, size=None, limit=cfg.data_limit)
+    _, te = fs.split(cfg.seed, cfg.test_fraction)
+    rng = np.random.default_rng(seed)
+    people = rng.permutation(np.unique(fs.identity[te]))[:n]
+    picks = [rng.choice(te[fs.identity[te] == p]) for p in people]
+    return [str(fs.image_dir / fs.files[i]) for i in picks]
