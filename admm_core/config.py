@@ -21,6 +21,7 @@ __all__ = ["ConfigError", "check", "DataConfig", "ModelConfig", "TrainConfig", "
 
 
 LOSSES = ("mse", "ce")
+PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -30,12 +31,14 @@ class DataConfig:
     root: str | None = None  # data root; None -> $ADMM_DATA, ./data, ../shared/data
     train_limit: int | None = None  # keep only this many training samples (small mode)
     test_limit: int | None = None  # keep only this many test samples
+    augment: bool = False  # random crop after 4-px padding + horizontal flip, on the device, one view per epoch
 
     def __post_init__(self):
         check(self.name in DATASETS, "data.name", self.name, f"unknown data set; choose from {sorted(DATASETS)}")
         for f in ("train_limit", "test_limit"):
             v = getattr(self, f)
             check(v is None or (isinstance(v, int) and v > 0), f"data.{f}", v, "must be a positive integer or null")
+        check(isinstance(self.augment, bool), "data.augment", self.augment, "must be true or false")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class ModelConfig:
     arch: str = "mlp"  # "mlp" (Linear+ReLU layers fc1..fcL) or "resnet18" (32×32 inputs)
     hidden: tuple[int, ...] = (128, 128)  # MLP hidden widths; depth = len(hidden) + 1 layers
     split: tuple[str, ...] | None = None  # cut after these named layers; None = after every MLP layer
+    width: int = 64  # ResNet-18 base width w: stages of w, 2w, 4w, 8w channels (64 = standard; MLPs ignore it)
 
     def __post_init__(self):
         check(self.arch in ARCHS, "model.arch", self.arch, f"unknown architecture; choose from {sorted(ARCHS)}")
@@ -51,6 +55,12 @@ class ModelConfig:
             object.__setattr__(self, "split", tuple(self.split))
         for w in self.hidden:
             check(isinstance(w, int) and w > 0, "model.hidden", self.hidden, "widths must be positive integers")
+        check(
+            isinstance(self.width, int) and not isinstance(self.width, bool) and self.width > 0,
+            "model.width",
+            self.width,
+            "must be a positive integer",
+        )
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,10 @@ class TrainConfig:
     device: str = "auto"  # "auto" picks cuda when available
     eval_every: int = 1  # evaluate (and log a metrics line) every this many epochs
     checkpoint_every: int = 1  # write a resumable checkpoint every this many epochs
+    # GPU speed options (off by default; on a CPU they are slower): bf16 autocast of the network's
+    # compute (Z, U, Θ stay float32), channels_last memory layout of images and convolutions
+    precision: str = "fp32"
+    channels_last: bool = False
 
     def __post_init__(self):
         for f in ("epochs", "batch_size", "eval_every", "checkpoint_every"):
@@ -71,6 +85,8 @@ class TrainConfig:
             )
         check(self.loss in LOSSES, "train.loss", self.loss, f"choose from {list(LOSSES)}")
         check(self.device in DEVICES, "train.device", self.device, f"choose from {list(DEVICES)}")
+        check(self.precision in PRECISIONS, "train.precision", self.precision, f"choose from {list(PRECISIONS)}")
+        check(isinstance(self.channels_last, bool), "train.channels_last", self.channels_last, "must be true or false")
         check(isinstance(self.seed, int) and self.seed >= 0, "train.seed", self.seed, "must be a non-negative integer")
 
 
