@@ -179,3 +179,16 @@ def test_table_section_replaces_only_its_own_block(tmp_path: Path):
     assert text.startswith("# Title\n\nprose\n")
     assert "| new |" in text and "| a |" not in text and "| b |" in text and "cmd three" in text
     assert text.index("bench:p1") < text.index("bench:p2")  # replaced in place
+
+
+def test_z_step_size_can_be_set_per_block():
+    from admm_core.losses import get_loss
+    from admm_core.methods import make_method
+
+    net = build_blocknet(ModelConfig("mlp", (6,)), (4,), 3)  # T = 2
+    batch = TrainBatch(torch.randn(10, 4), torch.randint(0, 3, (10,)), get_loss("ce"), 5)
+    state = make_method("block-admm", {"z_lr": [0.05, 0.5]}).init_state(net, batch, torch.Generator())
+    assert state.z_lr == [0.05, 0.5]
+    assert make_method("gotmare", {"z_lr": 0.3}).init_state(net, batch, torch.Generator()).z_lr == [0.3, 0.3]
+    with pytest.raises(ConfigError, match="z_lr"):
+        make_method("block-admm", {"z_lr": [0.1, 0.2, 0.3]}).init_state(net, batch, torch.Generator())

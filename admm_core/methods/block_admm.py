@@ -121,7 +121,7 @@ class BlockADMM(MethodBase):
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
-    z_lr: float = setting(0.5, "ζ: step size of the Z-updates")
+    z_lr: float = setting(0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True)
     z_optimizer: str = setting(
         "sgd",
         "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)",
@@ -161,7 +161,7 @@ class BlockADMM(MethodBase):
             z=z,
             u=u,
             beta=per_block(self.beta, T, f"{self.name}.beta"),
-            z_lr=[self.z_lr] * T,
+            z_lr=per_block(self.z_lr, T, f"{self.name}.z_lr"),
             opt=make_theta_optimizer(net, self.theta_optimizer, self.lr, self.fused),
             gen=gen,
             rho_bound=self.rho_bound,
