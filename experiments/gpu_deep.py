@@ -341,7 +341,7 @@ def run(a) -> int:
         )
         summary, sess = run_job(job, cfg, run_dir, deadline, state_file, log)
         summaries[job], run_dirs[job] = summary, run_dir
-        if summary["status"] != "finished" and sess is not None:
+        if summary["status"] != "finished" and summary["epochs"] > 0 and sess is not None:
             sessions[job] = save_state(sess, summary)
         del sess
         if torch.cuda.is_available():
