@@ -62,6 +62,10 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         ch["model__arch"] = a.arch
     if a.hidden is not None:
         ch["model__hidden"] = _ints(a.hidden)
+    if a.width is not None:
+        ch["model__width"] = a.width
+    if a.augment:
+        ch["data__augment"] = True
     if a.split is not None:
         ch["model__split"] = tuple(s for s in a.split.split(",") if s) if a.split != "default" else None
     for key, attr in (
@@ -264,6 +268,10 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--arch", choices=["mlp", "resnet18"])
     t.add_argument("--hidden", help="MLP hidden widths, e.g. 128,128")
     t.add_argument("--split", help="split points, e.g. fc1,fc2 (MLP) or conv3_x (ResNet-18); 'default' for the default")
+    t.add_argument("--width", type=int, help="ResNet-18 base width (64 = standard, 16 = CPU-sized)")
+    t.add_argument(
+        "--augment", action="store_true", help="random crop (4-px padding) + flip of images, one view per epoch"
+    )
     t.add_argument("--loss", choices=["mse", "ce"])
     t.add_argument("--batch-size", type=int)
     t.add_argument("--seed", type=int)

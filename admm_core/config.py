@@ -43,6 +43,7 @@ def parse_sets(flags) -> dict:
 
 LOSSES = ("mse", "ce")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -52,6 +53,7 @@ class DataConfig:
     root: str | None = None  # data root; None -> $ADMM_DATA, ./data, ../shared/data
     train_limit: int | None = None  # keep only this many training samples (small mode)
     test_limit: int | None = None  # keep only this many test samples
+    augment: bool = False  # random crop after 4-px padding + horizontal flip, on the device, one view per epoch
 
     def __post_init__(self):
         check(
@@ -70,6 +72,7 @@ class DataConfig:
             v = getattr(self, f)
             ok = v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0)
             check(ok, f"data.{f}", v, "must be a positive integer or null")
+        check(isinstance(self.augment, bool), "data.augment", self.augment, "must be true or false")
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ class ModelConfig:
     arch: str = "mlp"  # "mlp" (Linear+ReLU layers fc1..fcL) or "resnet18" (32×32 inputs)
     hidden: tuple[int, ...] = (128, 128)  # MLP hidden widths; depth = len(hidden) + 1 layers
     split: tuple[str, ...] | None = None  # cut after these named layers; None = after every MLP layer
+    width: int = 64  # ResNet-18 base width w: stages of w, 2w, 4w, 8w channels (64 = standard; MLPs ignore it)
 
     def __post_init__(self):
         check(
@@ -94,6 +98,12 @@ class ModelConfig:
         for w in self.hidden:
             ok = isinstance(w, int) and not isinstance(w, bool) and w > 0
             check(ok, "model.hidden", self.hidden, "widths must be positive integers")
+        check(
+            isinstance(self.width, int) and not isinstance(self.width, bool) and self.width > 0,
+            "model.width",
+            self.width,
+            "must be a positive integer",
+        )
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,10 @@ class TrainConfig:
     device: str = "auto"  # "auto" picks cuda when available
     eval_every: int = 1  # evaluate (and log a metrics line) every this many epochs
     checkpoint_every: int = 1  # write a resumable checkpoint every this many epochs
+    # GPU speed options (off by default; on a CPU they are slower): bf16 autocast of the network's
+    # compute (Z, U, Θ stay float32), channels_last memory layout of images and convolutions
+    precision: str = "fp32"
+    channels_last: bool = False
 
     def __post_init__(self):
         for f in ("epochs", "batch_size", "eval_every", "checkpoint_every"):
@@ -119,6 +133,8 @@ class TrainConfig:
         check(ok, "train.device", self.device, f"choose from {list(DEVICES)}")
         ok = isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**63
         check(ok, "train.seed", self.seed, "must be a non-negative integer below 2**63")
+        check(self.precision in PRECISIONS, "train.precision", self.precision, f"choose from {list(PRECISIONS)}")
+        check(isinstance(self.channels_last, bool), "train.channels_last", self.channels_last, "must be true or false")
 
 
 @dataclass(frozen=True)

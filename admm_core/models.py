@@ -3,7 +3,8 @@
 
 - MLP: layers ``fc1 … fcL``; ``fc_l`` = Linear (+ ReLU unless last). ``fc1`` flattens its input.
 - ResNet-18 for 32×32 inputs (torchvision's, 3×3 stride-1 first conv, no max-pool):
-  layers ``stem``, ``conv2_x``, ``conv3_x``, ``conv4_x``, ``conv5_x``, ``head``.
+  layers ``stem``, ``conv2_x``, ``conv3_x``, ``conv4_x``, ``conv5_x``, ``head``; base width
+  ``model.width`` (64 = the standard net; 16 = the CPU-sized one).
 
 Weights keep PyTorch's default initialisation (seeded). Its variance shrinks activations
 layer by layer, which is exactly what makes deep plain MLPs hard for backprop (the
@@ -37,22 +38,40 @@ def mlp_layers(in_dim: int, hidden: tuple[int, ...], n_out: int) -> "OrderedDict
     return layers
 
 
-def resnet18_layers(in_shape: tuple[int, ...], n_out: int) -> "OrderedDict[str, nn.Module]":
-    import torchvision
+def resnet18_layers(in_shape: tuple[int, ...], n_out: int, width: int = 64) -> "OrderedDict[str, nn.Module]":
+    """ResNet-18 (He et al. 2016) with stage widths (w, 2w, 4w, 8w); w = 64 is the standard net.
+
+    torchvision's BasicBlock and initialisation (Kaiming-normal convs, BN γ = 1, β = 0); only the
+    widths are free, so w = 64 has torchvision's ``resnet18`` shapes with the CIFAR stem.
+    """
+    from torchvision.models.resnet import BasicBlock
 
     if len(in_shape) != 3:
         raise ConfigError(f"model.arch = 'resnet18': needs image inputs (C, H, W), got shape {in_shape}")
-    net = torchvision.models.resnet18(num_classes=n_out)
+
+    def stage(c_in: int, c_out: int, stride: int) -> nn.Sequential:
+        down = None
+        if stride != 1 or c_in != c_out:
+            down = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
+        return nn.Sequential(BasicBlock(c_in, c_out, stride, down), BasicBlock(c_out, c_out))
+
+    w = width
     # CIFAR-style stem: 3×3 stride-1 conv, no max-pool (32×32 inputs would vanish otherwise).
-    net.conv1 = nn.Conv2d(in_shape[0], 64, kernel_size=3, stride=1, padding=1, bias=False)
-    return OrderedDict(
-        stem=nn.Sequential(net.conv1, net.bn1, net.relu),
-        conv2_x=net.layer1,
-        conv3_x=net.layer2,
-        conv4_x=net.layer3,
-        conv5_x=net.layer4,
-        head=nn.Sequential(net.avgpool, nn.Flatten(), net.fc),
+    layers = OrderedDict(
+        stem=nn.Sequential(nn.Conv2d(in_shape[0], w, 3, stride=1, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU()),
+        conv2_x=stage(w, w, 1),
+        conv3_x=stage(w, 2 * w, 2),
+        conv4_x=stage(2 * w, 4 * w, 2),
+        conv5_x=stage(4 * w, 8 * w, 2),
+        head=nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8 * w, n_out)),
     )
+    for m in nn.ModuleList(layers.values()).modules():  # torchvision's init
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.constant_(m.weight, 1)
+            nn.init.constant_(m.bias, 0)
+    return layers
 
 
 # arch -> (builder(in_shape, cfg, n_out), allowed split points or None for "any but last", default split)
@@ -63,7 +82,7 @@ ARCHS: dict[str, tuple[Callable, tuple[str, ...] | None, Callable]] = {
         lambda names: tuple(names[:-1]),  # one block per layer
     ),
     "resnet18": (
-        lambda shape, cfg, n_out: resnet18_layers(shape, n_out),
+        lambda shape, cfg, n_out: resnet18_layers(shape, n_out, cfg.width),
         ("stem", "conv2_x", "conv3_x", "conv4_x"),
         lambda names: ("conv3_x",),  # T = 2, as in the paper's CIFAR-10 experiment
     ),

@@ -30,7 +30,7 @@ from . import data as data_mod
 from . import distributed as dist_mod
 from .blocks import build_blocknet
 from .config import RunConfig
-from .errors import CheckpointError, DeviceError
+from .errors import CheckpointError, DeviceError, check
 from .losses import get_loss
 from .methods.base import TrainBatch
 
@@ -233,10 +233,25 @@ def build(cfg: RunConfig) -> Session:
     net = build_blocknet(cfg.model, ds.input_shape, ds.n_classes, seed=cfg.train.seed).to(device)
     method = cfg.build_method()
     gen = torch.Generator().manual_seed(cfg.train.seed)
-    batch = TrainBatch(ds.x_train.to(device), ds.y_train.to(device), get_loss(cfg.train.loss), cfg.train.batch_size)
+    x_train = ds.x_train.to(device)
+    if cfg.train.channels_last:
+        check(x_train.dim() == 4, "train.channels_last", True, "needs image inputs (N, C, H, W)")
+        net = net.to(memory_format=torch.channels_last)
+        x_train = x_train.contiguous(memory_format=torch.channels_last)
+    augment = None
+    if cfg.data.augment:
+        check(x_train.dim() == 4, "data.augment", True, f"needs image inputs (N, C, H, W); {ds.name} is flat")
+        check(method.supports_augment, "data.augment", True, f"method {cfg.method!r} does not support augmentation")
+        augment = data_mod.CropFlip(x_train.shape[0], ds.pad_value, seed=cfg.train.seed)
+    batch = TrainBatch(x_train, ds.y_train.to(device), get_loss(cfg.train.loss), cfg.train.batch_size, augment)
     method, batch = dist_mod.distribute(method, batch, net)  # under torchrun: this rank's rows or block
     state = method.init_state(net, batch, gen)
     return Session(cfg, device, ds, net, method, state, batch)
+
+
+def autocast(cfg: RunConfig, device: torch.device):
+    """bf16 autocast of the network's compute when ``train.precision = 'bf16'`` (else a no-op)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.train.precision == "bf16")
 
 
 class _KeepWriteError:
@@ -419,7 +434,8 @@ def train(
         t_start = time.time()
 
         def log(epoch: int) -> dict:
-            m = {"epoch": epoch, "wall_time_s": wall, **sess.evaluate(), "time": time.time()}
+            with autocast(cfg, sess.device):
+                m = {"epoch": epoch, "wall_time_s": wall, **sess.evaluate(), "time": time.time()}
             if lead:
                 append_metrics(run_dir, m)
             if on_progress:
@@ -438,7 +454,9 @@ def train(
                     on_progress(epoch - 1 + frac, None)
 
             t0 = time.perf_counter()
-            sess.method.run_epoch(sess.net, sess.state, sess.batch, progress)
+            sess.batch.set_epoch(epoch)  # this epoch's augmentation view (no-op without augmentation)
+            with autocast(cfg, sess.device):
+                sess.method.run_epoch(sess.net, sess.state, sess.batch, progress)
             if sess.device.type == "cuda":
                 torch.cuda.synchronize()
             wall += time.perf_counter() - t0

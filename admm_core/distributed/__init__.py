@@ -140,7 +140,24 @@ def distribute(method, batch: TrainBatch, net) -> tuple[object, TrainBatch]:
     shard = Shard(rank=r, world=w, start=start, n_global=batch.n)
     # clone: the shard must not keep the whole training set alive through a view
     local = dataclasses.replace(batch, x=batch.x[start:stop].clone(), y=batch.y[start:stop].clone(), shard=shard)
+    if batch.augment is not None:  # sample i keeps the view it has in one process: look it up by global row
+        local.augment = _GlobalRows(batch.augment, start)
     return method, local
+
+
+class _GlobalRows:
+    """An augmentation indexed by global rows, called with this shard's local row indices."""
+
+    def __init__(self, augment, start: int):
+        self.augment, self.start = augment, start
+
+    def set_epoch(self, epoch: int, device) -> None:
+        self.augment.set_epoch(epoch, device)
+
+    def __call__(self, x: torch.Tensor, idx) -> torch.Tensor:
+        if isinstance(idx, slice):
+            idx = torch.arange(*idx.indices(x.shape[0] + (idx.start or 0)), device=x.device)
+        return self.augment(x, idx + self.start)
 
 
 def evaluate_split(net, batch: TrainBatch, x_te, y_te, loss, train_limit: int) -> tuple[float, float, float, float]:

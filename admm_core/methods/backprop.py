@@ -24,6 +24,7 @@ class Backprop(MethodBase):
     """End-to-end backprop on the whole network; a subclass names its optimizer (see SGD, Adam)."""
 
     uses_blocks = False
+    supports_augment = True
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -37,7 +38,7 @@ class Backprop(MethodBase):
         for b, idx in enumerate(batches):
             idx = idx.to(batch.x.device)
             state.opt.zero_grad(set_to_none=True)
-            (batch.loss(net(batch.x[idx]), batch.y[idx]) / len(idx)).backward()
+            (batch.loss(net(batch.inputs(idx)), batch.y[idx]) / len(idx)).backward()
             state.opt.step()
             state.iteration += 1
             if progress and (b % 50 == 0 or b == len(batches) - 1):
@@ -59,9 +60,12 @@ class SGD(Backprop):
     summary = "End-to-end backprop, minibatch SGD"
     lr: float = setting(5e-3, "η: learning rate (paper: 5e-3)")
     momentum: float = setting(0.0, "heavy-ball momentum", positive=False, max=0.999)
+    weight_decay: float = setting(0.0, "L2 weight decay", positive=False)
+    fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
 
     def make_optimizer(self, params):
-        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum)
+        impl = {"fused": True} if self.fused else {}
+        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay, **impl)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ class Adam(Backprop):
     name = "adam"
     summary = "End-to-end backprop, Adam"
     lr: float = setting(1e-3, "η: learning rate")
+    fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
 
     def make_optimizer(self, params):
-        return torch.optim.Adam(params, lr=self.lr)
+        impl = {"fused": True} if self.fused else {}
+        return torch.optim.Adam(params, lr=self.lr, **impl)

@@ -92,6 +92,7 @@ class TrainBatch:
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # J, summed over samples
     batch_size: int  # minibatch size of Θ-steps
     shard: Shard = field(default_factory=Shard)
+    augment: Callable | None = None  # e.g. data.CropFlip: (x[idx], idx) -> augmented rows, one view per epoch
 
     @property
     def n(self) -> int:
@@ -102,6 +103,16 @@ class TrainBatch:
     def n_global(self) -> int:
         """Rows of the whole training set (= n in a single process)."""
         return self.n if self.shard.n_global is None else self.shard.n_global
+
+    def inputs(self, idx) -> torch.Tensor:
+        """Training inputs ``x[idx]`` as this epoch sees them (augmented when ``augment`` is set)."""
+        x = self.x[idx]
+        return x if self.augment is None else self.augment(x, idx)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw epoch ``epoch``'s augmentation view (no-op without augmentation)."""
+        if self.augment is not None:
+            self.augment.set_epoch(epoch, self.x.device)
 
 
 @runtime_checkable
@@ -120,6 +131,7 @@ class Method(Protocol):
     name: ClassVar[str]
     summary: ClassVar[str]
     uses_blocks: ClassVar[bool]
+    supports_augment: ClassVar[bool]
 
     def init_state(self, net: nn.Module, batch: TrainBatch, gen: torch.Generator) -> State: ...
 
@@ -174,6 +186,7 @@ class MethodBase:
     name = "?"
     summary = ""
     uses_blocks = True  # False for end-to-end methods (the split is ignored)
+    supports_augment = False  # True where every read of the inputs goes through TrainBatch.inputs
 
     @classmethod
     def settings(cls) -> list[dict]:
@@ -240,14 +253,16 @@ def per_block(value: float | Sequence[float], T: int, name: str) -> list[float]:
     return vals
 
 
-def make_theta_optimizer(net, kind: str, lr: float) -> torch.optim.Optimizer:
+def make_theta_optimizer(net, kind: str, lr: float, fused: bool = False) -> torch.optim.Optimizer:
     """One optimizer with a parameter group per block.
 
     Adam and SGD act element-wise, so one optimizer over per-block groups takes exactly the
-    steps T separate optimizers would; it just costs one call instead of T.
+    steps T separate optimizers would; it just costs one call instead of T. ``fused`` picks
+    the single-kernel implementation (same update, fewer launches on a GPU) over foreach.
     """
     opt = torch.optim.Adam if kind == "adam" else torch.optim.SGD
-    return opt([{"params": list(b.parameters())} for b in net.blocks], lr=lr, foreach=True)
+    impl = {"fused": True} if fused else {"foreach": True}
+    return opt([{"params": list(b.parameters())} for b in net.blocks], lr=lr, **impl)
 
 
 def theta_step(

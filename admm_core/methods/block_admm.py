@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import ConfigError
 from .base import (
     MethodBase,
     MethodState,
@@ -63,6 +64,41 @@ from .base import (
     tensor_bytes,
     theta_step,
 )
+
+
+def free_bytes(device: torch.device) -> int:
+    """Memory free for new tensors on ``device``: CUDA's free memory, else MemAvailable."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62  # unknown: do not block
+
+
+def check_state_fits(name: str, net, batch: TrainBatch, copies: int = 2, headroom: float = 0.9) -> int:
+    """Bytes of the per-sample state (Z_t and U_t, float32, ``copies`` tensors per block);
+    raises ConfigError at once when they exceed ``headroom`` × the device's free memory.
+
+    A small local check before the allocation (the generic estimate of a whole run is
+    ``admm_core.resources``). Shapes come from a forward pass of one sample: at the paper's
+    CIFAR-10 split, Z_1 is (128, 16, 16) per sample, so Z and U of 50,000 samples take
+    50,000 · (32,768 + 10) · 4 B · 2 ≈ 13.1 GB.
+    """
+    per_sample = sum(int(z[0].numel()) for z in net.forward_all(batch.x[:1]))
+    need = batch.n * per_sample * 4 * copies
+    free = free_bytes(batch.x.device)
+    if need > headroom * free:
+        raise ConfigError(
+            f"{name}: Z and U need {need / 1e9:.1f} GB ({batch.n:,} samples × {per_sample:,} values × 4 B × {copies}) "
+            f"but {batch.x.device} has {free / 1e9:.1f} GB free; use fewer samples (data.train_limit), a narrower "
+            "network (model.width) or a device with more memory"
+        )
+    return need
 
 
 @dataclass
@@ -90,10 +126,11 @@ class BlockADMM(MethodBase):
     name = "block-admm"
     summary = "Batch Stochastic Block-ADMM (paper Alg. 1): per-sample Z and U kept across iterations"
     uses_duals = True  # False: the dual step only measures residuals (U ≡ 0, a pure penalty method)
+    supports_augment = True  # every read of X goes through TrainBatch.inputs (one view per epoch)
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
-    z_lr: float = setting(0.5, "ζ: step size of the Z-updates")
+    z_lr: float = setting(0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True)
     z_optimizer: str = setting(
         "sgd",
         "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)",
@@ -121,17 +158,19 @@ class BlockADMM(MethodBase):
         "under torchrun: shard Z/U rows over processes (samples) or one block per process (blocks, needs z_sweep=jacobi)",
         choices=("samples", "blocks"),
     )
+    fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (GPU speed option; same update)")
 
     # --- initialisation --------------------------------------------------------------
     @torch.no_grad()
     def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> BlockADMMState:
         T = net.T
         net.eval()
-        # Z initialised in a forward pass (Alg. 1), chunked
+        check_state_fits(self.name, net, batch, copies=4 if self.z_optimizer == "adam" else 2)
+        # Z initialised in a forward pass (Alg. 1), chunked; kept in float32 (also under bf16 autocast)
         parts = [[] for _ in range(T)]
         for s in range(0, batch.n, self.chunk_size):
             for t, z in enumerate(net.forward_all(batch.x[s : s + self.chunk_size])):
-                parts[t].append(z)
+                parts[t].append(z.float())
         z = [torch.cat(p) for p in parts]
         if self.u_init == "uniform":
             u = [self._uniform_rows(zt, batch, gen) for zt in z]
@@ -141,8 +180,8 @@ class BlockADMM(MethodBase):
             z=z,
             u=u,
             beta=per_block(self.beta, T, f"{self.name}.beta"),
-            z_lr=[self.z_lr] * T,
-            opt=make_theta_optimizer(net, self.theta_optimizer, self.lr),
+            z_lr=per_block(self.z_lr, T, f"{self.name}.z_lr"),
+            opt=make_theta_optimizer(net, self.theta_optimizer, self.lr, self.fused),
             gen=gen,
             rho_bound=self.rho_bound,
             residuals=[0.0] * T,
@@ -213,7 +252,7 @@ class BlockADMM(MethodBase):
 
             new = reverse_z_sweep(
                 net.blocks,
-                batch.x[rows],
+                batch.inputs(rows),  # Z_0: this epoch's view of the inputs
                 zs,
                 lambda z: batch.loss(z, y),
                 couplings,
@@ -237,7 +276,7 @@ class BlockADMM(MethodBase):
         for idx in idx_list:
             size = len(idx)  # the global minibatch: P_t/|i| whatever share of it is held here
             idx = shard.local(idx, batch.n).to(batch.x.device)
-            inputs = [batch.x[idx]] + [z[idx] for z in state.z[:-1]]  # Z_{t−1} rows, (B, *d_{t−1})
+            inputs = [batch.inputs(idx)] + [z[idx] for z in state.z[:-1]]  # Z_{t−1} rows, (B, *d_{t−1})
             targets = [z[idx] + u[idx] for z, u in zip(state.z, state.u)]  # Z_t + U_t rows
             theta_step(
                 net,
@@ -255,7 +294,7 @@ class BlockADMM(MethodBase):
         sq = [0.0] * net.T
         for s in range(0, batch.n, self.chunk_size):
             rows = slice(s, s + self.chunk_size)
-            inp = batch.x[rows]
+            inp = batch.inputs(rows)
             for t, block in enumerate(net.blocks):
                 r = state.z[t][rows] - block(inp)
                 if self.uses_duals:
