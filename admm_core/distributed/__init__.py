@@ -155,8 +155,9 @@ class _GlobalRows:
         self.augment.set_epoch(epoch, device)
 
     def __call__(self, x: torch.Tensor, idx) -> torch.Tensor:
-        if isinstance(idx, slice):
-            idx = torch.arange(*idx.indices(x.shape[0] + (idx.start or 0)), device=x.device)
+        if isinstance(idx, slice):  # a contiguous block of local rows, x = x_local[idx]
+            first = idx.start or 0
+            idx = torch.arange(first, first + x.shape[0], device=x.device)
         return self.augment(x, idx + self.start)
 
 
