@@ -243,7 +243,7 @@ def build(cfg: RunConfig) -> Session:
         check(x_train.dim() == 4, "data.augment", True, f"needs image inputs (N, C, H, W); {ds.name} is flat")
         check(method.supports_augment, "data.augment", True, f"method {cfg.method!r} does not support augmentation")
         augment = data_mod.CropFlip(x_train.shape[0], ds.pad_value, seed=cfg.train.seed)
-    batch = TrainBatch(x_train, ds.y_train.to(device), get_loss(cfg.train.loss), cfg.train.batch_size, augment)
+    batch = TrainBatch(x_train, ds.y_train.to(device), get_loss(cfg.train.loss), cfg.train.batch_size, augment=augment)
     method, batch = dist_mod.distribute(method, batch, net)  # under torchrun: this rank's rows or block
     state = method.init_state(net, batch, gen)
     return Session(cfg, device, ds, net, method, state, batch)
