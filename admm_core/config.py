@@ -159,7 +159,9 @@ class RunConfig:
         # the preset name goes into the run directory's name: no path separators or odd characters
         ok = self.preset is None or (isinstance(self.preset, str) and _SAFE_NAME.fullmatch(self.preset) is not None)
         check(ok, "preset", self.preset, "must be a preset name (letters, digits, '.', '_', '-') or null")
-        object.__setattr__(self, "method_params", dict(self.method_params))
+        # tuples become lists, as JSON stores them: a config equals its own JSON round trip
+        mp = {k: list(v) if isinstance(v, tuple) else v for k, v in dict(self.method_params).items()}
+        object.__setattr__(self, "method_params", mp)
         self.build_method()  # validates method_params
 
     def build_method(self):
