@@ -166,11 +166,13 @@ class BlockADMM(MethodBase):
         T = net.T
         net.eval()
         check_state_fits(self.name, net, batch, copies=4 if self.z_optimizer == "adam" else 2)
-        # Z initialised in a forward pass (Alg. 1), chunked; kept in float32 (also under bf16 autocast)
+        # Z initialised in a forward pass (Alg. 1), chunked; kept in the parameters' dtype
+        # (float32 under bf16 autocast; float64 when the network is, as in the oracle tests)
+        dtype = next(net.parameters()).dtype
         parts = [[] for _ in range(T)]
         for s in range(0, batch.n, self.chunk_size):
             for t, z in enumerate(net.forward_all(batch.x[s : s + self.chunk_size])):
-                parts[t].append(z.float())
+                parts[t].append(z.to(dtype))
         z = [torch.cat(p) for p in parts]
         if self.u_init == "uniform":
             u = [self._uniform_rows(zt, batch, gen) for zt in z]
