@@ -7,6 +7,16 @@
 
 Runs go one after another (never in parallel, so timings are not disturbed) into
 ``--out`` (default bench_out/), and the table is also written to ``<out>/<preset>.md``.
+
+Seeds and setting sweeps make rows too; ``--markdown FILE`` writes the table into FILE
+between ``<!-- bench:SECTION -->`` markers (replacing that section only), and ``--collect``
+tabulates the runs already in ``--out`` (finished, stopped, diverged or still running) without
+training, so several benches started side by side can be written up by one command::
+
+    python -m admm_core bench --preset mnist-mlp-mse --methods online-admm --seeds 0,1,2 --epochs 50
+    python -m admm_core bench --preset mnist-mlp-mse --methods online-admm \
+        --vary online-admm:dual=additive,feature,literal,damped --epochs 50 \
+        --markdown docs/results/online.md --section duals
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from pathlib import Path
 import torch
 
 from .presets import preset_config
-from .runs import read_json, train
+from .runs import read_json, read_metrics, summarize, train
 
 # Final test accuracy (%) reported in the paper, per preset and method.
 PAPER = {
@@ -69,21 +79,53 @@ def fmt_bytes(b):
         b /= 1024
 
 
+def curve_stats(metrics: list[dict], after: int = 3) -> dict:
+    """Lowest test accuracy after epoch ``after`` and the last logged backprop cosine per block."""
+    late = [m["test_accuracy"] for m in metrics if m.get("epoch", 0) > after]
+    cos = next((m["backprop_cosine"] for m in reversed(metrics) if m.get("backprop_cosine")), None)
+    return {"lowest_after": min(late) if late else None, "backprop_cosine": cos}
+
+
 def table(preset: str, rows: list[dict]) -> str:
     adam = next((r for r in rows if r["method"] == "adam"), None)
     paper = PAPER.get(preset, {})
     out = [
-        "| method | epochs | final test % | best test % | paper % | wall s | s/epoch | × adam s/epoch | time to 90% (s) | time to 95% (s) | Z/U state |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | epochs | final test % | best test % | lowest after epoch 3 % | paper % | wall s | s/epoch | × adam s/epoch "
+        "| time to 90% (s) | time to 95% (s) | Z/U state | cos to backprop (per block) | state |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = (r["seconds_per_epoch"] / adam["seconds_per_epoch"]) if adam and adam.get("seconds_per_epoch") else None
+        cos = r.get("backprop_cosine")
+        cos = "—" if not cos else " / ".join(f"{c:.3f}" for c in cos)
         out.append(
-            f"| {r['method']} | {r['epochs']} | {fmt_pct(r['test_accuracy'])} | {fmt_pct(r['best_test_accuracy'])} | "
-            f"{paper.get(r['method'], '—')} | {fmt_s(r['wall_time_s'])} | {fmt_s(r['seconds_per_epoch'])} | "
-            f"{'—' if ratio is None else f'{ratio:.2f}'} | {fmt_s(r.get('time_to_90_s'))} | {fmt_s(r.get('time_to_95_s'))} | {fmt_bytes(r['state_bytes'])} |"
+            f"| {r.get('label', r['method'])} | {r['epochs']} | {fmt_pct(r['test_accuracy'])} | {fmt_pct(r['best_test_accuracy'])} | "
+            f"{fmt_pct(r.get('lowest_after'))} | {paper.get(r['method'], '—')} | {fmt_s(r['wall_time_s'])} | {fmt_s(r['seconds_per_epoch'])} | "
+            f"{'—' if ratio is None else f'{ratio:.2f}'} | {fmt_s(r.get('time_to_90_s'))} | {fmt_s(r.get('time_to_95_s'))} | "
+            f"{fmt_bytes(r['state_bytes'])} | {cos} | {r.get('status', '—')} |"
         )
     return "\n".join(out)
+
+
+def write_section(path: Path, section: str, text: str) -> None:
+    """Put ``text`` between this section's markers in ``path`` (appended if the file lacks them)."""
+    begin, end = f"<!-- bench:{section} -->", f"<!-- /bench:{section} -->"
+    block = f"{begin}\n{text}\n{end}"
+    old = path.read_text() if path.exists() else ""
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        new = head + block + rest.split(end, 1)[1]
+    else:
+        new = (old.rstrip("\n") + "\n\n" if old else "") + block + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new)
+
+
+def _value(v: str):
+    try:
+        return json.loads(v)
+    except json.JSONDecodeError:
+        return v
 
 
 def main(argv=None) -> int:
@@ -105,8 +147,33 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="bench_out")
     p.add_argument("--reuse", action="store_true", help="reuse finished runs already in --out")
     p.add_argument("--set", action="append", default=[], metavar="METHOD:NAME=VALUE", help="override a method setting")
+    p.add_argument("--seeds", help="comma-separated seeds, one row each (beats --seed)")
+    p.add_argument(
+        "--vary",
+        metavar="METHOD:NAME=V1,V2,...",
+        help="one row per value of one setting of METHOD (e.g. online-admm:dual=additive,feature)",
+    )
+    p.add_argument("--markdown", metavar="FILE", help="also write the table into FILE (its --section only)")
+    p.add_argument("--section", help="section name in --markdown FILE (default: the preset)")
+    p.add_argument("--title", default="", help="a line written above the table in --markdown FILE")
+    p.add_argument(
+        "--collect", action="store_true", help="train nothing: tabulate the runs already in --out, in any state"
+    )
     a = p.parse_args(argv)
     out = Path(a.out)
+    seeds = [a.seed]
+    if a.seeds:
+        try:
+            seeds = [int(x) for x in a.seeds.split(",") if x]
+        except ValueError:
+            p.error(f"--seeds: {a.seeds!r} is not a comma-separated list of integers")
+    vary_method, vary_name, vary_values = None, None, [None]
+    if a.vary:
+        head, _, vals = a.vary.partition("=")
+        vary_method, _, vary_name = head.partition(":")
+        if not vary_name or not vals:
+            p.error(f"--vary: {a.vary!r} is not METHOD:NAME=V1,V2,...")
+        vary_values = [_value(v) for v in vals.split(",") if v]
     per_method = {}
     for item in [x for x in a.epochs_for.split(",") if x]:
         m, _, n = item.partition("=")
@@ -114,8 +181,14 @@ def main(argv=None) -> int:
             p.error(f"--epochs-for: {item!r} is not METHOD=N with N ≥ 1")
         per_method[m.strip()] = int(n)
     rows = []
-    for method in [m for m in a.methods.split(",") if m]:
-        cfg = preset_config(a.preset, method).replace(train__device=a.device, train__seed=a.seed)
+    jobs = [
+        (method, seed, value)
+        for method in [m for m in a.methods.split(",") if m]
+        for value in (vary_values if method == vary_method else [None])
+        for seed in seeds
+    ]
+    for method, seed, value in jobs:
+        cfg = preset_config(a.preset, method).replace(train__device=a.device, train__seed=seed)
         if a.epochs:
             cfg = cfg.replace(train__epochs=a.epochs)
         if method in per_method:
@@ -131,11 +204,25 @@ def main(argv=None) -> int:
                     extra[k] = json.loads(v)
                 except json.JSONDecodeError:
                     extra[k] = v
+        label = method
+        if value is not None:
+            extra[vary_name] = value
+            label = f"{method} {vary_name}={value}"
+        if a.seeds:
+            label += f" seed {seed}"
         if extra:
             cfg = cfg.replace(method_params={**cfg.method_params, **extra})
-        run_dir = out / f"{a.preset}-{method}"
+        name = f"{a.preset}-{method}" + (f"-{vary_name}={value}" if value is not None else "")
+        run_dir = out / (name + (f"-s{seed}" if a.seeds else ""))
         done = read_json(run_dir / "summary.json")
-        if a.reuse and done and done.get("status") == "finished" and done.get("epochs") == cfg.train.epochs:
+        if a.collect:
+            metrics = read_metrics(run_dir)
+            if not metrics:
+                print(f"[bench] {run_dir}: no metrics, skipped", file=sys.stderr)
+                continue
+            st = (read_json(run_dir / "status.json", {}) or {}).get("state")
+            summary = {**summarize(cfg, metrics, st or "?"), "status": st or "?"}
+        elif a.reuse and done and done.get("status") == "finished" and done.get("epochs") == cfg.train.epochs:
             summary = done
         else:
             print(
@@ -151,10 +238,15 @@ def main(argv=None) -> int:
                     )
 
             summary = train(cfg, run_dir, on_progress=prog)
-        rows.append(summary)
+        rows.append({**summary, **curve_stats(read_metrics(run_dir)), "label": label})
     text = f"Preset `{a.preset}`; machine: {machine()}\n\n" + table(a.preset, rows)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{a.preset}.md").write_text(text + "\n")
+    if a.markdown:
+        cmd = "python -m admm_core bench " + " ".join(argv if argv is not None else sys.argv[1:])
+        write_section(
+            Path(a.markdown), a.section or a.preset, (a.title + "\n\n" if a.title else "") + f"`{cmd}`\n\n" + text
+        )
     print(text)
     return 0
 

@@ -62,6 +62,7 @@ class TrainConfig:
     device: str = "auto"  # "auto" picks cuda when available
     eval_every: int = 1  # evaluate (and log a metrics line) every this many epochs
     checkpoint_every: int = 1  # write a resumable checkpoint every this many epochs
+    diverge_factor: float = 100.0  # training loss above this × its best (and its start) ends the run; 0: off
 
     def __post_init__(self):
         for f in ("epochs", "batch_size", "eval_every", "checkpoint_every"):
@@ -70,6 +71,14 @@ class TrainConfig:
                 isinstance(v, int) and not isinstance(v, bool) and v > 0, f"train.{f}", v, "must be a positive integer"
             )
         check(self.loss in LOSSES, "train.loss", self.loss, f"choose from {list(LOSSES)}")
+        check(
+            isinstance(self.diverge_factor, (int, float))
+            and not isinstance(self.diverge_factor, bool)
+            and (self.diverge_factor == 0 or self.diverge_factor > 1),
+            "train.diverge_factor",
+            self.diverge_factor,
+            "must be 0 (off) or a number > 1",
+        )
         check(self.device in DEVICES, "train.device", self.device, f"choose from {list(DEVICES)}")
         check(isinstance(self.seed, int) and self.seed >= 0, "train.seed", self.seed, "must be a non-negative integer")
 
