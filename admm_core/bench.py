@@ -25,13 +25,14 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 from pathlib import Path
 
 import torch
 
 from .presets import preset_config
-from .runs import read_json, read_metrics, summarize, train
+from .runs import install_stop_handlers, read_json, read_metrics, run_status, summarize, train
 
 # Final test accuracy (%) reported in the paper, per preset and method.
 PAPER = {
@@ -128,6 +129,69 @@ def _value(v: str):
         return v
 
 
+def run_jobs(a, jobs, out: Path, per_method: dict, vary_name, should_stop) -> list[dict]:
+    """Train (or, with --collect, read) each (method, seed, value) job; one table row each."""
+    rows = []
+    for method, seed, value in jobs:
+        cfg = preset_config(a.preset, method).replace(train__device=a.device, train__seed=seed)
+        if a.epochs:
+            cfg = cfg.replace(train__epochs=a.epochs)
+        if method in per_method:
+            cfg = cfg.replace(train__epochs=per_method[method])
+        if a.data_root:
+            cfg = cfg.replace(data__root=a.data_root)
+        extra = {}
+        for s in a.set:
+            m, kv = s.split(":", 1)
+            k, v = kv.split("=", 1)
+            if m == method:
+                try:
+                    extra[k] = json.loads(v)
+                except json.JSONDecodeError:
+                    extra[k] = v
+        label = method
+        if value is not None:
+            extra[vary_name] = value
+            label = f"{method} {vary_name}={value}"
+        if a.seeds:
+            label += f" seed {seed}"
+        if extra:
+            cfg = cfg.replace(method_params={**cfg.method_params, **extra})
+        name = f"{a.preset}-{method}" + (f"-{vary_name}={value}" if value is not None else "")
+        run_dir = out / (name + (f"-s{seed}" if a.seeds else ""))
+        done = read_json(run_dir / "summary.json")
+        if a.collect:
+            metrics = read_metrics(run_dir)
+            if not metrics:
+                print(f"[bench] {run_dir}: no metrics, skipped", file=sys.stderr)
+                continue
+            st = run_status(run_dir)
+            state = st.get("state") or "?"
+            if state == "crashed" and "killed" in (st.get("error") or ""):
+                state = "killed"  # its worker was ended from outside; the metrics so far stand
+            summary = summarize(cfg, metrics, state)
+        elif a.reuse and done and done.get("status") == "finished" and done.get("epochs") == cfg.train.epochs:
+            summary = done
+        else:
+            print(
+                f"[bench] {a.preset} / {method} for {cfg.train.epochs} epochs -> {run_dir}", file=sys.stderr, flush=True
+            )
+
+            def prog(e, m, method=method):
+                if m is not None:
+                    print(
+                        f"[bench]   {method} epoch {m['epoch']}: test {m['test_accuracy']:.4f} at {m['wall_time_s']:.1f}s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+
+            summary = train(cfg, run_dir, on_progress=prog, should_stop=should_stop)
+        rows.append({**summary, **curve_stats(read_metrics(run_dir)), "label": label})
+        if summary["status"] == "stopped":
+            break  # a stop request ends the bench, not just this run
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m admm_core bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -180,65 +244,19 @@ def main(argv=None) -> int:
         if not n.isdigit() or int(n) < 1:
             p.error(f"--epochs-for: {item!r} is not METHOD=N with N ≥ 1")
         per_method[m.strip()] = int(n)
-    rows = []
     jobs = [
         (method, seed, value)
         for method in [m for m in a.methods.split(",") if m]
         for value in (vary_values if method == vary_method else [None])
         for seed in seeds
     ]
-    for method, seed, value in jobs:
-        cfg = preset_config(a.preset, method).replace(train__device=a.device, train__seed=seed)
-        if a.epochs:
-            cfg = cfg.replace(train__epochs=a.epochs)
-        if method in per_method:
-            cfg = cfg.replace(train__epochs=per_method[method])
-        if a.data_root:
-            cfg = cfg.replace(data__root=a.data_root)
-        extra = {}
-        for s in a.set:
-            m, kv = s.split(":", 1)
-            k, v = kv.split("=", 1)
-            if m == method:
-                try:
-                    extra[k] = json.loads(v)
-                except json.JSONDecodeError:
-                    extra[k] = v
-        label = method
-        if value is not None:
-            extra[vary_name] = value
-            label = f"{method} {vary_name}={value}"
-        if a.seeds:
-            label += f" seed {seed}"
-        if extra:
-            cfg = cfg.replace(method_params={**cfg.method_params, **extra})
-        name = f"{a.preset}-{method}" + (f"-{vary_name}={value}" if value is not None else "")
-        run_dir = out / (name + (f"-s{seed}" if a.seeds else ""))
-        done = read_json(run_dir / "summary.json")
-        if a.collect:
-            metrics = read_metrics(run_dir)
-            if not metrics:
-                print(f"[bench] {run_dir}: no metrics, skipped", file=sys.stderr)
-                continue
-            st = (read_json(run_dir / "status.json", {}) or {}).get("state")
-            summary = {**summarize(cfg, metrics, st or "?"), "status": st or "?"}
-        elif a.reuse and done and done.get("status") == "finished" and done.get("epochs") == cfg.train.epochs:
-            summary = done
-        else:
-            print(
-                f"[bench] {a.preset} / {method} for {cfg.train.epochs} epochs -> {run_dir}", file=sys.stderr, flush=True
-            )
-
-            def prog(e, m, method=method):
-                if m is not None:
-                    print(
-                        f"[bench]   {method} epoch {m['epoch']}: test {m['test_accuracy']:.4f} at {m['wall_time_s']:.1f}s",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-
-            summary = train(cfg, run_dir, on_progress=prog)
-        rows.append({**summary, **curve_stats(read_metrics(run_dir)), "label": label})
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    should_stop = install_stop_handlers()  # SIGTERM / SIGINT: the current run ends as 'stopped'
+    try:
+        rows = run_jobs(a, jobs, out, per_method, vary_name, should_stop)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
     text = f"Preset `{a.preset}`; machine: {machine()}\n\n" + table(a.preset, rows)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{a.preset}.md").write_text(text + "\n")

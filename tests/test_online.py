@@ -203,15 +203,37 @@ def test_additive_online_direction_is_backprop_and_feature_dual_is_not(tmp_path)
     assert min(cos["feature"]) < min(cos["additive"]) - 0.05, cos
 
 
-def test_scaled_z_step_holds_where_the_fixed_step_diverges(tmp_path):
-    """ζ = 1.5: fixed, ζβ‖W‖² passes 2 and the run diverges (status 'diverged' names the epoch);
-    scaled, ζ_eff (β_t + β_{t+1}L²) = 1.5 < 2 and it learns."""
-    fixed = train(digits("online-admm", 3, z_lr=1.5, z_step="fixed", lr=3e-3), tmp_path / "fixed")
+def test_fixed_z_step_diverges_where_the_scaled_step_holds(tmp_path):
+    """Batch Z persists across sweeps, so a fixed ζ above 2/(β_t + β_{t+1}‖W‖²) compounds: the
+    run ends as 'diverged' with a message naming the epoch and the quantity. The scaled step
+    (ζ = 1.5 < 2 in curvature units) learns."""
+    fixed = train(digits("block-admm", 3, z_lr=10.0, z_step="fixed"), tmp_path / "fixed")
     st = read_json(tmp_path / "fixed" / "status.json")
     assert fixed["status"] == st["state"] == "diverged", st
     assert st["error"].startswith("epoch ") and ("loss" in st["error"] or "finite" in st["error"]), st
-    scaled = train(digits("online-admm", 3, z_lr=1.5, z_step="scaled", lr=3e-3), tmp_path / "scaled")
+    scaled = train(digits("block-admm", 4, z_lr=1.5, z_step="scaled"), tmp_path / "scaled")
     assert scaled["status"] == "finished" and scaled["test_accuracy"] > 0.8, scaled
+
+
+def test_a_loss_explosion_past_its_best_ends_the_run(tmp_path, monkeypatch):
+    """Finite but exploding: training loss above diverge_factor × its best (and its start)."""
+    from admm_core import runs
+
+    real = runs.Session.evaluate
+    calls = {"n": 0}
+
+    def evaluate(self):
+        m = real(self)
+        calls["n"] += 1
+        if calls["n"] == 3:  # the evaluation after epoch 2
+            m["train_loss"] = 1e4
+        return m
+
+    monkeypatch.setattr(runs.Session, "evaluate", evaluate)
+    summary = train(digits("adam", 4).replace(train__diverge_factor=50.0), tmp_path)
+    st = read_json(tmp_path / "status.json")
+    assert summary["status"] == st["state"] == "diverged" and summary["epochs"] == 2
+    assert st["error"].startswith("epoch 2: training loss 1e+04 exceeds 50 × its best"), st
 
 
 def test_adaptive_penalty_is_capped_and_ends_near_the_fixed_run_with_lower_violation(tmp_path):
