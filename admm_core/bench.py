@@ -9,6 +9,16 @@ Runs go one after another (never in parallel, so timings are not disturbed) into
 ``--out`` (default bench_out/), and the table is also written to ``<out>/<preset>.md``.
 ``--markdown docs/results/mnist.md`` puts it into a docs page as a generated section
 (:mod:`admm_core.docs`); ``--reuse`` rebuilds the table from finished runs without training.
+
+Seeds and setting sweeps make rows too; ``--markdown FILE`` writes the table into FILE
+between ``<!-- bench:SECTION -->`` markers (replacing that section only), and ``--collect``
+tabulates the runs already in ``--out`` (finished, stopped, diverged or still running) without
+training, so several benches started side by side can be written up by one command::
+
+    python -m admm_core bench --preset mnist-mlp-mse --methods online-admm --seeds 0,1,2 --epochs 50
+    python -m admm_core bench --preset mnist-mlp-mse --methods online-admm \
+        --vary online-admm:dual=additive,feature,literal,damped --epochs 50 \
+        --markdown docs/results/online.md --section duals
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import sys
 from pathlib import Path
 
@@ -24,7 +35,7 @@ import torch
 from .config import parse_sets
 from .docs import code_version, command_line, write_section
 from .presets import preset_config
-from .runs import read_json, train
+from .runs import install_stop_handlers, read_json, read_metrics, run_status, summarize, train
 
 # Final test accuracy (%) reported in the paper, per preset and method.
 PAPER = {
@@ -81,21 +92,91 @@ def fmt_bytes(b):
         b /= 1024
 
 
+def curve_stats(metrics: list[dict], after: int = 3) -> dict:
+    """Lowest test accuracy after epoch ``after`` and the last logged backprop cosine per block."""
+    late = [m["test_accuracy"] for m in metrics if m.get("epoch", 0) > after]
+    cos = next((m["backprop_cosine"] for m in reversed(metrics) if m.get("backprop_cosine")), None)
+    return {"lowest_after": min(late) if late else None, "backprop_cosine": cos}
+
+
 def table(preset: str, rows: list[dict]) -> str:
     adam = next((r for r in rows if r["method"] == "adam"), None)
     paper = PAPER.get(preset, {})
     out = [
-        "| method | epochs | final test % | best test % | paper % | wall s | s/epoch | × adam s/epoch | time to 90% (s) | time to 95% (s) | Z/U state |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | epochs | final test % | best test % | lowest after epoch 3 % | paper % | wall s | s/epoch | × adam s/epoch "
+        "| time to 90% (s) | time to 95% (s) | Z/U state | cos to backprop (per block) | state |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = (r["seconds_per_epoch"] / adam["seconds_per_epoch"]) if adam and adam.get("seconds_per_epoch") else None
+        cos = r.get("backprop_cosine")
+        cos = "—" if not cos else " / ".join(f"{c:.3f}" for c in cos)
         out.append(
-            f"| {r['method']} | {r['epochs']} | {fmt_pct(r['test_accuracy'])} | {fmt_pct(r['best_test_accuracy'])} | "
-            f"{paper.get(r['method'], '—')} | {fmt_s(r['wall_time_s'])} | {fmt_s(r['seconds_per_epoch'])} | "
-            f"{'—' if ratio is None else f'{ratio:.2f}'} | {fmt_s(r.get('time_to_90_s'))} | {fmt_s(r.get('time_to_95_s'))} | {fmt_bytes(r['state_bytes'])} |"
+            f"| {r.get('label', r['method'])} | {r['epochs']} | {fmt_pct(r['test_accuracy'])} | {fmt_pct(r['best_test_accuracy'])} | "
+            f"{fmt_pct(r.get('lowest_after'))} | {paper.get(r['method'], '—')} | {fmt_s(r['wall_time_s'])} | {fmt_s(r['seconds_per_epoch'])} | "
+            f"{'—' if ratio is None else f'{ratio:.2f}'} | {fmt_s(r.get('time_to_90_s'))} | {fmt_s(r.get('time_to_95_s'))} | "
+            f"{fmt_bytes(r['state_bytes'])} | {cos} | {r.get('status', '—')} |"
         )
     return "\n".join(out)
+
+
+def run_jobs(a, jobs, out: Path, per_method: dict, vary_name, should_stop) -> list[dict]:
+    """Train (or, with --collect, read) each (method, seed, value) job; one table row each."""
+    rows = []
+    for method, seed, value in jobs:
+        cfg = preset_config(a.preset, method).replace(train__device=a.device, train__seed=seed)
+        if a.epochs:
+            cfg = cfg.replace(train__epochs=a.epochs)
+        if method in per_method:
+            cfg = cfg.replace(train__epochs=per_method[method])
+        if a.data_root:
+            cfg = cfg.replace(data__root=a.data_root)
+        if a.train_limit:
+            cfg = cfg.replace(data__train_limit=a.train_limit)
+        if a.test_limit:
+            cfg = cfg.replace(data__test_limit=a.test_limit)
+        extra = parse_sets(s.split(":", 1)[1] for s in a.set if s.split(":", 1)[0] == method)
+        label = method
+        if value is not None:
+            extra[vary_name] = value
+            label = f"{method} {vary_name}={value}"
+        if a.seeds:
+            label += f" seed {seed}"
+        if extra:
+            cfg = cfg.replace(method_params={**cfg.method_params, **extra})
+        name = f"{a.preset}-{method}" + (f"-{vary_name}={value}" if value is not None else "")
+        run_dir = out / (name + (f"-s{seed}" if a.seeds else ""))
+        done = read_json(run_dir / "summary.json")
+        if a.collect:
+            metrics = read_metrics(run_dir)
+            if not metrics:
+                print(f"[bench] {run_dir}: no metrics, skipped", file=sys.stderr)
+                continue
+            st = run_status(run_dir)
+            state = st.get("state") or "?"
+            if state == "crashed" and "killed" in (st.get("error") or ""):
+                state = "killed"  # its worker was ended from outside; the metrics so far stand
+            summary = summarize(cfg, metrics, state)
+        elif a.reuse and done and done.get("status") == "finished" and done.get("epochs") == cfg.train.epochs:
+            summary = done
+        else:
+            print(
+                f"[bench] {a.preset} / {method} for {cfg.train.epochs} epochs -> {run_dir}", file=sys.stderr, flush=True
+            )
+
+            def prog(e, m, method=method):
+                if m is not None:
+                    print(
+                        f"[bench]   {method} epoch {m['epoch']}: test {m['test_accuracy']:.4f} at {m['wall_time_s']:.1f}s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+
+            summary = train(cfg, run_dir, on_progress=prog, should_stop=should_stop)
+        rows.append({**summary, **curve_stats(read_metrics(run_dir)), "label": label})
+        if summary["status"] == "stopped":
+            break  # a stop request ends the bench, not just this run
+    return rows
 
 
 def main(argv=None) -> int:
@@ -121,53 +202,54 @@ def main(argv=None) -> int:
     p.add_argument("--section", help="name of that section (default: the preset)")
     p.add_argument("--train-limit", type=int, help="use only the first N training samples (overrides the preset)")
     p.add_argument("--test-limit", type=int, help="use only the first N test samples (overrides the preset)")
+    p.add_argument("--seeds", help="comma-separated seeds, one row each (beats --seed)")
+    p.add_argument(
+        "--vary",
+        metavar="METHOD:NAME=V1,V2,...",
+        help="one row per value of one setting of METHOD (e.g. online-admm:dual=additive,feature)",
+    )
+    p.add_argument("--title", default="", help="a line written above the table in --markdown FILE")
+    p.add_argument(
+        "--collect", action="store_true", help="train nothing: tabulate the runs already in --out, in any state"
+    )
     a = p.parse_args(argv)
     version = code_version()
     for s in a.set:
         if ":" not in s:
             p.error(f"--set {s!r}: expected METHOD:NAME=VALUE")
     out = Path(a.out)
+    seeds = [a.seed]
+    if a.seeds:
+        try:
+            seeds = [int(x) for x in a.seeds.split(",") if x]
+        except ValueError:
+            p.error(f"--seeds: {a.seeds!r} is not a comma-separated list of integers")
+    vary_method, vary_name, vary_values = None, None, [None]
+    if a.vary:
+        head, _, vals = a.vary.partition("=")
+        vary_method, _, vary_name = head.partition(":")
+        if not vary_name or not vals:
+            p.error(f"--vary: {a.vary!r} is not METHOD:NAME=V1,V2,...")
+        vary_values = [parse_sets([f"v={v}"])["v"] for v in vals.split(",") if v]  # JSON where it parses
     per_method = {}
     for item in [x for x in a.epochs_for.split(",") if x]:
         m, _, n = item.partition("=")
         if not n.isdigit() or int(n) < 1:
             p.error(f"--epochs-for: {item!r} is not METHOD=N with N ≥ 1")
         per_method[m.strip()] = int(n)
-    rows = []
-    for method in [m for m in a.methods.split(",") if m]:
-        cfg = preset_config(a.preset, method).replace(train__device=a.device, train__seed=a.seed)
-        if a.epochs:
-            cfg = cfg.replace(train__epochs=a.epochs)
-        if method in per_method:
-            cfg = cfg.replace(train__epochs=per_method[method])
-        if a.data_root:
-            cfg = cfg.replace(data__root=a.data_root)
-        if a.train_limit:
-            cfg = cfg.replace(data__train_limit=a.train_limit)
-        if a.test_limit:
-            cfg = cfg.replace(data__test_limit=a.test_limit)
-        extra = parse_sets(s.split(":", 1)[1] for s in a.set if s.split(":", 1)[0] == method)
-        if extra:
-            cfg = cfg.replace(method_params={**cfg.method_params, **extra})
-        run_dir = out / f"{a.preset}-{method}"
-        done = read_json(run_dir / "summary.json")
-        if a.reuse and done and done.get("status") == "finished" and done.get("epochs") == cfg.train.epochs:
-            summary = done
-        else:
-            print(
-                f"[bench] {a.preset} / {method} for {cfg.train.epochs} epochs -> {run_dir}", file=sys.stderr, flush=True
-            )
-
-            def prog(e, m, method=method):
-                if m is not None:
-                    print(
-                        f"[bench]   {method} epoch {m['epoch']}: test {m['test_accuracy']:.4f} at {m['wall_time_s']:.1f}s",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-
-            summary = train(cfg, run_dir, on_progress=prog)
-        rows.append(summary)
+    jobs = [
+        (method, seed, value)
+        for method in [m for m in a.methods.split(",") if m]
+        for value in (vary_values if method == vary_method else [None])
+        for seed in seeds
+    ]
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    should_stop = install_stop_handlers()  # SIGTERM / SIGINT: the current run ends as 'stopped'
+    try:
+        rows = run_jobs(a, jobs, out, per_method, vary_name, should_stop)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
     text = f"Preset `{a.preset}`; machine: {machine()}\n\n" + table(a.preset, rows)
     note = NOTES.get(preset_config(a.preset, rows[0]["method"]).data.name) if rows else None
     if note:
@@ -176,7 +258,8 @@ def main(argv=None) -> int:
     (out / f"{a.preset}.md").write_text(text + "\n")
     if a.markdown:
         cmd = command_line(["bench", *(sys.argv[2:] if argv is None else argv)])
-        write_section(a.markdown, a.section or a.preset, text, command=cmd, version=version)
+        body = (a.title + "\n\n" if a.title else "") + text
+        write_section(a.markdown, a.section or a.preset, body, command=cmd, version=version)
     print(text)
     return 0
 

@@ -119,6 +119,7 @@ class TrainConfig:
     # compute (Z, U, Θ stay float32), channels_last memory layout of images and convolutions
     precision: str = "fp32"
     channels_last: bool = False
+    diverge_factor: float = 100.0  # training loss above this × its best (and its start) ends the run; 0: off
 
     def __post_init__(self):
         for f in ("epochs", "batch_size", "eval_every", "checkpoint_every"):
@@ -135,6 +136,14 @@ class TrainConfig:
         check(ok, "train.seed", self.seed, "must be a non-negative integer below 2**63")
         check(self.precision in PRECISIONS, "train.precision", self.precision, f"choose from {list(PRECISIONS)}")
         check(isinstance(self.channels_last, bool), "train.channels_last", self.channels_last, "must be true or false")
+        check(
+            isinstance(self.diverge_factor, (int, float))
+            and not isinstance(self.diverge_factor, bool)
+            and (self.diverge_factor == 0 or self.diverge_factor > 1),
+            "train.diverge_factor",
+            self.diverge_factor,
+            "must be 0 (off) or a number > 1",
+        )
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ def ce_sum(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(z, y, reduction="sum")
 
 
+# c_J: largest eigenvalue of J's Hessian per sample (bounds the Z_T-step's curvature)
+mse_sum.curvature = 1.0
+ce_sum.curvature = 0.5  # softmax Hessian diag(p) − ppᵀ has eigenvalues ≤ ½
+
 LOSSES = {"mse": mse_sum, "ce": ce_sum}
 
 

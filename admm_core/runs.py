@@ -4,7 +4,7 @@ A run directory holds:
 
 - ``config.json``   the :class:`RunConfig` (enough to re-run it)
 - ``metrics.jsonl`` one JSON object per evaluation, appended and flushed as it goes
-- ``status.json``   state (running / finished / stopped / crashed), progress, pid, error
+- ``status.json``   state (running / finished / stopped / crashed / diverged), progress, pid, error
 - ``summary.json``  final and best accuracy, wall time, state memory
 - ``checkpoint.pt`` network + method state + epoch, written atomically; ``resume`` continues it
 """
@@ -161,9 +161,13 @@ class RunStatus:
         return summary
 
     def stop(self, summary: dict) -> dict:
+        return self.end(summary, "stopped")
+
+    def end(self, summary: dict, state: str, **kw) -> dict:
+        """An end other than finishing (stopped, diverged): summary written, state and ``kw`` recorded."""
         if self.write:
             write_json(self.run_dir / "summary.json", summary)
-        self.update(force=True, state="stopped")
+        self.update(force=True, state=state, **kw)
         return summary
 
     def crash(self, e: BaseException, error_file: str = "error.txt") -> None:
@@ -192,6 +196,48 @@ def append_metrics(run_dir: Path, m: dict) -> None:
 
 class StopRun(Exception):
     """Raised inside the loop when a stop was requested (SIGTERM / SIGINT / should_stop)."""
+
+
+class Diverged(Exception):
+    """Raised inside the loop when the run diverged; the message names the epoch and quantity."""
+
+
+def _all_finite(obj) -> bool:
+    """True when every tensor / number in obj (nested lists, tuples, dicts) is finite."""
+    if torch.is_tensor(obj):
+        return not obj.is_floating_point() or bool(torch.isfinite(obj).all())
+    if isinstance(obj, float):
+        return math.isfinite(obj)
+    if isinstance(obj, (list, tuple)):
+        return all(_all_finite(v) for v in obj)
+    if isinstance(obj, dict):
+        return all(_all_finite(v) for v in obj.values())
+    return True
+
+
+def divergence(
+    sess: "Session", m: dict, best_loss: float | None, first_loss: float | None, factor: float
+) -> str | None:
+    """Why the run diverged at this evaluation, or None.
+
+    Non-finite training loss, residuals, Θ or any tensor of the method state (Z, U), or a
+    training loss above ``factor`` × the best so far *and* above the loss at epoch 0 (so a
+    loss that is merely noisy near zero does not count). ``factor`` 0 turns the loss test off.
+    """
+    if not math.isfinite(m["train_loss"]):
+        return f"training loss is {m['train_loss']}"
+    if not _all_finite(m.get("residuals", [])):
+        return f"residuals are not finite ({m['residuals']})"
+    if not all(bool(torch.isfinite(p).all()) for p in sess.net.parameters()):
+        return "Θ (network parameters) is not finite"
+    st = sess.state.__dict__ if hasattr(sess.state, "__dict__") else {}
+    for name in ("z", "u"):
+        if name in st and not _all_finite(st[name]):
+            return f"{name.upper()} is not finite"
+    loss = m["train_loss"]
+    if factor and best_loss is not None and loss > factor * best_loss and (first_loss is None or loss > first_loss):
+        return f"training loss {m['train_loss']:.4g} exceeds {factor:g} × its best {best_loss:.4g}"
+    return None
 
 
 @dataclass
@@ -442,8 +488,10 @@ def train(
                 on_progress(float(epoch), m)
             return m
 
-        if start_epoch == 0:
-            log(0)
+        factor = getattr(cfg.train, "diverge_factor", 100.0)
+        logged = read_metrics(run_dir) if start_epoch else [log(0)]
+        best_loss = min((x["train_loss"] for x in logged if math.isfinite(x["train_loss"])), default=None)
+        first_loss = logged[0]["train_loss"] if logged else None
         for epoch in range(start_epoch + 1, cfg.train.epochs + 1):
 
             def progress(frac, epoch=epoch):
@@ -462,8 +510,12 @@ def train(
             wall += time.perf_counter() - t0
             if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
                 m = log(epoch)
-                if not all(math.isfinite(v) for v in [m["train_loss"], *m["residuals"]]):
-                    raise FloatingPointError(f"the run diverged at epoch {epoch} (loss or residual is not finite)")
+                # a loss that exploded past its best and its starting value ends the run
+                why = divergence(sess, m, best_loss, first_loss, factor)
+                if why:
+                    raise Diverged(f"epoch {epoch}: {why}")
+                if math.isfinite(m["train_loss"]):
+                    best_loss = m["train_loss"] if best_loss is None else min(best_loss, m["train_loss"])
             if epoch % cfg.train.checkpoint_every == 0 or epoch == cfg.train.epochs:
                 save_checkpoint(ckpt_path, sess, epoch, wall)
             status.update(force=True, epoch=epoch, progress=epoch / cfg.train.epochs)
@@ -472,6 +524,8 @@ def train(
         return status.finish(summarize(cfg, read_metrics(run_dir), "finished"), elapsed_s=time.time() - t_start)
     except StopRun:
         return status.stop(summarize(cfg, read_metrics(run_dir), "stopped"))
+    except Diverged as e:
+        return status.end(summarize(cfg, read_metrics(run_dir), "diverged"), state="diverged", error=str(e))
     except BaseException as e:
         status.crash(e, error_file="error.txt" if lead else f"error-rank{dist_mod.rank()}.txt")
         raise

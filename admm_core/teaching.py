@@ -53,7 +53,8 @@ def run(cfg, root: Path, name: str, time_budget_s: float | None = None, quiet: b
 
     With ``time_budget_s`` the run is stopped once that much wall time has passed since its
     first epoch began (loading data and building the network do not count; at least one epoch
-    is finished). It keeps the evaluations made so far. A run that diverges raises; its metrics
+    is finished). It keeps the evaluations made so far. A run that diverges ends with summary
+    status "diverged" (the error in status.json names the epoch and quantity); its metrics
     stay on disk.
     """
     from admm_core.runs import read_metrics, train

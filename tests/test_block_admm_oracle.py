@@ -1,12 +1,14 @@
 """One Block-ADMM iteration against a hand-written implementation of the paper's equations.
 
-The reference below writes out Alg. 1 for a 3-block ReLU MLP with MSE loss, β shared, plain
-gradient Z-steps and SGD Θ-steps, with every gradient derived by hand (ReLU masks and
-transposed weights, no autograd). The engine must agree to 1e-6 (float64).
+The reference below writes out Alg. 1 for a 3-block ReLU MLP with MSE loss, one β per block,
+plain gradient Z-steps (fixed ζ, or curvature-scaled ζ/(β_t + β_{t+1}‖W_{t+1}‖²) with the exact
+spectral norm) and SGD Θ-steps, with every gradient derived by hand (ReLU masks and transposed
+weights, no autograd). The engine must agree to 1e-6 (float64).
 """
 
 import copy
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -34,31 +36,40 @@ def weights(net):
     return [(l.weight.detach().clone(), l.bias.detach().clone()) for l in lin]
 
 
-def reference_iteration(W, Z, U, x, y, beta, z_lr, lr):
-    """Alg. 1, one iteration (k = 1 primal step, full-batch Θ-step), by hand."""
+def scaled_steps(W, betas, z_lr):
+    """ζ_t / (β_t + β_{t+1}‖W_{t+1}‖₂²) for t < T, ζ / (β_T + 1) for Z_T (MSE's Hessian is I)."""
+    s = [torch.linalg.matrix_norm(w, 2).item() for w, _ in W]
+    B1, B2, B3 = betas
+    return [z_lr / (B1 + B2 * s[1] ** 2), z_lr / (B2 + B3 * s[2] ** 2), z_lr / (B3 + 1.0)]
+
+
+def reference_iteration(W, Z, U, x, y, betas, z_lrs, lr):
+    """Alg. 1, one iteration (k = 1 primal step, full-batch Θ-step), by hand; β_t, ζ_t per block."""
     (W1, b1), (W2, b2), (W3, b3) = W
+    B1, B2, B3 = betas
+    q1, q2, q3 = z_lrs
     Z1, Z2, Z3 = Z
     U1, U2, U3 = U
     Y = F.one_hot(y, C).double()
     n = x.shape[0]
     relu = lambda a: a.clamp_min(0)
 
-    # Z_T-step: ∇_{Z3} [½‖Z3 − Y‖² + β/2 ‖Z3 − F3 + U3‖²]
+    # Z_T-step: ∇_{Z3} [½‖Z3 − Y‖² + β3/2 ‖Z3 − F3 + U3‖²]
     F3 = Z2 @ W3.T + b3
-    Z3n = Z3 - z_lr * ((Z3 - Y) + beta * (Z3 - F3 + U3))
+    Z3n = Z3 - q3 * ((Z3 - Y) + B3 * (Z3 - F3 + U3))
     # reverse sweep, t = 2: own term + P_3 through block 3 (linear)
     pre2 = Z1 @ W2.T + b2
     F2 = relu(pre2)
-    g2 = beta * (Z2 - F2 + U2) - beta * (Z3n - F3 + U3) @ W3
-    Z2n = Z2 - z_lr * g2
+    g2 = B2 * (Z2 - F2 + U2) - B3 * (Z3n - F3 + U3) @ W3
+    Z2n = Z2 - q2 * g2
     # t = 1: own term + P_2 through block 2 (ReLU mask)
     pre1 = x @ W1.T + b1
     F1 = relu(pre1)
-    g1 = beta * (Z1 - F1 + U1) - (beta * (Z2n - F2 + U2) * (pre2 > 0)) @ W2
-    Z1n = Z1 - z_lr * g1
+    g1 = B1 * (Z1 - F1 + U1) - (B2 * (Z2n - F2 + U2) * (pre2 > 0)) @ W2
+    Z1n = Z1 - q1 * g1
 
     # Θ-step: SGD on P_t / n, inputs are the new Z
-    def grads(inp, Zt, Ut, Wt, bt, act):
+    def grads(inp, Zt, Ut, Wt, bt, act, beta):
         pre = inp @ Wt.T + bt
         out = relu(pre) if act else pre
         delta = -beta * (Zt - out + Ut) / n
@@ -67,12 +78,12 @@ def reference_iteration(W, Z, U, x, y, beta, z_lr, lr):
         return delta.T @ inp, delta.sum(0)
 
     new_W = []
-    for inp, Zt, Ut, (Wt, bt), act in (
-        (x, Z1n, U1, W[0], True),
-        (Z1n, Z2n, U2, W[1], True),
-        (Z2n, Z3n, U3, W[2], False),
+    for inp, Zt, Ut, (Wt, bt), act, beta in (
+        (x, Z1n, U1, W[0], True, B1),
+        (Z1n, Z2n, U2, W[1], True, B2),
+        (Z2n, Z3n, U3, W[2], False, B3),
     ):
-        gW, gb = grads(inp, Zt, Ut, Wt, bt, act)
+        gW, gb = grads(inp, Zt, Ut, Wt, bt, act, beta)
         new_W.append((Wt - lr * gW, bt - lr * gb))
 
     # dual step with the new weights and Z
@@ -83,16 +94,19 @@ def reference_iteration(W, Z, U, x, y, beta, z_lr, lr):
     return new_W, [Z1n, Z2n, Z3n], [U1n, U2n, U3n]
 
 
-def test_one_iteration_matches_hand_written_equations():
+@pytest.mark.parametrize("z_step", ["fixed", "scaled"])
+def test_one_iteration_matches_hand_written_equations(z_step):
     net, x, y = tiny_problem()
-    beta, z_lr, lr = 0.7, 0.3, 0.05
+    betas, z_lr, lr = [0.7, 1.3, 0.9], 0.3, 0.05
     method = make_method(
         "block-admm",
         dict(
             lr=lr,
             theta_optimizer="sgd",
             z_lr=z_lr,
-            beta=beta,
+            z_step=z_step,
+            power_steps=500,  # converged: the reference uses the exact spectral norm
+            beta=betas,
             primal_steps=1,
             iters_per_epoch=1,
             u_init="uniform",
@@ -113,7 +127,8 @@ def test_one_iteration_matches_hand_written_equations():
 
     method.run_epoch(net, state, batch)
 
-    ref_W, ref_Z, ref_U = reference_iteration(W0, Z0, U0, x, y, beta, z_lr, lr)
+    z_lrs = scaled_steps(W0, betas, z_lr) if z_step == "scaled" else [z_lr] * 3
+    ref_W, ref_Z, ref_U = reference_iteration(W0, Z0, U0, x, y, betas, z_lrs, lr)
     for (a, b), (ra, rb) in zip(weights(net), ref_W):
         torch.testing.assert_close(a, ra, atol=1e-6, rtol=0)
         torch.testing.assert_close(b, rb, atol=1e-6, rtol=0)

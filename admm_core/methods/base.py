@@ -383,3 +383,161 @@ def evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, loss, chunk: int 
     net.train(was)
     n = max(1, x.shape[0])
     return total / n, correct / n
+
+
+# --- curvature-scaled Z steps ------------------------------------------------------------
+
+# Leaf modules whose Lipschitz constant is ≤ 1 (element-wise, in eval mode): a block made of
+# these and Linear layers is bounded by the product of its weights' spectral norms.
+_ONE_LIPSCHITZ = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Flatten, nn.Identity, nn.Dropout)
+JACOBIAN_ROWS = 16  # rows of Z_{t−1} on which a general block's Jacobian is power-iterated
+
+
+def _unit(v: torch.Tensor) -> torch.Tensor:
+    return v / v.norm().clamp_min(1e-30)
+
+
+@torch.no_grad()
+def spectral_norm(w: torch.Tensor, v: torch.Tensor, steps: int) -> tuple[float, torch.Tensor]:
+    """σ_max(W) by ``steps`` power-iteration steps on WᵀW from the (warm) unit vector v.
+
+    Returns (‖W v‖, v): a lower bound on σ_max that converges to it; warm-started across
+    calls, two steps a call track a W that moves by small Θ-steps.
+    """
+    w = w.reshape(w.shape[0], -1)
+    for _ in range(steps):
+        v = _unit(w.T @ (w @ v))
+    return float((w @ v).norm()), v
+
+
+def jacobian_norm(block: nn.Module, inp: torch.Tensor, v: torch.Tensor, steps: int) -> tuple[float, torch.Tensor]:
+    """‖∂block/∂z‖₂ at rows ``inp`` by power iteration on JᵀJ (one jvp and one vjp a step).
+
+    The rows are independent (eval mode), so J is block-diagonal and the estimate is the
+    largest per-row Jacobian norm among these rows: a local estimate, not a global bound.
+    """
+    inp = inp.detach()
+    v = v[: inp.shape[0]].to(inp)
+    with torch.enable_grad():
+        out, vjp_fn = torch.func.vjp(block, inp)
+        for _ in range(steps):
+            jv = torch.func.jvp(block, (inp,), (v,))[1]
+            v = _unit(vjp_fn(jv)[0])
+        jv = torch.func.jvp(block, (inp,), (v,))[1]
+    return float(jv.detach().norm()), v.detach()
+
+
+def lipschitz_vectors(blocks: Sequence[nn.Module], shapes: Sequence[tuple], gen: torch.Generator) -> list[list]:
+    """Initial warm-start vectors per block: one per Linear layer, or one Jacobian probe.
+
+    ``shapes[t]`` is the per-sample shape of block t's input Z_{t−1}.
+    """
+    out = []
+    for block, shape in zip(blocks, shapes):
+        if _is_linear_chain(block):
+            vs = [m.weight.shape[1] for m in block.modules() if isinstance(m, nn.Linear)]
+            out.append([_unit(torch.randn(n, generator=gen, dtype=torch.float64)) for n in vs])
+        else:
+            out.append([_unit(torch.randn((JACOBIAN_ROWS, *shape), generator=gen))])
+    return out
+
+
+def _is_linear_chain(block: nn.Module) -> bool:
+    leaves = [m for m in block.modules() if not list(m.children())]
+    return all(isinstance(m, (nn.Linear, *_ONE_LIPSCHITZ)) for m in leaves)
+
+
+def lipschitz_estimates(
+    blocks: Sequence[nn.Module], inputs: Sequence[torch.Tensor | None], vecs: list[list], steps: int
+) -> list[float]:
+    """L_t per block (updates the warm vectors in ``vecs`` in place).
+
+    - Linear layers with 1-Lipschitz activations: L_t = Π ‖W‖₂ (an upper bound up to the
+      power iteration's convergence).
+    - Any other block (conv, BatchNorm, ResNet stages): the Jacobian norm at the first
+      ``JACOBIAN_ROWS`` rows of ``inputs[t]`` (a local estimate at the current Z).
+    ``inputs[t]`` may be None for a block whose L is not needed (block 1); it gets 0.
+    """
+    out = []
+    for t, block in enumerate(blocks):
+        if inputs[t] is None:
+            out.append(0.0)
+        elif _is_linear_chain(block):
+            L, lins = 1.0, [m for m in block.modules() if isinstance(m, nn.Linear)]
+            for i, lin in enumerate(lins):
+                s, vecs[t][i] = spectral_norm(lin.weight.detach().double(), vecs[t][i].to(lin.weight.device), steps)
+                L *= s
+            out.append(L)
+        else:
+            L, vecs[t][0] = jacobian_norm(block, inputs[t][:JACOBIAN_ROWS], vecs[t][0], steps)
+            out.append(L)
+    return out
+
+
+def z_step_sizes(
+    z_lr: Sequence[float], beta: Sequence[float], lips: Sequence[float], loss_curvature: float, scaled: bool
+) -> list[float]:
+    """ζ_t,eff per block.
+
+    fixed:  ζ_t.
+    scaled: ζ_t / (β_t + β_{t+1} L²_{t+1}) for t < T and ζ_T / (β_T + c_J) for Z_T, where the
+    denominators bound the curvature of Z_t's objective (P_t + P_{t+1}, resp. J + P_T; c_J is
+    the largest eigenvalue of J's Hessian: 1 for MSE, ½ for cross-entropy). A gradient step
+    is stable for ζ_t < 2, and ζ = 1 with MSE puts Z_T exactly on argmin J + P_T.
+    """
+    T = len(beta)
+    if not scaled:
+        return list(z_lr)
+    out = [z_lr[t] / (beta[t] + beta[t + 1] * lips[t + 1] ** 2) for t in range(T - 1)]
+    return out + [z_lr[T - 1] / (beta[T - 1] + loss_curvature)]
+
+
+def loss_curvature(loss) -> float:
+    """c_J of an objective: its ``curvature`` attribute (losses.py sets it), else 1."""
+    return float(getattr(loss, "curvature", 1.0))
+
+
+# --- how close to backprop ------------------------------------------------------------------
+
+
+def block_update_grads(net, inputs: Sequence[torch.Tensor], coupling_losses) -> list[torch.Tensor]:
+    """∇_{Θ_t} P_t per block, flattened (the direction a Θ-step descends), without stepping."""
+    out = []
+    with torch.enable_grad():
+        for t, block in enumerate(net.blocks):
+            params = [p for p in block.parameters() if p.requires_grad]
+            g = torch.autograd.grad(coupling_losses(t, block(inputs[t].detach())), params, allow_unused=True)
+            out.append(
+                torch.cat([(gi if gi is not None else torch.zeros_like(p)).reshape(-1) for gi, p in zip(g, params)])
+            )
+    return out
+
+
+def backprop_grads(net, x: torch.Tensor, y: torch.Tensor, loss) -> list[torch.Tensor]:
+    """∇_{Θ_t} J(y, net(x)) per block, flattened: the end-to-end gradient."""
+    params = [[p for p in b.parameters() if p.requires_grad] for b in net.blocks]
+    with torch.enable_grad():
+        g = torch.autograd.grad(loss(net(x), y), [p for ps in params for p in ps], allow_unused=True)
+    out, i = [], 0
+    for ps in params:
+        out.append(
+            torch.cat(
+                [(g[i + j] if g[i + j] is not None else torch.zeros_like(p)).reshape(-1) for j, p in enumerate(ps)]
+            )
+        )
+        i += len(ps)
+    return out
+
+
+def cosines(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> list[float]:
+    """cos∠(a_t, b_t) per block (0 where either is zero)."""
+    out = []
+    for u, v in zip(a, b):
+        den = float(u.norm() * v.norm())
+        out.append(float(u @ v) / den if den > 0 else 0.0)
+    return out
+
+
+def probe_rows(n: int, size: int, seed: int) -> torch.Tensor:
+    """The rows of the diagnostic minibatch: seeded, so probing never touches the training draws."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:size]

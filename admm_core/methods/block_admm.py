@@ -19,13 +19,20 @@ Implementation choices (measured, see README):
   data, spread over ``iters_per_epoch × primal_steps`` sweeps.
 - The Z-step defaults to a plain gradient step: Adam on Z (the paper's choice, offered as
   ``z_optimizer='adam'``) normalises each coordinate's step to ≈ ζ, so Z jumps by ±ζ and
-  the blocks cannot follow. For MSE and β_T = 1, ζ = 0.5 puts Z_T exactly at
-  argmin J + P_T; for hidden blocks ζ_t < 2/(β_t + β_{t+1}‖W_{t+1}‖²) is stable.
+  the blocks cannot follow. A gradient step on Z_t is stable for
+  ζ_t < 2/(β_t + β_{t+1} L²_{t+1}) (L_{t+1}: Lipschitz constant of block_{t+1}).
+  ``z_step='scaled'`` takes ζ_t,eff = ζ/(β_t + β_{t+1} L²_{t+1}) and ζ_T,eff = ζ/(β_T + c_J),
+  with L by warm-started power iteration (``base.lipschitz_estimates``), so ζ is in units of
+  the inverse curvature (ζ = 1 with MSE puts Z_T on argmin J + P_T). ``fixed`` takes ζ as is
+  (for MSE and β_T = 1, ζ = 0.5 puts Z_T on argmin J + P_T).
 - The Θ-step minimises P_t averaged over the minibatch (P_t/|i|), so η does not depend on
   the batch size.
 - The adaptive penalty (paper eq. for ρ_k, ρ = 1/β) is off by default. When it fires,
-  β ← β/c, and U ← cU, ζ ← cζ so that the unscaled multiplier λ = βU and the Z-step's
-  stability ζβ stay unchanged.
+  β ← min(β/c, β_max) and U ← (β_old/β_new) U, so the unscaled multiplier λ = βU is unchanged.
+  The Z step stays stable without shrinking ζ: scaled, ζ_eff follows β; fixed, ζ ← ζ β_old/β_new
+  (ζβ constant; the cap bounds how small it gets). Prop. 1 also needs the primal sub-problem
+  solved ever more accurately: ``primal_growth`` adds a primal pass every that many dual steps
+  (up to ``primal_steps_max``).
 - The dual step of iteration k and the first Z sweep of iteration k+1 see the same Z and
   Θ, so within an epoch the dual step is folded into that sweep (one forward pass fewer,
   same numbers); the last dual step of an epoch runs on its own so diagnostics and
@@ -56,13 +63,21 @@ from .base import (
     MethodState,
     TrainBatch,
     adam_z_step,
+    backprop_grads,
+    block_update_grads,
+    cosines,
+    lipschitz_estimates,
+    lipschitz_vectors,
+    loss_curvature,
     make_theta_optimizer,
     minibatches,
     per_block,
+    probe_rows,
     reverse_z_sweep,
     setting,
     tensor_bytes,
     theta_step,
+    z_step_sizes,
 )
 
 
@@ -117,6 +132,8 @@ class BlockADMMState(MethodState):
     iteration: int = 0  # dual steps so far
     rho_bound: float = 1.0  # η_k, the bound on ‖h‖ of the adaptive penalty
     residuals: list[float] = field(default_factory=list)  # RMS ‖Z_t − block_t(Z_{t−1})‖ at the last dual step
+    lip_vecs: list = field(default_factory=list)  # warm-start vectors of the power iterations
+    lips: list[float] = field(default_factory=list)  # L_t at the last Z sweep
 
 
 @dataclass(frozen=True)
@@ -131,6 +148,12 @@ class BlockADMM(MethodBase):
     lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
     z_lr: float = setting(0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True)
+    z_step: str = setting(
+        "fixed",
+        "Z step: ζ/(β_t + β_{t+1}L²_{t+1}) (scaled, stable as ‖W‖ grows) or ζ as is (fixed)",
+        choices=("scaled", "fixed"),
+    )
+    power_steps: int = setting(2, "warm-started power-iteration steps per estimate of L_t (scaled Z step)")
     z_optimizer: str = setting(
         "sgd",
         "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)",
@@ -147,6 +170,11 @@ class BlockADMM(MethodBase):
     rho_c: float = setting(0.5, "c in ρ ← cρ (0 < c < 1)", max=0.999999)
     rho_bound: float = setting(1.0, "η_0: initial bound on the constraint violation ‖h‖ (RMS per sample)")
     rho_bound_decay: float = setting(0.9, "η_{k+1} = decay · η_k", max=1.0)
+    beta_max: float = setting(10.0, "cap on β of the adaptive penalty (digits: 10 kept accuracy, 30 lost 1.7 points)")
+    primal_growth: int = setting(
+        0, "add one primal pass every this many dual steps (Prop. 1's ε_k → 0; 0: fixed k)", min=0
+    )
+    primal_steps_max: int = setting(10, "most primal passes per dual step when they grow")
     chunk_size: int = setting(8192, "rows per chunk in Z sweeps (memory bound only; results do not depend on it)")
     z_sweep: str = setting(
         "gauss-seidel",
@@ -187,6 +215,12 @@ class BlockADMM(MethodBase):
             gen=gen,
             rho_bound=self.rho_bound,
             residuals=[0.0] * T,
+            lip_vecs=lipschitz_vectors(
+                net.blocks,
+                [tuple(batch.x.shape[1:])] + [tuple(zt.shape[1:]) for zt in z[:-1]],
+                torch.Generator().manual_seed(0),
+            ),
+            lips=[0.0] * T,
         )
         if self.z_optimizer == "adam":
             state.z_m = [torch.zeros_like(zt) for zt in z]
@@ -205,18 +239,28 @@ class BlockADMM(MethodBase):
         return (torch.cat(parts) * self.u_init_scale).to(zt.device)
 
     # --- one epoch -------------------------------------------------------------------
+    def primal_passes(self, iteration: int) -> int:
+        """k for the dual step numbered ``iteration`` (0-based): primal_steps, growing by one every
+        ``primal_growth`` dual steps up to ``primal_steps_max`` (Prop. 1: ε_k → 0)."""
+        if not self.primal_growth:
+            return self.primal_steps
+        return min(max(self.primal_steps, self.primal_steps_max), self.primal_steps + iteration // self.primal_growth)
+
     def run_epoch(self, net, state: BlockADMMState, batch: TrainBatch, progress=None) -> dict:
         batches = minibatches(batch.n_global, batch.batch_size, state.gen)  # global rows, any world size
-        phases = self.iters_per_epoch * self.primal_steps
+        ks = [self.primal_passes(state.iteration + it) for it in range(self.iters_per_epoch)]
+        phases = sum(ks)
         per_phase = [
             batches[round(i * len(batches) / phases) : round((i + 1) * len(batches) / phases)] for i in range(phases)
         ]
         fuse = not self.adaptive_rho  # the penalty schedule must act between dual step and sweep
+        phase = 0
         for it in range(self.iters_per_epoch):
-            for p in range(self.primal_steps):
+            for p in range(ks[it]):
                 # Z-update (Z_T-step, reverse sweep); the previous iteration's dual step rides along
                 self.z_update(net, state, batch, with_dual=(fuse and it > 0 and p == 0))
-                self.theta_steps(net, state, batch, per_phase[it * self.primal_steps + p])  # Θ-update
+                self.theta_steps(net, state, batch, per_phase[phase])  # Θ-update
+                phase += 1
             if not fuse or it == self.iters_per_epoch - 1:
                 self.dual_step(net, state, batch)  # U-update (otherwise folded into the next sweep)
             if progress:
@@ -232,6 +276,9 @@ class BlockADMM(MethodBase):
         net.eval()
         T = net.T
         sq = [0.0] * T
+        if self.z_step == "scaled":
+            state.lips = lipschitz_estimates(net.blocks, [None, *state.z[:-1]], state.lip_vecs, self.power_steps)
+        z_lrs = z_step_sizes(state.z_lr, state.beta, state.lips, loss_curvature(batch.loss), self.z_step == "scaled")
         for s in range(0, batch.n, self.chunk_size):
             rows = slice(s, s + self.chunk_size)
             y = batch.y[rows]
@@ -249,8 +296,8 @@ class BlockADMM(MethodBase):
 
             def z_step(t, z, g, rows=rows):
                 if state.z_m is None:
-                    return z - state.z_lr[t] * g
-                return adam_z_step(z, g, state.z_m[t][rows], state.z_v[t][rows], state.z_steps + 1, state.z_lr[t])
+                    return z - z_lrs[t] * g
+                return adam_z_step(z, g, state.z_m[t][rows], state.z_v[t][rows], state.z_steps + 1, z_lrs[t])
 
             new = reverse_z_sweep(
                 net.blocks,
@@ -313,14 +360,17 @@ class BlockADMM(MethodBase):
             self.adapt_penalty(state)
 
     def adapt_penalty(self, state: BlockADMMState) -> None:
-        """ρ_{k+1} = ρ_k if ‖h‖ ≤ η_k else cρ_k  (ρ = 1/β); η_{k+1} = decay · η_k."""
+        """ρ_{k+1} = ρ_k if ‖h‖ ≤ η_k else cρ_k  (ρ = 1/β, capped at β_max); η_{k+1} = decay · η_k."""
         h = math.sqrt(sum(r * r for r in state.residuals))
         if h > state.rho_bound:
-            c = self.rho_c
-            state.beta = [b / c for b in state.beta]
-            state.z_lr = [lr * c for lr in state.z_lr]
-            for u in state.u:
-                u.mul_(c)  # keep λ = βU unchanged
+            for t, b in enumerate(state.beta):
+                new = min(b / self.rho_c, self.beta_max)
+                if new <= b:
+                    continue
+                state.u[t].mul_(b / new)  # keep λ = βU unchanged
+                if self.z_step == "fixed":
+                    state.z_lr[t] *= b / new  # keep ζβ (scaled: ζ_eff already divides by β)
+                state.beta[t] = new
         state.rho_bound *= self.rho_bound_decay
 
     # --- diagnostics -----------------------------------------------------------------
@@ -330,8 +380,27 @@ class BlockADMM(MethodBase):
             "residuals": list(state.residuals),
             "dual_norms": [math.sqrt(v / batch.n_global) for v in sq],
             "betas": list(state.beta),
+            "lipschitz": list(state.lips),
+            "z_lr_eff": z_step_sizes(
+                state.z_lr, state.beta, state.lips, loss_curvature(batch.loss), self.z_step == "scaled"
+            ),
+            "backprop_cosine": self.backprop_cosine(net, state, batch),
             "iteration": state.iteration,
         }
+
+    def backprop_cosine(self, net, state: BlockADMMState, batch: TrainBatch) -> list[float]:
+        """cos∠(∇_{Θ_t} P_t, ∇_{Θ_t} J(y, net(x))) per block on one seeded minibatch of the stored Z, U."""
+        idx = probe_rows(batch.n, batch.batch_size, state.iteration).to(batch.x.device)
+        was = net.training
+        net.eval()
+        inputs = [batch.x[idx]] + [z[idx] for z in state.z[:-1]]
+        targets = [z[idx] + u[idx] for z, u in zip(state.z, state.u)]
+        mine = block_update_grads(
+            net, inputs, lambda t, out: 0.5 * state.beta[t] * (targets[t] - out).pow(2).sum() / len(idx)
+        )
+        cos = cosines(mine, backprop_grads(net, batch.x[idx], batch.y[idx], batch.loss))
+        net.train(was)
+        return cos
 
     def state_bytes(self, state: BlockADMMState) -> int:
         return tensor_bytes([*state.z, *state.u, *(state.z_m or []), *(state.z_v or [])])

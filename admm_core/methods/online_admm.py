@@ -1,27 +1,37 @@
-"""Online Stochastic Block-ADMM (paper Alg. 2): Z per minibatch, one *scalar* dual per block.
+"""Online Stochastic Block-ADMM (paper Alg. 2): Z per minibatch, O(d) duals per block.
 
 For each minibatch (x_i, y_i), with r_t = z_t − block_t(z_{t−1}) (z_0 = x_i) and ‖·‖ the
 Frobenius norm over the minibatch:
 
     z_t ← forward pass                                   # re-initialised every minibatch
-    z_T ← z_T − ζ ∇ (J(y_i, z_T) + T_T);  z_t ← z_t − ζ ∇ (T_t + T_{t+1}),  t = T−1 … 1
+    z_T ← z_T − ζ_T ∇ (J(y_i, z_T) + T_T);  z_t ← z_t − ζ_t ∇ (T_t + T_{t+1}),  t = T−1 … 1
     Θ_t ← Θ_t − η ∇_{Θ_t} T_t / |i|
     u_t ← dual update
 
-Three readings of the scalar dual (``dual=``), all measured on MNIST (README):
+Z step (``z_step=``): ``scaled`` (default) uses ζ_t,eff = ζ / (β_t + β_{t+1} L²_{t+1}) and
+ζ_T,eff = ζ / (β_T + c_J), L_{t+1} the Lipschitz constant of block_{t+1} (spectral norms by
+warm-started power iteration; see ``base.lipschitz_estimates``), c_J the curvature of the
+loss (1 for MSE). The denominators bound the curvature of each z's objective, so ζ < 2 is
+stable whatever ‖W‖ grows to. ``fixed`` uses ζ as is: ζ·β·‖W‖² grows with the weights and
+the sweep eventually overshoots (on MNIST the run collapsed to 10% at epoch 21).
+
+Four readings of the dual (``dual=``), measured on MNIST (docs/results/online.md):
 
 - ``literal``  — Alg. 2 as printed: T_t = β/2 (‖r_t‖ + u_t)², u_t ← u_t + ‖r_t‖.
-  u only grows (it sums norms), so the effective penalty β(1 + u/‖r‖) grows without
-  bound and the run diverges.
-- ``additive`` — the paper's online objective (its eq. with u outside the square):
+  u only grows (it sums norms), so the effective penalty β(1 + u/‖r‖) grows without bound.
+- ``additive`` — the paper's online objective with u outside the square:
   T_t = β/2 (‖r_t‖² + u_t), u_t ← u_t + ‖r_t‖. u shifts the objective but not its
-  gradients, so the updates are a pure quadratic-penalty method and u is a running
-  record of the violation. Stable; the default.
+  gradients: a pure quadratic-penalty method; u is a running record of the violation.
+  Because z restarts at the forward pass, one sweep's Θ-gradient is then backprop's gradient
+  times a per-block scalar (cosine 1 to backprop, see ``diagnostics``).
 - ``damped``   — the literal square with a leaky dual, u_t ← δ u_t + ‖r_t‖ (0 ≤ δ < 1),
   which bounds u by max‖r‖/(1 − δ).
+- ``feature``  — a per-feature dual u_t ∈ R^{d_t} broadcast over the minibatch:
+  T_t = β/2 ‖z_t − block_t(z_{t−1}) + u_t‖², u_t ← u_t + mean_i r_{t,i}. The dual of the
+  constraint's minibatch mean, in O(d_t) memory: it changes the Z and Θ gradients.
 
 ‖r‖ is guarded as sqrt(‖r‖² + ε²): right after the forward pass r = 0 and ‖r‖ has no gradient.
-Memory for z and u is O(batch): only the current minibatch's z exists.
+Memory for z and u is O(batch + d): only the current minibatch's z exists.
 """
 
 from __future__ import annotations
@@ -36,22 +46,32 @@ from .base import (
     MethodState,
     TrainBatch,
     adam_z_step,
+    backprop_grads,
+    block_update_grads,
+    cosines,
+    lipschitz_estimates,
+    lipschitz_vectors,
+    loss_curvature,
     make_theta_optimizer,
     minibatches,
     per_block,
+    probe_rows,
     reverse_z_sweep,
     setting,
     tensor_bytes,
     theta_step,
+    z_step_sizes,
 )
 
 
 @dataclass
 class OnlineADMMState(MethodState):
-    u: list[float]  # scalar dual per block
+    u: list  # dual per block: a float (scalar readings) or a (d_t,) tensor (feature)
     beta: list[float]
     opt: torch.optim.Optimizer  # one parameter group per block
     gen: torch.Generator
+    lip_vecs: list = field(default_factory=list)  # warm-start vectors of the power iterations
+    lips: list[float] = field(default_factory=list)  # L_t at the last minibatch
     iteration: int = 0  # minibatches so far
     residuals: list[float] = field(default_factory=list)  # RMS per sample, mean over the last epoch
     batch_bytes: int = 0  # bytes of the largest minibatch's z (and Adam moments)
@@ -62,11 +82,17 @@ class OnlineADMM(MethodBase):
     """Online Stochastic Block-ADMM (Alg. 2). See the module docstring for the math."""
 
     name = "online-admm"
-    summary = "Online Stochastic Block-ADMM (paper Alg. 2): Z per minibatch, scalar duals, O(batch) memory"
+    summary = "Online Stochastic Block-ADMM (paper Alg. 2): Z per minibatch, O(d) duals, O(batch) memory"
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
-    z_lr: float = setting(0.5, "ζ: step size of the Z-updates")
+    z_lr: float = setting(1.0, "ζ: step size of the Z-updates (scaled: in units of 1/curvature, < 2)")
+    z_step: str = setting(
+        "scaled",
+        "Z step: ζ/(β_t + β_{t+1}L²_{t+1}) (scaled, stable as ‖W‖ grows) or ζ as is (fixed)",
+        choices=("scaled", "fixed"),
+    )
+    power_steps: int = setting(2, "warm-started power-iteration steps per estimate of L_t (scaled Z step)")
     z_optimizer: str = setting(
         "sgd", "Z-update rule (Adam restarts every minibatch: sign steps)", choices=("sgd", "adam")
     )
@@ -74,31 +100,54 @@ class OnlineADMM(MethodBase):
     primal_steps: int = setting(1, "Z/Θ passes per minibatch before the dual step")
     dual: str = setting(
         "additive",
-        "scalar dual form: additive (stable), literal (Alg. 2 as printed; diverges), damped",
-        choices=("additive", "literal", "damped"),
+        "dual form: additive (= backprop direction), feature (per-feature u_t ∈ R^d), literal (Alg. 2 as printed), damped",
+        choices=("additive", "feature", "literal", "damped"),
     )
     dual_decay: float = setting(0.9, "δ of the damped dual u ← δu + ‖r‖", positive=False, max=0.999999)
     eps: float = setting(1e-8, "ε guarding ‖r‖ at r = 0")
 
     def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> OnlineADMMState:
         T = net.T
+        net.eval()
+        with torch.no_grad():
+            zs = net.forward_all(batch.x[:1])  # shapes of z_t
+        shapes = [tuple(batch.x.shape[1:])] + [tuple(z.shape[1:]) for z in zs[:-1]]
+        if self.dual == "feature":
+            u = [torch.zeros(z.shape[1:], dtype=z.dtype, device=z.device) for z in zs]
+        else:
+            u = [0.0] * T
         return OnlineADMMState(
-            u=[0.0] * T,
+            u=u,
             beta=per_block(self.beta, T, f"{self.name}.beta"),
             opt=make_theta_optimizer(net, self.theta_optimizer, self.lr),
             gen=gen,
+            lip_vecs=lipschitz_vectors(net.blocks, shapes, torch.Generator().manual_seed(0)),
+            lips=[0.0] * T,
             residuals=[0.0] * T,
         )
 
     def _norm(self, r: torch.Tensor) -> torch.Tensor:
         return torch.sqrt(r.pow(2).sum() + self.eps**2)
 
-    def coupling(self, beta: float, u: float, z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    def coupling(self, beta: float, u, z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """T_t for the chosen dual form."""
         r = z - out
+        if self.dual == "feature":
+            return 0.5 * beta * (r + u).pow(2).sum()  # u broadcast over the minibatch
         if self.dual == "additive":
             return 0.5 * beta * (r.pow(2).sum() + u)
         return 0.5 * beta * (self._norm(r) + u) ** 2
+
+    def _sweep_setup(self, net, state: OnlineADMMState, batch: TrainBatch, z, vecs):
+        """ζ_t,eff and the coupling closures for one minibatch (z from the forward pass)."""
+        T = net.T
+        if self.z_step == "scaled":
+            lips = lipschitz_estimates(net.blocks, [None, *z[:-1]], vecs, self.power_steps)
+        else:
+            lips = [0.0] * T
+        z_lrs = z_step_sizes([self.z_lr] * T, state.beta, lips, loss_curvature(batch.loss), self.z_step == "scaled")
+        couplings = [(lambda zt, out, t=t: self.coupling(state.beta[t], state.u[t], zt, out)) for t in range(T)]
+        return lips, z_lrs, couplings
 
     def run_epoch(self, net, state: OnlineADMMState, batch: TrainBatch, progress=None) -> dict:
         T = net.T
@@ -112,27 +161,29 @@ class OnlineADMM(MethodBase):
                 z = net.forward_all(x)  # z re-initialised in a forward pass (Alg. 2)
             moments = [[torch.zeros_like(zt), torch.zeros_like(zt)] for zt in z] if self.z_optimizer == "adam" else None
             state.batch_bytes = max(state.batch_bytes, tensor_bytes(z) * (3 if moments else 1))
-            couplings = [(lambda zt, out, t=t: self.coupling(state.beta[t], state.u[t], zt, out)) for t in range(T)]
+            state.lips, z_lrs, couplings = self._sweep_setup(net, state, batch, z, state.lip_vecs)
             for p in range(self.primal_steps):
                 # Z-update (Alg. 2): z_T-step, then reverse sweep
                 def z_step(t, zt, g, p=p):
                     if moments is None:
-                        return zt - self.z_lr * g
-                    return adam_z_step(zt, g, moments[t][0], moments[t][1], p + 1, self.z_lr)
+                        return zt - z_lrs[t] * g
+                    return adam_z_step(zt, g, moments[t][0], moments[t][1], p + 1, z_lrs[t])
 
                 z = reverse_z_sweep(net.blocks, x, z, lambda zT: batch.loss(zT, y), couplings, z_step)
                 # Θ-update
                 net.train()
                 theta_step(net, state.opt, [x, *z[:-1]], lambda t, out: couplings[t](z[t], out) / len(idx))
-            # scalar dual update, with the new Θ
-            net.eval()
+                net.eval()
+            # dual update, with the new Θ
             with torch.no_grad():
                 inp = x
                 for t, block in enumerate(net.blocks):
                     r = z[t] - block(inp)
                     rn = float(r.pow(2).sum().sqrt())
                     sq[t] += rn * rn
-                    if self.dual == "damped":
+                    if self.dual == "feature":
+                        state.u[t] = state.u[t] + r.mean(0)  # u_t ← u_t + mean_i r_{t,i}
+                    elif self.dual == "damped":
                         state.u[t] = self.dual_decay * state.u[t] + rn
                     else:
                         state.u[t] = state.u[t] + rn
@@ -143,13 +194,42 @@ class OnlineADMM(MethodBase):
         state.residuals = [math.sqrt(v / batch.n) for v in sq]
         return {}
 
+    def backprop_cosine(self, net, state: OnlineADMMState, batch: TrainBatch) -> list[float]:
+        """cos∠(∇_{Θ_t} T_t, ∇_{Θ_t} J(y, net(x))) per block on one seeded minibatch.
+
+        The Θ-direction is that of the first primal step (forward init, one sweep); nothing
+        in the state changes (the power iteration runs on copies of the warm vectors).
+        """
+        idx = probe_rows(batch.n, batch.batch_size, state.iteration).to(batch.x.device)
+        x, y = batch.x[idx], batch.y[idx]
+        was = net.training
+        net.eval()
+        with torch.no_grad():
+            z = net.forward_all(x)
+        vecs = [[v.clone() for v in vs] for vs in state.lip_vecs]
+        _, z_lrs, couplings = self._sweep_setup(net, state, batch, z, vecs)
+        z = reverse_z_sweep(
+            net.blocks, x, z, lambda zT: batch.loss(zT, y), couplings, lambda t, zt, g: zt - z_lrs[t] * g
+        )
+        mine = block_update_grads(net, [x, *z[:-1]], lambda t, out: couplings[t](z[t], out) / len(idx))
+        cos = cosines(mine, backprop_grads(net, x, y, batch.loss))
+        net.train(was)
+        return cos
+
     def diagnostics(self, net, state: OnlineADMMState, batch: TrainBatch) -> dict:
+        T = net.T
+        lips = state.lips or [0.0] * T
         return {
             "residuals": list(state.residuals),
-            "dual_norms": [abs(u) for u in state.u],
+            "dual_norms": [float(u.norm()) if torch.is_tensor(u) else abs(u) for u in state.u],
             "betas": list(state.beta),
+            "lipschitz": list(lips),
+            "z_lr_eff": z_step_sizes(
+                [self.z_lr] * T, state.beta, lips, loss_curvature(batch.loss), self.z_step == "scaled"
+            ),
+            "backprop_cosine": self.backprop_cosine(net, state, batch),
             "iteration": state.iteration,
         }
 
     def state_bytes(self, state: OnlineADMMState) -> int:
-        return state.batch_bytes + 8 * len(state.u)
+        return state.batch_bytes + sum(tensor_bytes([u]) if torch.is_tensor(u) else 8 for u in state.u)
