@@ -26,7 +26,7 @@ st.title("Sweeps")
 root = ui.runs_root()
 storage_url = st.text_input(
     "Study storage",
-    value=ss.get("sweeps_storage_url") or S.default_storage(root),
+    value=S.default_storage(root),
     key="sweeps_storage_url",
     help="Optuna RDB URL. Default: the SQLite file sweeps.db in the runs folder; a PostgreSQL/MySQL URL "
     "lets workers on several machines share one study (`admm sweep --name NAME --storage URL`).",
@@ -99,6 +99,7 @@ with st.expander("New study", expanded=not S.study_names(storage), icon=":materi
                 pruner=pruner,
                 train_limit=int(train_limit) or None,
             )
+            S.create_or_resume(spec, check_name, storage)  # listed at once; the worker resumes it
             pid, log = S.launch(spec, None if storage_url == S.default_storage(root) else storage_url, root, int(jobs))
             ss["sweeps_study"] = check_name
             ss["sweeps_notice"] = f"Launched study {check_name} (worker pid {pid}, log `{log}`)."
@@ -112,24 +113,38 @@ if ss.get("sweeps_notice"):
 # --- studies ----------------------------------------------------------------------------------------
 
 
+PLOTS = {
+    "Optimisation history": optuna.visualization.plot_optimization_history,
+    "Parallel coordinates": optuna.visualization.plot_parallel_coordinate,
+    "Parameter importances": optuna.visualization.plot_param_importances,
+    "Slice": optuna.visualization.plot_slice,
+}
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _make_figures(url: str, name: str, finished: tuple) -> dict:
+    """Optuna's figures, rebuilt only when a trial finishes (importances fit a forest)."""
+    study = optuna.load_study(study_name=name, storage=_storage(url))
+    out = {}
+    for title, plot in PLOTS.items():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out[title] = plot(study)
+        except (RuntimeError, ValueError, ZeroDivisionError) as e:
+            out[title] = f"{title}: not enough finished trials yet ({e})."
+    return out
+
+
 def _figures(study):
-    """Optuna's plotly figures; each needs enough finished trials, else a note."""
-    plots = {
-        "Optimisation history": optuna.visualization.plot_optimization_history,
-        "Parallel coordinates": optuna.visualization.plot_parallel_coordinate,
-        "Parameter importances": optuna.visualization.plot_param_importances,
-        "Slice": optuna.visualization.plot_slice,
-    }
-    tabs = st.tabs(list(plots))
-    for tab, (title, plot) in zip(tabs, plots.items()):
+    finished = tuple(t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+    figs = _make_figures(storage_url, study.study_name, finished)
+    for tab, (title, fig) in zip(st.tabs(list(figs)), figs.items()):
         with tab:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    fig = plot(study)
+            if isinstance(fig, str):
+                st.caption(fig)
+            else:
                 st.plotly_chart(fig, key=f"sweeps_fig_{title}", config=ui.PLOTLY_CONFIG)
-            except (RuntimeError, ValueError, ZeroDivisionError) as e:
-                st.caption(f"{title}: not enough finished trials yet ({e}).")
 
 
 names = S.study_names(storage)
