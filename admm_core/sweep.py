@@ -543,7 +543,8 @@ def run_worker(name: str, storage, root: Path, should_stop=None, log=print) -> N
         v = "—" if t.value is None else f"{t.value:.4f}"
         log(f"trial {t.number} {t.state.name.lower()}: {spec.objective} = {v} {t.params}")
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # our own log lines report every trial; Optuna's warning would repeat a stop as a traceback
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
         study.optimize(
             make_objective(spec, root, should_stop, on_epoch),
