@@ -716,6 +716,13 @@ def markdown_report(study, png: str | None = None, machine: str = "2-core CPU, s
         f"- wall time of the study: {wall_time_s(study) / 60:.1f} min",
         "",
     ]
+    done = c["complete"] + c["pruned"]
+    if done < spec.trials:
+        lines += [
+            f"**Incomplete: {done} of {spec.trials} trials.** Continue it with "
+            f"`python -m admm_core sweep --name {study.study_name}` (same runs folder / storage).",
+            "",
+        ]
     if best is not None:
         lines += [
             "## Best settings against the preset's",
