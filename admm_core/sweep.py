@@ -597,7 +597,8 @@ def trials_table(study) -> list[dict]:
     """One row per trial: number, state, value, params, run directory, epochs, duration."""
     rows = []
     for t in study.get_trials(deepcopy=False):
-        run_dir = t.user_attrs.get("run_dir")
+        # a queued retry carries its failed predecessor's user attributes: no run of its own yet
+        run_dir = None if t.state.name == "WAITING" else t.user_attrs.get("run_dir")
         dur = t.duration.total_seconds() if t.duration else None
         rows.append(
             {
@@ -752,7 +753,8 @@ def markdown_report(study, png: str | None = None, machine: str = "2-core CPU, s
         mark = " (preset)" if r["preset"] else ""
         secs = "—" if r["seconds"] is None else f"{r['seconds']:.0f}"
         cells = " | ".join(_fmt(r.get(n)) for n in names)
-        lines.append(f"| {r['trial']}{mark} | {r['state']} | {cells} | {v} | {r['epochs']} | {secs} | `{r['run']}` |")
+        run = f"`{r['run']}`" if r["run"] else "—"
+        lines.append(f"| {r['trial']}{mark} | {r['state']} | {cells} | {v} | {r['epochs']} | {secs} | {run} |")
     lines.append("")
     return "\n".join(lines)
 
