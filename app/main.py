@@ -18,6 +18,7 @@ pages = [
     st.Page("views/compare.py", title="Compare", icon=":material/stacked_line_chart:", url_path="compare"),
     st.Page("views/heatmaps.py", title="Heatmaps", icon=":material/face:", url_path="heatmaps"),
     st.Page("views/runs.py", title="Runs", icon=":material/folder_open:", url_path="runs"),
+    st.Page("views/sweeps.py", title="Sweeps", icon=":material/tune:", url_path="sweeps"),
 ]
 nav = st.navigation(pages)
 

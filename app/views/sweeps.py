@@ -1,0 +1,212 @@
+"""Sweeps: Optuna studies over a method's settings; every trial is a run directory.
+
+Create and launch a study (a background ``python -m admm_core sweep`` worker), watch trials
+arrive, look at Optuna's figures, open a trial's run, load the best config into Train.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import warnings
+
+import optuna
+import pandas as pd
+import streamlit as st
+
+from admm_core import sweep as S
+from admm_core.errors import ConfigError
+from admm_core.methods import METHODS
+from admm_core.presets import PRESETS
+from app import ui
+
+ss = st.session_state
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+st.title("Sweeps")
+root = ui.runs_root()
+storage_url = st.text_input(
+    "Study storage",
+    value=S.default_storage(root),
+    key="sweeps_storage_url",
+    help="Optuna RDB URL. Default: the SQLite file sweeps.db in the runs folder; a PostgreSQL/MySQL URL "
+    "lets workers on several machines share one study (`admm sweep --name NAME --storage URL`).",
+)
+
+
+@st.cache_resource(show_spinner=False)
+def _storage(url: str):
+    return S.open_storage(url)
+
+
+try:
+    storage = _storage(storage_url)
+except ConfigError as e:
+    st.error(str(e))
+    st.stop()
+
+
+# --- new study ------------------------------------------------------------------------------------
+
+DEFAULT_ROWS = [
+    {"setting": "beta", "kind": "log", "range": "0.1:10"},
+    {"setting": "z_lr", "kind": "log", "range": "0.01:1"},
+    {"setting": "lr", "kind": "log", "range": "1e-4:3e-3"},
+]
+
+with st.expander("New study", expanded=not S.study_names(storage), icon=":material/add:"):
+    c = st.columns(4)
+    preset = c[0].selectbox("Preset", list(PRESETS), key="sweeps_preset")
+    method = c[1].selectbox("Method", list(METHODS), key="sweeps_method")
+    objective = c[2].selectbox("Objective", list(S.OBJECTIVES), key="sweeps_objective")
+    pruner = c[3].selectbox("Pruner", list(S.PRUNERS), key="sweeps_pruner")
+    c = st.columns(4)
+    trials = c[0].number_input("Trials", min_value=1, value=12, key="sweeps_trials")
+    epochs = c[1].number_input("Epochs per trial", min_value=1, value=5, key="sweeps_epochs")
+    jobs = c[2].number_input("Worker processes", min_value=1, value=1, key="sweeps_jobs")
+    train_limit = c[3].number_input(
+        "Training samples (0 = all)", min_value=0, value=0, key="sweeps_train_limit", help="small mode"
+    )
+    name = st.text_input("Study name", value=f"{preset}-{method}-{dt.datetime.now():%Y%m%d-%H%M}", key="sweeps_name")
+    st.caption(
+        "Space rows: a setting of the method (or split, hidden, loss, batch_size), a kind "
+        "(log / float / int / logint with range LOW:HIGH, or choice with values A|B|C)."
+    )
+    rows = st.data_editor(
+        pd.DataFrame(DEFAULT_ROWS),
+        num_rows="dynamic",
+        key="sweeps_space",
+        column_config={
+            "setting": st.column_config.SelectboxColumn("setting", options=S.space_names(method), required=True),
+            "kind": st.column_config.SelectboxColumn("kind", options=list(S.KINDS), required=True),
+            "range": st.column_config.TextColumn("range", help="LOW:HIGH, or A|B|C for choice", required=True),
+        },
+        width="stretch",
+    )
+    if st.button("Launch study", icon=":material/rocket_launch:", key="sweeps_launch", type="primary"):
+        space = [f"{r.setting}={r.kind}:{r.range}" for r in rows.dropna().itertuples()]
+        try:
+            check_name = name.strip()
+            if check_name in S.study_names(storage):
+                raise ConfigError(f"study name = {check_name!r}: exists already (pick another name)")
+            spec = S.SweepSpec(
+                name=check_name,
+                preset=preset,
+                method=method,
+                space=space,
+                trials=int(trials),
+                objective=objective,
+                epochs=int(epochs),
+                pruner=pruner,
+                train_limit=int(train_limit) or None,
+            )
+            S.create_or_resume(spec, check_name, storage)  # listed at once; the worker resumes it
+            pid, log = S.launch(spec, None if storage_url == S.default_storage(root) else storage_url, root, int(jobs))
+            ss["sweeps_study"] = check_name
+            ss["sweeps_notice"] = f"Launched study {check_name} (worker pid {pid}, log `{log}`)."
+        except ConfigError as e:
+            st.error(str(e))
+
+if ss.get("sweeps_notice"):
+    st.info(ss.pop("sweeps_notice"))
+
+
+# --- studies ----------------------------------------------------------------------------------------
+
+
+PLOTS = {
+    "Optimisation history": optuna.visualization.plot_optimization_history,
+    "Parallel coordinates": optuna.visualization.plot_parallel_coordinate,
+    "Parameter importances": optuna.visualization.plot_param_importances,
+    "Slice": optuna.visualization.plot_slice,
+}
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _make_figures(url: str, name: str, finished: tuple) -> dict:
+    """Optuna's figures, rebuilt only when a trial finishes (importances fit a forest)."""
+    study = optuna.load_study(study_name=name, storage=_storage(url))
+    out = {}
+    for title, plot in PLOTS.items():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out[title] = plot(study)
+        except (RuntimeError, ValueError, ZeroDivisionError) as e:
+            out[title] = f"{title}: not enough finished trials yet ({e})."
+    return out
+
+
+def _figures(study):
+    finished = tuple(t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+    figs = _make_figures(storage_url, study.study_name, finished)
+    for tab, (title, fig) in zip(st.tabs(list(figs)), figs.items()):
+        with tab:
+            if isinstance(fig, str):
+                st.caption(fig)
+            else:
+                st.plotly_chart(fig, key=f"sweeps_fig_{title}", config=ui.PLOTLY_CONFIG)
+
+
+names = S.study_names(storage)
+if not names:
+    st.info("No studies yet. Launch one above or run `admm sweep --preset digits-mlp --method block-admm "
+            "--trials 8 --epochs 3 --space 'beta=log:0.1:10'`.")  # fmt: skip
+    st.stop()
+if ss.get("sweeps_study") not in names:
+    ss["sweeps_study"] = names[-1]
+study_name = st.selectbox("Study", names, key="sweeps_study")
+
+
+@st.fragment(run_every=3.0)
+def study_view(study_name: str):
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    spec = study.user_attrs.get("sweep") or {}
+    c = S.counts(study)
+    live = c["running"] > 0 or c["waiting"] > 0
+    st.markdown(
+        f"`{spec.get('preset')}` · `{spec.get('method')}` · {', '.join(f'`{s}`' for s in spec.get('space', []))} · "
+        f"objective `{spec.get('objective')}` ({study.direction.name.lower()}) · pruner `{spec.get('pruner')}`"
+    )
+    st.markdown(
+        f"{ui.state_md('running' if live else 'finished')} {c['complete']} complete · {c['pruned']} pruned · "
+        f"{c['fail']} failed · {c['running']} running of a budget of {spec.get('trials')} · "
+        f"{S.wall_time_s(study) / 60:.1f} min"
+    )
+    try:
+        best = study.best_trial
+    except ValueError:
+        best = None
+    if best is not None:
+        params = ", ".join(f"{k} = {S._fmt(v)}" for k, v in best.params.items())
+        st.markdown(f"best trial **{best.number}**: {spec.get('objective')} = **{best.value:.4f}** ({params})")
+    rows = S.trials_table(study)
+    if rows:
+        df = pd.DataFrame(rows).drop(columns=["run_dir"])
+        st.dataframe(df, hide_index=True, width="stretch", key="sweeps_trials")
+        _figures(study)
+    else:
+        st.caption("No trials yet; the worker is starting.")
+
+
+study_view(study_name)
+
+# actions on one study (outside the fragment: they switch pages)
+study = optuna.load_study(study_name=study_name, storage=storage)
+rows = [r for r in S.trials_table(study) if r["run"]]
+c = st.columns(3)
+try:
+    best_cfg = S.best_config(study)
+except ValueError:
+    best_cfg = None
+if c[0].button("Load best trial's config into Train", key="sweeps_load_best", disabled=best_cfg is None):
+    ui.load_into_train(json.loads(best_cfg.to_json()))
+if rows:
+    pick = c[1].selectbox("Trial", [r["trial"] for r in rows], key="sweeps_pick", format_func=lambda n: f"trial {n}")
+    r = next(x for x in rows if x["trial"] == pick)
+    if c[2].button("Open its run on the Runs page", key="sweeps_open_run"):
+        ss["runs_sel"] = r["run"]
+        st.switch_page("views/runs.py")
+log = root / ".sweeps" / f"{study_name}.log"
+if log.exists():
+    with st.expander("worker log"):
+        st.code("\n".join(log.read_text(errors="replace").splitlines()[-30:]))
