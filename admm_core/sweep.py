@@ -467,7 +467,7 @@ def make_objective(spec: SweepSpec, root: Path, should_stop=None, on_epoch=None)
         params = {d.name: d.suggest(trial) for d in dims}
         cfg = apply_params(base, params)
         run_dir = unique_run_dir(f"{spec.name}-t{trial.number}", root)
-        run_dir.mkdir(parents=True)
+        run_dir.mkdir(parents=True, exist_ok=True)  # unique_run_dir creates it (atomically)
         for k, v in (("run_dir", str(run_dir)), ("pid", os.getpid()), ("host", socket.gethostname())):
             trial.set_user_attr(k, v)
         tags = [f"study:{spec.name}", f"trial:{trial.number}", f"method:{spec.method}"]
