@@ -9,6 +9,7 @@ Runs live in $ADMM_RUNS (default ./runs); data sets come from $ADMM_DATA.
 
 import streamlit as st
 
+from app import ui
 from app.dashboard import workers
 
 st.set_page_config(page_title="Block-ADMM workbench", page_icon=":material/view_column:", layout="wide")
@@ -30,5 +31,7 @@ with st.sidebar:
         help="Where run directories are read and written ($ADMM_RUNS, default ./runs). "
         "Point it at bench_out/ to look at benchmark runs.",
     )
+    if problem := ui.runs_root_problem():
+        st.error(problem)  # the one message; pages then show no runs
 
 nav.run()

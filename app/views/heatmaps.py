@@ -7,10 +7,10 @@ with "lfwa". The score maps come from ``admm_core.heatmaps.heatmaps(run_dir, ima
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
 from admm_core import heatmaps as hm
+from admm_core.errors import ConfigError, DataError, ImageError
 from app import ui
 from app.dashboard import faces
 from app.dashboard import workers as W
@@ -55,16 +55,17 @@ if source == "LFW test faces":
 
             test = sorted(identity_split(people, int(df_cfg.get("seed", 0))))
             people, caption = [people[i] for i in test], "people held out of this run's training (identity split)"
-        except Exception:
+        except (ImportError, ValueError):
             caption = "all LFW people"
         c = st.columns([2, 1])
         person = c[0].selectbox(f"Person ({len(people)}: {caption})", people, key="hm_person")
         images = sorted((folder / person).glob("*.jpg"))
         idx = c[1].number_input("Image", min_value=1, max_value=max(1, len(images)), value=1, key="hm_idx") - 1
         if images:
-            from PIL import Image
-
-            face = np.asarray(Image.open(images[int(idx)]).convert("RGB"))
+            try:
+                face = faces.read_image(images[int(idx)].read_bytes())
+            except (faces.UploadError, OSError) as e:
+                st.error(f"{images[int(idx)].name}: {e}")
 else:
     up = st.file_uploader("Your photo (JPEG or PNG)", key="hm_upload")
     if up is not None:
@@ -83,7 +84,8 @@ try:
     model = hm.load_model(run["dir"])
     rank = len(model.scale)
     default = hm.default_components(run["dir"], min(4, rank))
-except Exception as e:  # no checkpoint yet (still running), or an older run
+except (OSError, ConfigError, DataError, KeyError, ValueError, RuntimeError) as e:
+    # no checkpoint yet (still running), or an older run's checkpoint torch cannot map
     st.image(face, width=200)
     st.warning(f"This run has no usable DeepFacto model yet: {e}")
     st.stop()
@@ -91,14 +93,23 @@ c = st.columns([3, 1])
 comps = c[0].multiselect(
     f"Components (NMF rank r = {rank}; default: the most used)", list(range(rank)), default=default, key="hm_comps"
 )
-opacity = c[1].slider("Overlay opacity", 0.0, 1.0, 0.5, 0.05, key="hm_opacity")
+# the slider's value outlives the runs where it is not drawn (no face yet, other source)
+ss["hm_opacity"] = ss.get("hm_opacity_keep", 0.5)
+opacity = c[1].slider(
+    "Overlay opacity",
+    0.0,
+    1.0,
+    step=0.05,
+    key="hm_opacity",
+    on_change=lambda: ss.update(hm_opacity_keep=ss["hm_opacity"]),
+)
 if not comps:
     st.info("Pick at least one component.")
     st.stop()
 try:
     crop = hm.crop_image(run["dir"], face)
     maps = hm.heatmaps(run["dir"], face, comps)
-except Exception as e:  # say so, no traceback
+except (ImageError, ConfigError, ValueError, OSError, RuntimeError) as e:  # say so, no traceback
     st.error(f"Could not compute score maps for this run: {type(e).__name__}: {e}")
     st.stop()
 st.plotly_chart(
