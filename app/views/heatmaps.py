@@ -13,7 +13,6 @@ from admm_core import heatmaps as hm
 from admm_core.errors import ConfigError, DataError, ImageError
 from app import ui
 from app.dashboard import faces
-from app.dashboard import workers as W
 
 ss = st.session_state
 st.title("Heatmaps")
@@ -27,18 +26,16 @@ def is_deepfacto(cfg: dict) -> bool:
     return bool(cfg) and ("deepfacto" in cfg or str(cfg.get("preset") or "").startswith("lfwa"))
 
 
-runs = [r for r in W.runs(ui.runs_root()) if is_deepfacto(r["config"] or {})]
+runs = [r for r in ui.list_runs() if is_deepfacto(r["config"] or {})]
 if not runs:
     st.info("No DeepFacto runs yet — train one with `python -m admm_core train --preset lfwa-deepfacto`.")
     st.stop()
 
 
-name = st.selectbox(
-    "DeepFacto run",
-    [r["name"] for r in runs],
-    key="hm_run",
-    format_func=lambda n: f"{n} · {ui.state_label(next(r for r in runs if r['name'] == n)['status'].get('state'))}",
-)
+by_id = {r["name"]: r for r in runs}
+if ss.get("hm_run") not in by_id and ui.watched() in by_id:
+    ss["hm_run"] = ui.watched()  # the run picked elsewhere (Train, Runs, ?run=) opens here
+name = st.selectbox("DeepFacto run", list(by_id), key="hm_run", format_func=lambda n: ui.run_label(by_id[n]))
 run = next(r for r in runs if r["name"] == name)
 df_cfg = run["config"].get("deepfacto") if isinstance(run["config"].get("deepfacto"), dict) else {}
 
