@@ -84,7 +84,8 @@ def _layout(
             "pad": {"t": 6},
         },
         height=height + 18 * (lines - 1),
-        margin={"l": 56, "r": 10, "t": 30 + 18 * lines, "b": 40},
+        margin={"l": 56, "r": 34, "t": 30 + 18 * lines, "b": 40},
+        modebar={"orientation": "v"},  # down the right edge: never over the (left-aligned) title
         # legend in its own band at the bottom of the figure, under the x axis title
         legend={
             "orientation": "h",

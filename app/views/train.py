@@ -105,6 +105,12 @@ def on_start():
 
 
 def _load_config(cfg: dict) -> None:
+    if "deepfacto" in cfg:
+        ss["form_notice"] = (
+            "That is a DeepFacto run: the Train form does not offer DeepFacto yet (train it with "
+            "`python -m admm_core train --preset lfwa-deepfacto`). The form is unchanged."
+        )
+        return
     try:
         form = F.form_from_config(RunConfig.from_dict(cfg))
     except (ConfigError, DataError, KeyError, TypeError, ValueError) as e:  # an old or foreign config
@@ -445,7 +451,7 @@ def live_panel():
     if not metrics:
         st.caption("Waiting for the first evaluation…")
         return
-    t = st.columns([1, 1, 4])
+    t = st.columns([2.2, 1, 3])
     log_res = t[0].toggle("log scale (residuals, dual norms)", value=True, key="live_log")
     smooth = t[1].toggle("smooth", value=False, key="live_smooth", help=f"moving average, weight {LIVE_SMOOTHING}")
     figs = _figures(str(run_dir), _stamp(run_dir), log_res, LIVE_SMOOTHING if smooth else 0.0)
