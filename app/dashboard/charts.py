@@ -74,17 +74,20 @@ def _layout(
     """
     lines = wrap(title).count("<br>") + 1
     fig.update_layout(
+        # just above the plot area, growing upwards into the top margin (sized for its lines)
         title={
             "text": wrap(title),
             "font": {"size": 14},
             "x": 0,
             "xanchor": "left",
+            "xref": "paper",
             "y": 1,
-            "yanchor": "top",
-            "pad": {"t": 6},
+            "yanchor": "bottom",
+            "yref": "paper",
+            "pad": {"b": 8},
         },
         height=height + 18 * (lines - 1),
-        margin={"l": 56, "r": 34, "t": 30 + 18 * lines, "b": 40},
+        margin={"l": 56, "r": 34, "t": 24 + 18 * lines, "b": 40},
         modebar={"orientation": "v"},  # down the right edge: never over the (left-aligned) title
         # legend in its own band at the bottom of the figure, under the x axis title
         legend={
