@@ -176,7 +176,11 @@ def test_train_watch_stop_in_chromium(server, browser):
     # watch the accuracy chart gain points; time each point's arrival against the worker's clock
     seen_at: dict[int, float] = {}
     t0, first, reloaded = time.time(), None, False
-    while time.time() - t0 < TIMEOUT_MS / 1000 and len(seen_at) < 8 and not (first and time.time() - first > 12 and len(seen_at) >= 4):
+    while (
+        time.time() - t0 < TIMEOUT_MS / 1000
+        and len(seen_at) < 8
+        and not (first and time.time() - first > 12 and len(seen_at) >= 4)
+    ):
         if not seen_at and not reloaded and time.time() - t0 > 15:
             # the first session can miss the switch to the new run (seen on fresh clones): open its
             # link afresh once (a plain reload would keep the old ?run= in the URL)
@@ -318,9 +322,14 @@ def test_load_into_train_loads_the_picked_run(server, browser):
             # force: the Runs fragment redraws every 2 s, so the button is rarely "stable" under load
             page.get_by_role("button", name="Load into Train").click(force=True)
             page.get_by_role("heading", name="Train").wait_for()
-            expect(page.get_by_label("Epochs", exact=True)).to_have_value("6")
-            page.wait_for_function("m => new URL(location.href).searchParams.get('method') === m", arg=method)
+            # the URL mirrors the form: the picked run's method, epochs and samples are in it
+            page.wait_for_function(
+                "m => { const q = new URL(location.href).searchParams;"
+                " return q.get('method') === m && q.get('epochs') === '6'; }",
+                arg=method,
+            )
             assert f"run={run}" in page.url and "train_limit=400" in page.url, page.url
+            expect(page.get_by_label("Epochs", exact=True)).to_have_value("6")
     finally:
         page.close()
 
