@@ -9,6 +9,7 @@ Runs live in $ADMM_RUNS (default ./runs); data sets come from $ADMM_DATA.
 
 import streamlit as st
 
+from app import ui
 from app.dashboard import workers
 
 st.set_page_config(page_title="Block-ADMM workbench", page_icon=":material/view_column:", layout="wide")
@@ -31,7 +32,7 @@ with st.sidebar:
         help="Where run directories are read and written ($ADMM_RUNS, default ./runs); it must lie "
         "inside $ADMM_RUNS_ROOT (default: that same folder). Set ADMM_RUNS_ROOT=. to browse bench_out/.",
     )
-    if problem := workers.runs_root_problem(st.session_state.get("runs_root")):
-        st.error(problem)
+    if problem := ui.runs_root_problem():
+        st.error(problem)  # the one message; pages then show no runs
 
 nav.run()

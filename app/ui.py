@@ -1,10 +1,22 @@
-"""Streamlit helpers shared by the pages (the Streamlit-free ones are in :mod:`dashboard`)."""
+"""Streamlit helpers shared by the pages (the Streamlit-free ones are in :mod:`dashboard`).
+
+Selection: the run a page shows is the one the user picked (or just started), held by its
+id (the run directory's name) in ``st.session_state["watch"]`` and in the URL (``?run=``);
+never a position in a list, so it survives reruns, other runs finishing and new runs.
+The stop / resume / load callbacks here are the only ones; Train and Runs both use them.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
+from admm_core.runs import read_json, read_metrics
+from app.dashboard import meta as M
 from app.dashboard import workers
+
+ss = st.session_state
 
 STATE_COLOURS = {
     "running": "green",
@@ -12,13 +24,51 @@ STATE_COLOURS = {
     "finished": "blue",
     "stopped": "gray",
     "crashed": "red",
+    "diverged": "red",
     "unknown": "gray",
+}
+FAILED = ("crashed", "diverged")  # shown with their error message
+ACTIVE = ("running", "starting")
+TRAIN_PAGE = "views/train.py"
+
+PLOTLY_CONFIG = {
+    "displayModeBar": True,
+    "displaylogo": False,
+    "responsive": True,
+    "toImageButtonOptions": {"format": "png", "scale": 2},
+    "modeBarButtonsToRemove": ["lasso2d", "select2d"],
 }
 
 
-def runs_root():
+def runs_root() -> Path:
     """The runs folder chosen in the sidebar (main.py), else $ADMM_RUNS / ./runs."""
-    return workers.safe_runs_root(st.session_state.get("runs_root") or None)  # confined to the allowed root
+    return workers.safe_runs_root(ss.get("runs_root") or None)  # confined to the allowed root
+
+
+def runs_root_problem() -> str | None:
+    """Why the runs folder cannot be used (one sidebar message), or None."""
+    if refused := workers.runs_root_problem(ss.get("runs_root")):  # outside the allowed root, or a file
+        return refused
+    root = runs_root()
+    if root.exists() and not root.is_dir():
+        return f"Runs folder `{root}` is a file, not a folder: choose another one."
+    if root.exists():
+        try:
+            next(root.iterdir(), None)
+        except OSError as e:
+            return f"Runs folder `{root}` cannot be read: {e.strerror or e}."
+    return None
+
+
+def list_runs() -> list[dict]:
+    """workers.runs of the sidebar's folder with each run's meta.json; [] when it cannot be read."""
+    try:
+        runs = workers.runs(runs_root())
+    except OSError:  # the sidebar says why (runs_root_problem)
+        return []
+    for r in runs:
+        r["meta"] = M.read_meta(r["dir"])
+    return runs
 
 
 def state_label(state: str | None) -> str:
@@ -32,10 +82,116 @@ def state_md(state: str | None) -> str:
     return f":{STATE_COLOURS.get(state, 'gray')}-badge[{state}]"
 
 
-def load_into_train(config: dict) -> None:
-    """Open the Train page with ``config`` (a config.json dict) in its form."""
-    st.session_state["load_config"] = config
-    st.switch_page("views/train.py")
+def run_label(r: dict) -> str:
+    """'<name or id> · state' for menus; the id follows a user-given name."""
+    name = (r.get("meta") or {}).get("name")
+    head = f"{name} ({r['name']})" if name else r["name"]
+    return f"{head} · {state_label(r['status'].get('state'))}"
 
 
-PLOTLY_CONFIG = {"displayModeBar": False, "responsive": True}
+# --- the one selection ----------------------------------------------------------------------
+
+
+def watched() -> str | None:
+    """The run id being watched: session state, else ``?run=`` in the URL."""
+    if ss.get("watch"):
+        return ss["watch"]
+    run = st.query_params.get("run")
+    if run:
+        ss["watch"] = run
+    return run or None
+
+
+def watch(name: str | None) -> None:
+    """Pick ``name`` (a run id) on every page; mirrored into ``?run=``."""
+    ss["watch"] = name
+    if name:
+        st.query_params["run"] = name
+    elif "run" in st.query_params:
+        del st.query_params["run"]
+
+
+# --- callbacks shared by Train and Runs (they run before the page script) -----------------------
+
+
+def done_epochs(run_dir: Path, status: dict) -> int:
+    """Epochs the run has completed: the status, else its last evaluation (a resumed run is 'starting')."""
+    done = int(status.get("epoch") or 0)
+    if status.get("state") == "starting" or not done:
+        ms = read_metrics(run_dir)
+        if ms:
+            done = max(done, int(ms[-1].get("epoch") or 0))
+    return done
+
+
+def on_stop(name: str) -> None:
+    if not workers.stop_run(runs_root() / name):
+        ss["notice"] = f"{name}: no worker to stop (it has ended)."
+
+
+def on_resume(name: str, target_key: str) -> None:
+    """Resume ``name`` to the epoch in widget ``target_key``; a target not above the epochs done is refused."""
+    run_dir = runs_root() / name
+    target = int(ss.get(target_key) or 0)
+    status = workers.state_of(run_dir)
+    done = done_epochs(run_dir, status)
+    if target <= done:
+        ss["notice"] = (
+            f"Resume to epoch = {target}: {name} has already done {done} epochs; choose a target above {done}."
+        )
+        return
+    try:
+        workers.resume_run(run_dir, target)
+    except (RuntimeError, OSError) as e:
+        ss["notice"] = f"Could not resume {name}: {e}"
+        return
+    watch(name)
+
+
+def on_load(name: str) -> None:
+    """Put run ``name``'s config.json into the Train form and watch that run (the page then switches)."""
+    cfg = read_json(runs_root() / name / "config.json", None)
+    if not cfg:
+        ss["notice"] = f"{name} has no readable config.json."
+        return
+    ss["load_config"] = cfg
+    ss["goto_train"] = True
+    watch(name)
+
+
+def follow_goto() -> None:
+    """Call at the top of a page: a Load callback asked to open the Train page."""
+    if ss.pop("goto_train", False):
+        st.switch_page(TRAIN_PAGE, query_params={"run": ss.get("watch") or ""})
+
+
+def show_notice() -> None:
+    if ss.get("notice"):
+        st.warning(ss.pop("notice"))
+
+
+def resume_controls(r: dict, key: str) -> None:
+    """Stop, or 'Resume to epoch' + Resume, for run record ``r`` (the same record the caller shows)."""
+    name, state = r["name"], r["status"].get("state", "unknown")
+    if state in ACTIVE:
+        st.button("Stop", icon=":material/stop:", key=f"{key}_stop", on_click=on_stop, args=(name,), width="stretch")
+        return
+    done = done_epochs(r["dir"], r["status"])
+    cfg_epochs = int((r["config"].get("train") or {}).get("epochs", 1) or 1)
+    target_key = f"{key}_resume_to.{name}"
+    st.number_input(
+        "Resume to epoch",
+        min_value=1,
+        value=cfg_epochs if cfg_epochs > done else done + max(1, cfg_epochs // 2),
+        key=target_key,
+        help=f"{done} epochs done; the run continues from its last checkpoint",
+    )
+    st.button(
+        "Resume",
+        icon=":material/play_arrow:",
+        key=f"{key}_resume",
+        on_click=on_resume,
+        args=(name, target_key),
+        disabled=state == "unknown",
+        width="stretch",
+    )

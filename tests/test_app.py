@@ -153,8 +153,9 @@ def test_train_page_opens_on_digits_and_mirrors_the_url(env_runs):
     assert q["data"] == ["digits"] or q["data"] == "digits"
     assert not form_errors(at)
     assert not widget(at, "button", "start").disabled
-    # the live panel lists the real runs and plots the newest one
-    assert [s for s in at.selectbox if s.key.startswith("watch_sel")][0].options
+    # the live panel lists the real runs; none is watched until one is picked or started
+    pick = widget(at, "selectbox", "watch_pick")
+    assert pick.options and pick.value is None
 
 
 def _start_and_capture(at, monkeypatch) -> RunConfig:
@@ -283,6 +284,7 @@ def test_runs_page_deletes_a_run(env_runs, tmp_path, monkeypatch):
     monkeypatch.setenv("ADMM_RUNS", str(root))
     at = app().run()
     at.switch_page("views/runs.py").run()
+    widget(at, "selectbox", "runs_sel").set_value("victim").run()
     assert widget(at, "button", "runs_delete").disabled
     widget(at, "checkbox", "runs_del_sure").check().run()
     widget(at, "button", "runs_delete").click().run()
@@ -293,14 +295,27 @@ def test_runs_page_deletes_a_run(env_runs, tmp_path, monkeypatch):
 
 def test_runs_page_resumes_a_stopped_run(tmp_path, monkeypatch):
     root = tmp_path / "runs"
-    train(tiny(epochs=3), root / "paused", should_stop=lambda: True)  # what SIGTERM does in a worker
+    done = []  # stop after 2 of 3 epochs, as SIGTERM does in a worker
+    train(
+        tiny(epochs=3),
+        root / "paused",
+        on_progress=lambda e, m: m and m["epoch"] >= 2 and done.append(1),
+        should_stop=lambda: bool(done),
+    )
     assert read_json(root / "paused" / "status.json")["state"] == "stopped"
+    assert read_json(root / "paused" / "status.json")["epoch"] == 2
     launched = []
     monkeypatch.setattr(W, "_spawn", lambda args, run_dir: launched.append(args) or 1)
     monkeypatch.setenv("ADMM_RUNS", str(root))
     at = app().run()
     at.switch_page("views/runs.py").run()
-    widget(at, "number_input", "runs_resume_epochs").set_value(5).run()
+    widget(at, "selectbox", "runs_sel").set_value("paused").run()
+    # a target at or below the epochs done is refused with a message, nothing launched
+    widget(at, "number_input", "runs_resume_to.paused").set_value(2).run()
+    widget(at, "button", "runs_resume").click().run()
+    no_exceptions(at)
+    assert launched == [] and any("already done" in w.value for w in at.warning), [w.value for w in at.warning]
+    widget(at, "number_input", "runs_resume_to.paused").set_value(5).run()
     widget(at, "button", "runs_resume").click().run()
     no_exceptions(at)
     assert launched == [["--resume", str(root / "paused"), "--epochs", "5"]]
@@ -332,7 +347,8 @@ def test_compare_page_table_and_csv(env_runs):
     assert table["Z/U memory MB"].iloc[0] > 0 and table["Z/U memory MB"].iloc[1] == 0
     # filters narrow the pool
     widget(at, "multiselect", "cmp_methods").set_value(["sgd"]).run()
-    assert [o.split(" · ")[0] for o in widget(at, "multiselect", "cmp_runs").options] == ["r2-digits-sgd"]
+    opts = [o.split(" · ")[0] for o in widget(at, "multiselect", "cmp_runs").options]
+    assert opts[0] == "r2-digits-sgd" and "r3-digits-adam" not in opts  # picked runs stay, others go
     widget(at, "radio", "cmp_x").set_value("wall time").run()
     widget(at, "slider", "cmp_smooth").set_value(0.5).run()
     no_exceptions(at)
@@ -345,14 +361,16 @@ def test_compare_rows_carry_the_paper_figures(runs_root):
     from admm_core.runs import read_metrics
     from app.dashboard.charts import run_row
 
-    row = run_row(
-        "x",
-        {**cfg, "preset": "mnist-mlp-mse"},
-        {"state": "finished"},
-        read_metrics(runs_root / "r1-digits-block-admm"),
-        PAPER,
-    )
-    assert row["paper test %"] == 97.61 and row["epochs"] == 2 and row["Δ vs paper"] is not None
+    metrics = read_metrics(runs_root / "r1-digits-block-admm")
+    # a 2-epoch, 300-sample digits run under the paper's preset name is not the paper's setup
+    row = run_row("x", {**cfg, "preset": "mnist-mlp-mse"}, {"state": "finished"}, metrics, PAPER)
+    assert row["paper test %"] is None and row["Δ vs paper"] is None and row["epochs"] == 2
+    assert row["paper"].startswith("setup differs") and "epochs 2 ≠ 50" in row["paper"], row["paper"]
+    # the preset's own config (full MNIST, 50 epochs) is: its figure and Δ are shown
+    same = preset_config("mnist-mlp-mse", "block-admm").to_dict()
+    row = run_row("y", same, {"state": "finished"}, metrics, PAPER)
+    assert row["paper test %"] == 97.61 and row["paper"] == "same setup"
+    assert row["Δ vs paper"] == round(100 * metrics[-1]["test_accuracy"] - 97.61, 2)
 
 
 # --- Heatmaps page ---------------------------------------------------------------------------------
@@ -500,7 +518,224 @@ def test_chart_helpers():
     assert [len(figs["residuals"].data), len(figs["accuracy"].data)] == [2, 2]
     assert figs["accuracy"].data[1].y == (40.0, 40.0, 40.0, 40.0)
     assert C.smooth([1.0, None, 3.0], 0.5) == [1.0, None, 2.0]
-    assert C.eta_seconds({"state": "running", "progress": 0.25, "started": 100.0}, now=110.0) == 30.0
-    assert C.eta_seconds({"state": "finished", "progress": 1.0, "started": 100.0}) is None
+    # ETA: epochs left × measured s/epoch (from the evaluations this worker wrote) − time since the last
+    ms_t = [{**m, "time": 100.0 + 3.0 * m["epoch"]} for m in ms]  # 3 s per epoch
+    running = {"state": "running", "started": 99.0, "epochs": 10}
+    assert C.eta_seconds(running, ms_t[:1], now=101.0) is None  # before one epoch: "estimating…"
+    assert C.eta_seconds(running, ms_t, now=110.0) == pytest.approx((10 - 3) * 3.0 - 1.0)
+    assert C.eta_seconds({**running, "started": 107.0}, ms_t, now=110.0) is None  # resumed: old lines do not count
+    assert C.eta_seconds({**running, "state": "finished"}, ms_t) is None
     fig = C.compare_figure([("a", ms), ("b", ms)], "residuals", "wall_time_s")
     assert len(fig.data) == 4 and fig.data[0].x == (0.0, 2.0, 4.0, 6.0)
+
+
+# --- issue 16: arithmetic diagram, memory, ticks, meta, images, selection -----------------------
+
+
+def test_layer_arithmetic_matches_the_built_network():
+    """Parameter counts and Z sizes by arithmetic equal those of the real layers (MLP and ResNet-18)."""
+    import torch
+
+    from admm_core.config import ModelConfig
+    from admm_core.models import build_layers
+
+    for arch, hidden, shape in [
+        ("mlp", (33, 7, 5), (1, 8, 8)),
+        ("resnet18", (), (3, 32, 32)),
+        ("resnet18", (), (1, 28, 28)),
+    ]:
+        rows = F.layer_shapes(arch, hidden, shape, 10)
+        layers = build_layers(ModelConfig(arch, hidden), shape, 10)
+        assert [r["layer"] for r in rows] == list(layers) == F.layer_names(arch, hidden)
+        x = torch.zeros(1, *shape)
+        for r, (name, layer) in zip(rows, layers.items()):
+            layer.eval()
+            x = layer(x)
+            assert r["params"] == sum(p.numel() for p in layer.parameters()), name
+            assert r["out"] == x[0].numel(), name
+
+
+def test_memory_estimate_refuses_absurd_sizes_without_building_them():
+    import resource
+
+    blocks = F.describe_blocks("mlp", (100000, 100000), ["fc1", "fc2"], "digits")
+    params = 64 * 100000 + 100000 + 100000 * 100000 + 100000 + 100000 * 10 + 10
+    assert sum(b["params"] for b in blocks) == params and [b["out"] for b in blocks] == [100000, 100000, 10]
+    mem = F.estimate_memory(blocks, 1347, uses_blocks=True)
+    assert mem["param_bytes"] == 4 * params and mem["state_bytes"] == 1347 * 200010 * 2 * 4
+    assert F.estimate_memory(blocks, 1347, uses_blocks=False)["state_bytes"] == 0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    form = {**F.default_form(), "hidden": "100000,100000"}
+    cfg, errs = F.config_from_form(form, available=["digits"])
+    assert cfg is None and "memory" in errs
+    assert "model.hidden = '100000,100000'" in errs["memory"] and "GB" in errs["memory"] and "limit" in errs["memory"]
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 50_000  # KB: nothing was allocated
+    assert F.config_from_form(F.default_form(), available=["digits"])[0] is not None
+
+
+def test_train_page_shows_the_memory_message_and_blocks_start(env_runs):
+    at = app().run()
+    widget(at, "text_input", "f.hidden").set_value("100000,100000").run()
+    no_exceptions(at)
+    assert any("this run needs about" in e for e in form_errors(at)), form_errors(at)
+    assert widget(at, "button", "start").disabled
+
+
+def test_log_ticks_keep_every_decade():
+    from app.dashboard import charts as C
+
+    vals, text = C.log_ticks([0.5, 0.2, 0.1, 0.05, 0.02])
+    assert text == ["0.02", "0.05", "0.1", "0.2", "0.5"] and vals == [0.02, 0.05, 0.1, 0.2, 0.5]
+    vals, text = C.log_ticks([0.19, 0.6])  # under a decade: a finer ladder, still whole numbers
+    assert text == ["0.2", "0.3", "0.4", "0.5", "0.6"]
+    vals, text = C.log_ticks([1e-6, 1e3])
+    assert len(vals) <= 8 and vals == sorted(vals) and text[0] == "1e-6"
+    fig = C.loss_figure([{"epoch": e, "train_loss": 0.5 / (e + 1), "test_loss": 0.6 / (e + 1)} for e in range(25)])
+    assert fig.layout.yaxis.type == "log" and list(fig.layout.yaxis.ticktext)[:2] == ["0.02", "0.05"]
+    assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0  # legend below, never on the title
+    assert "<br>" in C.wrap("Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block")
+
+
+def test_backprop_cosine_is_plotted_when_present():
+    from app.dashboard import charts as C
+
+    ms = [{"epoch": e, "residuals": [0.1, 0.2], "backprop_cosine": [0.9, -0.2]} for e in range(3)]
+    figs = C.live_figures(ms)
+    assert len(figs["backprop_cosine"].data) == 2 and figs["backprop_cosine"].data[1].y == (-0.2, -0.2, -0.2)
+    assert "backprop_cosine" not in C.live_figures([{k: v for k, v in m.items() if k != "backprop_cosine"} for m in ms])
+
+
+def test_meta_is_stored_shown_and_filterable(tmp_path, monkeypatch):
+    from app.dashboard import meta as M
+
+    root = tmp_path / "runs"
+    train(tiny("sgd", epochs=1), root / "a-sgd")
+    train(tiny("adam", epochs=1), root / "b-adam")
+    M.write_meta(root / "a-sgd", "baseline SGD", "baseline, small", "first try")
+    assert M.read_meta(root / "a-sgd") == {"name": "baseline SGD", "tags": ["baseline", "small"], "note": "first try"}
+    assert M.read_meta(root / "b-adam") == {"name": "", "tags": [], "note": ""}
+    with pytest.raises(Exception, match="name = "):
+        M.write_meta(root / "a-sgd", "x" * 200)
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    at = app().run()
+    at.switch_page("views/runs.py").run()
+    table = at.dataframe[0].value
+    assert dict(zip(table["run"], table["name"]))["a-sgd"] == "baseline SGD"
+    at.text_input(key="runs_filter").set_value("baseline").run()
+    assert list(at.dataframe[0].value["run"]) == ["a-sgd"]
+    at.text_input(key="runs_filter").set_value("").run()
+    # edit in the page: the file changes
+    widget(at, "selectbox", "runs_sel").set_value("b-adam").run()
+    at.text_input(key="meta_name.b-adam").set_value("adam try").run()
+    at.text_input(key="meta_tags.b-adam").set_value("deep, deep , x").run()
+    at.button(key="meta_save.b-adam").click().run()
+    no_exceptions(at)
+    assert M.read_meta(root / "b-adam") == {"name": "adam try", "tags": ["deep", "x"], "note": ""}
+
+
+def test_selection_is_by_id_and_stable(tmp_path, monkeypatch):
+    """The watched run stays the picked one when runs are added, finish or change state; it is in the URL."""
+    root = tmp_path / "runs"
+    train(tiny("sgd", epochs=1), root / "20260101-000001-a")
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    at = app({"run": "20260101-000001-a"}).run()
+    no_exceptions(at)
+    assert widget(at, "selectbox", "watch_pick").value == "20260101-000001-a"
+    # a newer run appears and one is 'running' (listed first): the pick does not move
+    train(tiny("adam", epochs=1), root / "20260101-000002-b")
+    st_b = read_json(root / "20260101-000002-b" / "status.json")
+    write_json(root / "20260101-000002-b" / "status.json", {**st_b, "state": "running", "pid": os.getpid()})
+    at.run()
+    assert widget(at, "selectbox", "watch_pick").value == "20260101-000001-a"
+    q = {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert q["run"] == "20260101-000001-a"
+    # the Runs page details show the same run, with the table's state
+    at.switch_page("views/runs.py").run()
+    assert widget(at, "selectbox", "runs_sel").value == "20260101-000001-a"
+    assert any("finished" in m.value for m in at.markdown if m.value.startswith("### "))
+
+
+def test_start_is_idempotent_per_click(env_runs, monkeypatch):
+    launched = []
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir: launched.append(run_dir) or 1)
+    at = app().run()
+    widget(at, "button", "start").click().run()
+    widget(at, "button", "start").click().run()  # a double click: the same config at once
+    no_exceptions(at)
+    assert len(launched) == 1, launched
+    assert widget(at, "selectbox", "watch_pick").value == launched[0].name  # the new run is watched
+    shutil.rmtree(launched[0])
+
+
+def test_diverged_run_shows_its_message(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    train(tiny("sgd", epochs=1), root / "div")
+    st_ = read_json(root / "div" / "status.json")
+    write_json(root / "div" / "status.json", {**st_, "state": "diverged", "error": "loss is nan at epoch 1"})
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    at = app({"run": "div"}).run()
+    no_exceptions(at)
+    assert any("diverged" in e and "loss is nan" in e for e in errors(at)), errors(at)
+
+
+def test_bad_runs_folder_is_one_sidebar_message(tmp_path, monkeypatch):
+    bad = tmp_path / "not-a-folder"
+    bad.write_text("x")
+    monkeypatch.setenv("ADMM_RUNS", str(bad))
+    for page in (None, "views/runs.py", "views/compare.py", "views/heatmaps.py"):
+        at = app().run()
+        if page:
+            at.switch_page(page).run()
+        no_exceptions(at)
+        msgs = [e.value for e in at.sidebar.error]
+        assert len(msgs) == 1 and "is a file" in msgs[0], msgs
+        assert not [e.value for e in at.main.error], page
+
+
+def test_compare_settings_columns_and_url_selection(env_runs):
+    at = app({"runs": "r1-digits-block-admm,r2-digits-sgd"}).run()
+    at.switch_page("views/compare.py").run()
+    # switch_page drops the URL; open the Compare page with its link instead
+    at = AppTest.from_file(str(APP / "views" / "compare.py"), default_timeout=TIMEOUT)
+    at.query_params["runs"] = "r1-digits-block-admm,r2-digits-sgd"
+    at.run()
+    no_exceptions(at)
+    assert widget(at, "multiselect", "cmp_runs").value == ["r1-digits-block-admm", "r2-digits-sgd"]
+    table = at.dataframe[0].value
+    assert "⚙ method" in table.columns and "⚙ m.lr" in table.columns and "⚙ data.name" not in table.columns
+    assert list(table["paper"]) == ["no figure", "no figure"]
+    assert at.get("plotly_chart")[-1].proto.spec and '"parcoords"' in at.get("plotly_chart")[-1].proto.spec
+    widget(at, "multiselect", "cmp_runs").set_value(["r2-digits-sgd"]).run()
+    q = {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert q["runs"] == "r2-digits-sgd"
+
+
+def _png16(arr: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(arr.astype(np.uint16)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_image_decoding_16bit_alpha_gray_and_large():
+    from PIL import Image
+
+    g16 = np.tile(np.linspace(0, 65535, 64, dtype=np.float64), (64, 1))
+    rgb = faces.read_image(_png16(g16))  # 16-bit grayscale: scaled, not clipped to white
+    assert rgb.shape == (64, 64, 3) and rgb[0, 0, 0] == 0 and rgb[0, -1, 0] == 255 and 120 < rgb[0, 32, 0] < 140
+    rgba = np.zeros((40, 40, 4), np.uint8)
+    rgba[..., 0] = 200
+    rgba[:20, :, 3] = 255  # top half opaque red, bottom half transparent
+    out = faces.read_image(_png(rgba))
+    assert tuple(out[0, 0]) == (200, 0, 0) and tuple(out[-1, -1]) == (255, 255, 255)
+    gray = faces.read_image(_png(np.full((50, 60), 77, np.uint8)))
+    assert gray.shape == (50, 60, 3) and (gray == 77).all()
+    buf = io.BytesIO()
+    Image.new("L", (3000, 2500), 128).save(buf, format="PNG")
+    big = faces.read_image(buf.getvalue())  # downscaled to MAX_SIDE
+    assert max(big.shape[:2]) == faces.MAX_SIDE
+    buf = io.BytesIO()
+    Image.new("1", (8000, 8000)).save(buf, format="PNG")  # 64 MP, a tiny file
+    with pytest.raises(faces.UploadError, match="too large: 8000×8000"):
+        faces.read_image(buf.getvalue())

@@ -12,19 +12,111 @@ DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 LIVE_HEIGHT = 250
 
 
+def wrap(title: str, width: int = 38) -> str:
+    """Break a chart title into lines of at most ``width`` characters (plotly does not wrap)."""
+    lines, cur = [], ""
+    for word in title.split():
+        if cur and len(cur) + 1 + len(word) > width:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}" if cur else word
+    lines.append(cur)
+    return "<br>".join(lines)
+
+
+def log_ticks(values, max_ticks: int = 8) -> tuple[list[float], list[str]]:
+    """Tick positions and full labels for a log axis over ``values`` (positive ones).
+
+    1-2-5 per decade (…, 0.02, 0.05, 0.1, 0.2, …); when the data span less than a few of
+    those, a finer 1-1.5-2-3-4-5-6-8 ladder; thinned to at most ``max_ticks``. Every label is
+    the whole number (0.02, not '2'), so no decade is dropped.
+    """
+    vals = [float(v) for v in values if _finite(v) and v > 0]
+    if not vals:
+        return [], []
+    lo, hi = min(vals), max(vals)
+    if hi / lo < 1.0001:
+        lo, hi = lo / 1.5, hi * 1.5
+
+    def ladder(mantissas) -> list[float]:
+        out = []
+        for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+            for m in mantissas:
+                v = float(f"{m * 10.0**k:.6g}")
+                if lo / 1.05 <= v <= hi * 1.05:
+                    out.append(v)
+        return out
+
+    ticks = ladder((1, 2, 5))
+    if len(ticks) > max_ticks:  # many decades: decades only, every n-th
+        ticks = ladder((1,))
+        ticks = ticks[:: math.ceil(len(ticks) / max_ticks)]
+    for finer in ((1, 1.5, 2, 3, 4, 5, 6, 8), (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
+        if len(ticks) >= 3:
+            break
+        ticks = ladder(finer)
+    if len(ticks) < 2:  # a range narrower than the finest ladder: its two ends
+        ticks = sorted({float(f"{lo:.3g}"), float(f"{hi:.3g}")})
+    return ticks, [_tick_label(v) for v in ticks]
+
+
+def _tick_label(v: float) -> str:
+    return f"{v:g}" if 1e-4 <= v < 1e6 else f"{v:.0e}".replace("e-0", "e-").replace("e+0", "e")
+
+
 def _layout(
     fig: go.Figure, title: str, xtitle: str, ytitle: str, log_y: bool = False, height: int = LIVE_HEIGHT
 ) -> go.Figure:
+    """Shared look: wrapped title, legend below the plot, readable log ticks, 2-decimal hover.
+
+    No template: Streamlit's theme (light or dark, following the system) styles the figure.
+    """
+    lines = wrap(title).count("<br>") + 1
     fig.update_layout(
-        title={"text": title, "font": {"size": 14}},
-        height=height,
-        margin={"l": 50, "r": 10, "t": 56, "b": 40},
-        legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "bottom", "font": {"size": 10}},
+        # just above the plot area, growing upwards into the top margin (sized for its lines)
+        title={
+            "text": wrap(title),
+            "font": {"size": 14},
+            "x": 0,
+            "xanchor": "left",
+            "xref": "paper",
+            "y": 1,
+            "yanchor": "bottom",
+            "yref": "paper",
+            "pad": {"b": 8},
+        },
+        height=height + 18 * (lines - 1),
+        margin={"l": 56, "r": 34, "t": 24 + 18 * lines, "b": 40},
+        modebar={"orientation": "v"},  # down the right edge: never over the (left-aligned) title
+        # legend in its own band at the bottom of the figure, under the x axis title
+        legend={
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "yref": "container",
+            "y": 0,
+            "yanchor": "bottom",
+            "font": {"size": 10},
+        },
         uirevision="keep",  # keep zoom / hidden traces across live refreshes
-        template="plotly_white",
+        hovermode="x unified",
     )
-    fig.update_xaxes(title_text=xtitle)
-    fig.update_yaxes(title_text=ytitle, type="log" if log_y else "linear", **({"dtick": "D2"} if log_y else {}))
+    fig.update_xaxes(title_text=xtitle, hoverformat=".2f")
+    if log_y:
+        ys = [y for tr in fig.data for y in (tr.y or ()) if y is not None]
+        vals, text = log_ticks(ys)
+        fig.update_yaxes(
+            title_text=ytitle, type="log", tickmode="array", tickvals=vals, ticktext=text, hoverformat=".3~g"
+        )
+    else:
+        fig.update_yaxes(title_text=ytitle, type="linear", hoverformat=".2f", exponentformat="none")
+    shown = [tr.name or "" for tr in fig.data if tr.showlegend is not False]
+    if len(shown) > 1:  # room for the legend row(s) under the x axis title (~450 px per row)
+        rows = math.ceil(sum(len(n) * 6.5 + 40 for n in shown) / 450)
+        fig.update_layout(height=fig.layout.height + 22 * rows, margin={"b": 48 + 22 * rows})
+    else:
+        fig.update_layout(showlegend=False)
     return fig
 
 
@@ -52,11 +144,12 @@ def accuracy_figure(metrics: list[dict]) -> go.Figure:
     return _layout(fig, "Accuracy (%)", "epoch", "%")
 
 
-def loss_figure(metrics: list[dict], log_y: bool = True) -> go.Figure:
+def loss_figure(metrics: list[dict], log_y: bool = True, smoothing: float = 0.0) -> go.Figure:
     ep = _col(metrics, "epoch")
     fig = go.Figure()
-    fig.add_scatter(x=ep, y=_col(metrics, "train_loss"), name="train", mode="lines+markers", line={"color": COLOURS[0]})
-    fig.add_scatter(x=ep, y=_col(metrics, "test_loss"), name="test", mode="lines+markers", line={"color": COLOURS[1]})
+    for i, (key, name) in enumerate((("train_loss", "train"), ("test_loss", "test"))):
+        ys = [y if y is None or not log_y or y > 0 else None for y in _col(metrics, key)]
+        fig.add_scatter(x=ep, y=smooth(ys, smoothing), name=name, mode="lines+markers", line={"color": COLOURS[i]})
     return _layout(fig, "Loss per sample", "epoch", "loss", log_y)
 
 
@@ -64,7 +157,9 @@ def n_blocks(metrics: list[dict], key: str) -> int:
     return max((len(m.get(key) or []) for m in metrics), default=0)
 
 
-def per_block_figure(metrics: list[dict], key: str, title: str, log_y: bool = False) -> go.Figure:
+def per_block_figure(
+    metrics: list[dict], key: str, title: str, log_y: bool = False, smoothing: float = 0.0
+) -> go.Figure:
     """One trace per block of a per-block list column (residuals, dual_norms, betas)."""
     ep = _col(metrics, "epoch")
     fig = go.Figure()
@@ -75,7 +170,11 @@ def per_block_figure(metrics: list[dict], key: str, title: str, log_y: bool = Fa
             v = vals[t] if t < len(vals) else None
             ys.append(v if _finite(v) and (not log_y or v > 0) else None)
         fig.add_scatter(
-            x=ep, y=ys, name=f"block {t + 1}", mode="lines+markers", line={"color": COLOURS[t % len(COLOURS)]}
+            x=ep,
+            y=smooth(ys, smoothing),
+            name=f"block {t + 1}",
+            mode="lines+markers",
+            line={"color": COLOURS[t % len(COLOURS)]},
         )
     if not fig.data:
         fig.add_annotation(
@@ -101,31 +200,65 @@ def seconds_figure(metrics: list[dict]) -> go.Figure:
     return _layout(fig, "Seconds per epoch (training only)", "epoch", "s")
 
 
-def live_figures(metrics: list[dict], log_residuals: bool = True, run: str | None = None) -> dict[str, go.Figure]:
-    """The Train page's six charts; ``run`` is recorded in each figure's layout.meta."""
+def live_figures(
+    metrics: list[dict], log_residuals: bool = True, run: str | None = None, smoothing: float = 0.0
+) -> dict[str, go.Figure]:
+    """The Train page's charts; ``run`` is recorded in each figure's layout.meta.
+
+    ``backprop_cosine`` (per evaluation, one cosine per block between the method's Θ update
+    and backprop's gradient) is drawn when the metrics carry it.
+    """
+    sm = smoothing
     figs = {
         "accuracy": accuracy_figure(metrics),
-        "loss": loss_figure(metrics),
+        "loss": loss_figure(metrics, smoothing=sm),
         "residuals": per_block_figure(
-            metrics, "residuals", "Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block", log_residuals
+            metrics, "residuals", "Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block", log_residuals, sm
         ),
-        "dual_norms": per_block_figure(metrics, "dual_norms", "Dual norm ‖U_t‖ per block", log_residuals),
+        "dual_norms": per_block_figure(metrics, "dual_norms", "Dual norm ‖U_t‖ per block", log_residuals, sm),
         "betas": per_block_figure(metrics, "betas", "Penalty β per block"),
         "seconds": seconds_figure(metrics),
     }
+    if any(m.get("backprop_cosine") for m in metrics):
+        figs["backprop_cosine"] = per_block_figure(
+            metrics, "backprop_cosine", "Cosine of the block update with backprop's gradient", False, sm
+        )
+        figs["backprop_cosine"].update_yaxes(range=[-1.05, 1.05])
     if run:
         for f in figs.values():
             f.update_layout(meta={"run": run})
     return figs
 
 
-def eta_seconds(status: dict, now: float | None = None) -> float | None:
-    """Remaining seconds from the worker's own progress and elapsed time (None if unknown)."""
-    p, started = status.get("progress") or 0.0, status.get("started")
-    if status.get("state") != "running" or not started or p <= 0.0 or p >= 1.0:
+def measured_seconds_per_epoch(metrics: list[dict], since: float | None = None) -> float | None:
+    """Wall seconds per epoch (training and evaluation) between evaluations logged after ``since``.
+
+    Only intervals whose both ends were written by the current worker (``time`` ≥ since)
+    count, so a resumed run is not charged for the pause. None before one epoch is measured.
+    """
+    pts = [m for m in metrics if _finite(m.get("time")) and (since is None or m["time"] >= since - 1e-3)]
+    if len(pts) < 2:
         return None
-    elapsed = (now or time.time()) - started
-    return elapsed / p * (1.0 - p)
+    de = pts[-1].get("epoch", 0) - pts[0].get("epoch", 0)
+    if de <= 0:
+        return None
+    return (pts[-1]["time"] - pts[0]["time"]) / de
+
+
+def eta_seconds(status: dict, metrics: list[dict] | None = None, now: float | None = None) -> float | None:
+    """Remaining seconds: epochs left × the measured s/epoch, less the time since the last evaluation.
+
+    None (shown as "estimating…") until the current worker has finished one evaluated epoch.
+    """
+    if status.get("state") != "running":
+        return None
+    spe = measured_seconds_per_epoch(metrics or [], status.get("started"))
+    if spe is None:
+        return None
+    last = metrics[-1]
+    total = status.get("epochs") or 0
+    left = max(0.0, (total - last.get("epoch", 0)) * spe - ((now or time.time()) - last["time"]))
+    return left
 
 
 def fmt_duration(s: float | None) -> str:
@@ -195,34 +328,134 @@ def compare_figure(
                 marker={"size": 4},
                 line={"color": colour},
             )
-    fig = _layout(fig, title, xtitle, "%" if percent else "", log_y, height=height)
-    fig.update_layout(
-        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.18, "yanchor": "top"}, margin={"t": 40, "b": 20}
-    )
-    return fig
+    return _layout(fig, title, xtitle, "%" if percent else "", log_y, height=height)
 
 
-def run_row(name: str, cfg: dict, status: dict, metrics: list[dict], paper: dict, size: int | None = None) -> dict:
-    """One line of the Compare table: final / best accuracy, wall time, memory, paper's figure."""
+PAPER_KEYS = (
+    ("data.name", "data"),
+    ("data.train_limit", "training samples"),
+    ("data.test_limit", "test samples"),
+    ("model.arch", "network"),
+    ("model.hidden", "hidden widths"),
+    ("train.epochs", "epochs"),
+    ("train.loss", "loss"),
+)
+
+
+def settings_of(cfg: dict) -> dict:
+    """A config.json flattened to 'section.key' -> value (lists as text), the method's settings as 'm.<name>'."""
+    out: dict = {"method": cfg.get("method"), "preset": cfg.get("preset")}
+    for section in ("data", "model", "train"):
+        for k, v in (cfg.get(section) or {}).items():
+            if k == "root":
+                continue
+            out[f"{section}.{k}"] = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
+    for k, v in (cfg.get("method_params") or {}).items():
+        out[f"m.{k}"] = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
+    return out
+
+
+def differing_settings(cfgs: list[dict]) -> list[str]:
+    """Settings whose values differ between the configs (a setting one run lacks counts as differing)."""
+    flat = [settings_of(c) for c in cfgs]
+    keys: list[str] = []
+    for f in flat:
+        keys += [k for k in f if k not in keys]
+    return [k for k in keys if len({json_key(f.get(k)) for f in flat}) > 1]
+
+
+def json_key(v) -> str:
+    return repr(v)
+
+
+def paper_setup(cfg: dict) -> tuple[bool, str]:
+    """(does this run reproduce the paper's setup of its preset?, what differs).
+
+    It does when its preset has a figure in the paper and data set, sample limits, network,
+    epochs and loss are the preset's (the full data, all epochs).
+    """
+    from admm_core.presets import PRESETS, preset_config
+
+    preset, method = cfg.get("preset"), cfg.get("method")
+    if not preset or preset not in PRESETS:
+        return False, "no preset"
+    try:
+        ref = settings_of(preset_config(preset, method).to_dict())
+    except (KeyError, ValueError) as e:
+        return False, f"preset unavailable: {e}"
+    mine = settings_of(cfg)
+    diffs = [
+        f"{label} {mine.get(k) if mine.get(k) is not None else 'all'} ≠ {ref.get(k) if ref.get(k) is not None else 'all'}"
+        for k, label in PAPER_KEYS
+        if mine.get(k) != ref.get(k)
+    ]
+    return (not diffs), "; ".join(diffs)
+
+
+def run_row(name: str, cfg: dict, status: dict, metrics: list[dict], paper: dict, meta: dict | None = None) -> dict:
+    """One line of the Compare table: final / best accuracy, the paper's figure (same setup only), time, memory."""
     last = metrics[-1] if metrics else {}
     best = max(metrics, key=lambda m: m.get("test_accuracy") or -1) if metrics else {}
     preset, method = cfg.get("preset"), cfg.get("method")
     paper_acc = (paper.get(preset) or {}).get(method)
+    same, why = paper_setup(cfg) if paper_acc is not None else (False, "")
     epochs = last.get("epoch")
     final = last.get("test_accuracy")
     return {
         "run": name,
+        "name": (meta or {}).get("name", ""),
         "method": method,
+        "final test %": None if final is None else round(100 * final, 2),
+        "paper test %": paper_acc if same else None,
+        "Δ vs paper": None if (not same or final is None) else round(100 * final - paper_acc, 2),
+        "paper": ("same setup" if same else f"setup differs: {why}") if paper_acc is not None else "no figure",
+        "best test %": None if best.get("test_accuracy") is None else round(100 * best["test_accuracy"], 2),
+        "best epoch": best.get("epoch"),
+        "epochs": epochs,
         "data": (cfg.get("data") or {}).get("name"),
         "preset": preset,
         "status": status.get("state"),
-        "epochs": epochs,
-        "final test %": None if final is None else round(100 * final, 2),
-        "best test %": None if best.get("test_accuracy") is None else round(100 * best["test_accuracy"], 2),
-        "best epoch": best.get("epoch"),
-        "paper test %": paper_acc,
-        "Δ vs paper": None if (paper_acc is None or final is None) else round(100 * final - paper_acc, 2),
+        "tags": ", ".join((meta or {}).get("tags", [])),
         "wall time s": None if last.get("wall_time_s") is None else round(last["wall_time_s"], 2),
         "s / epoch": round(last["wall_time_s"] / epochs, 3) if epochs else None,
         "Z/U memory MB": None if last.get("state_bytes") is None else round(last["state_bytes"] / 2**20, 3),
     }
+
+
+def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> go.Figure:
+    """Parallel coordinates: one axis per differing setting, the last the final test accuracy.
+
+    Numeric settings keep their scale; others are placed on evenly spaced ticks named by value.
+    """
+    dims = []
+    for k in keys:
+        vals = [s.get(k) for s in settings]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals if v is not None) and any(
+            v is not None for v in vals
+        ):
+            dims.append({"label": k, "values": [float("nan") if v is None else float(v) for v in vals]})
+        else:
+            cats = sorted({str(v) for v in vals})
+            dims.append(
+                {
+                    "label": k,
+                    "values": [cats.index(str(v)) for v in vals],
+                    "tickvals": list(range(len(cats))),
+                    "ticktext": [c if len(c) <= 14 else c[:13] + "…" for c in cats],
+                }
+            )
+    acc = [r.get("final test %") for r in rows]
+    dims.append({"label": "final test %", "values": [float("nan") if a is None else a for a in acc]})
+    fig = go.Figure(
+        go.Parcoords(
+            line={
+                "color": [0 if a is None else a for a in acc],
+                "colorscale": "Viridis",
+                "showscale": True,
+                "colorbar": {"title": {"text": "test %"}},
+            },
+            dimensions=dims,
+        )
+    )
+    fig.update_layout(height=360, margin={"l": 60, "r": 60, "t": 60, "b": 30})
+    return fig

@@ -22,19 +22,60 @@ class UploadError(ValueError):
     """The upload is not an image, or holds no face; the message says which."""
 
 
+MAX_PIXELS = 40_000_000  # refused above this (40 megapixels): decoding alone would take ~160 MB and seconds
+MAX_SIDE = 2048  # larger images are downscaled to this longest side before face detection
+
+
+def _to_rgb8(img) -> np.ndarray:
+    """Any PIL mode -> (H, W, 3) uint8: 16-bit and float scaled to their range, alpha over white."""
+    from PIL import Image
+
+    if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        a = np.asarray(img, np.float64)
+        hi = 65535.0 if img.mode.startswith("I;16") or a.max(initial=0) > 255 else 255.0
+        if img.mode == "F" and a.max(initial=0) <= 1.0:
+            hi = 1.0
+        g = np.clip(a / hi * 255.0 + 0.5, 0, 255).astype(np.uint8)
+        return np.repeat(g[..., None], 3, axis=2)
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return np.asarray(Image.alpha_composite(white, rgba).convert("RGB"), np.uint8)
+    return np.asarray(img.convert("RGB"), np.uint8)
+
+
 def read_image(data: bytes) -> np.ndarray:
-    """Decode an uploaded file to (H, W, 3) uint8 RGB, or raise UploadError."""
+    """Decode an uploaded file to (H, W, 3) uint8 RGB, or raise UploadError.
+
+    8- and 16-bit, grayscale, palette and alpha images are read (alpha laid over white);
+    images over MAX_PIXELS are refused with their size, those with a side over MAX_SIDE are
+    downscaled to it.
+    """
     from PIL import Image, UnidentifiedImageError
 
     if not data:
         raise UploadError("The file is empty.")
+    limit = f"{MAX_PIXELS / 1e6:.0f} megapixels"
     try:
         with Image.open(io.BytesIO(data)) as img:
+            w, h = img.size  # from the header: nothing decoded yet
+            if w * h > MAX_PIXELS:
+                raise UploadError(
+                    f"The image is too large: {w}×{h} pixels ({w * h / 1e6:.0f} megapixels); the limit is {limit}. "
+                    f"Scale it down (a face needs only a few hundred pixels) and upload it again."
+                )
+            if max(w, h) > MAX_SIDE:
+                img.draft("RGB", (MAX_SIDE, MAX_SIDE))  # JPEG: decode at a reduced scale
             img.load()
-            rgb = img.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+            if max(img.size) > MAX_SIDE:
+                img.thumbnail((MAX_SIDE, MAX_SIDE), Image.BILINEAR)
+            arr = _to_rgb8(img)
+    except UploadError:
+        raise
+    except Image.DecompressionBombError:
+        raise UploadError(f"The image is too large (far over {limit}); scale it down and upload it again.") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         raise UploadError("That file is not an image we can read (use a JPEG or PNG photo).") from None
-    arr = np.asarray(rgb, np.uint8)
     if arr.shape[0] < 32 or arr.shape[1] < 32:
         raise UploadError(f"The image is too small ({arr.shape[1]}×{arr.shape[0]} pixels) to find a face in.")
     return arr

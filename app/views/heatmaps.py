@@ -7,13 +7,14 @@ with "lfwa". The score maps come from ``admm_core.heatmaps.heatmaps(run_dir, ima
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
+
 import streamlit as st
 
 from admm_core import heatmaps as hm
+from admm_core.errors import ConfigError, DataError, ImageError
 from app import ui
 from app.dashboard import faces
-from app.dashboard import workers as W
 
 ss = st.session_state
 st.title("Heatmaps")
@@ -35,18 +36,16 @@ def held_out_people(run_dir: str) -> dict[str, list[str]]:
     return {p: [str(f) for f in files] for p, files in test_people(run_dir).items()}
 
 
-runs = [r for r in W.runs(ui.runs_root()) if is_deepfacto(r["config"] or {})]
+runs = [r for r in ui.list_runs() if is_deepfacto(r["config"] or {})]
 if not runs:
     st.info("No DeepFacto runs yet — train one with `python -m admm_core train --preset lfwa-deepfacto`.")
     st.stop()
 
 
-name = st.selectbox(
-    "DeepFacto run",
-    [r["name"] for r in runs],
-    key="hm_run",
-    format_func=lambda n: f"{n} · {ui.state_label(next(r for r in runs if r['name'] == n)['status'].get('state'))}",
-)
+by_id = {r["name"]: r for r in runs}
+if ss.get("hm_run") not in by_id and ui.watched() in by_id:
+    ss["hm_run"] = ui.watched()  # the run picked elsewhere (Train, Runs, ?run=) opens here
+name = st.selectbox("DeepFacto run", list(by_id), key="hm_run", format_func=lambda n: ui.run_label(by_id[n]))
 run = next(r for r in runs if r["name"] == name)
 
 source = st.radio("Face", ["LFW test faces", "Upload a photo"], horizontal=True, key="hm_source")
@@ -54,19 +53,20 @@ face = None
 if source == "LFW test faces":
     try:  # the run's own held-out people: its identity split of the labelled people (admm_core.deepfacto)
         held = held_out_people(str(run["dir"]))
-    except Exception as e:  # no LFW labels here, or a config this engine cannot read: say so, no traceback
+    except (OSError, ConfigError, DataError, KeyError, ValueError) as e:  # no LFW labels, an unreadable config
         held = {}
         st.warning(f"Cannot list this run's held-out people: {type(e).__name__}: {e}")
     if held:
         people = sorted(held)
         c = st.columns([2, 1])
         person = c[0].selectbox(f"Person ({len(people)} held out of this run's training)", people, key="hm_person")
-        images = held[person]
+        images = [Path(f) for f in held[person]]
         idx = c[1].number_input("Image", min_value=1, max_value=max(1, len(images)), value=1, key="hm_idx") - 1
         if images:
-            from PIL import Image
-
-            face = np.asarray(Image.open(images[int(idx)]).convert("RGB"))
+            try:
+                face = faces.read_image(images[int(idx)].read_bytes())
+            except (faces.UploadError, OSError) as e:
+                st.error(f"{images[int(idx)].name}: {e}")
 else:
     up = st.file_uploader("Your photo (JPEG or PNG)", key="hm_upload")
     if up is not None:
@@ -85,7 +85,8 @@ try:
     model = hm.load_model(run["dir"])
     rank = len(model.scale)
     default = hm.default_components(run["dir"], min(4, rank))
-except Exception as e:  # no checkpoint yet (still running), or an older run
+except (OSError, ConfigError, DataError, KeyError, ValueError, RuntimeError) as e:
+    # no checkpoint yet (still running), or an older run's checkpoint torch cannot map
     st.image(face, width=200)
     st.warning(f"This run has no usable DeepFacto model yet: {e}")
     st.stop()
@@ -93,14 +94,23 @@ c = st.columns([3, 1])
 comps = c[0].multiselect(
     f"Components (NMF rank r = {rank}; default: the most used)", list(range(rank)), default=default, key="hm_comps"
 )
-opacity = c[1].slider("Overlay opacity", 0.0, 1.0, 0.5, 0.05, key="hm_opacity")
+# the slider's value outlives the runs where it is not drawn (no face yet, other source)
+ss["hm_opacity"] = ss.get("hm_opacity_keep", 0.5)
+opacity = c[1].slider(
+    "Overlay opacity",
+    0.0,
+    1.0,
+    step=0.05,
+    key="hm_opacity",
+    on_change=lambda: ss.update(hm_opacity_keep=ss["hm_opacity"]),
+)
 if not comps:
     st.info("Pick at least one component.")
     st.stop()
 try:
     crop = hm.crop_image(run["dir"], face)
     maps = hm.heatmaps(run["dir"], face, comps)
-except Exception as e:  # say so, no traceback
+except (ImageError, ConfigError, ValueError, OSError, RuntimeError) as e:  # say so, no traceback
     st.error(f"Could not compute score maps for this run: {type(e).__name__}: {e}")
     st.stop()
 st.plotly_chart(

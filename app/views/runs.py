@@ -1,4 +1,9 @@
-"""Runs: every run directory with its status, config and size; stop, resume, delete, download."""
+"""Runs: every run directory with its status, name, tags and size; details of the picked run.
+
+The table and the details panel are drawn from the same list of run records in one
+fragment, so they never disagree. The picked run is the dashboard's one selection (by id,
+``?run=`` in the URL), shared with the Train page.
+"""
 
 from __future__ import annotations
 
@@ -8,155 +13,222 @@ import json
 import pandas as pd
 import streamlit as st
 
+from admm_core.errors import ConfigError
 from admm_core.runs import read_metrics
 from app import ui
 from app.dashboard import charts as C
+from app.dashboard import meta as M
 from app.dashboard import workers as W
 
 ss = st.session_state
-st.title("Runs")
-st.caption(
-    f"Run directories in `{ui.runs_root()}` — started here, from the CLI or from a notebook. "
-    "A crashed worker is shown with its last error."
-)
 
 
 def _when(ts) -> str:
     return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
 
 
-def _do_stop(name):
-    W.stop_run(ui.runs_root() / name)
-
-
-def _do_resume(name, epochs):
-    try:
-        W.resume_run(ui.runs_root() / name, epochs)
-    except RuntimeError as e:
-        ss["runs_notice"] = str(e)
-
-
 def _do_delete(name):
     try:
         W.delete_run(ui.runs_root() / name)
-        ss["runs_notice"] = f"Deleted {name}."
+        ss["notice"] = f"Deleted {name}."
+        if ss.get("watch") == name:
+            ui.watch(None)
     except (RuntimeError, OSError) as e:
-        ss["runs_notice"] = f"Not deleted: {e}"
+        ss["notice"] = f"Not deleted: {e}"
 
 
-@st.fragment(run_every=2.0)
-def run_table():
-    runs = W.runs(ui.runs_root())
-    if not runs:
-        st.info("No runs yet. Start one on the Train page or with `python -m admm_core train --preset digits-mlp`.")
-        return
+def _do_save_meta(name):
+    try:
+        M.write_meta(
+            ui.runs_root() / name,
+            ss.get(f"meta_name.{name}", ""),
+            ss.get(f"meta_tags.{name}", ""),
+            ss.get(f"meta_note.{name}", ""),
+        )
+        ss["notice"] = f"Saved name, tags and note of {name}."
+    except (ConfigError, OSError) as e:
+        ss["notice"] = f"Not saved: {e}"
+
+
+def _last_test(r: dict) -> float | None:
+    """Final test accuracy (summary), else the last evaluation's while the run goes."""
+    summ = r.get("summary") or {}
+    acc = summ.get("test_accuracy")
+    if acc is None:
+        ms = read_metrics(r["dir"])
+        acc = ms[-1].get("test_accuracy") if ms else None
+    return None if acc is None else round(100 * acc, 2)
+
+
+def table(runs: list[dict]) -> None:
     rows = []
     for r in runs:
-        cfg, st_ = r["config"] or {}, r["status"]
-        summ = r.get("summary") or {}
+        cfg, st_, meta = r["config"] or {}, r["status"], r["meta"]
         rows.append(
             {
                 "run": r["name"],
+                "name": meta["name"],
+                "tags": ", ".join(meta["tags"]),
                 "status": ui.state_label(st_.get("state")),
                 "data": W.data_of(r),
                 "method": W.method_of(r),
-                "preset": cfg.get("preset"),
-                "epoch": f"{st_.get('epoch', 0)}/{st_.get('epochs') or (cfg.get('train') or {}).get('epochs', '?')}",
-                "test %": None if summ.get("test_accuracy") is None else round(100 * summ["test_accuracy"], 2),
+                "preset": cfg.get("preset") or "",
+                "epoch": f"{ui.done_epochs(r['dir'], st_)}/{st_.get('epochs') or (cfg.get('train') or {}).get('epochs', '?')}",
+                "test %": _last_test(r),
                 "size": W.human_bytes(W.dir_size(r["dir"])),
                 "updated": _when(st_.get("updated")),
                 "error": st_.get("error") or "",
+                "note": meta["note"],
             }
         )
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="runs_table")
-
-
-run_table()
-if ss.get("runs_notice"):
-    st.info(ss.pop("runs_notice"))
-
-runs = W.runs(ui.runs_root())
-if not runs:
-    st.stop()
-names = [r["name"] for r in runs]
-if ss.get("runs_sel") not in names:
-    ss.pop("runs_sel", None)
-name = st.selectbox(
-    "Details of run",
-    names,
-    key="runs_sel",
-    format_func=lambda n: f"{n} · {ui.state_label(next(r for r in runs if r['name'] == n)['status'].get('state'))}",
-)
-r = next(x for x in runs if x["name"] == name)
-run_dir, status, cfg = r["dir"], r["status"], r["config"] or {}
-state = status.get("state", "unknown")
-
-c = st.columns([2, 3])
-with c[0]:
-    st.markdown(f"### {ui.state_md(state)}")
-    st.write(f"epoch {status.get('epoch', 0)} of {status.get('epochs', '?')} · updated {_when(status.get('updated'))}")
-    if status.get("pid"):
-        st.caption(f"worker pid {status['pid']} · {W.human_bytes(W.dir_size(run_dir))} on disk · `{run_dir}`")
-    if state == "crashed":
-        st.error(f"Crashed: {status.get('error')}")
-        err = run_dir / "error.txt"
-        tail = err.read_text(errors="replace")[-4000:] if err.exists() else W.log_tail(run_dir)
-        if tail:
-            with st.expander("error output"):
-                st.code(tail)
-    b = st.columns(3)
-    if state in ("running", "starting"):
-        b[0].button("Stop", icon=":material/stop:", key="runs_stop", on_click=_do_stop, args=(name,))
-    else:
-        target = b[0].number_input(
-            "epochs", min_value=1, value=int((cfg.get("train") or {}).get("epochs", 1)), key="runs_resume_epochs"
-        )
-        b[1].button(
-            "Resume",
-            icon=":material/play_arrow:",
-            key="runs_resume",
-            on_click=_do_resume,
-            args=(name, target),
-            disabled=state == "unknown",
-        )
-    if b[2].button("Load into Train", key="runs_load", disabled=not cfg):
-        ui.load_into_train(cfg)
-    d = st.columns(2)
-    d[0].download_button(
-        "config.json",
-        json.dumps(cfg, indent=2),
-        icon=":material/download:",
-        file_name=f"{name}-config.json",
-        mime="application/json",
-        key="runs_dl_cfg",
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        width="stretch",
+        key="runs_table",
+        column_config={
+            "test %": st.column_config.NumberColumn(format="%.2f", help="final, or the last evaluation while it runs")
+        },
     )
-    metrics_path = run_dir / "metrics.jsonl"
-    d[1].download_button(
-        "metrics.jsonl",
-        metrics_path.read_bytes() if metrics_path.exists() else b"",
-        icon=":material/download:",
-        file_name=f"{name}-metrics.jsonl",
-        mime="application/x-ndjson",
-        key="runs_dl_metrics",
-    )
-    with st.expander("Delete this run"):
-        sure = st.checkbox(f"Yes, delete {name} and its files", key="runs_del_sure")
-        st.button(
-            "Delete",
-            icon=":material/delete:",
-            key="runs_delete",
-            disabled=not sure or state in ("running", "starting"),
-            on_click=_do_delete,
-            args=(name,),
+
+
+def details(r: dict) -> None:
+    name, run_dir, status, cfg = r["name"], r["dir"], r["status"], r["config"] or {}
+    state = status.get("state", "unknown")
+    c = st.columns([2, 3])
+    with c[0]:
+        title = r["meta"]["name"] or name
+        st.markdown(f"### {ui.state_md(state)} {title}")
+        epochs = status.get("epochs") or (cfg.get("train") or {}).get("epochs", "?")
+        st.write(f"epoch {ui.done_epochs(run_dir, status)} of {epochs} · updated {_when(status.get('updated'))}")
+        st.caption(
+            f"id `{name}`"
+            + (f" · worker pid {status['pid']}" if status.get("pid") else "")
+            + f" · {W.human_bytes(W.dir_size(run_dir))} on disk · `{run_dir}`"
         )
-        if state in ("running", "starting"):
-            st.caption("Stop the run first.")
-with c[1]:
-    metrics = read_metrics(run_dir)
-    if metrics:
-        st.plotly_chart(C.accuracy_figure(metrics), key="runs_acc", config=ui.PLOTLY_CONFIG)
-    with st.expander("config.json", expanded=not metrics):
-        st.json(cfg)
-    if r.get("summary"):
-        with st.expander("summary.json"):
-            st.json(r["summary"])
+        if state in ui.FAILED:
+            st.error(f"{state.capitalize()}: {status.get('error')}")
+            err = run_dir / "error.txt"
+            try:
+                tail = err.read_text(errors="replace")[-4000:] if err.exists() else W.log_tail(run_dir)
+            except OSError:
+                tail = ""
+            if tail:
+                with st.expander("error output"):
+                    st.code(tail)
+        b = st.columns([1.2, 1.2])
+        with b[0]:
+            ui.resume_controls(r, "runs")
+        with b[1]:
+            st.button(
+                "Load into Train",
+                key="runs_load",
+                disabled=not cfg,
+                on_click=ui.on_load,
+                args=(name,),
+                width="stretch",
+                help="Put this run's config into the Train form and watch this run there",
+            )
+        with st.expander("Name, tags and note", expanded=False):
+            meta = r["meta"]
+            st.text_input("Name", value=meta["name"], key=f"meta_name.{name}", max_chars=M.MAX_NAME)
+            st.text_input("Tags (comma-separated)", value=", ".join(meta["tags"]), key=f"meta_tags.{name}")
+            st.text_area("Note", value=meta["note"], key=f"meta_note.{name}", max_chars=M.MAX_NOTE, height=80)
+            st.button("Save", key=f"meta_save.{name}", on_click=_do_save_meta, args=(name,))
+        d = st.columns(2)
+        d[0].download_button(
+            "config.json",
+            json.dumps(cfg, indent=2),
+            icon=":material/download:",
+            file_name=f"{name}-config.json",
+            mime="application/json",
+            key="runs_dl_cfg",
+        )
+        metrics_path = run_dir / "metrics.jsonl"
+        try:
+            metrics_bytes = metrics_path.read_bytes() if metrics_path.exists() else b""
+        except OSError:
+            metrics_bytes = b""
+        d[1].download_button(
+            "metrics.jsonl",
+            metrics_bytes,
+            icon=":material/download:",
+            file_name=f"{name}-metrics.jsonl",
+            mime="application/x-ndjson",
+            key="runs_dl_metrics",
+        )
+        with st.expander("Delete this run"):
+            sure = st.checkbox(f"Yes, delete {name} and its files", key="runs_del_sure")
+            st.button(
+                "Delete",
+                icon=":material/delete:",
+                key="runs_delete",
+                disabled=not sure or state in ui.ACTIVE,
+                on_click=_do_delete,
+                args=(name,),
+            )
+            if state in ui.ACTIVE:
+                st.caption("Stop the run first.")
+    with c[1]:
+        metrics = read_metrics(run_dir)
+        if metrics:
+            st.plotly_chart(C.accuracy_figure(metrics), key="runs_acc", config=ui.PLOTLY_CONFIG)
+        with st.expander("config.json", expanded=not metrics):
+            st.json(cfg)
+        if r.get("summary"):
+            with st.expander("summary.json"):
+                st.json(r["summary"])
+
+
+@st.fragment(run_every=2.0)
+def runs_panel() -> None:
+    ui.follow_goto()
+    runs = ui.list_runs()  # one read: the table and the details show the same records
+    if not runs:
+        ui.show_notice()
+        st.info("No runs yet. Start one on the Train page or with `python -m admm_core train --preset digits-mlp`.")
+        return
+    shown = [r for r in runs if M.matches(r, ss.get("runs_filter", ""))]
+    table(shown)
+    ui.show_notice()
+    by_name = {r["name"]: r for r in shown}
+    names = list(by_name)
+    picked = ui.watched()
+    ss["runs_sel"] = picked if picked in by_name else None
+    st.selectbox(
+        "Details of run",
+        names,
+        index=None,
+        key="runs_sel",
+        placeholder="Pick a run",
+        on_change=lambda: ui.watch(ss.get("runs_sel")),
+        format_func=lambda n: ui.run_label(by_name[n]),
+    )
+    if picked is None or picked not in by_name:
+        st.caption(
+            "Pick a run to see its details."
+            if picked is None
+            else f"`{picked}` is not in this list (filter or folder)."
+        )
+        return
+    details(by_name[picked])
+
+
+def main() -> None:
+    ui.follow_goto()
+    st.title("Runs")
+    st.caption(
+        f"Run directories in `{ui.runs_root()}` — started here, from the CLI or from a notebook. "
+        "A crashed or diverged run is shown with its error."
+    )
+    st.text_input(
+        "Filter",
+        key="runs_filter",
+        placeholder="words in the id, name, tags, note, method, data set or preset",
+    )
+    if picked := ui.watched():
+        st.query_params["run"] = picked
+    runs_panel()
+
+
+main()
