@@ -178,7 +178,7 @@ def run_job(job: str, cfg, run_dir: Path, deadline: float, state_file: Path | No
         return sess
 
     resume = False
-    saved = torch.load(state_file, map_location="cpu", weights_only=False) if state_file is not None else None
+    saved = runs.safe_load(state_file) if state_file is not None else None  # tensors only: never runs code
     if saved is not None and saved["epoch"] > 0:
         sess = build(cfg)
         sess.net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in saved["net"].items()})
