@@ -1,4 +1,6 @@
-"""The deep-network runs of issue 18 on a GPU machine, in one budgeted, resumable call.
+"""Answers: does Block-ADMM train ResNet-18 on CIFAR-10 (and Fashion-MNIST to convergence) on a GPU?
+
+The deep-network runs of issue 18 on a GPU machine, in one budgeted, resumable call.
 
 The GPU machine has no copy of the data and nothing travels but the working tree (≤ 64 MiB)
 and at most 8 files back (16 MiB each, 64 MiB in all). So:
