@@ -159,6 +159,12 @@ def on_load(name: str) -> None:
     watch(name)
 
 
+def load_into_train(config: dict) -> None:
+    """Open the Train page with ``config`` (a config.json dict) in its form (e.g. a sweep's best trial)."""
+    ss["load_config"] = config
+    st.switch_page(TRAIN_PAGE)
+
+
 def follow_goto() -> None:
     """Call at the top of a page: a Load callback asked to open the Train page."""
     if ss.pop("goto_train", False):

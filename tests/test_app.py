@@ -160,7 +160,7 @@ def test_train_page_opens_on_digits_and_mirrors_the_url(env_runs):
 
 def _start_and_capture(at, monkeypatch) -> RunConfig:
     launched = []
-    monkeypatch.setattr(W, "_spawn", lambda args, run_dir: launched.append((args, run_dir)) or 12345)
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: launched.append((args, run_dir)) or 12345)
     widget(at, "button", "start").click().run()
     no_exceptions(at)
     assert len(launched) == 1, form_errors(at)
@@ -305,7 +305,7 @@ def test_runs_page_resumes_a_stopped_run(tmp_path, monkeypatch):
     assert read_json(root / "paused" / "status.json")["state"] == "stopped"
     assert read_json(root / "paused" / "status.json")["epoch"] == 2
     launched = []
-    monkeypatch.setattr(W, "_spawn", lambda args, run_dir: launched.append(args) or 1)
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: launched.append(args) or 1)
     monkeypatch.setenv("ADMM_RUNS", str(root))
     at = app().run()
     at.switch_page("views/runs.py").run()
@@ -657,7 +657,7 @@ def test_selection_is_by_id_and_stable(tmp_path, monkeypatch):
 
 def test_start_is_idempotent_per_click(env_runs, monkeypatch):
     launched = []
-    monkeypatch.setattr(W, "_spawn", lambda args, run_dir: launched.append(run_dir) or 1)
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: launched.append(run_dir) or 1)
     at = app().run()
     widget(at, "button", "start").click().run()
     widget(at, "button", "start").click().run()  # a double click: the same config at once

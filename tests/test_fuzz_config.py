@@ -462,7 +462,7 @@ def test_form_one_bad_field_is_refused_next_to_its_widget(case, tmp_path_factory
     cfg, errors = F.config_from_form(form)  # must not raise
     count("dashboard form", cfg is None)
     spawned = []
-    monkeypatch.setattr(W, "_spawn", lambda args, run_dir: spawned.append(run_dir) or 0)
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: spawned.append(run_dir) or 0)
     if cfg is not None:  # accepted: it may start (value was valid for this field after all)
         run_dir = W.start_run(cfg, root)
         assert spawned == [run_dir]
@@ -474,8 +474,10 @@ def test_form_one_bad_field_is_refused_next_to_its_widget(case, tmp_path_factory
     if key == "hidden" and "split" in errors and "hidden" not in errors:
         return  # new widths change the layer count: the form's split no longer fits, said next to it
     if key is not None:
-        assert key in errors or "_form" in errors, (key, errors)
-        msg = errors.get(key) or errors["_form"]
+        # widths too large for memory are said in the form's memory slot, naming model.hidden
+        slot = "memory" if key == "hidden" and "hidden" not in errors and "memory" in errors else key
+        assert slot in errors or "_form" in errors, (key, errors)
+        msg = errors.get(slot) or errors["_form"]
         shown = value if not isinstance(value, list) else ",".join(map(str, value))
         assert (
             names_value(msg, value)
@@ -489,14 +491,15 @@ def test_form_too_big_network_is_a_hidden_error_not_a_crash():
     form = F.default_form("digits-mlp", "block-admm")
     form["hidden"] = "100000,100000"
     cfg, errors = F.config_from_form(form)
-    assert cfg is None and "needs about" in errors["hidden"] and "available" in errors["hidden"]
+    msg = errors["memory"]  # the form's memory slot, naming the field and its value
+    assert cfg is None and "model.hidden = '100000,100000'" in msg and "needs about" in msg and "limit" in msg
 
 
 def test_start_run_refuses_before_any_directory(tmp_path, monkeypatch):
     """Even past the form (a config built by hand), start_run runs the engine's preflight first."""
     monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
     spawned = []
-    monkeypatch.setattr(W, "_spawn", lambda args, run_dir: spawned.append(run_dir) or 0)
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: spawned.append(run_dir) or 0)
     from admm_core.errors import ConfigError
 
     cfg = RunConfig().replace(model__hidden=(100000, 100000))
