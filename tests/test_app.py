@@ -198,7 +198,12 @@ def test_train_widgets_map_to_the_config(env_runs, monkeypatch):
         train__loss="ce",
         train__device="cpu",
         data__train_limit=500,
-        method_params={"lr": 1e-3, "z_lr": 0.5, "beta": [2.0, 0.5], "dual": "damped"},
+        method_params={
+            **preset_config("digits-mlp", "online-admm").method_params,
+            "lr": 1e-3,
+            "beta": [2.0, 0.5],
+            "dual": "damped",
+        },
     )
     assert same_config(cfg, expected)
     assert cfg.build_method().beta == (2.0, 0.5)

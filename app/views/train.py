@@ -71,7 +71,8 @@ def on_method():
     preset, method = ss[K + "preset"], ss[K + "method"]
     if preset != F.NO_PRESET:
         fresh = F.default_form(preset, method)
-        set_form({k: v for k, v in fresh.items() if k.startswith(F.MP) or k == "batch_size"})
+        # with "method": set_form files the preset's settings under the new method's widgets
+        set_form({"method": method, **{k: v for k, v in fresh.items() if k.startswith(F.MP) or k == "batch_size"}})
     else:
         set_form({"method": method, **F.method_fields(method)})
 
