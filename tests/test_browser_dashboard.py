@@ -3,8 +3,9 @@ watch the live charts fill, stop the run, find it 'stopped' on the Runs page.
 
 Also measures how far the live accuracy chart trails the worker: for every point that
 appears in the browser's plotly chart, the time it appeared minus the ``time`` field of its
-metrics.jsonl line (same machine, same clock). Saves assets/dashboard-train.png (mid-run) and
-assets/dashboard-compare.png. Needs the system Chromium (apt-get install chromium).
+metrics.jsonl line (same machine, same clock). With ADMM_SCREENSHOTS=assets it saves the docs'
+screenshots assets/dashboard-train.png (mid-run) and assets/dashboard-compare.png; otherwise they
+go to the test's temporary folder, so a test run never changes tracked files. Needs the system Chromium (apt-get install chromium).
 """
 
 from __future__ import annotations
@@ -145,6 +146,14 @@ def browser():
 
 def _plots(page) -> list[dict]:
     return page.evaluate(PLOTS_JS)
+
+
+def _screenshots_dir(tmp: Path) -> Path:
+    """$ADMM_SCREENSHOTS (relative to the project, e.g. ``assets``) when set, else a temporary folder."""
+    where = os.environ.get("ADMM_SCREENSHOTS")
+    path = (ROOT / where) if where else (Path(tmp) / "screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _plot(page, prefix: str, run: str | None = None) -> dict | None:
@@ -410,7 +419,6 @@ def test_compare_settings_columns_and_parallel_coordinates(server, browser):
         assert "method" in dims and dims[-1] == "final test %", dims
         page.locator("[data-testid='stDataFrame'] canvas").first.wait_for()
         page.wait_for_timeout(3000)  # the table is drawn on a canvas a moment later
-        (ROOT / "assets").mkdir(exist_ok=True)
-        page.screenshot(path=str(ROOT / "assets" / "dashboard-compare.png"))
+        page.screenshot(path=str(_screenshots_dir(root) / "dashboard-compare.png"))
     finally:
         page.close()
