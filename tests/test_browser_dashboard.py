@@ -224,10 +224,9 @@ def test_train_watch_stop_in_chromium(server, browser):
     )
     assert both, [p["title"] for p in _plots(page)]
     assert _wait(lambda: page.get_by_text("ETA").count() >= 1, 20)
-    (ROOT / "assets").mkdir(exist_ok=True)
     page.set_viewport_size({"width": 1440, "height": 2000})  # Streamlit scrolls inside its own pane
     page.wait_for_timeout(1500)
-    page.screenshot(path=str(ROOT / "assets" / "dashboard-train.png"))
+    page.screenshot(path=str(_screenshots_dir(root) / "dashboard-train.png"))
 
     # not the toolbar's own Stop; force: the live fragment redraws every 0.5 s, never "stable" under load
     page.locator("button[kind=secondary]", has_text="Stop").click(force=True)
