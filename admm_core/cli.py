@@ -110,10 +110,12 @@ def cmd_train(a) -> int:
 def _cmd_train(a) -> int:
     from .distributed import barrier, broadcast, is_lead
     from .resources import preflight
-    from .runs import install_stop_handlers, new_run_dir, read_json, train, verify_checkpoint
+    from .runs import install_stop_handlers, new_run_dir, read_json, read_json_dict, train, verify_checkpoint
 
     resumes_deepfacto = bool(a.resume) and "deepfacto" in (read_json(Path(a.resume) / "config.json", {}) or {})
-    if a.preset == "lfwa-deepfacto" or resumes_deepfacto:  # DeepFacto has its own loop (admm_core.deepfacto)
+    # a config file with a "deepfacto" key is a DeepFacto run (the dashboard launches those this way)
+    deepfacto_config = bool(a.config) and "deepfacto" in read_json_dict(Path(a.config))
+    if a.preset == "lfwa-deepfacto" or resumes_deepfacto or deepfacto_config:  # its own loop (admm_core.deepfacto)
         from .deepfacto.commands import cli_train
 
         return cli_train(a)

@@ -30,6 +30,7 @@ STATE_COLOURS = {
 FAILED = ("crashed", "diverged")  # shown with their error message
 ACTIVE = ("running", "starting")
 TRAIN_PAGE = "views/train.py"
+HEATMAPS_PAGE = "views/heatmaps.py"
 
 PLOTLY_CONFIG = {
     "displayModeBar": True,

@@ -744,3 +744,115 @@ def test_image_decoding_16bit_alpha_gray_and_large():
     Image.new("1", (8000, 8000)).save(buf, format="PNG")  # 64 MP, a tiny file
     with pytest.raises(faces.UploadError, match="too large: 8000×8000"):
         faces.read_image(buf.getvalue())
+
+
+# --- DeepFacto from the Train page -----------------------------------------------------------------
+
+
+def test_deepfacto_form_validates_each_field_and_round_trips_the_url():
+    from admm_core.deepfacto.config import DeepFactoConfig
+    from app.dashboard import deepfacto_form as D
+
+    values = D.default_values()
+    cfg, errs = D.config_from_values(values)
+    assert errs == {} and cfg == DeepFactoConfig()
+    bad = {**values, "rank": 0, "batch_size": 0, "svm_c": "[-1]", "s_mode": "nope", "gamma": "abc"}
+    cfg, errs = D.config_from_values(bad)
+    assert cfg is None and set(errs) == {"rank", "batch_size", "svm_c", "s_mode", "gamma"}, errs
+    assert "deepfacto.rank" in errs["rank"] and "0" in errs["rank"]
+    assert "deepfacto.svm_c" in errs["svm_c"] and "deepfacto.gamma" in errs["gamma"]
+    # text fields read like --set: JSON lists, null, plain strings; 0 labelled images = all of them
+    mine = {**values, "rank": 8, "svm_c": "[0.001, 0.1]", "data_limit": 0, "s_mode": "admm", "margin": "0.5"}
+    cfg, errs = D.config_from_values(mine, backbone_weights="/w.pt")
+    assert errs == {}
+    assert cfg == DeepFactoConfig(rank=8, svm_c=(0.001, 0.1), s_mode="admm", margin=0.5, backbone_weights="/w.pt")
+    q = D.to_query(mine)
+    assert q == {
+        "mode": "deepfacto",
+        "df.rank": "8",
+        "df.svm_c": "[0.001, 0.1]",
+        "df.s_mode": "admm",
+        "df.margin": "0.5",
+    }
+    back, warnings = D.from_query({**q, "df.nope": "1", "df.seed": "x", "df.device": "tpu"})
+    assert D.config_from_values(back)[0] == cfg.replace(backbone_weights=None)
+    assert len(warnings) == 3 and any("df.nope" in w for w in warnings) and any("tpu" in w for w in warnings)
+    # a run's saved settings come back into the same widgets
+    assert D.config_from_values(D.values_from_config(cfg.to_dict()), "/w.pt")[0] == cfg
+
+
+def test_deepfacto_backbone_upload_keeps_only_plain_weights(tmp_path, monkeypatch):
+    import pickle
+
+    import torch
+
+    from admm_core.faces import FaceBackbone
+    from app.dashboard import deepfacto_form as D
+
+    monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="mine.pt"):
+        D.save_upload("mine.pt", b"not a weights file")
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "pwned"),))
+
+    with pytest.raises(ValueError, match="refused"):
+        D.save_upload("evil.pt", pickle.dumps(Payload()))
+    assert not (tmp_path / "pwned").exists()
+    assert list(D.uploads_dir().iterdir()) == []  # nothing refused is kept
+    buf = io.BytesIO()
+    torch.save(FaceBackbone().state_dict(), buf)
+    path = D.save_upload("../../etc/whatever.pt", buf.getvalue())
+    assert path.parent == D.uploads_dir() and path.name != "whatever.pt" and path.suffix == ".pt"
+    assert D.saved_backbones() == [path]
+    with pytest.raises(ValueError, match="over the"):
+        D.save_upload("big.pt", b"0" * (D.UPLOAD_LIMIT + 1))
+
+
+def test_train_page_deepfacto_messages_and_start(env_runs, monkeypatch, tmp_path):
+    from admm_core.faces import find_lfw
+
+    at = app({"mode": "deepfacto", "df.rank": "0"}).run()
+    no_exceptions(at)
+    assert any("deepfacto.rank = 0" in e for e in form_errors(at)), form_errors(at)
+    assert widget(at, "button", "start_df").disabled
+    try:
+        find_lfw()
+    except Exception:  # noqa: BLE001
+        pytest.skip("LFW is not under the data root: Start stays disabled")
+    launched = []
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: launched.append((args, run_dir)) or 1)
+    widget(at, "number_input", "df.rank").set_value(32).run()
+    widget(at, "text_input", "df.svm_c").set_value("0.01").run()
+    assert not form_errors(at), form_errors(at)
+    widget(at, "button", "start_df").click().run()
+    widget(at, "button", "start_df").click().run()  # a double click starts one run
+    no_exceptions(at)
+    assert len(launched) == 1
+    args, run_dir = launched[0]
+    assert args == ["--config", str(run_dir / "config.json"), "--out", str(run_dir)]
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["preset"] == "lfwa-deepfacto" and saved["deepfacto"]["rank"] == 32
+    assert saved["deepfacto"]["svm_c"] == [0.01]
+    assert widget(at, "selectbox", "watch_pick").value == run_dir.name
+    # loading it into the form: a fresh page shows its settings in the DeepFacto form
+    at2 = app().run()
+    at2.session_state["load_config"] = saved
+    at2.run()
+    no_exceptions(at2)
+    assert at2.session_state["train_mode"] == "deepfacto" and widget(at2, "number_input", "df.rank").value == 32
+    shutil.rmtree(run_dir)
+
+
+def test_cli_runs_a_deepfacto_config_file_through_its_own_loop(tmp_path, monkeypatch):
+    from admm_core import cli
+    from admm_core.deepfacto import commands
+    from admm_core.deepfacto.config import DeepFactoConfig, run_config_dict
+
+    seen = []
+    monkeypatch.setattr(commands, "cli_train", lambda a: seen.append(commands.config_from_cli(a)) or 0)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(run_config_dict(DeepFactoConfig(rank=4, seed=3))))
+    assert cli.main(["train", "--config", str(path), "--out", str(tmp_path / "run")]) == 0
+    assert seen == [DeepFactoConfig(rank=4, seed=3)]

@@ -87,7 +87,9 @@ def server(tmp_path_factory):
         train(cfg, root / f"20260101-00000{i}-digits-mlp-{method}-s0")
     torch.set_num_threads(threads)
     port = _free_port()
-    env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
+    # a DeepFacto run trains (and caches) a tiny backbone: keep it out of ~/.cache
+    cache = tmp_path_factory.mktemp("browser-cache")
+    env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT), "ADMM_CACHE": str(cache)}
     cmd = [
         sys.executable,
         "-m",
@@ -425,3 +427,84 @@ def test_compare_settings_columns_and_parallel_coordinates(server, browser):
         page.screenshot(path=str(_screenshots_dir(root) / "dashboard-compare.png"))
     finally:
         page.close()
+
+
+LFW = Path(os.environ.get("ADMM_DATA") or ROOT.parent / "shared" / "data") / "lfw"
+# the smallest DeepFacto that runs every stage (the settings of tests/test_deepfacto.py's smoke run)
+TINY_DEEPFACTO = {
+    "rank": 4,
+    "data_limit": 160,
+    "image_size": 32,
+    "backbone_epochs": 1,
+    "finetune_iters": 1,
+    "train_limit": 48,
+    "eval_images": 30,
+    "svm_train_limit": 80,
+    "batch_size": 32,
+    "device": "cpu",
+}
+
+
+@pytest.mark.skipif(not LFW.is_dir(), reason=f"LFW faces not found at {LFW} (set ADMM_DATA)")
+def test_deepfacto_from_train_stop_resume_then_heatmaps(server, browser):
+    """DeepFacto from a Train link: started, stopped, on Runs as 'stopped', resumed to the end, then
+    its finished run opens on Heatmaps with score maps over a held-out face."""
+    from playwright.sync_api import expect
+
+    from admm_core.runs import read_metrics
+    from app.dashboard import workers as W
+
+    url, root, _ = server
+    before = {d.name for d in root.iterdir()}
+    page = browser.new_page(viewport={"width": 1440, "height": 1400})
+    page.set_default_timeout(TIMEOUT_MS)
+    query = "&".join(f"df.{k}={v}" for k, v in {**TINY_DEEPFACTO, "warmup_iters": 400}.items())
+    page.goto(f"{url}/?mode=deepfacto&{query}")
+    expect(page.get_by_label("NMF rank r", exact=True)).to_have_value("4", timeout=TIMEOUT_MS)  # the URL filled it
+    page.get_by_role("button", name=re.compile("Start run")).click()
+    run_dir = _wait(lambda: next((d for d in root.iterdir() if d.is_dir() and d.name not in before), None), 30)
+    assert run_dir is not None and "lfwa-deepfacto-r4" in run_dir.name, run_dir
+    cfg = json.loads((run_dir / "config.json").read_text())["deepfacto"]
+    assert {k: cfg[k] for k in TINY_DEEPFACTO} == TINY_DEEPFACTO and cfg["warmup_iters"] == 400
+
+    # its own charts while it runs: the NMF residuals and DeepFacto's three constraints
+    assert _wait(lambda: len(read_metrics(run_dir)) >= 3, TIMEOUT_MS / 1000), W.log_tail(run_dir)
+    if not _wait(lambda: _plot(page, "NMF module", run_dir.name), 15):
+        page.goto(f"{url}/?mode=deepfacto&run={run_dir.name}")  # the first session can miss the switch (as above)
+    nmf = _wait(lambda: _plot(page, "NMF module", run_dir.name), TIMEOUT_MS / 1000)
+    assert nmf is not None and max(nmf["n"]) >= 2, [p["title"] for p in _plots(page)]
+    assert _plot(page, "Face verification", run_dir.name) is not None
+    page.get_by_role("button", name="Stop").click()
+    assert _wait(lambda: W.state_of(run_dir)["state"] == "stopped", 120), W.state_of(run_dir)
+    done = len(read_metrics(run_dir)) - 1  # iteration 0 is the initialisation
+    assert 1 <= done < 400
+
+    # Runs lists it as stopped, like every other run
+    page.goto(f"{url}/runs?run={run_dir.name}")
+    page.wait_for_function("name => document.body.innerText.includes(name)", arg=run_dir.name)
+    page.locator("h3", has_text="stopped").wait_for()
+
+    # resume it from the live panel to 2 iterations more than it did (the fine-tune iteration is the last)
+    page.goto(f"{url}/?mode=deepfacto&run={run_dir.name}")
+    target = page.get_by_role("spinbutton", name="Resume to epoch")
+    target.fill(str(done + 2))
+    target.press("Enter")
+    page.wait_for_timeout(1000)
+    page.get_by_role("button", name="Resume", exact=True).click()
+    assert _wait(lambda: W.state_of(run_dir)["state"] == "finished", TIMEOUT_MS / 1000), W.log_tail(run_dir)
+    ms = read_metrics(run_dir)
+    assert [m["epoch"] for m in ms] == list(range(done + 3)), [m["epoch"] for m in ms]
+    assert ms[-1]["phase"] == "finetune"
+
+    # finished: the live panel links to Heatmaps, which opens on this run and draws its maps
+    link = page.get_by_role("link", name=re.compile("Open its score maps"))
+    link.wait_for()
+    link.click()
+    page.wait_for_url(re.compile("heatmaps"))
+    expect(page.get_by_text("DeepFacto run", exact=True)).to_be_visible()
+    picked = WATCH_JS.replace("startsWith('Run')", "startsWith('DeepFacto run')")
+    page.wait_for_function(f"name => ({picked})().includes(name)", arg=run_dir.name)
+    assert _wait(lambda: any("S[" in str(p["title"]) or p["n"] for p in _plots(page)), TIMEOUT_MS / 1000)
+    page.wait_for_timeout(1500)
+    page.screenshot(path=str(_screenshots_dir(root) / "dashboard-heatmaps.png"), full_page=True)
+    page.close()

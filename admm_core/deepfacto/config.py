@@ -161,6 +161,31 @@ class DeepFactoConfig:
         return dataclasses.replace(self, **kw)
 
 
+def field_help() -> dict[str, str]:
+    """{field: its comment in :class:`DeepFactoConfig`'s source} (the dashboard's help texts)."""
+    import inspect
+    import io
+    import tokenize
+
+    names = {f.name for f in dataclasses.fields(DeepFactoConfig)}
+    out: dict[str, list[str]] = {}
+    current, above = None, []  # comments on lines of their own belong to the field below them
+    toks = tokenize.generate_tokens(io.StringIO(inspect.getsource(DeepFactoConfig)).readline)
+    for tok in toks:
+        if tok.type == tokenize.NAME and tok.start[1] == 4 and tok.string in names:
+            current = tok.string  # a field's line starts at the class body's indent
+            out[current], above = above, []
+        elif tok.type == tokenize.NAME and tok.start[1] == 4 and tok.string == "def":
+            break
+        elif tok.type == tokenize.COMMENT:
+            text = tok.string.lstrip("# ").strip()
+            if tok.line.strip().startswith("#"):
+                above.append(text)
+            elif current:
+                out[current].append(text)
+    return {k: " ".join(v) for k, v in out.items() if v}
+
+
 def run_config_dict(cfg: DeepFactoConfig) -> dict:
     """config.json of a DeepFacto run: the dashboard finds it by the 'deepfacto' key / the preset name."""
     return {

@@ -158,9 +158,15 @@ def n_blocks(metrics: list[dict], key: str) -> int:
 
 
 def per_block_figure(
-    metrics: list[dict], key: str, title: str, log_y: bool = False, smoothing: float = 0.0
+    metrics: list[dict],
+    key: str,
+    title: str,
+    log_y: bool = False,
+    smoothing: float = 0.0,
+    names: tuple[str, ...] | None = None,
 ) -> go.Figure:
-    """One trace per block of a per-block list column (residuals, dual_norms, betas)."""
+    """One trace per block of a per-block list column (residuals, dual_norms, betas); ``names``
+    labels the entries when they are not blocks (DeepFacto's three constraints)."""
     ep = _col(metrics, "epoch")
     fig = go.Figure()
     for t in range(n_blocks(metrics, key)):
@@ -172,7 +178,7 @@ def per_block_figure(
         fig.add_scatter(
             x=ep,
             y=smooth(ys, smoothing),
-            name=f"block {t + 1}",
+            name=names[t] if names and t < len(names) else f"block {t + 1}",
             mode="lines+markers",
             line={"color": COLOURS[t % len(COLOURS)]},
         )
@@ -200,6 +206,32 @@ def seconds_figure(metrics: list[dict]) -> go.Figure:
     return _layout(fig, "Seconds per epoch (training only)", "epoch", "s")
 
 
+# DeepFacto's per-iteration lists (admm_core.deepfacto.run): its three constraints and their duals
+DEEPFACTO_RESIDUALS = ("Z₁ − block₁(X)", "Z₁ − MS", "Z₂ − block₂(S)")
+DEEPFACTO_DUALS = ("U₁", "V", "U₂")
+NMF_LINES = (
+    ("nmf_residual", "‖Z₁ − MS‖/‖Z₁‖"),
+    ("nmf_residual_backbone", "‖block₁(X) − MS‖/‖block₁(X)‖"),
+    ("reconstruction_error", "same, S from the test-time projection"),
+    ("s_mismatch", "‖S_train − S_test‖/‖S_test‖"),
+)
+
+
+def is_deepfacto(metrics: list[dict]) -> bool:
+    return any("nmf_residual" in m for m in metrics)
+
+
+def nmf_figure(metrics: list[dict], log_y: bool = True, smoothing: float = 0.0) -> go.Figure:
+    """DeepFacto's factorisation: how well M S explains Z₁ and the backbone, and the S mismatch."""
+    ep = _col(metrics, "epoch")
+    fig = go.Figure()
+    for i, (key, name) in enumerate(NMF_LINES):
+        ys = [y if y is None or not log_y or y > 0 else None for y in _col(metrics, key)]
+        if any(y is not None for y in ys):
+            fig.add_scatter(x=ep, y=smooth(ys, smoothing), name=name, mode="lines+markers", line={"color": COLOURS[i]})
+    return _layout(fig, "NMF module: relative residuals", "iteration", "", log_y)
+
+
 def live_figures(
     metrics: list[dict], log_residuals: bool = True, run: str | None = None, smoothing: float = 0.0
 ) -> dict[str, go.Figure]:
@@ -209,6 +241,25 @@ def live_figures(
     and backprop's gradient) is drawn when the metrics carry it.
     """
     sm = smoothing
+    if is_deepfacto(metrics):
+        figs = {
+            "accuracy": accuracy_figure(metrics),
+            "loss": loss_figure(metrics, smoothing=sm),
+            "seconds": seconds_figure(metrics),
+            "residuals": per_block_figure(
+                metrics, "residuals", "Constraint residual (RMS per image)", log_residuals, sm, DEEPFACTO_RESIDUALS
+            ),
+            "dual_norms": per_block_figure(
+                metrics, "dual_norms", "Dual norms (RMS per image)", log_residuals, sm, DEEPFACTO_DUALS
+            ),
+            "nmf": nmf_figure(metrics, log_residuals, sm),
+        }
+        figs["accuracy"].update_layout(title_text=wrap("Face verification accuracy (%)"))
+        for f in figs.values():
+            f.update_xaxes(title_text="iteration")
+            if run:
+                f.update_layout(meta={"run": run})
+        return figs
     figs = {
         "accuracy": accuracy_figure(metrics),
         "loss": loss_figure(metrics, smoothing=sm),

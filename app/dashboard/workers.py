@@ -21,7 +21,10 @@ import time
 from pathlib import Path
 
 from admm_core.config import ConfigError, RunConfig
+from admm_core.deepfacto.commands import new_run_dir as deepfacto_run_dir
+from admm_core.deepfacto.config import DeepFactoConfig, run_config_dict
 from admm_core.distributed import checkpoint_world
+from admm_core.faces import find_lfw, load_backbone
 from admm_core.resources import preflight
 from admm_core.runs import (
     default_runs_dir,
@@ -30,6 +33,7 @@ from admm_core.runs import (
     pid_alive,
     read_json_dict,
     record_exit,
+    resolve_device,
     run_status,
 )
 
@@ -162,6 +166,23 @@ def start_run(cfg: RunConfig, root: str | Path | None = None, processes: int = 1
     run_dir = new_run_dir(cfg, runs_root(root))  # created atomically, unique even for starts in the same second
     (run_dir / "config.json").write_text(cfg.to_json())
     _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir, processes)
+    return run_dir
+
+
+def start_deepfacto(cfg: DeepFactoConfig, root: str | Path | None = None) -> Path:
+    """Write RUN/config.json of a DeepFacto run (:class:`admm_core.deepfacto.DeepFactoConfig`) and
+    launch its worker; the same lifecycle as :func:`start_run` (status, metrics, stop, resume).
+
+    Checked first, so a bad start leaves no directory: LFWA is found (DataError naming where it
+    looked) and a given backbone file loads as plain tensors (CheckpointError / ValueError).
+    """
+    resolve_device(cfg.device)
+    find_lfw(cfg.data_root)
+    if cfg.backbone_weights:
+        load_backbone(cfg.backbone_weights)
+    run_dir = deepfacto_run_dir(cfg, runs_root(root))
+    (run_dir / "config.json").write_text(json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
+    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir)
     return run_dir
 
 

@@ -43,8 +43,10 @@ if not runs:
 
 
 by_id = {r["name"]: r for r in runs}
-if ss.get("hm_run") not in by_id and ui.watched() in by_id:
-    ss["hm_run"] = ui.watched()  # the run picked elsewhere (Train, Runs, ?run=) opens here
+watched = ui.watched()
+if watched in by_id and (ss.get("hm_run") not in by_id or ss.get("hm_followed") != watched):
+    ss["hm_run"] = watched  # a run newly picked elsewhere (Train, Runs, ?run=) opens here
+    ss["hm_followed"] = watched
 name = st.selectbox("DeepFacto run", list(by_id), key="hm_run", format_func=lambda n: ui.run_label(by_id[n]))
 run = next(r for r in runs if r["name"] == name)
 

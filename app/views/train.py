@@ -10,6 +10,7 @@ callbacks of :mod:`app.ui`.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -18,12 +19,15 @@ import streamlit as st
 
 from admm_core.config import DEVICES, LOSSES, RunConfig
 from admm_core.data import available
-from admm_core.errors import ConfigError, DataError
+from admm_core.deepfacto.config import DeepFactoConfig
+from admm_core.errors import CheckpointError, ConfigError, DataError
+from admm_core.faces import find_lfw
 from admm_core.methods import METHODS
 from admm_core.presets import PRESETS
 from admm_core.runs import read_metrics
 from app import ui
 from app.dashboard import charts as C
+from app.dashboard import deepfacto_form as D
 from app.dashboard import form as F
 from app.dashboard import workers as W
 
@@ -107,10 +111,12 @@ def on_start():
 
 def _load_config(cfg: dict) -> None:
     if "deepfacto" in cfg:
-        ss["form_notice"] = (
-            "That is a DeepFacto run: the Train form does not offer DeepFacto yet (train it with "
-            "`python -m admm_core train --preset lfwa-deepfacto`). The form is unchanged."
-        )
+        df = cfg["deepfacto"] if isinstance(cfg["deepfacto"], dict) else {}
+        set_deepfacto(D.values_from_config(df))
+        if df.get("backbone_weights"):
+            ss["df_backbone"], ss["df_saved"] = "saved", str(df["backbone_weights"])
+        ss["train_mode"] = D.MODE
+        ss["form_notice"] = "Loaded the DeepFacto run's settings into the DeepFacto form."
         return
     try:
         form = F.form_from_config(RunConfig.from_dict(cfg))
@@ -147,6 +153,13 @@ def init_form() -> None:
             if warnings:
                 ss["form_notice"] = " · ".join(warnings)
         set_form(form or ss.get("train_form") or F.default_form())
+    if "train_mode" not in ss:
+        qp = st.query_params.to_dict()
+        ss["train_mode"] = D.MODE if qp.get("mode") == D.MODE else "network"
+        values, warnings = D.from_query(qp)
+        set_deepfacto(values)
+        if warnings and ss["train_mode"] == D.MODE:
+            ss["form_notice"] = " · ".join(warnings)
     ui.watched()  # ?run= in a link picks the watched run
 
 
@@ -353,6 +366,156 @@ def start_section(cfg: RunConfig | None, errors: dict) -> None:
         st.toast(ss.pop("start_toast"))
 
 
+# --- DeepFacto (LFWA faces) -------------------------------------------------------------------------
+
+
+def set_deepfacto(values: dict) -> None:
+    for k, v in values.items():
+        ss[D.PREFIX + k] = v
+
+
+def read_deepfacto() -> dict:
+    return {k: ss[D.PREFIX + k] for k in D.fields() if D.PREFIX + k in ss}
+
+
+def _df_widget(name: str, slots: dict) -> None:
+    key, label, help_text = D.PREFIX + name, D.LABELS.get(name, name), D.help_of(name)
+    if name in D.MENUS:
+        st.selectbox(label, list(D.MENUS[name]), key=key, help=help_text)
+    elif name in D.NUMBERS:
+        st.number_input(label, key=key, step=1, help=help_text)
+    else:
+        st.text_input(label, key=key, help=help_text)
+    slots[name] = st.empty()
+
+
+def backbone_choice(slots: dict) -> tuple[str | None, bool]:
+    """The backbone radio: (weights file or None, whether the choice is complete)."""
+    st.radio(
+        "Face backbone (block 1)",
+        ["train", "saved", "upload"],
+        key="df_backbone",
+        horizontal=True,
+        format_func={
+            "train": "train one here (cached for the next run)",
+            "saved": "a saved file",
+            "upload": "upload a weights file",
+        }.get,
+        help="No pretrained weights are downloaded: a backbone is trained here (once per split and size) or given.",
+    )
+    choice = ss["df_backbone"]
+    if choice == "train":
+        c = st.columns(4)
+        for col, name in zip(c, ("backbone_epochs", "backbone_width")):
+            with col:
+                _df_widget(name, slots)
+        return None, True
+    if choice == "saved":
+        files = [str(p) for p in D.saved_backbones()]
+        if ss.get("df_saved") and ss["df_saved"] not in files:
+            files.insert(0, ss["df_saved"])  # from a loaded run
+        if not files:
+            st.info("No saved backbone on this machine yet: train one here or upload a file.")
+            return None, False
+        st.selectbox("Backbone file", files, key="df_saved", format_func=lambda f: Path(f).name)
+        return ss["df_saved"], True
+    up = st.file_uploader(
+        "Backbone weights (.pt: a state_dict of the face backbone, loaded as plain tensors only)",
+        key="df_upload",
+        type=["pt", "pth"],
+    )
+    if up is None:
+        return None, False
+    try:
+        path = D.save_upload(up.name, up.getvalue())
+    except ValueError as e:
+        st.error(f"backbone file {up.name!r}: {e}", icon="⚠️")
+        return None, False
+    st.caption(f"Kept as `{path.name}` (named by its content) in `{path.parent}`.")
+    return str(path), True
+
+
+def on_start_deepfacto(cfg_json: str) -> None:
+    """Launch once per click (the same settings again within START_DEDUP_S are the same click)."""
+    last = ss.get("last_start") or {}
+    if last.get("config") == cfg_json and time.time() - last.get("time", 0) < START_DEDUP_S:
+        ss["start_toast"] = f"Already started {last['run']}"
+        return
+    try:
+        run_dir = W.start_deepfacto(DeepFactoConfig.from_dict(json.loads(cfg_json)), ui.runs_root())
+    except (ConfigError, DataError, CheckpointError, ValueError, FileNotFoundError) as e:
+        ss["notice"] = f"Not started: {e}"
+        return
+    except OSError as e:
+        ss["notice"] = f"Could not start the run in {ui.runs_root()}: {e}"
+        return
+    ss["last_start"] = {"config": cfg_json, "time": time.time(), "run": run_dir.name}
+    ss["start_toast"] = f"Started {run_dir.name}"
+    ui.watch(run_dir.name)
+
+
+def deepfacto_section() -> dict:
+    """DeepFacto on LFWA: backbone → NMF (rank r) → FC, trained by Block-ADMM; returns the URL query."""
+    slots: dict = {}
+    lfw_problem = None
+    try:
+        find_lfw()
+    except DataError as e:
+        lfw_problem = str(e)
+    with st.container(border=True):
+        st.markdown("**DeepFacto on LFWA faces**")
+        st.caption(
+            "Block 1 is a face backbone, then an NMF module Z_1 ≈ M·S (rank r, M, S ≥ 0), then block 2, an FC "
+            "embedding trained with a triplet loss. At the end, attribute SVMs read S (40 LFWA attributes) and the "
+            "Heatmaps page draws the rows of S over faces. The paper's ranks: 4, 32, 256."
+        )
+        c = st.columns(len(D.MAIN))
+        for col, name in zip(c, D.MAIN):
+            with col:
+                _df_widget(name, slots)
+        weights, backbone_ok = backbone_choice(slots)
+        rest = [f for f in D.fields() if f not in D.MAIN and f not in ("backbone_epochs", "backbone_width")]
+        _, pre_errors = D.config_from_values(read_deepfacto(), weights)
+        with st.expander(f"All DeepFacto settings ({len(rest)})", expanded=bool(set(pre_errors) & set(rest))):
+            st.caption("Text fields read like `--set NAME=VALUE`: JSON where it parses (numbers, lists, null).")
+            grid = st.columns(4)
+            for i, name in enumerate(rest):
+                with grid[i % 4]:
+                    _df_widget(name, slots)
+    values = read_deepfacto()
+    cfg, errors = D.config_from_values(values, weights)
+    for field, msg in errors.items():
+        (slots.get(field) or st).error(msg, icon="⚠️")
+    c = st.columns([1.1, 4.4])
+    ready = cfg is not None and backbone_ok and lfw_problem is None
+    c[0].button(
+        "Start run",
+        icon=":material/play_arrow:",
+        type="primary",
+        disabled=not ready,
+        key="start_df",
+        on_click=on_start_deepfacto,
+        args=(json.dumps(cfg.to_dict()) if cfg is not None else "",),
+        width="stretch",
+    )
+    with c[1]:
+        if lfw_problem:
+            st.warning(f"LFWA is not here: {lfw_problem}")
+        elif cfg is None:
+            st.caption(f"Fix {len(errors)} field(s) above to start.")
+        elif not backbone_ok:
+            st.caption("Choose the face backbone to start.")
+        else:
+            st.caption(
+                f"r = {cfg.rank} · {cfg.warmup_iters} + {cfg.finetune_iters} iterations on {cfg.train_limit} images · "
+                f"{'backbone ' + Path(weights).name if weights else f'backbone trained here ({cfg.backbone_epochs} epochs) or cached'}"
+                ". The page URL holds this setup."
+            )
+    if ss.get("start_toast"):
+        st.toast(ss.pop("start_toast"))
+    return D.to_query(values)
+
+
 # --- live view of one run ------------------------------------------------------------------------
 
 
@@ -385,6 +548,8 @@ def progress_text(state: str, status: dict, done: int, epochs: int, metrics: lis
     if state == "finished":
         frac = 1.0
     text = f"{state} · epoch {done}/{epochs or '?'} · {100 * frac:.0f}%"
+    if status.get("phase") and state == "running":  # DeepFacto: setup, backbone, iterations, evaluation
+        text += f" · {status['phase']}"
     if state == "running":
         eta = C.eta_seconds(status, metrics)
         text += " · ETA estimating…" if eta is None else f" · ETA {C.fmt_duration(eta)}"
@@ -449,6 +614,13 @@ def live_panel():
         if tail:
             with st.expander("Last error output"):
                 st.code(tail)
+    if "deepfacto" in r["config"] and state == "finished":
+        st.page_link(
+            ui.HEATMAPS_PAGE,
+            label="Open its score maps in Heatmaps",
+            icon=":material/face:",
+            query_params={"run": r["name"]},
+        )
     if not metrics:
         st.caption("Waiting for the first evaluation…")
         return
@@ -457,7 +629,9 @@ def live_panel():
     smooth = t[1].toggle("smooth", value=False, key="live_smooth", help=f"moving average, weight {LIVE_SMOOTHING}")
     figs = _figures(str(run_dir), _stamp(run_dir), log_res, LIVE_SMOOTHING if smooth else 0.0)
     rows = [("accuracy", "loss", "seconds")]
-    if "backprop_cosine" in figs:
+    if "nmf" in figs:  # a DeepFacto run
+        rows += [("residuals", "dual_norms", "nmf")]
+    elif "backprop_cosine" in figs:
         rows += [("residuals", "backprop_cosine", "dual_norms"), ("betas",)]
     else:
         rows += [("residuals", "dual_norms", "betas")]
@@ -481,6 +655,22 @@ def main() -> None:
     )
     if ss.get("form_notice"):
         st.info(ss.pop("form_notice"))
+    st.segmented_control(
+        "What to train",
+        ["network", D.MODE],
+        key="train_mode",
+        format_func={"network": "A network (Block-ADMM and baselines)", D.MODE: "DeepFacto (LFWA faces)"}.get,
+        required=True,
+    )
+    if ss["train_mode"] == D.MODE:
+        query = deepfacto_section()
+        if ui.watched():
+            query["run"] = ui.watched()
+        if st.query_params.to_dict() != query:
+            st.query_params.from_dict(query)
+        ui.show_notice()
+        live_panel()
+        return
     slots: dict = {}
     _, diagram = form_section(slots)
     method_section(slots)

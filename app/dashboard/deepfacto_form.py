@@ -1,0 +1,190 @@
+"""The DeepFacto form of the Train page, without Streamlit: widget values <-> DeepFactoConfig <-> URL.
+
+Every :class:`~admm_core.deepfacto.DeepFactoConfig` field is a widget. The main ones are numbers
+or menus; the rest are text read like the CLI's ``--set NAME=VALUE`` (JSON where it parses, else a
+string), so a list such as ``svm_c = [0.001, 0.01]`` or ``data_limit = null`` is typed the same way
+in both places. Validation is the engine's: each field is checked alone against the defaults, so
+every wrong field gets its own message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from admm_core.config import ConfigError, parse_sets
+from admm_core.deepfacto.config import S_MODES, DeepFactoConfig, field_help
+from admm_core.faces import cache_dir, load_backbone
+
+MODE = "deepfacto"  # ?mode=deepfacto opens the Train page on this form
+PREFIX = "df."  # widget keys and URL keys: df.<field>
+NUMBERS = (  # number inputs (integers); the rest are text or menus
+    "rank",
+    "warmup_iters",
+    "finetune_iters",
+    "train_limit",
+    "seed",
+    "backbone_epochs",
+    "backbone_width",
+    "data_limit",
+)
+MAIN = ("rank", "warmup_iters", "finetune_iters", "train_limit", "seed", "device")
+MENUS = {"device": ("auto", "cpu", "cuda"), "s_mode": S_MODES}
+OWN_WIDGETS = ("backbone_weights", "data_root")  # the backbone choice / the environment set these
+RANKS = (4, 32, 256)  # the paper's ranks (any r ≥ 1 may be typed)
+UPLOAD_LIMIT = 200 * 2**20  # bytes of an uploaded backbone file
+LABELS = {
+    "rank": "NMF rank r",
+    "warmup_iters": "Iterations, backbone frozen",
+    "finetune_iters": "Iterations, fine-tuning it",
+    "train_limit": "Block-ADMM training images",
+    "seed": "Seed",
+    "device": "Device",
+    "backbone_epochs": "Backbone epochs",
+    "backbone_width": "Backbone width",
+    "data_limit": "Labelled images (0 = all)",
+}
+
+
+def fields() -> list[str]:
+    return [f.name for f in dataclasses.fields(DeepFactoConfig) if f.name not in OWN_WIDGETS]
+
+
+def help_of(name: str) -> str:
+    d = DeepFactoConfig().to_dict()[name]
+    return f"{field_help().get(name, '')} (default {to_text(d)})".strip()
+
+
+def to_text(v) -> str:
+    """A value as its text widget shows it (and as ``--set`` reads it back)."""
+    if isinstance(v, str):
+        return v
+    return json.dumps(list(v) if isinstance(v, tuple) else v)
+
+
+def widget_value(name: str, v):
+    """A config value as its widget holds it."""
+    if name == "data_limit":
+        return int(v or 0)
+    if name in NUMBERS or name in MENUS:
+        return v
+    return to_text(v)
+
+
+def default_values() -> dict:
+    return {k: widget_value(k, v) for k, v in DeepFactoConfig().to_dict().items() if k not in OWN_WIDGETS}
+
+
+def values_from_config(cfg: dict) -> dict:
+    """Widget values of a run's config.json["deepfacto"] (unknown keys are ignored)."""
+    known = set(fields())
+    return {**default_values(), **{k: widget_value(k, v) for k, v in cfg.items() if k in known}}
+
+
+def _parse(name: str, v):
+    if name == "data_limit":
+        return int(v) or None if v is not None else None
+    if isinstance(v, str) and name not in MENUS:
+        return parse_sets([f"{name}={v}"])[name]
+    return v
+
+
+def config_from_values(values: dict, backbone_weights: str | None = None) -> tuple[DeepFactoConfig | None, dict]:
+    """(config, {}) or (None, {field: message}); each field is validated on its own first."""
+    base = DeepFactoConfig()
+    kw, errors = {}, {}
+    for name in fields():
+        if name not in values:
+            continue
+        try:
+            kw[name] = _parse(name, values[name])
+            DeepFactoConfig.from_dict({**base.to_dict(), name: kw[name]})
+        except (ConfigError, TypeError, ValueError) as e:
+            errors[name] = _message(e, name)
+    if errors:
+        return None, errors
+    try:
+        return DeepFactoConfig.from_dict({**kw, "backbone_weights": backbone_weights}), {}
+    except (ConfigError, TypeError, ValueError) as e:  # a combination of fields
+        m = re.search(r"deepfacto\.(\w+)", str(e))
+        return None, {m.group(1) if m else "deepfacto": _message(e, m.group(1) if m else "deepfacto")}
+
+
+def _message(e: Exception, name: str) -> str:
+    text = str(e)
+    return text if name in text else f"{name}: {text}"
+
+
+def to_query(values: dict) -> dict:
+    """The URL of the form: ``mode=deepfacto`` and the fields that differ from the defaults."""
+    d = default_values()
+    q = {"mode": MODE}
+    for k, v in values.items():
+        if k in d and v != d[k]:
+            q[PREFIX + k] = to_text(v)
+    return q
+
+
+def from_query(qp: dict) -> tuple[dict, list[str]]:
+    """Widget values from a URL (defaults for the rest) and a warning per value that was not taken."""
+    values, warnings = default_values(), []
+    for key, text in qp.items():
+        if not key.startswith(PREFIX):
+            continue
+        name = key[len(PREFIX) :]
+        if name not in values:
+            warnings.append(f"{key}: not a DeepFacto setting (ignored)")
+            continue
+        if name in NUMBERS:
+            try:
+                values[name] = int(text)
+            except ValueError:
+                warnings.append(f"{key} = {text!r}: not an integer (ignored)")
+        elif name in MENUS:
+            if text in MENUS[name]:
+                values[name] = text
+            else:
+                warnings.append(f"{key} = {text!r}: choose from {list(MENUS[name])} (ignored)")
+        else:
+            values[name] = str(text)
+    return values, warnings
+
+
+# --- backbone files --------------------------------------------------------------------------------
+
+
+def uploads_dir() -> Path:
+    p = cache_dir() / "uploaded-backbones"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def saved_backbones() -> list[Path]:
+    """Backbone files this machine has: trained and cached here, or uploaded (newest first)."""
+    files = [*cache_dir().glob("lfw-backbone-*.pt"), *uploads_dir().glob("*.pt")]
+    return sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def save_upload(name: str, data: bytes) -> Path:
+    """Keep an uploaded backbone file if it loads as plain tensors into the face backbone.
+
+    It is written under a name made from its content (never the uploader's name), loaded with
+    ``weights_only=True`` and removed again when it is refused; raises ValueError with the reason.
+    """
+    if len(data) > UPLOAD_LIMIT:
+        raise ValueError(f"{name}: {len(data) / 2**20:.0f} MB, over the {UPLOAD_LIMIT // 2**20} MB limit")
+    path = uploads_dir() / f"{hashlib.sha256(data).hexdigest()[:16]}.pt"
+    if not path.exists():
+        tmp = path.with_suffix(".part")
+        tmp.write_bytes(data)
+        try:
+            load_backbone(tmp)
+        except Exception as e:  # noqa: BLE001 - whatever the file is, it is refused with its reason
+            tmp.unlink(missing_ok=True)
+            reason = str(e).replace(str(tmp), name)
+            raise ValueError(reason) from None
+        tmp.replace(path)
+    return path
