@@ -429,6 +429,39 @@ def test_compare_settings_columns_and_parallel_coordinates(server, browser):
         page.close()
 
 
+THEME_JS = """() => ({app: getComputedStyle(document.querySelector('.stApp')).backgroundColor,
+    plots: [...document.querySelectorAll('.js-plotly-plot')].map(d => [d._fullLayout.paper_bgcolor,
+        d._fullLayout.font.color])})"""
+
+
+def _luminance(css: str) -> float:
+    """0 (black) … 1 (white) of 'rgb(r, g, b)' or '#rrggbb'."""
+    if css.startswith("#"):
+        rgb = [int(css[i : i + 2], 16) for i in (1, 3, 5)]
+    else:
+        rgb = [int(float(v)) for v in re.findall(r"[\d.]+", css)[:3]]
+    return (0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]) / 255
+
+
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_theme_follows_the_system(server, browser, scheme):
+    """The page and every chart follow the browser's colour scheme (no forced light template)."""
+    url, root, _ = server
+    runs = [_fixture_run(root, m) for m in ("block-admm", "adam")]
+    page = browser.new_page(viewport={"width": 1440, "height": 1600}, color_scheme=scheme)
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        page.goto(f"{url}/compare?runs={','.join(runs)}")
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 3")
+        seen = page.evaluate(THEME_JS)
+        dark = scheme == "dark"
+        assert (_luminance(seen["app"]) < 0.25) == dark, seen
+        for paper, font in seen["plots"]:
+            assert (_luminance(paper) < 0.25) == dark and (_luminance(font) > 0.6) == dark, seen
+    finally:
+        page.close()
+
+
 LFW = Path(os.environ.get("ADMM_DATA") or ROOT.parent / "shared" / "data") / "lfw"
 # the smallest DeepFacto that runs every stage (the settings of tests/test_deepfacto.py's smoke run)
 TINY_DEEPFACTO = {

@@ -132,15 +132,18 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
+def _has_data(ys: list) -> bool:
+    return any(y is not None for y in ys)
+
+
 def accuracy_figure(metrics: list[dict]) -> go.Figure:
+    """Train and test accuracy; a series the run never logs (DeepFacto: train) is left out."""
     ep = _col(metrics, "epoch")
     fig = go.Figure()
-    fig.add_scatter(
-        x=ep, y=_col(metrics, "train_accuracy", 100), name="train", mode="lines+markers", line={"color": COLOURS[0]}
-    )
-    fig.add_scatter(
-        x=ep, y=_col(metrics, "test_accuracy", 100), name="test", mode="lines+markers", line={"color": COLOURS[1]}
-    )
+    for i, (key, name) in enumerate((("train_accuracy", "train"), ("test_accuracy", "test"))):
+        ys = _col(metrics, key, 100)
+        if _has_data(ys) or not metrics:
+            fig.add_scatter(x=ep, y=ys, name=name, mode="lines+markers", line={"color": COLOURS[i]})
     return _layout(fig, "Accuracy (%)", "epoch", "%")
 
 
@@ -149,6 +152,8 @@ def loss_figure(metrics: list[dict], log_y: bool = True, smoothing: float = 0.0)
     fig = go.Figure()
     for i, (key, name) in enumerate((("train_loss", "train"), ("test_loss", "test"))):
         ys = [y if y is None or not log_y or y > 0 else None for y in _col(metrics, key)]
+        if not _has_data(ys) and metrics:
+            continue
         fig.add_scatter(x=ep, y=smooth(ys, smoothing), name=name, mode="lines+markers", line={"color": COLOURS[i]})
     return _layout(fig, "Loss per sample", "epoch", "loss", log_y)
 
