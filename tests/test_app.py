@@ -538,44 +538,53 @@ def test_chart_helpers():
 
 
 def test_layer_arithmetic_matches_the_built_network():
-    """Parameter counts and Z sizes by arithmetic equal those of the real layers (MLP and ResNet-18)."""
+    """Parameter counts and Z sizes by the engine's arithmetic (admm_core.resources.layer_table, which the
+    diagram and the memory estimate use) equal those of the real layers (MLP and ResNet-18)."""
     import torch
 
     from admm_core.config import ModelConfig
     from admm_core.models import build_layers
+    from admm_core.resources import layer_table
 
     for arch, hidden, shape in [
         ("mlp", (33, 7, 5), (1, 8, 8)),
         ("resnet18", (), (3, 32, 32)),
         ("resnet18", (), (1, 28, 28)),
     ]:
-        rows = F.layer_shapes(arch, hidden, shape, 10)
+        rows = layer_table(arch, hidden, shape, 10)
         layers = build_layers(ModelConfig(arch, hidden), shape, 10)
-        assert [r["layer"] for r in rows] == list(layers) == F.layer_names(arch, hidden)
+        assert [r[0] for r in rows] == list(layers) == F.layer_names(arch, hidden)
         x = torch.zeros(1, *shape)
-        for r, (name, layer) in zip(rows, layers.items()):
+        for (name, out_shape, params), layer in zip(rows, layers.values()):
             layer.eval()
             x = layer(x)
-            assert r["params"] == sum(p.numel() for p in layer.parameters()), name
-            assert r["out"] == x[0].numel(), name
+            assert params == sum(p.numel() for p in layer.parameters()), name
+            assert out_shape == tuple(x.shape[1:]), name
 
 
 def test_memory_estimate_refuses_absurd_sizes_without_building_them():
     import resource
 
+    from admm_core.resources import estimate_memory
+
     blocks = F.describe_blocks("mlp", (100000, 100000), ["fc1", "fc2"], "digits")
     params = 64 * 100000 + 100000 + 100000 * 100000 + 100000 + 100000 * 10 + 10
     assert sum(b["params"] for b in blocks) == params and [b["out"] for b in blocks] == [100000, 100000, 10]
-    mem = F.estimate_memory(blocks, 1347, uses_blocks=True)
-    assert mem["param_bytes"] == 4 * params and mem["state_bytes"] == 1347 * 200010 * 2 * 4
-    assert F.estimate_memory(blocks, 1347, uses_blocks=False)["state_bytes"] == 0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     form = {**F.default_form(), "hidden": "100000,100000"}
     cfg, errs = F.config_from_form(form, available=["digits"])
     assert cfg is None and "memory" in errs
     assert "model.hidden = '100000,100000'" in errs["memory"] and "GB" in errs["memory"] and "limit" in errs["memory"]
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 50_000  # KB: nothing was allocated
-    assert F.config_from_form(F.default_form(), available=["digits"])[0] is not None
+    ok = F.config_from_form(F.default_form(), available=["digits"])[0]
+    assert ok is not None
+    # the page's figures are the engine's: Θ as float32, Z and U for every training sample and block
+    mem = F.memory_of(ok)
+    assert mem == estimate_memory(ok)
+    blocks = F.describe_blocks(ok.model.arch, ok.model.hidden, list(ok.model.split), ok.data.name)
+    assert mem["param_bytes"] == 4 * sum(b["params"] for b in blocks)
+    z_copies = 4 if ok.build_method().z_optimizer == "adam" else 2
+    assert mem["state_bytes"] == 1347 * sum(b["out"] for b in blocks) * z_copies * 4
 
 
 def test_train_page_shows_the_memory_message_and_blocks_start(env_runs):

@@ -23,6 +23,7 @@ from admm_core import data as data_mod
 from admm_core.config import ConfigError, RunConfig
 from admm_core.methods import METHODS
 from admm_core.presets import PRESETS, preset_config
+from admm_core.resources import DATA_SHAPES, RESNET_LAYERS, check_fits, estimate_memory, layer_table
 
 NO_PRESET = "none"
 ARCH_NAMES = ("mlp", "resnet18")
@@ -31,18 +32,6 @@ DEFAULT_METHOD = "block-admm"
 INT_FIELDS = ("train_limit", "epochs", "batch_size", "seed", "eval_every", "checkpoint_every")
 STR_FIELDS = ("preset", "data", "arch", "hidden", "method", "loss", "device")
 MP = "mp."  # prefix of method-setting fields
-
-# (input shape, classes, training samples) of the known sets: the block diagram, parameter
-# counts and memory estimate are arithmetic on these, so the dashboard never loads a big data
-# set nor builds a network to draw it; other sets are loaded once to learn their shape.
-_KNOWN_SHAPES = {
-    "digits": ((64,), 10, 1347),
-    "mnist-5k": ((784,), 10, 4000),
-    "mnist": ((1, 28, 28), 10, 60000),
-    "fashion-mnist": ((1, 28, 28), 10, 60000),
-    "cifar10": ((3, 32, 32), 10, 50000),
-}
-FLOAT_BYTES = 4  # float32 parameters and Z / U
 
 
 def _physical_memory() -> int:
@@ -104,55 +93,11 @@ def fmt_number(v) -> str:
 # --- the network's layers and blocks -------------------------------------------------------
 
 
-RESNET18_LAYERS = ("stem", "conv2_x", "conv3_x", "conv4_x", "conv5_x", "head")
-
-
 def layer_names(arch: str, hidden: tuple[int, ...]) -> list[str]:
     """Named layers of the network (names do not depend on the input shape)."""
     if arch == "resnet18":
-        return list(RESNET18_LAYERS)
+        return list(RESNET_LAYERS)
     return [f"fc{l}" for l in range(1, len(hidden) + 2)]
-
-
-def _conv(c_in: int, c_out: int, k: int) -> int:
-    return c_in * c_out * k * k  # torchvision's ResNet convs have no bias
-
-
-def _basic_block(c_in: int, c_out: int) -> int:
-    """torchvision BasicBlock: two 3×3 convs + BN (weight, bias), 1×1 conv + BN shortcut when the width changes."""
-    n = _conv(c_in, c_out, 3) + 2 * c_out + _conv(c_out, c_out, 3) + 2 * c_out
-    if c_in != c_out:
-        n += _conv(c_in, c_out, 1) + 2 * c_out
-    return n
-
-
-def layer_shapes(arch: str, hidden: tuple[int, ...], in_shape: tuple[int, ...], n_out: int) -> list[dict]:
-    """Per named layer: its parameter count and output size per sample, by arithmetic (no layers built).
-
-    MLP ``fc_l``: w_{l−1}·w_l + w_l parameters, output w_l. ResNet-18 (CIFAR stem, as in
-    :func:`admm_core.models.resnet18_layers`): stage widths 64, 128, 256, 512, each stage two
-    BasicBlocks, stride 2 from conv3_x on (H → ⌈H/2⌉), head = pool + Linear(512, n_out).
-    """
-    if arch == "resnet18":
-        if len(in_shape) != 3:
-            raise ConfigError(f"model.arch = 'resnet18': needs image inputs (C, H, W), got shape {in_shape}")
-        c, h, w = in_shape
-        out = [{"layer": "stem", "params": _conv(c, 64, 3) + 2 * 64, "out": 64 * h * w}]
-        prev = 64
-        for name, width, stride in (("conv2_x", 64, 1), ("conv3_x", 128, 2), ("conv4_x", 256, 2), ("conv5_x", 512, 2)):
-            if stride == 2:
-                h, w = math.ceil(h / 2), math.ceil(w / 2)
-            out.append(
-                {"layer": name, "params": _basic_block(prev, width) + _basic_block(width, width), "out": width * h * w}
-            )
-            prev = width
-        out.append({"layer": "head", "params": 512 * n_out + n_out, "out": n_out})
-        return out
-    widths = [math.prod(in_shape), *hidden, n_out]
-    return [
-        {"layer": f"fc{l}", "params": widths[l - 1] * widths[l] + widths[l], "out": widths[l]}
-        for l in range(1, len(widths))
-    ]
 
 
 def split_options(arch: str, hidden: tuple[int, ...]) -> tuple[list[str], list[str]]:
@@ -167,50 +112,34 @@ def split_options(arch: str, hidden: tuple[int, ...]) -> tuple[list[str], list[s
 
 @lru_cache(maxsize=8)
 def data_shape(name: str) -> tuple[tuple[int, ...], int, int]:
-    """(input shape, classes, training samples) of a data set."""
-    if name in _KNOWN_SHAPES:
-        return _KNOWN_SHAPES[name]
+    """(input shape, classes, training samples) of a data set: the engine's table, else loaded once."""
+    if name in DATA_SHAPES:
+        return DATA_SHAPES[name][:3]
     ds = data_mod.load(name)
     return ds.input_shape, ds.n_classes, len(ds.x_train)
 
 
 def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: str) -> list[dict]:
-    """[{block, layers, params, out}] of the split network, by arithmetic (cf. BlockNet.describe).
-
-    ``out`` is the size of Z_t per sample (the last layer of the block).
-    """
+    """[{block, layers, params, out}] of the split network, by the engine's arithmetic
+    (:func:`admm_core.resources.layer_table`; no layer is built). ``out`` is the size of Z_t per sample."""
     shape, n_out, _ = data_shape(data)
-    rows = layer_shapes(arch, tuple(hidden), tuple(shape), n_out)
+    if arch == "resnet18" and len(shape) != 3:
+        raise ConfigError(f"model.arch = 'resnet18': needs image inputs (C, H, W), got shape {shape}")
+    rows = layer_table(arch, tuple(hidden), tuple(shape), n_out)
     blocks, cur = [], []
     for r in rows:
         cur.append(r)
-        if r["layer"] in split or r is rows[-1]:
+        if r[0] in split or r is rows[-1]:
             blocks.append(
                 {
                     "block": len(blocks) + 1,
-                    "layers": [x["layer"] for x in cur],
-                    "params": sum(x["params"] for x in cur),
-                    "out": cur[-1]["out"],
+                    "layers": [name for name, _, _ in cur],
+                    "params": sum(p for _, _, p in cur),
+                    "out": math.prod(cur[-1][1]),
                 }
             )
             cur = []
     return blocks
-
-
-def estimate_memory(blocks: list[dict], n_samples: int, uses_blocks: bool, z_moments: bool = False) -> dict:
-    """Bytes a run needs, from the block table: {param_bytes, state_bytes, total_bytes}.
-
-    Θ: float32 weights, gradients and two Adam moments (4 copies). Z / U: one row of Z_t and
-    one of U_t per training sample and block (Alg. 1 keeps both for the whole set), two more
-    when Z has Adam moments; end-to-end methods keep none. (Meets
-    ``admm_core.resources.estimate_memory`` when that lands: the same three keys.)
-    """
-    params = sum(b["params"] for b in blocks)
-    per_sample = sum(b["out"] for b in blocks) if uses_blocks else 0
-    copies = 4 if z_moments else 2
-    param_bytes = params * FLOAT_BYTES
-    state_bytes = n_samples * per_sample * copies * FLOAT_BYTES
-    return {"param_bytes": param_bytes, "state_bytes": state_bytes, "total_bytes": 4 * param_bytes + state_bytes}
 
 
 def block_diagram_dot(blocks: list[dict], uses_blocks: bool = True) -> str:
@@ -419,8 +348,6 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
         if mem["total_bytes"] > max_run_bytes():
             errors["memory"] = memory_message(cfg, mem)
         else:
-            from admm_core.resources import check_fits
-
             try:
                 check_fits(cfg)
             except ConfigError as e:
@@ -429,28 +356,27 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
 
 
 def memory_of(cfg: RunConfig) -> dict:
-    """:func:`estimate_memory` of a valid config (its data set's size, train_limit applied)."""
-    shape_n = data_shape(cfg.data.name)
-    n = min(cfg.data.train_limit or shape_n[2], shape_n[2])
-    blocks = describe_blocks(cfg.model.arch, tuple(cfg.model.hidden), list(cfg.model.split or ()), cfg.data.name)
-    method = METHODS[cfg.method]
-    z_adam = cfg.method_params.get("z_optimizer", getattr(method, "z_optimizer", None)) == "adam"
-    return estimate_memory(blocks, n, method.uses_blocks, z_adam)
+    """The engine's estimate (:func:`admm_core.resources.estimate_memory`) of a valid config."""
+    return estimate_memory(cfg)
 
 
 def memory_message(cfg: RunConfig, mem: dict) -> str:
     n = min(cfg.data.train_limit or data_shape(cfg.data.name)[2], data_shape(cfg.data.name)[2])
-    return (
-        f"model.hidden = {','.join(map(str, cfg.model.hidden))!r}: this run needs about "
-        f"{fmt_bytes(mem['total_bytes'])} (parameters {fmt_bytes(mem['param_bytes'])}, ×4 with gradients and "
-        f"Adam moments; Z/U {fmt_bytes(mem['state_bytes'])} for {n:,} {cfg.data.name} samples), over the "
-        f"{fmt_bytes(max_run_bytes())} limit (set ADMM_DASH_MAX_RUN_GB to change it). Use fewer or narrower "
-        "layers, or fewer training samples."
+    what = (
+        f"model.hidden = {','.join(map(str, cfg.model.hidden))!r}"
         if cfg.model.arch == "mlp"
-        else f"model.arch = {cfg.model.arch!r}: this run needs about {fmt_bytes(mem['total_bytes'])} "
-        f"(parameters {fmt_bytes(mem['param_bytes'])} ×4; Z/U {fmt_bytes(mem['state_bytes'])} for {n:,} "
-        f"{cfg.data.name} samples), over the {fmt_bytes(max_run_bytes())} limit (ADMM_DASH_MAX_RUN_GB). "
-        "Use fewer training samples or a later split."
+        else f"model.arch = {cfg.model.arch!r}"
+    )
+    advice = (
+        "Use fewer or narrower layers, or fewer training samples."
+        if cfg.model.arch == "mlp"
+        else "Use fewer training samples or a later split."
+    )
+    return (
+        f"{what}: this run needs about {fmt_bytes(mem['total_bytes'])} (parameters {fmt_bytes(mem['param_bytes'])}, "
+        f"optimizer {fmt_bytes(mem['optimizer_bytes'])}, Z/U {fmt_bytes(mem['state_bytes'])} for {n:,} "
+        f"{cfg.data.name} samples, data {fmt_bytes(mem['data_bytes'])}), over the {fmt_bytes(max_run_bytes())} "
+        f"limit (set ADMM_DASH_MAX_RUN_GB to change it). {advice}"
     )
 
 
