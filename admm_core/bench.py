@@ -125,16 +125,9 @@ def run_jobs(a, jobs, out: Path, per_method: dict, vary_name, should_stop) -> li
     rows = []
     for method, seed, value in jobs:
         cfg = preset_config(a.preset, method).replace(train__device=a.device, train__seed=seed)
-        if a.epochs:
-            cfg = cfg.replace(train__epochs=a.epochs)
-        if method in per_method:
-            cfg = cfg.replace(train__epochs=per_method[method])
+        cfg = cfg.shortened(per_method.get(method) or a.epochs, a.train_limit, a.test_limit)
         if a.data_root:
             cfg = cfg.replace(data__root=a.data_root)
-        if a.train_limit:
-            cfg = cfg.replace(data__train_limit=a.train_limit)
-        if a.test_limit:
-            cfg = cfg.replace(data__test_limit=a.test_limit)
         extra = parse_sets(s.split(":", 1)[1] for s in a.set if s.split(":", 1)[0] == method)
         label = method
         if value is not None:

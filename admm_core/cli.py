@@ -56,10 +56,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         ch["data__name"] = a.data
     if a.data_root:
         ch["data__root"] = a.data_root
-    if a.train_limit:
-        ch["data__train_limit"] = a.train_limit
-    if a.test_limit:
-        ch["data__test_limit"] = a.test_limit
+    cfg = cfg.shortened(train_limit=a.train_limit, test_limit=a.test_limit)
     if a.arch:
         ch["model__arch"] = a.arch
     if a.hidden is not None:

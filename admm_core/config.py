@@ -229,3 +229,19 @@ class RunConfig:
             else:
                 top[part] = dataclasses.replace(top.get(part, getattr(self, part)), **vals)
         return dataclasses.replace(self, **top)
+
+    def shortened(
+        self, epochs: int | None = None, train_limit: int | None = None, test_limit: int | None = None
+    ) -> "RunConfig":
+        """The preset made smaller or longer: each value given (not None or 0) replaces the config's
+        (``--epochs``, ``--train-limit``, ``--test-limit`` of train, bench and sweep)."""
+        ch = {
+            k: v
+            for k, v in (
+                ("train__epochs", epochs),
+                ("data__train_limit", train_limit),
+                ("data__test_limit", test_limit),
+            )
+            if v
+        }
+        return self.replace(**ch) if ch else self

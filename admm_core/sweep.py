@@ -236,15 +236,7 @@ class SweepSpec:
         _ = self.dims  # validates the space against the base config
 
     def base_config(self) -> RunConfig:
-        cfg = preset_config(self.preset, self.method)
-        ch = {}
-        if self.epochs:
-            ch["train__epochs"] = self.epochs
-        if self.train_limit:
-            ch["data__train_limit"] = self.train_limit
-        if self.test_limit:
-            ch["data__test_limit"] = self.test_limit
-        return cfg.replace(**ch) if ch else cfg
+        return preset_config(self.preset, self.method).shortened(self.epochs, self.train_limit, self.test_limit)
 
     @property
     def dims(self) -> list[Dim]:

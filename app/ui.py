@@ -84,10 +84,21 @@ def state_md(state: str | None) -> str:
 
 
 def run_label(r: dict) -> str:
-    """'<name or id> · state' for menus; the id follows a user-given name."""
+    """'<id>', or '<name> (<id>)' for a run the user named: the label of a run in menus.
+
+    Never the state: Streamlit keeps a menu's pick by its label, so a label that changes while
+    the run goes ('… · starting' → '… · running') turned the pick into a stale string, and
+    the watched run was lost (seen in CI). The state is shown beside the menus instead.
+    """
     name = (r.get("meta") or {}).get("name")
-    head = f"{name} ({r['name']})" if name else r["name"]
-    return f"{head} · {state_label(r['status'].get('state'))}"
+    return f"{name} ({r['name']})" if name else r["name"]
+
+
+def pick_id(value, names) -> str | None:
+    """The run id a menu's value stands for: the id itself, else the id inside a stale label."""
+    if value is None or value in names:
+        return value
+    return next((n for n in names if n in str(value)), None)
 
 
 # --- the one selection ----------------------------------------------------------------------

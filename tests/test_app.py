@@ -92,6 +92,11 @@ def widget(at, kind, key):
     return getattr(at, kind)(key=key)
 
 
+def watch_pick(at):
+    """The live panel's run menu (its key names the watched run: watch_pick.<id>)."""
+    return next(s for s in at.selectbox if (s.key or "").startswith("watch_pick."))
+
+
 # --- pure helpers ---------------------------------------------------------------------------
 
 
@@ -154,7 +159,7 @@ def test_train_page_opens_on_digits_and_mirrors_the_url(env_runs):
     assert not form_errors(at)
     assert not widget(at, "button", "start").disabled
     # the live panel lists the real runs; none is watched until one is picked or started
-    pick = widget(at, "selectbox", "watch_pick")
+    pick = watch_pick(at)
     assert pick.options and pick.value is None
 
 
@@ -654,15 +659,22 @@ def test_selection_is_by_id_and_stable(tmp_path, monkeypatch):
     monkeypatch.setenv("ADMM_RUNS", str(root))
     at = app({"run": "20260101-000001-a"}).run()
     no_exceptions(at)
-    assert widget(at, "selectbox", "watch_pick").value == "20260101-000001-a"
+    assert watch_pick(at).value == "20260101-000001-a"
     # a newer run appears and one is 'running' (listed first): the pick does not move
     train(tiny("adam", epochs=1), root / "20260101-000002-b")
     st_b = read_json(root / "20260101-000002-b" / "status.json")
     write_json(root / "20260101-000002-b" / "status.json", {**st_b, "state": "running", "pid": os.getpid()})
     at.run()
-    assert widget(at, "selectbox", "watch_pick").value == "20260101-000001-a"
+    assert watch_pick(at).value == "20260101-000001-a"
     q = {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}
     assert q["run"] == "20260101-000001-a"
+    # picking another run in the menu watches it (and the menu then shows it)
+    watch_pick(at).set_value("20260101-000002-b").run()
+    at.run()
+    assert watch_pick(at).value == "20260101-000002-b" and at.session_state["watch"] == "20260101-000002-b"
+    watch_pick(at).set_value("20260101-000001-a").run()
+    at.run()
+    assert watch_pick(at).value == "20260101-000001-a"
     # the Runs page details show the same run, with the table's state
     at.switch_page("views/runs.py").run()
     assert widget(at, "selectbox", "runs_sel").value == "20260101-000001-a"
@@ -677,7 +689,7 @@ def test_start_is_idempotent_per_click(env_runs, monkeypatch):
     widget(at, "button", "start").click().run()  # a double click: the same config at once
     no_exceptions(at)
     assert len(launched) == 1, launched
-    assert widget(at, "selectbox", "watch_pick").value == launched[0].name  # the new run is watched
+    assert watch_pick(at).value == launched[0].name  # the new run is watched
     shutil.rmtree(launched[0])
 
 
@@ -844,7 +856,7 @@ def test_train_page_deepfacto_messages_and_start(env_runs, monkeypatch, tmp_path
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["preset"] == "lfwa-deepfacto" and saved["deepfacto"]["rank"] == 32
     assert saved["deepfacto"]["svm_c"] == [0.01]
-    assert widget(at, "selectbox", "watch_pick").value == run_dir.name
+    assert watch_pick(at).value == run_dir.name
     # loading it into the form: a fresh page shows its settings in the DeepFacto form
     at2 = app().run()
     at2.session_state["load_config"] = saved

@@ -241,7 +241,7 @@ def test_train_watch_stop_in_chromium(server, browser):
     page.locator("[data-testid='stSelectbox']").first.wait_for()  # rendered after the heading under load
     details = page.evaluate("""() => { const b = document.querySelector("[data-testid='stSelectbox']");
         return b.innerText + ' ' + [...b.querySelectorAll('input')].map(i => i.value).join(' '); }""")
-    assert run_dir.name in details and "stopped" in details, details  # the details pick: '<run> · stopped'
+    assert run_dir.name in details, details  # the details pick (its state is the heading's)
     assert page.locator("h3", has_text="stopped").count() == 1
 
     page.close()
@@ -308,10 +308,9 @@ def test_watched_run_stays_when_others_finish_or_start(server, browser):
         page.wait_for_timeout(2000)
         seen_runs |= {p["run"] for p in _plots(page) if p["run"]}
         assert seen_runs <= {a.name}, seen_runs  # never B or C
-        # while its options are rebuilt (a run appeared) the menu can be blank for one frame; it must never
-        # name another run, and it must name A again once the page settles
-        shown = {p.removeprefix("Run").strip() for p in picked} - {""}
-        assert shown and all(a.name in p for p in shown), picked
+        # the menu names A all along: never another run, never blank (it went blank once A's label
+        # changed with its state: Streamlit keeps a pick by its label; labels no longer carry the state)
+        assert all(a.name in p for p in picked), picked
         page.wait_for_function(f"name => ({WATCH_JS})().includes(name)", arg=a.name)
         assert f"run={a.name}" in page.url
     finally:
@@ -331,15 +330,22 @@ def test_load_into_train_loads_the_picked_run(server, browser):
     try:
         for method in ("sgd", "block-admm"):
             run = _fixture_run(root, method)
-            page.goto(f"{url}/runs?run={run}")
-            page.locator("h3", has_text="finished").wait_for()
-            # force: the Runs fragment redraws every 2 s, so the button is rarely "stable" under load
-            page.get_by_role("button", name="Load into Train").click(force=True)
-            page.get_by_role("heading", name="Train").wait_for()
-            # the URL mirrors the form: the picked run's method, epochs and samples are in it
-            # polled from Python: page.wait_for_function on location.href never saw the change here
-            ok = _wait(lambda: f"method={method}&" in page.url and "epochs=6&" in page.url, TIMEOUT_MS / 1000)
-            assert ok, (method, page.url, page.inner_text("body")[:600])
+
+            def loaded() -> bool:
+                # the URL mirrors the form: the picked run's method, epochs and samples are in it
+                # (polled from Python: page.wait_for_function on location.href never saw the change here)
+                return f"method={method}&" in page.url and "epochs=6&" in page.url
+
+            for _attempt in range(2):
+                page.goto(f"{url}/runs?run={run}")
+                page.locator("h3", has_text="finished").wait_for()
+                # force: the Runs fragment redraws every 2 s, so the button is rarely "stable" under load;
+                # a forced click can land while the button is being replaced, hence one more try
+                page.get_by_role("button", name="Load into Train").click(force=True)
+                page.get_by_role("heading", name="Train").wait_for()
+                if _wait(loaded, TIMEOUT_MS / 1000 / 2):
+                    break
+            assert loaded(), (method, page.url, page.inner_text("body")[:600])
             assert f"run={run}" in page.url and "train_limit=400" in page.url, page.url
             expect(page.get_by_label("Epochs", exact=True)).to_have_value("6")
     finally:

@@ -519,3 +519,15 @@ def test_fuzz_counts_are_reported():
     for name, (n, refused) in STATS.items():
         print(f"  {name}: {n} examples, {refused} refused")
     print(f"  total: {sum(n for n, _ in STATS.values())} examples, {sum(r for _, r in STATS.values())} refused")
+
+
+def test_shortened_replaces_only_the_values_given():
+    """The one override of --epochs / --train-limit / --test-limit (train, bench and sweep use it)."""
+    from admm_core.presets import preset_config
+
+    cfg = preset_config("digits-mlp", "block-admm")
+    assert cfg.shortened() is cfg and cfg.shortened(0, None, 0) is cfg
+    short = cfg.shortened(3, 100)
+    assert (short.train.epochs, short.data.train_limit, short.data.test_limit) == (3, 100, cfg.data.test_limit)
+    assert short.replace(train__epochs=cfg.train.epochs, data__train_limit=cfg.data.train_limit) == cfg
+    assert cfg.shortened(test_limit=50).data.test_limit == 50

@@ -65,17 +65,31 @@ def _tick_label(v: float) -> str:
     return f"{v:g}" if 1e-4 <= v < 1e6 else f"{v:.0e}".replace("e-0", "e-").replace("e+0", "e")
 
 
-def _layout(
-    fig: go.Figure, title: str, xtitle: str, ytitle: str, log_y: bool = False, height: int = LIVE_HEIGHT
+def _scatter(x, y, name: str, colour: str, mode: str = "lines+markers", **kw) -> dict:
+    return {"type": "scatter", "x": x, "y": y, "name": name, "mode": mode, "line": {"color": colour}, **kw}
+
+
+def _figure(
+    traces: list[dict],
+    title: str,
+    xtitle: str,
+    ytitle: str,
+    log_y: bool = False,
+    height: int = LIVE_HEIGHT,
+    run: str | None = None,
+    yaxis: dict | None = None,
+    annotation: str | None = None,
 ) -> go.Figure:
-    """Shared look: wrapped title, legend below the plot, readable log ticks, 2-decimal hover.
+    """The shared look, built as one dict and validated once (a live refresh rebuilds seven
+    figures; plotly's per-call update_* validation made that 10× slower): wrapped title, legend
+    below the plot, readable log ticks, 2-decimal hover. ``run`` goes into layout.meta.
 
     No template: Streamlit's theme (light or dark, following the system) styles the figure.
     """
     lines = wrap(title).count("<br>") + 1
-    fig.update_layout(
+    layout = {
         # just above the plot area, growing upwards into the top margin (sized for its lines)
-        title={
+        "title": {
             "text": wrap(title),
             "font": {"size": 14},
             "x": 0,
@@ -86,11 +100,11 @@ def _layout(
             "yref": "paper",
             "pad": {"b": 8},
         },
-        height=height + 18 * (lines - 1),
-        margin={"l": 56, "r": 34, "t": 24 + 18 * lines, "b": 40},
-        modebar={"orientation": "v"},  # down the right edge: never over the (left-aligned) title
+        "height": height + 18 * (lines - 1),
+        "margin": {"l": 56, "r": 34, "t": 24 + 18 * lines, "b": 40},
+        "modebar": {"orientation": "v"},  # down the right edge: never over the (left-aligned) title
         # legend in its own band at the bottom of the figure, under the x axis title
-        legend={
+        "legend": {
             "orientation": "h",
             "x": 0,
             "xanchor": "left",
@@ -99,25 +113,30 @@ def _layout(
             "yanchor": "bottom",
             "font": {"size": 10},
         },
-        uirevision="keep",  # keep zoom / hidden traces across live refreshes
-        hovermode="x unified",
-    )
-    fig.update_xaxes(title_text=xtitle, hoverformat=".2f")
+        "uirevision": "keep",  # keep zoom / hidden traces across live refreshes
+        "hovermode": "x unified",
+        "xaxis": {"title": {"text": xtitle}, "hoverformat": ".2f"},
+    }
     if log_y:
-        ys = [y for tr in fig.data for y in (tr.y or ()) if y is not None]
-        vals, text = log_ticks(ys)
-        fig.update_yaxes(
-            title_text=ytitle, type="log", tickmode="array", tickvals=vals, ticktext=text, hoverformat=".3~g"
-        )
+        vals, text = log_ticks([y for tr in traces for y in (tr.get("y") or ()) if y is not None])
+        y = {"type": "log", "tickmode": "array", "tickvals": vals, "ticktext": text, "hoverformat": ".3~g"}
     else:
-        fig.update_yaxes(title_text=ytitle, type="linear", hoverformat=".2f", exponentformat="none")
-    shown = [tr.name or "" for tr in fig.data if tr.showlegend is not False]
+        y = {"type": "linear", "hoverformat": ".2f", "exponentformat": "none"}
+    layout["yaxis"] = {"title": {"text": ytitle}, **y, **(yaxis or {})}
+    shown = [tr.get("name") or "" for tr in traces if tr.get("showlegend") is not False]
     if len(shown) > 1:  # room for the legend row(s) under the x axis title (~450 px per row)
         rows = math.ceil(sum(len(n) * 6.5 + 40 for n in shown) / 450)
-        fig.update_layout(height=fig.layout.height + 22 * rows, margin={"b": 48 + 22 * rows})
+        layout["height"] += 22 * rows
+        layout["margin"]["b"] = 48 + 22 * rows
     else:
-        fig.update_layout(showlegend=False)
-    return fig
+        layout["showlegend"] = False
+    if run:
+        layout["meta"] = {"run": run}
+    if annotation:
+        layout["annotations"] = [
+            {"text": annotation, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}
+        ]
+    return go.Figure(data=traces, layout=layout)
 
 
 def _col(metrics: list[dict], key: str, scale: float = 1.0) -> list:
@@ -136,26 +155,28 @@ def _has_data(ys: list) -> bool:
     return any(y is not None for y in ys)
 
 
-def accuracy_figure(metrics: list[dict]) -> go.Figure:
+def accuracy_figure(metrics: list[dict], title: str = "Accuracy (%)", xtitle: str = "epoch", run=None) -> go.Figure:
     """Train and test accuracy; a series the run never logs (DeepFacto: train) is left out."""
     ep = _col(metrics, "epoch")
-    fig = go.Figure()
+    traces = []
     for i, (key, name) in enumerate((("train_accuracy", "train"), ("test_accuracy", "test"))):
         ys = _col(metrics, key, 100)
         if _has_data(ys) or not metrics:
-            fig.add_scatter(x=ep, y=ys, name=name, mode="lines+markers", line={"color": COLOURS[i]})
-    return _layout(fig, "Accuracy (%)", "epoch", "%")
+            traces.append(_scatter(ep, ys, name, COLOURS[i]))
+    return _figure(traces, title, xtitle, "%", run=run)
 
 
-def loss_figure(metrics: list[dict], log_y: bool = True, smoothing: float = 0.0) -> go.Figure:
+def loss_figure(
+    metrics: list[dict], log_y: bool = True, smoothing: float = 0.0, xtitle: str = "epoch", run=None
+) -> go.Figure:
     ep = _col(metrics, "epoch")
-    fig = go.Figure()
+    traces = []
     for i, (key, name) in enumerate((("train_loss", "train"), ("test_loss", "test"))):
         ys = [y if y is None or not log_y or y > 0 else None for y in _col(metrics, key)]
         if not _has_data(ys) and metrics:
             continue
-        fig.add_scatter(x=ep, y=smooth(ys, smoothing), name=name, mode="lines+markers", line={"color": COLOURS[i]})
-    return _layout(fig, "Loss per sample", "epoch", "loss", log_y)
+        traces.append(_scatter(ep, smooth(ys, smoothing), name, COLOURS[i]))
+    return _figure(traces, "Loss per sample", xtitle, "loss", log_y, run=run)
 
 
 def n_blocks(metrics: list[dict], key: str) -> int:
@@ -169,29 +190,24 @@ def per_block_figure(
     log_y: bool = False,
     smoothing: float = 0.0,
     names: tuple[str, ...] | None = None,
+    xtitle: str = "epoch",
+    run: str | None = None,
+    yaxis: dict | None = None,
 ) -> go.Figure:
     """One trace per block of a per-block list column (residuals, dual_norms, betas); ``names``
     labels the entries when they are not blocks (DeepFacto's three constraints)."""
     ep = _col(metrics, "epoch")
-    fig = go.Figure()
+    traces = []
     for t in range(n_blocks(metrics, key)):
         ys = []
         for m in metrics:
             vals = m.get(key) or []
             v = vals[t] if t < len(vals) else None
             ys.append(v if _finite(v) and (not log_y or v > 0) else None)
-        fig.add_scatter(
-            x=ep,
-            y=smooth(ys, smoothing),
-            name=names[t] if names and t < len(names) else f"block {t + 1}",
-            mode="lines+markers",
-            line={"color": COLOURS[t % len(COLOURS)]},
-        )
-    if not fig.data:
-        fig.add_annotation(
-            text="no blocks: end-to-end method", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5
-        )
-    return _layout(fig, title, "epoch", "", log_y)
+        name = names[t] if names and t < len(names) else f"block {t + 1}"
+        traces.append(_scatter(ep, smooth(ys, smoothing), name, COLOURS[t % len(COLOURS)]))
+    note = None if traces else "no blocks: end-to-end method"
+    return _figure(traces, title, xtitle, "", log_y, run=run, yaxis=yaxis, annotation=note)
 
 
 def seconds_per_epoch(metrics: list[dict]) -> tuple[list, list]:
@@ -204,11 +220,10 @@ def seconds_per_epoch(metrics: list[dict]) -> tuple[list, list]:
     return xs, ys
 
 
-def seconds_figure(metrics: list[dict]) -> go.Figure:
+def seconds_figure(metrics: list[dict], xtitle: str = "epoch", run: str | None = None) -> go.Figure:
     xs, ys = seconds_per_epoch(metrics)
-    fig = go.Figure()
-    fig.add_bar(x=xs, y=ys, name="s / epoch", marker_color=COLOURS[2])
-    return _layout(fig, "Seconds per epoch (training only)", "epoch", "s")
+    bar = {"type": "bar", "x": xs, "y": ys, "name": "s / epoch", "marker": {"color": COLOURS[2]}}
+    return _figure([bar], "Seconds per epoch (training only)", xtitle, "s", run=run)
 
 
 # DeepFacto's per-iteration lists (admm_core.deepfacto.run): its three constraints and their duals
@@ -226,15 +241,15 @@ def is_deepfacto(metrics: list[dict]) -> bool:
     return any("nmf_residual" in m for m in metrics)
 
 
-def nmf_figure(metrics: list[dict], log_y: bool = True, smoothing: float = 0.0) -> go.Figure:
+def nmf_figure(metrics: list[dict], log_y: bool = True, smoothing: float = 0.0, run: str | None = None) -> go.Figure:
     """DeepFacto's factorisation: how well M S explains Z₁ and the backbone, and the S mismatch."""
     ep = _col(metrics, "epoch")
-    fig = go.Figure()
+    traces = []
     for i, (key, name) in enumerate(NMF_LINES):
         ys = [y if y is None or not log_y or y > 0 else None for y in _col(metrics, key)]
-        if any(y is not None for y in ys):
-            fig.add_scatter(x=ep, y=smooth(ys, smoothing), name=name, mode="lines+markers", line={"color": COLOURS[i]})
-    return _layout(fig, "NMF module: relative residuals", "iteration", "", log_y)
+        if _has_data(ys):
+            traces.append(_scatter(ep, smooth(ys, smoothing), name, COLOURS[i]))
+    return _figure(traces, "NMF module: relative residuals", "iteration", "", log_y, run=run)
 
 
 def live_figures(
@@ -243,46 +258,45 @@ def live_figures(
     """The Train page's charts; ``run`` is recorded in each figure's layout.meta.
 
     ``backprop_cosine`` (per evaluation, one cosine per block between the method's Θ update
-    and backprop's gradient) is drawn when the metrics carry it.
+    and backprop's gradient) is drawn when the metrics carry it. A DeepFacto run (its metrics
+    carry ``nmf_residual``) gets its own set, per iteration: verification accuracy, loss,
+    seconds, its three constraint residuals and duals, and the NMF residuals.
     """
-    sm = smoothing
+    sm, lr = smoothing, log_residuals
     if is_deepfacto(metrics):
-        figs = {
-            "accuracy": accuracy_figure(metrics),
-            "loss": loss_figure(metrics, smoothing=sm),
-            "seconds": seconds_figure(metrics),
+        it = "iteration"
+        return {
+            "accuracy": accuracy_figure(metrics, "Face verification accuracy (%)", it, run),
+            "loss": loss_figure(metrics, smoothing=sm, xtitle=it, run=run),
+            "seconds": seconds_figure(metrics, it, run),
             "residuals": per_block_figure(
-                metrics, "residuals", "Constraint residual (RMS per image)", log_residuals, sm, DEEPFACTO_RESIDUALS
+                metrics, "residuals", "Constraint residual (RMS per image)", lr, sm, DEEPFACTO_RESIDUALS, it, run
             ),
             "dual_norms": per_block_figure(
-                metrics, "dual_norms", "Dual norms (RMS per image)", log_residuals, sm, DEEPFACTO_DUALS
+                metrics, "dual_norms", "Dual norms (RMS per image)", lr, sm, DEEPFACTO_DUALS, it, run
             ),
-            "nmf": nmf_figure(metrics, log_residuals, sm),
+            "nmf": nmf_figure(metrics, lr, sm, run),
         }
-        figs["accuracy"].update_layout(title_text=wrap("Face verification accuracy (%)"))
-        for f in figs.values():
-            f.update_xaxes(title_text="iteration")
-            if run:
-                f.update_layout(meta={"run": run})
-        return figs
     figs = {
-        "accuracy": accuracy_figure(metrics),
-        "loss": loss_figure(metrics, smoothing=sm),
+        "accuracy": accuracy_figure(metrics, run=run),
+        "loss": loss_figure(metrics, smoothing=sm, run=run),
         "residuals": per_block_figure(
-            metrics, "residuals", "Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block", log_residuals, sm
+            metrics, "residuals", "Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block", lr, sm, run=run
         ),
-        "dual_norms": per_block_figure(metrics, "dual_norms", "Dual norm ‖U_t‖ per block", log_residuals, sm),
-        "betas": per_block_figure(metrics, "betas", "Penalty β per block"),
-        "seconds": seconds_figure(metrics),
+        "dual_norms": per_block_figure(metrics, "dual_norms", "Dual norm ‖U_t‖ per block", lr, sm, run=run),
+        "betas": per_block_figure(metrics, "betas", "Penalty β per block", run=run),
+        "seconds": seconds_figure(metrics, run=run),
     }
     if any(m.get("backprop_cosine") for m in metrics):
         figs["backprop_cosine"] = per_block_figure(
-            metrics, "backprop_cosine", "Cosine of the block update with backprop's gradient", False, sm
+            metrics,
+            "backprop_cosine",
+            "Cosine of the block update with backprop's gradient",
+            False,
+            sm,
+            run=run,
+            yaxis={"range": [-1.05, 1.05]},
         )
-        figs["backprop_cosine"].update_yaxes(range=[-1.05, 1.05])
-    if run:
-        for f in figs.values():
-            f.update_layout(meta={"run": run})
     return figs
 
 
@@ -356,7 +370,7 @@ def compare_figure(
     height: int = 420,
 ) -> go.Figure:
     """Overlay one column of several runs; per-block columns get one dash style per block."""
-    fig = go.Figure()
+    traces = []
     xtitle = "wall time (s)" if x_key == "wall_time_s" else "epoch"
     for i, (label, metrics) in enumerate(series):
         colour = COLOURS[i % len(COLOURS)]
@@ -365,26 +379,14 @@ def compare_figure(
             for t in range(n_blocks(metrics, key)):
                 ys = [(m.get(key) or [None] * (t + 1))[t] if t < len(m.get(key) or []) else None for m in metrics]
                 ys = [y if _finite(y) and (not log_y or y > 0) else None for y in ys]
-                fig.add_scatter(
-                    x=xs,
-                    y=smooth(ys, smoothing),
-                    name=f"{label} · block {t + 1}",
-                    mode="lines",
-                    line={"color": colour, "dash": DASHES[t % len(DASHES)]},
-                    legendgroup=label,
-                )
+                trace = _scatter(xs, smooth(ys, smoothing), f"{label} · block {t + 1}", colour, "lines")
+                trace["line"]["dash"] = DASHES[t % len(DASHES)]
+                traces.append({**trace, "legendgroup": label})
         else:
             ys = _col(metrics, key, 100.0 if percent else 1.0)
             ys = [y if y is None or not log_y or y > 0 else None for y in ys]
-            fig.add_scatter(
-                x=xs,
-                y=smooth(ys, smoothing),
-                name=label,
-                mode="lines+markers",
-                marker={"size": 4},
-                line={"color": colour},
-            )
-    return _layout(fig, title, xtitle, "%" if percent else "", log_y, height=height)
+            traces.append(_scatter(xs, smooth(ys, smoothing), label, colour, marker={"size": 4}))
+    return _figure(traces, title, xtitle, "%" if percent else "", log_y, height=height)
 
 
 PAPER_KEYS = (

@@ -182,7 +182,8 @@ def details(r: dict) -> None:
 
 @st.fragment(run_every=2.0)
 def runs_panel() -> None:
-    ui.follow_goto()
+    if ss.get("goto_train"):  # Load was pressed: switch pages from a whole-app run, not from this fragment
+        st.rerun(scope="app")  # (a switch from inside the fragment sometimes left Train's URL unwritten)
     runs = ui.list_runs()  # one read: the table and the details show the same records
     if not runs:
         ui.show_notice()
@@ -201,7 +202,7 @@ def runs_panel() -> None:
         index=None,
         key="runs_sel",
         placeholder="Pick a run",
-        on_change=lambda: ui.watch(ss.get("runs_sel")),
+        on_change=lambda: ui.watch(ui.pick_id(ss.get("runs_sel"), names)),
         format_func=lambda n: ui.run_label(by_name[n]),
     )
     if picked is None or picked not in by_name:

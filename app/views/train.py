@@ -566,17 +566,19 @@ def live_panel():
     by_name = {r["name"]: r for r in runs}
     names = sorted(by_name, reverse=True)  # stable order (ids start with the launch time)
     watched = ui.watched()
-    # the menu only mirrors the selection (by id); it never picks a run by itself
-    ss["watch_pick"] = watched if watched in by_name else None
+    # the menu only mirrors the selection (by id); it never picks a run by itself. Its key names the
+    # watched run, so a new pick is a new widget whose default is that run: writing the pick into
+    # session state on every refresh instead left the menu blank now and then (CI, once runs came and went)
+    pick_key = f"watch_pick.{watched or ''}"
     c = st.columns([3, 1.3, 1])
     with c[0]:
         st.selectbox(
             "Run",
             names,
-            index=None,
-            key="watch_pick",
+            index=names.index(watched) if watched in by_name else None,
+            key=pick_key,
             placeholder="Pick a run to watch",
-            on_change=lambda: ui.watch(ss.get("watch_pick")),
+            on_change=lambda: ui.watch(ui.pick_id(ss.get(pick_key), names)),
             format_func=lambda n: ui.run_label(by_name[n]),
         )
     if watched is None:
