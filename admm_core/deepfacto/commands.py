@@ -122,7 +122,7 @@ def bench(argv=None) -> int:
 
 def section_text(dirs: list[Path], rows: list[dict], table: str) -> str:
     """The block ``bench --markdown`` writes: the settings and device, then the tables."""
-    default = DeepFactoConfig().to_dict()
+    default = json.loads(json.dumps(DeepFactoConfig().to_dict()))  # as config.json holds it (tuples → lists)
     cfgs = set()
     for d in dirs:  # the settings that differ from the defaults (rank aside)
         c = (read_json(d / "config.json") or {}).get("deepfacto", {})
