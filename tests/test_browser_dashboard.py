@@ -517,7 +517,8 @@ def test_deepfacto_from_train_stop_resume_then_heatmaps(server, browser):
 
     nmf = _wait(nmf_points, TIMEOUT_MS / 1000)
     assert nmf is not None, [(p["title"], p["n"]) for p in _plots(page)]
-    assert _plot(page, "Face verification", run_dir.name) is not None
+    # the live fragment redraws its charts every refresh: look again until this one is on the page
+    assert _wait(lambda: _plot(page, "Face verification", run_dir.name), 20), [p["title"] for p in _plots(page)]
     page.locator("button[kind=secondary]", has_text="Stop").click(force=True)  # not the toolbar's own Stop
     assert _wait(lambda: W.state_of(run_dir)["state"] == "stopped", 120), W.state_of(run_dir)
     done = len(read_metrics(run_dir)) - 1  # iteration 0 is the initialisation
