@@ -95,12 +95,21 @@ def on_start():
     if cfg is None:
         ss["notice"] = f"Not started: fix {len(errors)} field(s)."
         return
-    text, last = cfg.to_json(), ss.get("last_start") or {}
+    launch_once(cfg.to_json(), lambda: W.start_run(cfg, ui.runs_root()))
+
+
+def launch_once(text: str, launch) -> None:
+    """Run ``launch()`` (it returns the run directory) unless the same config ``text`` was started
+    within START_DEDUP_S (a double click), then watch the new run. Train and DeepFacto share it."""
+    last = ss.get("last_start") or {}
     if last.get("config") == text and time.time() - last.get("time", 0) < START_DEDUP_S:
         ss["start_toast"] = f"Already started {last['run']}"
         return
     try:
-        run_dir = W.start_run(cfg, ui.runs_root())
+        run_dir = launch()
+    except (ConfigError, DataError, CheckpointError, ValueError, FileNotFoundError) as e:
+        ss["notice"] = f"Not started: {e}"
+        return
     except OSError as e:
         ss["notice"] = f"Could not start the run in {ui.runs_root()}: {e}"
         return
@@ -437,21 +446,7 @@ def backbone_choice(slots: dict) -> tuple[str | None, bool]:
 
 def on_start_deepfacto(cfg_json: str) -> None:
     """Launch once per click (the same settings again within START_DEDUP_S are the same click)."""
-    last = ss.get("last_start") or {}
-    if last.get("config") == cfg_json and time.time() - last.get("time", 0) < START_DEDUP_S:
-        ss["start_toast"] = f"Already started {last['run']}"
-        return
-    try:
-        run_dir = W.start_deepfacto(DeepFactoConfig.from_dict(json.loads(cfg_json)), ui.runs_root())
-    except (ConfigError, DataError, CheckpointError, ValueError, FileNotFoundError) as e:
-        ss["notice"] = f"Not started: {e}"
-        return
-    except OSError as e:
-        ss["notice"] = f"Could not start the run in {ui.runs_root()}: {e}"
-        return
-    ss["last_start"] = {"config": cfg_json, "time": time.time(), "run": run_dir.name}
-    ss["start_toast"] = f"Started {run_dir.name}"
-    ui.watch(run_dir.name)
+    launch_once(cfg_json, lambda: W.start_deepfacto(DeepFactoConfig.from_dict(json.loads(cfg_json)), ui.runs_root()))
 
 
 def deepfacto_section() -> dict:
