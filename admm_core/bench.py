@@ -35,6 +35,7 @@ import torch
 from .config import parse_sets
 from .docs import code_version, command_line, write_section
 from .presets import preset_config
+from .resources import human
 from .runs import install_stop_handlers, read_json, read_metrics, run_status, summarize, train
 
 # Final test accuracy (%) reported in the paper, per preset and method.
@@ -83,15 +84,6 @@ def fmt_s(v):
     return "—" if v is None else f"{v:.1f}"
 
 
-def fmt_bytes(b):
-    if b is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if b < 1024 or unit == "GiB":
-            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
-        b /= 1024
-
-
 def curve_stats(metrics: list[dict], after: int = 3) -> dict:
     """Lowest test accuracy after epoch ``after`` and the last logged backprop cosine per block."""
     late = [m["test_accuracy"] for m in metrics if m.get("epoch", 0) > after]
@@ -115,7 +107,7 @@ def table(preset: str, rows: list[dict]) -> str:
             f"| {r.get('label', r['method'])} | {r['epochs']} | {fmt_pct(r['test_accuracy'])} | {fmt_pct(r['best_test_accuracy'])} | "
             f"{fmt_pct(r.get('lowest_after'))} | {paper.get(r['method'], '—')} | {fmt_s(r['wall_time_s'])} | {fmt_s(r['seconds_per_epoch'])} | "
             f"{'—' if ratio is None else f'{ratio:.2f}'} | {fmt_s(r.get('time_to_90_s'))} | {fmt_s(r.get('time_to_95_s'))} | "
-            f"{fmt_bytes(r['state_bytes'])} | {cos} | {r.get('status', '—')} |"
+            f"{human(r['state_bytes'])} | {cos} | {r.get('status', '—')} |"
         )
     return "\n".join(out)
 
@@ -128,6 +120,10 @@ def run_jobs(a, jobs, out: Path, per_method: dict, vary_name, should_stop) -> li
         cfg = cfg.shortened(per_method.get(method) or a.epochs, a.train_limit, a.test_limit)
         if a.data_root:
             cfg = cfg.replace(data__root=a.data_root)
+        aug = a.augment_pad is not None or a.no_flip
+        if aug:
+            pad = cfg.data.augment_pad if a.augment_pad is None else a.augment_pad
+            cfg = cfg.replace(data__augment=True, data__augment_pad=pad, data__augment_flip=not a.no_flip)
         extra = parse_sets(s.split(":", 1)[1] for s in a.set if s.split(":", 1)[0] == method)
         label = method
         if value is not None:
@@ -138,6 +134,9 @@ def run_jobs(a, jobs, out: Path, per_method: dict, vary_name, should_stop) -> li
         if extra:
             cfg = cfg.replace(method_params={**cfg.method_params, **extra})
         name = f"{a.preset}-{method}" + (f"-{vary_name}={value}" if value is not None else "")
+        if aug:
+            suffix = f"shift{cfg.data.augment_pad}" + ("-flip" if cfg.data.augment_flip else "")
+            name, label = f"{name}-{suffix}", f"{label}, {suffix}"
         run_dir = out / (name + (f"-s{seed}" if a.seeds else ""))
         done = read_json(run_dir / "summary.json")
         if a.collect:
@@ -196,6 +195,8 @@ def main(argv=None) -> int:
     p.add_argument("--train-limit", type=int, help="use only the first N training samples (overrides the preset)")
     p.add_argument("--test-limit", type=int, help="use only the first N test samples (overrides the preset)")
     p.add_argument("--seeds", help="comma-separated seeds, one row each (beats --seed)")
+    p.add_argument("--augment-pad", type=int, metavar="N", help="augment: random shifts of up to ± N pixels")
+    p.add_argument("--no-flip", action="store_true", help="augment without horizontal flips (digits)")
     p.add_argument(
         "--vary",
         metavar="METHOD:NAME=V1,V2,...",

@@ -63,8 +63,12 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         ch["model__hidden"] = _ints(a.hidden)
     if a.width is not None:
         ch["model__width"] = a.width
-    if a.augment:
+    if a.augment or a.augment_pad is not None or a.no_flip:
         ch["data__augment"] = True
+    if a.augment_pad is not None:
+        ch["data__augment_pad"] = a.augment_pad
+    if a.no_flip:
+        ch["data__augment_flip"] = False
     if a.split is not None:
         ch["model__split"] = tuple(s for s in a.split.split(",") if s) if a.split != "default" else None
     for key, attr in (
@@ -262,8 +266,8 @@ def cmd_sweep(a) -> int:
     log = (lambda *x: None) if a.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     should_stop = install_stop_handlers()
     try:
-        if a.worker:
-            S.run_worker(name, storage, root, should_stop, log)
+        if a.worker is not None:
+            S.run_worker(name, storage, root, should_stop, log, worker=a.worker)
             return 0
         if a.report:  # the report of a stored study as it stands (dead workers' trials marked failed)
             study = S.load_study(name, storage)
@@ -349,6 +353,12 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--augment", action="store_true", help="random crop (4-px padding) + flip of images, one view per epoch"
     )
+    t.add_argument(
+        "--augment-pad", type=int, metavar="N", help="augment with shifts of up to ± N pixels (implies --augment)"
+    )
+    t.add_argument(
+        "--no-flip", action="store_true", help="augment without horizontal flips (digits; implies --augment)"
+    )
     t.add_argument("--loss", choices=["mse", "ce"])
     t.add_argument("--batch-size", type=int)
     t.add_argument("--seed", type=int)
@@ -411,7 +421,7 @@ def make_parser() -> argparse.ArgumentParser:
     w.add_argument("--importance-png", metavar="FILE", help="write the parameter-importance plot here")
     w.add_argument("--report", action="store_true", help="only write --markdown / --importance-png of study --name")
     w.add_argument("--quiet", action="store_true", help="no per-trial log lines")
-    w.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    w.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # index of an extra worker process
     w.set_defaults(func=cmd_sweep)
 
     h = sub.add_parser("heatmaps", help="DeepFacto: grid of NMF score heatmaps over face images")

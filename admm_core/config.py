@@ -53,7 +53,9 @@ class DataConfig:
     root: str | None = None  # data root; None -> $ADMM_DATA, ./data, ../shared/data
     train_limit: int | None = None  # keep only this many training samples (small mode)
     test_limit: int | None = None  # keep only this many test samples
-    augment: bool = False  # random crop after 4-px padding + horizontal flip, on the device, one view per epoch
+    augment: bool = False  # random crop after padding + horizontal flip, on the device, one view per epoch
+    augment_pad: int = 4  # padding of the crop: shifts of up to ± this many pixels
+    augment_flip: bool = True  # flip horizontally with probability ½ (off for digits: a flipped 2 is no 2)
 
     def __post_init__(self):
         check(
@@ -73,6 +75,10 @@ class DataConfig:
             ok = v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0)
             check(ok, f"data.{f}", v, "must be a positive integer or null")
         check(isinstance(self.augment, bool), "data.augment", self.augment, "must be true or false")
+        pad = self.augment_pad
+        ok = isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad <= 16
+        check(ok, "data.augment_pad", pad, "must be an integer from 0 to 16")
+        check(isinstance(self.augment_flip, bool), "data.augment_flip", self.augment_flip, "must be true or false")
 
 
 @dataclass(frozen=True)

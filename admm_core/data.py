@@ -313,7 +313,8 @@ def load_cifar10(root=None, download=False, train_limit=None, test_limit=None) -
 class CropFlip:
     """The standard CIFAR augmentation on (N, C, H, W) tensors: pad ``pad`` pixels of black
     (``fill``, per channel, the normalised value of 0), take a random H×W crop, flip
-    horizontally with probability ½ — one gather, on whatever device the data is on.
+    horizontally with probability ½ (``flip``) — one gather, on whatever device the data is on.
+    With ``flip=False`` and a small pad it is the usual random translation of digits.
 
     One *view* per epoch: :meth:`set_epoch` draws a crop offset (dy, dx) ∈ [0, 2·pad]² and a
     flip for every sample from a generator seeded by (seed, epoch), so a run is reproducible,
@@ -322,8 +323,8 @@ class CropFlip:
     block_1(augmented x_i)). Before the first :meth:`set_epoch` the inputs are unaugmented.
     """
 
-    def __init__(self, n: int, fill: tuple[float, ...] | None = None, pad: int = 4, seed: int = 0):
-        self.n, self.pad, self.seed = n, pad, seed
+    def __init__(self, n: int, fill: tuple[float, ...] | None = None, pad: int = 4, seed: int = 0, flip: bool = True):
+        self.n, self.pad, self.seed, self.use_flip = n, pad, seed, flip
         self.fill = fill
         self.epoch: int | None = None
         self.dy = self.dx = self.flip = None
@@ -332,7 +333,9 @@ class CropFlip:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         off = torch.randint(0, 2 * self.pad + 1, (2, self.n), generator=g)
         self.dy, self.dx = off[0].to(device), off[1].to(device)
-        self.flip = (torch.rand(self.n, generator=g) < 0.5).to(device)
+        self.flip = (torch.rand(self.n, generator=g) < 0.5).to(device)  # drawn either way: same crops
+        if not self.use_flip:
+            self.flip = torch.zeros_like(self.flip)
         self.epoch = epoch
 
     def __call__(self, x: torch.Tensor, idx) -> torch.Tensor:

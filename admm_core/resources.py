@@ -186,12 +186,24 @@ def available_memory(device: str = "cpu") -> tuple[int, str]:
     return free, "available CPU RAM"
 
 
-def human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
+def human(n: float | None) -> str:
+    """A byte count in binary units (KiB = 1024 B), '—' for none: the one formatter of sizes."""
+    if n is None:
+        return "—"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} TB"
+    return f"{n:.1f} TiB"
+
+
+def physical_memory() -> int:
+    """This machine's RAM in bytes (16 GiB where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30
 
 
 def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict:

@@ -92,6 +92,32 @@ def read_json(path: Path, default=None):
         return default
 
 
+_STAMPED: dict[str, tuple[tuple[int, int, int], object]] = {}
+
+
+def read_json_stamped(path: Path, default=None):
+    """:func:`read_json`, parsed again only when the file's mtime or size changed.
+
+    For listings that poll many run folders every second (the dashboard): a finished run's
+    config and summary are read once. The value is shared between calls: do not mutate it.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return default
+    stamp, key = (st.st_mtime_ns, st.st_size, st.st_ino), str(path)
+    hit = _STAMPED.get(key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    value = read_json(path, default)
+    if time.time() - st.st_mtime < 2.0:  # file clocks tick coarsely: a fresh file may change unseen
+        return value
+    if len(_STAMPED) > 20_000:  # a bound, not an LRU: listings re-fill it in one pass
+        _STAMPED.clear()
+    _STAMPED[key] = (stamp, value)
+    return value
+
+
 def read_json_dict(path: Path) -> dict:
     """A JSON object from ``path``; {} when it is missing, garbled or not an object."""
     d = read_json(path, {})
@@ -288,7 +314,9 @@ def build(cfg: RunConfig) -> Session:
     if cfg.data.augment:
         check(x_train.dim() == 4, "data.augment", True, f"needs image inputs (N, C, H, W); {ds.name} is flat")
         check(method.supports_augment, "data.augment", True, f"method {cfg.method!r} does not support augmentation")
-        augment = data_mod.CropFlip(x_train.shape[0], ds.pad_value, seed=cfg.train.seed)
+        augment = data_mod.CropFlip(
+            x_train.shape[0], ds.pad_value, pad=cfg.data.augment_pad, flip=cfg.data.augment_flip, seed=cfg.train.seed
+        )
     batch = TrainBatch(x_train, ds.y_train.to(device), get_loss(cfg.train.loss), cfg.train.batch_size, augment=augment)
     method, batch = dist_mod.distribute(method, batch, net)  # under torchrun: this rank's rows or block
     state = method.init_state(net, batch, gen)
@@ -618,12 +646,13 @@ def list_runs(root: Path | None = None) -> list[dict]:
                 continue
         except OSError:
             continue
-        summary = read_json(d / "summary.json")
+        summary = read_json_stamped(d / "summary.json")
+        config = read_json_stamped(d / "config.json", {})
         out.append(
             {
                 "dir": d,
                 "name": d.name,
-                "config": read_json_dict(d / "config.json"),  # garbled or missing: {} (the run is still listed)
+                "config": config if isinstance(config, dict) else {},  # garbled or missing: {} (still listed)
                 "status": run_status(d),
                 "summary": summary if isinstance(summary, dict) else None,
             }

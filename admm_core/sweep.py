@@ -307,10 +307,11 @@ def make_pruner(name: str, epochs: int):
     return optuna.pruners.NopPruner()
 
 
-def _sampler(spec: SweepSpec):
+def _sampler(spec: SweepSpec, salt: int = 0):
     import optuna
 
-    return optuna.samplers.TPESampler(n_startup_trials=min(10, max(3, spec.trials // 3)), seed=spec.seed)
+    seed = None if spec.seed is None else spec.seed + salt
+    return optuna.samplers.TPESampler(n_startup_trials=min(10, max(3, spec.trials // 3)), seed=seed)
 
 
 def study_names(storage) -> list[str]:
@@ -319,8 +320,8 @@ def study_names(storage) -> list[str]:
     return optuna.study.get_all_study_names(storage)
 
 
-def load_study(name: str, storage):
-    """An existing study with its SweepSpec-based sampler and pruner."""
+def load_study(name: str, storage, salt: int = 0):
+    """An existing study with its SweepSpec-based sampler (seed + ``salt``) and pruner."""
     import optuna
 
     check(name in study_names(storage), "--name", name, "no such study in this storage")
@@ -328,8 +329,23 @@ def load_study(name: str, storage):
     spec = SweepSpec.from_attrs(study.user_attrs["sweep"])
     epochs = spec.base_config().train.epochs
     return optuna.load_study(
-        study_name=name, storage=storage, sampler=_sampler(spec), pruner=make_pruner(spec.pruner, epochs)
+        study_name=name, storage=storage, sampler=_sampler(spec, salt), pruner=make_pruner(spec.pruner, epochs)
     )
+
+
+def worker_study(name: str, storage, worker: int = 0):
+    """(study, spec) for one worker process, its sampler seeded by (seed, trials so far, worker).
+
+    A seeded sampler restarted with the same seed replays its random draws: a resumed study
+    re-ran the settings of its first trials, and parallel workers drew the same points. Salting
+    by the number of trials already in the study and the worker's index keeps a one-worker study
+    reproducible and makes every restart and every worker draw new points.
+    """
+    study = load_study(name, storage)
+    spec = SweepSpec.from_attrs(study.user_attrs["sweep"])
+    if spec.seed is None:
+        return study, spec
+    return load_study(name, storage, salt=1_000_003 * len(study.trials) + 7919 * worker), spec
 
 
 def create_or_resume(spec: SweepSpec | None, name: str, storage, budget: int | None = None):
@@ -514,13 +530,14 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def run_worker(name: str, storage, root: Path, should_stop=None, log=print) -> None:
+def run_worker(name: str, storage, root: Path, should_stop=None, log=print, worker: int = 0) -> None:
     """Pull trials of study ``name`` until its budget is met (one process; others may run beside it)."""
     import optuna
     from optuna.study import MaxTrialsCallback
     from optuna.trial import TrialState
 
-    study, spec = create_or_resume(None, name, storage)
+    create_or_resume(None, name, storage)  # refuses a study that does not exist
+    study, spec = worker_study(name, storage, worker)
     failed = fail_dead_trials(study)
     if failed:
         log(f"study {name}: trial(s) {failed} of a dead worker marked failed; their settings are queued again")
@@ -570,8 +587,8 @@ def run_sweep(
     study, spec = create_or_resume(spec, name, storage, budget)
     url = storage_url or default_storage(root)
     children = []
-    for _ in range(jobs - 1):  # extra workers: the same command on the same study
-        cmd = [sys.executable, "-m", "admm_core", "sweep", "--name", name, "--storage", url, "--worker"]
+    for i in range(jobs - 1):  # extra workers: the same command on the same study
+        cmd = [sys.executable, "-m", "admm_core", "sweep", "--name", name, "--storage", url, "--worker", str(i + 1)]
         env = {**os.environ, "ADMM_RUNS": str(root)}
         children.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
     try:
@@ -642,8 +659,13 @@ def best_config(study) -> RunConfig:
     return apply_params(spec.base_config(), best.params)
 
 
+def trial_time_s(study) -> float:
+    """Seconds spent in trials, summed (a resumed study's idle gaps left out)."""
+    return sum(t.duration.total_seconds() for t in study.get_trials(deepcopy=False) if t.duration)
+
+
 def wall_time_s(study) -> float:
-    """From the first trial's start to the last trial's end."""
+    """From the first trial's start to the last trial's end (idle gaps between resumes included)."""
     ts = [t for t in study.get_trials(deepcopy=False) if t.datetime_start]
     if not ts:
         return 0.0
@@ -706,7 +728,8 @@ def markdown_report(study, png: str | None = None, machine: str = "2-core CPU, s
         f"objective `{spec.objective}` ({spec.direction}), pruner `{spec.pruner}`",
         f"- space: {', '.join(f'`{s}`' for s in spec.space)}",
         f"- trials: {c['complete']} complete, {c['pruned']} pruned, {c['fail']} failed (budget {spec.trials})",
-        f"- wall time of the study: {wall_time_s(study) / 60:.1f} min",
+        f"- time in trials: {trial_time_s(study) / 60:.1f} min (first start to last end: "
+        f"{wall_time_s(study) / 60:.1f} min, including any pause before a resume)",
         "",
     ]
     done = c["complete"] + c["pruned"]

@@ -137,6 +137,36 @@ def test_form_messages_name_the_field():
         assert cfg is None and needle in errs.get(field, ""), (field, errs)
 
 
+def test_form_keeps_and_checks_augmentation():
+    """A preset's augmentation survives the form; shift-only round-trips through the URL; bad
+    choices, pads, flat data and methods that read raw inputs are said next to the field."""
+    form = F.form_from_config(preset_config("cifar10-resnet18-small", "block-admm"))
+    assert (form["augment"], form["augment_pad"]) == ("crop-flip", 4)
+    got, errs = F.config_from_form(form, available=["cifar10"])
+    assert errs == {}, errs
+    assert got.data.augment and got.data.augment_flip and got.data.augment_pad == 4
+    shift = {**F.form_from_config(preset_config("mnist-mlp-mse", "online-admm")), "augment": "shift", "augment_pad": 2}
+    back, warnings = F.from_query(F.to_query(shift))
+    assert back == shift and not warnings
+    got, errs = F.config_from_form(back, available=["mnist"])
+    assert errs == {}, errs
+    assert got.data.augment and not got.data.augment_flip and got.data.augment_pad == 2
+    for field, value, needle in [
+        ("augment", "zoom", "data.augment = 'zoom'"),
+        ("augment_pad", 40, "data.augment_pad = 40"),
+        ("method", "dladmm", "method 'dladmm' does not support augmentation"),
+    ]:
+        bad = {**shift, field: value}
+        if field == "method":
+            bad = {k: v for k, v in bad.items() if not k.startswith(F.MP)}
+        cfg, errs = F.config_from_form(bad, available=["mnist"])
+        key = "augment" if field == "method" else field
+        assert cfg is None and needle in errs.get(key, ""), (field, errs)
+    flat = {**F.default_form(), "augment": "shift"}  # digits: 64 flat features
+    cfg, errs = F.config_from_form(flat, available=["digits"])
+    assert cfg is None and "flat vectors (64,)" in errs["augment"]
+
+
 def test_block_diagram_follows_the_split():
     blocks = F.describe_blocks("mlp", (128, 64), ["fc2"], "digits")
     assert [b["layers"] for b in blocks] == [["fc1", "fc2"], ["fc3"]]
@@ -579,7 +609,7 @@ def test_memory_estimate_refuses_absurd_sizes_without_building_them():
     form = {**F.default_form(), "hidden": "100000,100000"}
     cfg, errs = F.config_from_form(form, available=["digits"])
     assert cfg is None and "memory" in errs
-    assert "model.hidden = '100000,100000'" in errs["memory"] and "GB" in errs["memory"] and "limit" in errs["memory"]
+    assert "model.hidden = '100000,100000'" in errs["memory"] and "GiB" in errs["memory"] and "limit" in errs["memory"]
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 50_000  # KB: nothing was allocated
     ok = F.config_from_form(F.default_form(), available=["digits"])[0]
     assert ok is not None

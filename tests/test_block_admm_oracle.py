@@ -11,29 +11,17 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import mlp_weights, tiny_mlp
 
-from admm_core.blocks import BlockNet
 from admm_core.losses import mse_sum
 from admm_core.methods import make_method
 from admm_core.methods.base import TrainBatch, minibatches
-from admm_core.models import mlp_layers
 
 N, D, H1, H2, C = 23, 7, 6, 5, 4
 
 
 def tiny_problem(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    net = BlockNet(mlp_layers(D, (H1, H2), C), ("fc1", "fc2")).double()
-    x = torch.randn(N, D, generator=g, dtype=torch.float64)
-    y = torch.randint(0, C, (N,), generator=g)
-    return net, x, y
-
-
-def weights(net):
-    # fc1 = (Flatten, Linear, ReLU), fc2 = (Linear, ReLU), fc3 = (Linear,)
-    lin = [net.blocks[0][0][1], net.blocks[1][0][0], net.blocks[2][0][0]]
-    return [(l.weight.detach().clone(), l.bias.detach().clone()) for l in lin]
+    return tiny_mlp(N, D, (H1, H2), C, seed)
 
 
 def scaled_steps(W, betas, z_lr):
@@ -120,7 +108,7 @@ def test_one_iteration_matches_hand_written_equations(z_step):
     g = torch.Generator().manual_seed(2)
     for z in state.z:
         z.add_(0.3 * torch.randn(z.shape, generator=g, dtype=z.dtype))
-    W0 = weights(net)
+    W0 = mlp_weights(net)
     Z0 = [z.clone() for z in state.z]
     U0 = [u.clone() for u in state.u]
     assert all(u.abs().sum() > 0 for u in U0)
@@ -129,7 +117,7 @@ def test_one_iteration_matches_hand_written_equations(z_step):
 
     z_lrs = scaled_steps(W0, betas, z_lr) if z_step == "scaled" else [z_lr] * 3
     ref_W, ref_Z, ref_U = reference_iteration(W0, Z0, U0, x, y, betas, z_lrs, lr)
-    for (a, b), (ra, rb) in zip(weights(net), ref_W):
+    for (a, b), (ra, rb) in zip(mlp_weights(net), ref_W):
         torch.testing.assert_close(a, ra, atol=1e-6, rtol=0)
         torch.testing.assert_close(b, rb, atol=1e-6, rtol=0)
     for z, rz in zip(state.z, ref_Z):
@@ -138,7 +126,7 @@ def test_one_iteration_matches_hand_written_equations(z_step):
         torch.testing.assert_close(u, ru, atol=1e-6, rtol=0)
     # the update really moved everything (the oracle is not comparing no-ops)
     assert all((z - z0).abs().max() > 1e-3 for z, z0 in zip(state.z, Z0))
-    assert all((w[0] - w0[0]).abs().max() > 1e-4 for w, w0 in zip(weights(net), W0))
+    assert all((w[0] - w0[0]).abs().max() > 1e-4 for w, w0 in zip(mlp_weights(net), W0))
 
 
 def test_folded_dual_step_equals_separate_dual_steps():

@@ -53,6 +53,26 @@ def test_crop_flip_matches_the_textbook_recipe():
     assert (got == -1.0).any()
 
 
+def test_crop_without_flip_is_a_pure_shift():
+    x = torch.rand(40, 1, 6, 6)
+    aug = data_mod.CropFlip(40, pad=2, flip=False, seed=1)
+    aug.set_epoch(0)
+    got = aug(x, slice(None))
+    assert not aug.flip.any() and len(set(aug.dx.tolist())) == 5  # offsets 0..4 = shifts −2..2
+    for i in range(40):
+        assert torch.equal(got[i], reference_crop_flip(x[i], int(aug.dy[i]), int(aug.dx[i]), False, (0.0,), pad=2))
+
+
+@pytest.mark.parametrize(
+    "field,value", [("augment_pad", -1), ("augment_pad", 17), ("augment_pad", 2.5), ("augment_flip", "no")]
+)
+def test_bad_augmentation_settings_name_the_field(field, value):
+    from admm_core.config import DataConfig
+
+    with pytest.raises(ConfigError, match=f"data.{field}"):
+        DataConfig("mnist", **{field: value})
+
+
 def test_crop_flip_is_one_seeded_view_per_epoch():
     x = torch.randn(32, 3, 8, 8)
     a, b = data_mod.CropFlip(32, seed=0), data_mod.CropFlip(32, seed=0)
@@ -162,8 +182,8 @@ def test_bf16_channels_last_block_admm_keeps_z_float32(cifar_pack):
 @needs_cifar
 def test_augmentation_with_a_method_that_reads_raw_inputs_is_refused(cifar_pack):
     root, _ = cifar_pack
-    cfg = preset_config("cifar10-resnet18-small", "online-admm").replace(data__root=str(root))
-    with pytest.raises(ConfigError, match="data.augment.*online-admm"):
+    cfg = preset_config("cifar10-resnet18-small", "dladmm").replace(data__root=str(root))
+    with pytest.raises(ConfigError, match="data.augment.*dladmm"):
         runs.build(cfg)
 
 

@@ -402,7 +402,7 @@ def test_too_big_network_is_refused_with_estimate_and_available(tmp_path):
     assert rc == 2 and calls == 0 and dirs == []
     (line,) = err.strip().splitlines()
     assert "model.hidden = [100000, 100000]" in line and "needs about" in line and "available" in line
-    assert "GB" in line
+    assert "GiB" in line
 
 
 def test_a_valid_config_reaches_training_once(tmp_path):

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import mlp_weights, tiny_mlp
 
 from admm_core import bench
 from admm_core.blocks import BlockNet
@@ -24,17 +25,7 @@ EPS = 1e-8
 
 
 def tiny(seed=0):
-    torch.manual_seed(seed)
-    g = torch.Generator().manual_seed(seed)
-    net = BlockNet(mlp_layers(D, (H1, H2), C), ("fc1", "fc2")).double()
-    x = torch.randn(N, D, generator=g, dtype=torch.float64)
-    y = torch.randint(0, C, (N,), generator=g)
-    return net, x, y
-
-
-def weights(net):
-    lin = [net.blocks[0][0][1], net.blocks[1][0][0], net.blocks[2][0][0]]
-    return [(l.weight.detach().clone(), l.bias.detach().clone()) for l in lin]
+    return tiny_mlp(N, D, (H1, H2), C, seed)
 
 
 def ref_online(W, x, y, u, betas, z_lrs, lr, dual, decay):
@@ -127,7 +118,7 @@ def test_online_iteration_matches_hand_written_equations(dual, z_step):
     else:
         state.u = [0.3, 0.2, 0.5]
     u0 = [u.clone() if torch.is_tensor(u) else u for u in state.u]
-    W0 = weights(net)
+    W0 = mlp_weights(net)
     if z_step == "scaled":
         s = [torch.linalg.matrix_norm(w, 2).item() for w, _ in W0]
         z_lrs = [
@@ -141,13 +132,58 @@ def test_online_iteration_matches_hand_written_equations(dual, z_step):
     method.run_epoch(net, state, batch)
 
     ref_W, ref_u = ref_online(W0, x, y, u0, betas, z_lrs, lr, dual, decay)
-    for (a, b), (ra, rb) in zip(weights(net), ref_W):
+    for (a, b), (ra, rb) in zip(mlp_weights(net), ref_W):
         torch.testing.assert_close(a, ra, atol=1e-6, rtol=0)
         torch.testing.assert_close(b, rb, atol=1e-6, rtol=0)
     for u, ru in zip(state.u, ref_u):
         torch.testing.assert_close(torch.as_tensor(u, dtype=torch.float64), torch.as_tensor(ru), atol=1e-6, rtol=0)
-    assert all((w[0] - w0[0]).abs().max() > 1e-5 for w, w0 in zip(weights(net), W0))  # not a no-op
+    assert all((w[0] - w0[0]).abs().max() > 1e-5 for w, w0 in zip(mlp_weights(net), W0))  # not a no-op
     assert state.iteration == 1
+
+
+def test_theta_step_size_decays_once_per_epoch_by_gamma():
+    """η_e = η·γ^e: the third epoch (e = 2) of a one-minibatch set is the oracle step with η·γ²."""
+    net, x, y = tiny()
+    lr, gamma, betas, z_lr = 0.05, 0.5, [0.7, 1.3, 0.9], 0.4
+    method = make_method(
+        "online-admm",
+        dict(lr=lr, lr_decay=gamma, theta_optimizer="sgd", z_lr=z_lr, z_step="fixed", beta=betas, dual="additive"),
+    )
+    batch = TrainBatch(x, y, mse_sum, batch_size=N)
+    state = method.init_state(net, batch, torch.Generator().manual_seed(1))
+    state.iteration = 2  # two epochs of one minibatch done
+    W0 = mlp_weights(net)
+    method.run_epoch(net, state, batch)
+    ref_W, _ = ref_online(W0, x, y, [0.0] * 3, betas, [z_lr] * 3, lr * gamma**2, "additive", 0.0)
+    for (a, b), (ra, rb) in zip(mlp_weights(net), ref_W):
+        torch.testing.assert_close(a, ra, atol=1e-6, rtol=0)
+        torch.testing.assert_close(b, rb, atol=1e-6, rtol=0)
+    assert [g["lr"] for g in state.opt.param_groups] == [lr * gamma**2] * 3
+
+
+def test_online_trains_on_the_epochs_augmented_view():
+    """With augmentation the online method sees exactly the shifted images of the epoch: the
+    same as a run on those images stored as the data set."""
+    from admm_core.data import CropFlip
+
+    torch.manual_seed(0)
+    x = torch.rand(12, 1, 3, 3, dtype=torch.float64)
+    y = torch.randint(0, C, (12,))
+    aug = CropFlip(12, pad=1, flip=False, seed=5)
+    aug.set_epoch(1)
+    shifted = aug(x, slice(None))
+    assert not torch.equal(shifted, x) and not aug.flip.any()
+    params = dict(lr=0.05, theta_optimizer="sgd", z_lr=0.3, z_step="fixed", dual="additive")
+    nets = []
+    for xs, augment in ((x, aug), (shifted, None)):
+        torch.manual_seed(1)
+        net = BlockNet(mlp_layers(9, (H1, H2), C), ("fc1", "fc2")).double()
+        method = make_method("online-admm", params)
+        batch = TrainBatch(xs, y, mse_sum, batch_size=5, augment=augment)
+        method.run_epoch(net, method.init_state(net, batch, torch.Generator().manual_seed(2)), batch)
+        nets.append(net)
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
 def test_power_iteration_finds_the_spectral_norm_and_warm_starts():

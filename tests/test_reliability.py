@@ -7,7 +7,6 @@ still listed, the last good checkpoint intact, status.json telling the truth on 
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -22,9 +21,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import cli_run
 
-from admm_core import cli, runs
 from admm_core import data as data_mod
+from admm_core import runs
 from admm_core.config import RunConfig
 from admm_core.errors import CheckpointError, ConfigError
 from admm_core.methods import METHODS
@@ -49,19 +49,6 @@ def tiny(method="block-admm", epochs=2, **kw) -> RunConfig:
     return RunConfig(method=method).replace(
         data__train_limit=200, data__test_limit=100, model__hidden=(32, 16), train__epochs=epochs, **kw
     )
-
-
-def cli_run(argv) -> tuple[int, str]:
-    """cli.main in-process: (exit code, stderr); signal handlers left as they are."""
-    err = io.StringIO()
-    saved = runs.install_stop_handlers
-    runs.install_stop_handlers = lambda: lambda: False
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            rc = cli.main(argv)
-    finally:
-        runs.install_stop_handlers = saved
-    return rc, err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -432,3 +419,24 @@ def test_preflight_checks_before_any_directory():
     ):
         with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
             preflight(bad, available=(10**10, "available CPU RAM"))
+
+
+def test_stamped_json_reads_are_cached_only_while_the_file_is_unchanged(tmp_path):
+    p = tmp_path / "summary.json"
+    old = time.time() - 60
+    p.write_text('{"a": 1}')
+    os.utime(p, (old, old))
+    assert runs.read_json_stamped(p) == {"a": 1}
+    with open(p, "r+") as f:  # same inode, size and mtime: the cache is what answers
+        f.write('{"a": 2}')
+    os.utime(p, (old, old))
+    assert runs.read_json_stamped(p) == {"a": 1}
+    os.utime(p, (old + 1, old + 1))  # any new stamp: parsed again
+    assert runs.read_json_stamped(p) == {"a": 2}
+    p.write_text('{"a": 3}')  # just written: never trusted to the cache (coarse file clocks)
+    assert runs.read_json_stamped(p) == {"a": 3}
+    with open(p, "r+") as f:
+        f.write('{"a": 4}')
+    assert runs.read_json_stamped(p) == {"a": 4}
+    p.unlink()
+    assert runs.read_json_stamped(p, "gone") == "gone"

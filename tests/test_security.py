@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import shutil
 import socket
@@ -26,8 +25,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import cli_run
 
-from admm_core import cli, runs
+from admm_core import runs
 from admm_core.config import RunConfig
 from admm_core.errors import CheckpointError, ConfigError
 from admm_core.methods import METHODS
@@ -61,18 +61,6 @@ def test_the_payload_really_runs_code_when_loaded_unsafely(tmp_path):
     evil_file(tmp_path / "x.pt", marker)
     torch.load(tmp_path / "x.pt", weights_only=False)
     assert marker.read_text() == "pwned"
-
-
-def cli_run(argv) -> tuple[int, str]:
-    err = io.StringIO()
-    saved = runs.install_stop_handlers
-    runs.install_stop_handlers = lambda: lambda: False
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            rc = cli.main(argv)
-    finally:
-        runs.install_stop_handlers = saved
-    return rc, err.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -154,6 +154,33 @@ def test_bad_space_on_the_command_line_is_one_line(tmp_path):
     assert err.strip().splitlines() == ["error: --space 'beta=log:-1:1' = '-1:1': a log range needs low > 0 (got -1)"]
 
 
+def test_seeded_sampler_draws_new_points_after_a_resume_and_per_worker(tmp_path):
+    """A seeded sampler restarted with its seed replays its draws: the resumed MNIST study re-ran
+    trial 1's settings twice. worker_study salts the seed by the trials so far and the worker."""
+    storage = S.open_storage(None, tmp_path)
+    S.create_or_resume(spec("salt", trials=20), "salt", storage)
+
+    def ask(study, spec_):
+        t = study.ask()
+        return t, {d.name: d.suggest(t) for d in spec_.dims}
+
+    def draw(worker=0, store=storage):
+        study, spec_ = S.worker_study("salt", store, worker)
+        t, params = ask(study, spec_)
+        study.tell(t, 0.5)
+        return params
+
+    preset = draw()  # trial 0: the preset's settings, enqueued
+    first = draw()  # first random draw of this worker
+    resumed = draw()  # a new process on the same study (one more trial in it)
+    assert preset["beta"] == 1.0 and first != preset and resumed != first
+    (w1, sp), w0 = S.worker_study("salt", storage, 1), S.worker_study("salt", storage, 0)[0]
+    assert ask(w1, sp)[1] != ask(w0, sp)[1]  # two workers started together
+    fresh = S.open_storage(None, tmp_path / "b")  # the same seed on a new study: reproducible
+    S.create_or_resume(spec("salt", trials=20), "salt", fresh)
+    assert draw(store=fresh) == preset and draw(store=fresh) == first
+
+
 def test_space_values_reach_the_config():
     base = preset_config("digits-mlp")
     cfg = S.apply_params(base, {"split": "fc1", "hidden": "64,32", "loss": "ce", "beta": "1,2", "primal_steps": 2})

@@ -4,6 +4,7 @@ and the ``config.json`` of a DeepFacto run."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -161,6 +162,7 @@ class DeepFactoConfig:
         return dataclasses.replace(self, **kw)
 
 
+@functools.lru_cache(maxsize=1)
 def field_help() -> dict[str, str]:
     """{field: its comment in :class:`DeepFactoConfig`'s source} (the dashboard's help texts)."""
     import inspect

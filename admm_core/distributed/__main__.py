@@ -26,6 +26,7 @@ import torch
 
 from ..blocks import build_blocknet
 from ..config import ModelConfig
+from ..resources import human
 from ..runs import PROJECT_ROOT, read_metrics
 from . import shard_range
 
@@ -74,14 +75,6 @@ def memory_rows() -> list[dict]:
             }
         )
     return rows
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def memory_markdown() -> str:

@@ -32,6 +32,20 @@ def setting(default, help: str, **meta):
     return field(default=default, metadata={"help": help, **meta})
 
 
+def z_step_setting(default: str):
+    """``z_step``, shared by the batch and online methods (their defaults differ)."""
+    return setting(
+        default,
+        "Z step: ζ/(β_t + β_{t+1}L²_{t+1}) (scaled, stable as ‖W‖ grows) or ζ as is (fixed)",
+        choices=("scaled", "fixed"),
+    )
+
+
+def power_steps_setting():
+    """``power_steps``: iterations of the warm-started power method behind L_t (scaled Z step)."""
+    return setting(2, "warm-started power-iteration steps per estimate of L_t (scaled Z step)")
+
+
 @dataclass
 class Shard:
     """This process's share of the training rows: global rows [start, start + n).

@@ -72,11 +72,13 @@ from .base import (
     make_theta_optimizer,
     minibatches,
     per_block,
+    power_steps_setting,
     probe_rows,
     reverse_z_sweep,
     setting,
     tensor_bytes,
     theta_step,
+    z_step_setting,
     z_step_sizes,
 )
 
@@ -148,12 +150,8 @@ class BlockADMM(MethodBase):
     lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
     z_lr: float = setting(0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True)
-    z_step: str = setting(
-        "fixed",
-        "Z step: ζ/(β_t + β_{t+1}L²_{t+1}) (scaled, stable as ‖W‖ grows) or ζ as is (fixed)",
-        choices=("scaled", "fixed"),
-    )
-    power_steps: int = setting(2, "warm-started power-iteration steps per estimate of L_t (scaled Z step)")
+    z_step: str = z_step_setting("fixed")
+    power_steps: int = power_steps_setting()
     z_optimizer: str = setting(
         "sgd",
         "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)",

@@ -55,11 +55,13 @@ from .base import (
     make_theta_optimizer,
     minibatches,
     per_block,
+    power_steps_setting,
     probe_rows,
     reverse_z_sweep,
     setting,
     tensor_bytes,
     theta_step,
+    z_step_setting,
     z_step_sizes,
 )
 
@@ -82,17 +84,15 @@ class OnlineADMM(MethodBase):
     """Online Stochastic Block-ADMM (Alg. 2). See the module docstring for the math."""
 
     name = "online-admm"
+    supports_augment = True  # every training read of X goes through TrainBatch.inputs
     summary = "Online Stochastic Block-ADMM (paper Alg. 2): Z per minibatch, O(d) duals, O(batch) memory"
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates")
+    lr_decay: float = setting(1.0, "γ: the Θ step size of epoch e is η·γ^e (1: constant)", max=1.0)
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
     z_lr: float = setting(1.0, "ζ: step size of the Z-updates (scaled: in units of 1/curvature, < 2)")
-    z_step: str = setting(
-        "scaled",
-        "Z step: ζ/(β_t + β_{t+1}L²_{t+1}) (scaled, stable as ‖W‖ grows) or ζ as is (fixed)",
-        choices=("scaled", "fixed"),
-    )
-    power_steps: int = setting(2, "warm-started power-iteration steps per estimate of L_t (scaled Z step)")
+    z_step: str = z_step_setting("scaled")
+    power_steps: int = power_steps_setting()
     z_optimizer: str = setting(
         "sgd", "Z-update rule (Adam restarts every minibatch: sign steps)", choices=("sgd", "adam")
     )
@@ -152,10 +152,13 @@ class OnlineADMM(MethodBase):
     def run_epoch(self, net, state: OnlineADMMState, batch: TrainBatch, progress=None) -> dict:
         T = net.T
         batches = minibatches(batch.n, batch.batch_size, state.gen)
+        epoch = state.iteration // len(batches)  # epochs done (iteration counts minibatches)
+        for group in state.opt.param_groups:
+            group["lr"] = self.lr * self.lr_decay**epoch  # step decay of η, one step per epoch
         sq = [0.0] * T
         for b, idx in enumerate(batches):
             idx = idx.to(batch.x.device)
-            x, y = batch.x[idx], batch.y[idx]
+            x, y = batch.inputs(idx), batch.y[idx]  # this epoch's view of the inputs
             net.eval()
             with torch.no_grad():
                 z = net.forward_all(x)  # z re-initialised in a forward pass (Alg. 2)

@@ -2,7 +2,7 @@
 
 A *form* is a flat dict of what the widgets hold::
 
-    preset, data, train_limit (0 = all), arch, hidden ("128,128"), split (list of layer
+    preset, data, train_limit (0 = all), augment (none / crop-flip / shift), augment_pad, arch, hidden ("128,128"), split (list of layer
     names), method, loss, device, epochs, batch_size, seed, eval_every, checkpoint_every,
     "mp.<setting>" for each setting of the chosen method (floats as text, so a per-block
     β can be written "1,0.5,1").
@@ -20,6 +20,7 @@ import os
 from functools import lru_cache
 
 from admm_core import data as data_mod
+from admm_core import resources
 from admm_core.config import ConfigError, RunConfig
 from admm_core.methods import METHODS
 from admm_core.presets import PRESETS, preset_config
@@ -29,30 +30,17 @@ NO_PRESET = "none"
 ARCH_NAMES = ("mlp", "resnet18")
 DEFAULT_PRESET = "digits-mlp"
 DEFAULT_METHOD = "block-admm"
-INT_FIELDS = ("train_limit", "epochs", "batch_size", "seed", "eval_every", "checkpoint_every")
-STR_FIELDS = ("preset", "data", "arch", "hidden", "method", "loss", "device")
+INT_FIELDS = ("train_limit", "augment_pad", "epochs", "batch_size", "seed", "eval_every", "checkpoint_every")
+STR_FIELDS = ("preset", "data", "augment", "arch", "hidden", "method", "loss", "device")
+# augmentation menu -> (data.augment, data.augment_flip)
+AUGMENTS = {"none": (False, True), "crop-flip": (True, True), "shift": (True, False)}
 MP = "mp."  # prefix of method-setting fields
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 16 * 2**30
 
 
 def max_run_bytes() -> int:
     """Largest estimated run memory Start accepts: ``$ADMM_DASH_MAX_RUN_GB``, else 80% of this machine's RAM."""
     gb = os.environ.get("ADMM_DASH_MAX_RUN_GB")
-    return int(float(gb) * 2**30) if gb else int(0.8 * _physical_memory())
-
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
+    return int(float(gb) * 2**30) if gb else int(0.8 * resources.physical_memory())
 
 
 # --- small parsers -----------------------------------------------------------------------
@@ -195,6 +183,8 @@ def form_from_config(cfg: RunConfig) -> dict:
         "preset": cfg.preset or NO_PRESET,
         "data": cfg.data.name,
         "train_limit": cfg.data.train_limit or 0,
+        "augment": "none" if not cfg.data.augment else ("crop-flip" if cfg.data.augment_flip else "shift"),
+        "augment_pad": cfg.data.augment_pad,
         "arch": cfg.model.arch,
         "hidden": ",".join(map(str, hidden)),
         "split": split,
@@ -223,6 +213,9 @@ def _field_of(message: str, method: str) -> str:
     mapping = {
         "data.name": "data",
         "data.train_limit": "train_limit",
+        "data.augment": "augment",
+        "data.augment_flip": "augment",
+        "data.augment_pad": "augment_pad",
         "model.arch": "arch",
         "model.hidden": "hidden",
         "model.split": "split",
@@ -279,12 +272,20 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
     if errors.get("method"):
         return None, errors
     train_limit = form.get("train_limit") or None
+    augment = form.get("augment", "none")
+    if augment not in AUGMENTS:
+        errors["augment"] = f"data.augment = {augment!r}: choose from {list(AUGMENTS)}"
+        return None, errors
+    data = {"name": form.get("data", "digits"), "train_limit": int(train_limit) if train_limit else None}
+    data["augment"], data["augment_flip"] = AUGMENTS[augment]
+    if "augment_pad" in form:
+        data["augment_pad"] = form["augment_pad"]
     cfg = None
     try:
         cfg = RunConfig.from_dict(
             {
                 "method": method,
-                "data": {"name": form.get("data", "digits"), "train_limit": int(train_limit) if train_limit else None},
+                "data": data,
                 "model": {
                     "arch": form.get("arch", "mlp"),
                     "hidden": list(hidden),
@@ -334,6 +335,12 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
         errors["data"] = (
             f"data.name = {cfg.data.name!r}: not found under the data root (looked in {roots}); set ADMM_DATA"
         )
+    if cfg.data.augment and "data" not in errors:
+        shape = data_shape(cfg.data.name)[0]
+        if len(shape) != 3:
+            errors["augment"] = f"data.augment = {augment!r}: needs images; {cfg.data.name} gives flat vectors {shape}"
+        elif not method_cls.supports_augment:
+            errors["augment"] = f"data.augment = {augment!r}: method {method!r} does not support augmentation"
     if cfg.model.arch == "resnet18" and "data" not in errors:
         try:
             shape, _, _ = data_shape(cfg.data.name)
@@ -373,9 +380,9 @@ def memory_message(cfg: RunConfig, mem: dict) -> str:
         else "Use fewer training samples or a later split."
     )
     return (
-        f"{what}: this run needs about {fmt_bytes(mem['total_bytes'])} (parameters {fmt_bytes(mem['param_bytes'])}, "
-        f"optimizer {fmt_bytes(mem['optimizer_bytes'])}, Z/U {fmt_bytes(mem['state_bytes'])} for {n:,} "
-        f"{cfg.data.name} samples, data {fmt_bytes(mem['data_bytes'])}), over the {fmt_bytes(max_run_bytes())} "
+        f"{what}: this run needs about {resources.human(mem['total_bytes'])} (parameters {resources.human(mem['param_bytes'])}, "
+        f"optimizer {resources.human(mem['optimizer_bytes'])}, Z/U {resources.human(mem['state_bytes'])} for {n:,} "
+        f"{cfg.data.name} samples, data {resources.human(mem['data_bytes'])}), over the {resources.human(max_run_bytes())} "
         f"limit (set ADMM_DASH_MAX_RUN_GB to change it). {advice}"
     )
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from admm_core.errors import ConfigError
-from admm_core.runs import read_json, write_json
+from admm_core.runs import read_json_stamped, write_json
 
 META = "meta.json"
 MAX_NAME, MAX_TAGS, MAX_NOTE = 80, 20, 4000
@@ -18,7 +18,7 @@ MAX_NAME, MAX_TAGS, MAX_NOTE = 80, 20, 4000
 def read_meta(run_dir: str | Path) -> dict:
     """{name, tags, note} (empty values when there is no meta.json or it is unreadable)."""
     try:
-        m = read_json(Path(run_dir) / META, {}) or {}
+        m = read_json_stamped(Path(run_dir) / META, {}) or {}
     except (OSError, json.JSONDecodeError, ValueError):
         m = {}
     if not isinstance(m, dict):

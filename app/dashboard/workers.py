@@ -275,17 +275,6 @@ def dir_size(path: Path) -> int:
     return total
 
 
-def human_bytes(n) -> str:
-    if n is None:
-        return "—"
-    n = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
-
-
 def delete_run(run_dir: str | Path) -> None:
     """Remove a run directory: only a real directory (no symlink) strictly inside the allowed root."""
     run_dir = confine_run_dir(run_dir)

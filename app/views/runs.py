@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from admm_core.errors import ConfigError
+from admm_core.resources import human as human_bytes
 from admm_core.runs import read_metrics
 from app import ui
 from app.dashboard import charts as C
@@ -75,7 +76,7 @@ def table(runs: list[dict]) -> None:
                 "preset": cfg.get("preset") or "",
                 "epoch": f"{ui.done_epochs(r['dir'], st_)}/{st_.get('epochs') or (cfg.get('train') or {}).get('epochs', '?')}",
                 "test %": _last_test(r),
-                "size": W.human_bytes(W.dir_size(r["dir"])),
+                "size": human_bytes(W.dir_size(r["dir"])),
                 "updated": _when(st_.get("updated")),
                 "error": st_.get("error") or "",
                 "note": meta["note"],
@@ -104,7 +105,7 @@ def details(r: dict) -> None:
         st.caption(
             f"id `{name}`"
             + (f" · worker pid {status['pid']}" if status.get("pid") else "")
-            + f" · {W.human_bytes(W.dir_size(run_dir))} on disk · `{run_dir}`"
+            + f" · {human_bytes(W.dir_size(run_dir))} on disk · `{run_dir}`"
         )
         if state in ui.FAILED:
             st.error(f"{state.capitalize()}: {status.get('error')}")

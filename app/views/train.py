@@ -24,6 +24,7 @@ from admm_core.errors import CheckpointError, ConfigError, DataError
 from admm_core.faces import find_lfw
 from admm_core.methods import METHODS
 from admm_core.presets import PRESETS
+from admm_core.resources import human as human_bytes
 from admm_core.runs import read_metrics
 from app import ui
 from app.dashboard import charts as C
@@ -179,7 +180,7 @@ def form_section(slots: dict) -> tuple[list[str], object]:
         datasets = datasets + [ss[K + "data"]]  # from a link or a loaded run: validation says why it is missing
     with st.container(border=True):
         st.markdown("**Data and network**")
-        c = st.columns([1.3, 1.1, 0.9, 0.8])
+        c = st.columns([1.3, 1.1, 0.9, 0.9, 0.7, 0.8])
         with c[0]:
             st.selectbox(
                 "Preset",
@@ -201,6 +202,26 @@ def form_section(slots: dict) -> tuple[list[str], object]:
             st.number_input("Training samples (0 = all)", key=K + "train_limit", step=100, min_value=0)
             slots["train_limit"] = st.empty()
         with c[3]:
+            st.selectbox(
+                "Augmentation",
+                list(F.AUGMENTS),
+                key=K + "augment",
+                help="A new random view of every training image each epoch: crop after padding + horizontal flip "
+                "(CIFAR), or shift only (digits: a flipped 2 is no 2). Images only; block-admm, online-admm, backprop.",
+            )
+            slots["augment"] = st.empty()
+        with c[4]:
+            st.number_input(
+                "Shift ± pixels",
+                key=K + "augment_pad",
+                min_value=0,
+                max_value=16,
+                step=1,
+                disabled=ss.get(K + "augment", "none") == "none",
+                help="Padding of the crop: each image moves by up to this many pixels each way.",
+            )
+            slots["augment_pad"] = st.empty()
+        with c[5]:
             st.selectbox("Device", list(DEVICES), key=K + "device", help="auto picks CUDA when there is one")
             slots["device"] = st.empty()
         c = st.columns([0.8, 1.2, 2.0])
@@ -329,9 +350,9 @@ def draw_blocks(diagram, form: dict, errors: dict, uses_blocks: bool) -> None:
         if cfg is not None:
             mem = F.memory_of(cfg)
             st.caption(
-                f"{sum(b['params'] for b in blocks):,} parameters ({F.fmt_bytes(mem['param_bytes'])}); "
-                f"Z/U state {F.fmt_bytes(mem['state_bytes'])}; about {F.fmt_bytes(mem['total_bytes'])} to train "
-                f"(limit {F.fmt_bytes(F.max_run_bytes())})."
+                f"{sum(b['params'] for b in blocks):,} parameters ({human_bytes(mem['param_bytes'])}); "
+                f"Z/U state {human_bytes(mem['state_bytes'])}; about {human_bytes(mem['total_bytes'])} to train "
+                f"(limit {human_bytes(F.max_run_bytes())})."
             )
 
 
