@@ -161,6 +161,26 @@ def test_theta_step_size_decays_once_per_epoch_by_gamma():
     assert [g["lr"] for g in state.opt.param_groups] == [lr * gamma**2] * 3
 
 
+@pytest.mark.parametrize("method", ["sgd", "adam"])
+def test_backprop_baselines_decay_their_step_size_the_same_way(method):
+    """sgd/adam with lr_decay γ: epoch e steps with η·γ^e (SGD checked against its gradient)."""
+    import copy
+
+    net, x, y = tiny()
+    lr, gamma = 0.05, 0.5
+    m = make_method(method, dict(lr=lr, lr_decay=gamma))
+    batch = TrainBatch(x, y, mse_sum, batch_size=N)
+    state = m.init_state(net, batch, torch.Generator().manual_seed(1))
+    state.iteration = 2
+    ref = copy.deepcopy(net)
+    (mse_sum(ref(x), y) / N).backward()
+    m.run_epoch(net, state, batch)
+    assert [g["lr"] for g in state.opt.param_groups] == [lr * gamma**2]
+    if method == "sgd":
+        for p, q in zip(net.parameters(), ref.parameters()):
+            torch.testing.assert_close(p, q - lr * gamma**2 * q.grad, atol=1e-12, rtol=0)
+
+
 def test_online_trains_on_the_epochs_augmented_view():
     """With augmentation the online method sees exactly the shifted images of the epoch: the
     same as a run on those images stored as the data set."""

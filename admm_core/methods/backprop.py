@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import MethodBase, MethodState, TrainBatch, minibatches, setting
+from .base import MethodBase, MethodState, TrainBatch, lr_decay_setting, minibatches, set_epoch_lr, setting
 
 
 @dataclass
@@ -21,7 +21,8 @@ class BackpropState(MethodState):
 
 
 class Backprop(MethodBase):
-    """End-to-end backprop on the whole network; a subclass names its optimizer (see SGD, Adam)."""
+    """End-to-end backprop on the whole network; a subclass names its optimizer (see SGD, Adam)
+    and declares ``lr`` and ``lr_decay``."""
 
     uses_blocks = False
     supports_augment = True
@@ -35,6 +36,7 @@ class Backprop(MethodBase):
     def run_epoch(self, net, state: BackpropState, batch: TrainBatch, progress=None) -> dict:
         net.train()
         batches = minibatches(batch.n, batch.batch_size, state.gen)
+        set_epoch_lr(state.opt, self.lr, self.lr_decay, state.iteration // len(batches))
         for b, idx in enumerate(batches):
             idx = idx.to(batch.x.device)
             state.opt.zero_grad(set_to_none=True)
@@ -59,6 +61,7 @@ class SGD(Backprop):
     name = "sgd"
     summary = "End-to-end backprop, minibatch SGD"
     lr: float = setting(5e-3, "η: learning rate (paper: 5e-3)")
+    lr_decay: float = lr_decay_setting()
     momentum: float = setting(0.0, "heavy-ball momentum", positive=False, max=0.999)
     weight_decay: float = setting(0.0, "L2 weight decay", positive=False)
     fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
@@ -75,6 +78,7 @@ class Adam(Backprop):
     name = "adam"
     summary = "End-to-end backprop, Adam"
     lr: float = setting(1e-3, "η: learning rate")
+    lr_decay: float = lr_decay_setting()
     fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
 
     def make_optimizer(self, params):

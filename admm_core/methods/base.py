@@ -41,6 +41,17 @@ def z_step_setting(default: str):
     )
 
 
+def lr_decay_setting():
+    """``lr_decay`` γ: the Θ step size of epoch e is η·γ^e (online-admm, sgd, adam)."""
+    return setting(1.0, "γ: the Θ step size of epoch e is η·γ^e (1: constant)", max=1.0)
+
+
+def set_epoch_lr(opt: torch.optim.Optimizer, lr: float, gamma: float, epoch: int) -> None:
+    """Step decay, once per epoch: every parameter group's step size becomes η·γ^epoch."""
+    for group in opt.param_groups:
+        group["lr"] = lr * gamma**epoch
+
+
 def power_steps_setting():
     """``power_steps``: iterations of the warm-started power method behind L_t (scaled Z step)."""
     return setting(2, "warm-started power-iteration steps per estimate of L_t (scaled Z step)")

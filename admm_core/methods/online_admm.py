@@ -52,12 +52,14 @@ from .base import (
     lipschitz_estimates,
     lipschitz_vectors,
     loss_curvature,
+    lr_decay_setting,
     make_theta_optimizer,
     minibatches,
     per_block,
     power_steps_setting,
     probe_rows,
     reverse_z_sweep,
+    set_epoch_lr,
     setting,
     tensor_bytes,
     theta_step,
@@ -88,7 +90,7 @@ class OnlineADMM(MethodBase):
     summary = "Online Stochastic Block-ADMM (paper Alg. 2): Z per minibatch, O(d) duals, O(batch) memory"
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates")
-    lr_decay: float = setting(1.0, "γ: the Θ step size of epoch e is η·γ^e (1: constant)", max=1.0)
+    lr_decay: float = lr_decay_setting()
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
     z_lr: float = setting(1.0, "ζ: step size of the Z-updates (scaled: in units of 1/curvature, < 2)")
     z_step: str = z_step_setting("scaled")
@@ -153,8 +155,7 @@ class OnlineADMM(MethodBase):
         T = net.T
         batches = minibatches(batch.n, batch.batch_size, state.gen)
         epoch = state.iteration // len(batches)  # epochs done (iteration counts minibatches)
-        for group in state.opt.param_groups:
-            group["lr"] = self.lr * self.lr_decay**epoch  # step decay of η, one step per epoch
+        set_epoch_lr(state.opt, self.lr, self.lr_decay, epoch)
         sq = [0.0] * T
         for b, idx in enumerate(batches):
             idx = idx.to(batch.x.device)
