@@ -70,4 +70,4 @@ def test_the_readme_example_method_registers_and_trains(tmp_path, monkeypatch):
     summary = train(cfg, tmp_path / "run")
     assert summary["status"] == "finished" and summary["method"] == "rmsprop"
     assert summary["test_accuracy"] > 0.5  # it learned (10 classes: chance is 0.1)
-    assert {s["name"] for s in mod.RMSprop.settings()} == {"lr"}
+    assert {s["name"] for s in mod.RMSprop.settings()} == {"lr", "lr_decay"}  # lr_decay comes with Backprop

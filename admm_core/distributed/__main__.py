@@ -26,6 +26,7 @@ import torch
 
 from ..blocks import build_blocknet
 from ..config import ModelConfig
+from ..docs import code_version, command_line, write_section
 from ..resources import human
 from ..runs import PROJECT_ROOT, read_metrics
 from . import shard_range
@@ -231,21 +232,6 @@ def bench_markdown(out: Path) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, name: str, text: str) -> None:
-    """Replace the text between ``<!-- name -->`` and ``<!-- /name -->`` (appended if absent)."""
-    path = Path(path)
-    doc = path.read_text() if path.exists() else ""
-    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
-    block = f"{start}\n{text}\n{end}"
-    if start in doc and end in doc:
-        doc = doc[: doc.index(start)] + block + doc[doc.index(end) + len(end) :]
-    else:
-        doc = doc.rstrip("\n") + ("\n\n" if doc else "") + block + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(doc)
-    print(f"wrote section {name!r} of {path}")
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m admm_core.distributed", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -263,6 +249,7 @@ def main(argv=None) -> int:
     b.add_argument("--extend", action="store_true", help="resume the runs from their checkpoints up to --epochs")
     b.add_argument("--markdown", metavar="FILE")
     a = p.parse_args(argv)
+    version = code_version()  # the code the numbers come from (the tree may change during a bench)
     if a.cmd == "memory-table":
         text = memory_markdown()
         name = "memory-table"
@@ -278,7 +265,8 @@ def main(argv=None) -> int:
         text = bench_markdown(out)
         name = "bench"
     if a.markdown:
-        write_section(Path(a.markdown), name, text)
+        cmd = command_line(sys.argv[1:] if argv is None else argv, prog="python -m admm_core.distributed")
+        print(f"wrote section {name!r} of {write_section(a.markdown, name, text, command=cmd, version=version)}")
     else:
         print(text)
     return 0

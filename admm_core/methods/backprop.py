@@ -20,9 +20,13 @@ class BackpropState(MethodState):
     iteration: int = 0
 
 
+@dataclass(frozen=True)
 class Backprop(MethodBase):
     """End-to-end backprop on the whole network; a subclass names its optimizer (see SGD, Adam)
-    and declares ``lr`` and ``lr_decay``."""
+    and may give ``lr`` its own default."""
+
+    lr: float = setting(1e-3, "η: learning rate")
+    lr_decay: float = lr_decay_setting()
 
     uses_blocks = False
     supports_augment = True
@@ -61,7 +65,6 @@ class SGD(Backprop):
     name = "sgd"
     summary = "End-to-end backprop, minibatch SGD"
     lr: float = setting(5e-3, "η: learning rate (paper: 5e-3)")
-    lr_decay: float = lr_decay_setting()
     momentum: float = setting(0.0, "heavy-ball momentum", positive=False, max=0.999)
     weight_decay: float = setting(0.0, "L2 weight decay", positive=False)
     fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
