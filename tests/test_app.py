@@ -723,6 +723,26 @@ def test_start_is_idempotent_per_click(env_runs, monkeypatch):
     shutil.rmtree(launched[0])
 
 
+def test_processes_field_starts_the_worker_under_torchrun(env_runs, monkeypatch):
+    """Processes = 2 reaches the launcher (torchrun, sample-sharded Z/U); methods that cannot be
+    sharded, and counts out of range, are said next to the field."""
+    form = F.default_form()
+    assert form["processes"] == 1 and F.from_query(F.to_query({**form, "processes": 3}))[0]["processes"] == 3
+    for method, n, needle in [("sgd", 2, "only block-admm and gotmare"), ("block-admm", 0, "processes = 0")]:
+        bad = {**F.default_form("digits-mlp", method), "processes": n}
+        cfg, errs = F.config_from_form(bad, available=["digits"])
+        assert cfg is None and needle in errs.get("processes", ""), errs
+    assert F.config_from_form({**form, "processes": 2}, available=["digits"])[1] == {}
+    launched = []
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: launched.append((run_dir, processes)) or 1)
+    at = app().run()
+    widget(at, "number_input", "f.processes").set_value(2).run()
+    widget(at, "button", "start").click().run()
+    no_exceptions(at)
+    assert [p for _, p in launched] == [2], (launched, form_errors(at))  # the torchrun command: test_distributed
+    shutil.rmtree(launched[0][0])
+
+
 def test_diverged_run_shows_its_message(tmp_path, monkeypatch):
     root = tmp_path / "runs"
     train(tiny("sgd", epochs=1), root / "div")

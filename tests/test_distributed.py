@@ -224,6 +224,26 @@ def test_dashboard_worker_command_under_torchrun():
         worker_command([], processes=0)
 
 
+def test_dashboard_start_with_two_processes_runs_to_the_end(tmp_path, monkeypatch):
+    """What the Train page's Start does with Processes = 2: a real torchrun worker whose two
+    ranks each hold half of Z/U, finishing like any run."""
+    import time
+
+    from app.dashboard import workers as W
+
+    monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run_dir = W.start_run(digits().replace(train__epochs=1), tmp_path, processes=2)
+    deadline = time.time() + 300
+    while W.state_of(run_dir)["state"] in ("starting", "running") and time.time() < deadline:
+        time.sleep(0.5)
+    assert W.state_of(run_dir)["state"] == "finished", W.log_tail(run_dir)
+    m = read_metrics(run_dir)[-1]
+    per_rank = m["state_bytes_per_rank"]
+    assert m["world_size"] == 2 and len(per_rank) == 2 and sum(per_rank) == m["state_bytes_total"]
+    assert max(per_rank) <= 0.51 * m["state_bytes_total"]
+
+
 def test_gotmare_sharded_equals_single_process(tmp_path):
     cfg = digits("gotmare").replace(train__epochs=1)
     ref = single(cfg, tmp_path / "single")

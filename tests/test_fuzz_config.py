@@ -426,6 +426,9 @@ FORM_FIELD_BAD = {
     "seed": st.integers(max_value=-1) | HUGE | JUNK,
     "eval_every": NONPOS | JUNK,
     "checkpoint_every": NONPOS | JUNK,
+    "processes": NONPOS | st.integers(min_value=65) | JUNK,
+    "augment": JUNK | st.sampled_from(["flip", "None"]),
+    "augment_pad": st.integers(max_value=-1) | st.integers(min_value=17) | JUNK,
 }
 
 

@@ -2,7 +2,8 @@
 
 A *form* is a flat dict of what the widgets hold::
 
-    preset, data, train_limit (0 = all), augment (none / crop-flip / shift), augment_pad, arch, hidden ("128,128"), split (list of layer
+    preset, data, train_limit (0 = all), augment (none / crop-flip / shift), augment_pad,
+    processes (worker processes under torchrun; not part of the RunConfig), arch, hidden ("128,128"), split (list of layer
     names), method, loss, device, epochs, batch_size, seed, eval_every, checkpoint_every,
     "mp.<setting>" for each setting of the chosen method (floats as text, so a per-block
     β can be written "1,0.5,1").
@@ -30,7 +31,18 @@ NO_PRESET = "none"
 ARCH_NAMES = ("mlp", "resnet18")
 DEFAULT_PRESET = "digits-mlp"
 DEFAULT_METHOD = "block-admm"
-INT_FIELDS = ("train_limit", "augment_pad", "epochs", "batch_size", "seed", "eval_every", "checkpoint_every")
+INT_FIELDS = (
+    "train_limit",
+    "augment_pad",
+    "epochs",
+    "batch_size",
+    "seed",
+    "eval_every",
+    "checkpoint_every",
+    "processes",
+)
+MAX_PROCESSES = 64  # worker processes of one run on this machine (torchrun --nproc-per-node)
+MULTI_PROCESS_METHODS = ("block-admm", "gotmare")  # sample-sharded Z/U (admm_core.distributed)
 STR_FIELDS = ("preset", "data", "augment", "arch", "hidden", "method", "loss", "device")
 # augmentation menu -> (data.augment, data.augment_flip)
 AUGMENTS = {"none": (False, True), "crop-flip": (True, True), "shift": (True, False)}
@@ -196,6 +208,7 @@ def form_from_config(cfg: RunConfig) -> dict:
         "seed": cfg.train.seed,
         "eval_every": cfg.train.eval_every,
         "checkpoint_every": cfg.train.checkpoint_every,
+        "processes": 1,  # how a run is launched, not part of its config
         **method_fields(cfg.method, cfg.method_params),
     }
 
@@ -228,6 +241,19 @@ def _field_of(message: str, method: str) -> str:
     if head.startswith("train."):
         return head.split(".", 1)[1]
     return "_form"
+
+
+def processes_errors(value, method: str) -> dict[str, str]:
+    """{"processes": message} when ``value`` worker processes cannot run ``method``; {} when they can."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PROCESSES
+    if not ok:
+        return {"processes": f"processes = {value!r}: must be a whole number from 1 to {MAX_PROCESSES}"}
+    if value > 1 and method not in MULTI_PROCESS_METHODS:
+        return {
+            "processes": f"processes = {value}: only {' and '.join(MULTI_PROCESS_METHODS)} run on several "
+            f"processes (method {method!r})"
+        }
+    return {}
 
 
 def config_from_form(form: dict, available: list[str] | None = None) -> tuple[RunConfig | None, dict[str, str]]:
@@ -273,15 +299,15 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
         return None, errors
     train_limit = form.get("train_limit") or None
     augment = form.get("augment", "none")
-    if augment not in AUGMENTS:
+    if not isinstance(augment, str) or augment not in AUGMENTS:
         errors["augment"] = f"data.augment = {augment!r}: choose from {list(AUGMENTS)}"
         return None, errors
-    data = {"name": form.get("data", "digits"), "train_limit": int(train_limit) if train_limit else None}
-    data["augment"], data["augment_flip"] = AUGMENTS[augment]
-    if "augment_pad" in form:
-        data["augment_pad"] = form["augment_pad"]
     cfg = None
     try:
+        data = {"name": form.get("data", "digits"), "train_limit": int(train_limit) if train_limit else None}
+        data["augment"], data["augment_flip"] = AUGMENTS[augment]
+        if "augment_pad" in form:
+            data["augment_pad"] = form["augment_pad"]
         cfg = RunConfig.from_dict(
             {
                 "method": method,
@@ -335,6 +361,7 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
         errors["data"] = (
             f"data.name = {cfg.data.name!r}: not found under the data root (looked in {roots}); set ADMM_DATA"
         )
+    errors.update(processes_errors(form.get("processes", 1), method))
     if cfg.data.augment and "data" not in errors:
         shape = data_shape(cfg.data.name)[0]
         if len(shape) != 3:

@@ -92,11 +92,13 @@ def on_shape():
 
 def on_start():
     """Launch the form's run once per click: the same config again within START_DEDUP_S is the same click."""
-    cfg, errors = F.config_from_form(_ordered_form(), available())
+    form = _ordered_form()
+    cfg, errors = F.config_from_form(form, available())
     if cfg is None:
         ss["notice"] = f"Not started: fix {len(errors)} field(s)."
         return
-    launch_once(cfg.to_json(), lambda: W.start_run(cfg, ui.runs_root()))
+    n = int(form.get("processes", 1))  # > 1: the worker runs under torchrun (sample-sharded Z/U)
+    launch_once(f"{cfg.to_json()}\nprocesses={n}", lambda: W.start_run(cfg, ui.runs_root(), processes=n))
 
 
 def launch_once(text: str, launch) -> None:
@@ -268,7 +270,7 @@ def method_section(slots: dict) -> None:
     """Method, training settings and the method's own settings (the rest in an expander)."""
     with st.container(border=True):
         st.markdown("**Method and training**")
-        c = st.columns([1.4, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8])
+        c = st.columns([1.4, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8])
         with c[0]:
             st.selectbox(
                 "Method",
@@ -287,10 +289,21 @@ def method_section(slots: dict) -> None:
                 ("seed", "Seed", 1),
                 ("eval_every", "Evaluate every", 1),
                 ("checkpoint_every", "Checkpoint every", 1),
+                ("processes", "Processes", 1),
             ],
         ):
             with col:
-                if kw is None:
+                if field == "processes":
+                    st.number_input(
+                        label,
+                        key=K + field,
+                        step=1,
+                        min_value=1,
+                        max_value=F.MAX_PROCESSES,
+                        help="Worker processes started through torchrun, each holding 1/N of the rows of Z and U "
+                        "(block-admm, gotmare; docs/results/distributed.md). Give each a core.",
+                    )
+                elif kw is None:
                     st.selectbox(label, list(LOSSES), key=K + field, help="mse: ½‖z − onehot(y)‖²; ce: cross-entropy")
                 else:
                     st.number_input(label, key=K + field, step=kw)
