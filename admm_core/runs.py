@@ -96,7 +96,7 @@ _STAMPED: dict[str, tuple[tuple[int, int, int], object]] = {}
 
 
 def read_json_stamped(path: Path, default=None):
-    """:func:`read_json`, parsed again only when the file's mtime or size changed.
+    """:func:`read_json`, parsed again only when the file's mtime, size or inode changed.
 
     For listings that poll many run folders every second (the dashboard): a finished run's
     config and summary are read once. The value is shared between calls: do not mutate it.
