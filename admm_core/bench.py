@@ -24,19 +24,15 @@ training, so several benches started side by side can be written up by one comma
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import signal
 import sys
 from pathlib import Path
 
-import torch
-
-from .config import parse_sets
+from .config import augment_changes, parse_sets
 from .docs import code_version, command_line, write_section
 from .presets import preset_config
 from .resources import human
-from .runs import install_stop_handlers, read_json, read_metrics, run_status, summarize, train
+from .runs import install_stop_handlers, machine, read_json, read_metrics, run_status, summarize, train
 
 # Final test accuracy (%) reported in the paper, per preset and method.
 PAPER = {
@@ -63,17 +59,13 @@ NOTES = {
 }
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU only, {torch.get_num_threads()} threads"
-    return f"{cpu}; {os.cpu_count()} cores; {dev}; torch {torch.__version__}"
+def machines_line(rows: list[dict]) -> str:
+    """Where the rows' runs were measured, as each run recorded it (``--collect`` may read runs
+    made elsewhere); runs from before that record get this process's machine, said so."""
+    seen = list(dict.fromkeys(r["machine"] for r in rows if r.get("machine")))
+    if not seen:
+        return f"machine (not recorded by the runs; this process): {machine()}"
+    return ("machine: " if len(seen) == 1 else "machines: ") + " | ".join(seen)
 
 
 def fmt_pct(v):
@@ -120,10 +112,9 @@ def run_jobs(a, jobs, out: Path, per_method: dict, vary_name, should_stop) -> li
         cfg = cfg.shortened(per_method.get(method) or a.epochs, a.train_limit, a.test_limit)
         if a.data_root:
             cfg = cfg.replace(data__root=a.data_root)
-        aug = a.augment_pad is not None or a.no_flip
+        aug = augment_changes(pad=a.augment_pad, no_flip=a.no_flip)
         if aug:
-            pad = cfg.data.augment_pad if a.augment_pad is None else a.augment_pad
-            cfg = cfg.replace(data__augment=True, data__augment_pad=pad, data__augment_flip=not a.no_flip)
+            cfg = cfg.replace(**aug)
         extra = parse_sets(s.split(":", 1)[1] for s in a.set if s.split(":", 1)[0] == method)
         label = method
         if value is not None:
@@ -165,7 +156,8 @@ def run_jobs(a, jobs, out: Path, per_method: dict, vary_name, should_stop) -> li
                     )
 
             summary = train(cfg, run_dir, on_progress=prog, should_stop=should_stop)
-        rows.append({**summary, **curve_stats(read_metrics(run_dir)), "label": label})
+        row = {**summary, **curve_stats(read_metrics(run_dir)), "label": label}
+        rows.append({**row, "machine": run_status(run_dir).get("machine")})
         if summary["status"] == "stopped":
             break  # a stop request ends the bench, not just this run
     return rows
@@ -244,7 +236,7 @@ def main(argv=None) -> int:
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
-    text = f"Preset `{a.preset}`; machine: {machine()}\n\n" + table(a.preset, rows)
+    text = f"Preset `{a.preset}`; {machines_line(rows)}\n\n" + table(a.preset, rows)
     note = NOTES.get(preset_config(a.preset, rows[0]["method"]).data.name) if rows else None
     if note:
         text += f"\n\n{note}"

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from .config import ConfigError, RunConfig, parse_sets
+from .config import ConfigError, RunConfig, augment_changes, parse_sets
 from .errors import DataError, ImageError
 from .methods import METHODS
 from .presets import PRESETS, preset_config
@@ -63,12 +63,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         ch["model__hidden"] = _ints(a.hidden)
     if a.width is not None:
         ch["model__width"] = a.width
-    if a.augment or a.augment_pad is not None or a.no_flip:
-        ch["data__augment"] = True
-    if a.augment_pad is not None:
-        ch["data__augment_pad"] = a.augment_pad
-    if a.no_flip:
-        ch["data__augment_flip"] = False
+    ch.update(augment_changes(a.augment, a.augment_pad, a.no_flip))
     if a.split is not None:
         ch["model__split"] = tuple(s for s in a.split.split(",") if s) if a.split != "default" else None
     for key, attr in (

@@ -18,7 +18,16 @@ from .errors import ConfigError, check
 from .methods import METHODS, make_method
 from .models import ARCHS
 
-__all__ = ["ConfigError", "check", "parse_sets", "DataConfig", "ModelConfig", "TrainConfig", "RunConfig"]
+__all__ = [
+    "ConfigError",
+    "check",
+    "parse_sets",
+    "augment_changes",
+    "DataConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "RunConfig",
+]
 
 
 def parse_sets(flags) -> dict:
@@ -39,6 +48,20 @@ def parse_sets(flags) -> dict:
         except json.JSONDecodeError:
             out[name] = v
     return out
+
+
+def augment_changes(augment: bool = False, pad: int | None = None, no_flip: bool = False) -> dict:
+    """The ``data.augment*`` changes that ``--augment``, ``--augment-pad N`` and ``--no-flip`` ask
+    for, as ``RunConfig.replace`` keys ({} when none is given). Either of the last two turns
+    augmentation on; the others keep the configuration's values."""
+    ch: dict = {}
+    if augment or pad is not None or no_flip:
+        ch["data__augment"] = True
+    if pad is not None:
+        ch["data__augment_pad"] = pad
+    if no_flip:
+        ch["data__augment_flip"] = False
+    return ch
 
 
 LOSSES = ("mse", "ce")

@@ -263,4 +263,6 @@ __all__ = [
     "layers_of",
     "layer_table",
     "split_of",
+    "human",
+    "physical_memory",
 ]

@@ -447,6 +447,22 @@ def load_checkpoint(path: Path, sess: Session) -> tuple[int, float]:
     return ck["epoch"], ck["wall_time_s"]
 
 
+def machine(device="cpu") -> str:
+    """What a timing was measured on: CPU model, cores, the accelerator or the torch thread count
+    (for ``device``, a run's device), torch version. Runs record it in ``status.json``."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    on_gpu = str(device).startswith("cuda") and torch.cuda.is_available()
+    dev = torch.cuda.get_device_name(device) if on_gpu else f"CPU only, {torch.get_num_threads()} threads"
+    return f"{cpu}; {os.cpu_count()} cores; {dev}; torch {torch.__version__}"
+
+
 def summarize(cfg: RunConfig, metrics: list[dict], status: str) -> dict:
     last = metrics[-1] if metrics else {}
     best = max(metrics, key=lambda m: m["test_accuracy"]) if metrics else {}
@@ -496,6 +512,7 @@ def train(
     status = RunStatus(run_dir, cfg.train.epochs, write=lead)
     try:
         sess = build(cfg)
+        status.update(force=True, machine=machine(sess.device))  # beside every timing: where it was measured
         start_epoch, wall = 0, 0.0
         if resume and dist_mod.checkpoint_world(run_dir) is not None:
             start_epoch, wall = load_checkpoint(ckpt_path, sess)

@@ -171,6 +171,24 @@ def on_load(name: str) -> None:
     watch(name)
 
 
+LOAD_PARAM = "load"  # /?load=<run id>: the Train page opens with that run's config (Runs → Load into Train)
+
+
+def take_load_link() -> None:
+    """On the Train page: ``?load=<run id>`` (a link from the Runs page) puts that run's config
+    into the form and watches it; the parameter is then dropped. Only a run listed in the
+    sidebar's runs folder can be loaded (a link cannot name a path)."""
+    name = st.query_params.get(LOAD_PARAM)
+    if name is None:
+        return
+    del st.query_params[LOAD_PARAM]
+    if name not in {r["name"] for r in list_runs()}:
+        ss["notice"] = f"No run {name!r} in {runs_root()}: nothing was loaded."
+        return
+    on_load(name)
+    ss.pop("goto_train", None)  # already on the Train page
+
+
 def load_into_train(config: dict) -> None:
     """Open the Train page with ``config`` (a config.json dict) in its form (e.g. a sweep's best trial)."""
     ss["load_config"] = config

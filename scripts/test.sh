@@ -14,4 +14,4 @@ echo "[test] ruff (format and lint)"
 .venv/bin/ruff format --check --quiet . && .venv/bin/ruff check --quiet .
 export ADMM_DATA=${ADMM_DATA:-$(cd .. && pwd)/shared/data}
 export ADMM_SMALL=1   # notebooks run in small mode
-exec .venv/bin/python -m pytest -q --nbmake tests notebooks "$@"
+exec .venv/bin/python -m pytest -q --durations=15 --nbmake tests notebooks "$@"

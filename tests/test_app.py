@@ -362,15 +362,29 @@ def test_runs_page_resumes_a_stopped_run(tmp_path, monkeypatch):
 
 
 def test_runs_page_loads_a_config_into_the_train_form(env_runs):
+    """Runs → Load into Train is a link to /?load=<run id>; the Train page puts that run's config
+    into the form, watches the run and drops the parameter. A name not in the runs folder loads nothing."""
     at = app().run()
     at.switch_page("views/runs.py").run()
     widget(at, "selectbox", "runs_sel").set_value("r2-digits-sgd").run()
-    widget(at, "button", "runs_load").click().run()
+    links = [el for el in at.get("page_link") if el.proto.label == "Load into Train"]
+    assert len(links) == 1 and "load=r2-digits-sgd" in links[0].proto.query_string, links
+    at = app()
+    at.query_params["load"] = "r2-digits-sgd"
+    at.run()
     no_exceptions(at)
     assert at.title[0].value == "Train"
     assert widget(at, "selectbox", "f.method").value == "sgd"
     assert widget(at, "number_input", "f.train_limit").value == 300
     assert widget(at, "number_input", "f.epochs").value == 2
+    assert "load" not in at.query_params and at.session_state["watch"] == "r2-digits-sgd"
+    for bad in ("../r2-digits-sgd", "no-such-run"):
+        at = app()
+        at.query_params["load"] = bad
+        at.run()
+        no_exceptions(at)
+        assert widget(at, "selectbox", "f.method").value == "block-admm"  # the default form, nothing loaded
+        assert any(f"No run {bad!r}" in w.value for w in at.warning), [w.value for w in at.warning]
 
 
 # --- Compare page ---------------------------------------------------------------------------------
@@ -383,8 +397,8 @@ def test_compare_page_table_and_csv(env_runs):
     widget(at, "multiselect", "cmp_runs").set_value(["r1-digits-block-admm", "r2-digits-sgd"]).run()
     table = at.dataframe[0].value
     assert list(table["run"]) == ["r1-digits-block-admm", "r2-digits-sgd"]
-    assert {"final test %", "best test %", "wall time s", "Z/U memory MB", "paper test %"} <= set(table.columns)
-    assert table["Z/U memory MB"].iloc[0] > 0 and table["Z/U memory MB"].iloc[1] == 0
+    assert {"final test %", "best test %", "wall time s", "Z/U memory MiB", "paper test %"} <= set(table.columns)
+    assert table["Z/U memory MiB"].iloc[0] > 0 and table["Z/U memory MiB"].iloc[1] == 0
     # filters narrow the pool
     widget(at, "multiselect", "cmp_methods").set_value(["sgd"]).run()
     opts = [o.split(" · ")[0] for o in widget(at, "multiselect", "cmp_runs").options]

@@ -30,6 +30,45 @@ def test_epochs_for_sets_each_methods_length(tmp_path, capsys):
     assert "| adam | 1 |" in table and "| bcd | 2 |" in table
 
 
+def test_collect_names_the_machine_each_run_recorded(tmp_path, capsys):
+    """The table header says where the runs were measured, read from their status.json, not
+    the collecting process's machine (a collect may read runs made elsewhere)."""
+    from admm_core.runs import machine, read_json, write_json
+
+    out = tmp_path / "b"
+    assert bench.main(["--preset", "digits-mlp", "--methods", "adam,sgd", "--epochs", "1", "--out", str(out)]) == 0
+    st_path = out / "digits-mlp-adam" / "status.json"
+    assert read_json(st_path)["machine"] == machine("cpu")
+    assert f"machine: {machine('cpu')}" in (out / "digits-mlp.md").read_text()
+    elsewhere = "Some CPU; 64 cores; CPU only, 7 threads; torch 0"
+    for m in ("adam", "sgd"):
+        p = out / f"digits-mlp-{m}" / "status.json"
+        write_json(p, {**read_json(p), "machine": elsewhere})
+    assert bench.main(["--preset", "digits-mlp", "--methods", "adam,sgd", "--out", str(out), "--collect"]) == 0
+    head = (out / "digits-mlp.md").read_text().splitlines()[0]
+    assert head == f"Preset `digits-mlp`; machine: {elsewhere}"
+
+
+def test_augment_flags_map_to_the_same_config_in_train_and_bench():
+    """--augment / --augment-pad N / --no-flip: one mapping; either of the last two turns augmentation on."""
+    from admm_core.cli import config_from_args, make_parser
+    from admm_core.config import augment_changes
+
+    assert augment_changes() == {}
+    assert augment_changes(pad=2, no_flip=True) == {
+        "data__augment": True,
+        "data__augment_pad": 2,
+        "data__augment_flip": False,
+    }
+    assert augment_changes(augment=True) == {"data__augment": True}
+    a = make_parser().parse_args(["train", "--preset", "cifar10-resnet18-small", "--augment-pad", "3"])
+    got = config_from_args(a).data
+    assert (got.augment, got.augment_pad, got.augment_flip) == (True, 3, True)
+    a = make_parser().parse_args(["train", "--preset", "mnist-mlp-mse", "--no-flip"])
+    got = config_from_args(a).data
+    assert (got.augment, got.augment_pad, got.augment_flip) == (True, 4, False)
+
+
 @pytest.mark.parametrize("bad", ["bcd", "bcd=0", "bcd=x"])
 def test_epochs_for_rejects_malformed_items(bad, tmp_path, capsys):
     with pytest.raises(SystemExit):

@@ -336,15 +336,12 @@ def test_load_into_train_loads_the_picked_run(server, browser):
                 # (polled from Python: page.wait_for_function on location.href never saw the change here)
                 return f"method={method}&" in page.url and "epochs=6&" in page.url
 
-            for _attempt in range(2):
-                page.goto(f"{url}/runs?run={run}")
-                page.locator("h3", has_text="finished").wait_for()
-                # force: the Runs fragment redraws every 2 s, so the button is rarely "stable" under load;
-                # a forced click can land while the button is being replaced, hence one more try
-                page.get_by_role("button", name="Load into Train").click(force=True)
-                page.get_by_role("heading", name="Train").wait_for()
-                if _wait(loaded, TIMEOUT_MS / 1000 / 2):
-                    break
+            page.goto(f"{url}/runs?run={run}")
+            page.locator("h3", has_text="finished").wait_for()
+            # a link (/?load=<run>): a real navigation, so the URL leaves /runs and then mirrors the form
+            page.get_by_role("link", name="Load into Train").click()
+            page.get_by_role("heading", name="Train", exact=True).wait_for()
+            _wait(loaded, TIMEOUT_MS / 1000)
             assert loaded(), (method, page.url, page.inner_text("body")[:600])
             assert f"run={run}" in page.url and "train_limit=400" in page.url, page.url
             expect(page.get_by_label("Epochs", exact=True)).to_have_value("6")

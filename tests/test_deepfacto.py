@@ -162,9 +162,10 @@ def test_svm_c_cross_validation_over_test_people():
     assert np.array_equal(acc1, attribute_svms(x_tr, a_tr, x_te, a_te, c=0.1)) and (chosen1 == 0.1).all()
 
 
-def test_runs_sharing_a_backbone_fit_its_svms_once(monkeypatch):
+def test_runs_sharing_a_backbone_fit_its_svms_once(monkeypatch, tmp_path):
     """attribute_evaluation reuses SVM results for identical inputs (the raw-backbone features of
-    runs that share a backbone) and refits when anything in them differs."""
+    runs that share a backbone), in the same process and from the cache folder in a later one, and
+    refits when anything in them differs or the cached file is unreadable."""
     from types import SimpleNamespace
 
     from admm_core.deepfacto import attributes as df
@@ -173,6 +174,7 @@ def test_runs_sharing_a_backbone_fit_its_svms_once(monkeypatch):
     real = df.attribute_svms_cv
     monkeypatch.setattr(df, "attribute_svms_cv", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
     monkeypatch.setattr(df, "_SVM_MEMO", {})
+    monkeypatch.setenv("ADMM_CACHE", str(tmp_path))
     rng = np.random.default_rng(0)
     n_tr, n_te = 60, 40
     faces = SimpleNamespace(
@@ -196,9 +198,18 @@ def test_runs_sharing_a_backbone_fit_its_svms_once(monkeypatch):
     assert len(calls) == 5 and 7 not in {c[1] for c in calls[3:]}
     assert sum_b["raw_backbone_attribute_accuracy"] == sum_a["raw_backbone_attribute_accuracy"]
     assert [r["raw_backbone"] for r in rows_b] == [r["raw_backbone"] for r in rows_a]
+    monkeypatch.setattr(df, "_SVM_MEMO", {})  # a later process: the cache folder answers
+    rows_c, sum_c = run(0)
+    assert len(calls) == 5 and sum_c == sum_a and rows_c == rows_a
+    files = sorted(tmp_path.glob("svm-*.npz"))
+    assert len(files) == 5 and not list(tmp_path.glob("*.tmp*"))
+    for f in files:
+        f.write_bytes(b"not an npz")  # unreadable: fitted again, not an error
+    monkeypatch.setattr(df, "_SVM_MEMO", {})
+    assert run(0) == (rows_a, sum_a) and len(calls) == 8
     raw[1] = (raw[1][0] + 1e-3, raw[1][1])  # any change in the inputs: fitted again
     run(1)
-    assert len(calls) == 6 and calls[-1][1] == 7
+    assert len(calls) == 11 and calls[-1][1] == 5 and 7 in {c[1] for c in calls[-3:]}
 
 
 def test_pooled_grid_matches_hand_windows():

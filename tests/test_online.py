@@ -142,7 +142,7 @@ def test_online_iteration_matches_hand_written_equations(dual, z_step):
 
 
 def test_theta_step_size_decays_once_per_epoch_by_gamma():
-    """η_e = η·γ^e: the third epoch (e = 2) of a one-minibatch set is the oracle step with η·γ²."""
+    """η_e = η·γ^e: after two epochs, the third (e = 2) of a one-minibatch set is the oracle step with η·γ²."""
     net, x, y = tiny()
     lr, gamma, betas, z_lr = 0.05, 0.5, [0.7, 1.3, 0.9], 0.4
     method = make_method(
@@ -151,10 +151,13 @@ def test_theta_step_size_decays_once_per_epoch_by_gamma():
     )
     batch = TrainBatch(x, y, mse_sum, batch_size=N)
     state = method.init_state(net, batch, torch.Generator().manual_seed(1))
-    state.iteration = 2  # two epochs of one minibatch done
-    W0 = mlp_weights(net)
+    for _ in range(2):
+        method.run_epoch(net, state, batch)
+    W0, u0 = mlp_weights(net), [float(u) for u in state.u]
+    assert state.epoch == 2 and min(u0) > 0  # the duals moved: the oracle starts from them
     method.run_epoch(net, state, batch)
-    ref_W, _ = ref_online(W0, x, y, [0.0] * 3, betas, [z_lr] * 3, lr * gamma**2, "additive", 0.0)
+    assert state.epoch == 3
+    ref_W, _ = ref_online(W0, x, y, u0, betas, [z_lr] * 3, lr * gamma**2, "additive", 0.0)
     for (a, b), (ra, rb) in zip(mlp_weights(net), ref_W):
         torch.testing.assert_close(a, ra, atol=1e-6, rtol=0)
         torch.testing.assert_close(b, rb, atol=1e-6, rtol=0)
@@ -171,7 +174,8 @@ def test_backprop_baselines_decay_their_step_size_the_same_way(method):
     m = make_method(method, dict(lr=lr, lr_decay=gamma))
     batch = TrainBatch(x, y, mse_sum, batch_size=N)
     state = m.init_state(net, batch, torch.Generator().manual_seed(1))
-    state.iteration = 2
+    for _ in range(2):
+        m.run_epoch(net, state, batch)
     ref = copy.deepcopy(net)
     (mse_sum(ref(x), y) / N).backward()
     m.run_epoch(net, state, batch)

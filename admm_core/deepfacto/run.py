@@ -44,6 +44,7 @@ from ..runs import (
     StopRun,
     append_metrics,
     atomic_torch_save,
+    machine,
     read_json,
     read_metrics,
     reset_metrics,
@@ -145,6 +146,7 @@ def train_deepfacto(
     timings: dict[str, float] = {}
     try:
         device = resolve_device(cfg.device)
+        set_status(machine=machine(device))  # beside every timing: where it was measured
         torch.manual_seed(cfg.seed)
         gen = torch.Generator().manual_seed(cfg.seed)
         t = time.time()

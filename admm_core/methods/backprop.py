@@ -18,6 +18,7 @@ class BackpropState(MethodState):
     opt: torch.optim.Optimizer
     gen: torch.Generator
     iteration: int = 0
+    epoch: int = 0  # epochs done: this epoch's step size is η·γ^epoch
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Backprop(MethodBase):
     def run_epoch(self, net, state: BackpropState, batch: TrainBatch, progress=None) -> dict:
         net.train()
         batches = minibatches(batch.n, batch.batch_size, state.gen)
-        set_epoch_lr(state.opt, self.lr, self.lr_decay, state.iteration // len(batches))
+        set_epoch_lr(state.opt, self.lr, self.lr_decay, state.epoch)
         for b, idx in enumerate(batches):
             idx = idx.to(batch.x.device)
             state.opt.zero_grad(set_to_none=True)
@@ -49,6 +50,7 @@ class Backprop(MethodBase):
             state.iteration += 1
             if progress and (b % 50 == 0 or b == len(batches) - 1):
                 progress((b + 1) / len(batches))
+        state.epoch += 1
         return {}
 
     def diagnostics(self, net, state, batch) -> dict:

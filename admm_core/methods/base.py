@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
@@ -174,7 +174,8 @@ class MethodState:
     Optimizers and generators are saved through their own ``state_dict`` / ``get_state`` and
     restored in place (the objects are bound to the network's parameters); every other field
     (tensors, lists of tensors, numbers) is saved as it is. Fields named in ``NOT_SAVED``
-    are derived data and are left out.
+    are derived data and are left out. A field with a default that a checkpoint lacks (one
+    written before the field existed) keeps its default.
     """
 
     NOT_SAVED: ClassVar[tuple[str, ...]] = ()
@@ -195,6 +196,8 @@ class MethodState:
     def load_state_dict(self, d: dict) -> None:
         for f in dataclasses.fields(self):
             if f.name in self.NOT_SAVED:
+                continue
+            if f.name not in d and (f.default is not MISSING or f.default_factory is not MISSING):
                 continue
             cur, v = getattr(self, f.name), d[f.name]
             if isinstance(cur, torch.optim.Optimizer):

@@ -77,6 +77,7 @@ class OnlineADMMState(MethodState):
     lip_vecs: list = field(default_factory=list)  # warm-start vectors of the power iterations
     lips: list[float] = field(default_factory=list)  # L_t at the last minibatch
     iteration: int = 0  # minibatches so far
+    epoch: int = 0  # epochs done: this epoch's Θ step size is η·γ^epoch
     residuals: list[float] = field(default_factory=list)  # RMS per sample, mean over the last epoch
     batch_bytes: int = 0  # bytes of the largest minibatch's z (and Adam moments)
 
@@ -154,8 +155,7 @@ class OnlineADMM(MethodBase):
     def run_epoch(self, net, state: OnlineADMMState, batch: TrainBatch, progress=None) -> dict:
         T = net.T
         batches = minibatches(batch.n, batch.batch_size, state.gen)
-        epoch = state.iteration // len(batches)  # epochs done (iteration counts minibatches)
-        set_epoch_lr(state.opt, self.lr, self.lr_decay, epoch)
+        set_epoch_lr(state.opt, self.lr, self.lr_decay, state.epoch)
         sq = [0.0] * T
         for b, idx in enumerate(batches):
             idx = idx.to(batch.x.device)
@@ -196,6 +196,7 @@ class OnlineADMM(MethodBase):
             if progress and (b % 20 == 0 or b == len(batches) - 1):
                 progress((b + 1) / len(batches))
         state.residuals = [math.sqrt(v / batch.n) for v in sq]
+        state.epoch += 1
         return {}
 
     def backprop_cosine(self, net, state: OnlineADMMState, batch: TrainBatch) -> list[float]:

@@ -476,7 +476,7 @@ def run_row(name: str, cfg: dict, status: dict, metrics: list[dict], paper: dict
         "tags": ", ".join((meta or {}).get("tags", [])),
         "wall time s": None if last.get("wall_time_s") is None else round(last["wall_time_s"], 2),
         "s / epoch": round(last["wall_time_s"] / epochs, 3) if epochs else None,
-        "Z/U memory MB": None if last.get("state_bytes") is None else round(last["state_bytes"] / 2**20, 3),
+        "Z/U memory MiB": None if last.get("state_bytes") is None else round(last["state_bytes"] / 2**20, 3),
     }
 
 

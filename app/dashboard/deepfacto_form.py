@@ -175,7 +175,7 @@ def save_upload(name: str, data: bytes) -> Path:
     ``weights_only=True`` and removed again when it is refused; raises ValueError with the reason.
     """
     if len(data) > UPLOAD_LIMIT:
-        raise ValueError(f"{name}: {len(data) / 2**20:.0f} MB, over the {UPLOAD_LIMIT // 2**20} MB limit")
+        raise ValueError(f"{name}: {len(data) / 2**20:.0f} MiB, over the {UPLOAD_LIMIT // 2**20} MiB limit")
     path = uploads_dir() / f"{hashlib.sha256(data).hexdigest()[:16]}.pt"
     if not path.exists():
         tmp = path.with_suffix(".part")

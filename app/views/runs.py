@@ -121,12 +121,13 @@ def details(r: dict) -> None:
         with b[0]:
             ui.resume_controls(r, "runs")
         with b[1]:
-            st.button(
-                "Load into Train",
-                key="runs_load",
+            # a link, not a button with a page switch: a switch from this auto-refreshing fragment
+            # sometimes left the browser on /runs with Train's form shown and its URL unwritten
+            st.page_link(
+                ui.TRAIN_PAGE,
+                label="Load into Train",
+                query_params={ui.LOAD_PARAM: name},
                 disabled=not cfg,
-                on_click=ui.on_load,
-                args=(name,),
                 width="stretch",
                 help="Put this run's config into the Train form and watch this run there",
             )
@@ -183,8 +184,6 @@ def details(r: dict) -> None:
 
 @st.fragment(run_every=2.0)
 def runs_panel() -> None:
-    if ss.get("goto_train"):  # Load was pressed: switch pages from a whole-app run, not from this fragment
-        st.rerun(scope="app")  # (a switch from inside the fragment sometimes left Train's URL unwritten)
     runs = ui.list_runs()  # one read: the table and the details show the same records
     if not runs:
         ui.show_notice()
@@ -217,7 +216,6 @@ def runs_panel() -> None:
 
 
 def main() -> None:
-    ui.follow_goto()
     st.title("Runs")
     st.caption(
         f"Run directories in `{ui.runs_root()}` — started here, from the CLI or from a notebook. "

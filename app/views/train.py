@@ -155,6 +155,7 @@ def _ordered_form() -> dict:
 
 def init_form() -> None:
     """Initial values: a loaded run, else the URL, else the last form, else digits defaults."""
+    ui.take_load_link()
     if "load_config" in ss:
         _load_config(ss.pop("load_config"))
     if K + "method" not in ss or K + "data" not in ss:
