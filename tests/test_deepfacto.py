@@ -430,6 +430,15 @@ def test_smoke_run_through_the_cli(tmp_path):
     assert json.loads((run / "config.json").read_text())["deepfacto"]["svm_c"] == [0.05]
     assert df_main(["evaluate", "--run", str(run), "--set", "rank=8"]) == 2  # training fields need a new run
     assert df_main(["evaluate", "--run", str(tmp_path / "nope")]) == 2
+    # the bench table of finished runs under --out (this run: `run` matches r*) names where it ran
+    from admm_core.runs import machine
+
+    assert read_json(run / "status.json")["machine"] == machine("cpu")
+    page = tmp_path / "page.md"
+    assert df_main(["bench", "--ranks", "", "--out", str(tmp_path), "--markdown", str(page), "--section", "t"]) == 0
+    text = page.read_text()
+    assert f"Device: cpu ({machine('cpu')})." in text and "<!-- /generated:t -->" in text
+    assert "\n| 4 | projection |" in text
 
 
 @needs_lfw

@@ -129,7 +129,8 @@ def section_text(dirs: list[Path], rows: list[dict], table: str) -> str:
         c = {k: v for k, v in c.items() if k != "rank" and v != default.get(k) and k in default}
         cfgs.add(json.dumps(c, sort_keys=True))
     devices = sorted({str(r.get("device")) for r in rows})
-    lines = [f"Device: {', '.join(devices)}.", ""]
+    machines = list(dict.fromkeys(m for d in dirs if (m := (read_json(d / "status.json") or {}).get("machine"))))
+    lines = [f"Device: {', '.join(devices)}" + (f" ({' | '.join(machines)})" if machines else "") + ".", ""]
     if len(cfgs) == 1:
         lines += [f"Settings that differ from the defaults (besides r): `{next(iter(cfgs))}`", ""]
     return "\n".join(lines) + "\n" + table
