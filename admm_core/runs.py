@@ -15,6 +15,7 @@ import json
 import math
 import os
 import pickle
+import platform
 import re
 import signal
 import threading
@@ -450,8 +451,6 @@ def load_checkpoint(path: Path, sess: Session) -> tuple[int, float]:
 def machine(device="cpu") -> str:
     """What a timing was measured on: CPU model, cores, the accelerator or the torch thread count
     (for ``device``, a run's device), torch version. Runs record it in ``status.json``."""
-    import platform
-
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:

@@ -146,6 +146,7 @@ def pooled_features(net: nn.Module, images: np.ndarray, idx_sets, grids, device)
 # (2,304 raw 3 × 3 features: ~20 min on 2 cores). Kept in memory and, so that a later process
 # (another rank, `evaluate` again) reuses them too, as .npz files in the cache folder.
 _SVM_MEMO: dict[str, tuple] = {}
+SVM_PROTOCOL = 1  # part of the cache key: raise it when the SVM recipe changes, so old results are not reused
 
 
 def _svm_cached(key: str, fit) -> tuple[tuple, bool]:
@@ -168,6 +169,12 @@ def _svm_cached(key: str, fit) -> tuple[tuple, bool]:
     except OSError:  # a read-only or full cache folder costs only the reuse
         tmp.unlink(missing_ok=True)
     return (acc, chosen), False
+
+
+def _sklearn_version() -> str:
+    import sklearn
+
+    return sklearn.__version__
 
 
 def _digest(*parts) -> str:
@@ -194,7 +201,8 @@ def attribute_evaluation(
     def svm(name, f_tr, f_te):
         t = time.time()
         args = (f_tr, a_tr, f_te, a_te, faces.identity[te], cfg.svm_c, cfg.seed)
-        (acc, chosen[name]), hit = _svm_cached(_digest(*args), lambda: attribute_svms_cv(*args))
+        key = _digest(*args, f"protocol {SVM_PROTOCOL}, scikit-learn {_sklearn_version()}")
+        (acc, chosen[name]), hit = _svm_cached(key, lambda: attribute_svms_cv(*args))
         how = "same features as an earlier run: reused" if hit else f"{time.time() - t:.0f}s"
         log(
             f"attribute SVMs on {name} ({f_tr.shape[1]} features): mean accuracy {acc.mean():.4f}, median C {np.median(chosen[name]):g} ({how})"
