@@ -201,7 +201,7 @@ def test_runs_sharing_a_backbone_fit_its_svms_once(monkeypatch, tmp_path):
     monkeypatch.setattr(df, "_SVM_MEMO", {})  # a later process: the cache folder answers
     rows_c, sum_c = run(0)
     assert len(calls) == 5 and sum_c == sum_a and rows_c == rows_a
-    files = sorted(tmp_path.glob("svm-*.npz"))
+    files = sorted(tmp_path.glob(f"svm-*-p{df.SVM_PROTOCOL}-sklearn*.npz"))
     assert len(files) == 5 and not list(tmp_path.glob("*.tmp*"))
     for f in files:
         f.write_bytes(b"not an npz")  # unreadable: fitted again, not an error

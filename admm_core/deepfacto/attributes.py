@@ -201,7 +201,7 @@ def attribute_evaluation(
     def svm(name, f_tr, f_te):
         t = time.time()
         args = (f_tr, a_tr, f_te, a_te, faces.identity[te], cfg.svm_c, cfg.seed)
-        key = _digest(*args, f"protocol {SVM_PROTOCOL}, scikit-learn {_sklearn_version()}")
+        key = f"{_digest(*args)}-p{SVM_PROTOCOL}-sklearn{_sklearn_version()}"
         (acc, chosen[name]), hit = _svm_cached(key, lambda: attribute_svms_cv(*args))
         how = "same features as an earlier run: reused" if hit else f"{time.time() - t:.0f}s"
         log(
