@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .config import ConfigError, RunConfig, augment_changes, parse_sets
-from .errors import DataError, ImageError
+from .errors import CheckpointError, DataError, ImageError
 from .methods import METHODS
 from .presets import PRESETS, preset_config
 
@@ -319,7 +319,7 @@ def deepfacto_main(argv: list) -> int:
         return 2
     try:
         return commands[argv[0]](argv[1:])
-    except (ConfigError, DataError, ImageError) as e:  # bad input: one line naming the field and the value
+    except (ConfigError, DataError, ImageError, CheckpointError, FileNotFoundError) as e:  # one line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -175,7 +175,7 @@ def load_lfwa(
         key = hashlib.sha1(f"{image_dir.resolve()}|{size}|{'|'.join(names)}".encode()).hexdigest()[:16]
         path = cache_dir() / f"lfwa-{size}px-{len(names)}-{key}.npy"
         if cache and path.is_file():
-            images = np.load(path)
+            images = np.load(path, allow_pickle=False)
         else:
             images = np.empty((len(names), size, size, 3), np.uint8)
             t0 = time.time()
@@ -431,7 +431,6 @@ def train_backbone(
     counts = np.bincount(ident)
     use = train_idx[counts[ident] >= 2]  # people with ≥ 2 images (they give positives)
     ident = faces.identity[use]
-    # held-out check: verification on a slice of training people is enough to watch progress
     classes, ident_cls = np.unique(ident, return_inverse=True)
     classifier = nn.Linear(net.arch["emb_dim"], len(classes), bias=False).to(device)
     params = list(net.parameters()) + (list(classifier.parameters()) if id_weight > 0 else [])
@@ -491,7 +490,7 @@ def unpack_faces(path: Path) -> FaceSet:
     """Read a :func:`pack_faces` file back."""
     import cv2
 
-    d = np.load(path)
+    d = np.load(path, allow_pickle=False)
     buf, off = d["jpeg"], d["offsets"]
     imgs = np.stack([cv2.imdecode(buf[off[i] : off[i + 1]], cv2.IMREAD_COLOR)[:, :, ::-1] for i in range(len(off) - 1)])
     return FaceSet(

@@ -32,8 +32,6 @@ Pure tensor math: image reading and heatmap drawing live in :mod:`admm_core.heat
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 # --- tensors <-> the C × (N·H·W) matrix of the paper ----------------------------------------
@@ -125,18 +123,24 @@ def nnls(
     """S = argmin_{S ≥ 0} ½‖Z − M S‖², every column at once (batched, on z's device).
 
     ``m`` (C, r), ``z`` (..., C, n) -> S (..., r, n). Accelerated projected gradient (FISTA,
-    step 1/‖MᵀM‖₂) with the adaptive (gradient) restart of O'Donoghue & Candès; stops when
-    the KKT violation max |min(S, ∇)| is at most ``tol`` × max|MᵀZ| (scale free), or after
-    ``max_iter`` iterations. Starts from ``s0`` if given, else from the projected
-    least-squares solution max(M⁺Z, 0), each column scaled by its best factor in [0, 1].
+    step 1/‖MᵀM‖₂) with the adaptive (gradient) restart of O'Donoghue & Candès. Starts from
+    ``s0`` if given, else from the projected least-squares solution max(M⁺Z, 0), each column
+    scaled by its best factor in [0, 1].
+
+    Each sample (the last two dims: one (C, n) block) runs on its own: its own momentum and
+    restart, and it stops moving once its KKT violation max |min(S, ∇)| is at most ``tol`` ×
+    its max|MᵀZ| (scale free), or after ``max_iter`` iterations. So a sample's S does not
+    depend on which samples share its batch (a heatmap of one face equals its row of a
+    batched projection); the loop ends when every sample has stopped.
     """
     m = m.to(z.dtype)
     g = m.T @ m  # (r, r)
     b = torch.matmul(m.T, z)  # (..., r, n)
-    lip = spectral_norm_sym(g)
-    scale = float(b.abs().max()) if b.numel() else 0.0
-    if scale == 0.0:
+    if b.numel() == 0:
         return torch.zeros_like(b)
+    lip = spectral_norm_sym(g)
+    per_sample = (-2, -1)
+    scale = b.abs().amax(per_sample, keepdim=True)  # (..., 1, 1)
     if s0 is None:
         s = torch.matmul(torch.linalg.pinv(m.double()).to(z.dtype), z).clamp_(min=0.0)
         # scale each column by its best factor in [0, 1]: never worse than S = 0 (matters when M is ill-conditioned)
@@ -145,23 +149,23 @@ def nnls(
         s = s * alpha
     else:
         s = s0.to(b.dtype).clamp(min=0.0)
-    y, t = s.clone(), 1.0
+    active = scale > 0  # a sample with MᵀZ = 0 has S = 0
+    s = torch.where(active, s, 0.0)
+    y, t = s.clone(), torch.ones_like(scale)
     for it in range(1, max_iter + 1):
         grad = torch.matmul(g, y) - b
-        s_new = (y - grad / lip).clamp_(min=0.0)
-        # adaptive restart: momentum pointing uphill -> drop it
-        if float(((y - s_new) * (s_new - s)).sum()) > 0:
-            t = 1.0
-            y = s_new.clone()
-        else:
-            t_new = 0.5 * (1 + math.sqrt(1 + 4 * t * t))
-            y = s_new + ((t - 1) / t_new) * (s_new - s)
-            t = t_new
+        s_new = torch.where(active, (y - grad / lip).clamp_(min=0.0), s)  # a stopped sample keeps its S
+        # adaptive restart: momentum pointing uphill -> drop it (per sample)
+        uphill = ((y - s_new) * (s_new - s)).sum(per_sample, keepdim=True) > 0
+        t_new = 0.5 * (1 + torch.sqrt(1 + 4 * t * t))
+        y = s_new + torch.where(uphill, 0.0, (t - 1) / t_new) * (s_new - s)
+        t = torch.where(uphill, 1.0, t_new)
         s = s_new
         if it % check_every == 0:
             pg = torch.matmul(g, s) - b
-            kkt = float(torch.minimum(s, pg).abs().max())  # 0 iff s ≥ 0, ∇ ≥ 0, s·∇ = 0
-            if kkt <= tol * scale:
+            kkt = torch.minimum(s, pg).abs().amax(per_sample, keepdim=True)  # 0 iff s ≥ 0, ∇ ≥ 0, s·∇ = 0
+            active = active & (kkt > tol * scale)
+            if not bool(active.any()):
                 break
     return s
 
@@ -177,7 +181,8 @@ def project(m: torch.Tensor, z: torch.Tensor, tol: float = 1e-4, max_iter: int =
 
 
 def init_basis(z: torch.Tensor, r: int, gen: torch.Generator | None = None) -> torch.Tensor:
-    """Initial M (C × r): r activation columns drawn at random among the non-zero ones, plus a little noise.
+    """Initial M (C × r): r activation columns drawn at random (with replacement) among the non-zero
+    ones, plus a little noise (which also separates a column drawn twice).
 
     ``z`` is (..., C, n). Columns of real data start the basis inside the data's cone, so the
     first S-steps are not all-zero (a random Gaussian basis often is, for sparse ReLU maps).

@@ -383,7 +383,8 @@ def test_smoke_run_through_the_cli(tmp_path):
     assert cfg["preset"] == "lfwa-deepfacto" and cfg["deepfacto"]["rank"] == 4
     assert read_json(run / "status.json")["state"] == "finished"
     ms = read_metrics(run)
-    assert [m["epoch"] for m in ms] == [0, 1, 2, 3]
+    assert [m["epoch"] for m in ms] == [0, 1, 2]  # --epochs 2: two iterations in all (the last one fine-tunes)
+    assert [m.get("phase") for m in ms[1:]] == ["warmup", "finetune"]
     for m in ms:
         assert {
             "epoch",
@@ -406,6 +407,12 @@ def test_smoke_run_through_the_cli(tmp_path):
     img = DATA / "lfw-deepfunneled-160" / "Aaron_Eckhart" / "Aaron_Eckhart_0001.jpg"
     maps = heatmaps(run, str(img))
     assert len(maps) == 4 and maps[0].shape == (160, 160)
+    from admm_core.deepfacto import load_inference_model
+
+    model = load_inference_model(run)
+    faces_small = faces_mod.load_lfwa(size=32, limit=160)
+    e = model.embed(model.scores(faces_small.images[:5]))
+    assert e.shape == (5, DeepFactoConfig().emb_dim) and np.allclose(np.linalg.norm(e, axis=1), 1, atol=1e-5)
 
     # `evaluate` rebuilds the same features from the run's files: the same accuracies
     def df_main(argv):  # `admm deepfacto ...`
@@ -469,6 +476,9 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path):
     assert [m["epoch"] for m in read_metrics(part)] == [0, 1]
     with pytest.raises(ConfigError, match="rank"):
         train_deepfacto(cfg.replace(rank=5), part, resume=True, log=lambda m: None)
+    # a resume may move the end of the warm-up, but not re-label an iteration already done (1, frozen)
+    with pytest.raises(ConfigError, match="warmup_iters"):
+        train_deepfacto(cfg.replace(warmup_iters=0), part, resume=True, log=lambda m: None)
     assert main(["train", "--resume", str(part)]) == 0
     done = read_json(part / "summary.json")
     assert done["status"] == "finished" and not (part / STATE_FILE).exists()
@@ -478,6 +488,38 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path):
         assert mb["residuals"] == pytest.approx(ma["residuals"], rel=1e-4, abs=1e-6)
         assert mb["nmf_residual"] == pytest.approx(ma["nmf_residual"], rel=1e-4)
     assert done["mean_attribute_accuracy"] == pytest.approx(whole["mean_attribute_accuracy"], abs=1e-9)
+
+
+def test_run_stopped_during_its_evaluation_resumes_to_the_end(tmp_path, monkeypatch):
+    """Stopped after its last iteration (in the SVMs): the resume skips the loop, evaluates, and
+    ends as the unbroken run; it starts from the run's own backbone.pt."""
+    from admm_core.deepfacto import STATE_FILE, DeepFactoConfig, train_deepfacto
+    from admm_core.deepfacto import run as run_mod
+    from admm_core.runs import read_json, read_metrics
+
+    cfg = DeepFactoConfig(
+        rank=4, data_limit=160, image_size=32, backbone_epochs=1, warmup_iters=1, finetune_iters=1,
+        train_limit=48, eval_images=30, svm_train_limit=80, batch_size=32, device="cpu",
+    )  # fmt: skip
+    whole = train_deepfacto(cfg, tmp_path / "whole", log=lambda m: None)
+    real = run_mod.attribute_evaluation
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_mod, "attribute_evaluation", interrupted)
+    part = tmp_path / "part"
+    assert train_deepfacto(cfg, part, log=lambda m: None)["status"] == "stopped"
+    assert read_json(part / "status.json")["state"] == "stopped" and (part / STATE_FILE).is_file()
+    monkeypatch.setattr(run_mod, "attribute_evaluation", real)
+    called = []
+    monkeypatch.setattr(run_mod, "get_backbone", lambda *a, **k: called.append(1) or real_get(*a, **k))
+    real_get = __import__("admm_core.deepfacto.backbone", fromlist=["get_backbone"]).get_backbone
+    done = train_deepfacto(cfg, part, resume=True, log=lambda m: None)
+    assert done["status"] == "finished" and not called  # the run's backbone.pt, not the cache
+    assert [m["epoch"] for m in read_metrics(part)] == [0, 1, 2]
+    assert done["mean_attribute_accuracy"] == pytest.approx(whole["mean_attribute_accuracy"], abs=1e-9)
+    assert done["test_accuracy"] == pytest.approx(whole["test_accuracy"], abs=1e-9)
 
 
 def _synthetic_faces(n_people=6, per=6, size=32, seed=0, noise=20.0):
@@ -537,11 +579,14 @@ def test_backbone_width_reaches_the_network_and_the_cache_name(tmp_path):
     back.eval()
     x = faces_mod.to_tensor(fs.images[:4])
     assert back.arch == net.arch and meta["epochs"] == 1 and torch.allclose(back(x), net(x), atol=1e-6)
-    # width 16 keeps the cache name older runs wrote; other widths get their own file
-    assert "-w" not in backbone_cache_path(DeepFactoConfig()).name
-    assert backbone_cache_path(DeepFactoConfig(backbone_width=32)).name.endswith("-w32.pt")
-    with pytest.raises(Exception, match="backbone_width"):
-        DeepFactoConfig(backbone_width=0)
+    # the cache name follows every backbone setting and the training images (not only the width)
+    names = ["a/a_0001.jpg", "b/b_0001.jpg"]
+    base = backbone_cache_path(DeepFactoConfig(), names)
+    assert "-w16-" in base.name and "-w32-" in backbone_cache_path(DeepFactoConfig(backbone_width=32), names).name
+    assert base == backbone_cache_path(DeepFactoConfig(rank=256, warmup_iters=3), names[::-1])  # not DeepFacto's own
+    for change in ({"backbone_lr": 1e-3}, {"margin": 0.3}, {"batch_size": 64}, {"seed": 1}, {"backbone_epochs": 5}):
+        assert backbone_cache_path(DeepFactoConfig(**change), names) != base, change
+    assert backbone_cache_path(DeepFactoConfig(), names[:1]) != base  # another split or data folder
 
 
 def test_backbone_study_pack_round_trip(tmp_path):

@@ -115,6 +115,25 @@ def test_nnls_float32_tolerance_and_project_shape():
     np.testing.assert_allclose(s4[2, :, 1, 2].numpy(), ref, atol=1e-3)
 
 
+def test_projection_of_a_sample_does_not_depend_on_its_batch():
+    """S of one image equals its row of a batched projection (heatmaps project one face, the
+    SVMs thousands), at the loose tolerance DeepFacto uses and with an ill-conditioned M, where
+    a stopping rule shared by the batch left rows 10-17% apart."""
+    g = torch.Generator().manual_seed(7)
+    base = torch.rand(32, 4, generator=g)
+    m = torch.cat([base, base @ torch.rand(4, 4, generator=g) + 1e-3 * torch.rand(32, 4, generator=g)], 1)  # r = 8
+    z = torch.rand(9, 32, 4, 4, generator=g) * torch.logspace(-2, 1, 9).view(9, 1, 1, 1)  # scales 0.01 .. 10
+    for chunk in (9, 4):
+        batched = nmf.project(m, z, tol=1e-3, max_iter=300, chunk=chunk)
+        for i in range(len(z)):
+            alone = nmf.project(m, z[i : i + 1], tol=1e-3, max_iter=300)
+            torch.testing.assert_close(batched[i : i + 1], alone, atol=1e-6, rtol=1e-5)
+    # and the loose projection is still a near-minimiser of each sample's own problem
+    tight = nmf.project(m, z, tol=1e-7, max_iter=20000)
+    err = lambda s: (z - torch.einsum("cr,nrhw->nchw", m, s)).flatten(1).norm(dim=1)
+    assert (err(batched) <= err(tight) * 1.01 + 1e-6).all()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (the projection runs on z's device)")
 def test_projection_runs_on_cuda_and_matches_the_cpu():
     g = torch.Generator().manual_seed(4)

@@ -3,22 +3,38 @@ split, or one trained here (:func:`admm_core.faces.train_backbone`) and cached."
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 
 from ..faces import FaceBackbone, FaceSet, backbone_widths, cache_dir, load_backbone, save_backbone, train_backbone
 from .config import DeepFactoConfig
 
+# the settings that shape a backbone trained here: all go into its cache name
+BACKBONE_FIELDS = (
+    "image_size",
+    "seed",
+    "test_fraction",
+    "backbone_epochs",
+    "backbone_lr",
+    "backbone_id_weight",
+    "backbone_width",
+    "batch_size",
+    "margin",
+)
 
-def backbone_cache_path(cfg: DeepFactoConfig) -> Path:
-    lim = f"-n{cfg.data_limit}" if cfg.data_limit else ""
-    idw = f"-id{cfg.backbone_id_weight:g}" if cfg.backbone_id_weight else ""
-    wid = (
-        f"-w{cfg.backbone_width}" if cfg.backbone_width != 16 else ""
-    )  # 16: the name cached files had before widths were a choice
+
+def backbone_cache_path(cfg: DeepFactoConfig, train_names=()) -> Path:
+    """The cache file of the backbone ``cfg`` trains on the images ``train_names``: the name holds a
+    digest of every setting in ``BACKBONE_FIELDS`` and of the training images, so a backbone is
+    reused only for the same settings and the same training people (another data folder or
+    ``data_limit`` gives another split, whose test people this backbone may have seen)."""
+    h = hashlib.sha1(json.dumps({k: getattr(cfg, k) for k in BACKBONE_FIELDS}, sort_keys=True).encode())
+    h.update("\n".join(sorted(map(str, train_names))).encode())
     return (
         cache_dir()
-        / f"lfw-backbone-{cfg.image_size}px-s{cfg.seed}-tf{cfg.test_fraction}-e{cfg.backbone_epochs}{idw}{wid}{lim}.pt"
+        / f"lfw-backbone-{cfg.image_size}px-w{cfg.backbone_width}-e{cfg.backbone_epochs}-{h.hexdigest()[:16]}.pt"
     )
 
 
@@ -31,7 +47,7 @@ def get_backbone(
         meta = {**meta, "source": str(cfg.backbone_weights), "trained_here_s": 0.0}
         log(f"backbone: {cfg.backbone_weights}")
         return net.to(device).eval(), meta
-    path = backbone_cache_path(cfg)
+    path = backbone_cache_path(cfg, [faces.files[i] for i in train_idx])
     if path.is_file():
         net, meta = load_backbone(path)
         log(f"backbone: cached {path} (trained in {meta.get('train_wall_time_s', 0):.0f}s)")

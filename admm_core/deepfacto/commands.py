@@ -37,7 +37,6 @@ def config_from_cli(a) -> DeepFactoConfig:
         ("device", "device"),
         ("data_root", "data_root"),
         ("backbone_weights", "backbone_weights"),
-        ("epochs", "warmup_iters"),
         ("train_limit", "train_limit"),
         ("batch_size", "batch_size"),
     ):
@@ -45,7 +44,17 @@ def config_from_cli(a) -> DeepFactoConfig:
         if v is not None:
             kw[key] = v
     kw.update(parse_sets(getattr(a, "set", None)))
-    return DeepFactoConfig.from_dict(kw)
+    cfg = DeepFactoConfig.from_dict(kw)
+    epochs = getattr(a, "epochs", None)
+    if epochs is not None:  # --epochs: iterations in all, as on resume; the fine-tune ones come last
+        check(
+            isinstance(epochs, int) and epochs >= cfg.finetune_iters,
+            "--epochs",
+            epochs,
+            f"must be at least the {cfg.finetune_iters} fine-tune iterations",
+        )
+        cfg = cfg.replace(warmup_iters=epochs - cfg.finetune_iters)
+    return cfg
 
 
 def cli_train(a) -> int:
@@ -102,7 +111,9 @@ def bench(argv=None) -> int:
         ns = argparse.Namespace(
             rank=r, set=a.set, backbone_weights=a.backbone_weights, data_root=a.data_root, seed=a.seed
         )
-        train_deepfacto(config_from_cli(ns), out / f"r{r}")
+        if train_deepfacto(config_from_cli(ns), out / f"r{r}").get("status") == "stopped":
+            print(f"[deepfacto bench] r = {r} stopped: the later ranks are not started", file=sys.stderr)
+            break  # a stop request (Ctrl-C) ends the bench, not just this rank
     # the table covers every finished run under --out (so ranks can be run separately: --ranks "")
     dirs = [d for d in out.glob("r*") if (read_json(d / "summary.json") or {}).get("status") == "finished"]
     dirs.sort(key=lambda d: read_json(d / "summary.json")["rank"])

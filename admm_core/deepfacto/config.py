@@ -101,7 +101,7 @@ class DeepFactoConfig:
                 v,
                 "must be a positive integer",
             )
-        for f in ("warmup_iters", "finetune_iters"):
+        for f in ("warmup_iters", "finetune_iters", "seed"):
             v = getattr(self, f)
             check(
                 isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"deepfacto.{f}", v, "must be an integer ≥ 0"

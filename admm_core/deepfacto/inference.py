@@ -38,7 +38,9 @@ def save_inference(
 
 
 class InferenceModel:
-    """A trained DeepFacto (backbone + M + FC) for new images: scores and embeddings."""
+    """A trained DeepFacto (backbone + M + FC) for new images: scores S (:meth:`scores`) and the
+    face embedding normalise(block_2(S)) (:meth:`embed`). On the CPU: it serves a few images at a
+    time (heatmaps); the run's own evaluation projects thousands on the run's device."""
 
     def __init__(self, ck: dict):
         self.cfg = DeepFactoConfig.from_dict(ck["config"])
@@ -70,6 +72,12 @@ class InferenceModel:
         )
         z = self.backbone.features(to_tensor(x))
         return nmf.project(self.m, z, tol=self.cfg.nnls_tol, max_iter=self.cfg.nnls_max_iter).numpy()
+
+    @torch.no_grad()
+    def embed(self, s: np.ndarray) -> np.ndarray:
+        """S (B, r, h, w) from :meth:`scores` -> unit-length embeddings (B, emb_dim)."""
+        e = self.fc(torch.as_tensor(s, dtype=torch.float32).flatten(1))
+        return torch.nn.functional.normalize(e, dim=1).numpy()
 
 
 def load_inference_model(run_dir) -> InferenceModel:

@@ -10,8 +10,9 @@ per sample, dual_norms, nmf_residual ‖Z_1 − MS‖/‖Z_1‖, nmf_residual_ba
 ‖block_1(X) − MS‖/‖block_1(X)‖, and on the first ``eval_images`` training images
 reconstruction_error (the same with S_test) and s_mismatch ‖S_train − S_test‖/‖S_test‖,
 s_sparsity, wall_time_s), ``status.json``, ``summary.json`` (verification on all test faces,
-3,000 + 3,000 pairs; S mismatch and reconstruction error on all training images through the
-inference path), ``attributes.json`` (per-attribute table), ``checkpoint.pt`` (inference model:
+3,000 + 3,000 pairs; S mismatch and reconstruction error on all Block-ADMM training images, with
+S_test recomputed from the images: backbone forward, then the projection, which
+:func:`admm_core.nmf.nnls` does per sample, as inference does for one face), ``attributes.json`` (per-attribute table), ``checkpoint.pt`` (inference model:
 backbone, M, FC, component scales), ``backbone.pt`` (the backbone DeepFacto started from) and,
 while the run is unfinished, ``state.pt`` (the loop state ``--resume`` continues from).
 """
@@ -40,6 +41,7 @@ from ..faces import (
     verification_pairs,
 )
 from ..runs import (
+    Diverged,
     RunStatus,
     StopRun,
     append_metrics,
@@ -129,11 +131,15 @@ def train_deepfacto(
         diff = sorted(k for k in saved if k != "warmup_iters" and saved.get(k) != now.get(k))  # the length may change
         if diff:
             raise ConfigError(f"--resume {str(run_dir)!r}: the config differs from the run's in {diff}")
+        done = resume_from["iteration"]
+        # equal: the iterations ran, the run stopped during its evaluation; the loop is then skipped
+        check(cfg.iters >= done, "epochs", cfg.iters, f"the run already did {done} iterations")
+        # a new length moves the end of the warm-up; the iterations already done keep their phase
         check(
-            cfg.iters > resume_from["iteration"],
-            "epochs",
-            cfg.iters,
-            f"the run already did {resume_from['iteration']} iterations",
+            min(cfg.warmup_iters, done) == min(saved["warmup_iters"], done),
+            "warmup_iters",
+            cfg.warmup_iters,
+            f"the run already did {done} iterations, {min(saved['warmup_iters'], done)} of them with the backbone frozen",
         )
     status = RunStatus(run_dir, cfg.iters, phase="setup")
     (run_dir / "config.json").write_text(json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
@@ -157,12 +163,16 @@ def train_deepfacto(
             f"LFWA: {faces.n} labelled images, {len(faces.people)} people; train {len(tr)} / test {len(te)} images (identity-disjoint, seed {cfg.seed})"
         )
         set_status(phase="backbone")
-        backbone, bb_meta = get_backbone(cfg, faces, tr, device, log, should_stop)
-        torch.manual_seed(
-            cfg.seed
-        )  # the draws below must not depend on whether the backbone was trained here or cached
+        if resume_from is not None and (run_dir / "backbone.pt").is_file():  # the backbone this run started from
+            backbone, bb_meta = load_backbone(run_dir / "backbone.pt")
+            backbone = backbone.to(device).eval()
+            bb_meta = {**bb_meta, "source": str(run_dir / "backbone.pt")}
+        else:
+            backbone, bb_meta = get_backbone(cfg, faces, tr, device, log, should_stop)
+            save_backbone(run_dir / "backbone.pt", backbone, {k: v for k, v in bb_meta.items() if k != "source"})
+        # the draws below must not depend on whether the backbone was trained here or loaded
+        torch.manual_seed(cfg.seed)
         timings["backbone_train_s"] = bb_meta.get("trained_here_s", 0.0)
-        save_backbone(run_dir / "backbone.pt", backbone, {k: v for k, v in bb_meta.items() if k != "source"})
         df_idx, n_people, ev_tr, ev_te, pairs_tr, pairs_te, svm_tr = run_indices(cfg, faces, tr, te)
         pairs_all = verification_pairs_all(cfg, faces, svm_tr, te)
         log(
@@ -242,7 +252,7 @@ def train_deepfacto(
             wall += time.perf_counter() - t0
             m = log_metrics(it, {**evaluate_iteration(), **diag})
             if not all(math.isfinite(v) for v in [m["train_loss"], *m["residuals"]]):
-                raise FloatingPointError(f"the run diverged at iteration {it} (loss or residual is not finite)")
+                raise Diverged(f"iteration {it}: the triplet loss or a residual is not finite")
             log(
                 f"iter {it} ({m['phase']}): verification {m['test_accuracy']:.4f}, triplet {m['train_loss']:.4f}, "
                 f"res [{', '.join(f'{r:.3f}' for r in m['residuals'])}], ‖F − MS‖/‖F‖ {m['reconstruction_error']:.3f}, "
@@ -329,6 +339,9 @@ def train_deepfacto(
         return status.finish(summary, phase="done", epoch=cfg.iters)
     except (StopRun, KeyboardInterrupt):
         return status.stop({"preset": PRESET, "status": "stopped", "rank": cfg.rank, "timings_s": timings})
+    except Diverged as e:  # as the engine's runs: state "diverged", the error names the iteration
+        summary = {"preset": PRESET, "status": "diverged", "rank": cfg.rank, "timings_s": timings}
+        return status.end(summary, state="diverged", error=str(e))
     except BaseException as e:
         status.crash(e)
         raise

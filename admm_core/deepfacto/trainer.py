@@ -39,7 +39,7 @@ factors slotted into the reverse sweep):
     S   ← P₊(S − ∇_S(γ/2‖Z_1 − MS + V‖² + P_2) / L_S)  × s_steps    # S-step (feels block_2)
     M   ← P₊(M − ∇_M(γ/2‖Z_1 − MS + V‖²) / L_M)        × m_steps    # M-step
     Z_1 ← (γ (MS − V) + β_1 (block_1(X) − U_1)) / (γ + β_1)         # Z_1-step (exact minimiser)
-    Θ_2 ← Adam step on P_2 per minibatch;  Θ_1 likewise on P_1 (fine-tune phase only)   # Θ-update
+    Θ_1 ← Adam steps on P_1 (fine-tune phase only), then Θ_2 on P_2, per minibatch        # Θ-update
     U_1 += Z_1 − block_1(X);  V += Z_1 − MS;  U_2 += Z_2 − block_2(S)                      # U-update
 
 There V does not grow without bound: V stops moving when Z_1 = MS, and the Z_1-step then gives

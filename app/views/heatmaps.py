@@ -1,8 +1,9 @@
 """Heatmaps: NMF score maps of a DeepFacto run over LFW faces or an uploaded photo.
 
 DeepFacto runs are those whose config.json has a "deepfacto" key or whose preset starts
-with "lfwa". The score maps come from ``admm_core.heatmaps.heatmaps(run_dir, images)`` (images
-(N, H, W, 3) uint8 -> maps (N, r, H, W), upsampled to the image) when the engine has it.
+with "lfwa". The score maps come from ``admm_core.heatmaps.heatmaps(run_dir, image, components)``
+(one image, a path or (H, W, 3) uint8 -> a list of (H, W) maps, one per component, upsampled to
+the image).
 """
 
 from __future__ import annotations
