@@ -106,7 +106,15 @@ def cmd_train(a) -> int:
 def _cmd_train(a) -> int:
     from .distributed import barrier, broadcast, is_lead
     from .resources import preflight
-    from .runs import install_stop_handlers, new_run_dir, read_json, read_json_dict, train, verify_checkpoint
+    from .runs import (
+        install_stop_handlers,
+        new_run_dir,
+        read_json,
+        read_json_dict,
+        train,
+        verify_checkpoint,
+        write_text_atomic,
+    )
 
     resumes_deepfacto = bool(a.resume) and "deepfacto" in (read_json(Path(a.resume) / "config.json", {}) or {})
     # a config file with a "deepfacto" key is a DeepFacto run (the dashboard launches those this way)
@@ -135,7 +143,7 @@ def _cmd_train(a) -> int:
         if a.epochs:
             barrier()  # every rank has read config.json before rank 0 rewrites it
             if is_lead():
-                (run_dir / "config.json").write_text(cfg.to_json())
+                write_text_atomic(run_dir / "config.json", cfg.to_json())
     else:
         cfg = config_from_args(a)
         preflight(cfg)  # device, data, split, per-block values, memory: before any directory exists

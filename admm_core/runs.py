@@ -74,16 +74,22 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def write_json(path: Path, obj) -> None:
-    """Atomic JSON write (readers never see half a file; concurrent writers never share a temporary)."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Atomic write (readers never see half a file, e.g. a dashboard reading config.json while a
+    worker rewrites it; concurrent writers never share a temporary)."""
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
-        tmp.write_text(json.dumps(obj, indent=2))
+        tmp.write_text(text)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_json(path: Path, obj) -> None:
+    """Atomic JSON write (:func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(obj, indent=2))
 
 
 def read_json(path: Path, default=None):
@@ -519,7 +525,7 @@ def train(
             if lead:
                 reset_metrics(run_dir, keep_through=start_epoch, stale=())  # drop lines logged after the checkpoint
         elif lead:
-            (run_dir / "config.json").write_text(cfg.to_json())
+            write_text_atomic(run_dir / "config.json", cfg.to_json())
             reset_metrics(run_dir)
         t_start = time.time()
 

@@ -532,9 +532,11 @@ def test_worker_crash_is_reported_with_its_error(tmp_path):
     run_dir.mkdir()
     (run_dir / "config.json").write_text(bad.to_json())
     W._spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir)
-    assert _wait(lambda: W.state_of(run_dir)["state"] == "crashed", 90)
+    # 'crashed' shows as soon as the pid is gone; the reaper's record (with the exit code) follows
+    assert _wait(lambda: W.state_of(run_dir).get("exit_code") is not None, 90), W.state_of(run_dir)
     st = W.state_of(run_dir)
-    assert "resnet18" in st["error"] and "image inputs" in st["error"] and st["exit_code"] == 2
+    assert st["state"] == "crashed" and st["exit_code"] == 2
+    assert "resnet18" in st["error"] and "image inputs" in st["error"]
     assert "launch.json" in os.listdir(run_dir)
 
 

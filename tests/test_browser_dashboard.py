@@ -171,13 +171,14 @@ def test_train_watch_stop_in_chromium(server, browser):
     before = {d.name for d in root.iterdir()}
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.set_default_timeout(TIMEOUT_MS)
-    # a shareable setup link: digits, Block-ADMM, long enough to watch and stop
-    page.goto(f"{url}/?preset=digits-mlp&method=block-admm&epochs=400&train_limit=400&m.iters_per_epoch=1")
+    # a shareable setup link: digits, Block-ADMM, long enough to watch and stop (400 epochs took
+    # 63 s, and on a loaded machine the run finished before the Stop click: 3000)
+    page.goto(f"{url}/?preset=digits-mlp&method=block-admm&epochs=3000&train_limit=400&m.iters_per_epoch=1")
     start = page.get_by_role("button", name=re.compile("Start run"))
     start.wait_for()
     from playwright.sync_api import expect
 
-    expect(page.get_by_label("Epochs", exact=True)).to_have_value("400", timeout=TIMEOUT_MS)  # the URL filled the form
+    expect(page.get_by_label("Epochs", exact=True)).to_have_value("3000", timeout=TIMEOUT_MS)  # the URL filled the form
     start.click()
     run_dir = _wait(lambda: next((d for d in root.iterdir() if d.is_dir() and d.name not in before), None), 20)
     assert run_dir is not None, "no run directory appeared"
@@ -500,6 +501,7 @@ def test_deepfacto_from_train_stop_resume_then_heatmaps(server, browser):
     page.get_by_role("button", name=re.compile("Start run")).click()
     run_dir = _wait(lambda: next((d for d in root.iterdir() if d.is_dir() and d.name not in before), None), 30)
     assert run_dir is not None and "lfwa-deepfacto-r4" in run_dir.name, run_dir
+    assert _wait(lambda: (run_dir / "config.json").is_file(), 30)  # the directory comes first; the file is atomic
     cfg = json.loads((run_dir / "config.json").read_text())["deepfacto"]
     assert {k: cfg[k] for k in TINY_DEEPFACTO} == TINY_DEEPFACTO and cfg["warmup_iters"] == 400
 

@@ -53,6 +53,7 @@ from ..runs import (
     resolve_device,
     safe_load,
     write_json,
+    write_text_atomic,
 )
 from .attributes import attribute_evaluation, pooled_features
 from .backbone import get_backbone
@@ -142,7 +143,7 @@ def train_deepfacto(
             f"the run already did {done} iterations, {min(saved['warmup_iters'], done)} of them with the backbone frozen",
         )
     status = RunStatus(run_dir, cfg.iters, phase="setup")
-    (run_dir / "config.json").write_text(json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
+    write_text_atomic(run_dir / "config.json", json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
     # a new run starts empty; a resumed one keeps the metrics of the iterations its state covers
     reset_metrics(run_dir, None if resume_from is None else resume_from["iteration"], STALE)
 
@@ -423,5 +424,7 @@ def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
         "evaluated": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     write_json(run_dir / "summary.json", summary)
-    (run_dir / "config.json").write_text(json.dumps({**saved, "deepfacto": cfg.to_dict()}, indent=2, sort_keys=True))
+    write_text_atomic(
+        run_dir / "config.json", json.dumps({**saved, "deepfacto": cfg.to_dict()}, indent=2, sort_keys=True)
+    )
     return summary

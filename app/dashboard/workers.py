@@ -35,6 +35,7 @@ from admm_core.runs import (
     record_exit,
     resolve_device,
     run_status,
+    write_text_atomic,
 )
 
 from . import PROJECT_ROOT
@@ -164,7 +165,7 @@ def start_run(cfg: RunConfig, root: str | Path | None = None, processes: int = 1
     worker_command([], processes)  # bad value: ValueError before anything is written
     preflight(cfg)
     run_dir = new_run_dir(cfg, runs_root(root))  # created atomically, unique even for starts in the same second
-    (run_dir / "config.json").write_text(cfg.to_json())
+    write_text_atomic(run_dir / "config.json", cfg.to_json())
     _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir, processes)
     return run_dir
 
@@ -181,7 +182,7 @@ def start_deepfacto(cfg: DeepFactoConfig, root: str | Path | None = None) -> Pat
     if cfg.backbone_weights:
         load_backbone(cfg.backbone_weights)
     run_dir = deepfacto_run_dir(cfg, runs_root(root))
-    (run_dir / "config.json").write_text(json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
+    write_text_atomic(run_dir / "config.json", json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
     _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir)
     return run_dir
 
