@@ -28,6 +28,8 @@ import signal
 import sys
 from pathlib import Path
 
+import torch
+
 from .config import augment_changes, parse_sets
 from .docs import code_version, command_line, write_section
 from .presets import preset_config
@@ -64,8 +66,11 @@ def machines_line(rows: list[dict]) -> str:
     made elsewhere); runs from before that record get this process's machine, said so."""
     seen = list(dict.fromkeys(r["machine"] for r in rows if r.get("machine")))
     if not seen:
-        return f"machine (not recorded by the runs; this process): {machine()}"
-    return ("machine: " if len(seen) == 1 else "machines: ") + " | ".join(seen)
+        here = machine("cuda" if torch.cuda.is_available() else "cpu")
+        return f"machine (not recorded by the runs; this process): {here}"
+    missing = sum(1 for r in rows if not r.get("machine"))
+    line = ("machine: " if len(seen) == 1 else "machines: ") + " | ".join(seen)
+    return line + (f" ({missing} of the {len(rows)} runs did not record theirs)" if missing else "")
 
 
 def fmt_pct(v):

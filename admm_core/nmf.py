@@ -149,7 +149,7 @@ def nnls(
         s = s * alpha
     else:
         s = s0.to(b.dtype).clamp(min=0.0)
-    active = scale > 0  # a sample with MᵀZ = 0 has S = 0
+    active = scale != 0  # a sample with MᵀZ = 0 has S = 0; a NaN one stays NaN (not a plausible S = 0)
     s = torch.where(active, s, 0.0)
     y, t = s.clone(), torch.ones_like(scale)
     for it in range(1, max_iter + 1):

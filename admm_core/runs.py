@@ -446,6 +446,8 @@ def load_checkpoint(path: Path, sess: Session) -> tuple[int, float]:
     try:
         sess.net.load_state_dict(ck["net"])
         sess.state.load_state_dict(ck["method_state"])
+        if "epoch" not in ck["method_state"] and hasattr(sess.state, "epoch"):
+            sess.state.epoch = int(ck["epoch"])  # a checkpoint from before states counted epochs: η·γ^epoch goes on
     except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as e:
         first = (str(e).strip().splitlines() or [""])[0][:160]
         raise CheckpointError(

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from admm_core.deepfacto import DeepFactoConfig
+from admm_core.errors import ConfigError
 from admm_core.runs import read_json, read_metrics
 from app.dashboard import meta as M
 from app.dashboard import workers
@@ -141,16 +143,34 @@ def on_stop(name: str) -> None:
         ss["notice"] = f"{name}: no worker to stop (it has ended)."
 
 
+def resume_refusal(run_dir: Path, status: dict, done: int, target: int) -> str | None:
+    """Why resuming the run to ``target`` epochs cannot work (checked before its status is touched), or None.
+
+    An engine run must go past the epochs done. A DeepFacto run (its epochs are iterations)
+    follows :meth:`DeepFactoConfig.resumed_to`: an unfinished run may also resume to the
+    iterations it has done, which only finishes its evaluation (stopped during the SVMs).
+    """
+    cfg = (read_json(run_dir / "config.json", {}) or {}).get("deepfacto")
+    if cfg is None or status.get("state") == "finished":
+        if target <= done:
+            return f"Resume to epoch = {target}: {run_dir.name} has already done {done} epochs; choose a target above {done}."
+        return None
+    try:
+        DeepFactoConfig.from_dict(cfg).resumed_to(target, done, field_name="Resume to epoch")
+    except ConfigError as e:
+        return f"{run_dir.name}: {e}"
+    return None
+
+
 def on_resume(name: str, target_key: str) -> None:
-    """Resume ``name`` to the epoch in widget ``target_key``; a target not above the epochs done is refused."""
+    """Resume ``name`` to the epoch in widget ``target_key`` unless :func:`resume_refusal` says why not."""
     run_dir = runs_root() / name
     target = int(ss.get(target_key) or 0)
     status = workers.state_of(run_dir)
     done = done_epochs(run_dir, status)
-    if target <= done:
-        ss["notice"] = (
-            f"Resume to epoch = {target}: {name} has already done {done} epochs; choose a target above {done}."
-        )
+    why = resume_refusal(run_dir, status, done, target)
+    if why:
+        ss["notice"] = why
         return
     try:
         workers.resume_run(run_dir, target)
@@ -215,10 +235,12 @@ def resume_controls(r: dict, key: str) -> None:
     done = done_epochs(r["dir"], r["status"])
     cfg_epochs = int((r["config"].get("train") or {}).get("epochs", 1) or 1)
     target_key = f"{key}_resume_to.{name}"
+    # a DeepFacto run stopped in its evaluation: the default only finishes that
+    finish_only = "deepfacto" in r["config"] and state != "finished" and cfg_epochs == done
     st.number_input(
         "Resume to epoch",
         min_value=1,
-        value=cfg_epochs if cfg_epochs > done else done + max(1, cfg_epochs // 2),
+        value=cfg_epochs if cfg_epochs > done or finish_only else done + max(1, cfg_epochs // 2),
         key=target_key,
         help=f"{done} epochs done; the run continues from its last checkpoint",
     )

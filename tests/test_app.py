@@ -361,6 +361,37 @@ def test_runs_page_resumes_a_stopped_run(tmp_path, monkeypatch):
     assert launched == [["--resume", str(root / "paused"), "--epochs", "5"]]
 
 
+def test_runs_page_resumes_a_deepfacto_run_stopped_in_its_evaluation(tmp_path, monkeypatch):
+    """A DeepFacto run stopped during its SVMs (all iterations done) offers to finish them, launches
+    that resume, and refuses a length that would re-label done iterations, before touching its status."""
+    from admm_core.deepfacto import DeepFactoConfig
+    from admm_core.deepfacto.config import run_config_dict
+
+    root = tmp_path / "runs"
+    run = root / "faces"
+    run.mkdir(parents=True)
+    cfg = DeepFactoConfig(warmup_iters=2, finetune_iters=3)
+    write_json(run / "config.json", run_config_dict(cfg))
+    write_json(run / "status.json", {"state": "stopped", "epoch": 5, "epochs": 5, "phase": "attribute evaluation"})
+    launched = []
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: launched.append(args) or 1)
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    at = app().run()
+    at.switch_page("views/runs.py").run()
+    widget(at, "selectbox", "runs_sel").set_value("faces").run()
+    no_exceptions(at)
+    assert widget(at, "number_input", "runs_resume_to.faces").value == 5  # finish the evaluation
+    widget(at, "number_input", "runs_resume_to.faces").set_value(4).run()  # fewer than done
+    widget(at, "button", "runs_resume").click().run()
+    no_exceptions(at)
+    assert launched == [] and any("Resume to epoch = 4" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert read_json(run / "status.json")["state"] == "stopped"  # nothing lost
+    widget(at, "number_input", "runs_resume_to.faces").set_value(5).run()
+    widget(at, "button", "runs_resume").click().run()
+    no_exceptions(at)
+    assert launched == [["--resume", str(run), "--epochs", "5"]]
+
+
 def test_runs_page_loads_a_config_into_the_train_form(env_runs):
     """Runs → Load into Train is a link to /?load=<run id>; the Train page puts that run's config
     into the form, watches the run and drops the parameter. A name not in the runs folder loads nothing."""
@@ -748,15 +779,34 @@ def test_processes_field_starts_the_worker_under_torchrun(env_runs, monkeypatch)
         bad = {**F.default_form("digits-mlp", method), "processes": n}
         cfg, errs = F.config_from_form(bad, available=["digits"])
         assert cfg is None and needle in errs.get("processes", ""), errs
-    assert F.config_from_form({**form, "processes": 2}, available=["digits"])[1] == {}
+    assert F.config_from_form({**form, "processes": 2, "device": "cpu"}, available=["digits"])[1] == {}
     launched = []
     monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: launched.append((run_dir, processes)) or 1)
     at = app().run()
+    widget(at, "selectbox", "f.device").set_value("cpu").run()  # the same on a machine with one GPU
     widget(at, "number_input", "f.processes").set_value(2).run()
     widget(at, "button", "start").click().run()
     no_exceptions(at)
     assert [p for _, p in launched] == [2], (launched, form_errors(at))  # the torchrun command: test_distributed
     shutil.rmtree(launched[0][0])
+
+
+def test_processes_field_refuses_what_the_workers_would_fail_on():
+    """Before launch: one block per process under parallel = 'blocks', and one GPU per process
+    when the run would use CUDA (auto on a GPU machine, or cuda)."""
+    pe = F.processes_errors
+    assert pe(3, "block-admm", T=3, parallel="blocks") == {}
+    assert "this split has 3" in pe(2, "block-admm", T=3, parallel="blocks")["processes"]
+    assert pe(2, "block-admm", T=3, parallel="samples") == {}  # samples: any count
+    assert pe(2, "block-admm", device="auto", n_gpus=0) == {}  # auto without a GPU: CPU processes
+    assert "has 1" in pe(2, "block-admm", device="auto", n_gpus=1)["processes"]
+    assert pe(2, "block-admm", device="cuda", n_gpus=2) == {} and pe(2, "block-admm", device="cpu", n_gpus=1) == {}
+    assert "has 0" in pe(2, "gotmare", device="cuda", n_gpus=0)["processes"]
+    form = {**F.default_form("digits-mlp", "block-admm"), "processes": 2, "device": "cpu"}  # split: 3 blocks
+    form[F.MP + "parallel"] = "blocks"
+    cfg, errs = F.config_from_form(form, available=["digits"])
+    assert cfg is None and "parallel = 'blocks'" in errs["processes"], errs
+    assert F.config_from_form({**form, "processes": 3}, available=["digits"])[1] == {}
 
 
 def test_diverged_run_shows_its_message(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from admm_core import bench
 
@@ -95,3 +96,15 @@ def test_plot_cli_names_a_missing_folder(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _plot_module().main([str(tmp_path / "nope")])
     assert "folder" in capsys.readouterr().err
+
+
+def test_machines_line_names_what_runs_recorded_and_says_what_they_did_not():
+    from admm_core.bench import machines_line
+    from admm_core.runs import machine
+
+    assert machines_line([{"machine": "A"}, {"machine": "A"}]) == "machine: A"
+    assert machines_line([{"machine": "A"}, {"machine": "B"}, {}]) == (
+        "machines: A | B (1 of the 3 runs did not record theirs)"
+    )
+    here = machine("cuda" if torch.cuda.is_available() else "cpu")
+    assert machines_line([{}, {"machine": None}]) == f"machine (not recorded by the runs; this process): {here}"

@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as hs
 
 from admm_core import faces as faces_mod
 from admm_core.deepfacto import DeepFactoConfig, DeepFactoTrainer, attribute_svms, majority_baseline
@@ -203,13 +205,47 @@ def test_runs_sharing_a_backbone_fit_its_svms_once(monkeypatch, tmp_path):
     assert len(calls) == 5 and sum_c == sum_a and rows_c == rows_a
     files = sorted(tmp_path.glob(f"svm-*-p{df.SVM_PROTOCOL}-sklearn*.npz"))
     assert len(files) == 5 and not list(tmp_path.glob("*.tmp*"))
-    for f in files:
-        f.write_bytes(b"not an npz")  # unreadable: fitted again, not an error
+    for i, f in enumerate(files):  # unreadable, cut short (an interrupted copy) or empty: fitted again
+        good = f.read_bytes()
+        f.write_bytes([b"not an npz", good[: len(good) // 2], b""][i % 3])
     monkeypatch.setattr(df, "_SVM_MEMO", {})
     assert run(0) == (rows_a, sum_a) and len(calls) == 8
     raw[1] = (raw[1][0] + 1e-3, raw[1][1])  # any change in the inputs: fitted again
     run(1)
     assert len(calls) == 11 and calls[-1][1] == 5 and 7 in {c[1] for c in calls[-3:]}
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_a_stop_ends_an_svm_set_between_svms(monkeypatch, n_jobs):
+    """should_stop is asked before each SVM is handed out: a stop raises StopRun after a few
+    SVMs instead of after all of them (in-process and with worker processes)."""
+    from admm_core.deepfacto import attributes as df
+    from admm_core.runs import StopRun
+
+    rng = np.random.default_rng(0)
+    x_tr, x_te = rng.normal(size=(40, 5)), rng.normal(size=(30, 5))
+    a_tr, a_te = (rng.random((40, 40)) > 0.5).astype(np.uint8), (rng.random((30, 40)) > 0.5).astype(np.uint8)
+    asked = []
+
+    def should_stop():
+        asked.append(1)
+        return len(asked) > 3
+
+    fitted = []
+    real = df._one_svm
+    monkeypatch.setattr(df, "_one_svm", lambda *a: fitted.append(1) or real(*a))
+    with pytest.raises(StopRun):
+        df.attribute_svms_cv(
+            x_tr, a_tr, x_te, a_te, np.arange(30) // 3, [0.01, 0.1], n_jobs=n_jobs, should_stop=should_stop
+        )
+    assert len(asked) == 4  # 80 SVMs in the set; the fourth question stopped it
+    if n_jobs == 1:  # in-process: exactly the three handed out before the stop ran
+        assert len(fitted) == 3
+    # without a stop the same call fits the whole set
+    acc, _ = df.attribute_svms_cv(
+        x_tr, a_tr, x_te, a_te, np.arange(30) // 3, [0.01, 0.1], n_jobs=1, should_stop=lambda: False
+    )
+    assert acc.shape == (40,)
 
 
 def test_pooled_grid_matches_hand_windows():
@@ -490,6 +526,42 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path):
     assert done["mean_attribute_accuracy"] == pytest.approx(whole["mean_attribute_accuracy"], abs=1e-9)
 
 
+def test_resumed_to_keeps_the_phase_of_every_iteration_done():
+    """Resume lengths, by hand: the warm-up takes the change while it lasts, the fine-tune after."""
+    from admm_core.config import ConfigError
+    from admm_core.deepfacto import DeepFactoConfig
+
+    cfg = DeepFactoConfig(warmup_iters=12, finetune_iters=1)
+    assert cfg.resumed_to(13, 5) is cfg
+    assert (cfg.resumed_to(20, 5).warmup_iters, cfg.resumed_to(20, 5).finetune_iters) == (19, 1)
+    assert cfg.resumed_to(6, 5).warmup_iters == 5  # shorter: the 5 done stay warm-up, then one fine-tune
+    assert (cfg.resumed_to(20, 13).warmup_iters, cfg.resumed_to(20, 13).finetune_iters) == (12, 8)
+    with pytest.raises(ConfigError, match=r"epochs = 4: the run has done 5"):
+        cfg.resumed_to(4, 5)
+    three = DeepFactoConfig(warmup_iters=12, finetune_iters=3)
+    with pytest.raises(ConfigError, match=r"Resume to epoch = 7: must be at least 8"):
+        three.resumed_to(7, 5, field_name="Resume to epoch")
+    assert three.resumed_to(14, 14).finetune_iters == 2  # stopped in the fine-tune: end the loop there
+
+
+@settings(max_examples=300, deadline=None)
+@given(w=hs.integers(0, 20), f=hs.integers(0, 5), done=hs.integers(0, 25), target=hs.integers(0, 40))
+def test_resumed_to_fuzz(w, f, done, target):
+    """Any accepted length runs to ``target`` iterations and gives every done iteration its phase."""
+    from admm_core.config import ConfigError
+    from admm_core.deepfacto import DeepFactoConfig
+
+    assume(done <= w + f)
+    cfg = DeepFactoConfig(warmup_iters=w, finetune_iters=f)
+    try:
+        new = cfg.resumed_to(target, done)
+    except ConfigError:
+        assert target != cfg.iters and (target < max(done, 1) or (done <= w and target - f < done))
+        return
+    assert new.iters == target and new.iters >= done
+    assert all((i > w) == (i > new.warmup_iters) for i in range(1, done + 1))
+
+
 def test_run_stopped_during_its_evaluation_resumes_to_the_end(tmp_path, monkeypatch):
     """Stopped after its last iteration (in the SVMs): the resume skips the loop, evaluates, and
     ends as the unbroken run; it starts from the run's own backbone.pt."""
@@ -502,21 +574,20 @@ def test_run_stopped_during_its_evaluation_resumes_to_the_end(tmp_path, monkeypa
         train_limit=48, eval_images=30, svm_train_limit=80, batch_size=32, device="cpu",
     )  # fmt: skip
     whole = train_deepfacto(cfg, tmp_path / "whole", log=lambda m: None)
-    real = run_mod.attribute_evaluation
-
-    def interrupted(*a, **k):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(run_mod, "attribute_evaluation", interrupted)
     part = tmp_path / "part"
-    assert train_deepfacto(cfg, part, log=lambda m: None)["status"] == "stopped"
+
+    def stop_in_evaluation():  # the Stop button (SIGTERM) pressed once the evaluation has begun
+        return read_json(part / "status.json", {}).get("phase") == "attribute evaluation"
+
+    assert train_deepfacto(cfg, part, log=lambda m: None, should_stop=stop_in_evaluation)["status"] == "stopped"
     assert read_json(part / "status.json")["state"] == "stopped" and (part / STATE_FILE).is_file()
-    monkeypatch.setattr(run_mod, "attribute_evaluation", real)
+    assert not (part / "attributes.json").exists()  # it stopped there, not after the SVMs
     called = []
     monkeypatch.setattr(run_mod, "get_backbone", lambda *a, **k: called.append(1) or real_get(*a, **k))
     real_get = __import__("admm_core.deepfacto.backbone", fromlist=["get_backbone"]).get_backbone
     done = train_deepfacto(cfg, part, resume=True, log=lambda m: None)
     assert done["status"] == "finished" and not called  # the run's backbone.pt, not the cache
+    assert done["backbone"] == whole["backbone"] and "part" not in done["backbone"]  # where it came from
     assert [m["epoch"] for m in read_metrics(part)] == [0, 1, 2]
     assert done["mean_attribute_accuracy"] == pytest.approx(whole["mean_attribute_accuracy"], abs=1e-9)
     assert done["test_accuracy"] == pytest.approx(whole["test_accuracy"], abs=1e-9)
@@ -587,6 +658,11 @@ def test_backbone_width_reaches_the_network_and_the_cache_name(tmp_path):
     for change in ({"backbone_lr": 1e-3}, {"margin": 0.3}, {"batch_size": 64}, {"seed": 1}, {"backbone_epochs": 5}):
         assert backbone_cache_path(DeepFactoConfig(**change), names) != base, change
     assert backbone_cache_path(DeepFactoConfig(), names[:1]) != base  # another split or data folder
+    # pixels: another LFW variant has the same names; the same images in another order are the same set
+    px = np.random.default_rng(0).integers(0, 256, (len(names), 4, 4, 3), dtype=np.uint8)
+    with_px = backbone_cache_path(DeepFactoConfig(), names, px)
+    assert with_px != base and with_px == backbone_cache_path(DeepFactoConfig(), names[::-1], px[::-1])
+    assert backbone_cache_path(DeepFactoConfig(), names, 255 - px) != with_px
 
 
 def test_backbone_study_pack_round_trip(tmp_path):

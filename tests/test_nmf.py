@@ -134,6 +134,20 @@ def test_projection_of_a_sample_does_not_depend_on_its_batch():
     assert (err(batched) <= err(tight) * 1.01 + 1e-6).all()
 
 
+def test_a_nan_sample_projects_to_nan_and_leaves_the_others_alone():
+    """A non-finite input is not turned into a plausible S = 0 (evaluation and heatmaps would
+    show it as a blank face); the other samples of its batch get their usual S."""
+    g = torch.Generator().manual_seed(3)
+    m, z = torch.rand(16, 4, generator=g), torch.rand(3, 16, 4, 4, generator=g)
+    bad = z.clone()
+    bad[1, 0, 0, 0] = float("nan")
+    s, clean = nmf.project(m, bad, tol=1e-4), nmf.project(m, z, tol=1e-4)
+    assert torch.isnan(s[1]).any()
+    torch.testing.assert_close(s[[0, 2]], clean[[0, 2]])
+    zero = nmf.project(m, torch.zeros(1, 16, 4, 4))  # MᵀZ = 0: S = 0 exactly
+    assert torch.equal(zero, torch.zeros_like(zero))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (the projection runs on z's device)")
 def test_projection_runs_on_cuda_and_matches_the_cpu():
     g = torch.Generator().manual_seed(4)

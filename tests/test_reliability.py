@@ -440,3 +440,20 @@ def test_stamped_json_reads_are_cached_only_while_the_file_is_unchanged(tmp_path
     assert runs.read_json_stamped(p) == {"a": 4}
     p.unlink()
     assert runs.read_json_stamped(p, "gone") == "gone"
+
+
+def test_checkpoint_from_before_states_counted_epochs_resumes_the_decay(tmp_path):
+    """A checkpoint whose method state lacks ``epoch`` (written before states counted epochs)
+    resumes with η·γ^epoch of the epoch it reached, not η again: it ends as an unbroken run."""
+    cfg = tiny("sgd", epochs=3, method_params={"lr": 0.05, "lr_decay": 0.5})
+    whole = runs.train(cfg, tmp_path / "whole")
+    part = tmp_path / "part"
+    runs.train(cfg.replace(train__epochs=2), part)
+    ck = torch.load(part / "checkpoint.pt", weights_only=True)
+    assert ck["method_state"].pop("epoch") == 2
+    runs.atomic_torch_save(ck, part / "checkpoint.pt")
+    rc, err = cli_run(["train", "--resume", str(part), "--epochs", "3", "--quiet"])
+    assert rc == 0, err
+    last = [m for m in runs.read_metrics(part) if m["epoch"] == 3][0]
+    assert last["test_accuracy"] == whole["test_accuracy"]
+    assert last["train_loss"] == pytest.approx(runs.read_metrics(tmp_path / "whole")[-1]["train_loss"], rel=1e-6)

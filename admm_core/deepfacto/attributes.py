@@ -12,6 +12,7 @@ import hashlib
 import math
 import os
 import time
+import zipfile
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..faces import FaceSet, cache_dir, embed_all
+from ..runs import StopRun
 from .config import DeepFactoConfig
 
 
@@ -48,7 +50,15 @@ def identity_holdout(groups: np.ndarray, fraction: float = 0.5, seed: int = 0) -
 
 
 def attribute_svms_cv(
-    x_train, a_train, x_test, a_test, test_groups: np.ndarray, cs, seed: int = 0, n_jobs: int | None = None
+    x_train,
+    a_train,
+    x_test,
+    a_test,
+    test_groups: np.ndarray,
+    cs,
+    seed: int = 0,
+    n_jobs: int | None = None,
+    should_stop=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-attribute test accuracy (A,) with C chosen by 2-fold cross-validation over the *test people*;
     also the chosen C, (A, 2) (for fold 1, fold 2).
@@ -63,7 +73,7 @@ def attribute_svms_cv(
     xtr, xte = _standardise(x_train, x_test)
     n_a = a_train.shape[1]
     hits = np.stack(
-        _fit_many(xtr, a_train, xte, a_test, [(k, c) for k in range(n_a) for c in cs], seed, n_jobs)
+        _fit_many(xtr, a_train, xte, a_test, [(k, c) for k in range(n_a) for c in cs], seed, n_jobs, should_stop)
     ).reshape(n_a, len(cs), -1)
     if len(cs) == 1:
         return hits[:, 0].mean(1), np.full((n_a, 2), cs[0])
@@ -85,14 +95,23 @@ def _standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, n
     return sc.transform(x_train), sc.transform(x_test)
 
 
-def _fit_many(xtr, a_tr, xte, a_te, jobs, seed, n_jobs) -> list[np.ndarray]:
-    """Per-test-image hits (bool) of one SVM per (attribute k, C) in ``jobs``, fitted in parallel."""
+def _fit_many(xtr, a_tr, xte, a_te, jobs, seed, n_jobs, should_stop=None) -> list[np.ndarray]:
+    """Per-test-image hits (bool) of one SVM per (attribute k, C) in ``jobs``, fitted in parallel.
+
+    ``should_stop()`` is asked before each SVM is handed out (joblib draws them lazily), so a
+    stopped run waits for at most the SVMs in flight, not the whole set (up to hours).
+    """
     from joblib import Parallel, delayed
 
     n_jobs = n_jobs or int(os.environ.get("ADMM_JOBS", 0)) or os.cpu_count() or 1  # ADMM_JOBS: cap on a shared machine
-    return Parallel(n_jobs=min(n_jobs, len(jobs)))(
-        delayed(_one_svm)(xtr, a_tr[:, k], xte, a_te[:, k], c, seed) for k, c in jobs
-    )
+
+    def tasks():
+        for k, c in jobs:
+            if should_stop and should_stop():
+                raise StopRun()
+            yield delayed(_one_svm)(xtr, a_tr[:, k], xte, a_te[:, k], c, seed)
+
+    return Parallel(n_jobs=min(n_jobs, len(jobs)))(tasks())
 
 
 def _one_svm(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray, c: float, seed: int) -> np.ndarray:
@@ -159,7 +178,7 @@ def _svm_cached(key: str, fit) -> tuple[tuple, bool]:
         with np.load(path, allow_pickle=False) as f:
             _SVM_MEMO[key] = (f["accuracy"], f["chosen_c"])
         return _SVM_MEMO[key], True
-    except (OSError, KeyError, ValueError):  # absent or unreadable: fit again (and overwrite)
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # absent, cut short or unreadable: refit
         pass
     acc, chosen = _SVM_MEMO[key] = fit()
     tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
@@ -187,7 +206,15 @@ def _digest(*parts) -> str:
 
 
 def attribute_evaluation(
-    cfg: DeepFactoConfig, faces: FaceSet, svm_tr: np.ndarray, te: np.ndarray, s: tuple, z: tuple, raw: dict, log=print
+    cfg: DeepFactoConfig,
+    faces: FaceSet,
+    svm_tr: np.ndarray,
+    te: np.ndarray,
+    s: tuple,
+    z: tuple,
+    raw: dict,
+    log=print,
+    should_stop=None,
 ) -> tuple[list[dict], dict]:
     """The attribute SVMs of a run: (per-attribute rows, summary fields).
 
@@ -202,7 +229,7 @@ def attribute_evaluation(
         t = time.time()
         args = (f_tr, a_tr, f_te, a_te, faces.identity[te], cfg.svm_c, cfg.seed)
         key = f"{_digest(*args)}-p{SVM_PROTOCOL}-sklearn{_sklearn_version()}"
-        (acc, chosen[name]), hit = _svm_cached(key, lambda: attribute_svms_cv(*args))
+        (acc, chosen[name]), hit = _svm_cached(key, lambda: attribute_svms_cv(*args, should_stop=should_stop))
         how = "same features as an earlier run: reused" if hit else f"{time.time() - t:.0f}s"
         log(
             f"attribute SVMs on {name} ({f_tr.shape[1]} features): mean accuracy {acc.mean():.4f}, median C {np.median(chosen[name]):g} ({how})"

@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
+
 from ..faces import FaceBackbone, FaceSet, backbone_widths, cache_dir, load_backbone, save_backbone, train_backbone
 from .config import DeepFactoConfig
 
@@ -25,13 +27,20 @@ BACKBONE_FIELDS = (
 )
 
 
-def backbone_cache_path(cfg: DeepFactoConfig, train_names=()) -> Path:
-    """The cache file of the backbone ``cfg`` trains on the images ``train_names``: the name holds a
-    digest of every setting in ``BACKBONE_FIELDS`` and of the training images, so a backbone is
-    reused only for the same settings and the same training people (another data folder or
-    ``data_limit`` gives another split, whose test people this backbone may have seen)."""
+def backbone_cache_path(cfg: DeepFactoConfig, train_names=(), train_pixels=None) -> Path:
+    """The cache file of the backbone ``cfg`` trains on the images ``train_names`` (with pixels
+    ``train_pixels``, same order, when given): the name holds a digest of every setting in
+    ``BACKBONE_FIELDS``, of the training image names and of their pixels, so a backbone is reused
+    only for the same settings and the same training images (another ``data_limit`` gives
+    another split, whose test people this backbone may have seen; another LFW variant has the
+    same file names and other pixels)."""
     h = hashlib.sha1(json.dumps({k: getattr(cfg, k) for k in BACKBONE_FIELDS}, sort_keys=True).encode())
-    h.update("\n".join(sorted(map(str, train_names))).encode())
+    names = [str(n) for n in train_names]
+    order = sorted(range(len(names)), key=names.__getitem__)
+    h.update("\n".join(names[i] for i in order).encode())
+    if train_pixels is not None:
+        for i in order:
+            h.update(np.ascontiguousarray(train_pixels[i]).tobytes())
     return (
         cache_dir()
         / f"lfw-backbone-{cfg.image_size}px-w{cfg.backbone_width}-e{cfg.backbone_epochs}-{h.hexdigest()[:16]}.pt"
@@ -47,7 +56,7 @@ def get_backbone(
         meta = {**meta, "source": str(cfg.backbone_weights), "trained_here_s": 0.0}
         log(f"backbone: {cfg.backbone_weights}")
         return net.to(device).eval(), meta
-    path = backbone_cache_path(cfg, [faces.files[i] for i in train_idx])
+    path = backbone_cache_path(cfg, [faces.files[i] for i in train_idx], faces.images[train_idx])
     if path.is_file():
         net, meta = load_backbone(path)
         log(f"backbone: cached {path} (trained in {meta.get('train_wall_time_s', 0):.0f}s)")

@@ -65,20 +65,16 @@ def cli_train(a) -> int:
         if not saved or "deepfacto" not in saved:
             raise ConfigError(f"--resume {str(run_dir)!r}: no DeepFacto config.json there")
         cfg = DeepFactoConfig.from_dict(saved["deepfacto"])
-        if a.epochs and a.epochs != cfg.iters:  # a new length moves the end of the warm-up phase
-            check(
-                a.epochs > cfg.finetune_iters,
-                "--epochs",
-                a.epochs,
-                f"must exceed the run's {cfg.finetune_iters} fine-tune iterations",
-            )
-            cfg = cfg.replace(warmup_iters=a.epochs - cfg.finetune_iters)
+        iters = getattr(
+            a, "epochs", None
+        )  # a new length: DeepFactoConfig.resumed_to, once state.pt says how far it got
     else:
+        iters = None
         cfg = config_from_cli(a)
         run_dir = Path(a.out) if getattr(a, "out", None) else new_run_dir(cfg)
     print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
     summary = train_deepfacto(
-        cfg, run_dir, resume=bool(getattr(a, "resume", None)), should_stop=install_stop_handlers()
+        cfg, run_dir, resume=bool(getattr(a, "resume", None)), iters=iters, should_stop=install_stop_handlers()
     )
     print(json.dumps(summary, indent=2))
     return 0

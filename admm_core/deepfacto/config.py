@@ -161,6 +161,34 @@ class DeepFactoConfig:
     def replace(self, **kw) -> "DeepFactoConfig":
         return dataclasses.replace(self, **kw)
 
+    def resumed_to(self, iters: int, done: int, field_name: str = "epochs") -> "DeepFactoConfig":
+        """This run's config when a resume after ``done`` iterations runs to ``iters`` in all.
+
+        Iterations already done keep their phase: in the warm-up the warm-up phase takes the
+        change (the ``finetune_iters`` fine-tune iterations still come last); once the fine-tune
+        phase has begun, it takes the change. ``iters == done`` ends the loop there (a run
+        stopped in its evaluation then only finishes that). One :class:`ConfigError` naming
+        ``field_name`` otherwise.
+        """
+        if iters == self.iters:
+            return self
+        check(
+            isinstance(iters, int) and not isinstance(iters, bool) and iters >= max(done, 1),
+            field_name,
+            iters,
+            f"the run has done {done} iterations; choose at least {max(done, 1)}",
+        )
+        if done > self.warmup_iters:  # fine-tuning: the warm-up is history
+            return self.replace(finetune_iters=iters - self.warmup_iters)
+        check(
+            iters - self.finetune_iters >= done,
+            field_name,
+            iters,
+            f"must be at least {done + self.finetune_iters}: {done} warm-up iterations are done "
+            f"and the {self.finetune_iters} fine-tune ones come after them",
+        )
+        return self.replace(warmup_iters=iters - self.finetune_iters)
+
 
 @functools.lru_cache(maxsize=1)
 def field_help() -> dict[str, str]:

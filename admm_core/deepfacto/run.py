@@ -110,13 +110,21 @@ def verification_pairs_all(cfg: DeepFactoConfig, faces: FaceSet, svm_tr: np.ndar
 
 
 def train_deepfacto(
-    cfg: DeepFactoConfig, run_dir, *, resume: bool = False, should_stop=None, on_progress=None, log=None
+    cfg: DeepFactoConfig,
+    run_dir,
+    *,
+    resume: bool = False,
+    iters: int | None = None,
+    should_stop=None,
+    on_progress=None,
+    log=None,
 ) -> dict:
     """Train DeepFacto into ``run_dir`` (run-dir files as in the module docstring); returns the summary.
 
     After every iteration the whole loop state goes to ``state.pt`` (atomically); with
     ``resume`` a stopped or crashed run continues from it (same config, same draws) and
-    keeps its metrics. ``state.pt`` is deleted once the run has finished.
+    keeps its metrics, to ``iters`` iterations in all when given
+    (:meth:`DeepFactoConfig.resumed_to`). ``state.pt`` is deleted once the run has finished.
     """
     run_dir = Path(run_dir)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -129,10 +137,13 @@ def train_deepfacto(
             )
         resume_from = safe_load(state_path)  # weights_only: a file that would run code is refused
         saved, now = resume_from["config"], cfg.to_dict()
-        diff = sorted(k for k in saved if k != "warmup_iters" and saved.get(k) != now.get(k))  # the length may change
+        lengths = ("warmup_iters", "finetune_iters")  # a resume may change the length (resumed_to)
+        diff = sorted(k for k in saved if k not in lengths and saved.get(k) != now.get(k))
         if diff:
             raise ConfigError(f"--resume {str(run_dir)!r}: the config differs from the run's in {diff}")
         done = resume_from["iteration"]
+        if iters is not None:
+            cfg = cfg.resumed_to(iters, done)
         # equal: the iterations ran, the run stopped during its evaluation; the loop is then skipped
         check(cfg.iters >= done, "epochs", cfg.iters, f"the run already did {done} iterations")
         # a new length moves the end of the warm-up; the iterations already done keep their phase
@@ -167,10 +178,12 @@ def train_deepfacto(
         if resume_from is not None and (run_dir / "backbone.pt").is_file():  # the backbone this run started from
             backbone, bb_meta = load_backbone(run_dir / "backbone.pt")
             backbone = backbone.to(device).eval()
-            bb_meta = {**bb_meta, "source": str(run_dir / "backbone.pt")}
+            # the summary names where it came from, as an unbroken run's does
+            bb_meta = {**bb_meta, "source": bb_meta.get("origin", str(run_dir / "backbone.pt"))}
         else:
             backbone, bb_meta = get_backbone(cfg, faces, tr, device, log, should_stop)
-            save_backbone(run_dir / "backbone.pt", backbone, {k: v for k, v in bb_meta.items() if k != "source"})
+            keep = {k: v for k, v in bb_meta.items() if k != "source"}
+            save_backbone(run_dir / "backbone.pt", backbone, {**keep, "origin": bb_meta.get("source")})
         # the draws below must not depend on whether the backbone was trained here or loaded
         torch.manual_seed(cfg.seed)
         timings["backbone_train_s"] = bb_meta.get("trained_here_s", 0.0)
@@ -194,7 +207,9 @@ def train_deepfacto(
 
         set_status(phase="init")
         t_train = time.time()
-        trainer = DeepFactoTrainer(cfg, backbone, faces.images[df_idx], faces.identity[df_idx], device, gen)
+        trainer = DeepFactoTrainer(
+            cfg, backbone, faces.images[df_idx], faces.identity[df_idx], device, gen, should_stop
+        )
         wall = time.time() - t_train
 
         feat_cache: dict = {}
@@ -271,7 +286,7 @@ def train_deepfacto(
         s_svm_tr, z_svm_tr = trainer.scores(faces.images[svm_tr])
         s_svm_te, z_svm_te = trainer.scores(faces.images[te])
         per_attr, svm_summary = attribute_evaluation(
-            cfg, faces, svm_tr, te, (s_svm_tr, s_svm_te), (z_svm_tr, z_svm_te), raw, log
+            cfg, faces, svm_tr, te, (s_svm_tr, s_svm_te), (z_svm_tr, z_svm_te), raw, log, should_stop
         )
         timings["attribute_eval_s"] = time.time() - t
         with torch.no_grad():  # face verification of DeepFacto's embedding on all test faces

@@ -102,8 +102,10 @@ class DeepFactoTrainer:
         identity: np.ndarray,
         device,
         gen: torch.Generator,
+        should_stop=None,
     ):
         self.cfg, self.backbone, self.images, self.device, self.gen = cfg, backbone, images, device, gen
+        self.should_stop = should_stop  # checked between projection chunks (minutes at r = 256): Stop answers soon
         self.identity = identity
         self.y = torch.from_numpy(identity).to(device)
         self.rng = np.random.default_rng(cfg.seed + 1)
@@ -322,6 +324,8 @@ class DeepFactoTrainer:
         m = self.state.m if m is None else m
         out = []
         for i in range(0, len(z), self.chunk):
+            if getattr(self, "should_stop", None) and self.should_stop():
+                raise StopRun()
             s = nmf.nnls(
                 m, z[i : i + self.chunk].to(self.device), tol=self.cfg.nnls_tol, max_iter=self.cfg.nnls_max_iter
             )

@@ -243,16 +243,37 @@ def _field_of(message: str, method: str) -> str:
     return "_form"
 
 
-def processes_errors(value, method: str) -> dict[str, str]:
-    """{"processes": message} when ``value`` worker processes cannot run ``method``; {} when they can."""
+def processes_errors(
+    value, method: str, T: int | None = None, device: str = "cpu", parallel: str | None = None, n_gpus=None
+) -> dict[str, str]:
+    """{"processes": message} when ``value`` worker processes cannot run ``method``; {} when they can.
+
+    Checked here, before launch, what the workers would otherwise fail on: one block per
+    process with ``parallel = 'blocks'`` (T blocks), and one GPU per process when the run uses
+    CUDA (``device`` cuda, or auto on a machine with a GPU). ``n_gpus`` defaults to this machine's.
+    """
     ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PROCESSES
     if not ok:
         return {"processes": f"processes = {value!r}: must be a whole number from 1 to {MAX_PROCESSES}"}
-    if value > 1 and method not in MULTI_PROCESS_METHODS:
+    if value == 1:
+        return {}
+    if method not in MULTI_PROCESS_METHODS:
         return {
             "processes": f"processes = {value}: only {' and '.join(MULTI_PROCESS_METHODS)} run on several "
             f"processes (method {method!r})"
         }
+    if parallel == "blocks" and T is not None and value != T:
+        return {"processes": f"processes = {value}: parallel = 'blocks' runs one block per process; this split has {T}"}
+    if device != "cpu":
+        if n_gpus is None:
+            import torch
+
+            n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device == "cuda" or n_gpus > 0) and value > n_gpus:
+            return {
+                "processes": f"processes = {value}: device = {device!r} runs each process on a GPU of its own and "
+                f"this machine has {n_gpus}; choose device cpu or at most {n_gpus} processes"
+            }
     return {}
 
 
@@ -361,7 +382,11 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
         errors["data"] = (
             f"data.name = {cfg.data.name!r}: not found under the data root (looked in {roots}); set ADMM_DATA"
         )
-    errors.update(processes_errors(form.get("processes", 1), method))
+    errors.update(
+        processes_errors(
+            form.get("processes", 1), method, T, cfg.train.device, cfg.method_params.get("parallel", "samples")
+        )
+    )
     if cfg.data.augment and "data" not in errors:
         shape = data_shape(cfg.data.name)[0]
         if len(shape) != 3:
