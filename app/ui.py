@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from admm_core.deepfacto import DeepFactoConfig
+from admm_core.deepfacto import STATE_FILE, DeepFactoConfig
 from admm_core.errors import ConfigError
 from admm_core.runs import read_json, read_metrics
 from app.dashboard import meta as M
@@ -151,7 +151,12 @@ def resume_refusal(run_dir: Path, status: dict, done: int, target: int) -> str |
     iterations it has done, which only finishes its evaluation (stopped during the SVMs).
     """
     cfg = (read_json(run_dir / "config.json", {}) or {}).get("deepfacto")
-    if cfg is None or status.get("state") == "finished":
+    if cfg is not None and not (run_dir / STATE_FILE).is_file():
+        return (
+            f"{run_dir.name}: no {STATE_FILE} to resume from (a DeepFacto run drops its loop state when it "
+            "finishes, and has none before its first iteration); start a new run instead."
+        )
+    if cfg is None:
         if target <= done:
             return f"Resume to epoch = {target}: {run_dir.name} has already done {done} epochs; choose a target above {done}."
         return None

@@ -373,6 +373,7 @@ def test_runs_page_resumes_a_deepfacto_run_stopped_in_its_evaluation(tmp_path, m
     cfg = DeepFactoConfig(warmup_iters=2, finetune_iters=3)
     write_json(run / "config.json", run_config_dict(cfg))
     write_json(run / "status.json", {"state": "stopped", "epoch": 5, "epochs": 5, "phase": "attribute evaluation"})
+    (run / "state.pt").write_bytes(b"")  # its loop state (only its presence is checked before launch)
     launched = []
     monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: launched.append(args) or 1)
     monkeypatch.setenv("ADMM_RUNS", str(root))
@@ -390,6 +391,13 @@ def test_runs_page_resumes_a_deepfacto_run_stopped_in_its_evaluation(tmp_path, m
     widget(at, "button", "runs_resume").click().run()
     no_exceptions(at)
     assert launched == [["--resume", str(run), "--epochs", "5"]]
+    # without state.pt (a finished DeepFacto run drops it) there is nothing to resume: said, not launched
+    (run / "state.pt").unlink()
+    write_json(run / "status.json", {"state": "stopped", "epoch": 5, "epochs": 5})
+    at.run()
+    widget(at, "button", "runs_resume").click().run()
+    no_exceptions(at)
+    assert len(launched) == 1 and any("no state.pt" in w.value for w in at.warning), [w.value for w in at.warning]
 
 
 def test_runs_page_loads_a_config_into_the_train_form(env_runs):
