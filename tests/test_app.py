@@ -815,6 +815,10 @@ def test_processes_field_refuses_what_the_workers_would_fail_on():
     cfg, errs = F.config_from_form(form, available=["digits"])
     assert cfg is None and "parallel = 'blocks'" in errs["processes"], errs
     assert F.config_from_form({**form, "processes": 3}, available=["digits"])[1] == {}
+    # memory: N copies of data, network and optimizer, the sharded Z/U once
+    mem = {"data_bytes": 100, "param_bytes": 50, "optimizer_bytes": 50, "state_bytes": 400}
+    assert F.processes_memory_errors(2, mem, free=800) == {}  # 2 * 200 + 400
+    assert "needs about" in F.processes_memory_errors(3, mem, free=800)["processes"]  # 3 * 200 + 400
 
 
 def test_diverged_run_shows_its_message(tmp_path, monkeypatch):

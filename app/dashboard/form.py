@@ -411,7 +411,28 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
                 check_fits(cfg)
             except ConfigError as e:
                 errors["memory"] = str(e)
+        n_proc = form.get("processes", 1)
+        if "memory" not in errors and n_proc > 1 and resolve_device(cfg.train.device).type == "cpu":
+            errors.update(processes_memory_errors(n_proc, mem))
     return (None if errors else cfg), errors
+
+
+def processes_memory_errors(n_proc: int, mem: dict, free: int | None = None) -> dict[str, str]:
+    """{"processes": message} when ``n_proc`` CPU worker processes would not fit together.
+
+    Each process holds the data set, the network and its optimizer state; the Z/U variables are
+    sharded, so they count once in all: N (data + parameters + optimizer) + Z/U.
+    """
+    need = n_proc * (mem["data_bytes"] + mem["param_bytes"] + mem["optimizer_bytes"]) + mem["state_bytes"]
+    free = resources.available_memory("cpu")[0] if free is None else free
+    limit = min(max_run_bytes(), free)
+    if need <= limit:
+        return {}
+    return {
+        "processes": f"processes = {n_proc}: each process holds the data, the network and its optimizer, so the "
+        f"run needs about {resources.human(need)} in all, over the {resources.human(limit)} available "
+        "(free memory or the page's limit); use fewer processes"
+    }
 
 
 def memory_of(cfg: RunConfig) -> dict:
