@@ -45,7 +45,7 @@ def fixed_s_trainer(cfg, backbone, f, identity, m, s, device) -> DeepFactoTraine
     t.gen = torch.Generator().manual_seed(cfg.seed)
     t.identity, t.y = identity, torch.from_numpy(identity).to(device)
     t.rng = np.random.default_rng(cfg.seed + 1)
-    t.chunk, t.version, t.hw = 256, 0, (cfg.image_size // 8,) * 2
+    t.chunk, t.version, t.hw, t.should_stop = 256, 0, (cfg.image_size // 8,) * 2, None
     torch.manual_seed(cfg.seed)
     t.fc = torch.nn.Linear(s.shape[1] * s.shape[2], cfg.emb_dim).to(device)  # as DeepFactoTrainer.__init__
     with torch.no_grad():
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     m = ck["m"].float()
     # S of the training and the check faces, once: the test-time projection on the run's M
     probe = DeepFactoTrainer.__new__(DeepFactoTrainer)
-    probe.cfg, probe.backbone, probe.device, probe.chunk = cfg, backbone, device, 256
+    probe.cfg, probe.backbone, probe.device, probe.chunk, probe.should_stop = cfg, backbone, device, 256, None
     probe.state = DeepFactoState(*(None,) * 5, m=m, z2=None, u2=None)
     f_df = probe.features(faces.images[df_idx])
     s_df, s_tr, s_te = probe.project(f_df), *(probe.project(probe.features(faces.images[i])) for i in (ev_tr, ev_te))

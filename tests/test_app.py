@@ -333,6 +333,17 @@ def test_runs_page_deletes_a_run(env_runs, tmp_path, monkeypatch):
     assert any("No runs yet" in i.value for i in at.info)
 
 
+def _runs_page_on(root: Path, name: str, monkeypatch) -> tuple[AppTest, list]:
+    """The Runs page over ``root`` with run ``name`` picked; launches are recorded, not started."""
+    launched: list = []
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: launched.append(args) or 1)
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    at = app().run()
+    at.switch_page("views/runs.py").run()
+    widget(at, "selectbox", "runs_sel").set_value(name).run()
+    return at, launched
+
+
 def test_runs_page_resumes_a_stopped_run(tmp_path, monkeypatch):
     root = tmp_path / "runs"
     done = []  # stop after 2 of 3 epochs, as SIGTERM does in a worker
@@ -344,12 +355,7 @@ def test_runs_page_resumes_a_stopped_run(tmp_path, monkeypatch):
     )
     assert read_json(root / "paused" / "status.json")["state"] == "stopped"
     assert read_json(root / "paused" / "status.json")["epoch"] == 2
-    launched = []
-    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: launched.append(args) or 1)
-    monkeypatch.setenv("ADMM_RUNS", str(root))
-    at = app().run()
-    at.switch_page("views/runs.py").run()
-    widget(at, "selectbox", "runs_sel").set_value("paused").run()
+    at, launched = _runs_page_on(root, "paused", monkeypatch)
     # a target at or below the epochs done is refused with a message, nothing launched
     widget(at, "number_input", "runs_resume_to.paused").set_value(2).run()
     widget(at, "button", "runs_resume").click().run()
@@ -374,12 +380,7 @@ def test_runs_page_resumes_a_deepfacto_run_stopped_in_its_evaluation(tmp_path, m
     write_json(run / "config.json", run_config_dict(cfg))
     write_json(run / "status.json", {"state": "stopped", "epoch": 5, "epochs": 5, "phase": "attribute evaluation"})
     (run / "state.pt").write_bytes(b"")  # its loop state (only its presence is checked before launch)
-    launched = []
-    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: launched.append(args) or 1)
-    monkeypatch.setenv("ADMM_RUNS", str(root))
-    at = app().run()
-    at.switch_page("views/runs.py").run()
-    widget(at, "selectbox", "runs_sel").set_value("faces").run()
+    at, launched = _runs_page_on(root, "faces", monkeypatch)
     no_exceptions(at)
     assert widget(at, "number_input", "runs_resume_to.faces").value == 5  # finish the evaluation
     widget(at, "number_input", "runs_resume_to.faces").set_value(4).run()  # fewer than done

@@ -324,7 +324,7 @@ class DeepFactoTrainer:
         m = self.state.m if m is None else m
         out = []
         for i in range(0, len(z), self.chunk):
-            if getattr(self, "should_stop", None) and self.should_stop():
+            if self.should_stop and self.should_stop():
                 raise StopRun()
             s = nmf.nnls(
                 m, z[i : i + self.chunk].to(self.device), tol=self.cfg.nnls_tol, max_iter=self.cfg.nnls_max_iter
