@@ -331,8 +331,14 @@ def build(cfg: RunConfig) -> Session:
 
 
 def autocast(cfg: RunConfig, device: torch.device):
-    """bf16 autocast of the network's compute when ``train.precision = 'bf16'`` (else a no-op)."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.train.precision == "bf16")
+    """bf16 autocast of the network's compute when ``train.precision = 'bf16'`` (else a no-op).
+
+    No cast cache: autocast keeps the bf16 copy of each weight until its outermost context
+    exits, and one context spans a whole epoch, so with the cache every forward of the epoch
+    would run on the weights the epoch started with (the optimizer's updates unseen; sgd and
+    block-admm diverged on the GPU before this).
+    """
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.train.precision == "bf16", cache_enabled=False)
 
 
 class _KeepWriteError:

@@ -50,6 +50,7 @@ import math
 import shutil
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -297,7 +298,8 @@ def run(a) -> int:
         log_f.write(line + "\n")
         log_f.flush()
 
-    log(f"machine: {machine()}")
+    here = "cuda" if a.device != "cpu" and torch.cuda.is_available() else "cpu"
+    log(f"machine: {machine(here)}")
     for gz in Path(a.data).rglob("*-ubyte.gz"):  # IDX files travel gzipped
         if not gz.with_suffix("").exists():
             with gzip.open(gz) as fi, open(gz.with_suffix(""), "wb") as fo:
@@ -328,11 +330,12 @@ def run(a) -> int:
     log(f"speed options: {options}")
 
     todo = [j for j in jobs if j in SHARES and j not in done]
+    shares = {**SHARES, **{k: float(v) for k, v in (kv.split("=") for kv in a.shares.split(",") if kv)}}
     summaries, sessions, run_dirs = dict(done), {}, {j: runs_root / j for j in SHARES if (runs_root / j).exists()}
     reserve = 20.0  # packing the results
     for i, job in enumerate(todo):
         left = a.budget_s - (time.time() - t_start) - reserve
-        share = SHARES[job] / sum(SHARES[j] for j in todo[i:])
+        share = shares[job] / sum(shares[j] for j in todo[i:])
         deadline = time.time() + max(0.0, left * share)
         cfg = job_config(job, a, options)
         run_dir = runs_root / job
@@ -354,13 +357,13 @@ def run(a) -> int:
     used, n_parts = 0, 0
     for job, blob in sorted(sessions.items(), key=lambda kv: len(kv[1])):
         k = math.ceil(len(blob) / PART)
-        if used + len(blob) > RETURN_BYTES or n_parts + k > MAX_PARTS:
+        if used + len(blob) > RETURN_BYTES or n_parts + k > a.max_parts:
             log(f"{job}: its Θ ({len(blob) / 2**20:.1f} MiB) does not fit what comes back; a later call restarts it")
             continue
         log(f"{job}: Θ returned in {write_parts(blob, out, job)}")
         used, n_parts = used + len(blob), n_parts + k
     rows = [summaries[j] for j in SHARES if j in summaries]
-    text = f"Machine: {machine()}\n\n" + table(
+    text = f"Machine: {machine(here)}\n\n" + table(
         "cifar10-resnet18", [r for r in rows if r["preset"] == "cifar10-resnet18"]
     )
     fm = [r for r in rows if r["preset"] == "fmnist-mlp-ce"]
@@ -373,6 +376,50 @@ def run(a) -> int:
     log(f"done in {time.time() - t_start:.0f} s")
     print(text)
     return 0
+
+
+# --- collect (here) ---------------------------------------------------------------------------
+
+
+def collect(src: Path, markdown: Path, section: str, call: str, note: str = "") -> str:
+    """A returned OUT folder -> a docs section: the bench table (device named), each job's test
+    accuracy per epoch, and the probe's timings when it ran in that call."""
+    table_md = (src / "table.md").read_text().strip()
+    parts = [f"Device call: `{call}`", table_md]
+    with tarfile.open(src / "runs.tar.gz") as tf, tempfile.TemporaryDirectory() as tmp:
+        tf.extractall(tmp, filter="data")
+        lines = [
+            "| job | test accuracy (%) after epochs 1, 2, … | RMS residual per block, last epoch |",
+            "|---|---|---|",
+        ]
+        for d in sorted(Path(tmp, "runs").iterdir()):
+            ms = [m for m in runs.read_metrics(d) if m["epoch"] > 0]
+            if not ms:
+                continue
+            accs = ", ".join(f"{100 * m['test_accuracy']:.1f}" for m in ms)
+            if len(ms) > 12:  # long runs: every tenth epoch and the last
+                accs = ", ".join(f"{m['epoch']}: {100 * m['test_accuracy']:.1f}" for m in ms[9::10] + ms[-1:])
+            res = ", ".join(f"{r:.2f}" for r in ms[-1].get("residuals", [])) or "—"
+            lines.append(f"| {d.name} | {accs} | {res} |")
+    parts.append("\n".join(lines))
+    probe_path = src / "probe.json"
+    log_text = (src / "log.txt").read_text() if (src / "log.txt").exists() else ""
+    if probe_path.exists() and "probe " in log_text:  # the probe ran in this call
+        info = json.loads(probe_path.read_text())
+        rows = ["| method | option set | s/epoch (2,048 images, after a warm-up epoch) |", "|---|---|---|"]
+        for method, t in info["timings"].items():
+            for name, v in t.items():
+                mark = " (chosen)" if info["chosen"].get(method) == name else ""
+                rows.append(f"| {method} | {name}{mark} | {v['epoch_s']:.3f} |")
+        parts.append("\n".join(rows))
+    if note:
+        parts.append(note)
+    body = "\n\n".join(parts)
+    cmd = f"python experiments/gpu_deep.py collect --from {src} --markdown {markdown} --section {section}"
+    from admm_core.docs import write_section
+
+    write_section(markdown, section, body, command=cmd)
+    return body
 
 
 def main(argv=None) -> int:
@@ -396,8 +443,21 @@ def main(argv=None) -> int:
     r.add_argument("--fmnist-limit", type=int, help="Fashion-MNIST subset (CPU check)")
     r.add_argument("--fmnist-epochs", type=int)
     r.add_argument("--probe-n", type=int, default=2048)
+    r.add_argument("--shares", default="", help="time shares of jobs, e.g. sgd=0.3,block-admm=0.4 (default SHARES)")
+    r.add_argument(
+        "--max-parts", type=int, default=MAX_PARTS, help="state parts to return (fewer when OUT holds other files)"
+    )
     r.add_argument("--device", default="auto")
+    c = sub.add_parser("collect", help="write a returned OUT folder's results into a docs section (here)")
+    c.add_argument("--from", dest="src", required=True, help="the files a device call brought back")
+    c.add_argument("--markdown", required=True)
+    c.add_argument("--section", required=True)
+    c.add_argument("--call", required=True, help="the device command that made them (quoted in the docs)")
+    c.add_argument("--note", default="", help="a line printed under the tables")
     a = p.parse_args(argv)
+    if a.cmd == "collect":
+        print(collect(Path(a.src), Path(a.markdown), a.section, a.call, a.note))
+        return 0
     if a.cmd == "pack":
         print(json.dumps(pack(Path(a.out), a.per_class), indent=2))
         return 0

@@ -109,7 +109,10 @@ class DeepFactoTrainer:
         self.identity = identity
         self.y = torch.from_numpy(identity).to(device)
         self.rng = np.random.default_rng(cfg.seed + 1)
-        self.chunk = 256
+        # images per projection chunk: on an H200 the r = 256 projection of 13,143 faces took 6.5 s
+        # in chunks of 256 and 3.1 s in chunks of 4,096 (docs/results/deepfacto.md, gpu-projection);
+        # S does not depend on the chunk (each sample runs on its own in nmf.nnls)
+        self.chunk = 4096 if torch.device(device).type == "cuda" else 256
         self.version = 0  # bumped whenever Θ_1 moves (cached backbone features go stale)
         with torch.no_grad():
             f = self.forward_backbone()

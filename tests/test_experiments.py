@@ -1,0 +1,59 @@
+"""The device-call scripts in experiments/: what they measure there and what they write into the
+docs here (run on the CPU, on made-up inputs; the GPU rows need a lent machine)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tarfile
+from pathlib import Path
+
+import torch
+
+from admm_core import nmf
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_projection_speed_times_the_trainers_projection_and_documents_it(tmp_path):
+    ps = load("projection_speed")
+    g = torch.Generator().manual_seed(0)
+    m = torch.rand(12, 5, generator=g)
+    z = (m @ torch.rand(6, 5, 9, generator=g) + 0.1 * torch.rand(6, 12, 9, generator=g)).reshape(6, 12, 3, 3)
+    torch.save({"m": m, "z": z.half(), "nnls_tol": 1e-4, "nnls_max_iter": 200}, tmp_path / ps.PACK)
+    assert ps.main(["run", "--data", str(tmp_path), "--out", str(tmp_path / "out"), "--n", "20"]) == 0
+    info = json.loads((tmp_path / "out" / "projection.json").read_text())
+    zf = z.half().float().flatten(2)
+    s = nmf.nnls(m, zf, tol=1e-4, max_iter=200)
+    assert abs(info["reconstruction_error_cpu"] - float((zf - m @ s).norm() / zf.norm())) < 1e-6
+    assert info["rows"][0]["chunk"] == 256 and info["rows"][0]["total_s"] > 0
+    page = tmp_path / "page.md"
+    ps.collect(tmp_path / "out", page, "proj", "the call")
+    text = page.read_text()
+    assert "<!-- generated:proj -->" in text and "Device call: `the call`" in text
+    assert f"{info['reconstruction_error_cpu']:.4f}" in text
+
+
+def test_gpu_deep_collect_writes_the_returned_table_and_curves(tmp_path):
+    gd = load("gpu_deep")
+    src = tmp_path / "out"
+    run = tmp_path / "work" / "runs" / "block-admm"
+    run.mkdir(parents=True)
+    rows = [{"epoch": e, "test_accuracy": a, "residuals": [3.0 - e, 0.5]} for e, a in enumerate((0.1, 0.3, 0.25))]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    src.mkdir()
+    with tarfile.open(src / "runs.tar.gz", "w:gz") as tf:
+        tf.add(tmp_path / "work" / "runs", arcname="runs")
+    (src / "table.md").write_text("Machine: somewhere\n\n| method |\n|---|\n| block-admm |\n")
+    page = tmp_path / "page.md"
+    body = gd.collect(src, page, "gpu-x", "bash scripts/gpu_deep.sh $OUT", note="a note")
+    assert "| block-admm | 30.0, 25.0 | 1.00, 0.50 |" in body  # epochs 1, 2; last epoch's residuals
+    assert "probe" not in body  # no probe in this call
+    assert "Machine: somewhere" in page.read_text() and "a note" in page.read_text()
