@@ -264,7 +264,7 @@ def train_deepfacto(
             finetune = it > cfg.warmup_iters
             set_status(phase="finetune" if finetune else "warmup", epoch=it - 1, progress=(it - 1) / max(cfg.iters, 1))
             t0 = time.perf_counter()
-            diag = trainer.iterate(finetune, should_stop)
+            diag = trainer.iterate(finetune)  # the trainer checks should_stop (given at construction)
             wall += time.perf_counter() - t0
             m = log_metrics(it, {**evaluate_iteration(), **diag})
             if not all(math.isfinite(v) for v in [m["train_loss"], *m["residuals"]]):

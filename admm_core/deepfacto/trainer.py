@@ -105,7 +105,7 @@ class DeepFactoTrainer:
         should_stop=None,
     ):
         self.cfg, self.backbone, self.images, self.device, self.gen = cfg, backbone, images, device, gen
-        self.should_stop = should_stop  # checked between projection chunks (minutes at r = 256): Stop answers soon
+        self.should_stop = should_stop  # checked between projection chunks and backbone steps: Stop answers soon
         self.identity = identity
         self.y = torch.from_numpy(identity).to(device)
         self.rng = np.random.default_rng(cfg.seed + 1)
@@ -164,7 +164,7 @@ class DeepFactoTrainer:
         return triplet_loss(F.normalize(z2, dim=1), y, self.cfg.margin, reduction)
 
     # one iteration
-    def iterate(self, finetune: bool, should_stop=None) -> dict:
+    def iterate(self, finetune: bool) -> dict:
         cfg, st = self.cfg, self.state
         gamma, beta = cfg.gamma, cfg.beta
         batches = identity_batches(self.identity, self.rng, 4, cfg.batch_size)
@@ -191,7 +191,7 @@ class DeepFactoTrainer:
             else:
                 self._admm_s_m_z1_steps()
         if finetune:
-            self._backbone_step(should_stop)
+            self._backbone_step()
         if self.projected:  # S = the test-time projection with this iteration's M and block_1(X)
             st.s = self.project(st.f, to_cpu=False)
             if not finetune:
@@ -264,12 +264,12 @@ class DeepFactoTrainer:
         ms = nmf.reconstruct(st.m, st.s)
         st.z1 = (gamma * (ms - st.v) + beta * (st.f - st.u1)) / (gamma + beta)
 
-    def _backbone_step(self, should_stop=None) -> None:
+    def _backbone_step(self) -> None:
         """Θ_1 on P_1 = β/2‖Z_1 + U_1 − block_1(X)‖² (BN statistics frozen), then block_1(X) anew."""
         st, beta = self.state, self.cfg.beta
         self.backbone.eval()  # BN statistics frozen; weights move
         for b in identity_batches(self.identity, self.rng, 4, 64):
-            if should_stop and should_stop():
+            if self.should_stop and self.should_stop():
                 raise StopRun()
             x = to_tensor(self.images[b]).to(self.device)
             bt = torch.from_numpy(b).to(self.device)
