@@ -233,3 +233,56 @@ def test_bf16_epoch_follows_the_weights_it_updates(method):
         assert l16[-3:].mean() < 0.8 * l16[:3].mean()
     for a, b in zip(p32, p16):
         assert (a - b).norm() <= 0.05 * a.norm() + 1e-3
+
+
+def test_batchnorm_calibration_makes_eval_mode_match_batch_statistics():
+    """After calibrating on x in one chunk, an eval-mode pass of x gives what a train-mode pass
+    gives (batch statistics, up to the n/(n−1) of the unbiased variance); before, it does not."""
+    net = build_blocknet(ModelConfig("resnet18", split=("conv3_x",), width=4), (3, 16, 16), 10, seed=0)
+    x = torch.randn(64, 3, 16, 16) * 3 + 1
+    with torch.no_grad():
+        net.train()
+        want = net.forward_all(x)
+        net.eval()
+        before = net.forward_all(x)
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.reset_running_stats()  # undo the train-mode pass above
+    assert block_admm.calibrate_batchnorm(net, x, chunk=64) == sum(
+        isinstance(m, torch.nn.BatchNorm2d) for m in net.modules()
+    )
+    assert all(m.momentum == 0.1 for m in net.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    with torch.no_grad():
+        net.eval()
+        after = net.forward_all(x)
+
+    def rel(a, b):
+        return float((a - b).norm() / b.norm())
+
+    assert rel(after[0], want[0]) < 0.02 and rel(after[1], want[1]) < 0.05
+    assert rel(before[0], want[0]) > 0.3
+    # in chunks: each BN's running mean is the average of its per-chunk batch means (first BN: exact)
+    block_admm.calibrate_batchnorm(net, x, chunk=16)
+    stem_conv, stem_bn = net.blocks[0].stem[0], net.blocks[0].stem[1]
+    with torch.no_grad():
+        means = torch.stack([stem_conv(x[s : s + 16]).mean((0, 2, 3)) for s in range(0, 64, 16)]).mean(0)
+    torch.testing.assert_close(stem_bn.running_mean, means, rtol=1e-5, atol=1e-6)
+
+
+def test_block_admm_z_starts_from_calibrated_statistics():
+    net = build_blocknet(ModelConfig("resnet18", split=("conv3_x",), width=4), (3, 16, 16), 10, seed=0)
+    from admm_core.losses import get_loss
+    from admm_core.methods import make_method
+
+    x = torch.randn(40, 3, 16, 16) * 2
+    batch = TrainBatch(x, torch.randint(0, 10, (40,)), get_loss("ce"), 8)
+    st = make_method("block-admm", {"chunk_size": 40}).init_state(net, batch, torch.Generator())
+    with torch.no_grad():
+        net.train()
+        z_train = net.forward_all(x)
+    assert float((st.z[0] - z_train[0]).norm() / z_train[0].norm()) < 0.02
+    net2 = build_blocknet(ModelConfig("resnet18", split=("conv3_x",), width=4), (3, 16, 16), 10, seed=0)
+    st2 = make_method("block-admm", {"chunk_size": 40, "bn_calibrate": False}).init_state(
+        net2, batch, torch.Generator()
+    )
+    assert float((st2.z[0] - z_train[0]).norm() / z_train[0].norm()) > 0.3
