@@ -114,9 +114,9 @@ def job_config(job: str, a, options: dict):
         extra = {k: opt[k] for k in ("fused", "chunk_size") if k in opt}
         if job == "sgd":
             extra.pop("chunk_size", None)  # backprop has no Z sweeps
-        else:  # ζ per block: the paper's 0.5 on Z_1 diverged on the CPU preset (docs/results/deep-networks.md)
+        else:  # ζ per block (--z-lr); Adam η: the paper's 5e-3 did not learn in the CPU ablation, 1e-3 did
             extra["z_lr"] = tuple(float(v) for v in a.z_lr.split(","))
-            extra["lr"] = a.admm_lr  # the paper's 5e-3 did not learn on the CPU ablation; 1e-3 did
+            extra["lr"] = a.admm_lr
         if extra:
             cfg = cfg.replace(method_params={**cfg.method_params, **extra})
     return cfg.replace(data__root=str(a.data), train__device=a.device)
@@ -438,7 +438,7 @@ def main(argv=None) -> int:
     r.add_argument("--resume", help="the previous call's returned files")
     r.add_argument("--epochs", type=int, default=100, help="CIFAR-10 epochs at most (paper: 100)")
     r.add_argument("--width", type=int, default=64, help="ResNet-18 base width (64 = the paper's net)")
-    r.add_argument("--z-lr", default="0.05,0.5", help="CIFAR-10 block-admm/gotmare ζ_1,ζ_2 (paper: 0.5 for both)")
+    r.add_argument("--z-lr", default="0.5,0.5", help="CIFAR-10 block-admm/gotmare ζ_1,ζ_2 (paper: 0.5 for both)")
     r.add_argument("--admm-lr", type=float, default=1e-3, help="CIFAR-10 block-admm/gotmare Adam η (paper: 5e-3)")
     r.add_argument("--train-limit", type=int, help="CIFAR-10 training subset (CPU check)")
     r.add_argument("--test-limit", type=int)
