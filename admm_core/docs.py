@@ -29,6 +29,17 @@ def command_line(argv: list[str] | None = None, prog: str = "python -m admm_core
     return " ".join([prog, *map(shlex.quote, args)])
 
 
+def add_collect_parser(sub, help: str):
+    """The ``collect`` subcommand of a device-call script (experiments/): the folder a call
+    brought back, the page and section to write, and the call itself, quoted in the docs."""
+    c = sub.add_parser("collect", help=help)
+    c.add_argument("--from", dest="src", required=True, help="the files a device call brought back")
+    c.add_argument("--markdown", required=True)
+    c.add_argument("--section", required=True)
+    c.add_argument("--call", required=True, help="the device command that made them (quoted in the docs)")
+    return c
+
+
 def code_version() -> str:
     """``git describe`` of the working tree the package runs from ("unknown" outside git)."""
     try:

@@ -59,6 +59,7 @@ import torch
 from admm_core import runs
 from admm_core.bench import machine, table
 from admm_core.data import CIFAR_PACK, candidate_roots, pack_cifar10
+from admm_core.docs import add_collect_parser, write_section
 from admm_core.presets import preset_config
 
 PART = 15 * 2**20  # bytes per returned state part (the limit is 16 MiB per file)
@@ -417,8 +418,6 @@ def collect(src: Path, markdown: Path, section: str, call: str, note: str = "") 
         parts.append(note)
     body = "\n\n".join(parts)
     cmd = f"python experiments/gpu_deep.py collect --from {src} --markdown {markdown} --section {section}"
-    from admm_core.docs import write_section
-
     write_section(markdown, section, body, command=cmd)
     return body
 
@@ -450,11 +449,7 @@ def main(argv=None) -> int:
         "--max-parts", type=int, default=MAX_PARTS, help="state parts to return (fewer when OUT holds other files)"
     )
     r.add_argument("--device", default="auto")
-    c = sub.add_parser("collect", help="write a returned OUT folder's results into a docs section (here)")
-    c.add_argument("--from", dest="src", required=True, help="the files a device call brought back")
-    c.add_argument("--markdown", required=True)
-    c.add_argument("--section", required=True)
-    c.add_argument("--call", required=True, help="the device command that made them (quoted in the docs)")
+    c = add_collect_parser(sub, "write a returned OUT folder's results into a docs section (here)")
     c.add_argument("--note", default="", help="a line printed under the tables")
     a = p.parse_args(argv)
     if a.cmd == "collect":

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from admm_core import nmf
+from admm_core.docs import add_collect_parser, write_section
 
 PACK = "projection.pt"
 
@@ -118,8 +119,6 @@ def run(a) -> int:
 
 def collect(src: Path, markdown: Path, section: str, call: str) -> str:
     """A returned projection.json -> a docs section (table, agreement, reconstruction error)."""
-    from admm_core.docs import write_section
-
     info = json.loads((src / "projection.json").read_text())
     body = (
         f"Device call: `{call}`\n\n"
@@ -147,11 +146,7 @@ def main(argv=None) -> int:
     r.add_argument("--data", required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--n", type=int, default=13143, help="faces to project (LFWA has 13,143)")
-    c = sub.add_parser("collect", help="write a returned projection.json into a docs section (here)")
-    c.add_argument("--from", dest="src", required=True)
-    c.add_argument("--markdown", required=True)
-    c.add_argument("--section", required=True)
-    c.add_argument("--call", required=True, help="the device command that made it (quoted in the docs)")
+    add_collect_parser(sub, "write a returned projection.json into a docs section (here)")
     a = p.parse_args(argv)
     if a.cmd == "collect":
         print(collect(Path(a.src), Path(a.markdown), a.section, a.call))
