@@ -138,18 +138,32 @@ def nnls(
     b = torch.matmul(m.T, z)  # (..., r, n)
     if b.numel() == 0:
         return torch.zeros_like(b)
-    lip = spectral_norm_sym(g)
-    per_sample = (-2, -1)
-    scale = b.abs().amax(per_sample, keepdim=True)  # (..., 1, 1)
     if s0 is None:
         s = torch.matmul(torch.linalg.pinv(m.double()).to(z.dtype), z).clamp_(min=0.0)
         # scale each column by its best factor in [0, 1]: never worse than S = 0 (matters when M is ill-conditioned)
         ms = torch.matmul(m, s)
         alpha = ((ms * z).sum(-2, keepdim=True) / ms.pow(2).sum(-2, keepdim=True).clamp(min=1e-30)).clamp(0.0, 1.0)
-        s = s * alpha
-    else:
-        s = s0.to(b.dtype).clamp(min=0.0)
-    active = scale != 0  # a sample with MᵀZ = 0 has S = 0; a NaN one stays NaN (not a plausible S = 0)
+        s0 = s * alpha
+    return nnls_gram(g, b, s0, tol, max_iter, check_every)
+
+
+@torch.no_grad()
+def nnls_gram(
+    g: torch.Tensor, b: torch.Tensor, s0: torch.Tensor, tol: float = 1e-5, max_iter: int = 2000, check_every: int = 10
+) -> torch.Tensor:
+    """X = argmin_{X ≥ 0} ½ tr(Xᵀ G X) − tr(Bᵀ X), given the Gram matrix G (r, r) ⪰ 0 and B (..., r, n).
+
+    The solver behind :func:`nnls` (G = MᵀM, B = MᵀZ) and :func:`solve_m` (G = SSᵀ, B = SZᵀ): FISTA
+    from ``s0`` with step 1/‖G‖₂ and per-sample adaptive restart; a sample (the last two dims) stops
+    once its KKT violation max |min(X, GX − B)| is at most ``tol`` × its max|B|, or after ``max_iter``.
+    """
+    if b.numel() == 0:
+        return torch.zeros_like(b)
+    lip = spectral_norm_sym(g)
+    per_sample = (-2, -1)
+    scale = b.abs().amax(per_sample, keepdim=True)  # (..., 1, 1)
+    s = s0.to(b.dtype).clamp(min=0.0)
+    active = scale != 0  # a sample with B = 0 has X = 0; a NaN one stays NaN (not a plausible X = 0)
     s = torch.where(active, s, 0.0)
     y, t = s.clone(), torch.ones_like(scale)
     for it in range(1, max_iter + 1):
@@ -168,6 +182,22 @@ def nnls(
             if not bool(active.any()):
                 break
     return s
+
+
+@torch.no_grad()
+def solve_m(
+    m: torch.Tensor, ss: torch.Tensor, zs: torch.Tensor, tol: float = 1e-6, max_iter: int = 3000
+) -> torch.Tensor:
+    """Exact M-step: argmin_{M ≥ 0} ½‖Z − M S‖², warm-started at ``m`` (C, r).
+
+    With S fixed this is a convex non-negative least-squares problem in M (the paper: "solving
+    for the other term would reduce to a normal convex least-squares problem"). In Mᵀ it reads
+    ½ tr(M SSᵀ Mᵀ) − tr(M (ZSᵀ)ᵀ): :func:`nnls_gram` with G = SSᵀ, B = (ZSᵀ)ᵀ, so only the r × r
+    and C × r statistics of :func:`gram_terms` are needed, whatever the number of columns.
+    The tolerance is tight on purpose: warm-started at the last M, a loose one (the projection's
+    1e-3) is met at once and M never moves again (measured: the alternation froze at its first M).
+    """
+    return nnls_gram(ss, zs.T, m.T, tol, max_iter).T.contiguous()
 
 
 def project(m: torch.Tensor, z: torch.Tensor, tol: float = 1e-4, max_iter: int = 500, chunk: int = 256) -> torch.Tensor:

@@ -906,9 +906,10 @@ def test_deepfacto_form_validates_each_field_and_round_trips_the_url():
     values = D.default_values()
     cfg, errs = D.config_from_values(values)
     assert errs == {} and cfg == DeepFactoConfig()
-    bad = {**values, "rank": 0, "batch_size": 0, "svm_c": "[-1]", "s_mode": "nope", "gamma": "abc"}
+    bad = {**values, "rank": 0, "batch_size": 0, "svm_c": "[-1]", "s_mode": "nope", "m_update": "lbfgs", "gamma": "abc"}
     cfg, errs = D.config_from_values(bad)
-    assert cfg is None and set(errs) == {"rank", "batch_size", "svm_c", "s_mode", "gamma"}, errs
+    assert cfg is None and set(errs) == {"rank", "batch_size", "svm_c", "s_mode", "m_update", "gamma"}, errs
+    assert "deepfacto.m_update" in errs["m_update"] and "lbfgs" in errs["m_update"]
     assert "deepfacto.rank" in errs["rank"] and "0" in errs["rank"]
     assert "deepfacto.svm_c" in errs["svm_c"] and "deepfacto.gamma" in errs["gamma"]
     # text fields read like --set: JSON lists, null, plain strings; 0 labelled images = all of them

@@ -306,10 +306,18 @@ def test_trainer_iterations_keep_factors_non_negative_and_finite():
     assert s.shape == (5, 3, 16) and (s >= 0).all() and z.shape == (5, 8, 16)
 
 
-def _tiny_trainer(s_mode: str, n_people=4, per=4):
+def _tiny_trainer(s_mode: str, n_people=4, per=4, **kw):
     torch.manual_seed(0)
     cfg = DeepFactoConfig(
-        rank=3, image_size=32, emb_dim=8, batch_size=8, s_steps=2, m_steps=2, s_mode=s_mode, eval_images=n_people * per
+        rank=3,
+        image_size=32,
+        emb_dim=8,
+        batch_size=8,
+        s_steps=2,
+        m_steps=2,
+        s_mode=s_mode,
+        eval_images=n_people * per,
+        **kw,
     )
     bb = FaceBackbone(widths=(8, 8, 16, 16), out_channels=8, emb_dim=8).eval()
     images = np.random.default_rng(0).integers(0, 256, (n_people * per, 32, 32, 3), dtype=np.uint8)
@@ -348,6 +356,27 @@ def test_projection_warmup_fits_m_to_the_frozen_features():
     st = tr.state
     assert torch.equal(st.z1, st.f) and not st.u1.any() and not st.v.any()
     assert all(b <= a * (1 + 1e-3) for a, b in zip(errs, errs[1:])), errs
+
+
+def test_exact_m_update_solves_the_warmup_m_step():
+    """m_update "exact": the warm-up M-step is the NNLS fit of F = block_1(X) on the S it starts from
+    (scipy, one row of M at a time), and it fits F better than m_steps gradient steps do."""
+    from scipy.optimize import nnls as scipy_nnls
+
+    from admm_core import nmf
+
+    errs = {}
+    for m_update in ("exact", "gradient"):
+        tr, _ = _tiny_trainer("projection", m_update=m_update, nnls_tol=1e-10, nnls_max_iter=20000)
+        st = tr.state
+        f, s0 = nmf.to_matrix(st.f.unflatten(2, tr.hw)).double(), nmf.to_matrix(st.s.unflatten(2, tr.hw)).double()
+        tr.iterate(finetune=False)
+        m = tr.state.m.double()
+        errs[m_update] = nmf.objective(f, m, s0)
+        if m_update == "exact":
+            ref = np.stack([scipy_nnls(s0.T.numpy(), f[i].numpy())[0] for i in range(f.shape[0])])
+            np.testing.assert_allclose(m.numpy(), ref, rtol=1e-3, atol=1e-4 * ref.max())
+    assert errs["exact"] < errs["gradient"]
 
 
 def test_admm_dual_v_settles_at_its_fixed_point_instead_of_growing():

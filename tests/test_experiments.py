@@ -57,3 +57,21 @@ def test_gpu_deep_collect_writes_the_returned_table_and_curves(tmp_path):
     assert "| block-admm | 30.0, 25.0 | 1.00, 0.50 |" in body  # epochs 1, 2; last epoch's residuals
     assert "probe" not in body  # no probe in this call
     assert "Machine: somewhere" in page.read_text() and "a note" in page.read_text()
+
+
+def test_m_step_alternation_reports_the_error_of_the_factors_it_returns():
+    """deepfacto_m_step.alternation: each round's error is ‖F − MS‖/‖F‖ of that round's factors
+    (checked on the last one), S is the projection P_M(F), and both M-steps lower the error from the start."""
+    ms = load("deepfacto_m_step")
+    g = torch.Generator().manual_seed(0)
+    f = torch.rand(8, 10, 4, generator=g).matmul(torch.rand(8, 4, 12, generator=g))  # (N, C=10, n=12), rank ≤ 4
+    start = nmf.init_basis(f, 4, torch.Generator().manual_seed(0))
+    s0 = nmf.nnls(start, f, tol=1e-4, max_iter=20)
+    e0 = float((f - start @ s0).norm() / f.norm())
+    for update in ("gradient:5", "exact"):
+        out = ms.alternation(f, 4, update, rounds=6, tol=1e-4, max_iter=500)
+        m, s = out["m"], out["s"]
+        assert len(out["errors"]) == 6 and (m >= 0).all() and (s >= 0).all()
+        assert abs(out["errors"][-1] - float((f - m @ s).norm() / f.norm())) < 1e-6
+        torch.testing.assert_close(s, nmf.nnls(m, f, tol=1e-4, max_iter=500))
+        assert out["errors"][-1] < e0

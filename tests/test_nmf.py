@@ -1,4 +1,4 @@
-"""NMF module: non-negativity, monotone M/S updates, batched NNLS vs scipy, heatmaps, bad images."""
+"""NMF module: non-negativity, monotone M/S updates, batched NNLS and the exact M-step vs scipy, heatmaps, bad images."""
 
 import numpy as np
 import pytest
@@ -100,6 +100,24 @@ def test_batched_nnls_matches_scipy(seed):
     # batched (N, C, n) layout gives the same columns
     sb = nmf.nnls(m, z.T.reshape(5, 5, c).transpose(1, 2), tol=1e-10, max_iter=20000)
     np.testing.assert_allclose(sb.transpose(1, 2).reshape(n, r).T.numpy(), ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_exact_m_step_matches_scipy_row_by_row(seed):
+    """solve_m: each row of M is the NNLS fit of that row of Z on the rows of S (scipy, one row at a time)."""
+    from scipy.optimize import nnls as scipy_nnls
+
+    z, g = _problem(c=10, r=5, n=60, seed=seed)
+    z = z - 0.3 * z.mean()  # some entries of Z negative: rows of M hit the constraint M ≥ 0
+    s = torch.rand(5, 60, generator=g, dtype=torch.float64)
+    m0 = torch.rand(10, 5, generator=g, dtype=torch.float64)
+    ss, zs = nmf.gram_terms(z, s)
+    m = nmf.solve_m(m0, ss, zs, tol=1e-12, max_iter=50000)
+    ref = np.stack([scipy_nnls(s.T.numpy(), z[i].numpy())[0] for i in range(z.shape[0])])
+    assert (m >= 0).all() and (ref == 0).any()  # the constraint is active somewhere
+    np.testing.assert_allclose(m.numpy(), ref, atol=1e-6)
+    # and no number of projected gradient steps from the same start does better
+    assert nmf.objective(z, m, s) <= nmf.objective(z, nmf.update_m(m0, ss, zs, steps=200), s) + 1e-12
 
 
 def test_nnls_float32_tolerance_and_project_shape():

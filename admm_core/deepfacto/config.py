@@ -13,6 +13,7 @@ from ..errors import check
 PRESET = "lfwa-deepfacto"
 PAPER_MEAN = {4: 74.8, 32: 81.4, 256: 87.0}  # paper table attr_lfw, mean over the 40 attributes (%)
 S_MODES = ("projection", "admm")
+M_UPDATES = ("gradient", "exact")
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,11 @@ class DeepFactoConfig:
     # both hold, and V settles at (β/γ)(block_1(X) − MS − U_1) (the fixed point of the Z_1-step) instead of growing
     nmf_dual_step: float = 1.0
     s_steps: int = 3  # projected S steps per iteration
-    m_steps: int = 5  # projected M steps per iteration
+    m_steps: int = 5  # projected M steps per iteration (m_update "gradient")
+    # the M-step: "gradient" = m_steps projected gradient steps; "exact" = the convex NNLS in M solved
+    # (nmf.solve_m; the paper: with S fixed, M is "a normal convex least-squares problem"). Measured at
+    # r = 256: "exact" stalls at a worse factorisation than gradient steps (docs/results/deepfacto.md)
+    m_update: str = "gradient"
     fc_lr: float = 1e-3  # η_2, Adam step of block_2 (FC)
     backbone_lr_ft: float = 1e-4  # η_1, Adam step of block_1 in the fine-tune phase
     emb_dim: int = 128  # d, embedding size of the FC layer
@@ -137,6 +142,7 @@ class DeepFactoConfig:
             "must be in [0, 1]",
         )
         check(self.s_mode in S_MODES, "deepfacto.s_mode", self.s_mode, f"choose from {list(S_MODES)}")
+        check(self.m_update in M_UPDATES, "deepfacto.m_update", self.m_update, f"choose from {list(M_UPDATES)}")
         check(
             self.device in ("auto", "cpu", "cuda"),
             "deepfacto.device",

@@ -17,7 +17,7 @@ a free variable: it is the test-time map S = P_M(block_1(X)) in training too, so
 learns on the S that inference gives it. One iteration:
 
     Z_2 ← Z_2 − ζ ∇_{Z_2}(J + P_2)                                  # Z-update, top block
-    M   ← P₊(M − ∇_M ½‖F − M S‖² / L_M) × m_steps                   # M-step; F = block_1(X) (warm-up),
+    M   ← P₊(M − ∇_M ½‖F − M S‖² / L_M) × m_steps                   # M-step (or solved: m_update); F = block_1(X) (warm-up),
                                                                     #   F = Z_1 + V (fine-tune: the ADMM term)
     Z_1 ← (γ (MS − V) + β_1 (block_1(X) − U_1)) / (γ + β_1)         # Z_1-step, fine-tune only
     Θ_1 ← Adam steps on P_1, block_1(X) recomputed                   # fine-tune only
@@ -124,7 +124,7 @@ class DeepFactoTrainer:
         # a few plain NMF rounds so the ADMM starts from a sensible factorisation
         for _ in range(3):
             ss, zs = nmf.gram_terms(f, s)
-            m = nmf.update_m(m, ss, zs, 5)
+            m = self.m_step(m, ss, zs, 5)
             s = self.project(f, m, to_cpu=False) if self.projected else nmf.update_s(m, f, s, 3)
         self.fc = nn.Linear(r * n, cfg.emb_dim).to(device)  # block_2
         with torch.no_grad():
@@ -160,6 +160,13 @@ class DeepFactoTrainer:
     def block2(self, s: torch.Tensor) -> torch.Tensor:
         return self.fc(s.flatten(1))
 
+    def m_step(self, m: torch.Tensor, ss: torch.Tensor, zs: torch.Tensor, steps: int | None = None) -> torch.Tensor:
+        """M ← argmin_{M≥0} ½‖F − MS‖² (``m_update="exact"``), else ``steps`` (default ``m_steps``)
+        projected gradient steps on it; ``ss``, ``zs`` = SSᵀ, FSᵀ (:func:`nmf.gram_terms`)."""
+        if self.cfg.m_update == "exact":
+            return nmf.solve_m(m, ss, zs)
+        return nmf.update_m(m, ss, zs, self.cfg.m_steps if steps is None else steps)
+
     def objective_j(self, z2: torch.Tensor, y: torch.Tensor, reduction="sum") -> torch.Tensor:
         return triplet_loss(F.normalize(z2, dim=1), y, self.cfg.margin, reduction)
 
@@ -185,7 +192,7 @@ class DeepFactoTrainer:
                 # M-step on ½‖F − MS‖², S = P_M(block_1(X)): F = block_1(X) while frozen, Z_1 + V when fine-tuning
                 target = st.z1 + st.v if finetune else st.f
                 ss, zs = nmf.gram_terms(target, st.s)
-                st.m = nmf.update_m(st.m, ss, zs, cfg.m_steps)
+                st.m = self.m_step(st.m, ss, zs)
                 if finetune:  # Z_1-step: exact minimiser of γ/2‖Z_1 − MS + V‖² + β/2‖Z_1 − block_1(X) + U_1‖²
                     st.z1 = (gamma * (nmf.reconstruct(st.m, st.s) - st.v) + beta * (st.f - st.u1)) / (gamma + beta)
             else:
@@ -259,7 +266,7 @@ class DeepFactoTrainer:
             )
         # M-step: γ/2‖Z_1 + V − MS‖² over M ≥ 0 (γ cancels in the 1/L step)
         ss, zs = nmf.gram_terms(st.z1 + st.v, st.s)
-        st.m = nmf.update_m(st.m, ss, zs, cfg.m_steps)
+        st.m = self.m_step(st.m, ss, zs)
         # Z_1-step: exact minimiser of γ/2‖Z_1 − MS + V‖² + β/2‖Z_1 − block_1(X) + U_1‖²
         ms = nmf.reconstruct(st.m, st.s)
         st.z1 = (gamma * (ms - st.v) + beta * (st.f - st.u1)) / (gamma + beta)

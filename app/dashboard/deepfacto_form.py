@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from admm_core.config import ConfigError, parse_sets
-from admm_core.deepfacto.config import S_MODES, DeepFactoConfig, field_help
+from admm_core.deepfacto.config import M_UPDATES, S_MODES, DeepFactoConfig, field_help
 from admm_core.faces import cache_dir, load_backbone
 
 MODE = "deepfacto"  # ?mode=deepfacto opens the Train page on this form
@@ -32,7 +32,7 @@ NUMBERS = (  # number inputs (integers); the rest are text or menus
     "data_limit",
 )
 MAIN = ("rank", "warmup_iters", "finetune_iters", "train_limit", "seed", "device")
-MENUS = {"device": ("auto", "cpu", "cuda"), "s_mode": S_MODES}
+MENUS = {"device": ("auto", "cpu", "cuda"), "s_mode": S_MODES, "m_update": M_UPDATES}
 OWN_WIDGETS = ("backbone_weights", "data_root")  # the backbone choice / the environment set these
 RANKS = (4, 32, 256)  # the paper's ranks (any r ≥ 1 may be typed)
 UPLOAD_LIMIT = 200 * 2**20  # bytes of an uploaded backbone file
