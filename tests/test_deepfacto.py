@@ -367,7 +367,7 @@ def test_exact_m_update_solves_the_warmup_m_step():
 
     errs = {}
     for m_update in ("exact", "gradient"):
-        tr, _ = _tiny_trainer("projection", m_update=m_update, nnls_tol=1e-10, nnls_max_iter=20000)
+        tr, _ = _tiny_trainer("projection", m_update=m_update)
         st = tr.state
         f, s0 = nmf.to_matrix(st.f.unflatten(2, tr.hw)).double(), nmf.to_matrix(st.s.unflatten(2, tr.hw)).double()
         tr.iterate(finetune=False)
