@@ -75,3 +75,24 @@ def test_m_step_alternation_reports_the_error_of_the_factors_it_returns():
         assert abs(out["errors"][-1] - float((f - m @ s).norm() / f.norm())) < 1e-6
         torch.testing.assert_close(s, nmf.nnls(m, f, tol=1e-4, max_iter=500))
         assert out["errors"][-1] < e0
+
+
+def test_widened_backbone_keeps_the_trained_stages_and_only_replaces_the_expansion_and_head():
+    """deepfacto_wide_backbone.widen: stem and stages are the base's (same stage outputs, same
+    weights), the expansion has C' outputs, and block 1 then ends in C' non-negative channels."""
+    from admm_core.faces import FaceBackbone
+
+    wb = load("deepfacto_wide_backbone")
+    torch.manual_seed(1)
+    base = FaceBackbone(widths=(4, 8, 8, 8), out_channels=16).eval()
+    wide = wb.widen(base, 40, seed=0).eval()
+    assert wide.arch["out_channels"] == 40 and wide.expand[0].weight.shape == (40, 8, 1, 1)
+    assert wide.head.in_features == 40
+    for k, v in base.state_dict().items():
+        if not k.startswith(("expand.", "head.")):
+            torch.testing.assert_close(wide.state_dict()[k], v, rtol=0, atol=0)
+    images = torch.randint(0, 256, (3, 32, 32, 3), dtype=torch.uint8).numpy()
+    torch.testing.assert_close(wb.stage_outputs(wide, images), wb.stage_outputs(base, images))
+    with torch.no_grad():
+        z = wide.features(torch.rand(2, 3, 32, 32))
+    assert z.shape == (2, 40, 4, 4) and (z >= 0).all()
