@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 import time
@@ -29,7 +28,7 @@ import numpy as np
 import torch
 
 from admm_core import nmf
-from admm_core.deepfacto import DeepFactoConfig
+from admm_core.deepfacto.config import read_run_config
 from admm_core.deepfacto.run import run_indices
 from admm_core.deepfacto.trainer import DeepFactoState, DeepFactoTrainer
 from admm_core.docs import code_version, command_line, write_section
@@ -67,10 +66,7 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", help="write the table into this file's block 'block2-step'")
     a = p.parse_args(argv)
     run = Path(a.run)
-    saved = json.loads((run / "config.json").read_text())["deepfacto"]
-    cfg = DeepFactoConfig(
-        **{k: v for k, v in saved.items() if k in {f.name for f in dataclasses.fields(DeepFactoConfig)}}
-    )
+    cfg = read_run_config(run)
     device = torch.device("cpu")
     t0, version = time.time(), code_version()
     faces = load_lfwa(cfg.data_root, size=cfg.image_size, limit=cfg.data_limit)

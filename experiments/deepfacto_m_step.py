@@ -18,8 +18,6 @@ tolerance are used).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -28,7 +26,7 @@ import numpy as np
 import torch
 
 from admm_core import nmf
-from admm_core.deepfacto import DeepFactoConfig
+from admm_core.deepfacto.config import read_run_config
 from admm_core.deepfacto.run import run_indices
 from admm_core.docs import code_version, command_line, write_section
 from admm_core.faces import embed_all, load_backbone, load_lfwa
@@ -66,10 +64,7 @@ def main(argv=None) -> int:
         if u != "exact" and not (u.startswith("gradient:") and u.split(":")[1].isdigit()):
             p.error(f"--updates: {u!r} is not 'exact' or 'gradient:<steps>'")
     run = Path(a.run)
-    saved = json.loads((run / "config.json").read_text())["deepfacto"]
-    cfg = DeepFactoConfig(
-        **{k: v for k, v in saved.items() if k in {f.name for f in dataclasses.fields(DeepFactoConfig)}}
-    )
+    cfg = read_run_config(run)
     device = torch.device("cpu")
     t0, version = time.time(), code_version()
     faces = load_lfwa(cfg.data_root, size=cfg.image_size, limit=cfg.data_limit)

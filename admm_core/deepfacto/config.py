@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import check
 
@@ -232,3 +234,8 @@ def run_config_dict(cfg: DeepFactoConfig) -> dict:
         "train": {"epochs": cfg.iters, "seed": cfg.seed, "device": cfg.device, "batch_size": cfg.batch_size},
         "deepfacto": cfg.to_dict(),
     }
+
+
+def read_run_config(run_dir) -> DeepFactoConfig:
+    """The :class:`DeepFactoConfig` a run saved (``config.json["deepfacto"]`` of :func:`run_config_dict`)."""
+    return DeepFactoConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text())["deepfacto"])

@@ -4,7 +4,6 @@ embedding = normalise(block_2(S)); and the run's held-out people."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ from torch import nn
 from .. import nmf
 from ..faces import FaceBackbone, crop_face, load_lfwa, to_tensor
 from ..runs import atomic_torch_save, safe_load
-from .config import DeepFactoConfig
+from .config import DeepFactoConfig, read_run_config
 
 
 def save_inference(
@@ -91,7 +90,7 @@ def load_inference_model(run_dir) -> InferenceModel:
 def test_people(run_dir) -> dict[str, list[Path]]:
     """{person: image paths} of the *test* identities of a run: its own split of the labelled
     people (``data_limit`` included), not of the LFW folder names."""
-    cfg = DeepFactoConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text())["deepfacto"])
+    cfg = read_run_config(run_dir)
     fs = load_lfwa(cfg.data_root, size=None, limit=cfg.data_limit)
     _, te = fs.split(cfg.seed, cfg.test_fraction)
     out: dict[str, list[Path]] = {}
@@ -102,7 +101,7 @@ def test_people(run_dir) -> dict[str, list[Path]]:
 
 def test_faces(run_dir, n: int = 6, seed: int = 0) -> list[str]:
     """Paths of ``n`` faces of distinct *test* identities of a run (its own split), seeded."""
-    cfg = DeepFactoConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text())["deepfacto"])
+    cfg = read_run_config(run_dir)
     fs = load_lfwa(cfg.data_root, size=None, limit=cfg.data_limit)
     _, te = fs.split(cfg.seed, cfg.test_fraction)
     rng = np.random.default_rng(seed)
