@@ -96,3 +96,44 @@ def test_widened_backbone_keeps_the_trained_stages_and_only_replaces_the_expansi
     with torch.no_grad():
         z = wide.features(torch.rand(2, 3, 32, 32))
     assert z.shape == (2, 40, 4, 4) and (z >= 0).all()
+
+
+def test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here(tmp_path, monkeypatch):
+    """The device call reads LFW from a pack, sends back one tar per rank and one backbone, no SVMs;
+    `collect` rebuilds run folders that `evaluate` finishes (here with the same faces)."""
+    import numpy as np
+
+    from admm_core.deepfacto import run as run_mod
+    from admm_core.faces import FaceSet, pack_faces
+    from admm_core.runs import read_json
+
+    monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
+    dg = load("deepfacto_gpu")
+    rng = np.random.default_rng(0)
+    ident = np.repeat(np.arange(8), 6)
+    imgs = np.repeat(np.repeat(rng.integers(0, 256, (8, 4, 4, 3)), 8, 1), 8, 2)[ident].astype(np.uint8)
+    fs = FaceSet(
+        [f"p{k}/{i}.jpg" for i, k in enumerate(ident)], ident, [f"p{i}" for i in range(8)],
+        (rng.random((48, 40)) < 0.3).astype(np.uint8), [f"a{k}" for k in range(40)], imgs, Path("."),
+    )  # fmt: skip
+    part = dg.subset(fs, 20)  # as load_lfwa(limit=20): the first faces, people renumbered
+    assert part.files == fs.files[:20] and part.people == ["p0", "p1", "p2", "p3"]
+    assert np.array_equal(part.identity, fs.identity[:20])
+    pack_faces(fs, tmp_path / "lfw.npz")
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    sets = ("image_size=32", "backbone_epochs=1", "warmup_iters=1", "finetune_iters=1", "train_limit=24")
+    sets += ("eval_images=10", "batch_size=16", "device=cpu", "svm_c=0.01")
+    argv = ["run", "--pack", str(tmp_path / "lfw.npz"), "--out", str(out), "--runs", str(runs), "--ranks", "4"]
+    assert dg.main(argv + [x for s in sets for x in ("--set", s)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["backbone.pt", "info.json", "r4.tar"]
+    assert run_mod.load_lfwa.__module__ == "admm_core.faces"  # the device-only patches are undone
+    trained = read_json(runs / "r4" / "summary.json")
+    assert trained["status"] == "finished" and "mean_attribute_accuracy" not in trained  # SVMs deferred
+    assert dg.main(["collect", "--from", str(out), "--out", str(tmp_path / "bench")]) == 0
+    d = tmp_path / "bench" / "r4"
+    assert {"backbone.pt", "checkpoint.pt", "config.json", "summary.json"} <= {p.name for p in d.iterdir()}
+    monkeypatch.setattr(run_mod, "load_lfwa", lambda *a, **k: fs)  # "here": the same faces
+    s = run_mod.evaluate_run(d, log=lambda m: None)
+    assert 0 < s["mean_attribute_accuracy"] <= 1 and s["evaluated_on"]
+    assert s["test_accuracy"] == trained["test_accuracy"]  # training's figures kept
+    assert len(read_json(d / "attributes.json")) == 40

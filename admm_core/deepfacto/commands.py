@@ -138,6 +138,9 @@ def section_text(dirs: list[Path], rows: list[dict], table: str) -> str:
     devices = sorted({str(r.get("device")) for r in rows})
     machines = list(dict.fromkeys(m for d in dirs if (m := (read_json(d / "status.json") or {}).get("machine"))))
     lines = [f"Device: {', '.join(devices)}" + (f" ({' | '.join(machines)})" if machines else "") + ".", ""]
+    evaluated = list(dict.fromkeys(m for r in rows if (m := r.get("evaluated_on"))))
+    if evaluated:  # `evaluate` re-fitted the SVMs elsewhere: the "eval s" column was timed there
+        lines += [f"Attribute SVMs and the eval s column: `deepfacto evaluate` on {' | '.join(evaluated)}.", ""]
     if len(cfgs) == 1:
         lines += [f"Settings that differ from the defaults (besides r): `{next(iter(cfgs))}`", ""]
     return "\n".join(lines) + "\n" + table

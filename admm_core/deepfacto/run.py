@@ -437,6 +437,7 @@ def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
         "timings_s": timings,
         "n_svm_train": int(len(svm_tr)),
         "evaluated": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "evaluated_on": machine(device),  # may differ from the training's machine (status.json)
     }
     write_json(run_dir / "summary.json", summary)
     write_text_atomic(
