@@ -137,3 +137,9 @@ def test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here(tmp_
     assert 0 < s["mean_attribute_accuracy"] <= 1 and s["evaluated_on"]
     assert s["test_accuracy"] == trained["test_accuracy"]  # training's figures kept
     assert len(read_json(d / "attributes.json")) == 40
+    from admm_core.deepfacto.commands import section_text
+
+    text = section_text([d], [read_json(d / "summary.json")], "TABLE")
+    assert "Attribute SVMs and the eval s column: `deepfacto evaluate` on " + s["evaluated_on"] in text
+    settings = next(ln for ln in text.splitlines() if ln.startswith("Settings that differ"))
+    assert '"image_size": 32' in settings and '"device"' not in settings  # the device has its own line

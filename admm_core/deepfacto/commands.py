@@ -133,7 +133,8 @@ def section_text(dirs: list[Path], rows: list[dict], table: str) -> str:
     cfgs = set()
     for d in dirs:  # the settings that differ from the defaults (rank aside)
         c = (read_json(d / "config.json") or {}).get("deepfacto", {})
-        c = {k: v for k, v in c.items() if k != "rank" and v != default.get(k) and k in default}
+        # the device has its own line (an `evaluate` elsewhere rewrites it in config.json)
+        c = {k: v for k, v in c.items() if k not in ("rank", "device") and v != default.get(k) and k in default}
         cfgs.add(json.dumps(c, sort_keys=True))
     devices = sorted({str(r.get("device")) for r in rows})
     machines = list(dict.fromkeys(m for d in dirs if (m := (read_json(d / "status.json") or {}).get("machine"))))
