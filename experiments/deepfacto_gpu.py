@@ -6,7 +6,7 @@ back at most 8 files, so:
 
     python experiments/deepfacto_gpu.py pack --out .devpack/lfw64.npz
         # here: the 13,143 labelled LFWA faces at 64 px as JPEG bytes (faces.pack_faces, ≈ 41 MB)
-    python experiments/deepfacto_gpu.py run --pack .devpack/lfw64.npz --out $OUT --ranks 4,32,256 \
+    PYTHONPATH=. python3 experiments/deepfacto_gpu.py run --pack .devpack/lfw64.npz --out $OUT --ranks 4,32,256 \
         --set backbone_width=32 --set backbone_epochs=40 --set m_steps=20 --set fc_lr=1e-4
         # there: one backbone trained on the GPU, then one DeepFacto run per rank (train_deepfacto,
         # the engine's run lifecycle), without the attribute SVMs; each finished run is tarred
