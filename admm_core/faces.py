@@ -93,6 +93,24 @@ class FaceSet:
     images: np.ndarray | None  # (N, S, S, 3) uint8 RGB, or None when loaded without pixels
     image_dir: Path
 
+    @classmethod
+    def labelled(cls, files, attributes, attribute_names, images, image_dir) -> "FaceSet":
+        """Faces named "Person/Person_NNNN.jpg": identities numbered by sorted person name."""
+        person = [str(f).split("/")[0] for f in files]
+        people = sorted(set(person))
+        pid = {p: i for i, p in enumerate(people)}
+        identity = np.array([pid[p] for p in person], dtype=np.int64)
+        return cls(list(files), identity, people, attributes, attribute_names, images, image_dir)
+
+    def first(self, limit: int | None) -> "FaceSet":
+        """The first ``limit`` faces, as :func:`load_lfwa` with ``limit`` gives them (people renumbered)."""
+        if limit is None or limit >= self.n:
+            return self
+        images = None if self.images is None else self.images[:limit]
+        return FaceSet.labelled(
+            self.files[:limit], self.attributes[:limit], self.attribute_names, images, self.image_dir
+        )
+
     @property
     def n(self) -> int:
         return len(self.files)
@@ -166,10 +184,6 @@ def load_lfwa(
         keep = keep[:limit]
     names = [names[i] for i in keep]
     attrs = attrs[keep]
-    person = [nm.split("/")[0] for nm in names]
-    people = sorted(set(person))
-    pid = {p: i for i, p in enumerate(people)}
-    identity = np.array([pid[p] for p in person], dtype=np.int64)
     images = None
     if size is not None:
         key = hashlib.sha1(f"{image_dir.resolve()}|{size}|{'|'.join(names)}".encode()).hexdigest()[:16]
@@ -187,7 +201,7 @@ def load_lfwa(
                 tmp = path.with_suffix(".tmp.npy")
                 np.save(tmp, images)
                 os.replace(tmp, path)
-    return FaceSet(names, identity, people, attrs, attr_names, images, image_dir)
+    return FaceSet.labelled(names, attrs, attr_names, images, image_dir)
 
 
 def to_tensor(images: np.ndarray) -> torch.Tensor:
@@ -397,6 +411,33 @@ def verification_accuracy(emb_fit: torch.Tensor, pairs_fit, emb_eval: torch.Tens
     return float(((dists(emb_eval, pairs_eval) <= thr) == pairs_eval[1]).mean())
 
 
+def people_with_pairs(identity: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The samples of ``idx`` whose person has ≥ 2 images there (they give triplet positives):
+    (samples, their identity, their class 0..K-1 for the identity softmax, K)."""
+    counts = np.bincount(identity[idx])
+    use = idx[counts[identity[idx]] >= 2]
+    classes, ident_cls = np.unique(identity[use], return_inverse=True)
+    return use, identity[use], ident_cls, len(classes)
+
+
+def backbone_loss(
+    emb: torch.Tensor,
+    y: torch.Tensor,
+    y_cls: torch.Tensor,
+    classifier: nn.Linear,
+    margin: float = 0.2,
+    id_weight: float = 1.0,
+    id_scale: float = 16.0,
+) -> torch.Tensor:
+    """Batch-hard triplet(e) + id_weight · CE(id_scale · e·Ŵᵀ, class): e the unit-norm embedding,
+    Ŵ the row-normalised identity classifier (a cosine softmax, dropped after training)."""
+    loss = triplet_loss(emb, y, margin)
+    if id_weight > 0:
+        logits = id_scale * emb @ F.normalize(classifier.weight, dim=1).T
+        loss = loss + id_weight * F.cross_entropy(logits, y_cls)
+    return loss
+
+
 def train_backbone(
     faces: FaceSet,
     train_idx: np.ndarray,
@@ -427,12 +468,8 @@ def train_backbone(
     rng = np.random.default_rng(seed)
     device = torch.device(device)
     net = FaceBackbone(widths=tuple(widths)).to(device)
-    ident = faces.identity[train_idx]
-    counts = np.bincount(ident)
-    use = train_idx[counts[ident] >= 2]  # people with ≥ 2 images (they give positives)
-    ident = faces.identity[use]
-    classes, ident_cls = np.unique(ident, return_inverse=True)
-    classifier = nn.Linear(net.arch["emb_dim"], len(classes), bias=False).to(device)
+    use, ident, ident_cls, n_classes = people_with_pairs(faces.identity, train_idx)
+    classifier = nn.Linear(net.arch["emb_dim"], n_classes, bias=False).to(device)
     params = list(net.parameters()) + (list(classifier.parameters()) if id_weight > 0 else [])
     opt = torch.optim.Adam(params, lr=lr, weight_decay=5e-4)
     n_batches = len(identity_batches(ident, np.random.default_rng(0), k, batch_size))
@@ -448,11 +485,8 @@ def train_backbone(
                 raise KeyboardInterrupt("stop requested")
             x = augment(to_tensor(faces.images[use[b]]).to(device), gen)  # same draws on any device
             y = torch.from_numpy(ident[b]).to(device)
-            emb = net(x)
-            loss = triplet_loss(emb, y, margin)
-            if id_weight > 0:
-                logits = id_scale * emb @ F.normalize(classifier.weight, dim=1).T
-                loss = loss + id_weight * F.cross_entropy(logits, torch.from_numpy(ident_cls[b]).to(device))
+            y_cls = torch.from_numpy(ident_cls[b]).to(device)
+            loss = backbone_loss(net(x), y, y_cls, classifier, margin, id_weight, id_scale)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

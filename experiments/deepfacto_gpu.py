@@ -38,30 +38,14 @@ import time
 from pathlib import Path
 from unittest import mock
 
-import numpy as np
-
 from admm_core.config import parse_sets
-from admm_core.faces import FaceSet, load_lfwa, pack_faces, unpack_faces
+from admm_core.faces import load_lfwa, pack_faces, unpack_faces
 
 KEEP = ("config.json", "summary.json", "metrics.jsonl", "status.json", "checkpoint.pt", "attributes.json")
 
 
 def log(msg: str) -> None:
     print(f"[deepfacto_gpu {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def subset(faces: FaceSet, limit: int | None) -> FaceSet:
-    """The first ``limit`` faces, as :func:`load_lfwa` with ``limit`` gives them."""
-    if limit is None or limit >= faces.n:
-        return faces
-    names = faces.files[:limit]
-    person = [str(n).split("/")[0] for n in names]
-    people = sorted(set(person))
-    pid = {p: i for i, p in enumerate(people)}
-    identity = np.array([pid[p] for p in person], dtype=np.int64)
-    return FaceSet(
-        names, identity, people, faces.attributes[:limit], faces.attribute_names, faces.images[:limit], faces.image_dir
-    )
 
 
 def run(a) -> int:
@@ -78,7 +62,7 @@ def run(a) -> int:
         # the device machine has no LFW folder: the run reads the pack instead
         if size != faces.images.shape[1]:
             raise SystemExit(f"image_size={size}: the pack holds {faces.images.shape[1]} px faces")
-        return subset(faces, limit)
+        return faces.first(limit)
 
     patches = [mock.patch.object(df_run, "load_lfwa", packed_lfwa)]
     if not a.svm:  # the SVMs are fitted later, here: `admm deepfacto evaluate --run DIR`

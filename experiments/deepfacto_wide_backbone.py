@@ -28,17 +28,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from admm_core.faces import (
     FaceBackbone,
+    backbone_loss,
     identity_batches,
     load_backbone,
     load_lfwa,
+    people_with_pairs,
     save_backbone,
     to_tensor,
-    triplet_loss,
 )
 
 
@@ -83,10 +83,7 @@ def main(argv=None) -> int:
     size = int(meta.get("image_size", 64))
     faces = load_lfwa(a.data_root, size=size)
     tr, _ = faces.split(a.seed, a.test_fraction)
-    counts = np.bincount(faces.identity[tr])
-    use = tr[counts[faces.identity[tr]] >= 2]  # people with ≥ 2 images, as train_backbone
-    ident = faces.identity[use]
-    classes, ident_cls = np.unique(ident, return_inverse=True)
+    use, ident, ident_cls, n_classes = people_with_pairs(faces.identity, tr)  # as train_backbone
     net = widen(base, a.channels, a.seed)
     views = [
         stage_outputs(net, faces.images[use]),
@@ -97,7 +94,7 @@ def main(argv=None) -> int:
     )
 
     train = nn.ModuleDict({"expand": net.expand, "head": net.head})
-    classifier = nn.Linear(net.arch["emb_dim"], len(classes), bias=False)
+    classifier = nn.Linear(net.arch["emb_dim"], n_classes, bias=False)
     opt = torch.optim.Adam(list(train.parameters()) + list(classifier.parameters()), lr=a.lr, weight_decay=5e-4)
     rng, gen = np.random.default_rng(a.seed), torch.Generator().manual_seed(a.seed)
     n_batches = len(identity_batches(ident, np.random.default_rng(0), 4, a.batch_size))
@@ -112,9 +109,7 @@ def main(argv=None) -> int:
             flip = torch.rand(len(b), generator=gen) < 0.5
             h = torch.where(flip.view(-1, 1, 1, 1), views[1][b], views[0][b])
             emb = net.embed_features(net.expand(h))
-            loss = triplet_loss(emb, torch.from_numpy(ident[b]), 0.2)
-            logits = 16.0 * emb @ F.normalize(classifier.weight, dim=1).T
-            loss = loss + F.cross_entropy(logits, torch.from_numpy(ident_cls[b]))
+            loss = backbone_loss(emb, torch.from_numpy(ident[b]), torch.from_numpy(ident_cls[b]), classifier)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

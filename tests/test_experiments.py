@@ -116,7 +116,7 @@ def test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here(tmp_
         [f"p{k}/{i}.jpg" for i, k in enumerate(ident)], ident, [f"p{i}" for i in range(8)],
         (rng.random((48, 40)) < 0.3).astype(np.uint8), [f"a{k}" for k in range(40)], imgs, Path("."),
     )  # fmt: skip
-    part = dg.subset(fs, 20)  # as load_lfwa(limit=20): the first faces, people renumbered
+    part = fs.first(20)  # as load_lfwa(limit=20): the first faces, people renumbered
     assert part.files == fs.files[:20] and part.people == ["p0", "p1", "p2", "p3"]
     assert np.array_equal(part.identity, fs.identity[:20])
     pack_faces(fs, tmp_path / "lfw.npz")
