@@ -23,6 +23,11 @@ backbone 41 s, DeepFacto's 13 iterations 3 / 12 / 2 s; the SVMs here about an ho
 The SVMs are fitted here, from the original JPEGs (``evaluate`` recomputes every feature with the
 run's saved networks and M), because LinearSVC is CPU work and the device time is short. The
 faces trained on there went through one JPEG round trip (quality 95, mean pixel error 2/255).
+
+``run --svm`` fits them there instead, by the batched Newton solver (``svm_solver=newton``, the
+default: the same problem as LinearSVC, experiments/svm_solver_bench.py compares the two), on the pack's faces;
+the runs then come back finished and ``evaluate`` here is a check on the original images.
+The next device call for issue 17 (the r = 256 target) is experiments/deepfacto_gpu_next.sh.
 """
 
 from __future__ import annotations

@@ -203,7 +203,7 @@ def test_runs_sharing_a_backbone_fit_its_svms_once(monkeypatch, tmp_path):
     monkeypatch.setattr(df, "_SVM_MEMO", {})  # a later process: the cache folder answers
     rows_c, sum_c = run(0)
     assert len(calls) == 5 and sum_c == sum_a and rows_c == rows_a
-    files = sorted(tmp_path.glob(f"svm-*-p{df.SVM_PROTOCOL}-sklearn*.npz"))
+    files = sorted(tmp_path.glob(f"svm-*-p{df.SVM_PROTOCOL}-{cfg.svm_solver}.npz"))
     assert len(files) == 5 and not list(tmp_path.glob("*.tmp*"))
     for i, f in enumerate(files):  # unreadable, cut short (an interrupted copy) or empty: fitted again
         good = f.read_bytes()

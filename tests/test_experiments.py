@@ -105,6 +105,7 @@ def test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here(tmp_
 
     from admm_core.deepfacto import run as run_mod
     from admm_core.faces import FaceSet, pack_faces
+    from admm_core.faces import unpack_faces as unpack
     from admm_core.runs import read_json
 
     monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
@@ -143,3 +144,63 @@ def test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here(tmp_
     assert "Attribute SVMs and the eval s column: `deepfacto evaluate` on " + s["evaluated_on"] in text
     settings = next(ln for ln in text.splitlines() if ln.startswith("Settings that differ"))
     assert '"image_size": 32' in settings and '"device"' not in settings  # the device has its own line
+    # --svm: the SVMs there, by the batched Newton solver; `evaluate` here with liblinear agrees
+    out2, runs2 = tmp_path / "out2", tmp_path / "runs2"
+    argv2 = ["run", "--pack", str(tmp_path / "lfw.npz"), "--out", str(out2), "--runs", str(runs2), "--ranks", "4"]
+    monkeypatch.undo()  # the device call reads the pack again, not the "here" faces
+    monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
+    assert dg.main(argv2 + [x for s in sets for x in ("--set", s)] + ["--svm"]) == 0
+    there = read_json(runs2 / "r4" / "summary.json")
+    assert 0 < there["mean_attribute_accuracy"] <= 1
+    assert json.loads((runs2 / "r4" / "config.json").read_text())["deepfacto"]["svm_solver"] == "newton"
+    assert dg.main(["collect", "--from", str(out2), "--out", str(tmp_path / "bench2")]) == 0
+    monkeypatch.setattr(run_mod, "load_lfwa", lambda *a, **k: unpack(tmp_path / "lfw.npz"))  # the pack's faces
+    again = run_mod.evaluate_run(tmp_path / "bench2" / "r4", {"svm_solver": "liblinear"}, log=lambda m: None)
+    assert again["mean_attribute_accuracy"] == there["mean_attribute_accuracy"]
+
+
+def test_the_next_device_call_script_trains_and_evaluates_each_rank_there(tmp_path):
+    """experiments/deepfacto_gpu_next.sh, run on the CPU with tiny sizes (EXTRA overrides the sizes, not
+    the variant's backbone): one tar per rank with the SVMs fitted there, its log, the settings."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from admm_core.faces import FaceSet, pack_faces
+
+    rng = np.random.default_rng(0)
+    ident = np.repeat(np.arange(8), 6)
+    imgs = np.repeat(np.repeat(rng.integers(0, 256, (8, 4, 4, 3)), 8, 1), 8, 2)[ident].astype(np.uint8)
+    fs = FaceSet(
+        [f"p{k}/{i}.jpg" for i, k in enumerate(ident)], ident, [f"p{i}" for i in range(8)],
+        (rng.random((48, 40)) < 0.3).astype(np.uint8), [f"a{k}" for k in range(40)], imgs, Path("."),
+    )  # fmt: skip
+    pack_faces(fs, tmp_path / "lfw.npz")
+    out = tmp_path / "out"
+    out.mkdir()
+    tiny = "--set image_size=32 --set backbone_epochs=1 --set warmup_iters=1 --set train_limit=24"
+    tiny += " --set eval_images=10 --set batch_size=16 --set svm_c=0.01"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3 = this interpreter
+        "PACK": str(tmp_path / "lfw.npz"),
+        "OUT": str(out),
+        "RANKS": "4",
+        "EXTRA": tiny,
+        "ADMM_CACHE": str(tmp_path / "cache"),
+    }
+    script = ROOT / "experiments" / "deepfacto_gpu_next.sh"
+    done = subprocess.run(["bash", str(script), "w48"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["backbone.pt", "info.json", "log.txt", "r4.tar"]
+    info = json.loads((out / "info.json").read_text())
+    assert info["sets"]["backbone_width"] == 48 and info["sets"]["warmup_iters"] == 1  # EXTRA comes last
+    assert info["ranks"]["4"]["status"] == "finished" and "r = 4: finished" in (out / "log.txt").read_text()
+    with tarfile.open(out / "r4.tar") as tf:
+        summary = json.load(tf.extractfile("summary.json"))
+        cfg = json.load(tf.extractfile("config.json"))["deepfacto"]
+    assert 0 < summary["mean_attribute_accuracy"] <= 1 and cfg["svm_solver"] == "newton" and cfg["m_steps"] == 20
+    bad = subprocess.run(["bash", str(script), "w99"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown variant: w99" in bad.stderr

@@ -3,7 +3,9 @@ test identities, beside the majority class and the same SVMs on the raw backbone
 
 Pooling: average over a g × g grid (``svm_grid``, default 3: the paper's S is r × 3 × 3) and, for
 comparison, the global mean (g = 1). Each SVM's C is chosen from ``svm_c`` by 2-fold
-cross-validation over the test people (:func:`attribute_svms_cv`).
+cross-validation over the test people (:func:`attribute_svms_cv`). Two solvers of the same
+problem (LinearSVC's L2-regularised squared hinge): ``"liblinear"`` (scikit-learn, one SVM per
+process) and ``"newton"`` (:mod:`.svm`, every SVM at once in torch, on the GPU when there is one).
 """
 
 from __future__ import annotations
@@ -59,9 +61,12 @@ def attribute_svms_cv(
     seed: int = 0,
     n_jobs: int | None = None,
     should_stop=None,
+    solver: str = "liblinear",
+    device="cpu",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-attribute test accuracy (A,) with C chosen by 2-fold cross-validation over the *test people*;
-    also the chosen C, (A, 2) (for fold 1, fold 2).
+    also the chosen C, (A, 2) (for fold 1, fold 2). ``solver``: "liblinear" (``n_jobs`` processes)
+    or "newton" (all SVMs at once on ``device``, :func:`_fit_many_newton`).
 
     For every candidate C one SVM per attribute is fitted on the training images. The test people
     are split in two halves (:func:`identity_holdout`); each half is scored with the C that did
@@ -72,9 +77,19 @@ def attribute_svms_cv(
     cs = sorted(float(c) for c in cs)
     xtr, xte = _standardise(x_train, x_test)
     n_a = a_train.shape[1]
-    hits = np.stack(
-        _fit_many(xtr, a_train, xte, a_test, [(k, c) for k in range(n_a) for c in cs], seed, n_jobs, should_stop)
-    ).reshape(n_a, len(cs), -1)
+    jobs = [(k, c) for k in range(n_a) for c in cs]
+    if solver == "newton":
+        hits = _fit_many_newton(xtr, a_train, xte, a_test, jobs, device, should_stop)
+    else:
+        hits = _fit_many(xtr, a_train, xte, a_test, jobs, seed, n_jobs, should_stop)
+    return choose_c(np.stack(hits).reshape(n_a, len(cs), -1), cs, test_groups, seed)
+
+
+def choose_c(hits: np.ndarray, cs, test_groups: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The cross-validation of :func:`attribute_svms_cv` from the test hits (A, len(cs), N) of every
+    (attribute, C): accuracy (A,) and chosen C (A, 2), each half of the test people scored with the
+    C that did best on the other half."""
+    n_a = hits.shape[0]
     if len(cs) == 1:
         return hits[:, 0].mean(1), np.full((n_a, 2), cs[0])
     fold = identity_holdout(test_groups, 0.5, seed)
@@ -112,6 +127,29 @@ def _fit_many(xtr, a_tr, xte, a_te, jobs, seed, n_jobs, should_stop=None) -> lis
             yield delayed(_one_svm)(xtr, a_tr[:, k], xte, a_te[:, k], c, seed)
 
     return Parallel(n_jobs=min(n_jobs, len(jobs)))(tasks())
+
+
+def _fit_many_newton(xtr, a_tr, xte, a_te, jobs, device, should_stop=None, chunk: int = 64) -> list[np.ndarray]:
+    """:func:`_fit_many` by :func:`.svm.squared_hinge_svms`: ``chunk`` SVMs at a time share every
+    product with the features (float64, on ``device``). A one-class attribute predicts its class, as
+    in :func:`_one_svm`; ``should_stop()`` is asked between chunks."""
+    from .svm import predict, squared_hinge_svms
+
+    dev = torch.device(device)
+    x, xt = (torch.as_tensor(v, dtype=torch.float64, device=dev) for v in (xtr, xte))
+    out = []
+    for i in range(0, len(jobs), chunk):
+        if should_stop and should_stop():
+            raise StopRun()
+        part = jobs[i : i + chunk]
+        ks = [k for k, _ in part]
+        y = torch.as_tensor(2.0 * a_tr[:, ks] - 1, dtype=torch.float64, device=dev)
+        w, b = squared_hinge_svms(x, y, torch.tensor([c for _, c in part], dtype=torch.float64, device=dev))
+        pred = predict(xt, w, b).cpu().numpy()
+        for j, k in enumerate(ks):
+            one_class = a_tr[:, k].min() == a_tr[:, k].max()
+            out.append(a_te[:, k] == a_tr[0, k] if one_class else pred[:, j] == (a_te[:, k] == 1))
+    return out
 
 
 def _one_svm(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray, c: float, seed: int) -> np.ndarray:
@@ -215,6 +253,7 @@ def attribute_evaluation(
     raw: dict,
     log=print,
     should_stop=None,
+    device="cpu",
 ) -> tuple[list[dict], dict]:
     """The attribute SVMs of a run: (per-attribute rows, summary fields).
 
@@ -228,8 +267,13 @@ def attribute_evaluation(
     def svm(name, f_tr, f_te):
         t = time.time()
         args = (f_tr, a_tr, f_te, a_te, faces.identity[te], cfg.svm_c, cfg.seed)
-        key = f"{_digest(*args)}-p{SVM_PROTOCOL}-sklearn{_sklearn_version()}"
-        (acc, chosen[name]), hit = _svm_cached(key, lambda: attribute_svms_cv(*args, should_stop=should_stop))
+        solver = f"sklearn{_sklearn_version()}" if cfg.svm_solver == "liblinear" else "newton"
+        key = f"{_digest(*args)}-p{SVM_PROTOCOL}-{solver}"
+
+        def fit():
+            return attribute_svms_cv(*args, should_stop=should_stop, solver=cfg.svm_solver, device=device)
+
+        (acc, chosen[name]), hit = _svm_cached(key, fit)
         how = "same features as an earlier run: reused" if hit else f"{time.time() - t:.0f}s"
         log(
             f"attribute SVMs on {name} ({f_tr.shape[1]} features): mean accuracy {acc.mean():.4f}, median C {np.median(chosen[name]):g} ({how})"

@@ -64,7 +64,7 @@ def cli_train(a) -> int:
         saved = read_json(run_dir / "config.json")
         if not saved or "deepfacto" not in saved:
             raise ConfigError(f"--resume {str(run_dir)!r}: no DeepFacto config.json there")
-        cfg = DeepFactoConfig.from_dict(saved["deepfacto"])
+        cfg = DeepFactoConfig.from_saved(saved["deepfacto"])
         iters = getattr(
             a, "epochs", None
         )  # a new length: DeepFactoConfig.resumed_to, once state.pt says how far it got

@@ -16,6 +16,9 @@ PRESET = "lfwa-deepfacto"
 PAPER_MEAN = {4: 74.8, 32: 81.4, 256: 87.0}  # paper table attr_lfw, mean over the 40 attributes (%)
 S_MODES = ("projection", "admm")
 M_UPDATES = ("gradient", "exact")
+SVM_SOLVERS = ("liblinear", "newton")
+# fields added after runs were saved, with the value those runs used (their config.json lacks them)
+SAVED_BEFORE = {"svm_solver": "liblinear"}
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,10 @@ class DeepFactoConfig:
     svm_grid: int = (
         3  # S and Z_1 are average-pooled to a g × g grid for the SVMs (the paper's S is r × 3 × 3); 1 = global mean
     )
+    # who fits the SVMs (the same problem, the same answers): "newton" = all of them at once in torch on
+    # `device` (deepfacto/svm.py; 2,304 features: ~2 min on 2 cores); "liblinear" = scikit-learn's
+    # LinearSVC, one per process (~20 min there; the runs saved before this field used it)
+    svm_solver: str = "newton"
     nnls_tol: float = 1e-3  # tolerance of the test-time projection (relative KKT violation)
     nnls_max_iter: int = 300  # iteration cap of the test-time projection
     device: str = "auto"  # auto | cpu | cuda
@@ -146,6 +153,12 @@ class DeepFactoConfig:
         check(self.s_mode in S_MODES, "deepfacto.s_mode", self.s_mode, f"choose from {list(S_MODES)}")
         check(self.m_update in M_UPDATES, "deepfacto.m_update", self.m_update, f"choose from {list(M_UPDATES)}")
         check(
+            self.svm_solver in SVM_SOLVERS,
+            "deepfacto.svm_solver",
+            self.svm_solver,
+            f"choose from {list(SVM_SOLVERS)}",
+        )
+        check(
             self.device in ("auto", "cpu", "cuda"),
             "deepfacto.device",
             self.device,
@@ -165,6 +178,11 @@ class DeepFactoConfig:
         bad = set(d) - known
         check(not bad, "deepfacto", sorted(bad), f"unknown keys; known: {sorted(known)}")
         return cls(**d)
+
+    @classmethod
+    def from_saved(cls, d: dict) -> "DeepFactoConfig":
+        """:meth:`from_dict` for a config a run saved: a field it predates takes :data:`SAVED_BEFORE`'s value."""
+        return cls.from_dict({**SAVED_BEFORE, **d})
 
     def replace(self, **kw) -> "DeepFactoConfig":
         return dataclasses.replace(self, **kw)
@@ -238,4 +256,4 @@ def run_config_dict(cfg: DeepFactoConfig) -> dict:
 
 def read_run_config(run_dir) -> DeepFactoConfig:
     """The :class:`DeepFactoConfig` a run saved (``config.json["deepfacto"]`` of :func:`run_config_dict`)."""
-    return DeepFactoConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text())["deepfacto"])
+    return DeepFactoConfig.from_saved(json.loads((Path(run_dir) / "config.json").read_text())["deepfacto"])

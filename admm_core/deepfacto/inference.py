@@ -42,7 +42,7 @@ class InferenceModel:
     time (heatmaps); the run's own evaluation projects thousands on the run's device."""
 
     def __init__(self, ck: dict):
-        self.cfg = DeepFactoConfig.from_dict(ck["config"])
+        self.cfg = DeepFactoConfig.from_saved(ck["config"])
         arch = {k: tuple(v) if isinstance(v, list) else v for k, v in ck["backbone_arch"].items()}
         self.backbone = FaceBackbone(**arch)
         self.backbone.load_state_dict(ck["backbone"])

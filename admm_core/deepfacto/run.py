@@ -286,7 +286,7 @@ def train_deepfacto(
         s_svm_tr, z_svm_tr = trainer.scores(faces.images[svm_tr])
         s_svm_te, z_svm_te = trainer.scores(faces.images[te])
         per_attr, svm_summary = attribute_evaluation(
-            cfg, faces, svm_tr, te, (s_svm_tr, s_svm_te), (z_svm_tr, z_svm_te), raw, log, should_stop
+            cfg, faces, svm_tr, te, (s_svm_tr, s_svm_te), (z_svm_tr, z_svm_te), raw, log, should_stop, device
         )
         timings["attribute_eval_s"] = time.time() - t
         with torch.no_grad():  # face verification of DeepFacto's embedding on all test faces
@@ -367,6 +367,7 @@ EVAL_FIELDS = (
     "svm_c",
     "svm_grid",
     "svm_train_limit",
+    "svm_solver",
     "nnls_tol",
     "nnls_max_iter",
     "device",
@@ -398,7 +399,7 @@ def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
         not bad, "--set", bad, f"evaluate may only change {list(EVAL_FIELDS)} (the rest would need a new training run)"
     )
     saved = read_json(run_dir / "config.json")
-    cfg = DeepFactoConfig.from_dict({**saved["deepfacto"], **overrides})
+    cfg = DeepFactoConfig.from_saved({**saved["deepfacto"], **overrides})
     device = resolve_device(cfg.device)
     if len(cfg.svm_c) == 1:  # e.g. a run from before the C selection
         log(
@@ -428,7 +429,9 @@ def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
         z_tr, z_te = feats(fine_bb, svm_tr), feats(fine_bb, te)
         s_tr, s_te = scores(z_tr), scores(z_te)
     log(f"features of {len(svm_tr)} + {len(te)} images ({time.time() - t:.0f}s)")
-    per_attr, svm_summary = attribute_evaluation(cfg, faces, svm_tr, te, (s_tr, s_te), (z_tr, z_te), raw, log)
+    per_attr, svm_summary = attribute_evaluation(
+        cfg, faces, svm_tr, te, (s_tr, s_te), (z_tr, z_te), raw, log, device=device
+    )
     write_json(run_dir / "attributes.json", per_attr)
     timings = {**summary.get("timings_s", {}), "attribute_eval_s": time.time() - t}
     summary = {

@@ -16,7 +16,14 @@ import re
 from pathlib import Path
 
 from admm_core.config import ConfigError, parse_sets
-from admm_core.deepfacto.config import M_UPDATES, S_MODES, DeepFactoConfig, field_help
+from admm_core.deepfacto.config import (
+    M_UPDATES,
+    S_MODES,
+    SAVED_BEFORE,
+    SVM_SOLVERS,
+    DeepFactoConfig,
+    field_help,
+)
 from admm_core.faces import cache_dir, load_backbone
 
 MODE = "deepfacto"  # ?mode=deepfacto opens the Train page on this form
@@ -32,7 +39,7 @@ NUMBERS = (  # number inputs (integers); the rest are text or menus
     "data_limit",
 )
 MAIN = ("rank", "warmup_iters", "finetune_iters", "train_limit", "seed", "device")
-MENUS = {"device": ("auto", "cpu", "cuda"), "s_mode": S_MODES, "m_update": M_UPDATES}
+MENUS = {"device": ("auto", "cpu", "cuda"), "s_mode": S_MODES, "m_update": M_UPDATES, "svm_solver": SVM_SOLVERS}
 OWN_WIDGETS = ("backbone_weights", "data_root")  # the backbone choice / the environment set these
 RANKS = (4, 32, 256)  # the paper's ranks (any r ≥ 1 may be typed)
 UPLOAD_LIMIT = 200 * 2**20  # bytes of an uploaded backbone file
@@ -81,6 +88,7 @@ def default_values() -> dict:
 def values_from_config(cfg: dict) -> dict:
     """Widget values of a run's config.json["deepfacto"] (unknown keys are ignored)."""
     known = set(fields())
+    cfg = {**SAVED_BEFORE, **cfg}  # a field the run predates: the value it ran with
     return {**default_values(), **{k: widget_value(k, v) for k, v in cfg.items() if k in known}}
 
 
