@@ -12,6 +12,10 @@ prediction of every (attribute, C), and the C each picks)::
 
     ADMM_DATA=../shared/data python experiments/svm_solver_bench.py \\
         --markdown docs/results/deepfacto.md --section svm-solvers
+
+``--run DIR`` takes the features from a finished DeepFacto run instead: its S (the test-time
+projection, as ``deepfacto evaluate`` computes it) pooled on the run's grid, for the images of the
+run's own split, so the solvers meet the sparse, unevenly scaled S that an NMF layer makes.
 """
 
 from __future__ import annotations
@@ -42,9 +46,33 @@ def features(limit: int | None, width: int, seed: int, device) -> tuple:
     return f_tr, faces.attributes[tr], f_te, faces.attributes[te], faces.identity[te]
 
 
+def run_features(run_dir, chunk: int = 512) -> tuple:
+    """(S train, attributes, S test, attributes, test people) of a finished run: S pooled on its grid."""
+    from admm_core.deepfacto.attributes import pooled
+    from admm_core.deepfacto.inference import load_inference_model
+    from admm_core.deepfacto.run import run_indices
+
+    model = load_inference_model(run_dir)
+    cfg = model.cfg
+    faces = load_lfwa(cfg.data_root, size=cfg.image_size, limit=cfg.data_limit)
+    tr, te = faces.split(cfg.seed, cfg.test_fraction)
+    svm_tr = run_indices(cfg, faces, tr, te)[-1]
+
+    def feats(idx):
+        parts = []
+        for i in range(0, len(idx), chunk):
+            s = torch.from_numpy(model.scores(faces.images[idx[i : i + chunk]])).flatten(2)
+            parts.append(pooled(s, cfg.svm_grid))
+            print(f"S of {min(i + chunk, len(idx))}/{len(idx)} faces", file=sys.stderr, flush=True)
+        return np.concatenate(parts)
+
+    return feats(svm_tr), faces.attributes[svm_tr], feats(te), faces.attributes[te], faces.identity[te]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--limit", type=int, default=None, help="first N faces only (a quick check)")
+    ap.add_argument("--run", default=None, help="a finished DeepFacto run: its pooled S as the features")
     ap.add_argument("--width", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="for newton")
@@ -53,7 +81,12 @@ def main(argv=None) -> int:
     ap.add_argument("--section", default="svm-solvers")
     a = ap.parse_args(argv)
     version = code_version()
-    x_tr, a_tr, x_te, a_te, groups = features(a.limit, a.width, a.seed, a.device)
+    if a.run:
+        x_tr, a_tr, x_te, a_te, groups = run_features(a.run)
+        source = f"S of the run `{a.run}` (pooled)"
+    else:
+        x_tr, a_tr, x_te, a_te, groups = features(a.limit, a.width, a.seed, a.device)
+        source = f"an untrained width-{a.width} backbone's block_1, pooled 3 × 3"
     xtr, xte = _standardise(x_tr, x_te)
     n_a = a_tr.shape[1]
     jobs = [(k, c) for k in range(n_a) for c in CS]
@@ -74,6 +107,7 @@ def main(argv=None) -> int:
         print(f"{solver}: {secs:.0f}s, mean accuracy {acc.mean():.4f} ({where})", file=sys.stderr)
     ref = out.get("liblinear")
     lines = [
+        f"Features: {source}. "
         f"{xtr.shape[0]:,} training and {xte.shape[0]:,} test faces, {xtr.shape[1]:,} features, "
         f"{len(jobs)} SVMs (40 attributes × C in {list(CS)}).",
         "",

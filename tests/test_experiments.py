@@ -204,3 +204,22 @@ def test_the_next_device_call_script_trains_and_evaluates_each_rank_there(tmp_pa
     assert 0 < summary["mean_attribute_accuracy"] <= 1 and cfg["svm_solver"] == "newton" and cfg["m_steps"] == 20
     bad = subprocess.run(["bash", str(script), "w99"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown variant: w99" in bad.stderr
+
+
+def test_svm_solver_bench_compares_the_solvers_and_writes_its_table(tmp_path, monkeypatch):
+    """experiments/svm_solver_bench.py on made-up features: both solvers, their agreement, the section."""
+    import numpy as np
+
+    sb = load("svm_solver_bench")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(160, 12))
+    a = (x[:, :1] @ np.ones((1, 40)) + rng.normal(size=(160, 40)) > 0).astype(np.uint8)
+    monkeypatch.setattr(sb, "features", lambda *args: (x[:100], a[:100], x[100:], a[100:], np.arange(60) // 3))
+    monkeypatch.setenv("ADMM_JOBS", "1")
+    page = tmp_path / "page.md"
+    assert sb.main(["--markdown", str(page), "--section", "s", "--device", "cpu"]) == 0
+    text = page.read_text()
+    assert "100 training and 60 test faces, 12 features, 120 SVMs" in text
+    newton = next(ln for ln in text.splitlines() if ln.startswith("| newton |"))
+    assert newton.rstrip(" |").split(" | ")[4:7] == ["1.00000", "1.000", "0.00 points"]  # as liblinear
+    assert "| liblinear |" in text and "<!-- /generated:s -->" in text
