@@ -22,6 +22,26 @@ def load(name):
     return mod
 
 
+# DeepFacto settings small enough for a CPU test run (a 1-epoch backbone, one warm-up iteration)
+TINY = ("image_size=32", "backbone_epochs=1", "warmup_iters=1", "train_limit=24", "eval_images=10")
+TINY += ("batch_size=16", "svm_c=0.01")
+
+
+def tiny_faces():
+    """48 made-up 64 px faces of 8 people (each person one 4 × 4 colour pattern), 40 random attributes."""
+    import numpy as np
+
+    from admm_core.faces import FaceSet
+
+    rng = np.random.default_rng(0)
+    ident = np.repeat(np.arange(8), 6)
+    imgs = np.repeat(np.repeat(rng.integers(0, 256, (8, 4, 4, 3)), 8, 1), 8, 2)[ident].astype(np.uint8)
+    return FaceSet(
+        [f"p{k}/{i}.jpg" for i, k in enumerate(ident)], ident, [f"p{i}" for i in range(8)],
+        (rng.random((48, 40)) < 0.3).astype(np.uint8), [f"a{k}" for k in range(40)], imgs, Path("."),
+    )  # fmt: skip
+
+
 def test_projection_speed_times_the_trainers_projection_and_documents_it(tmp_path):
     ps = load("projection_speed")
     g = torch.Generator().manual_seed(0)
@@ -104,26 +124,19 @@ def test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here(tmp_
     import numpy as np
 
     from admm_core.deepfacto import run as run_mod
-    from admm_core.faces import FaceSet, pack_faces
+    from admm_core.faces import pack_faces
     from admm_core.faces import unpack_faces as unpack
     from admm_core.runs import read_json
 
     monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
     dg = load("deepfacto_gpu")
-    rng = np.random.default_rng(0)
-    ident = np.repeat(np.arange(8), 6)
-    imgs = np.repeat(np.repeat(rng.integers(0, 256, (8, 4, 4, 3)), 8, 1), 8, 2)[ident].astype(np.uint8)
-    fs = FaceSet(
-        [f"p{k}/{i}.jpg" for i, k in enumerate(ident)], ident, [f"p{i}" for i in range(8)],
-        (rng.random((48, 40)) < 0.3).astype(np.uint8), [f"a{k}" for k in range(40)], imgs, Path("."),
-    )  # fmt: skip
+    fs = tiny_faces()
     part = fs.first(20)  # as load_lfwa(limit=20): the first faces, people renumbered
     assert part.files == fs.files[:20] and part.people == ["p0", "p1", "p2", "p3"]
     assert np.array_equal(part.identity, fs.identity[:20])
     pack_faces(fs, tmp_path / "lfw.npz")
     out, runs = tmp_path / "out", tmp_path / "runs"
-    sets = ("image_size=32", "backbone_epochs=1", "warmup_iters=1", "finetune_iters=1", "train_limit=24")
-    sets += ("eval_images=10", "batch_size=16", "device=cpu", "svm_c=0.01")
+    sets = (*TINY, "finetune_iters=1", "device=cpu")
     argv = ["run", "--pack", str(tmp_path / "lfw.npz"), "--out", str(out), "--runs", str(runs), "--ranks", "4"]
     assert dg.main(argv + [x for s in sets for x in ("--set", s)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["backbone.pt", "info.json", "r4.tar"]
@@ -166,22 +179,13 @@ def test_the_next_device_call_script_trains_and_evaluates_each_rank_there(tmp_pa
     import subprocess
     import sys
 
-    import numpy as np
+    from admm_core.faces import pack_faces
 
-    from admm_core.faces import FaceSet, pack_faces
-
-    rng = np.random.default_rng(0)
-    ident = np.repeat(np.arange(8), 6)
-    imgs = np.repeat(np.repeat(rng.integers(0, 256, (8, 4, 4, 3)), 8, 1), 8, 2)[ident].astype(np.uint8)
-    fs = FaceSet(
-        [f"p{k}/{i}.jpg" for i, k in enumerate(ident)], ident, [f"p{i}" for i in range(8)],
-        (rng.random((48, 40)) < 0.3).astype(np.uint8), [f"a{k}" for k in range(40)], imgs, Path("."),
-    )  # fmt: skip
+    fs = tiny_faces()
     pack_faces(fs, tmp_path / "lfw.npz")
     out = tmp_path / "out"
     out.mkdir()
-    tiny = "--set image_size=32 --set backbone_epochs=1 --set warmup_iters=1 --set train_limit=24"
-    tiny += " --set eval_images=10 --set batch_size=16 --set svm_c=0.01"
+    tiny = " ".join(f"--set {v}" for v in TINY)
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3 = this interpreter

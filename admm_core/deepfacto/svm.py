@@ -91,8 +91,10 @@ def squared_hinge_svms(
             if bool(ok.all()):
                 break
             step = torch.where(ok, step, step / 2)
+        else:  # gave up halving: f, ∇f at the step taken
+            f_new, g_new, a_new = parts(w + step * p)
         w = w + step * p
-        f, g, a = parts(w)
+        f, g, a = f_new, g_new, a_new
     return w[:d], w[d]
 
 
