@@ -73,6 +73,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         ("seed", "seed"),
         ("device", "device"),
         ("eval_every", "eval_every"),
+        ("lr_schedule", "lr_schedule"),
     ):
         if getattr(a, attr) is not None:
             ch[f"train__{key}"] = getattr(a, attr)
@@ -367,6 +368,7 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int)
     t.add_argument("--device", choices=["auto", "cpu", "cuda"])
     t.add_argument("--eval-every", type=int)
+    t.add_argument("--lr-schedule", choices=["constant", "cosine"], help="Θ step size over the run (every method)")
     t.add_argument("--lr", type=float, help="η, Θ step size")
     t.add_argument("--z-lr", type=float, help="ζ, Z step size")
     t.add_argument("--beta", help="β, one value or one per block (comma-separated)")
@@ -392,6 +394,7 @@ def make_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_evaluate)
 
     sub.add_parser("bench", help="benchmarks (see python -m admm_core bench --help)", add_help=False)
+    sub.add_parser("profile", help="where an epoch's seconds go, per phase (see admm profile --help)", add_help=False)
     sub.add_parser("deepfacto", help="DeepFacto on LFWA: bench | evaluate | grid (see admm deepfacto)", add_help=False)
 
     from .sweep import OBJECTIVES, PRUNERS
@@ -458,6 +461,10 @@ def main(argv=None) -> int:
         return bench_main(argv[1:])
     if argv[:1] == ["deepfacto"]:
         return deepfacto_main(argv[1:])
+    if argv[:1] == ["profile"]:
+        from .speed import main as profile_main
+
+        return profile_main(argv[1:])
     args = make_parser().parse_args(argv)
     for k, v in vars(args).items():  # argparse turns a lone "--" value (``--hidden=--``) into []
         if v == []:

@@ -16,6 +16,7 @@ from typing import Any
 from .data import DATASETS
 from .errors import ConfigError, check
 from .methods import METHODS, make_method
+from .methods.base import LR_SCHEDULES
 from .models import ARCHS
 
 __all__ = [
@@ -149,6 +150,7 @@ class TrainConfig:
     precision: str = "fp32"
     channels_last: bool = False
     diverge_factor: float = 100.0  # training loss above this × its best (and its start) ends the run; 0: off
+    lr_schedule: str = "constant"  # Θ step size over the run, the same for every method: constant or cosine (to 0)
 
     def __post_init__(self):
         for f in ("epochs", "batch_size", "eval_every", "checkpoint_every"):
@@ -165,6 +167,8 @@ class TrainConfig:
         check(ok, "train.seed", self.seed, "must be a non-negative integer below 2**63")
         check(self.precision in PRECISIONS, "train.precision", self.precision, f"choose from {list(PRECISIONS)}")
         check(isinstance(self.channels_last, bool), "train.channels_last", self.channels_last, "must be true or false")
+        ok = isinstance(self.lr_schedule, str) and self.lr_schedule in LR_SCHEDULES
+        check(ok, "train.lr_schedule", self.lr_schedule, f"choose from {list(LR_SCHEDULES)}")
         check(
             isinstance(self.diverge_factor, (int, float))
             and not isinstance(self.diverge_factor, bool)

@@ -25,6 +25,46 @@ _MNIST_TRAIN = {"block-admm": {"batch_size": 256}}  # per-method overrides of th
 _MNIST_ONLINE = {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled"}
 _MNIST_BACKPROP = {"sgd": {"lr": 5e-3}, "adam": {"lr": 1e-3}}  # paper: η = 5e-3 for backprop
 
+# Block-ADMM on ResNet-18 (issue 31; docs/results/deep-networks.md, "What made Block-ADMM learn ResNet-18";
+# each choice is an ablation row there): the minibatch schedule (each minibatch's Z rows updated just before
+# its Θ-step), BatchNorm on the minibatch's statistics in every pass, the Z-update started at the forward
+# pass, a small curvature-scaled Z step (ζ = 0.1: block 2 then trains on inputs block 1 really produces),
+# the dual step read off the Θ-step's forward pass with α = 0.01 (α = 1 winds up: the per-sample duals
+# integrate stale gradients; 0.1 lagged), the paper's Adam η = 5e-3 under a cosine schedule.
+_RESNET_BLOCK = {
+    "lr": 5e-3,
+    "z_lr": 0.1,
+    "z_step": "scaled",
+    "beta": 1.0,
+    "primal_steps": 1,
+    "z_schedule": "minibatch",
+    "bn_mode": "train",
+    "z_start": "forward",
+    "dual_theta": "old",
+    "dual_lr": 0.01,
+}
+_RESNET_ONLINE = {"lr": 5e-3, "z_lr": 0.1}
+_RESNET_BACKPROP = {"sgd": {"lr": 5e-2, "momentum": 0.9}, "adam": {"lr": 5e-3}}
+
+# Block-ADMM on the 20-layer MLP (issue 31; docs/results/deep-networks.md, "mnist-deep20"): the Z-update
+# starts at the forward pass with ζβ = 1, so its reverse sweep is backprop's adjoint recursion and every Z_t
+# moves by exactly that block's backprop signal (however small: the displacement form keeps it in float32);
+# each Θ_t then steps on its own coupling term with its own Adam. Smaller ζ scales block t's signal by
+# ζ^(T−t) (0.5^19 here), below Adam's ε: no learning; the persistent-Z schedules did not learn in 8 epochs.
+_DEEP_BLOCK = {
+    "fused": True,  # one kernel for the 20 blocks' Adam steps (3× faster than foreach on a 2-core CPU)
+    "lr": 1e-3,
+    "z_lr": 1.0,
+    "z_step": "fixed",
+    "beta": 1.0,
+    "primal_steps": 1,
+    "z_schedule": "minibatch",
+    "z_start": "forward",
+    "theta_input": "start",
+    "dual_theta": "old",
+    "dual_lr": 0.1,
+}
+
 PRESETS: dict[str, dict] = {
     "digits-mlp": {
         "help": "fast: scikit-learn 8×8 digits, 64-128-128-10, MSE, three one-layer blocks (offline default)",
@@ -117,17 +157,18 @@ PRESETS: dict[str, dict] = {
         },
     },
     "mnist-deep20": {
-        "help": "paper §vanishing gradient: 20 fully connected layers (width 128), MSE, one block per layer",
+        "help": "paper §vanishing gradient: 20 fully connected layers (width 128), MSE, one block per layer; "
+        "cosine Θ schedule for every method",
         "data": DataConfig("mnist"),
         "model": ModelConfig("mlp", (128,) * 19),
-        "train": TrainConfig(epochs=50, batch_size=64, loss="mse"),
-        "train_overrides": _MNIST_TRAIN,
+        "train": TrainConfig(epochs=50, batch_size=64, loss="mse", lr_schedule="cosine"),
         "method_params": {
-            "block-admm": _MNIST_BLOCK,
-            "online-admm": _MNIST_ONLINE,
-            **_MNIST_BACKPROP,
+            "block-admm": _DEEP_BLOCK,
+            "online-admm": {**_MNIST_ONLINE, "fused": True},
+            "sgd": {"lr": 5e-3, "fused": True},
+            "adam": {"lr": 1e-3, "fused": True},
             "bcd": {"gamma": 1.0, "rho": 1.0, "alpha": 5.0},
-            "gotmare": _MNIST_BLOCK,
+            "gotmare": _DEEP_BLOCK,
         },
     },
     "fmnist-mlp-ce": {
@@ -145,49 +186,43 @@ PRESETS: dict[str, dict] = {
         },
     },
     "cifar10-resnet18": {
-        "help": "paper supp.: CIFAR-10, ResNet-18, T = 2 (split after conv3_x), Adam η = 5e-3, ζ = 0.5, β = 1",
-        "data": DataConfig("cifar10"),
+        "help": "paper supp.: CIFAR-10, ResNet-18, T = 2 (split after conv3_x), Adam η = 5e-3, β = 1, 100 epochs; "
+        "the CPU proxy's recipe (minibatch schedule, forward start, ζ = 0.1) and a cosine Θ schedule for every method",
+        "data": DataConfig("cifar10", augment=True),
         "model": ModelConfig("resnet18", split=("conv3_x",)),
-        "train": TrainConfig(epochs=100, batch_size=128, loss="ce", checkpoint_every=5),  # Z, U after conv3_x: ≈ 13 GB
+        # Z, U after conv3_x: ≈ 13 GB (every sample's Z, U persist, though each is rewritten at its visit)
+        "train": TrainConfig(epochs=100, batch_size=128, loss="ce", checkpoint_every=5, lr_schedule="cosine"),
         "method_params": {
-            "block-admm": {
-                "lr": 5e-3,
-                "z_lr": 0.5,
-                "beta": 1.0,
-                "primal_steps": 1,
-                "iters_per_epoch": 4,
-                "chunk_size": 1024,
-            },
-            "online-admm": {"lr": 5e-3, "z_lr": 0.5},
-            "sgd": {"lr": 5e-2, "momentum": 0.9},
-            "adam": {"lr": 1e-3},
-            "gotmare": {
-                "lr": 5e-3,
-                "z_lr": 0.5,
-                "beta": 1.0,
-                "primal_steps": 1,
-                "iters_per_epoch": 4,
-                "chunk_size": 1024,
-            },  # paper supp.: Gotmare et al.'s T = 2 split
+            "block-admm": {**_RESNET_BLOCK, "chunk_size": 1024},
+            "gotmare": {**_RESNET_BLOCK, "chunk_size": 1024},  # paper supp.: Gotmare et al.'s T = 2 split
+            "online-admm": _RESNET_ONLINE,
+            **_RESNET_BACKPROP,
         },
     },
     "cifar10-resnet18-small": {
         "help": "CPU-sized CIFAR-10: ResNet-18 at base width 16 on a 1,000/1,000 subset, augmented, T = 2 (split after conv3_x)",
         "data": DataConfig("cifar10", train_limit=1000, test_limit=1000, augment=True),
         "model": ModelConfig("resnet18", split=("conv3_x",), width=16),
-        # Z, U after conv3_x at width 16: 1,000 × (32·16·16 + 10) × 4 B × 2 = 66 MB. On a shared 2-core
-        # CPU an epoch took ≈ 30 s (sgd) and ≈ 110 s (block-admm, 4 Z sweeps) at 1 thread.
-        "train": TrainConfig(epochs=4, batch_size=64, loss="ce"),
+        # a quick look (tests, the dashboard); the research proxy is cifar10-resnet18-cpu
+        "train": TrainConfig(epochs=4, batch_size=64, loss="ce", lr_schedule="cosine"),
         "method_params": {
-            # the paper's CIFAR-10 settings (ζ = 0.5, β = 1; 4 dual steps per epoch) except Adam η = 1e-3
-            # (paper: 5e-3). At 5e-3 block 2's residual grew 18.5 -> 426 in 4 epochs and accuracy stayed at
-            # chance; at 1e-3, with BatchNorm calibrated before Z's start (block-admm's bn_calibrate), the
-            # paper's ζ = 0.5 on both Z is stable (it diverged before both changes, which is why this preset
-            # once used ζ_1 = 0.05). Measured: experiments/resnet_admm_ablation.py, docs/results/deep-networks.md.
-            "block-admm": {"lr": 1e-3, "z_lr": 0.5, "beta": 1.0, "primal_steps": 1, "iters_per_epoch": 4},
-            "gotmare": {"lr": 1e-3, "z_lr": 0.5, "beta": 1.0, "primal_steps": 1, "iters_per_epoch": 4},
-            "sgd": {"lr": 5e-2, "momentum": 0.9},
-            "adam": {"lr": 1e-3},
+            "block-admm": _RESNET_BLOCK,
+            "gotmare": _RESNET_BLOCK,
+            "online-admm": _RESNET_ONLINE,
+            **_RESNET_BACKPROP,
+        },
+    },
+    "cifar10-resnet18-cpu": {
+        "help": "CPU research proxy: CIFAR-10 (JPEG copy), ResNet-18 at width 8, 20,000 / 10,000 images, augmented, "
+        "T = 2 (after conv3_x), 8 epochs, cosine Θ schedule for every method",
+        "data": DataConfig("cifar10", train_limit=20000, test_limit=10000, augment=True),
+        "model": ModelConfig("resnet18", split=("conv3_x",), width=8),
+        "train": TrainConfig(epochs=8, batch_size=128, loss="ce", lr_schedule="cosine"),
+        "method_params": {
+            "block-admm": _RESNET_BLOCK,
+            "gotmare": _RESNET_BLOCK,
+            "online-admm": _RESNET_ONLINE,
+            **_RESNET_BACKPROP,
         },
     },
 }

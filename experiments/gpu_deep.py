@@ -64,9 +64,10 @@ from admm_core.presets import preset_config
 
 PART = 15 * 2**20  # bytes per returned state part (the limit is 16 MiB per file)
 RETURN_BYTES = 56 * 2**20  # state parts in all (64 MiB minus the small files)
+EPOCH_SLACK = 1.4  # an epoch's time in a full run against the probe's estimate (evaluations, noise)
 MAX_PARTS = 3  # 8 files back: runs.tar.gz, table.md, curves.png, probe.json, log + 3 parts
-SHARES = {"sgd": 0.2, "block-admm": 0.3, "gotmare": 0.3, "fmnist": 0.2}
-CIFAR_METHODS = ("sgd", "block-admm", "gotmare")
+SHARES = {"sgd": 0.2, "block-admm": 0.3, "online-admm": 0.3, "gotmare": 0.3, "fmnist": 0.2}
+CIFAR_METHODS = ("sgd", "block-admm", "online-admm", "gotmare")
 
 
 # --- pack (here) ------------------------------------------------------------------------------
@@ -101,6 +102,7 @@ def job_config(job: str, a, options: dict):
         if a.fmnist_epochs:
             cfg = cfg.replace(train__epochs=a.fmnist_epochs)
     else:
+        # the preset's recipe for each method (issue 31's, chosen on the CPU proxy), cosine Θ schedule
         cfg = preset_config("cifar10-resnet18", job).replace(
             data__augment=True, model__width=a.width, train__epochs=a.epochs, train__checkpoint_every=10**6
         )
@@ -113,10 +115,13 @@ def job_config(job: str, a, options: dict):
             train__precision=opt.get("precision", "fp32"), train__channels_last=opt.get("channels_last", False)
         )
         extra = {k: opt[k] for k in ("fused", "chunk_size") if k in opt}
-        if job == "sgd":
-            extra.pop("chunk_size", None)  # backprop has no Z sweeps
-        else:  # ζ per block (--z-lr); Adam η: the paper's 5e-3 did not learn in the CPU ablation, 1e-3 did
+        if job in ("sgd", "online-admm"):
+            extra.pop("chunk_size", None)  # no Z sweeps over chunks of rows
+        if job == "online-admm":
+            extra.pop("fused", None)
+        if job in ("block-admm", "gotmare") and a.z_lr:  # override the preset's ζ (one value or one per block)
             extra["z_lr"] = tuple(float(v) for v in a.z_lr.split(","))
+        if job != "sgd" and a.admm_lr:
             extra["lr"] = a.admm_lr
         if extra:
             cfg = cfg.replace(method_params={**cfg.method_params, **extra})
@@ -160,7 +165,40 @@ def probe(a, log) -> dict:
                 torch.cuda.empty_cache()
     options = {m: dict(best[m][1]) for m in best}
     options["gotmare"] = dict(options.get("block-admm", {}))  # the same code path
+    options["online-admm"] = {
+        k: v for k, v in options.get("block-admm", {}).items() if k in ("precision", "channels_last")
+    }
     return {"timings": timings, "chosen": {m: best[m][0] for m in best}, "options": options}
+
+
+def epoch_seconds(a, options: dict, methods, log) -> dict:
+    """Seconds of one full-size epoch per method, with its chosen options: one epoch on a slice of
+    ``--probe-n`` images after a warm-up epoch, scaled to the training set, plus one evaluation."""
+    n_full = a.train_limit or 50_000
+    n = min(a.probe_n, n_full)
+    out = {}
+    for method in methods:
+        cfg = job_config(method, a, options).replace(data__train_limit=n)
+        sess = runs.build(cfg)
+        secs = []
+        for epoch in (1, 2):
+            sess.batch.set_epoch(epoch)
+            _sync(sess.device)
+            t0 = time.perf_counter()
+            with runs.autocast(cfg, sess.device):
+                sess.method.run_epoch(sess.net, sess.state, sess.batch)
+            _sync(sess.device)
+            secs.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        with runs.autocast(cfg, sess.device):
+            sess.evaluate()
+        _sync(sess.device)
+        out[method] = secs[1] * n_full / n + (time.perf_counter() - t0)
+        log(f"epoch estimate {method:12s} {out[method]:.1f} s (slice {n}: {secs[1]:.3f} s/epoch)")
+        del sess
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return out
 
 
 def _sync(device) -> None:
@@ -333,12 +371,28 @@ def run(a) -> int:
 
     todo = [j for j in jobs if j in SHARES and j not in done]
     shares = {**SHARES, **{k: float(v) for k, v in (kv.split("=") for kv in a.shares.split(",") if kv)}}
+    cifar = [j for j in todo if j in CIFAR_METHODS]
+    allow: dict = {}  # seconds a job may take (equal epochs); the others share what is left
+    if a.equal_epochs and cifar and not a.resume:
+        # the same epochs (and so the same cosine schedule) for every CIFAR-10 method: as many as all
+        # of them fit in the CIFAR-10 share of the budget, by each method's measured epoch time
+        est = epoch_seconds(a, options, cifar, log)
+        budget = a.budget_s - (time.time() - t_start) - 20.0
+        cifar_budget = budget * sum(shares[j] for j in cifar) / sum(shares[j] for j in todo)
+        setup = 15.0  # per job: building the run, the epoch-0 evaluation
+        a.epochs = max(1, min(a.epochs, int((cifar_budget - setup * len(cifar)) / (a.epoch_slack * sum(est.values())))))
+        allow = {j: setup + a.epoch_slack * est[j] * a.epochs for j in cifar}
+        log(f"equal epochs: {a.epochs} for {', '.join(cifar)} (estimates {est})")
     summaries, sessions, run_dirs = dict(done), {}, {j: runs_root / j for j in SHARES if (runs_root / j).exists()}
     reserve = 20.0  # packing the results
     for i, job in enumerate(todo):
         left = a.budget_s - (time.time() - t_start) - reserve
-        share = shares[job] / sum(shares[j] for j in todo[i:])
-        deadline = time.time() + max(0.0, left * share)
+        if job in allow:  # its equal epochs, with slack; never more than what is left
+            deadline = time.time() + min(allow[job], max(0.0, left))
+        else:
+            rest = [j for j in todo[i:] if j not in allow]
+            left -= sum(allow[j] for j in todo[i:] if j in allow)
+            deadline = time.time() + max(0.0, left * shares[job] / sum(shares[j] for j in rest))
         cfg = job_config(job, a, options)
         run_dir = runs_root / job
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -437,8 +491,20 @@ def main(argv=None) -> int:
     r.add_argument("--resume", help="the previous call's returned files")
     r.add_argument("--epochs", type=int, default=100, help="CIFAR-10 epochs at most (paper: 100)")
     r.add_argument("--width", type=int, default=64, help="ResNet-18 base width (64 = the paper's net)")
-    r.add_argument("--z-lr", default="0.5,0.5", help="CIFAR-10 block-admm/gotmare ζ_1,ζ_2 (paper: 0.5 for both)")
-    r.add_argument("--admm-lr", type=float, default=1e-3, help="CIFAR-10 block-admm/gotmare Adam η (paper: 5e-3)")
+    r.add_argument("--z-lr", help="override block-admm/gotmare's ζ (one value, or ζ_1,ζ_2; default: the preset's)")
+    r.add_argument("--admm-lr", type=float, help="override the Adam η of the ADMM methods (default: the preset's)")
+    r.add_argument(
+        "--equal-epochs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give every CIFAR-10 method the same epochs, as many as fit the budget (measured first)",
+    )
+    r.add_argument(
+        "--epoch-slack",
+        type=float,
+        default=EPOCH_SLACK,
+        help="a job's allowance per epoch against the probe's estimate (default %(default)s)",
+    )
     r.add_argument("--train-limit", type=int, help="CIFAR-10 training subset (CPU check)")
     r.add_argument("--test-limit", type=int)
     r.add_argument("--fmnist-limit", type=int, help="Fashion-MNIST subset (CPU check)")

@@ -173,7 +173,7 @@ def test_jacobi_sweep_differs_from_gauss_seidel_and_matches_hand_reference():
     x, z1, z2, u1, u2 = torch.randn(3, 3), torch.randn(3, 4), torch.randn(3, 2), torch.randn(3, 4), torch.randn(3, 2)
     y = torch.randn(3, 2)
     b, lr = 0.7, 0.1
-    cpl = [lambda z, out, u=u: 0.5 * b * (z - out + u).pow(2).sum() for u in (u1, u2)]
+    cpl = [lambda r, u=u: 0.5 * b * (r + u).pow(2).sum() for u in (u1, u2)]
     step = lambda t, z, g: z - lr * g  # noqa: E731
     J = lambda z: 0.5 * (z - y).pow(2).sum()  # noqa: E731
     z2_new = z2 - lr * ((z2 - y) + b * (z2 - z1 @ W2.T + u2))

@@ -227,3 +227,57 @@ def test_svm_solver_bench_compares_the_solvers_and_writes_its_table(tmp_path, mo
     newton = next(ln for ln in text.splitlines() if ln.startswith("| newton |"))
     assert newton.rstrip(" |").split(" | ")[4:7] == ["1.00000", "1.000", "0.00 points"]  # as liblinear
     assert "| liblinear |" in text and "<!-- /generated:s -->" in text
+
+
+def test_gpu_deep_run_gives_every_cifar_method_the_same_epochs_on_the_cpu(tmp_path):
+    """The device call end to end on a tiny CIFAR-10 pack, on the CPU: every method's epoch is timed
+    first, the four methods then train the same number of epochs (within the budget), and the
+    table, plot and archive come back."""
+    import pytest
+
+    from admm_core.data import candidate_roots
+
+    if not any((r / "cifar10-jpeg" / "test.tar").exists() for r in candidate_roots(None)):
+        pytest.skip("CIFAR-10 JPEG tars (../shared/data/cifar10-jpeg) absent")
+    gd = load("gpu_deep")
+    pack = tmp_path / "pack"
+    gd.main(["pack", "--out", str(pack), "--per-class", "2"])
+    out = tmp_path / "out"
+    args = ["run", "--data", str(pack), "--out", str(out), "--workdir", str(tmp_path / "work"), "--device", "cpu"]
+    args += ["--jobs", "sgd,block-admm,online-admm,gotmare", "--width", "2", "--epochs", "2", "--train-limit", "40"]
+    # generous slack: on a loaded CI machine a 40-image epoch's time varies far more than a GPU epoch's
+    args += ["--test-limit", "20", "--probe-n", "16", "--budget-s", "300", "--epoch-slack", "6"]
+    assert gd.main(args) == 0
+    log = (out / "log.txt").read_text()
+    assert "equal epochs: 2 for sgd, block-admm, online-admm, gotmare" in log
+    table = (out / "table.md").read_text()
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| ") and "method" not in line]
+    assert sorted(r[1].strip() for r in rows) == ["block-admm", "gotmare", "online-admm", "sgd"]
+    assert {r[2].strip() for r in rows} == {"2"} and all(r[-2].strip() == "finished" for r in rows)
+    assert (out / "runs.tar.gz").exists() and (out / "curves.png").exists()
+
+
+def test_every_deep_ablation_row_is_a_valid_run_and_reuse_compares_settings_not_spelling():
+    """Each row's settings pass the method's validation, rows of a study are different runs, and a
+    finished run counts as the row only if its training is the same (a default written out is)."""
+    from admm_core.config import RunConfig
+
+    abl = load("deep_ablation")
+    for study, spec in abl.STUDIES.items():
+        configs = {}
+        for name in spec["rows"]:
+            args, _ = abl.row_config(study, name, Path("out"))
+            configs[name] = abl.wanted_config(args)
+            configs[name].build_method()  # raises ConfigError on an invalid combination
+        names = list(configs)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                assert not abl.same_run(configs[a], configs[b]), (study, a, b)
+    want = abl.wanted_config(abl.row_config("resnet-cpu", "block", Path("out"))[0])
+    d = want.to_dict()
+    default_power_every = want.build_method().power_every
+    spelled = {**d, "method_params": {**d["method_params"], "power_every": default_power_every}}
+    assert "power_every" not in d["method_params"]
+    assert abl.same_run(RunConfig.from_dict(spelled), want)
+    other = {**d, "method_params": {**d["method_params"], "dual_lr": 0.5}}
+    assert not abl.same_run(RunConfig.from_dict(other), want)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..profile import phase
 from .base import MethodBase, MethodState, TrainBatch, lr_decay_setting, minibatches, set_epoch_lr, setting
 
 
@@ -31,6 +32,7 @@ class Backprop(MethodBase):
 
     uses_blocks = False
     supports_augment = True
+    supports_lr_schedule = True
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -41,12 +43,15 @@ class Backprop(MethodBase):
     def run_epoch(self, net, state: BackpropState, batch: TrainBatch, progress=None) -> dict:
         net.train()
         batches = minibatches(batch.n, batch.batch_size, state.gen)
-        set_epoch_lr(state.opt, self.lr, self.lr_decay, state.epoch)
         for b, idx in enumerate(batches):
+            set_epoch_lr(state.opt, self.lr, self.lr_decay, state.epoch, batch.lr_factor(state.epoch, b / len(batches)))
             idx = idx.to(batch.x.device)
-            state.opt.zero_grad(set_to_none=True)
-            (batch.loss(net(batch.inputs(idx)), batch.y[idx]) / len(idx)).backward()
-            state.opt.step()
+            with phase("theta"):
+                state.opt.zero_grad(set_to_none=True)
+                with phase("theta.forward_backward"):
+                    (batch.loss(net(batch.inputs(idx)), batch.y[idx]) / len(idx)).backward()
+                with phase("theta.optimizer"):
+                    state.opt.step()
             state.iteration += 1
             if progress and (b % 50 == 0 or b == len(batches) - 1):
                 progress((b + 1) / len(batches))

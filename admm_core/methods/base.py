@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import check
+from ..profile import phase
 
 
 def setting(default, help: str, **meta):
@@ -46,15 +48,63 @@ def lr_decay_setting():
     return setting(1.0, "γ: the Θ step size of epoch e is η·γ^e (1: constant)", max=1.0)
 
 
-def set_epoch_lr(opt: torch.optim.Optimizer, lr: float, gamma: float, epoch: int) -> None:
-    """Step decay, once per epoch: every parameter group's step size becomes η·γ^epoch."""
+def set_epoch_lr(opt: torch.optim.Optimizer, lr: float, gamma: float, epoch: int, factor: float = 1.0) -> None:
+    """Every parameter group's step size becomes η·γ^epoch·``factor`` (step decay, once per epoch;
+    ``factor`` is the run's Θ schedule, :meth:`TrainBatch.lr_factor`)."""
     for group in opt.param_groups:
-        group["lr"] = lr * gamma**epoch
+        group["lr"] = lr * gamma**epoch * factor
+
+
+LR_SCHEDULES = ("constant", "cosine")
+
+
+def schedule_factor(schedule: str, progress: float) -> float:
+    """Multiplier of η at ``progress`` ∈ [0, 1] of the run: 1 (constant) or ½(1 + cos πp) (cosine)."""
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
+    return 1.0
+
+
+@contextmanager
+def norm_mode(net: nn.Module, mode: str):
+    """Run ``net`` with BatchNorm in ``mode`` for passes that are not Θ-steps (Z sweeps, dual steps).
+
+    ``eval``: running statistics, so each sample's Z objective is its own. ``train``: the
+    minibatch's statistics, as the Θ-step that follows sees them, with the running statistics
+    left untouched (momentum 0), so only Θ-steps move them, once per step as in backprop.
+    The previous mode and momenta are restored on exit.
+    """
+    was = net.training
+    if mode == "eval":
+        net.eval()
+        try:
+            yield
+        finally:
+            net.train(was)
+        return
+    bns = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [(m.momentum, None if m.num_batches_tracked is None else m.num_batches_tracked.clone()) for m in bns]
+    for m in bns:
+        m.momentum = 0.0
+    net.train()
+    try:
+        yield
+    finally:
+        for m, (mom, count) in zip(bns, saved):
+            m.momentum = mom
+            if count is not None:
+                m.num_batches_tracked.copy_(count)
+        net.train(was)
 
 
 def power_steps_setting():
     """``power_steps``: iterations of the warm-started power method behind L_t (scaled Z step)."""
     return setting(2, "warm-started power-iteration steps per estimate of L_t (scaled Z step)")
+
+
+def power_every_setting():
+    """``power_every``: how often L_t is re-estimated (it moves slowly with Θ; the estimate is warm)."""
+    return setting(1, "re-estimate L_t every this many Z-updates (scaled Z step; minibatch Z-updates count one each)")
 
 
 @dataclass
@@ -118,6 +168,12 @@ class TrainBatch:
     batch_size: int  # minibatch size of Θ-steps
     shard: Shard = field(default_factory=Shard)
     augment: Callable | None = None  # e.g. data.CropFlip: (x[idx], idx) -> augmented rows, one view per epoch
+    epochs: int = 1  # epochs of the whole run (the Θ schedule's length)
+    lr_schedule: str = "constant"  # the Θ schedule of every method: see schedule_factor
+
+    def lr_factor(self, epoch: int, frac: float = 0.0) -> float:
+        """η's multiplier ``frac`` of the way through epoch ``epoch`` (0-based) of the run."""
+        return schedule_factor(self.lr_schedule, (epoch + frac) / max(1, self.epochs))
 
     @property
     def n(self) -> int:
@@ -215,6 +271,7 @@ class MethodBase:
     summary = ""
     uses_blocks = True  # False for end-to-end methods (the split is ignored)
     supports_augment = False  # True where every read of the inputs goes through TrainBatch.inputs
+    supports_lr_schedule = False  # True where Θ's step size follows TrainBatch.lr_factor
 
     @classmethod
     def settings(cls) -> list[dict]:
@@ -299,6 +356,7 @@ def theta_step(
     inputs: Sequence[torch.Tensor],
     coupling_losses: Callable[[int, torch.Tensor], torch.Tensor],
     reduce_grads: Callable[[list[torch.Tensor]], None] | None = None,
+    given: dict | None = None,
 ) -> None:
     """Θ-update of every block on one minibatch: Θ_t ← Θ_t − η ∇_{Θ_t} P_t.
 
@@ -309,14 +367,22 @@ def theta_step(
 
     ``reduce_grads(params)`` runs between backward and step (the data-parallel all-reduce);
     with it, empty ``inputs`` (this rank holds none of the minibatch's rows) skip the forward.
+    ``given[t]``: block t's output on ``inputs[t]`` already computed with Θ_t's graph (it is used
+    instead of a second forward pass; the caller vouches that Θ_t and the input are the same).
     """
     opt.zero_grad(set_to_none=True)
     if reduce_grads is None or inputs[0].shape[0] > 0:
-        total = sum(coupling_losses(t, block(inputs[t])) for t, block in enumerate(net.blocks))
-        total.backward()
+        with phase("theta.forward_backward"):
+            given = given or {}
+            total = sum(
+                coupling_losses(t, given[t] if t in given else block(inputs[t])) for t, block in enumerate(net.blocks)
+            )
+            total.backward()
     if reduce_grads is not None:
-        reduce_grads([p for g in opt.param_groups for p in g["params"]])
-    opt.step()
+        with phase("theta.all_reduce"):
+            reduce_grads([p for g in opt.param_groups for p in g["params"]])
+    with phase("theta.optimizer"):
+        opt.step()
 
 
 def minibatches(n: int, batch_size: int, gen: torch.Generator) -> list[torch.Tensor]:
@@ -329,39 +395,112 @@ def tensor_bytes(tensors) -> int:
     return int(sum(t.numel() * t.element_size() for t in tensors if t is not None))
 
 
+@dataclass
+class ZRows:
+    """Z_t of some rows, held as Z_t = base_t + δ_t, where base_t is the forward pass a Z-update
+    started from (``base`` None: ``delta`` holds Z_t itself).
+
+    Residuals are formed as (base_t − out) + δ_t: when out is that same forward pass, base_t − out
+    is exactly 0 and the residual is δ_t, however small against the activations (see
+    :func:`reverse_z_sweep`'s ``forwards``).
+    """
+
+    base: list | None
+    delta: list
+    given: dict | None = None  # {t: block_t's output with Θ_t's graph}, for the Θ-step to reuse
+
+    def z(self, t: int) -> torch.Tensor:
+        return self.delta[t] if self.base is None else self.base[t] + self.delta[t]
+
+    def zs(self) -> list[torch.Tensor]:
+        return [self.z(t) for t in range(len(self.delta))]
+
+    def residual(self, t: int, out: torch.Tensor) -> torch.Tensor:
+        """Z_t − out."""
+        return self.delta[t] - out if self.base is None else (self.base[t] - out) + self.delta[t]
+
+
+def forward_start(
+    blocks: Sequence[nn.Module], z0: torch.Tensor, first_out: torch.Tensor | None = None
+) -> tuple[list[torch.Tensor], list[tuple]]:
+    """Z_t from a forward pass (Z_0 = x), keeping each block's graph from its input: returns the Z
+    start and, per block, (input, output) for :func:`reverse_z_sweep`'s ``forwards``.
+
+    Block t's input is Z_{t−1} detached (a leaf that requires grad, except Z_0), so the sweep's
+    vjp through block_{t+1} stops at Z_t and no gradient crosses a block boundary.
+    ``first_out``: block_1(Z_0), computed by the caller (e.g. with Θ_1's graph, for its Θ-step).
+    """
+    pairs, inp = [], z0
+    with torch.enable_grad():
+        for t, block in enumerate(blocks):
+            if t > 0:
+                inp = inp.detach().requires_grad_()
+            elif inp.requires_grad:
+                inp = inp.detach()
+            if t == 0 and first_out is not None:
+                out = first_out
+            elif t == 0:
+                with torch.no_grad():
+                    out = block(inp)
+            else:
+                out = block(inp)
+            pairs.append((inp, out))
+            inp = out
+    return [out.detach() for _, out in pairs], pairs
+
+
 def reverse_z_sweep(
     blocks: Sequence[nn.Module],
     z0: torch.Tensor,
     zs: list[torch.Tensor],
     objective: Callable[[torch.Tensor], torch.Tensor],
-    couplings: Sequence[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]],
+    couplings: Sequence[Callable[[torch.Tensor], torch.Tensor]],
     z_step: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
     on_forward: Callable[[int, torch.Tensor], None] | None = None,
     jacobi: bool = False,
+    forwards: Sequence[tuple] | None = None,
+    own_grad: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+    offsets: list | None = None,
+    keep_graphs: bool = False,
 ) -> list[torch.Tensor]:
     """One Z-update pass of Alg. 1/2 on some rows: Z_T first, then t = T−1 … 1.
 
-    ``couplings[t](z, out)`` is block t+1's coupling term (0-based) given Z and the block's
-    output, e.g. β/2‖z − out + u‖². The gradient for Z_t is
+    ``couplings[t](r)`` is block t+1's coupling term (0-based) as a function of its residual
+    r = Z − block(Z_prev), e.g. β/2‖r + u‖². The gradient for Z_t is
 
-        ∇_{Z_t} [ P_t(Z_t, block_t(Z_{t−1})) + P_{t+1}(Z_{t+1}^{new}, block_{t+1}(Z_t)) ]
+        ∇_{Z_t} [ P_t(Z_t − block_t(Z_{t−1})) + P_{t+1}(Z_{t+1}^{new} − block_{t+1}(Z_t)) ]
 
     where the second term reaches Z_t only through block_{t+1} — backprop stops at Z_t.
     Each block runs forward exactly once, on the Z values the sweep started from;
     ``on_forward(t, out)`` sees each output block_t(Z_{t−1}) before Z_t is stepped (the batch
     method folds its pending dual step in there). ``z_step(t, z, grad)`` returns the new Z_t.
+    ``own_grad(t, r)``: ∇_r of ``couplings[t]`` in closed form (β(r + u) for the quadratic),
+    instead of asking autograd.
 
     ``jacobi``: P_{t+1} is taken at the Z_{t+1} the sweep started from instead of the new one,
     so every Z_t moves from the previous iterate of its neighbours (a Jacobi sweep; the
     blocks' Z-steps are then independent and can run on different processes).
+
+    ``forwards``: the (input, output) pairs of :func:`forward_start` when ``zs`` is that forward
+    pass. The sweep then reuses them (one forward pass fewer) and steps the displacements
+    δ_t = Z_t − block_t(Z_{t−1}) from 0 instead of Z_t itself: the same numbers in exact
+    arithmetic, but a residual is never the difference of two nearly equal activations, so a
+    small step deep in a network is not lost to float32 rounding (ζ^{T−t} shrinks it per block).
+    ``offsets`` (a list of T Nones) then receives the final δ_t; the return is still Z_t = out + δ_t.
+    ``keep_graphs``: keep the blocks' graphs after the vjps (a Θ-step will backpropagate through them).
     """
     T = len(blocks)
     zs = list(zs)
     z_old = list(zs)
+    if forwards is not None:
+        deltas = [torch.zeros_like(out, dtype=zs[t].dtype) for t, (_, out) in enumerate(forwards)]
+        old_deltas = list(deltas)
 
     def forward(t: int):
         """(input, output) of block t (0-based), input tracking grad unless it is Z_0."""
-        if t == 0:
+        if forwards is not None:
+            inp, out = forwards[t]
+        elif t == 0:
             with torch.no_grad():
                 inp, out = z0, blocks[0](z0)
         else:
@@ -371,22 +510,45 @@ def reverse_z_sweep(
             on_forward(t, out.detach())
         return inp, out
 
+    def residual(t: int, out: torch.Tensor, new: bool = True) -> torch.Tensor:
+        """Z_t − out (displacement form: δ_t, exact, as out is the forward pass Z_t started from)."""
+        if forwards is not None:
+            return (deltas if new else old_deltas)[t] + (forwards[t][1].detach() - out)
+        return (zs if new else z_old)[t].detach() - out
+
+    def own(t: int, out: torch.Tensor) -> torch.Tensor:
+        r = residual(t, out.detach())
+        if own_grad is not None:
+            return own_grad(t, r)
+        r = r.requires_grad_()
+        return torch.autograd.grad(couplings[t](r), r)[0]
+
+    def step(t: int, g: torch.Tensor) -> None:
+        if forwards is not None:
+            deltas[t] = z_step(t, deltas[t], g)
+        else:
+            zs[t] = z_step(t, zs[t], g)
+
     with torch.enable_grad():
-        inp, out = forward(T - 1)
-        # Z_T-step (Alg. 1, line 1): ∇ (J + P_T)
-        zT = zs[T - 1].detach().requires_grad_()
-        grad = torch.autograd.grad(objective(zT) + couplings[T - 1](zT, out.detach()), zT)[0]
-        zs[T - 1] = z_step(T - 1, zs[T - 1], grad)
+        with phase(f"z_sweep.block{T}"):
+            inp, out = forward(T - 1)
+            # Z_T-step (Alg. 1, line 1): ∇ (J + P_T)
+            zT = zs[T - 1].detach().requires_grad_()
+            step(T - 1, torch.autograd.grad(objective(zT), zT)[0] + own(T - 1, out))
         # Z-update, reverse sweep (Alg. 1, t = T−1 … 1)
         for t in range(T - 2, -1, -1):
-            # P_{t+1} at the new Z_{t+1}, differentiated through block_{t+1} only
-            z_next = z_old[t + 1] if jacobi else zs[t + 1]
-            g_next = torch.autograd.grad(couplings[t + 1](z_next.detach(), out), inp)[0]
-            inp, out = forward(t)
-            zt = zs[t].detach().requires_grad_()
-            g_own = torch.autograd.grad(couplings[t](zt, out.detach()), zt)[0]
-            zs[t] = z_step(t, zs[t], g_own + g_next)
-    return [z.detach() for z in zs]
+            with phase(f"z_sweep.block{t + 1}"):
+                # P_{t+1} at the new Z_{t+1}, differentiated through block_{t+1} only
+                g_next = torch.autograd.grad(
+                    couplings[t + 1](residual(t + 1, out, new=not jacobi)), inp, retain_graph=keep_graphs
+                )[0]
+                inp, out = forward(t)
+                step(t, own(t, out) + g_next)
+    if forwards is None:
+        return [z.detach() for z in zs]
+    if offsets is not None:
+        offsets[:] = [d.detach() for d in deltas]
+    return [(out.detach() + d).detach() for (_, out), d in zip(forwards, deltas)]
 
 
 def adam_z_step(z, g, m, v, step: int, lr: float, b1=0.9, b2=0.999, eps=1e-8):
@@ -445,7 +607,10 @@ def jacobian_norm(block: nn.Module, inp: torch.Tensor, v: torch.Tensor, steps: i
     largest per-row Jacobian norm among these rows: a local estimate, not a global bound.
     """
     inp = inp.detach()
-    v = v[: inp.shape[0]].to(inp)
+    n = inp.shape[0]
+    if v.shape[0] < n:  # the warm vector came from a smaller (last) minibatch: tile it back to n rows
+        v = _unit(v.repeat(-(-n // v.shape[0]), *[1] * (v.dim() - 1))[:n])
+    v = v[:n].to(inp)
     with torch.enable_grad():
         out, vjp_fn = torch.func.vjp(block, inp)
         for _ in range(steps):
@@ -497,7 +662,11 @@ def lipschitz_estimates(
                 L *= s
             out.append(L)
         else:
-            L, vecs[t][0] = jacobian_norm(block, inputs[t][:JACOBIAN_ROWS], vecs[t][0], steps)
+            # in the parameters' precision, outside any autocast (torch.func's jvp meets bf16 weights
+            # with float32 tangents there)
+            dtype = next(block.parameters()).dtype
+            with torch.autocast(inputs[t].device.type, enabled=False):
+                L, vecs[t][0] = jacobian_norm(block, inputs[t][:JACOBIAN_ROWS].to(dtype), vecs[t][0], steps)
             out.append(L)
     return out
 
@@ -558,11 +727,16 @@ def backprop_grads(net, x: torch.Tensor, y: torch.Tensor, loss) -> list[torch.Te
 
 
 def cosines(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> list[float]:
-    """cos∠(a_t, b_t) per block (0 where either is zero)."""
+    """cos∠(a_t, b_t) per block (0 where either is zero).
+
+    Each side is normalised first, in float64: a deep network's vanishing gradients (1e-20 and
+    below in float32) would otherwise make ‖a‖‖b‖ a denormal and the quotient leave [−1, 1].
+    """
     out = []
     for u, v in zip(a, b):
-        den = float(u.norm() * v.norm())
-        out.append(float(u @ v) / den if den > 0 else 0.0)
+        u, v = u.double(), v.double()
+        nu, nv = u.norm(), v.norm()
+        out.append(float(((u / nu) @ (v / nv)).clamp(-1.0, 1.0)) if nu > 0 and nv > 0 else 0.0)
     return out
 
 

@@ -57,24 +57,30 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, check
+from ..profile import phase
 from .base import (
     MethodBase,
     MethodState,
     TrainBatch,
+    ZRows,
     adam_z_step,
     backprop_grads,
     block_update_grads,
     cosines,
+    forward_start,
     lipschitz_estimates,
     lipschitz_vectors,
     loss_curvature,
     make_theta_optimizer,
     minibatches,
+    norm_mode,
     per_block,
+    power_every_setting,
     power_steps_setting,
     probe_rows,
     reverse_z_sweep,
+    set_epoch_lr,
     setting,
     tensor_bytes,
     theta_step,
@@ -139,6 +145,9 @@ def check_state_fits(name: str, net, batch: TrainBatch, copies: int = 2, headroo
     return need
 
 
+_NORMS = (torch.nn.modules.batchnorm._BatchNorm,)
+
+
 @dataclass
 class BlockADMMState(MethodState):
     """Everything Block-ADMM changes while it trains."""
@@ -151,12 +160,14 @@ class BlockADMMState(MethodState):
     gen: torch.Generator  # minibatch draws
     z_m: list[torch.Tensor] | None = None  # Adam moments of Z (z_optimizer='adam')
     z_v: list[torch.Tensor] | None = None
-    z_steps: int = 0  # Z sweeps so far
-    iteration: int = 0  # dual steps so far
+    z_steps: int = 0  # Z sweeps so far (minibatch schedule: Z-updates of each row so far)
+    iteration: int = 0  # dual steps so far (minibatch schedule: epochs, each a dual step of every row)
+    epoch: int = 0  # epochs done (the Θ schedule's clock)
     rho_bound: float = 1.0  # η_k, the bound on ‖h‖ of the adaptive penalty
     residuals: list[float] = field(default_factory=list)  # RMS ‖Z_t − block_t(Z_{t−1})‖ at the last dual step
     lip_vecs: list = field(default_factory=list)  # warm-start vectors of the power iterations
     lips: list[float] = field(default_factory=list)  # L_t at the last Z sweep
+    lip_calls: int = 0  # Z-updates that asked for ζ_t,eff (power_every counts them)
 
 
 @dataclass(frozen=True)
@@ -167,12 +178,14 @@ class BlockADMM(MethodBase):
     summary = "Batch Stochastic Block-ADMM (paper Alg. 1): per-sample Z and U kept across iterations"
     uses_duals = True  # False: the dual step only measures residuals (U ≡ 0, a pure penalty method)
     supports_augment = True  # every read of X goes through TrainBatch.inputs (one view per epoch)
+    supports_lr_schedule = True
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
     z_lr: float = setting(0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True)
     z_step: str = z_step_setting("fixed")
     power_steps: int = power_steps_setting()
+    power_every: int = power_every_setting()
     z_optimizer: str = setting(
         "sgd",
         "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)",
@@ -205,9 +218,40 @@ class BlockADMM(MethodBase):
         "under torchrun: shard Z/U rows over processes (samples) or one block per process (blocks, needs z_sweep=jacobi)",
         choices=("samples", "blocks"),
     )
-    fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (GPU speed option; same update)")
+    fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)")
     bn_calibrate: bool = setting(
         True, "set BatchNorm running statistics by a pass over the inputs before Z's forward-pass start"
+    )
+    z_schedule: str = setting(
+        "sweep",
+        "when Z moves: every row, iters_per_epoch × k times an epoch between Θ-passes (sweep, Alg. 1 as printed), "
+        "or the rows of each minibatch just before its Θ-step, then their dual step (minibatch)",
+        choices=("sweep", "minibatch"),
+    )
+    dual_lr: float = setting(1.0, "α: the dual step U_t ← U_t + α (Z_t − block_t(Z_{t−1})) (Alg. 1: 1)")
+    dual_theta: str = setting(
+        "new",
+        "the dual step's block_t(Z_{t−1}): after the Θ-step (new, Alg. 1) or the Θ-step's own forward pass "
+        "before it stepped (old: one forward pass fewer). Minibatch schedule only",
+        choices=("new", "old"),
+    )
+    theta_input: str = setting(
+        "new",
+        "block t's input in its Θ-step: Z_{t−1} after the Z-update (new, Alg. 1) or the forward pass the "
+        "Z-update started from (start: the Θ-step reuses that pass, no forward of its own). z_start=forward only",
+        choices=("new", "start"),
+    )
+    z_start: str = setting(
+        "previous",
+        "where a minibatch's Z-update starts: its rows' stored Z (previous, Alg. 1) or a forward pass "
+        "of the current Θ (forward; U still persists per sample). Minibatch schedule only",
+        choices=("previous", "forward"),
+    )
+    bn_mode: str = setting(
+        "eval",
+        "BatchNorm in Z sweeps and dual steps: running statistics (eval) or the statistics of the rows "
+        "swept together, as the Θ-steps see them (train)",
+        choices=("eval", "train"),
     )
 
     # --- initialisation --------------------------------------------------------------
@@ -268,6 +312,19 @@ class BlockADMM(MethodBase):
         return (torch.cat(parts) * self.u_init_scale).to(zt.device)
 
     # --- one epoch -------------------------------------------------------------------
+    def __post_init__(self):
+        super().__post_init__()
+        if self.z_schedule != "minibatch":  # these read a minibatch's own Z-update
+            for name, plain in (("z_start", "previous"), ("dual_theta", "new"), ("theta_input", "new")):
+                value = getattr(self, name)
+                check(value == plain, f"{self.name}.{name}", value, "needs z_schedule='minibatch'")
+        check(
+            self.theta_input == "new" or self.z_start == "forward",
+            f"{self.name}.theta_input",
+            self.theta_input,
+            "'start' needs z_start='forward' (the Θ-step reuses that forward pass)",
+        )
+
     def primal_passes(self, iteration: int) -> int:
         """k for the dual step numbered ``iteration`` (0-based): primal_steps, growing by one every
         ``primal_growth`` dual steps up to ``primal_steps_max`` (Prop. 1: ε_k → 0)."""
@@ -276,6 +333,16 @@ class BlockADMM(MethodBase):
         return min(max(self.primal_steps, self.primal_steps_max), self.primal_steps + iteration // self.primal_growth)
 
     def run_epoch(self, net, state: BlockADMMState, batch: TrainBatch, progress=None) -> dict:
+        if self.z_schedule == "minibatch":
+            self._epoch_by_minibatch(net, state, batch, progress)
+        else:
+            self._epoch_by_sweeps(net, state, batch, progress)
+        state.epoch += 1
+        return {}
+
+    def _epoch_by_sweeps(self, net, state: BlockADMMState, batch: TrainBatch, progress=None) -> None:
+        """Alg. 1 as printed: each iteration sweeps Z over every row, then a share of the epoch's
+        minibatch Θ-steps; k such passes, then the dual step of every row."""
         batches = minibatches(batch.n_global, batch.batch_size, state.gen)  # global rows, any world size
         ks = [self.primal_passes(state.iteration + it) for it in range(self.iters_per_epoch)]
         phases = sum(ks)
@@ -288,39 +355,76 @@ class BlockADMM(MethodBase):
             for p in range(ks[it]):
                 # Z-update (Z_T-step, reverse sweep); the previous iteration's dual step rides along
                 self.z_update(net, state, batch, with_dual=(fuse and it > 0 and p == 0))
+                self.set_lr(state, batch, phase / phases)
                 self.theta_steps(net, state, batch, per_phase[phase])  # Θ-update
                 phase += 1
             if not fuse or it == self.iters_per_epoch - 1:
                 self.dual_step(net, state, batch)  # U-update (otherwise folded into the next sweep)
             if progress:
                 progress((it + 1) / self.iters_per_epoch)
-        return {}
+
+    def _epoch_by_minibatch(self, net, state: BlockADMMState, batch: TrainBatch, progress=None) -> None:
+        """``z_schedule='minibatch'``: Alg. 1's three steps on the rows i of one minibatch at a time.
+
+            repeat k times:  Z_{T,i}-step; reverse sweep of Z_{t,i}, t = T−1 … 1   # Alg. 1, rows i only
+                             Θ_t ← Θ_t − η ∇_{Θ_t} P_t(rows i)                       # Θ-step
+            U_{t,i} ← U_{t,i} + Z_{t,i} − block_t(Z_{t−1,i})                          # dual step, rows i
+
+        Deviation from Alg. 1, which sweeps every row between Θ-steps: here a row's Z and U move
+        once an epoch, just before the Θ-step that reads them, so no Θ-step fits a Z that is a
+        fraction of an epoch old (on ResNet-18 the stale Z of the sweep schedule did not learn;
+        docs/results/deep-networks.md). Z, U still persist per sample; an epoch costs one Z-update
+        of each row instead of iters_per_epoch × k. With ``bn_mode='train'`` BatchNorm sees the
+        same minibatch statistics in the sweep, the Θ-step and the dual step.
+        """
+        T = net.T
+        k = self.primal_passes(state.iteration)
+        batches = minibatches(batch.n_global, batch.batch_size, state.gen)
+        sq = [torch.zeros((), dtype=torch.float64, device=batch.x.device) for _ in range(T)]
+        for b, idx in enumerate(batches):
+            rows = batch.shard.local(idx, batch.n).to(batch.x.device)
+            self.set_lr(state, batch, b / len(batches))
+            outs = [None] * T if self.dual_theta == "old" else None
+            zr = None
+            for p in range(k):
+                if len(rows):
+                    zr = self.z_update_rows(net, state, batch, rows, step=state.z_steps + p + 1, first=p == 0)
+                self.theta_steps(net, state, batch, [idx], outputs=outs if p == k - 1 else None, zrows=zr)
+            if len(rows):
+                self.dual_rows(net, state, batch, rows, sq, zr, outs)
+            if progress and (b % 20 == 0 or b == len(batches) - 1):
+                progress((b + 1) / len(batches))
+        state.z_steps += k
+        self._after_dual(state, [float(v) for v in sq], batch)
+
+    def set_lr(self, state: BlockADMMState, batch: TrainBatch, frac: float) -> None:
+        """η of every block at ``frac`` of this epoch: the run's Θ schedule."""
+        set_epoch_lr(state.opt, self.lr, 1.0, 0, batch.lr_factor(state.epoch, frac))
 
     def z_update(self, net, state: BlockADMMState, batch: TrainBatch, with_dual: bool = False) -> None:
+        with phase("z_sweep"):
+            self._z_update(net, state, batch, with_dual)
+
+    def _z_update(self, net, state: BlockADMMState, batch: TrainBatch, with_dual: bool = False) -> None:
         """Z_T-step and reverse sweep over this process's rows, chunk by chunk (rows are independent).
 
         With ``with_dual`` the pending dual step U_t ← U_t + Z_t − block_t(Z_{t−1}) is applied
         to each chunk first, from the same forward pass the sweep needs anyway.
         """
-        net.eval()
         T = net.T
         sq = [0.0] * T
-        if self.z_step == "scaled":
-            state.lips = lipschitz_estimates(net.blocks, [None, *state.z[:-1]], state.lip_vecs, self.power_steps)
-        z_lrs = z_step_sizes(state.z_lr, state.beta, state.lips, loss_curvature(batch.loss), self.z_step == "scaled")
+        z_lrs = self._z_lrs(net, state, batch, state.z)
         for s in range(0, batch.n, self.chunk_size):
             rows = slice(s, s + self.chunk_size)
             y = batch.y[rows]
             zs = [z[rows] for z in state.z]
             us = [u[rows] for u in state.u]  # views: in-place updates reach the state
-            couplings = [
-                (lambda z, out, u=us[t], b=state.beta[t]: 0.5 * b * (z - out + u).pow(2).sum()) for t in range(T)
-            ]
+            couplings = [(lambda r, u=us[t], b=state.beta[t]: 0.5 * b * (r + u).pow(2).sum()) for t in range(T)]
 
             def dual(t, out, zs=zs, us=us):
                 r = zs[t] - out
                 if self.uses_duals:
-                    us[t].add_(r)  # U-update (Alg. 1), before Z_t moves
+                    us[t].add_(r, alpha=self.dual_lr)  # U-update (Alg. 1), before Z_t moves
                 sq[t] += float(r.pow(2).sum())
 
             def z_step(t, z, g, rows=rows):
@@ -328,57 +432,193 @@ class BlockADMM(MethodBase):
                     return z - z_lrs[t] * g
                 return adam_z_step(z, g, state.z_m[t][rows], state.z_v[t][rows], state.z_steps + 1, z_lrs[t])
 
-            new = reverse_z_sweep(
-                net.blocks,
-                batch.inputs(rows),  # Z_0: this epoch's view of the inputs
-                zs,
-                lambda z: batch.loss(z, y),
-                couplings,
-                z_step,
-                on_forward=dual if with_dual else None,
-                jacobi=self.z_sweep == "jacobi",
-            )
+            with norm_mode(net, self.bn_mode):
+                new = reverse_z_sweep(
+                    net.blocks,
+                    batch.inputs(rows),  # Z_0: this epoch's view of the inputs
+                    zs,
+                    lambda z: batch.loss(z, y),
+                    couplings,
+                    z_step,
+                    on_forward=dual if with_dual else None,
+                    jacobi=self.z_sweep == "jacobi",
+                    own_grad=lambda t, r, us=us: state.beta[t] * (r + us[t]),  # ∇_Z P_t, closed form
+                )
             for t in range(T):
                 state.z[t][rows] = new[t]
         state.z_steps += 1
         if with_dual:
             self._after_dual(state, sq, batch)
 
-    def theta_steps(self, net, state: BlockADMMState, batch: TrainBatch, idx_list) -> None:
-        """Θ_t ← Θ_t − η ∇_{Θ_t} P_t/|i| on each minibatch i, all blocks at once (they are independent)."""
+    def _z_lrs(self, net, state: BlockADMMState, batch: TrainBatch, zs) -> list[float]:
+        """ζ_t,eff of this Z-update (the scaled step re-estimates L_t at ``zs``, in eval mode:
+        torch.func cannot differentiate BatchNorm's running-statistics update)."""
+        if self.z_step == "scaled" and (state.lip_calls % self.power_every == 0 or not any(state.lips)):
+            with norm_mode(net, "eval"), phase("lipschitz"):
+                state.lips = lipschitz_estimates(net.blocks, [None, *zs[:-1]], state.lip_vecs, self.power_steps)
+        state.lip_calls += 1
+        return z_step_sizes(state.z_lr, state.beta, state.lips, loss_curvature(batch.loss), self.z_step == "scaled")
+
+    def sweep_rows(
+        self,
+        net,
+        state: BlockADMMState,
+        batch: TrainBatch,
+        rows: torch.Tensor,
+        step: int,
+        first: bool = True,
+        for_theta: bool = False,
+    ) -> tuple[ZRows, list | None]:
+        """Z_T-step and reverse sweep of the rows ``rows`` (an index tensor), in ``bn_mode``.
+
+        Returns the new Z rows (:class:`ZRows`: from a forward start, that pass plus the exact
+        displacements) and, with Adam on Z, the new moment rows; the state is not touched (the
+        caller writes them back, or a diagnostic throws them away).
+
+        ``for_theta`` (a forward start in train mode, a Θ-step to follow): block 1's pass is run with
+        Θ_1's graph and BatchNorm's usual statistics update, and handed to that Θ-step
+        (``ZRows.given``): Θ_1 and the input are the same there, so it is the forward pass the
+        Θ-step would compute — one block-1 forward pass fewer per minibatch, the same numbers.
+        With ``theta_input='start'`` every block's pass is handed over (the Θ-steps then read the
+        forward start's inputs): the Θ-step runs no forward pass at all.
+        """
+        T = net.T
+        x = batch.inputs(rows)
+        forwards = None
+        given = None
+        # the start's passes are the Θ-step's where BatchNorm (if any) runs as in a Θ-step
+        same_mode = self.bn_mode == "train" or not any(isinstance(m, _NORMS) for m in net.modules())
+        reuse = for_theta and same_mode and self.z_start == "forward" and first
+        if self.theta_input == "start" and not same_mode:
+            raise ConfigError(
+                f"{self.name}.theta_input = 'start': with BatchNorm in the network it needs bn_mode='train' "
+                f"(the Θ-step reuses the forward start, which runs in bn_mode = {self.bn_mode!r})"
+            )
+        if self.z_start == "forward" and first:  # the Z sub-problem warm-started at the current forward pass
+            with phase("forward_start"):
+                if reuse and self.theta_input == "start":  # this pass is every block's Θ-step forward
+                    net.train()
+                    zs, forwards = forward_start(net.blocks, x, net.blocks[0](x))
+                    given = {t: out for t, (_, out) in enumerate(forwards)}
+                else:
+                    if reuse:  # block 1's pass is its Θ-step's forward (statistics updated once, as there)
+                        net.train()
+                        with torch.enable_grad():
+                            given = {0: net.blocks[0](x)}
+                    with norm_mode(net, self.bn_mode):
+                        zs, forwards = forward_start(net.blocks, x, given[0] if given else None)
+        else:
+            zs = [z[rows] for z in state.z]
+        us = [u[rows] for u in state.u]
+        z_lrs = self._z_lrs(net, state, batch, zs)
+        couplings = [(lambda r, u=us[t], b=state.beta[t]: 0.5 * b * (r + u).pow(2).sum()) for t in range(T)]
+        moments = None
+        if state.z_m is not None:
+            moments = [[m[rows] for m in state.z_m], [v[rows] for v in state.z_v]]
+
+        def z_step(t, z, g):
+            if moments is None:
+                return z - z_lrs[t] * g
+            return adam_z_step(z, g, moments[0][t], moments[1][t], step, z_lrs[t])
+
+        y = batch.y[rows]
+        offsets = [None] * T
+        with norm_mode(net, self.bn_mode):
+            new = reverse_z_sweep(
+                net.blocks,
+                x,
+                zs,
+                lambda z: batch.loss(z, y),
+                couplings,
+                z_step,
+                jacobi=self.z_sweep == "jacobi",
+                forwards=forwards,
+                own_grad=lambda t, r: state.beta[t] * (r + us[t]),  # ∇_Z P_t in closed form
+                offsets=offsets if forwards is not None else None,
+                keep_graphs=given is not None and len(given) > 1,
+            )
+        if forwards is None:
+            return ZRows(None, [z.to(state.z[t].dtype) for t, z in enumerate(new)]), moments
+        return ZRows([out.detach() for _, out in forwards], offsets, given), moments
+
+    def z_update_rows(
+        self, net, state: BlockADMMState, batch: TrainBatch, rows: torch.Tensor, step: int, first: bool = True
+    ) -> ZRows:
+        """Z-update (Alg. 1: Z_T-step, reverse sweep) of the rows of one minibatch, in place
+        (``first``: the first of the minibatch's k primal passes). Returns the rows' new Z."""
+        with phase("z_sweep"):
+            zr, moments = self.sweep_rows(net, state, batch, rows, step, first, for_theta=True)
+        for t in range(net.T):
+            state.z[t][rows] = zr.z(t).to(state.z[t].dtype)
+            if moments is not None:
+                state.z_m[t][rows] = moments[0][t]
+                state.z_v[t][rows] = moments[1][t]
+        return zr
+
+    @torch.no_grad()
+    def dual_rows(
+        self, net, state: BlockADMMState, batch: TrainBatch, rows: torch.Tensor, sq: list, zr: ZRows, outs=None
+    ) -> None:
+        """U_{t,i} ← U_{t,i} + α (Z_{t,i} − block_t(Z_{t−1,i})) on the rows of one minibatch, with the
+        new Θ (Alg. 1), or with ``outs``, the outputs the Θ-step computed before it stepped
+        (``dual_theta='old'``: no extra forward pass); adds each block's Σ r² to ``sq``."""
+        with norm_mode(net, self.bn_mode), phase("dual"):
+            inp = batch.inputs(rows) if outs is None else None
+            for t, block in enumerate(net.blocks):
+                z = zr.z(t)
+                r = zr.residual(t, block(inp) if outs is None else outs[t])
+                if self.uses_duals:
+                    state.u[t][rows] += self.dual_lr * r.to(state.u[t].dtype)
+                sq[t] += r.double().pow(2).sum()
+                inp = z
+
+    def theta_steps(self, net, state: BlockADMMState, batch: TrainBatch, idx_list, outputs=None, zrows=None) -> None:
+        """Θ_t ← Θ_t − η ∇_{Θ_t} P_t/|i| on each minibatch i, all blocks at once (they are independent).
+
+        ``outputs`` (a list of T Nones) receives block_t(Z_{t−1}) of the last minibatch, as the step
+        computed it (Θ before the step): the folded dual step reads its residual from there.
+        ``zrows``: the minibatch's Z as its Z-update left them (one minibatch only), so residuals
+        from a forward start are formed exactly (:class:`ZRows`)."""
         if not idx_list:
             return
+        with phase("theta"):
+            self._theta_steps(net, state, batch, idx_list, outputs, zrows)
+
+    def _theta_steps(self, net, state: BlockADMMState, batch: TrainBatch, idx_list, outputs=None, zrows=None) -> None:
         net.train()
         shard = batch.shard
         reduce = shard.sum_grads if shard.world > 1 else None
         for idx in idx_list:
             size = len(idx)  # the global minibatch: P_t/|i| whatever share of it is held here
             idx = shard.local(idx, batch.n).to(batch.x.device)
-            inputs = [batch.inputs(idx)] + [z[idx] for z in state.z[:-1]]  # Z_{t−1} rows, (B, *d_{t−1})
-            targets = [z[idx] + u[idx] for z, u in zip(state.z, state.u)]  # Z_t + U_t rows
-            theta_step(
-                net,
-                state.opt,
-                inputs,
-                lambda t, out: 0.5 * state.beta[t] * (targets[t] - out).pow(2).sum() / size,
-                reduce_grads=reduce,
-            )
+            zr = zrows if zrows is not None else ZRows(None, [z[idx] for z in state.z])
+            # Z_{t−1} rows, (B, *d_{t−1}): after the Z-update (Alg. 1), or the forward start's (theta_input)
+            start = self.theta_input == "start" and zr.given is not None and len(zr.given) == net.T
+            inputs = [batch.inputs(idx)] + (zr.base[:-1] if start else zr.zs()[:-1])
+            us = [u[idx] for u in state.u]
+
+            def coupling(t, out, zr=zr, us=us):
+                if outputs is not None:
+                    outputs[t] = out.detach()
+                return 0.5 * state.beta[t] * (zr.residual(t, out) + us[t]).pow(2).sum() / size  # P_t / |i|
+
+            theta_step(net, state.opt, inputs, coupling, reduce_grads=reduce, given=zr.given)
         shard.average_buffers(net)
 
     @torch.no_grad()
     def dual_step(self, net, state: BlockADMMState, batch: TrainBatch) -> None:
         """U_t ← U_t + Z_t − block_t(Z_{t−1}) for every sample; records the residuals."""
-        net.eval()
         sq = [0.0] * net.T
-        for s in range(0, batch.n, self.chunk_size):
-            rows = slice(s, s + self.chunk_size)
-            inp = batch.inputs(rows)
-            for t, block in enumerate(net.blocks):
-                r = state.z[t][rows] - block(inp)
-                if self.uses_duals:
-                    state.u[t][rows] += r
-                sq[t] += float(r.pow(2).sum())
-                inp = state.z[t][rows]
+        with norm_mode(net, self.bn_mode), phase("dual"):
+            for s in range(0, batch.n, self.chunk_size):
+                rows = slice(s, s + self.chunk_size)
+                inp = batch.inputs(rows)
+                for t, block in enumerate(net.blocks):
+                    r = state.z[t][rows] - block(inp)
+                    if self.uses_duals:
+                        state.u[t][rows] += self.dual_lr * r
+                    sq[t] += float(r.pow(2).sum())
+                    inp = state.z[t][rows]
         self._after_dual(state, sq, batch)
 
     def _after_dual(self, state: BlockADMMState, sq: list[float], batch: TrainBatch) -> None:
@@ -418,18 +658,32 @@ class BlockADMM(MethodBase):
         }
 
     def backprop_cosine(self, net, state: BlockADMMState, batch: TrainBatch) -> list[float]:
-        """cos∠(∇_{Θ_t} P_t, ∇_{Θ_t} J(y, net(x))) per block on one seeded minibatch of the stored Z, U."""
+        """cos∠(∇_{Θ_t} P_t, ∇_{Θ_t} J(y, net(x))) per block on one seeded minibatch: the Θ-direction
+        the method takes there, in the modes it takes it (BatchNorm on the minibatch's statistics,
+        as in a Θ-step; running statistics untouched), against backprop's in the same modes.
+
+        Sweep schedule: the Θ-step reads the stored Z, U. Minibatch schedule: it reads the rows
+        after their Z-update, so the probe runs that update on copies (nothing in the state moves).
+        """
         idx = probe_rows(batch.n, batch.batch_size, state.iteration).to(batch.x.device)
-        was = net.training
-        net.eval()
-        inputs = [batch.x[idx]] + [z[idx] for z in state.z[:-1]]
-        targets = [z[idx] + u[idx] for z, u in zip(state.z, state.u)]
-        mine = block_update_grads(
-            net, inputs, lambda t, out: 0.5 * state.beta[t] * (targets[t] - out).pow(2).sum() / len(idx)
-        )
-        cos = cosines(mine, backprop_grads(net, batch.x[idx], batch.y[idx], batch.loss))
-        net.train(was)
-        return cos
+        x = batch.inputs(idx)
+        if self.z_schedule == "minibatch":
+            lips, vecs = list(state.lips), [[v.clone() for v in vs] for vs in state.lip_vecs]
+            zr = self.sweep_rows(net, state, batch, idx, step=state.z_steps + 1)[0]
+            state.lips, state.lip_vecs = lips, vecs  # the probe leaves the power iteration where it was
+        else:
+            zr = ZRows(None, [z[idx] for z in state.z])
+        us = [u[idx] for u in state.u]
+        # the inputs the Θ-step reads: the moved Z_{t−1} (Alg. 1) or the forward start's (theta_input)
+        start = self.theta_input == "start" and zr.base is not None
+        with norm_mode(net, "train"):
+            mine = block_update_grads(
+                net,
+                [x, *(zr.base[:-1] if start else zr.zs()[:-1])],
+                lambda t, out: 0.5 * state.beta[t] * (zr.residual(t, out) + us[t]).pow(2).sum() / len(idx),
+            )
+            ref = backprop_grads(net, x, batch.y[idx], batch.loss)
+        return cosines(mine, ref)
 
     def state_bytes(self, state: BlockADMMState) -> int:
         return tensor_bytes([*state.z, *state.u, *(state.z_m or []), *(state.z_v or [])])

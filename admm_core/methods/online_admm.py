@@ -41,21 +41,26 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..profile import phase
 from .base import (
     MethodBase,
     MethodState,
     TrainBatch,
+    ZRows,
     adam_z_step,
     backprop_grads,
     block_update_grads,
     cosines,
+    forward_start,
     lipschitz_estimates,
     lipschitz_vectors,
     loss_curvature,
     lr_decay_setting,
     make_theta_optimizer,
     minibatches,
+    norm_mode,
     per_block,
+    power_every_setting,
     power_steps_setting,
     probe_rows,
     reverse_z_sweep,
@@ -88,6 +93,7 @@ class OnlineADMM(MethodBase):
 
     name = "online-admm"
     supports_augment = True  # every training read of X goes through TrainBatch.inputs
+    supports_lr_schedule = True
     summary = "Online Stochastic Block-ADMM (paper Alg. 2): Z per minibatch, O(d) duals, O(batch) memory"
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates")
@@ -96,6 +102,7 @@ class OnlineADMM(MethodBase):
     z_lr: float = setting(1.0, "ζ: step size of the Z-updates (scaled: in units of 1/curvature, < 2)")
     z_step: str = z_step_setting("scaled")
     power_steps: int = power_steps_setting()
+    power_every: int = power_every_setting()
     z_optimizer: str = setting(
         "sgd", "Z-update rule (Adam restarts every minibatch: sign steps)", choices=("sgd", "adam")
     )
@@ -108,6 +115,14 @@ class OnlineADMM(MethodBase):
     )
     dual_decay: float = setting(0.9, "δ of the damped dual u ← δu + ‖r‖", positive=False, max=0.999999)
     eps: float = setting(1e-8, "ε guarding ‖r‖ at r = 0")
+    fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)")
+    bn_mode: str = setting(
+        "train",
+        "BatchNorm in the forward-pass start, the Z sweep and the dual step: the minibatch's statistics, "
+        "as the Θ-step sees them (train), or running statistics (eval: the Θ-step then fits train-mode "
+        "outputs to eval-mode targets; did not learn ResNet-18)",
+        choices=("train", "eval"),
+    )
 
     def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> OnlineADMMState:
         T = net.T
@@ -122,7 +137,7 @@ class OnlineADMM(MethodBase):
         return OnlineADMMState(
             u=u,
             beta=per_block(self.beta, T, f"{self.name}.beta"),
-            opt=make_theta_optimizer(net, self.theta_optimizer, self.lr),
+            opt=make_theta_optimizer(net, self.theta_optimizer, self.lr, self.fused),
             gen=gen,
             lip_vecs=lipschitz_vectors(net.blocks, shapes, torch.Generator().manual_seed(0)),
             lips=[0.0] * T,
@@ -132,57 +147,51 @@ class OnlineADMM(MethodBase):
     def _norm(self, r: torch.Tensor) -> torch.Tensor:
         return torch.sqrt(r.pow(2).sum() + self.eps**2)
 
-    def coupling(self, beta: float, u, z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """T_t for the chosen dual form."""
-        r = z - out
+    def coupling(self, beta: float, u, r: torch.Tensor) -> torch.Tensor:
+        """T_t for the chosen dual form, as a function of the residual r = z_t − block_t(z_{t−1})."""
         if self.dual == "feature":
             return 0.5 * beta * (r + u).pow(2).sum()  # u broadcast over the minibatch
         if self.dual == "additive":
             return 0.5 * beta * (r.pow(2).sum() + u)
         return 0.5 * beta * (self._norm(r) + u) ** 2
 
+    def own_grad(self, state: OnlineADMMState):
+        """∇_r T_t in closed form where the coupling is a plain square (additive: βr; feature:
+        β(r + u)); None (autograd) for the readings with ‖r‖ inside."""
+        if self.dual == "additive":
+            return lambda t, r: state.beta[t] * r
+        if self.dual == "feature":
+            return lambda t, r: state.beta[t] * (r + state.u[t])
+        return None
+
     def _sweep_setup(self, net, state: OnlineADMMState, batch: TrainBatch, z, vecs):
         """ζ_t,eff and the coupling closures for one minibatch (z from the forward pass)."""
         T = net.T
-        if self.z_step == "scaled":
-            lips = lipschitz_estimates(net.blocks, [None, *z[:-1]], vecs, self.power_steps)
+        if self.z_step == "scaled" and state.iteration % self.power_every != 0 and any(state.lips):
+            lips = list(state.lips)  # L_t moves slowly: re-estimated every power_every minibatches
+        elif self.z_step == "scaled":
+            with norm_mode(net, "eval"), phase("lipschitz"):  # torch.func cannot differentiate BN's statistics update
+                lips = lipschitz_estimates(net.blocks, [None, *z[:-1]], vecs, self.power_steps)
         else:
             lips = [0.0] * T
         z_lrs = z_step_sizes([self.z_lr] * T, state.beta, lips, loss_curvature(batch.loss), self.z_step == "scaled")
-        couplings = [(lambda zt, out, t=t: self.coupling(state.beta[t], state.u[t], zt, out)) for t in range(T)]
+        couplings = [(lambda r, t=t: self.coupling(state.beta[t], state.u[t], r)) for t in range(T)]
         return lips, z_lrs, couplings
 
     def run_epoch(self, net, state: OnlineADMMState, batch: TrainBatch, progress=None) -> dict:
         T = net.T
         batches = minibatches(batch.n, batch.batch_size, state.gen)
-        set_epoch_lr(state.opt, self.lr, self.lr_decay, state.epoch)
         sq = [0.0] * T
         for b, idx in enumerate(batches):
+            set_epoch_lr(state.opt, self.lr, self.lr_decay, state.epoch, batch.lr_factor(state.epoch, b / len(batches)))
             idx = idx.to(batch.x.device)
             x, y = batch.inputs(idx), batch.y[idx]  # this epoch's view of the inputs
-            net.eval()
-            with torch.no_grad():
-                z = net.forward_all(x)  # z re-initialised in a forward pass (Alg. 2)
-            moments = [[torch.zeros_like(zt), torch.zeros_like(zt)] for zt in z] if self.z_optimizer == "adam" else None
-            state.batch_bytes = max(state.batch_bytes, tensor_bytes(z) * (3 if moments else 1))
-            state.lips, z_lrs, couplings = self._sweep_setup(net, state, batch, z, state.lip_vecs)
-            for p in range(self.primal_steps):
-                # Z-update (Alg. 2): z_T-step, then reverse sweep
-                def z_step(t, zt, g, p=p):
-                    if moments is None:
-                        return zt - z_lrs[t] * g
-                    return adam_z_step(zt, g, moments[t][0], moments[t][1], p + 1, z_lrs[t])
-
-                z = reverse_z_sweep(net.blocks, x, z, lambda zT: batch.loss(zT, y), couplings, z_step)
-                # Θ-update
-                net.train()
-                theta_step(net, state.opt, [x, *z[:-1]], lambda t, out: couplings[t](z[t], out) / len(idx))
-                net.eval()
+            z, couplings = self.primal_steps_on(net, state, batch, x, y, step_theta=True)
             # dual update, with the new Θ
-            with torch.no_grad():
+            with torch.no_grad(), norm_mode(net, self.bn_mode), phase("dual"):
                 inp = x
                 for t, block in enumerate(net.blocks):
-                    r = z[t] - block(inp)
+                    r = z.residual(t, block(inp))
                     rn = float(r.pow(2).sum().sqrt())
                     sq[t] += rn * rn
                     if self.dual == "feature":
@@ -191,7 +200,7 @@ class OnlineADMM(MethodBase):
                         state.u[t] = self.dual_decay * state.u[t] + rn
                     else:
                         state.u[t] = state.u[t] + rn
-                    inp = z[t]
+                    inp = z.z(t)
             state.iteration += 1
             if progress and (b % 20 == 0 or b == len(batches) - 1):
                 progress((b + 1) / len(batches))
@@ -199,25 +208,69 @@ class OnlineADMM(MethodBase):
         state.epoch += 1
         return {}
 
+    def primal_steps_on(self, net, state: OnlineADMMState, batch: TrainBatch, x, y, step_theta: bool, vecs=None):
+        """z from a forward pass, then ``primal_steps`` × (z_T-step, reverse sweep, Θ-step) on one
+        minibatch; returns the last z (:class:`ZRows`) and couplings. Without ``step_theta`` it stops after the
+        first sweep (the diagnostic: the Θ-direction is read off the couplings, nothing moves).
+
+        BatchNorm follows ``bn_mode`` in the forward start and the sweeps; Θ-steps run in train
+        mode (and alone move the running statistics).
+        """
+        with norm_mode(net, self.bn_mode), phase("forward_start"):
+            z, forwards = forward_start(net.blocks, x)  # z re-initialised in a forward pass (Alg. 2)
+        zr = ZRows(None, z)
+        moments = [[torch.zeros_like(zt), torch.zeros_like(zt)] for zt in z] if self.z_optimizer == "adam" else None
+        if step_theta:
+            state.batch_bytes = max(state.batch_bytes, tensor_bytes(z) * (3 if moments else 1))
+        lips, z_lrs, couplings = self._sweep_setup(net, state, batch, z, state.lip_vecs if vecs is None else vecs)
+        if vecs is None:
+            state.lips = lips
+        for p in range(self.primal_steps if step_theta else 1):
+            # Z-update (Alg. 2): z_T-step, then reverse sweep
+            def z_step(t, zt, g, p=p):
+                if moments is None:
+                    return zt - z_lrs[t] * g
+                return adam_z_step(zt, g, moments[t][0], moments[t][1], p + 1, z_lrs[t])
+
+            first = p == 0  # the first sweep reuses the forward start and steps displacements from it
+            offsets = [None] * net.T
+            with norm_mode(net, self.bn_mode), phase("z_sweep"):
+                z = reverse_z_sweep(
+                    net.blocks,
+                    x,
+                    zr.zs(),
+                    lambda zT: batch.loss(zT, y),
+                    couplings,
+                    z_step,
+                    forwards=forwards if first else None,
+                    own_grad=self.own_grad(state),
+                    offsets=offsets if first else None,
+                )
+            zr = ZRows([out.detach() for _, out in forwards], offsets) if first else ZRows(None, z)
+            if step_theta:  # Θ-update
+                net.train()
+                with phase("theta"):
+                    inputs = [x, *zr.zs()[:-1]]
+                    theta_step(net, state.opt, inputs, lambda t, out, zr=zr: couplings[t](zr.residual(t, out)) / len(x))
+        return zr, couplings
+
     def backprop_cosine(self, net, state: OnlineADMMState, batch: TrainBatch) -> list[float]:
         """cos∠(∇_{Θ_t} T_t, ∇_{Θ_t} J(y, net(x))) per block on one seeded minibatch.
 
-        The Θ-direction is that of the first primal step (forward init, one sweep); nothing
-        in the state changes (the power iteration runs on copies of the warm vectors).
+        The Θ-direction of the first primal step, computed as training computes it (forward start
+        and sweep in ``bn_mode``, the Θ-gradient in train mode), against backprop's in train mode;
+        running statistics are left untouched and the power iteration runs on copies of the warm
+        vectors, so nothing in the state changes.
         """
         idx = probe_rows(batch.n, batch.batch_size, state.iteration).to(batch.x.device)
-        x, y = batch.x[idx], batch.y[idx]
+        x, y = batch.inputs(idx), batch.y[idx]
         was = net.training
-        net.eval()
-        with torch.no_grad():
-            z = net.forward_all(x)
         vecs = [[v.clone() for v in vs] for vs in state.lip_vecs]
-        _, z_lrs, couplings = self._sweep_setup(net, state, batch, z, vecs)
-        z = reverse_z_sweep(
-            net.blocks, x, z, lambda zT: batch.loss(zT, y), couplings, lambda t, zt, g: zt - z_lrs[t] * g
-        )
-        mine = block_update_grads(net, [x, *z[:-1]], lambda t, out: couplings[t](z[t], out) / len(idx))
-        cos = cosines(mine, backprop_grads(net, x, y, batch.loss))
+        z, couplings = self.primal_steps_on(net, state, batch, x, y, step_theta=False, vecs=vecs)
+        with norm_mode(net, "train"):
+            inputs = [x, *z.zs()[:-1]]
+            mine = block_update_grads(net, inputs, lambda t, out: couplings[t](z.residual(t, out)) / len(idx))
+            cos = cosines(mine, backprop_grads(net, x, y, batch.loss))
         net.train(was)
         return cos
 

@@ -4,7 +4,7 @@ A *form* is a flat dict of what the widgets hold::
 
     preset, data, train_limit (0 = all), augment (none / crop-flip / shift), augment_pad,
     processes (worker processes under torchrun; not part of the RunConfig), arch, hidden ("128,128"), split (list of layer
-    names), method, loss, device, epochs, batch_size, seed, eval_every, checkpoint_every,
+    names), method, loss, device, lr_schedule, epochs, batch_size, seed, eval_every, checkpoint_every,
     "mp.<setting>" for each setting of the chosen method (floats as text, so a per-block
     β can be written "1,0.5,1").
 
@@ -43,7 +43,7 @@ INT_FIELDS = (
 )
 MAX_PROCESSES = 64  # worker processes of one run on this machine (torchrun --nproc-per-node)
 MULTI_PROCESS_METHODS = ("block-admm", "gotmare")  # sample-sharded Z/U (admm_core.distributed)
-STR_FIELDS = ("preset", "data", "augment", "arch", "hidden", "method", "loss", "device")
+STR_FIELDS = ("preset", "data", "augment", "arch", "hidden", "method", "loss", "device", "lr_schedule")
 # augmentation menu -> (data.augment, data.augment_flip)
 AUGMENTS = {"none": (False, True), "crop-flip": (True, True), "shift": (True, False)}
 MP = "mp."  # prefix of method-setting fields
@@ -203,6 +203,7 @@ def form_from_config(cfg: RunConfig) -> dict:
         "method": cfg.method,
         "loss": cfg.train.loss,
         "device": cfg.train.device,
+        "lr_schedule": cfg.train.lr_schedule,
         "epochs": cfg.train.epochs,
         "batch_size": cfg.train.batch_size,
         "seed": cfg.train.seed,
@@ -340,7 +341,16 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
                 },
                 "train": {
                     k: form[k]
-                    for k in ("epochs", "batch_size", "seed", "eval_every", "checkpoint_every", "loss", "device")
+                    for k in (
+                        "epochs",
+                        "batch_size",
+                        "seed",
+                        "eval_every",
+                        "checkpoint_every",
+                        "loss",
+                        "device",
+                        "lr_schedule",
+                    )
                     if k in form
                 },
                 "method_params": params,

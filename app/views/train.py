@@ -23,6 +23,7 @@ from admm_core.deepfacto.config import DeepFactoConfig
 from admm_core.errors import CheckpointError, ConfigError, DataError
 from admm_core.faces import find_lfw
 from admm_core.methods import METHODS
+from admm_core.methods.base import LR_SCHEDULES
 from admm_core.presets import PRESETS
 from admm_core.resources import human as human_bytes
 from admm_core.runs import read_metrics
@@ -271,7 +272,7 @@ def method_section(slots: dict) -> None:
     """Method, training settings and the method's own settings (the rest in an expander)."""
     with st.container(border=True):
         st.markdown("**Method and training**")
-        c = st.columns([1.4, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8])
+        c = st.columns([1.4, 0.8, 0.9, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8])
         with c[0]:
             st.selectbox(
                 "Method",
@@ -285,6 +286,7 @@ def method_section(slots: dict) -> None:
             c[1:],
             [
                 ("loss", "Loss", None),
+                ("lr_schedule", "Θ schedule", None),
                 ("epochs", "Epochs", 1),
                 ("batch_size", "Batch size", 1),
                 ("seed", "Seed", 1),
@@ -303,6 +305,13 @@ def method_section(slots: dict) -> None:
                         max_value=F.MAX_PROCESSES,
                         help="Worker processes started through torchrun, each holding 1/N of the rows of Z and U "
                         "(block-admm, gotmare; docs/results/distributed.md). Give each a core.",
+                    )
+                elif field == "lr_schedule":
+                    st.selectbox(
+                        label,
+                        list(LR_SCHEDULES),
+                        key=K + field,
+                        help="η over the run, the same for every method: constant, or cosine down to 0 at the last epoch",
                     )
                 elif kw is None:
                     st.selectbox(label, list(LOSSES), key=K + field, help="mse: ½‖z − onehot(y)‖²; ce: cross-entropy")

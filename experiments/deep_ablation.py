@@ -1,0 +1,305 @@
+"""Answers: which change makes Block-ADMM learn ResNet-18 (and the 20-layer MLP), and which do not?
+
+One row per configuration tried, each an ordinary run of the engine (``admm train``) on a small,
+fast proxy of real data, the baselines measured in the same study:
+
+- ``resnet-small``: CIFAR-10 (JPEG copy), ResNet-18 at width 8 split after conv3_x, 5,000 training /
+  2,000 test images, augmented, batch 128, 5 epochs, constant η (the ``cifar10-resnet18-small``
+  preset made narrower and larger); about 1–4 min per row on one core. The exploration.
+- ``resnet-cpu``: the ``cifar10-resnet18-cpu`` preset (20,000 / 10,000 images, 8 epochs, cosine η):
+  the recipe and its ablations at the size the issue asks for; 6–14 min per row on one core.
+- ``deep20``: MNIST, the 20-layer MLP (``mnist-deep20``), all 60,000 training images, 4 epochs, cosine η.
+
+    python experiments/deep_ablation.py resnet-small --out bench_out/ablation --jobs 2 \\
+        --markdown docs/results/deep-networks.md
+    python experiments/deep_ablation.py resnet-cpu --rows online-admm,adam --out ...   # some rows only
+
+Rows run ``--jobs`` at a time, one thread each (``OMP_NUM_THREADS=1``), so their seconds are
+comparable within a table only. A finished row whose config.json equals the row's is reused.
+The table (test accuracy after each epoch; the last epoch's RMS residual and dual norm per
+block, and the cosine of the Θ-step to backprop's gradient per block) is written into
+``--markdown`` as the generated section ``ablation-<study>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from admm_core.config import RunConfig
+from admm_core.docs import code_version, command_line, write_section
+from admm_core.runs import read_json, read_metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Block-ADMM's settings before issue 31 (the sweep schedule of Alg. 1 as printed, the small preset's
+# ζ = 0.5, η = 1e-3), written out in full so that a row is the same run whatever the presets say now.
+OLD = {
+    "lr": 1e-3,
+    "z_lr": 0.5,
+    "z_step": "fixed",
+    "beta": 1.0,
+    "primal_steps": 1,
+    "iters_per_epoch": 4,
+    "z_schedule": "sweep",
+    "bn_mode": "eval",
+    "z_start": "previous",
+    "dual_theta": "new",
+    "dual_lr": 1.0,
+    "theta_input": "new",
+}
+OLD_ONLINE = {"lr": 1e-3, "z_lr": 1.0, "z_step": "scaled", "bn_mode": "eval"}
+MB = {**OLD, "z_schedule": "minibatch", "bn_mode": "train"}
+FWD_SCALED = {**MB, "z_start": "forward", "z_step": "scaled", "z_lr": 1.0}
+SMALL = ["--preset", "cifar10-resnet18-small", "--width", "8", "--train-limit", "5000", "--test-limit", "2000"]
+# The recipe the presets now use (admm_core.presets._RESNET_BLOCK), and its ablations on the CPU proxy.
+RECIPE = {
+    **FWD_SCALED,
+    "iters_per_epoch": 7,  # unused by the minibatch schedule (the default)
+    "lr": 5e-3,
+    "z_lr": 0.1,
+    "dual_theta": "old",
+    "dual_lr": 0.01,
+}
+
+# The 20-layer MLP's recipe (admm_core.presets._DEEP_BLOCK), written out in full.
+DEEP = {
+    "fused": True,
+    "lr": 1e-3,
+    "z_lr": 1.0,
+    "z_step": "fixed",
+    "beta": 1.0,
+    "primal_steps": 1,
+    "z_schedule": "minibatch",
+    "z_start": "forward",
+    "theta_input": "start",
+    "dual_theta": "old",
+    "dual_lr": 0.1,
+}
+GOT = {**RECIPE, "dual_lr": 1.0}  # gotmare has no dual step (α unused; the default, as its runs recorded it)
+
+STUDIES = {
+    "resnet-small": {
+        "args": [*SMALL, "--epochs", "5", "--batch-size", "128", "--lr-schedule", "constant"],
+        # name: (method, settings, what the row changes)
+        "rows": {
+            "sgd": ("sgd", {"lr": 0.05, "momentum": 0.9}, "backprop, SGD momentum 0.9, η = 0.05"),
+            "adam": ("adam", {"lr": 1e-3}, "backprop, Adam η = 1e-3"),
+            "online-eval": (
+                "online-admm",
+                OLD_ONLINE,
+                "online-admm as it was: BatchNorm running statistics in its forward start and sweep",
+            ),
+            "online-admm": (
+                "online-admm",
+                {**OLD_ONLINE, "bn_mode": "train"},
+                "online-admm, BatchNorm on the minibatch's statistics everywhere",
+            ),
+            "sweep-eval": (
+                "block-admm",
+                OLD,
+                "block-admm as it was: every row swept 4× an epoch, BatchNorm in eval mode in sweeps",
+            ),
+            "sweep-train": ("block-admm", {**OLD, "bn_mode": "train"}, "+ BatchNorm on the swept rows' statistics"),
+            "sweep-train-scaled": (
+                "block-admm",
+                {**OLD, "bn_mode": "train", "z_step": "scaled", "z_lr": 1.0},
+                "+ curvature-scaled Z step, ζ = 1",
+            ),
+            "gotmare-sweep-train": (
+                "gotmare",
+                {**OLD, "bn_mode": "train"},
+                "gotmare (U ≡ 0), sweep schedule, BatchNorm train",
+            ),
+            "mb": ("block-admm", MB, "minibatch schedule: each minibatch's rows updated just before its Θ-step"),
+            "mb-z1": ("block-admm", {**MB, "z_lr": 1.0}, "minibatch schedule, fixed ζ = 1"),
+            "mb-adamz": (
+                "block-admm",
+                {**MB, "z_optimizer": "adam", "z_lr": 0.01},
+                "minibatch schedule, Adam on Z (per-row moments), ζ = 0.01",
+            ),
+            "mb-scaled": (
+                "block-admm",
+                {**MB, "z_step": "scaled", "z_lr": 1.0},
+                "minibatch schedule, scaled Z step ζ = 1",
+            ),
+            "mb-fwd": (
+                "block-admm",
+                {**MB, "z_start": "forward"},
+                "minibatch schedule, Z-update started at the forward pass (fixed ζ = 0.5)",
+            ),
+            "mb-fwd-z1": ("block-admm", {**MB, "z_start": "forward", "z_lr": 1.0}, "… fixed ζ = 1"),
+            "mb-fwd-scaled": ("block-admm", FWD_SCALED, "… scaled Z step, ζ = 1"),
+            "mb-fwd-scaled-a0.1": ("block-admm", {**FWD_SCALED, "dual_lr": 0.1}, "… dual step α = 0.1"),
+            "mb-fwd-scaled-a0.01": ("block-admm", {**FWD_SCALED, "dual_lr": 0.01}, "… dual step α = 0.01"),
+            "mb-fwd-scaled-old": (
+                "block-admm",
+                {**FWD_SCALED, "dual_theta": "old"},
+                "… α = 1, dual residual read off the Θ-step's forward pass (Θ before the step)",
+            ),
+            "mb-fwd-scaled-old-a0.1": (
+                "block-admm",
+                {**FWD_SCALED, "dual_theta": "old", "dual_lr": 0.1},
+                "… and α = 0.1",
+            ),
+            "gotmare-mb": ("gotmare", MB, "gotmare, minibatch schedule"),
+            "gotmare-mb-fwd": (
+                "gotmare",
+                {**MB, "z_start": "forward"},
+                "gotmare, minibatch schedule, forward start, fixed ζ = 0.5",
+            ),
+            "gotmare-mb-fwd-scaled": (
+                "gotmare",
+                FWD_SCALED,
+                "gotmare, minibatch schedule, forward start, scaled ζ = 1",
+            ),
+        },
+    },
+    "resnet-cpu": {
+        "args": ["--preset", "cifar10-resnet18-cpu"],
+        "rows": {
+            "sgd": ("sgd", {"lr": 0.05, "momentum": 0.9}, "backprop, SGD momentum 0.9, η = 0.05"),
+            "adam-1e-3": ("adam", {"lr": 1e-3}, "backprop, Adam η = 1e-3"),
+            "adam": ("adam", {"lr": 5e-3}, "backprop, Adam η = 5e-3 (the paper's η)"),
+            "online-z1-lr1e-3": ("online-admm", {"lr": 1e-3, "z_lr": 1.0}, "online-admm, scaled ζ = 1, η = 1e-3"),
+            "online-admm": ("online-admm", {"lr": 5e-3, "z_lr": 0.1}, "online-admm, scaled ζ = 0.1, η = 5e-3"),
+            "gotmare-z1-lr1e-3": (
+                "gotmare",
+                {**GOT, "lr": 1e-3, "z_lr": 1.0},
+                "gotmare (U ≡ 0), forward start, scaled ζ = 1, η = 1e-3",
+            ),
+            "gotmare": ("gotmare", GOT, "gotmare, the recipe's ζ = 0.1, η = 5e-3"),
+            "block-z1-lr1e-3": (
+                "block-admm",
+                {**RECIPE, "lr": 1e-3, "z_lr": 1.0, "dual_lr": 1.0},
+                "block-admm, forward start, scaled ζ = 1, α = 1, η = 1e-3",
+            ),
+            "block-a1": ("block-admm", {**RECIPE, "dual_lr": 1.0}, "block-admm, ζ = 0.1, η = 5e-3, α = 1"),
+            "block-a0.1": ("block-admm", {**RECIPE, "dual_lr": 0.1}, "… α = 0.1"),
+            "block": ("block-admm", RECIPE, "block-admm, the recipe: ζ = 0.1, η = 5e-3, α = 0.01"),
+            "block-start": (
+                "block-admm",
+                {**RECIPE, "theta_input": "start", "power_every": 10},
+                "… Θ-steps at the forward pass's inputs (no Θ forward pass), L_t every 10 minibatches",
+            ),
+        },
+    },
+    "deep20": {
+        # Full MNIST (60,000 images), 4 epochs under a cosine η: the 10,000-image proxy was too short
+        # for anything to learn in 8 epochs, Adam backprop included (38.6%).
+        "args": ["--preset", "mnist-deep20", "--epochs", "4", "--lr-schedule", "cosine"],
+        "rows": {
+            "sgd": ("sgd", {"lr": 5e-3}, "backprop, SGD η = 5e-3 (the paper's)"),
+            "adam": ("adam", {"lr": 1e-3, "fused": True}, "backprop, Adam η = 1e-3"),
+            "online-admm": ("online-admm", {"lr": 1e-3, "z_lr": 0.1, "fused": True}, "online-admm, scaled ζ = 0.1"),
+            "sweep": ("block-admm", {**OLD, "fused": True}, "block-admm, Alg. 1's sweep schedule, fixed ζ = 0.5"),
+            "z0.5": ("block-admm", {**DEEP, "z_lr": 0.5}, "the recipe with ζβ = 0.5"),
+            "persistent": (
+                "block-admm",
+                {**DEEP, "z_start": "previous", "theta_input": "new"},
+                "the recipe with Z started from its stored value (Θ at the moved inputs)",
+            ),
+            "moved-input": ("block-admm", {**DEEP, "theta_input": "new"}, "the recipe with Θ at the moved inputs"),
+            "block": ("block-admm", DEEP, "block-admm, the recipe: ζβ = 1, forward start, Θ at the start's inputs"),
+        },
+    },
+}
+
+
+def row_config(study: str, name: str, out: Path) -> tuple[list[str], Path]:
+    method, settings, _ = STUDIES[study]["rows"][name]
+    args = [*STUDIES[study]["args"], "--method", method]
+    for k, v in settings.items():
+        args += ["--set", f"{k}={json.dumps(v)}"]
+    return args, out / f"{study}-{name}"
+
+
+def wanted_config(args: list[str]) -> RunConfig:
+    from admm_core.cli import config_from_args, make_parser
+
+    return config_from_args(make_parser().parse_args(["train", *args]))
+
+
+def same_run(have: RunConfig, want: RunConfig) -> bool:
+    """The same training: data, model, train settings and the method's full settings (defaults filled
+    in, so a setting written out equals the same value left to its default)."""
+    parts = ("method", "data", "model", "train")
+    if any(getattr(have, k) != getattr(want, k) for k in parts if k != "train"):
+        return False
+    return have.train == want.train and have.build_method() == want.build_method()
+
+
+def run_row(args: list[str], run_dir: Path) -> str:
+    """Train one row in its own process (one thread) unless a finished run of the same config is there."""
+    want = wanted_config(args)
+    have = read_json(run_dir / "config.json")
+    status = read_json(run_dir / "status.json", {}) or {}
+    if have is not None and same_run(RunConfig.from_dict(have), want) and status.get("state") == "finished":
+        return "reused"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "admm_core", "train", *args, "--out", str(run_dir), "--quiet"]
+    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    return "trained" if r.returncode == 0 else f"failed: {r.stderr.strip().splitlines()[-1:]}"
+
+
+def fmt(vals, digits=2) -> str:
+    return " / ".join(f"{v:.{digits}g}" for v in vals) if vals else "—"
+
+
+def table(study: str, names: list[str], out: Path) -> str:
+    lines = [
+        "| row | what it changes | test accuracy after each epoch (%) | final | RMS residual per block "
+        "| dual norm per block | cos to backprop per block | s/epoch |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        _, _, what = STUDIES[study]["rows"][name]
+        run_dir = row_config(study, name, out)[1]
+        ms = read_metrics(run_dir) if run_dir.exists() else []
+        if len(ms) < 2:
+            lines.append(f"| {name} | {what} | not run | | | | | |")
+            continue
+        last = ms[-1]
+        accs = ", ".join(f"{100 * m['test_accuracy']:.1f}" for m in ms[1:])
+        per_epoch = last["wall_time_s"] / max(1, last["epoch"])
+        lines.append(
+            f"| {name} | {what} | {accs} | **{100 * last['test_accuracy']:.1f}** | {fmt(last.get('residuals'))} | "
+            f"{fmt(last.get('dual_norms'))} | {fmt(last.get('backprop_cosine'))} | {per_epoch:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("study", choices=list(STUDIES))
+    p.add_argument("--rows", help="comma-separated row names (default: all)")
+    p.add_argument("--out", default="bench_out/ablation")
+    p.add_argument("--jobs", type=int, default=2, help="rows trained at once, one thread each")
+    p.add_argument("--markdown", help="write the table into this page (section ablation-<study>)")
+    p.add_argument("--collect", action="store_true", help="only tabulate the runs already in --out")
+    a = p.parse_args(argv)
+    names = a.rows.split(",") if a.rows else list(STUDIES[a.study]["rows"])
+    bad = [n for n in names if n not in STUDIES[a.study]["rows"]]
+    if bad:
+        p.error(f"--rows: unknown {bad}; choose from {list(STUDIES[a.study]['rows'])}")
+    out = Path(a.out)
+    version = code_version()
+    if not a.collect:
+        with ThreadPoolExecutor(a.jobs) as pool:
+            for name, how in zip(names, pool.map(lambda n: run_row(*row_config(a.study, n, out)), names)):
+                print(f"{name}: {how}", flush=True)
+    text = table(a.study, names, out)
+    print(text)
+    if a.markdown:
+        cmd = command_line(argv, prog="python experiments/deep_ablation.py")
+        write_section(a.markdown, f"ablation-{a.study}", text, cmd, version)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""Speed-ups that must not change the numbers: each is compared with the plain computation."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from admm_core import profile
+from admm_core.blocks import build_blocknet
+from admm_core.config import ModelConfig
+from admm_core.losses import get_loss
+from admm_core.methods import make_method
+from admm_core.methods.base import TrainBatch
+
+RECIPE = {
+    "z_schedule": "minibatch",
+    "bn_mode": "train",
+    "z_start": "forward",
+    "z_step": "scaled",
+    "z_lr": 0.1,
+    "dual_theta": "old",
+    "primal_steps": 1,
+}
+
+
+def small_resnet(seed=0):
+    net = build_blocknet(ModelConfig("resnet18", split=("conv3_x",), width=4), (3, 16, 16), 10, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(48, 3, 16, 16, generator=g), torch.randint(0, 10, (48,), generator=g)
+    return net, TrainBatch(x, y, get_loss("ce"), batch_size=16)
+
+
+def one_epoch(method, net, batch):
+    state = method.init_state(net, batch, torch.Generator().manual_seed(0))
+    method.run_epoch(net, state, batch)
+    return net.state_dict(), state
+
+
+@pytest.mark.parametrize("dual_lr", [1.0, 0.1])
+def test_reusing_block_1s_forward_start_in_its_theta_step_changes_nothing(monkeypatch, dual_lr):
+    """The forward start's block-1 pass (train mode, Θ_1's graph) serves the Θ-step: weights, running
+    statistics, Z and U equal those of a run that computes the Θ-step's forward pass again."""
+    from admm_core.methods import block_admm
+
+    method = make_method("block-admm", {**RECIPE, "dual_lr": dual_lr})
+    net, batch = small_resnet()
+    fast, fast_state = one_epoch(method, copy.deepcopy(net), batch)
+    plain_sweep = block_admm.BlockADMM.sweep_rows
+
+    def no_reuse(self, *a, for_theta=False, **k):
+        return plain_sweep(self, *a, for_theta=False, **k)
+
+    monkeypatch.setattr(block_admm.BlockADMM, "sweep_rows", no_reuse)
+    calls = {"n": 0}
+    block1 = net.blocks[0]
+    block1.register_forward_hook(lambda *a: calls.__setitem__("n", calls["n"] + 1))
+    slow, slow_state = one_epoch(method, net, batch)
+    assert calls["n"] > 0
+    for k in fast:
+        assert torch.allclose(fast[k].float(), slow[k].float(), atol=1e-6, rtol=1e-5), k
+    for a, b in zip(fast_state.u + fast_state.z, slow_state.u + slow_state.z):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_the_reuse_saves_one_block_1_forward_pass_per_minibatch():
+    method = make_method("block-admm", RECIPE)
+    net, batch = small_resnet()
+    state = method.init_state(net, batch, torch.Generator().manual_seed(0))
+    calls = {"n": 0}
+    net.blocks[0].register_forward_hook(lambda *a: calls.__setitem__("n", calls["n"] + 1))
+    method.run_epoch(net, state, batch)
+    assert calls["n"] == 3  # one block-1 pass per minibatch (48 / 16): forward start = Θ-step's forward
+
+
+def test_profile_phases_add_up_and_nest():
+    """Exclusive seconds: a nested phase is subtracted from its parent, and they sum to the parent's
+    inclusive time."""
+    import time
+
+    with profile.profiling(sync_cuda=False) as times:
+        with profile.phase("outer"):
+            time.sleep(0.02)
+            with profile.phase("inner"):
+                time.sleep(0.03)
+    assert times.inclusive["outer"] == pytest.approx(times.exclusive["outer"] + times.exclusive["inner"])
+    assert times.exclusive["inner"] >= 0.03 and times.exclusive["outer"] >= 0.02  # the inner time is not in "outer"
+    assert times.exclusive["outer"] < times.inclusive["outer"] - 0.029
+    assert times.calls == {"outer": 1, "inner": 1}
+    assert not profile.active()  # off again outside the block
+
+
+def test_profile_command_charges_an_epoch_to_its_phases(tmp_path):
+    """`admm profile` on the offline digits: the block-admm column has the Z sweep per block, the Θ-step
+    and dual step, and the per-phase seconds add up to the epoch's."""
+    from admm_core.speed import PER_CALL, main
+
+    md = tmp_path / "speed.md"
+    assert main(["--preset", "digits-mlp", "--methods", "block-admm,adam", "--epochs", "1", "--markdown", str(md)]) == 0
+    text = md.read_text()
+    for name in ("z_sweep.block1", "z_sweep.block3", "theta.forward_backward", "theta.optimizer", "dual", "eval"):
+        assert f"| {name} |" in text
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in text.splitlines() if line.count("|") > 4}
+    inside = [
+        float(v)
+        for k, v in rows.items()
+        if k not in ("phase", "---") and v != "—" and not k.startswith("**") and k not in PER_CALL
+    ]
+    total = float(rows["**epoch, all phases**"].strip("*"))
+    # every cell is rounded to 1 ms: the sum may differ from the total by half a ms per cell
+    assert sum(inside) == pytest.approx(total, abs=5e-4 * (len(inside) + 1) + 1e-9)
