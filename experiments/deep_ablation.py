@@ -265,10 +265,12 @@ def table(study: str, names: list[str], out: Path) -> str:
             lines.append(f"| {name} | {what} | not run | | | | | |")
             continue
         last = ms[-1]
+        state = (read_json(run_dir / "status.json", {}) or {}).get("state", "finished")
+        ended = "" if state == "finished" else f" ({state})"
         accs = ", ".join(f"{100 * m['test_accuracy']:.1f}" for m in ms[1:])
         per_epoch = last["wall_time_s"] / max(1, last["epoch"])
         lines.append(
-            f"| {name} | {what} | {accs} | **{100 * last['test_accuracy']:.1f}** | {fmt(last.get('residuals'))} | "
+            f"| {name} | {what} | {accs} | **{100 * last['test_accuracy']:.1f}**{ended} | {fmt(last.get('residuals'))} | "
             f"{fmt(last.get('dual_norms'))} | {fmt(last.get('backprop_cosine'))} | {per_epoch:.0f} |"
         )
     return "\n".join(lines)
