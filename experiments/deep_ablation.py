@@ -165,6 +165,8 @@ STUDIES = {
         "rows": {
             "sgd": ("sgd", {"lr": 0.05, "momentum": 0.9}, "backprop, SGD momentum 0.9, η = 0.05"),
             "adam-1e-3": ("adam", {"lr": 1e-3}, "backprop, Adam η = 1e-3"),
+            "adam-2e-3": ("adam", {"lr": 2e-3}, "backprop, Adam η = 2e-3"),
+            "adam-4e-3": ("adam", {"lr": 4e-3}, "backprop, Adam η = 4e-3"),
             "adam": ("adam", {"lr": 5e-3}, "backprop, Adam η = 5e-3 (the paper's η)"),
             "online-z1-lr1e-3": ("online-admm", {"lr": 1e-3, "z_lr": 1.0}, "online-admm, scaled ζ = 1, η = 1e-3"),
             "online-admm": ("online-admm", {"lr": 5e-3, "z_lr": 0.1}, "online-admm, scaled ζ = 0.1, η = 5e-3"),
