@@ -184,6 +184,11 @@ STUDIES = {
             "block-a1": ("block-admm", {**RECIPE, "dual_lr": 1.0}, "block-admm, ζ = 0.1, η = 5e-3, α = 1"),
             "block-a0.1": ("block-admm", {**RECIPE, "dual_lr": 0.1}, "… α = 0.1"),
             "block": ("block-admm", RECIPE, "block-admm, the recipe: ζ = 0.1, η = 5e-3, α = 0.01"),
+            "block-pe10": (
+                "block-admm",
+                {**RECIPE, "power_every": 10},
+                "the recipe with L_t re-estimated every 10 minibatches (a third of the epoch was the power iteration)",
+            ),
             "block-start": (
                 "block-admm",
                 {**RECIPE, "theta_input": "start", "power_every": 10},
