@@ -10,6 +10,10 @@ Runs go one after another (never in parallel, so timings are not disturbed) into
 ``--markdown docs/results/mnist.md`` puts it into a docs page as a generated section
 (:mod:`admm_core.docs`); ``--reuse`` rebuilds the table from finished runs without training.
 
+Time to accuracy is only comparable on an equally loaded machine: every trained row records the
+machine's mean 1-minute load average during its run (``load``; the run itself counts about one per
+thread), beside its time to 95% as a multiple of Adam's in the same table (``× adam to 95%``).
+
 Seeds and setting sweeps make rows too; ``--markdown FILE`` writes the table into FILE
 between ``<!-- bench:SECTION -->`` markers (replacing that section only), and ``--collect``
 tabulates the runs already in ``--out`` (finished, stopped, diverged or still running) without
@@ -24,6 +28,7 @@ training, so several benches started side by side can be written up by one comma
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -34,7 +39,10 @@ from .config import augment_changes, parse_sets
 from .docs import code_version, command_line, write_section
 from .presets import preset_config
 from .resources import human
-from .runs import install_stop_handlers, machine, read_json, read_metrics, run_status, summarize, train
+from .runs import install_stop_handlers, machine, read_json, read_metrics, run_status, summarize, train, write_json
+
+# a trained run's mean 1-minute load average (sampled at its start and after each epoch; this run counts 1)
+LOAD_FILE = "bench_load.json"
 
 # Final test accuracy (%) reported in the paper, per preset and method.
 PAPER = {
@@ -93,17 +101,21 @@ def table(preset: str, rows: list[dict]) -> str:
     paper = PAPER.get(preset, {})
     out = [
         "| method | epochs | final test % | best test % | lowest after epoch 3 % | paper % | wall s | s/epoch | × adam s/epoch "
-        "| time to 90% (s) | time to 95% (s) | Z/U state | cos to backprop (per block) | state |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| time to 90% (s) | time to 95% (s) | × adam to 95% | load | Z/U state | cos to backprop (per block) | state |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = (r["seconds_per_epoch"] / adam["seconds_per_epoch"]) if adam and adam.get("seconds_per_epoch") else None
+        t95, adam95 = r.get("time_to_95_s"), (adam or {}).get("time_to_95_s")
+        to95 = "—" if t95 is None or not adam95 else f"{t95 / adam95:.2f}"
+        load = "—" if r.get("load") is None else f"{r['load']:.1f}"
         cos = r.get("backprop_cosine")
         cos = "—" if not cos else " / ".join(f"{c:.3f}" for c in cos)
         out.append(
             f"| {r.get('label', r['method'])} | {r['epochs']} | {fmt_pct(r['test_accuracy'])} | {fmt_pct(r['best_test_accuracy'])} | "
             f"{fmt_pct(r.get('lowest_after'))} | {paper.get(r['method'], '—')} | {fmt_s(r['wall_time_s'])} | {fmt_s(r['seconds_per_epoch'])} | "
             f"{'—' if ratio is None else f'{ratio:.2f}'} | {fmt_s(r.get('time_to_90_s'))} | {fmt_s(r.get('time_to_95_s'))} | "
+            f"{to95} | {load} | "
             f"{human(r['state_bytes'])} | {cos} | {r.get('status', '—')} |"
         )
     return "\n".join(out)
@@ -152,8 +164,11 @@ def run_jobs(a, jobs, out: Path, per_method: dict, vary_name, should_stop) -> li
                 f"[bench] {a.preset} / {method} for {cfg.train.epochs} epochs -> {run_dir}", file=sys.stderr, flush=True
             )
 
-            def prog(e, m, method=method):
+            loads = [os.getloadavg()[0]]
+
+            def prog(e, m, method=method, loads=loads):
                 if m is not None:
+                    loads.append(os.getloadavg()[0])
                     print(
                         f"[bench]   {method} epoch {m['epoch']}: test {m['test_accuracy']:.4f} at {m['wall_time_s']:.1f}s",
                         file=sys.stderr,
@@ -161,7 +176,9 @@ def run_jobs(a, jobs, out: Path, per_method: dict, vary_name, should_stop) -> li
                     )
 
             summary = train(cfg, run_dir, on_progress=prog, should_stop=should_stop)
-        row = {**summary, **curve_stats(read_metrics(run_dir)), "label": label}
+            write_json(run_dir / LOAD_FILE, {"load": sum(loads) / len(loads), "samples": len(loads)})
+        load = (read_json(run_dir / LOAD_FILE) or {}).get("load")
+        row = {**summary, **curve_stats(read_metrics(run_dir)), "label": label, "load": load}
         rows.append({**row, "machine": run_status(run_dir).get("machine")})
         if summary["status"] == "stopped":
             break  # a stop request ends the bench, not just this run

@@ -108,3 +108,30 @@ def test_machines_line_names_what_runs_recorded_and_says_what_they_did_not():
     )
     here = machine("cuda" if torch.cuda.is_available() else "cpu")
     assert machines_line([{}, {"machine": None}]) == f"machine (not recorded by the runs; this process): {here}"
+
+
+def test_the_table_gives_time_to_95_as_a_multiple_of_adams_and_the_load():
+    base = {"epochs": 5, "test_accuracy": 0.96, "best_test_accuracy": 0.96, "wall_time_s": 10.0}
+    base |= {"seconds_per_epoch": 2.0, "state_bytes": 0, "status": "finished"}
+    rows = [
+        {**base, "method": "adam", "time_to_95_s": 4.0, "load": 1.04},
+        {**base, "method": "block-admm", "time_to_95_s": 10.0, "load": 2.5},
+        {**base, "method": "sgd", "time_to_95_s": None, "load": None},
+    ]
+    lines = bench.table("mnist-mlp-mse", rows).splitlines()
+    head = [c.strip() for c in lines[0].split("|")]
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")] for line in lines[2:]}
+    i, j = head.index("× adam to 95%"), head.index("load")
+    assert (cells["adam"][i], cells["block-admm"][i], cells["sgd"][i]) == ("1.00", "2.50", "—")
+    assert (cells["adam"][j], cells["block-admm"][j], cells["sgd"][j]) == ("1.0", "2.5", "—")
+    assert len(lines[1].split("|")) == len(lines[0].split("|"))  # the separator has a cell per column
+
+
+def test_a_trained_row_records_the_load_and_collect_reads_it_back(tmp_path):
+    out = tmp_path / "b"
+    assert bench.main(["--preset", "digits-mlp", "--methods", "adam", "--epochs", "1", "--out", str(out)]) == 0
+    rec = json.loads((out / "digits-mlp-adam" / bench.LOAD_FILE).read_text())
+    assert rec["samples"] == 3 and rec["load"] >= 0.0  # at the start, the epoch-0 evaluation, after epoch 1
+    assert bench.main(["--preset", "digits-mlp", "--methods", "adam", "--out", str(out), "--collect"]) == 0
+    row = next(line for line in (out / "digits-mlp.md").read_text().splitlines() if line.startswith("| adam |"))
+    assert f"| {rec['load']:.1f} |" in row
