@@ -113,7 +113,7 @@ MNIST_ROWS = {
     "online-pe10": (
         "online-admm",
         {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled", "power_every": 10},
-        "… L_t re-estimated every 10 minibatches (half its epoch was the power iteration)",
+        "… L_t re-estimated every 10 minibatches",
     ),
 }
 
