@@ -109,6 +109,12 @@ MNIST_ROWS = {
         {**MNIST_MB, "lr": 2e-3, "theta_input": "start"},
         "minibatch schedule, η = 2e-3, Θ-steps at the forward pass's inputs",
     ),
+    "mb-start-seed1": (
+        "block-admm",
+        {**MNIST_MB, "lr": 2e-3, "theta_input": "start"},
+        "the same, seed 1",
+        ["--seed", "1"],
+    ),
     "online": ("online-admm", {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled"}, "online-admm as the preset has it"),
     "online-pe10": (
         "online-admm",
@@ -225,6 +231,8 @@ STUDIES = {
                 {**RECIPE, "power_every": 10},
                 "the recipe with L_t re-estimated every 10 minibatches (a third of the epoch was the power iteration)",
             ),
+            "gotmare-seed1": ("gotmare", GOT, "gotmare, the recipe, seed 1", ["--seed", "1"]),
+            "block-seed1": ("block-admm", RECIPE, "block-admm, the recipe, seed 1", ["--seed", "1"]),
             "block-start": (
                 "block-admm",
                 {**RECIPE, "theta_input": "start", "power_every": 10},
