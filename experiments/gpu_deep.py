@@ -147,15 +147,7 @@ def probe(a, log) -> dict:
                 continue
             cfg = job_config(method, a, {method: opt}).replace(data__train_limit=n, data__test_limit=256)
             sess = runs.build(cfg)
-            secs = []
-            for epoch in (1, 2):
-                sess.batch.set_epoch(epoch)
-                _sync(sess.device)
-                t0 = time.perf_counter()
-                with runs.autocast(cfg, sess.device):
-                    sess.method.run_epoch(sess.net, sess.state, sess.batch)
-                _sync(sess.device)
-                secs.append(time.perf_counter() - t0)
+            secs = timed_epochs(cfg, sess)
             timings.setdefault(method, {})[name] = {"warmup_s": secs[0], "epoch_s": secs[1], "samples": n}
             log(f"probe {method:10s} {name:26s} {secs[1]:.3f} s/epoch on {n} samples (warm-up {secs[0]:.2f} s)")
             if method not in best or secs[1] < timings[method][best[method][0]]["epoch_s"]:
@@ -171,6 +163,20 @@ def probe(a, log) -> dict:
     return {"timings": timings, "chosen": {m: best[m][0] for m in best}, "options": options}
 
 
+def timed_epochs(cfg, sess) -> list[float]:
+    """Wall seconds of two epochs of ``sess``: a warm-up (allocations, kernel choice) and a timed one."""
+    secs = []
+    for epoch in (1, 2):
+        sess.batch.set_epoch(epoch)
+        _sync(sess.device)
+        t0 = time.perf_counter()
+        with runs.autocast(cfg, sess.device):
+            sess.method.run_epoch(sess.net, sess.state, sess.batch)
+        _sync(sess.device)
+        secs.append(time.perf_counter() - t0)
+    return secs
+
+
 def epoch_seconds(a, options: dict, methods, log) -> dict:
     """Seconds of one full-size epoch per method, with its chosen options: one epoch on a slice of
     ``--probe-n`` images after a warm-up epoch, scaled to the training set, plus one evaluation."""
@@ -180,15 +186,7 @@ def epoch_seconds(a, options: dict, methods, log) -> dict:
     for method in methods:
         cfg = job_config(method, a, options).replace(data__train_limit=n)
         sess = runs.build(cfg)
-        secs = []
-        for epoch in (1, 2):
-            sess.batch.set_epoch(epoch)
-            _sync(sess.device)
-            t0 = time.perf_counter()
-            with runs.autocast(cfg, sess.device):
-                sess.method.run_epoch(sess.net, sess.state, sess.batch)
-            _sync(sess.device)
-            secs.append(time.perf_counter() - t0)
+        secs = timed_epochs(cfg, sess)
         t0 = time.perf_counter()
         with runs.autocast(cfg, sess.device):
             sess.evaluate()
@@ -427,6 +425,7 @@ def run(a) -> int:
         text += "\n\nfmnist-mlp-ce:\n\n" + table("fmnist-mlp-ce", fm)
     (out / "table.md").write_text(text + "\n")
     plot_curves(run_dirs, out / "curves.png")
+    runs_root.mkdir(parents=True, exist_ok=True)  # a probe-only call trained nothing: an empty archive
     with tarfile.open(out / "runs.tar.gz", "w:gz") as tf:
         tf.add(runs_root, arcname="runs", filter=lambda ti: None if ti.name.endswith((".pt", ".tmp")) else ti)
     log(f"done in {time.time() - t_start:.0f} s")

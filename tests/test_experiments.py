@@ -281,3 +281,26 @@ def test_every_deep_ablation_row_is_a_valid_run_and_reuse_compares_settings_not_
     assert abl.same_run(RunConfig.from_dict(spelled), want)
     other = {**d, "method_params": {**d["method_params"], "dual_lr": 0.5}}
     assert not abl.same_run(RunConfig.from_dict(other), want)
+
+
+def test_a_probe_only_gpu_deep_call_times_each_speed_option_and_still_packs_its_results(tmp_path):
+    """`--jobs probe`: every option of block-admm and sgd is timed (a warm-up and a timed epoch each),
+    the fastest is chosen, and the call ends with its archive although no run was trained."""
+    import pytest
+
+    from admm_core.data import candidate_roots
+
+    if not any((r / "cifar10-jpeg" / "test.tar").exists() for r in candidate_roots(None)):
+        pytest.skip("CIFAR-10 JPEG tars (../shared/data/cifar10-jpeg) absent")
+    gd = load("gpu_deep")
+    pack, out = tmp_path / "pack", tmp_path / "out"
+    gd.main(["pack", "--out", str(pack), "--per-class", "2"])
+    args = ["run", "--data", str(pack), "--out", str(out), "--workdir", str(tmp_path / "work"), "--device", "cpu"]
+    args += ["--jobs", "probe", "--width", "2", "--train-limit", "40", "--test-limit", "20", "--probe-n", "16"]
+    assert gd.main([*args, "--budget-s", "120"]) == 0
+    info = json.loads((out / "probe.json").read_text())
+    for method in ("block-admm", "sgd"):
+        times = info["timings"][method]
+        assert info["chosen"][method] == min(times, key=lambda k: times[k]["epoch_s"])
+        assert all(t["epoch_s"] > 0 and t["warmup_s"] > 0 for t in times.values())
+    assert (out / "runs.tar.gz").exists()
