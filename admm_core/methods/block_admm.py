@@ -148,6 +148,11 @@ def check_state_fits(name: str, net, batch: TrainBatch, copies: int = 2, headroo
 _NORMS = (torch.nn.modules.batchnorm._BatchNorm,)
 
 
+def coupling_terms(beta, us) -> list:
+    """P_t as a function of its residual r = Z_t − block_t(Z_{t−1}): β_t/2 ‖r + U_t‖² per block."""
+    return [(lambda r, u=u, b=b: 0.5 * b * (r + u).pow(2).sum()) for b, u in zip(beta, us)]
+
+
 @dataclass
 class BlockADMMState(MethodState):
     """Everything Block-ADMM changes while it trains."""
@@ -419,7 +424,7 @@ class BlockADMM(MethodBase):
             y = batch.y[rows]
             zs = [z[rows] for z in state.z]
             us = [u[rows] for u in state.u]  # views: in-place updates reach the state
-            couplings = [(lambda r, u=us[t], b=state.beta[t]: 0.5 * b * (r + u).pow(2).sum()) for t in range(T)]
+            couplings = coupling_terms(state.beta, us)
 
             def dual(t, out, zs=zs, us=us):
                 r = zs[t] - out
@@ -511,7 +516,7 @@ class BlockADMM(MethodBase):
             zs = [z[rows] for z in state.z]
         us = [u[rows] for u in state.u]
         z_lrs = self._z_lrs(net, state, batch, zs)
-        couplings = [(lambda r, u=us[t], b=state.beta[t]: 0.5 * b * (r + u).pow(2).sum()) for t in range(T)]
+        couplings = coupling_terms(state.beta, us)
         moments = None
         if state.z_m is not None:
             moments = [[m[rows] for m in state.z_m], [v[rows] for v in state.z_v]]
@@ -555,6 +560,13 @@ class BlockADMM(MethodBase):
                 state.z_v[t][rows] = moments[1][t]
         return zr
 
+    def theta_inputs(self, x: torch.Tensor, zr: ZRows) -> list[torch.Tensor]:
+        """Block t's input in its Θ-step, Z_{t−1} rows (B, *d_{t−1}): after the Z-update (Alg. 1), or
+        the forward pass the Z-update started from (``theta_input='start'``, where there was one).
+        One rule for the Θ-step and the diagnostic, so the probe measures the step taken."""
+        start = self.theta_input == "start" and zr.base is not None
+        return [x, *(zr.base[:-1] if start else zr.zs()[:-1])]
+
     @torch.no_grad()
     def dual_rows(
         self, net, state: BlockADMMState, batch: TrainBatch, rows: torch.Tensor, sq: list, zr: ZRows, outs=None
@@ -592,15 +604,13 @@ class BlockADMM(MethodBase):
             size = len(idx)  # the global minibatch: P_t/|i| whatever share of it is held here
             idx = shard.local(idx, batch.n).to(batch.x.device)
             zr = zrows if zrows is not None else ZRows(None, [z[idx] for z in state.z])
-            # Z_{t−1} rows, (B, *d_{t−1}): after the Z-update (Alg. 1), or the forward start's (theta_input)
-            start = self.theta_input == "start" and zr.given is not None and len(zr.given) == net.T
-            inputs = [batch.inputs(idx)] + (zr.base[:-1] if start else zr.zs()[:-1])
-            us = [u[idx] for u in state.u]
+            inputs = self.theta_inputs(batch.inputs(idx), zr)
+            terms = coupling_terms(state.beta, [u[idx] for u in state.u])
 
-            def coupling(t, out, zr=zr, us=us):
+            def coupling(t, out, zr=zr, terms=terms):
                 if outputs is not None:
                     outputs[t] = out.detach()
-                return 0.5 * state.beta[t] * (zr.residual(t, out) + us[t]).pow(2).sum() / size  # P_t / |i|
+                return terms[t](zr.residual(t, out)) / size  # P_t / |i|
 
             theta_step(net, state.opt, inputs, coupling, reduce_grads=reduce, given=zr.given)
         shard.average_buffers(net)
@@ -673,14 +683,12 @@ class BlockADMM(MethodBase):
             state.lips, state.lip_vecs = lips, vecs  # the probe leaves the power iteration where it was
         else:
             zr = ZRows(None, [z[idx] for z in state.z])
-        us = [u[idx] for u in state.u]
-        # the inputs the Θ-step reads: the moved Z_{t−1} (Alg. 1) or the forward start's (theta_input)
-        start = self.theta_input == "start" and zr.base is not None
+        terms = coupling_terms(state.beta, [u[idx] for u in state.u])
         with norm_mode(net, "train"):
             mine = block_update_grads(
                 net,
-                [x, *(zr.base[:-1] if start else zr.zs()[:-1])],
-                lambda t, out: 0.5 * state.beta[t] * (zr.residual(t, out) + us[t]).pow(2).sum() / len(idx),
+                self.theta_inputs(x, zr),  # the inputs the Θ-step reads
+                lambda t, out: terms[t](zr.residual(t, out)) / len(idx),
             )
             ref = backprop_grads(net, x, batch.y[idx], batch.loss)
         return cosines(mine, ref)
