@@ -313,16 +313,16 @@ def cmd_heatmaps(a) -> int:
 
 DEEPFACTO_USAGE = (
     "usage: admm deepfacto {bench [--ranks 4,32,256] [--out DIR] [--markdown FILE] [--set NAME=VALUE ...]"
-    " | evaluate --run DIR [--set svm_c=...] | grid --run DIR --out PNG}"
+    " | evaluate --run DIR [--set svm_c=...] | grid --run DIR --out PNG | ship --run DIR [--run DIR] [--out DIR]}"
 )
 
 
 def deepfacto_main(argv: list) -> int:
-    """`admm deepfacto bench|evaluate|grid ...` (each has its own parser)."""
-    from .deepfacto.commands import bench, evaluate
+    """`admm deepfacto bench|evaluate|grid|ship ...` (each has its own parser)."""
+    from .deepfacto.commands import bench, evaluate, ship
     from .heatmaps import grid
 
-    commands = {"bench": bench, "evaluate": evaluate, "grid": grid}
+    commands = {"bench": bench, "evaluate": evaluate, "grid": grid, "ship": ship}
     if not argv or argv[0] not in commands:
         print(DEEPFACTO_USAGE, file=sys.stderr)
         return 2

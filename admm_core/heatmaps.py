@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .deepfacto import shipped
 from .deepfacto.inference import load_inference_model, test_faces
 from .errors import ImageError
 
@@ -76,8 +77,20 @@ def _load_model(run_dir: str, mtime: float):
     return load_inference_model(run_dir)
 
 
+@lru_cache(maxsize=4)
+def _load_shipped(name: str, path: str, mtime: float):
+    return shipped.load_model(name, Path(path).parent)
+
+
 def load_model(run_dir):
-    """The run's inference model (backbone + M + component scales), cached per checkpoint file."""
+    """The inference model (backbone + M + component scales) of a run directory, or of a shipped
+    model named ``shipped:<name>`` (assets/models, checksum verified); cached per file."""
+    if shipped.is_shipped(run_dir):
+        name = str(run_dir).split(":", 1)[1]
+        path = shipped.path_of(shipped.entry(name))
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: shipped model {name!r} is missing")
+        return _load_shipped(name, str(path), path.stat().st_mtime)
     path = Path(run_dir) / "checkpoint.pt"
     if not path.is_file():
         raise FileNotFoundError(
@@ -97,7 +110,8 @@ def score_maps(run_dir, image) -> tuple[np.ndarray, np.ndarray]:
 def heatmaps(run_dir, image, components: Sequence[int] | None = None, normalize: str = "component") -> list[np.ndarray]:
     """Heatmaps of a DeepFacto run for one image — the dashboard's entry point.
 
-    ``run_dir``: a finished ``lfwa-deepfacto`` run directory (holds checkpoint.pt).
+    ``run_dir``: a finished ``lfwa-deepfacto`` run directory (holds checkpoint.pt), or
+    ``"shipped:deepfacto-r4"`` (``-r32``) for a model that ships with the project.
     ``image``: a path, or an (H, W, 3) uint8 RGB array (a 250×250 LFW original is centre-
     cropped to its 160×160 face crop; other sizes are centre-cropped to a square).
     ``components``: indices into the r rows of S (default: all r, in index order).

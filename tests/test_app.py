@@ -478,11 +478,35 @@ def _png(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def test_heatmaps_page_without_deepfacto_runs(env_runs):
+def test_heatmaps_page_without_any_model(env_runs, monkeypatch, tmp_path):
+    monkeypatch.setenv("ADMM_MODELS", str(tmp_path / "no-models"))
     at = app().run()
     at.switch_page("views/heatmaps.py").run()
     no_exceptions(at)
-    assert any("No DeepFacto runs yet" in i.value and "lfwa-deepfacto" in i.value for i in at.info)
+    assert any("No DeepFacto model" in i.value and "lfwa-deepfacto" in i.value for i in at.info)
+
+
+def test_heatmaps_page_works_out_of_the_box_with_the_shipped_models(env_runs, monkeypatch, tmp_path):
+    """No data root, no runs: the shipped models are offered, the page starts on the upload, and the
+    mean training face gets r score maps drawn."""
+    monkeypatch.setenv("ADMM_DATA", str(tmp_path / "no-data"))
+    monkeypatch.chdir(tmp_path)  # ./data is searched too
+    monkeypatch.setattr("admm_core.data.PROJECT_ROOT", tmp_path)  # and so is ../shared/data beside the checkout
+    at = app().run()
+    at.switch_page("views/heatmaps.py").run()
+    no_exceptions(at)
+    menu = widget(at, "selectbox", "hm_model")
+    assert [o.split(" (")[0] for o in menu.options] == ["shipped · DeepFacto r = 4", "shipped · DeepFacto r = 32"]
+    assert widget(at, "radio", "hm_source").value == "Upload a photo"
+    widget(at, "radio", "hm_source").set_value("LFW test faces").run()
+    assert any("No LFW here" in w.value for w in at.warning)
+    widget(at, "radio", "hm_source").set_value("Mean training face").run()
+    no_exceptions(at)
+    fig = at.get("plotly_chart")[0].proto.spec
+    assert fig.count("S[") >= 4  # the default four components, one panel each
+    menu.set_value("shipped:deepfacto-r32").run()
+    no_exceptions(at)
+    assert "r = 32" in widget(at, "multiselect", "hm_comps").label
 
 
 def test_heatmaps_page_lists_deepfacto_runs_and_checks_uploads(tmp_path, monkeypatch):
@@ -494,10 +518,11 @@ def test_heatmaps_page_lists_deepfacto_runs_and_checks_uploads(tmp_path, monkeyp
     (root / "plain").mkdir()
     (root / "plain" / "config.json").write_text(tiny().to_json())
     monkeypatch.setenv("ADMM_RUNS", str(root))
+    monkeypatch.setenv("ADMM_MODELS", str(tmp_path / "no-models"))  # runs only
     at = app().run()
     at.switch_page("views/heatmaps.py").run()
     no_exceptions(at)
-    assert [o.split(" · ")[0] for o in widget(at, "selectbox", "hm_run").options] == ["df1"]
+    assert widget(at, "selectbox", "hm_model").options == ["df1"]
     # an LFW face is shown; this stub run has no checkpoint, which the page says (no traceback)
     warnings = " ".join(w.value for w in at.warning)
     assert "no usable DeepFacto model" in warnings or "held-out people" in warnings, warnings

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..faces import FaceBackbone, FaceSet, backbone_widths, cache_dir, load_backbone, save_backbone, train_backbone
+from . import shipped
 from .config import DeepFactoConfig
 
 # the settings that shape a backbone trained here: all go into its cache name
@@ -50,13 +51,23 @@ def backbone_cache_path(cfg: DeepFactoConfig, train_names=(), train_pixels=None)
 def get_backbone(
     cfg: DeepFactoConfig, faces: FaceSet, train_idx, device, log=print, should_stop=None
 ) -> tuple[FaceBackbone, dict]:
-    """The backbone of ``cfg.backbone_weights``; else the cached one for this split; else train it (and cache it)."""
+    """The backbone of ``cfg.backbone_weights``; else (``backbone_source="shipped"``) the shipped
+    one when it was trained for exactly these settings and training images; else the cached one
+    for this split; else train it (and cache it)."""
     if cfg.backbone_weights:
         net, meta = load_backbone(cfg.backbone_weights)
         meta = {**meta, "source": str(cfg.backbone_weights), "trained_here_s": 0.0}
         log(f"backbone: {cfg.backbone_weights}")
         return net.to(device).eval(), meta
     path = backbone_cache_path(cfg, [faces.files[i] for i in train_idx], faces.images[train_idx])
+    if cfg.backbone_source == "shipped":
+        found = shipped.shipped_backbone(path.name)  # checksum and shapes verified
+        if found is not None:
+            net, e = found
+            log(f"backbone: shipped {shipped.path_of(e)} (backbone_source=train trains one here instead)")
+            meta = {**e.get("config", {}), "history": [], "train_wall_time_s": 0.0}
+            return net.to(device).eval(), {**meta, "source": f"shipped:{e['name']}", "trained_here_s": 0.0}
+        log("backbone: the shipped one was trained for other settings or images; using this split's own")
     if path.is_file():
         net, meta = load_backbone(path)
         log(f"backbone: cached {path} (trained in {meta.get('train_wall_time_s', 0):.0f}s)")

@@ -201,6 +201,24 @@ def evaluate(argv=None) -> int:
     return 0
 
 
+def ship(argv=None) -> int:
+    """`admm deepfacto ship --run DIR [--run DIR] [--out assets/models]`: export finished runs
+    (and the backbone they started from) as the shipped, checksummed safetensors models."""
+    from .shipped import export, models_dir
+
+    p = argparse.ArgumentParser(
+        prog="admm deepfacto ship", description="export finished DeepFacto runs as the project's shipped models"
+    )
+    p.add_argument("--run", action="append", required=True, help="a finished run folder (repeatable)")
+    p.add_argument("--out", default=str(models_dir()), help="folder of the shipped models (default: %(default)s)")
+    a = p.parse_args(argv)
+    command = "admm deepfacto ship " + " ".join(f"--run {shlex.quote(r)}" for r in a.run)
+    man = export([Path(r) for r in a.run], Path(a.out), command)
+    for m in man["models"]:
+        print(f"{Path(a.out) / m['file']}: {m['bytes'] / 1e6:.2f} MB, sha256 {m['sha256'][:16]}…")
+    return 0
+
+
 def attribute_table(run_dirs) -> str:
     """Per-attribute test accuracy (%) of each run's DeepFacto SVMs, beside raw backbone features and the majority class."""
     runs = [(read_json(Path(d) / "summary.json")["rank"], read_json(Path(d) / "attributes.json")) for d in run_dirs]

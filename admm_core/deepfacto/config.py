@@ -17,8 +17,9 @@ PAPER_MEAN = {4: 74.8, 32: 81.4, 256: 87.0}  # paper table attr_lfw, mean over t
 S_MODES = ("projection", "admm")
 M_UPDATES = ("gradient", "exact")
 SVM_SOLVERS = ("liblinear", "newton")
+BACKBONE_SOURCES = ("shipped", "train")
 # fields added after runs were saved, with the value those runs used (their config.json lacks them)
-SAVED_BEFORE = {"svm_solver": "liblinear"}
+SAVED_BEFORE = {"svm_solver": "liblinear", "backbone_source": "train"}
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,11 @@ class DeepFactoConfig:
     image_size: int = 64  # input pixels (the 160×160 crop is resized); Z_1 is C × size/8 × size/8
     test_fraction: float = 0.2  # share of identities held out (attribute SVM test + verification)
     data_limit: int | None = None  # smoke mode: only the first N labelled images (alphabetical by person)
-    backbone_weights: str | None = None  # a backbone file; None: the cached one for this seed/size, trained if missing
+    backbone_weights: str | None = None  # a backbone file; None: see backbone_source
+    # where block 1 comes from when no file is given: "shipped" = the project's trained backbone
+    # (assets/models) when it was trained for exactly these settings and images, else as "train";
+    # "train" = the one trained here for these settings (cached), trained now if missing
+    backbone_source: str = "shipped"
     backbone_epochs: int = 30  # epochs of the backbone training (if it is trained here; ≈ 25 min on one CPU core)
     backbone_lr: float = 3e-3  # peak Adam lr of that training (one-cycle)
     backbone_id_weight: float = (
@@ -93,6 +98,12 @@ class DeepFactoConfig:
             "deepfacto.data_limit",
             self.data_limit,
             "must be null or an integer ≥ 20",
+        )
+        check(
+            self.backbone_source in BACKBONE_SOURCES,
+            "deepfacto.backbone_source",
+            self.backbone_source,
+            f"choose one of {list(BACKBONE_SOURCES)}",
         )
         check(0 < self.test_fraction < 1, "deepfacto.test_fraction", self.test_fraction, "must be in (0, 1)")
         for f in (

@@ -87,10 +87,19 @@ def load_inference_model(run_dir) -> InferenceModel:
     return InferenceModel(ck)
 
 
+def model_config(run_dir) -> DeepFactoConfig:
+    """The config of a run directory, or of a shipped model (``shipped:<name>``, its manifest entry)."""
+    from . import shipped
+
+    if shipped.is_shipped(run_dir):
+        return DeepFactoConfig.from_saved(shipped.entry(str(run_dir).split(":", 1)[1])["config"])
+    return read_run_config(run_dir)
+
+
 def test_people(run_dir) -> dict[str, list[Path]]:
-    """{person: image paths} of the *test* identities of a run: its own split of the labelled
-    people (``data_limit`` included), not of the LFW folder names."""
-    cfg = read_run_config(run_dir)
+    """{person: image paths} of the *test* identities of a run (or shipped model): its own split
+    of the labelled people (``data_limit`` included), not of the LFW folder names."""
+    cfg = model_config(run_dir)
     fs = load_lfwa(cfg.data_root, size=None, limit=cfg.data_limit)
     _, te = fs.split(cfg.seed, cfg.test_fraction)
     out: dict[str, list[Path]] = {}
@@ -101,7 +110,7 @@ def test_people(run_dir) -> dict[str, list[Path]]:
 
 def test_faces(run_dir, n: int = 6, seed: int = 0) -> list[str]:
     """Paths of ``n`` faces of distinct *test* identities of a run (its own split), seeded."""
-    cfg = read_run_config(run_dir)
+    cfg = model_config(run_dir)
     fs = load_lfwa(cfg.data_root, size=None, limit=cfg.data_limit)
     _, te = fs.split(cfg.seed, cfg.test_fraction)
     rng = np.random.default_rng(seed)

@@ -1,9 +1,10 @@
-"""Heatmaps: NMF score maps of a DeepFacto run over LFW faces or an uploaded photo.
+"""Heatmaps: NMF score maps of a DeepFacto model over LFW faces, an uploaded photo or the mean face.
 
-DeepFacto runs are those whose config.json has a "deepfacto" key or whose preset starts
-with "lfwa". The score maps come from ``admm_core.heatmaps.heatmaps(run_dir, image, components)``
-(one image, a path or (H, W, 3) uint8 -> a list of (H, W) maps, one per component, upsampled to
-the image).
+The models: those that ship with the project (assets/models, usable with no data root) and the
+DeepFacto runs, i.e. those whose config.json has a "deepfacto" key or whose preset starts with
+"lfwa". The score maps come from ``admm_core.heatmaps.heatmaps(ref, image, components)`` (ref: a
+run folder or "shipped:<name>"; one image, a path or (H, W, 3) uint8 -> a list of (H, W) maps, one
+per component, upsampled to the image).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 import streamlit as st
 
 from admm_core import heatmaps as hm
-from admm_core.errors import ConfigError, DataError, ImageError
+from admm_core.deepfacto import shipped
+from admm_core.errors import CheckpointError, ConfigError, DataError, ImageError
 from app import ui
 from app.dashboard import faces
 
@@ -37,32 +39,84 @@ def held_out_people(run_dir: str) -> dict[str, list[str]]:
     return {p: [str(f) for f in files] for p, files in test_people(run_dir).items()}
 
 
+@st.cache_data(show_spinner=False)
+def lfw_problem() -> str | None:
+    """None when LFW can be found (data root or the default places), else why not."""
+    from admm_core.faces import find_lfw
+
+    try:
+        find_lfw()
+    except (DataError, OSError) as e:
+        return str(e)
+    return None
+
+
+@st.cache_data(show_spinner=False)
+def shipped_models() -> list[dict]:
+    """The DeepFacto models of assets/models (manifest entries; the files are verified on load)."""
+    try:
+        return shipped.entries("deepfacto")
+    except CheckpointError as e:
+        st.warning(str(e))
+        return []
+
+
+@st.cache_data(show_spinner="Reading the mean training face…")
+def mean_face() -> object:
+    return shipped.mean_face(shipped.entries("face-backbone")[0]["name"])
+
+
+def shipped_label(e: dict) -> str:
+    acc = (e.get("metrics") or {}).get("mean_attribute_accuracy")
+    tail = f", attributes {100 * acc:.1f}%" if acc is not None else ""
+    return f"shipped · DeepFacto r = {e['config']['rank']} (LFW{tail})"
+
+
+# the shipped models first: a new checkout has them and nothing else
+models = {f"shipped:{e['name']}": shipped_label(e) for e in shipped_models()}
 runs = [r for r in ui.list_runs() if is_deepfacto(r["config"] or {})]
-if not runs:
-    st.info("No DeepFacto runs yet — train one with `python -m admm_core train --preset lfwa-deepfacto`.")
+by_id = {r["name"]: r for r in runs}
+models |= {str(r["dir"]): ui.run_label(r) for r in runs}
+if not models:
+    st.info(
+        "No DeepFacto model: the shipped ones are missing (assets/models) and no run has been trained yet — "
+        "train one with `python -m admm_core train --preset lfwa-deepfacto`."
+    )
     st.stop()
 
-
-by_id = {r["name"]: r for r in runs}
 watched = ui.watched()
-if watched in by_id and (ss.get("hm_run") not in by_id or ss.get("hm_followed") != watched):
-    ss["hm_run"] = watched  # a run newly picked elsewhere (Train, Runs, ?run=) opens here
+if watched in by_id and (ss.get("hm_model") not in models or ss.get("hm_followed") != watched):
+    ss["hm_model"] = str(by_id[watched]["dir"])  # a run newly picked elsewhere (Train, Runs, ?run=) opens here
     ss["hm_followed"] = watched
-name = st.selectbox("DeepFacto run", list(by_id), key="hm_run", format_func=lambda n: ui.run_label(by_id[n]))
-run = next(r for r in runs if r["name"] == name)
+if ss.get("hm_model") not in models:
+    ss.pop("hm_model", None)
+ref = st.selectbox("DeepFacto model", list(models), key="hm_model", format_func=models.get)
+is_shipped = shipped.is_shipped(ref)
+if is_shipped:
+    st.caption(
+        "Trained by the project on LFW and shipped with it (assets/models, checksum verified on load). "
+        + shipped.DATA_TERMS.split(". ")[-1].strip()
+    )
 
-source = st.radio("Face", ["LFW test faces", "Upload a photo"], horizontal=True, key="hm_source")
+lfw_missing = lfw_problem()
+sources = ["LFW test faces", "Upload a photo"] + (["Mean training face"] if shipped_models() else [])
+if lfw_missing and ss.get("hm_source") in (None, "LFW test faces"):
+    ss["hm_source"] = "Upload a photo"  # no LFW here: start where a face can come from
+source = st.radio("Face", sources, horizontal=True, key="hm_source")
 face = None
 if source == "LFW test faces":
-    try:  # the run's own held-out people: its identity split of the labelled people (admm_core.deepfacto)
-        held = held_out_people(str(run["dir"]))
-    except (OSError, ConfigError, DataError, KeyError, ValueError) as e:  # no LFW labels, an unreadable config
-        held = {}
-        st.warning(f"Cannot list this run's held-out people: {type(e).__name__}: {e}")
+    held: dict = {}
+    if lfw_missing:
+        st.warning(f"No LFW here, so no held-out faces to show: {lfw_missing}. Upload a photo instead.")
+    else:
+        try:  # the model's own held-out people: its identity split of the labelled people (admm_core.deepfacto)
+            held = held_out_people(ref)
+        except (OSError, ConfigError, DataError, KeyError, ValueError) as e:  # no LFW labels, an unreadable config
+            st.warning(f"Cannot list this model's held-out people: {type(e).__name__}: {e}")
     if held:
         people = sorted(held)
         c = st.columns([2, 1])
-        person = c[0].selectbox(f"Person ({len(people)} held out of this run's training)", people, key="hm_person")
+        person = c[0].selectbox(f"Person ({len(people)} held out of this model's training)", people, key="hm_person")
         images = [Path(f) for f in held[person]]
         idx = c[1].number_input("Image", min_value=1, max_value=max(1, len(images)), value=1, key="hm_idx") - 1
         if images:
@@ -70,6 +124,12 @@ if source == "LFW test faces":
                 face = faces.read_image(images[int(idx)].read_bytes())
             except (faces.UploadError, OSError) as e:
                 st.error(f"{images[int(idx)].name}: {e}")
+elif source == "Mean training face":
+    try:
+        face = mean_face()
+        st.caption("The pixel-wise mean of the shipped backbone's training faces (no LFW needed).")
+    except (CheckpointError, ConfigError, IndexError) as e:
+        st.error(str(e))
 else:
     up = st.file_uploader("Your photo (JPEG or PNG)", key="hm_upload")
     if up is not None:
@@ -85,13 +145,13 @@ if face is None:
     st.stop()
 
 try:
-    model = hm.load_model(run["dir"])
+    model = hm.load_model(ref)
     rank = len(model.scale)
-    default = hm.default_components(run["dir"], min(4, rank))
-except (OSError, ConfigError, DataError, KeyError, ValueError, RuntimeError) as e:
-    # no checkpoint yet (still running), or an older run's checkpoint torch cannot map
+    default = hm.default_components(ref, min(4, rank))
+except (OSError, ConfigError, DataError, CheckpointError, KeyError, ValueError, RuntimeError) as e:
+    # no checkpoint yet (still running), a damaged shipped file, or an older run's checkpoint torch cannot map
     st.image(face, width=200)
-    st.warning(f"This run has no usable DeepFacto model yet: {e}")
+    st.warning(f"This model cannot be used: {e}" if is_shipped else f"This run has no usable DeepFacto model yet: {e}")
     st.stop()
 c = st.columns([3, 1])
 comps = c[0].multiselect(
@@ -111,8 +171,8 @@ if not comps:
     st.info("Pick at least one component.")
     st.stop()
 try:
-    crop = hm.crop_image(run["dir"], face)
-    maps = hm.heatmaps(run["dir"], face, comps)
+    crop = hm.crop_image(ref, face)
+    maps = hm.heatmaps(ref, face, comps)
 except (ImageError, ConfigError, ValueError, OSError, RuntimeError) as e:  # say so, no traceback
     st.error(f"Could not compute score maps for this run: {type(e).__name__}: {e}")
     st.stop()

@@ -1,0 +1,307 @@
+"""The trained DeepFacto models that ship with the project (``assets/models``).
+
+A face backbone and DeepFacto runs at r = 4 and r = 32, trained on LFW by the project's own
+commands and exported by :func:`export` (``admm deepfacto ship``). Each model is one
+safetensors file (tensors only: loading it runs no code) listed in ``manifest.json`` with its
+SHA-256, its size, every tensor's shape, its config, the command that made it and the code
+version. :func:`load` checks all of that before a tensor is used, so a damaged, truncated or
+swapped file gives one error naming the file and what is wrong.
+
+What ships:
+
+    lfw-backbone-w16     block 1 as trained by the default lfwa-deepfacto settings (seed 0): it
+                         stands in for the backbone cache (:func:`shipped_backbone`) whenever a
+                         run asks for exactly those settings and training images
+    deepfacto-r4, -r32   whole DeepFacto networks (fine-tuned backbone, M, FC, component scales):
+                         what the Heatmaps page and ``admm_core.heatmaps`` need for new images
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import CheckpointError, ConfigError
+from ..faces import FaceBackbone
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = "manifest.json"
+FORMAT = "admm-shipped-models-v1"
+DATA_TERMS = (
+    "Trained on Labeled Faces in the Wild (LFW, University of Massachusetts Amherst; "
+    "http://vis-www.cs.umass.edu/lfw/) with the LFWA attribute labels (Liu et al., ICCV 2015). "
+    "LFW is published for research; its images were collected from the web and remain their "
+    "owners'. These weights are derived from it: use them for research and teaching, cite LFW, "
+    "and do not use them to identify people."
+)
+
+
+def models_dir() -> Path:
+    """Where the shipped models lie: ``$ADMM_MODELS``, else ``assets/models`` of this checkout."""
+    return Path(os.environ.get("ADMM_MODELS") or PROJECT_ROOT / "assets" / "models")
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for blk in iter(lambda: f.read(1 << 20), b""):
+            h.update(blk)
+    return h.hexdigest()
+
+
+def read_manifest(root: Path | None = None) -> dict:
+    """``manifest.json`` as a dict (``{"models": []}`` when nothing ships in ``root``)."""
+    path = Path(root or models_dir()) / MANIFEST
+    if not path.is_file():
+        return {"format": FORMAT, "models": []}
+    try:
+        man = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a readable manifest ({e})") from None
+    if not isinstance(man, dict) or man.get("format") != FORMAT or not isinstance(man.get("models"), list):
+        raise CheckpointError(f"{path}: not a shipped-models manifest (format {FORMAT!r} expected)")
+    return man
+
+
+def entries(kind: str | None = None, root: Path | None = None) -> list[dict]:
+    """The manifest's models, optionally of one ``kind`` ("face-backbone" or "deepfacto")."""
+    return [m for m in read_manifest(root)["models"] if kind is None or m.get("kind") == kind]
+
+
+def entry(name: str, root: Path | None = None) -> dict:
+    for m in entries(root=root):
+        if m.get("name") == name:
+            return m
+    known = [m.get("name") for m in entries(root=root)]
+    raise ConfigError(f"shipped model = {name!r}: not in {Path(root or models_dir()) / MANIFEST} (known: {known})")
+
+
+def path_of(e: dict, root: Path | None = None) -> Path:
+    return Path(root or models_dir()) / e["file"]
+
+
+def load(name: str, root: Path | None = None) -> tuple[dict[str, torch.Tensor], dict]:
+    """(tensors, manifest entry) of shipped model ``name``, verified: size, SHA-256, then the name
+    and shape of every tensor against the manifest. Raises CheckpointError naming the file."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    e = entry(name, root)
+    path = path_of(e, root)
+    redo = "re-create it with scripts/make_shipped_models.sh, or restore it from git"
+    if not path.is_file():
+        raise CheckpointError(f"{path}: shipped model {name!r} is missing ({redo})")
+    if path.stat().st_size != e["bytes"]:
+        raise CheckpointError(
+            f"{path}: {path.stat().st_size} bytes, the manifest says {e['bytes']}: the file is damaged or was replaced ({redo})"
+        )
+    digest = sha256(path)
+    if digest != e["sha256"]:
+        raise CheckpointError(
+            f"{path}: SHA-256 {digest[:16]}… does not match the manifest's {e['sha256'][:16]}…: "
+            f"the file is damaged or was replaced ({redo})"
+        )
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e2:
+        raise CheckpointError(f"{path}: not a safetensors file ({e2})") from None
+    shapes = {k: list(v.shape) for k, v in tensors.items()}
+    if shapes != e["tensors"]:
+        bad = sorted(set(shapes) ^ set(e["tensors"])) or sorted(k for k in shapes if shapes[k] != e["tensors"][k])
+        raise CheckpointError(f"{path}: tensors do not match the manifest (first differences: {bad[:4]})")
+    return tensors, e
+
+
+def _strip(tensors: dict, prefix: str) -> dict:
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def backbone(name: str = "lfw-backbone-w16", root: Path | None = None) -> tuple[FaceBackbone, dict]:
+    """A shipped backbone as a FaceBackbone (eval mode) and its manifest entry."""
+    tensors, e = load(name, root)
+    net = FaceBackbone(**{k: tuple(v) if isinstance(v, list) else v for k, v in e["arch"].items()})
+    try:
+        net.load_state_dict(_strip(tensors, "backbone."))
+    except RuntimeError as err:
+        raise CheckpointError(
+            f"{path_of(e, root)}: does not fit the face backbone ({str(err).splitlines()[0]})"
+        ) from None
+    return net.eval(), e
+
+
+def mean_face(name: str = "lfw-backbone-w16", root: Path | None = None) -> np.ndarray:
+    """The mean of the backbone's training faces, (160, 160, 3) uint8: a face to draw maps over
+    on a machine without LFW."""
+    tensors, _ = load(name, root)
+    return tensors["mean_face"].numpy()
+
+
+def shipped_backbone(cache_name: str, root: Path | None = None) -> tuple[FaceBackbone, dict] | None:
+    """The shipped backbone whose cache name is ``cache_name`` (see
+    :func:`admm_core.deepfacto.backbone_cache_path`: the name digests every backbone setting,
+    the training images' names and pixels), or None when none was trained for exactly that."""
+    for e in entries("face-backbone", root):
+        if e.get("cache_name") == cache_name:
+            return backbone(e["name"], root)
+    return None
+
+
+def inference_checkpoint(name: str, root: Path | None = None) -> dict:
+    """A shipped DeepFacto model as the dict ``checkpoint.pt`` holds (:func:`save_inference`)."""
+    tensors, e = load(name, root)
+    if e.get("kind") != "deepfacto":
+        raise ConfigError(f"shipped model = {name!r}: a {e.get('kind')}, not a DeepFacto model")
+    return {
+        "format": "deepfacto-v1",
+        "config": e["config"],
+        "backbone_arch": e["arch"],
+        "backbone": _strip(tensors, "backbone."),
+        "fc": _strip(tensors, "fc."),
+        "m": tensors["m"],
+        "scale": tensors["scale"],
+        "order": tensors["order"],
+        "iteration": e.get("iterations", 0),
+    }
+
+
+def load_model(name: str, root: Path | None = None):
+    """A shipped DeepFacto model as an :class:`~admm_core.deepfacto.InferenceModel`."""
+    from .inference import InferenceModel
+
+    ck = inference_checkpoint(name, root)
+    try:
+        return InferenceModel(ck)
+    except (RuntimeError, KeyError) as err:
+        raise CheckpointError(
+            f"{path_of(entry(name, root), root)}: does not fit a DeepFacto network ({str(err).splitlines()[0]})"
+        ) from None
+
+
+def is_shipped(ref) -> bool:
+    """True for a reference to a shipped model: ``shipped:<name>``."""
+    return isinstance(ref, str) and ref.startswith("shipped:")
+
+
+# --- making them -------------------------------------------------------------------------------
+
+
+def _code_version() -> str:
+    import subprocess
+
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return sha + ("+uncommitted" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _write(tensors: dict[str, torch.Tensor], path: Path, meta: dict) -> dict:
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={k: json.dumps(v) for k, v in meta.items()})
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return {
+        "file": path.name,
+        "bytes": path.stat().st_size,
+        "sha256": sha256(path),
+        "tensors": {k: list(v.shape) for k, v in tensors.items()},
+    }
+
+
+def export(run_dirs: list[Path], out: Path, command: str) -> dict:
+    """Write the backbone the runs started from and each run's network into ``out`` with a
+    manifest (replacing it). The runs must share one backbone cache file (same settings)."""
+    from ..faces import FACE_CROP, load_backbone, load_lfwa, read_face
+    from ..runs import read_json, safe_load
+    from .backbone import backbone_cache_path
+    from .config import read_run_config
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    version = _code_version()
+    models, cache_names = [], set()
+    for d in map(Path, run_dirs):
+        cfg = read_run_config(d)
+        ck = safe_load(d / "checkpoint.pt")
+        summary = read_json(d / "summary.json") or {}
+        name = f"deepfacto-r{cfg.rank}"
+        tensors = {f"backbone.{k}": v for k, v in ck["backbone"].items()}
+        tensors |= {f"fc.{k}": v for k, v in ck["fc"].items()}
+        tensors |= {"m": ck["m"].float(), "scale": ck["scale"].float(), "order": ck["order"].long()}
+        conf = {**cfg.to_dict(), "data_root": None, "device": "auto"}
+        meta = {"name": name, "kind": "deepfacto", "config": conf, "code_version": version}
+        e = _write(tensors, out / f"{name}.safetensors", meta)
+        keep = ("attr_mean_s", "attr_mean_z_raw", "verification", "iterations", "train_wall_time_s")
+        models.append(
+            {
+                "name": name,
+                "kind": "deepfacto",
+                **e,
+                "arch": ck["backbone_arch"],
+                "config": conf,
+                "iterations": int(ck.get("iteration", 0)),
+                "metrics": {k: summary[k] for k in keep if k in summary},
+                "made_from_run": d.name,
+                "command": command,
+                "code_version": version,
+            }
+        )
+        faces = load_lfwa(cfg.data_root, size=cfg.image_size, limit=cfg.data_limit)
+        tr, _ = faces.split(cfg.seed, cfg.test_fraction)
+        cache_names.add(backbone_cache_path(cfg, [faces.files[i] for i in tr], faces.images[tr]))
+    if len(cache_names) != 1:
+        raise ConfigError(
+            f"runs = {[str(d) for d in run_dirs]}: they started from {len(cache_names)} backbones, not one"
+        )
+    cache = cache_names.pop()
+    net, bmeta = load_backbone(cache)
+    # the mean training face at the crop size: something to draw maps over without LFW
+    full = load_lfwa(cfg.data_root, size=None, limit=cfg.data_limit)  # names only: one image at a time below
+    tr, _ = full.split(cfg.seed, cfg.test_fraction)
+    mean = np.zeros((FACE_CROP, FACE_CROP, 3), np.float64)
+    for i in tr:
+        mean += read_face(full.image_dir / full.files[i], FACE_CROP)
+    mean_face_u8 = torch.from_numpy(np.round(mean / len(tr)).astype(np.uint8))
+    tensors = {f"backbone.{k}": v for k, v in net.state_dict().items()} | {"mean_face": mean_face_u8}
+    name = f"lfw-backbone-w{bmeta.get('width', net.arch['widths'][0])}"
+    meta = {"name": name, "kind": "face-backbone", "cache_name": cache.name, "code_version": version}
+    e = _write(tensors, out / f"{name}.safetensors", meta)
+    hist = bmeta.get("history") or []
+    models.insert(
+        0,
+        {
+            "name": name,
+            "kind": "face-backbone",
+            **e,
+            "arch": net.arch,
+            "cache_name": cache.name,
+            "config": {
+                k: bmeta.get(k) for k in ("image_size", "seed", "test_fraction", "epochs", "id_weight", "width")
+            },
+            "metrics": {
+                "final_loss": hist[-1]["loss"] if hist else None,
+                "train_wall_time_s": bmeta.get("train_wall_time_s"),
+            },
+            "command": command,
+            "code_version": version,
+        },
+    )
+    man = {"format": FORMAT, "data_terms": DATA_TERMS, "models": models}
+    (out / MANIFEST).write_text(json.dumps(man, indent=1) + "\n")
+    return man
