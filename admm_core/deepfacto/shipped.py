@@ -247,7 +247,15 @@ def export(run_dirs: list[Path], out: Path, command: str) -> dict:
         conf = {**cfg.to_dict(), "data_root": None, "device": "auto"}
         meta = {"name": name, "kind": "deepfacto", "config": conf, "code_version": version}
         e = _write(tensors, out / f"{name}.safetensors", meta)
-        keep = ("attr_mean_s", "attr_mean_z_raw", "verification", "iterations", "train_wall_time_s")
+        keep = (  # what the runs measured on their held-out people (docs/results/deepfacto.md, "shipped")
+            "mean_attribute_accuracy",
+            "raw_backbone_attribute_accuracy",
+            "majority_attribute_accuracy",
+            "test_accuracy",
+            "backbone_verification_accuracy",
+            "reconstruction_error",
+            "wall_time_s",
+        )
         models.append(
             {
                 "name": name,

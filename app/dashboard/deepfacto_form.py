@@ -17,6 +17,7 @@ from pathlib import Path
 
 from admm_core.config import ConfigError, parse_sets
 from admm_core.deepfacto.config import (
+    BACKBONE_SOURCES,
     M_UPDATES,
     S_MODES,
     SAVED_BEFORE,
@@ -39,7 +40,13 @@ NUMBERS = (  # number inputs (integers); the rest are text or menus
     "data_limit",
 )
 MAIN = ("rank", "warmup_iters", "finetune_iters", "train_limit", "seed", "device")
-MENUS = {"device": ("auto", "cpu", "cuda"), "s_mode": S_MODES, "m_update": M_UPDATES, "svm_solver": SVM_SOLVERS}
+MENUS = {
+    "device": ("auto", "cpu", "cuda"),
+    "s_mode": S_MODES,
+    "m_update": M_UPDATES,
+    "svm_solver": SVM_SOLVERS,
+    "backbone_source": BACKBONE_SOURCES,
+}
 OWN_WIDGETS = ("backbone_weights", "data_root")  # the backbone choice / the environment set these
 RANKS = (4, 32, 256)  # the paper's ranks (any r ≥ 1 may be typed)
 UPLOAD_LIMIT = 200 * 2**20  # bytes of an uploaded backbone file
@@ -52,6 +59,7 @@ LABELS = {
     "device": "Device",
     "backbone_epochs": "Backbone epochs",
     "backbone_width": "Backbone width",
+    "backbone_source": "Backbone source",
     "data_limit": "Labelled images (0 = all)",
 }
 

@@ -39,9 +39,8 @@ def held_out_people(run_dir: str) -> dict[str, list[str]]:
     return {p: [str(f) for f in files] for p, files in test_people(run_dir).items()}
 
 
-@st.cache_data(show_spinner=False)
 def lfw_problem() -> str | None:
-    """None when LFW can be found (data root or the default places), else why not."""
+    """None when LFW can be found (data root or the default places), else why not (a few stat calls)."""
     from admm_core.faces import find_lfw
 
     try:
@@ -52,18 +51,19 @@ def lfw_problem() -> str | None:
 
 
 @st.cache_data(show_spinner=False)
-def shipped_models() -> list[dict]:
-    """The DeepFacto models of assets/models (manifest entries; the files are verified on load)."""
+def shipped_models(root: str, stamp: float = 0.0) -> list[dict]:
+    """The DeepFacto models of ``root`` (manifest entries; the files are verified on load);
+    ``stamp``: the manifest's mtime, so a re-made manifest is read again."""
     try:
-        return shipped.entries("deepfacto")
+        return shipped.entries("deepfacto", Path(root))
     except CheckpointError as e:
         st.warning(str(e))
         return []
 
 
 @st.cache_data(show_spinner="Reading the mean training face…")
-def mean_face() -> object:
-    return shipped.mean_face(shipped.entries("face-backbone")[0]["name"])
+def mean_face(root: str) -> object:
+    return shipped.mean_face(shipped.entries("face-backbone", Path(root))[0]["name"], Path(root))
 
 
 def shipped_label(e: dict) -> str:
@@ -73,7 +73,10 @@ def shipped_label(e: dict) -> str:
 
 
 # the shipped models first: a new checkout has them and nothing else
-models = {f"shipped:{e['name']}": shipped_label(e) for e in shipped_models()}
+models_root = str(shipped.models_dir())
+manifest = Path(models_root) / shipped.MANIFEST
+stamp = manifest.stat().st_mtime if manifest.is_file() else 0.0
+models = {f"shipped:{e['name']}": shipped_label(e) for e in shipped_models(models_root, stamp)}
 runs = [r for r in ui.list_runs() if is_deepfacto(r["config"] or {})]
 by_id = {r["name"]: r for r in runs}
 models |= {str(r["dir"]): ui.run_label(r) for r in runs}
@@ -99,7 +102,7 @@ if is_shipped:
     )
 
 lfw_missing = lfw_problem()
-sources = ["LFW test faces", "Upload a photo"] + (["Mean training face"] if shipped_models() else [])
+sources = ["LFW test faces", "Upload a photo"] + (["Mean training face"] if shipped_models(models_root, stamp) else [])
 if lfw_missing and ss.get("hm_source") in (None, "LFW test faces"):
     ss["hm_source"] = "Upload a photo"  # no LFW here: start where a face can come from
 source = st.radio("Face", sources, horizontal=True, key="hm_source")
@@ -126,7 +129,7 @@ if source == "LFW test faces":
                 st.error(f"{images[int(idx)].name}: {e}")
 elif source == "Mean training face":
     try:
-        face = mean_face()
+        face = mean_face(models_root)
         st.caption("The pixel-wise mean of the shipped backbone's training faces (no LFW needed).")
     except (CheckpointError, ConfigError, IndexError) as e:
         st.error(str(e))

@@ -442,6 +442,18 @@ def _df_widget(name: str, slots: dict) -> None:
     slots[name] = st.empty()
 
 
+BACKBONE_WIDGETS = ("backbone_source", "backbone_epochs", "backbone_width")  # shown with the backbone choice
+
+
+def backbone_note(cfg: DeepFactoConfig) -> str:
+    trained = f"trained here ({cfg.backbone_epochs} epochs) or cached"
+    return (
+        f"the shipped backbone if it fits these settings, else one {trained}"
+        if cfg.backbone_source == "shipped"
+        else f"backbone {trained}"
+    )
+
+
 def backbone_choice(slots: dict) -> tuple[str | None, bool]:
     """The backbone radio: (weights file or None, whether the choice is complete)."""
     st.radio(
@@ -450,16 +462,18 @@ def backbone_choice(slots: dict) -> tuple[str | None, bool]:
         key="df_backbone",
         horizontal=True,
         format_func={
-            "train": "train one here (cached for the next run)",
+            "train": "the shipped one, or one trained here",
             "saved": "a saved file",
             "upload": "upload a weights file",
         }.get,
-        help="No pretrained weights are downloaded: a backbone is trained here (once per split and size) or given.",
+        help="No pretrained weights are downloaded. The project ships a backbone trained on LFW with the default "
+        "settings (assets/models); a run with other settings or images trains its own here (cached for the next "
+        "run). Backbone source 'train' always uses one trained here.",
     )
     choice = ss["df_backbone"]
     if choice == "train":
         c = st.columns(4)
-        for col, name in zip(c, ("backbone_epochs", "backbone_width")):
+        for col, name in zip(c, BACKBONE_WIDGETS):
             with col:
                 _df_widget(name, slots)
         return None, True
@@ -513,7 +527,7 @@ def deepfacto_section() -> dict:
             with col:
                 _df_widget(name, slots)
         weights, backbone_ok = backbone_choice(slots)
-        rest = [f for f in D.fields() if f not in D.MAIN and f not in ("backbone_epochs", "backbone_width")]
+        rest = [f for f in D.fields() if f not in D.MAIN and f not in BACKBONE_WIDGETS]
         _, pre_errors = D.config_from_values(read_deepfacto(), weights)
         with st.expander(f"All DeepFacto settings ({len(rest)})", expanded=bool(set(pre_errors) & set(rest))):
             st.caption("Text fields read like `--set NAME=VALUE`: JSON where it parses (numbers, lists, null).")
@@ -547,7 +561,7 @@ def deepfacto_section() -> dict:
         else:
             st.caption(
                 f"r = {cfg.rank} · {cfg.warmup_iters} + {cfg.finetune_iters} iterations on {cfg.train_limit} images · "
-                f"{'backbone ' + Path(weights).name if weights else f'backbone trained here ({cfg.backbone_epochs} epochs) or cached'}"
+                f"{'backbone ' + Path(weights).name if weights else backbone_note(cfg)}"
                 ". The page URL holds this setup."
             )
     if ss.get("start_toast"):
