@@ -32,6 +32,7 @@ and the run directory says ``pruned`` (status.json state and summary.json status
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import math
 import os
@@ -46,7 +47,17 @@ from .config import RunConfig
 from .errors import ConfigError, check
 from .methods import METHODS
 from .presets import preset_config
-from .runs import default_runs_dir, pid_alive, read_json, read_metrics, summarize, train, unique_run_dir, write_json
+from .runs import (
+    DISK_FULL,
+    default_runs_dir,
+    pid_alive,
+    read_json,
+    read_metrics,
+    summarize,
+    train,
+    unique_run_dir,
+    write_json,
+)
 
 KINDS = ("float", "log", "int", "logint", "choice")
 OBJECTIVES = {"best_test_accuracy": "maximize", "time_to_95_s": "minimize"}
@@ -504,6 +515,10 @@ def make_objective(spec: SweepSpec, root: Path, should_stop=None, on_epoch=None)
         except FloatingPointError as e:  # a diverged trial is a result (a bad one), not an error
             diverged = str(e)
             summary = summarize(cfg, read_metrics(run_dir), "diverged")
+        except OSError as e:  # a full disk: the worker stops; run_worker queues these settings again
+            if e.errno in DISK_FULL:
+                e.trial_number = trial.number
+            raise
         if pruned["epoch"] is not None:
             summary["status"] = "pruned"
             st = read_json(run_dir / "status.json", {}) or {}
@@ -568,6 +583,24 @@ def run_worker(name: str, storage, root: Path, should_stop=None, log=print, work
         _retry()(study, study.trials[e.number])
         log(f"study {name}: stopped during trial {e.number} (failed, settings queued again); resume with --name {name}")
         raise
+    except OSError as e:
+        number = getattr(e, "trial_number", None)
+        if number is None:
+            raise
+        try:  # the study database may sit on the full disk too: then the next worker's fail_dead_trials does it
+            _retry()(study, study.trials[number])
+        except Exception:  # noqa: BLE001 - sqlite "database or disk is full" and the like
+            pass
+        log(f"study {name}: trial {number} stopped (failed, settings queued again); resume with --name {name}")
+        raise
+    except Exception as e:  # the study database itself on a full disk: one line, not an SQL traceback
+        if "disk is full" not in str(e):
+            raise
+        raise OSError(
+            errno.ENOSPC,
+            "No space left on device (the study database)",
+            str(getattr(storage, "url", "the study database")),
+        ) from None
 
 
 def run_sweep(
