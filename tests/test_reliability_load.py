@@ -252,3 +252,240 @@ def test_a_set_of_files_is_replaced_together_or_not_at_all(tmp_path, monkeypatch
     assert e.value.filename == str(b)
     assert (a.read_text(), b.read_text()) == ("old a", "old b")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
+
+
+# --- the dashboard killed under live runs, two dashboards on one folder ------------------------
+
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+ARGS += ["--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+PAGE_MS = int(float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240")) * 1000)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dashboard(root: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    """The real dashboard (``streamlit run app/main.py``) on 127.0.0.1:<free port> over ``root``."""
+    port = _free_port()
+    env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.address", "127.0.0.1"]
+    cmd += ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    cmd += ["--server.fileWatcherType", "none", "--global.developmentMode", "false"]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy():
+        try:
+            return urllib.request.urlopen(url + "/_stcore/health", timeout=1).read() == b"ok"
+        except OSError:
+            return proc.poll() is not None
+
+    _wait(healthy, 90, 0.2)
+    assert proc.poll() is None, log.read_text()
+    return proc, url
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
+
+
+def _workers_of(run_dir: Path) -> list[int]:
+    """Live processes training ``run_dir`` (by command line): a double start shows as two."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                args = (p / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if (
+                b"admm_core" in args
+                and b"train" in args
+                and str(run_dir).encode() in args
+                and runs.pid_alive(int(p.name))
+            ):
+                out.append(int(p.name))
+    return out
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM}")
+def test_dashboard_killed_under_four_live_runs_and_a_second_dashboard(tmp_path):
+    """Four digits runs started from dashboard A's Train page; dashboard B opened on the same
+    folder; A SIGKILLed (its whole process group). The runs go on; B and a restarted dashboard C
+    show them running; Stop in C, Resume in B: one worker, never two; no run is ever reported
+    crashed; at the end every run's metrics, summary and checkpoint read back intact."""
+    import threading
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from app.dashboard import workers as W
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    a, url_a = _dashboard(root, tmp_path / "a.log")
+    b = c = None
+    seen: dict[str, set] = {}
+    watching = threading.Event()
+
+    def watch_states():  # every reader's view, all along: 'crashed' must never appear
+        while not watching.is_set():
+            for d in root.iterdir():
+                if d.is_dir():
+                    seen.setdefault(d.name, set()).add(W.state_of(d).get("state"))
+            time.sleep(0.2)
+
+    threading.Thread(target=watch_states, daemon=True).start()
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.set_default_timeout(PAGE_MS)
+            started: list[Path] = []
+            for _ in range(4):
+                page.goto(f"{url_a}/?preset=digits-mlp&method=sgd&epochs=100000&train_limit=200&test_limit=100")
+                sync_api.expect(page.get_by_label("Epochs", exact=True)).to_have_value("100000", timeout=PAGE_MS)
+                page.get_by_role("button", name="Start run").click()
+                new = _wait(lambda: next((d for d in root.iterdir() if d.is_dir() and d not in started), None), 60)
+                assert new is not None, "no run directory appeared"
+                started.append(new)
+            assert _wait(lambda: all(W.state_of(d)["state"] == "running" for d in started), 120), [
+                W.state_of(d) for d in started
+            ]
+            b, url_b = _dashboard(root, tmp_path / "b.log")  # a second dashboard on the same folder
+            _kill_group(a)  # the dashboard dies: SIGKILL, no chance to clean up
+            epochs = {d: read_json(d / "status.json")["epoch"] for d in started}
+            assert _wait(lambda: all(read_json(d / "status.json")["epoch"] > epochs[d] for d in started), 60)
+            assert all(W.state_of(d)["state"] == "running" for d in started)
+            assert all(len(_workers_of(d)) == 1 for d in started)
+
+            c, url_c = _dashboard(root, tmp_path / "c.log")  # the dashboard restarted
+            one = started[0]
+            pc, pb = browser.new_page(), browser.new_page()
+            for pg in (pc, pb):
+                pg.set_default_timeout(PAGE_MS)
+            pc.goto(f"{url_c}/runs?run={one.name}")
+            # the page's own buttons (by key: Streamlit's toolbar has a "Stop" of its own)
+            pc.locator(".st-key-runs_stop button").click()  # Stop in the restarted dashboard
+            assert _wait(lambda: W.state_of(one)["state"] == "stopped", 60), W.state_of(one)
+            done = read_json(one / "status.json")["epoch"]
+            pb.goto(f"{url_b}/runs?run={one.name}")  # Resume in the other one
+            pb.get_by_label("Resume to epoch", exact=True).fill(str(done + 3))
+            pb.get_by_label("Resume to epoch", exact=True).press("Enter")
+            pb.locator(".st-key-runs_resume button").click()
+            assert _wait(lambda: W.state_of(one)["state"] == "running", 60), W.state_of(one)
+            assert len(_workers_of(one)) <= 1
+            assert _wait(lambda: W.state_of(one)["state"] == "finished", 120), W.state_of(one)
+            assert "--resume" in json.loads((one / "launch.json").read_text())["cmd"]
+            text = pb.inner_text("body")
+            browser.close()
+        for d in started[1:]:
+            assert W.stop_run(d)
+        assert _wait(lambda: all(W.state_of(d)["state"] == "stopped" for d in started[1:]), 60)
+    finally:
+        watching.set()
+        for proc in (a, b, c):
+            if proc is not None:
+                _kill_group(proc)
+        for d in root.iterdir():
+            if d.is_dir():
+                W.stop_run(d)
+    assert one.name in text
+    assert not [n for n, states in seen.items() if "crashed" in states], seen
+    assert_intact(one, done + 3)
+    for d in started[1:]:  # stopped: every epoch up to the stop, its checkpoint that epoch's
+        ms = read_metrics(d)
+        assert [m["epoch"] for m in ms] == list(range(len(ms)))
+        assert read_json(d / "summary.json")["status"] == "stopped"
+        assert verify_checkpoint(d / "checkpoint.pt")["epoch"] == ms[-1]["epoch"]
+
+
+RESUMER = """
+import json, os, subprocess, sys, time
+from pathlib import Path
+from admm_core.runs import write_text_atomic
+from app.dashboard import workers as W
+
+def spawn(args, run_dir, processes=1):  # a stand-in worker: launching a real one takes a while too
+    p = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    time.sleep(0.05)
+    write_text_atomic(run_dir / "launch.json", json.dumps({"pid": p.pid, "cmd": ["admm_core", "train", *args]}))
+    return p.pid
+
+W._spawn = spawn
+run, sync = Path(sys.argv[1]), Path(sys.argv[2])
+for k in range(int(sys.argv[3])):
+    print("ready", flush=True)
+    while not (sync / f"go{k}").exists():  # spin: both leave within microseconds of each other
+        pass
+    try:
+        W.resume_run(run)
+        print("started", flush=True)
+    except RuntimeError as e:
+        print("refused", e, flush=True)
+"""
+ROUNDS = 4
+
+
+def test_two_dashboards_pressing_resume_at_once_start_one_worker(tmp_path):
+    """Two dashboard processes call Resume on the same stopped run at the same instant, four
+    times over: each time exactly one launches a worker, the other is told it is running (the
+    check and the launch are one step under RUN/launch.lock). The run's files are untouched."""
+    root, sync = tmp_path / "runs", tmp_path / "sync"
+    run = root / "r"
+    train(tiny(epochs=2), run)
+    sync.mkdir()
+    keep = {n: (run / n).read_bytes() for n in ("metrics.jsonl", "summary.json", "checkpoint.pt")}
+    status = (run / "status.json").read_bytes()
+    env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-c", RESUMER, str(run), str(sync), str(ROUNDS)]
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    said = []
+    try:
+        for k in range(ROUNDS):
+            assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"], procs[0].stderr.read()
+            (sync / f"go{k}").touch()
+            said.append(sorted(p.stdout.readline().split(" ")[0].strip() for p in procs))
+            pid = json.loads((run / "launch.json").read_text())["pid"]
+            os.kill(pid, signal.SIGKILL)
+            _wait(lambda: not runs.pid_alive(pid), 10)
+            (run / "status.json").write_bytes(status)  # stopped again for the next round
+            (run / "launch.json").unlink()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        launch = read_json(run / "launch.json") or {}
+        if isinstance(launch.get("pid"), int) and runs.pid_alive(launch["pid"]):
+            os.kill(launch["pid"], signal.SIGKILL)
+    assert said == [["refused", "started"]] * ROUNDS, said
+    assert {n: (run / n).read_bytes() for n in keep} == keep
+    assert_intact(run, 2)
+
+
+def test_a_second_worker_on_a_claimed_run_is_refused_and_changes_nothing(tmp_path):
+    """`admm train --resume RUN` while a live process trains RUN: one line, exit 2, nothing written."""
+    run = tmp_path / "r"
+    train(tiny(epochs=2), run)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    claim = runs.claim_run(run)  # a worker training it (the lock is what a live worker holds)
+    try:
+        rc, err = cli_run(["train", "--resume", str(run), "--epochs", "3", "--quiet"])
+        with pytest.raises(runs.RunBusy):
+            runs.RunStatus(run, 3)
+    finally:
+        claim.close()
+    assert rc == 2 and err.strip().splitlines()[-1].startswith("error: --resume") and "being trained already" in err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    assert_intact(run, 2)
