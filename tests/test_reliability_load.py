@@ -489,3 +489,47 @@ def test_a_second_worker_on_a_claimed_run_is_refused_and_changes_nothing(tmp_pat
     assert rc == 2 and err.strip().splitlines()[-1].startswith("error: --resume") and "being trained already" in err
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
     assert_intact(run, 2)
+
+
+# --- parallel sweep workers ----------------------------------------------------------------------
+
+
+def test_four_sweep_workers_on_one_sqlite_study_run_24_trials(tmp_path):
+    """`admm sweep --jobs 4` on one SQLite file: 24 trials, each exactly once (distinct numbers,
+    distinct run directories, one per trial), none failed or left running, no "database is
+    locked", the median pruner pruning some; every finished trial's run intact."""
+    import optuna
+    from optuna.trial import TrialState
+
+    root = tmp_path / "runs"
+    args = ["--preset", "digits-mlp", "--method", "sgd", "--trials", "24", "--epochs", "6", "--name", "par"]
+    args += ["--space", "lr=log:0.0001:0.5", "--pruner", "median", "--jobs", "4", "--seed", "0"]
+    args += ["--train-limit", "200", "--test-limit", "100"]
+    env = {**os.environ, "ADMM_RUNS": str(root), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    t0 = time.time()
+    done = subprocess.run(
+        [sys.executable, "-m", "admm_core", "sweep", *args], cwd=ROOT, env=env, text=True, capture_output=True
+    )
+    wall = time.time() - t0
+    assert done.returncode == 0, done.stderr
+    assert "locked" not in done.stderr.lower() and "Traceback" not in done.stderr, done.stderr
+    study = optuna.load_study(study_name="par", storage=f"sqlite:///{root / 'sweeps.db'}")
+    trials = study.trials
+    states = [t.state for t in trials]
+    assert states.count(TrialState.COMPLETE) + states.count(TrialState.PRUNED) == 24, states
+    assert not [t for t in trials if t.state in (TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)]
+    assert len(trials) == 24 and sorted(t.number for t in trials) == list(range(24))
+    assert states.count(TrialState.PRUNED) >= 1, "the pruner never acted"
+    dirs = [Path(t.user_attrs["run_dir"]) for t in trials]
+    assert len(set(dirs)) == 24 and sorted(d.name for d in root.iterdir() if d.is_dir()) == sorted(d.name for d in dirs)
+    assert len({t.user_attrs["pid"] for t in trials}) >= 2  # really shared between workers
+    for t, d in zip(trials, dirs):
+        summary = read_json(d / "summary.json")
+        assert summary["sweep"]["trial"] == t.number and summary["sweep"]["params"] == t.params
+        if t.state == TrialState.COMPLETE:
+            assert_intact(d, 6)
+            assert t.value == pytest.approx(summary["best_test_accuracy"])
+        else:
+            assert read_json(d / "status.json")["state"] == "pruned" and summary["status"] == "pruned"
+            assert verify_checkpoint(d / "checkpoint.pt")["epoch"] == read_metrics(d)[-1]["epoch"] < 6
+    print(f"4 workers, 24 trials: {wall:.1f} s wall, load {open('/proc/loadavg').read().split()[0]}")
