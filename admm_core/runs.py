@@ -830,7 +830,8 @@ def run_status(run_dir: Path) -> dict:
     restarted dashboard, or a second one, sees live runs live. A worker on another host that
     went silent is reported crashed here but not written: its host may come back.
     """
-    st = read_json_dict(Path(run_dir) / "status.json")
+    st = read_json_stamped(Path(run_dir) / "status.json", {})
+    st = dict(st) if isinstance(st, dict) else {}  # the stamped value is shared: hand out a copy
     pid = st.get("pid")
     if st.get("state") == "running" and isinstance(pid, int) and not worker_alive(run_dir, st):
         if st.get("host") and st["host"] != socket.gethostname():
@@ -881,36 +882,57 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+_INDEX: dict[str, tuple[int, dict]] = {}  # run dir -> (its mtime_ns, record) of runs that are not running
+SETTLED_S = 2.0  # a directory changed this recently is read again (file clocks tick coarsely)
+
+
 def list_runs(root: Path | None = None) -> list[dict]:
-    """Every run directory under root (newest first) with its config, status and summary."""
+    """Every run directory under root (newest first) with its config, status and summary.
+
+    A cheap index for folders of thousands of runs: a run that is not running is read once and
+    kept while its directory's mtime stands still. Every file of a run directory is replaced by
+    a rename (:func:`write_text_atomic`), and a rename changes the directory's mtime, so one
+    ``stat`` per run (from ``scandir``) tells whether anything listed changed; only running
+    runs (liveness, progress) are read on every call.
+    """
     root = Path(root or default_runs_dir())
-    out = []
     try:
-        entries = list(root.iterdir()) if root.is_dir() else []
-    except OSError:  # unreadable folder: nothing to list
-        return out
-
-    def mtime(p: Path) -> float:
-        try:
-            return p.stat().st_mtime
-        except OSError:  # deleted meanwhile, or a dangling link
-            return 0.0
-
-    for d in sorted(entries, key=mtime, reverse=True):
-        try:
-            if not d.is_dir() or (not (d / "config.json").exists() and not (d / "status.json").exists()):
-                continue
-        except OSError:
+        with os.scandir(root) as it:
+            entries = []
+            for e in it:
+                try:
+                    if e.is_dir():  # follows a symlink, as Path.is_dir did
+                        entries.append((e.stat().st_mtime_ns, e.path))
+                except OSError:  # deleted meanwhile, or a dangling link
+                    continue
+    except OSError:  # missing, unreadable or a file: nothing to list
+        return []
+    entries.sort(reverse=True)
+    now = time.time_ns()
+    out = []
+    for mtime, path in entries:
+        hit = _INDEX.get(path)
+        if hit is not None and hit[0] == mtime:
+            out.append(hit[1])
             continue
+        d = Path(path)
+        config = read_json_stamped(d / "config.json", None)
+        status = run_status(d)
+        if config is None and not status and not (d / "config.json").exists() and not (d / "status.json").exists():
+            continue  # not a run directory
         summary = read_json_stamped(d / "summary.json")
-        config = read_json_stamped(d / "config.json", {})
-        out.append(
-            {
-                "dir": d,
-                "name": d.name,
-                "config": config if isinstance(config, dict) else {},  # garbled or missing: {} (still listed)
-                "status": run_status(d),
-                "summary": summary if isinstance(summary, dict) else None,
-            }
-        )
+        rec = {
+            "dir": d,
+            "name": d.name,
+            "config": config if isinstance(config, dict) else {},  # garbled or missing: {} (still listed)
+            "status": status,
+            "summary": summary if isinstance(summary, dict) else None,
+        }
+        settled = now - mtime > SETTLED_S * 1e9 and status.get("state") not in (None, "running")
+        rec["stamp"] = mtime if settled else None  # callers may key their own per-run caches on it
+        if settled:
+            if len(_INDEX) > 50_000:
+                _INDEX.clear()
+            _INDEX[path] = (mtime, rec)
+        out.append(rec)
     return out

@@ -533,3 +533,64 @@ def test_four_sweep_workers_on_one_sqlite_study_run_24_trials(tmp_path):
             assert read_json(d / "status.json")["state"] == "pruned" and summary["status"] == "pruned"
             assert verify_checkpoint(d / "checkpoint.pt")["epoch"] == read_metrics(d)[-1]["epoch"] < 6
     print(f"4 workers, 24 trials: {wall:.1f} s wall, load {open('/proc/loadavg').read().split()[0]}")
+
+
+# --- a thousand runs ---------------------------------------------------------------------------------
+
+
+def test_a_thousand_runs_are_listed_from_an_index_and_paged(tmp_path, monkeypatch):
+    """1,000 finished runs: the second listing reads no file of a settled run (one stat each),
+    a change to one run (its meta.json, its status) is seen at once, the Runs page draws one page
+    of 50 rows and the Train run menu offers the 50 newest plus the live one; the runs read back intact.
+    Figures for the same folder: experiments/thousand_runs.py (docs/reliability.md)."""
+    from streamlit.testing.v1 import AppTest
+
+    from app import ui
+    from app.dashboard import meta as M
+
+    root = tmp_path / "runs"
+    seed = tmp_path / "seed"
+    train(tiny("sgd", epochs=1), seed)
+    past = time.time() - 3600
+    for i in range(1000):
+        d = root / f"20260101-{i:06d}-digits-sgd-s0"
+        shutil.copytree(seed, d)
+        os.utime(d, (past + i, past + i))
+    live = root / "20270101-000000-live"  # newest, 'running' with a live pid (this process)
+    shutil.copytree(seed, live)
+    st = read_json(live / "status.json")
+    runs.write_json(
+        live / "status.json", {**st, "state": "running", "pid": os.getpid(), "pid_start": None, "host": None}
+    )
+    assert len(runs.list_runs(root)) == 1001
+    reads = []
+    real = runs.read_json
+    monkeypatch.setattr(runs, "read_json", lambda p, default=None: reads.append(Path(p)) or real(p, default))
+    runs._STAMPED.clear()  # only the index may spare the reads
+    listed = runs.list_runs(root)
+    assert len(listed) == 1001 and listed[0]["name"] == live.name and listed[0]["status"]["state"] == "running"
+    assert {p.parent for p in reads} <= {live}, sorted({p.parent.name for p in reads})[:5]
+    victim = root / "20260101-000500-digits-sgd-s0"
+    old = next(r for r in listed if r["name"] == victim.name)
+    assert old["stamp"] is not None and ui._meta(old)["name"] == ""  # indexed, its meta remembered
+    M.write_meta(victim, "renamed", "big", "")  # a rename in its folder: the folder's mtime moves
+    other = root / "20260101-000600-digits-sgd-s0"
+    runs.write_json(other / "status.json", {**read_json(other / "status.json"), "state": "stopped"})
+    now = {r["name"]: r for r in runs.list_runs(root)}
+    assert now[victim.name]["stamp"] != old["stamp"] and ui._meta(now[victim.name])["name"] == "renamed"
+    assert now[other.name]["status"]["state"] == "stopped"
+    final = list(now)
+
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120).run()
+    menu = next(s for s in at.selectbox if (s.key or "").startswith("watch_pick."))
+    assert len(menu.options) == ui.MENU_SIZE and live.name in menu.options  # the live run and the 49 newest
+    at.switch_page("views/runs.py").run()
+    assert not at.exception
+    assert list(at.dataframe[0].value["run"]) == final[:50]
+    at.number_input(key="runs_page").set_value(21).run()
+    assert list(at.dataframe[0].value["run"]) == final[1000:]
+    at.text_input(key="runs_filter").set_value("renamed").run()
+    assert list(at.dataframe[0].value["run"]) == [victim.name]
+    for r in listed[1:1001:97]:
+        assert_intact(r["dir"], 1)

@@ -271,7 +271,23 @@ def state_of(run_dir: str | Path) -> dict:
     return {"state": "unknown", "progress": 0.0, "error": None}
 
 
-def dir_size(path: Path) -> int:
+_SIZES: dict[str, tuple[tuple, int]] = {}
+
+
+def dir_size(path: Path, stamp: tuple | None = None) -> int:
+    """Bytes of the files under ``path``; with ``stamp`` (e.g. the run's state and update time)
+    remembered until the stamp changes, so a listing of a thousand finished runs does not walk
+    every directory on each refresh."""
+    key = str(path)
+    if stamp is not None and (hit := _SIZES.get(key)) is not None and hit[0] == stamp:
+        return hit[1]
+    total = _walk_size(path)
+    if stamp is not None:
+        _SIZES[key] = (stamp, total)
+    return total
+
+
+def _walk_size(path: Path) -> int:
     total = 0
     for p in Path(path).rglob("*"):
         try:
@@ -297,7 +313,11 @@ def runs(root: str | Path | None = None) -> list[dict]:
     out = []
     for r in list_runs(runs_root(root)):
         r = dict(r)
-        r["status"] = state_of(r["dir"])
+        st = r["status"]
+        if st.get("state"):  # list_runs read it (liveness checked): no second read
+            r["status"] = {**st, "error": st.get("error") or "crashed"} if st["state"] == "crashed" else st
+        else:
+            r["status"] = state_of(r["dir"])
         out.append(r)
     return out
 
