@@ -594,3 +594,26 @@ def test_a_thousand_runs_are_listed_from_an_index_and_paged(tmp_path, monkeypatc
     assert list(at.dataframe[0].value["run"]) == [victim.name]
     for r in listed[1:1001:97]:
         assert_intact(r["dir"], 1)
+
+
+def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
+    """experiments/thousand_runs.py on a small folder: the table, with the machine, lands in the page."""
+    page = tmp_path / "page.md"
+    page.write_text("# x\n<!-- thousand-runs -->\nold\n<!-- /thousand-runs -->\ntail\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    args = ["--finished", "30", "--live", "1", "--repeats", "1", "--root", str(tmp_path / "runs")]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "thousand_runs.py"), *args, "--markdown", str(page)],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    text = page.read_text()
+    assert "old" not in text and text.endswith("<!-- /thousand-runs -->\ntail\n")
+    assert "30 finished runs + 1 live ones" in text and runs.machine("cpu").split("; CPU only")[0] in text
+    assert "| Runs |" in text and "| Train (run menu) |" in text and "Server memory (resident)" in text
+    listed = runs.list_runs(tmp_path / "runs")
+    assert len(listed) == 31 and {r["status"]["state"] for r in listed} == {"finished", "stopped"}
