@@ -535,6 +535,45 @@ def test_four_sweep_workers_on_one_sqlite_study_run_24_trials(tmp_path):
     print(f"4 workers, 24 trials: {wall:.1f} s wall, load {open('/proc/loadavg').read().split()[0]}")
 
 
+def test_liveness_is_the_workers_own_pid_start_time_and_heartbeat(tmp_path):
+    """A live pid that is another process (a recycled pid: same number, other start time) is not
+    the worker: crashed, on disk. A worker on another host is alive while its heartbeat is fresh,
+    and reported crashed (not written: its host may come back) once it is stale."""
+    run = tmp_path / "r"
+    train(tiny(epochs=1), run)
+    st = {**read_json(run / "status.json"), "state": "running"}
+    me = runs.proc_start(os.getpid())
+    runs.write_json(run / "status.json", {**st, "pid": os.getpid(), "pid_start": me, "host": socket.gethostname()})
+    assert runs.run_status(run)["state"] == "running"  # this very process: alive
+    runs.write_json(run / "status.json", {**st, "pid": os.getpid(), "pid_start": me + 1, "host": socket.gethostname()})
+    seen = runs.run_status(run)
+    assert seen["state"] == "crashed" and read_json(run / "status.json")["state"] == "crashed"
+
+    far = {**st, "pid": 999_999_999, "pid_start": 1, "host": "another-host"}  # its pid means nothing here
+    runs.write_json(run / "status.json", far)
+    (run / "heartbeat").touch()
+    assert runs.run_status(run)["state"] == "running"
+    stale = time.time() - runs.HEARTBEAT_STALE_S - 10
+    os.utime(run / "heartbeat", (stale, stale))
+    seen = runs.run_status(run)
+    assert seen["state"] == "crashed" and "no heartbeat from another-host" in seen["error"]
+    assert read_json(run / "status.json")["state"] == "running"  # not written
+
+
+def test_a_worker_touches_its_heartbeat_while_it_trains(tmp_path, monkeypatch):
+    """RunStatus's thread touches RUN/heartbeat every HEARTBEAT_S, also inside a long step; it stops at the end."""
+    monkeypatch.setattr(runs, "HEARTBEAT_S", 0.05)
+    status = runs.RunStatus(tmp_path / "r", 1)
+    beat = tmp_path / "r" / "heartbeat"
+    first = _wait(lambda: beat.exists() and beat.stat().st_mtime_ns, 5)
+    assert _wait(lambda: beat.stat().st_mtime_ns > first, 5)  # no update() call in between: the thread did it
+    status.finish({"status": "finished"})
+    time.sleep(0.2)
+    last = beat.stat().st_mtime_ns
+    time.sleep(0.3)
+    assert beat.stat().st_mtime_ns == last and not runs.run_busy(tmp_path / "r")
+
+
 # --- a thousand runs ---------------------------------------------------------------------------------
 
 
