@@ -108,10 +108,12 @@ def _cmd_train(a) -> int:
     from .distributed import barrier, broadcast, is_lead
     from .resources import preflight
     from .runs import (
+        RunBusy,
         install_stop_handlers,
         new_run_dir,
         read_json,
         read_json_dict,
+        run_busy,
         train,
         verify_checkpoint,
         write_text_atomic,
@@ -136,6 +138,8 @@ def _cmd_train(a) -> int:
             cfg = RunConfig.from_json(text)
         except ConfigError as e:
             raise ConfigError(f"--resume {str(run_dir)!r}: config.json is damaged: {e}") from None
+        if run_busy(run_dir):  # a live worker trains it (started from a dashboard, or another shell)
+            raise RunBusy(f"--resume {str(run_dir)!r}: being trained already; stop it first")
         if (run_dir / "checkpoint.pt").exists():
             verify_checkpoint(run_dir / "checkpoint.pt")  # refuse a damaged checkpoint before touching the run
         if a.epochs:
@@ -331,6 +335,11 @@ def deepfacto_main(argv: list) -> int:
     except (ConfigError, DataError, ImageError, CheckpointError, FileNotFoundError) as e:  # one line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a full disk during an evaluation: one line, the run's files unchanged
+        from .runs import os_error_line
+
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
+        return 1
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -480,5 +489,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # unwritable run directory, full disk: one line naming the file
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        from .runs import os_error_line
+
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 1

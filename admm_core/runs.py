@@ -12,13 +12,17 @@ A run directory holds:
 from __future__ import annotations
 
 import ctypes
+import errno
+import fcntl
 import json
 import math
 import os
 import pickle
 import platform
 import re
+import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -33,7 +37,7 @@ from . import data as data_mod
 from . import distributed as dist_mod
 from .blocks import build_blocknet
 from .config import RunConfig
-from .errors import CheckpointError, DeviceError, check
+from .errors import CheckpointError, ConfigError, DeviceError, check
 from .losses import get_loss
 from .methods.base import TrainBatch
 from .profile import phase
@@ -77,22 +81,76 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Atomic write (readers never see half a file, e.g. a dashboard reading config.json while a
-    worker rewrites it; concurrent writers never share a temporary)."""
+def write_text_atomic(path: Path, text: str, durable: bool = True) -> None:
+    """Atomic write: a temporary beside ``path``, flushed, fsynced (``durable``) and renamed over it.
+
+    Readers never see half a file (a dashboard reading config.json while a worker rewrites it),
+    concurrent writers never share a temporary, and a full disk leaves the previous file whole:
+    the error names ``path`` (not the temporary) and the temporary is removed.
+    """
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
-        tmp.write_text(text)
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def write_json(path: Path, obj) -> None:
+def write_files_atomic(files: dict) -> None:
+    """Replace several files together ({path: text}): every temporary is written and fsynced
+    first, then all are renamed. A full disk while writing any of them changes none of them
+    (a DeepFacto evaluation's attributes.json, summary.json and config.json stay one set)."""
+    tmps = []
+    try:
+        for path, text in files.items():
+            path = Path(path)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+            tmps.append((tmp, path))
+            try:
+                with open(tmp, "w") as f:
+                    f.write(text)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, str(path)) from None
+        for tmp, path in tmps:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in tmps:
+            tmp.unlink(missing_ok=True)
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no space, quota, file-size limit
+
+
+def os_error_line(e: BaseException) -> str:
+    """One line for an error; a full disk (or quota, or file-size limit) says what failed and
+    what to do: the last good checkpoint is kept, free space and resume."""
+    if not (isinstance(e, OSError) and e.errno in DISK_FULL):
+        return f"{type(e).__name__}: {e}"
+    where = e.filename or "a file"
+    try:
+        free = f"{shutil.disk_usage(Path(where).parent).free / 2**20:.1f} MiB free there"
+    except (OSError, TypeError, ValueError):
+        free = "free space unknown"
+    return (
+        f"disk full: {e.strerror} writing {where} ({free}); the last good checkpoint is kept: "
+        f"free some space, then resume the run"
+    )
+
+
+def write_json(path: Path, obj, durable: bool = True) -> None:
     """Atomic JSON write (:func:`write_text_atomic`)."""
-    write_text_atomic(path, json.dumps(obj, indent=2))
+    write_text_atomic(path, json.dumps(obj, indent=2), durable=durable)
 
 
 def read_json(path: Path, default=None):
@@ -152,6 +210,53 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 STATES = ("running", "finished", "stopped", "crashed")  # status.json "state" of every run
+HEARTBEAT_S = 5.0  # a live worker touches RUN/heartbeat this often, whatever phase it is in
+HEARTBEAT_STALE_S = 120.0  # a worker on another host silent this long is taken as lost
+
+
+class RunBusy(ConfigError):
+    """The run directory is being trained by a live process already (its ``run.lock`` is held)."""
+
+
+def _lock_holder(run_dir: Path) -> str:
+    st = read_json_dict(Path(run_dir) / "status.json")
+    return f"pid {st['pid']}" if isinstance(st.get("pid"), int) else "another process"
+
+
+def claim_run(run_dir: Path):
+    """Take RUN/run.lock (``flock``, exclusive, not waiting) for the life of a training process;
+    returns the open file (closing it, or the process ending, releases the claim). Raises
+    :class:`RunBusy` when a live worker holds it: two resumes of one run never both train it."""
+    fd = open(Path(run_dir) / "run.lock", "a")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fd.close()
+        raise RunBusy(
+            f"run = {str(run_dir)!r}: being trained already by {_lock_holder(run_dir)}; stop it first"
+        ) from None
+    return fd
+
+
+def run_busy(run_dir: Path) -> bool:
+    """Whether a live process holds the run's claim (:func:`claim_run`); takes nothing."""
+    try:
+        claim_run(run_dir).close()
+    except RunBusy:
+        return True
+    except OSError:  # no such folder / unwritable: nobody can be training there
+        return False
+    return False
+
+
+def proc_start(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot, /proc/PID/stat field 22), None if unknown:
+    with the pid it names one process, so a recycled pid is not taken for the worker."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class RunStatus:
@@ -159,7 +264,11 @@ class RunStatus:
     :func:`train`, DeepFacto's): running → finished / stopped (``summary.json`` written) or
     crashed (``error.txt`` written, the error in the status).
 
-    ``write=False`` (a rank other than 0 under torchrun) keeps the record in memory only.
+    The writer claims the run (:func:`claim_run`, RunBusy when another live process trains it),
+    records its pid, process start time and host, and touches ``heartbeat`` every
+    :data:`HEARTBEAT_S` from a thread: liveness is read from the worker itself, never from
+    the dashboard that launched it. ``write=False`` (a rank other than 0 under torchrun) keeps
+    the record in memory only.
     """
 
     def __init__(self, run_dir: Path, epochs: int, write: bool = True, **extra):
@@ -167,9 +276,12 @@ class RunStatus:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "status.json"
         self.write = write
+        self._claim = claim_run(self.run_dir) if write else None
         self.status = {
             "state": "running",
             "pid": os.getpid(),
+            "pid_start": proc_start(os.getpid()),
+            "host": socket.gethostname(),
             "started": time.time(),
             "updated": time.time(),
             "epoch": 0,
@@ -179,21 +291,45 @@ class RunStatus:
             **extra,
         }
         self._written = 0.0
+        self._beating = threading.Event()
         if write:
-            write_json(self.path, self.status)
+            try:
+                write_json(self.path, self.status)
+            except BaseException:
+                self._release()
+                raise
+            threading.Thread(target=self._beat, daemon=True, name="heartbeat").start()
+
+    def _beat(self) -> None:
+        beat = self.run_dir / "heartbeat"
+        while not self._beating.is_set():
+            try:
+                beat.touch()  # an mtime: needs no free space
+            except OSError:
+                pass
+            self._beating.wait(HEARTBEAT_S)
+
+    def _release(self) -> None:
+        self._beating.set()
+        if self._claim is not None:
+            self._claim.close()
+            self._claim = None
 
     def update(self, force: bool = False, **kw) -> None:
         """Merge ``kw``; written at most every 0.5 s unless ``force`` (a fast loop polls often)."""
         self.status.update(kw, updated=time.time())
         if self.write and (force or time.time() - self._written > 0.5):
-            write_json(self.path, self.status)
+            write_json(self.path, self.status, durable=force)
             self._written = time.time()
 
     def finish(self, summary: dict, **kw) -> dict:
-        if self.write:
-            write_json(self.run_dir / "summary.json", summary)
-        kw = {"elapsed_s": time.time() - self.status["started"], **kw}
-        self.update(force=True, state="finished", progress=1.0, **kw)
+        try:
+            if self.write:
+                write_json(self.run_dir / "summary.json", summary)
+            kw = {"elapsed_s": time.time() - self.status["started"], **kw}
+            self.update(force=True, state="finished", progress=1.0, **kw)
+        finally:
+            self._release()
         return summary
 
     def stop(self, summary: dict) -> dict:
@@ -201,17 +337,37 @@ class RunStatus:
 
     def end(self, summary: dict, state: str, **kw) -> dict:
         """An end other than finishing (stopped, diverged): summary written, state and ``kw`` recorded."""
-        if self.write:
-            write_json(self.run_dir / "summary.json", summary)
-        self.update(force=True, state=state, **kw)
+        try:
+            if self.write:
+                write_json(self.run_dir / "summary.json", summary)
+            self.update(force=True, state=state, **kw)
+        finally:
+            self._release()
         return summary
 
     def crash(self, e: BaseException, error_file: str = "error.txt") -> None:
-        try:  # on a full disk or a read-only directory these writes fail too: keep the original error
-            (self.run_dir / error_file).write_text(traceback.format_exc())
-            self.update(force=True, state="crashed", error=f"{type(e).__name__}: {e}")
-        except OSError:
-            pass
+        """Record the crash: the status first (one line, a full disk says so), then the traceback.
+
+        On a full disk the atomic write has no room for its temporary: status.json is then
+        rewritten in place (truncating it frees its blocks), so no reader is left with 'running'.
+        """
+        self.status.update(state="crashed", error=os_error_line(e), updated=time.time())
+        try:
+            if self.write:
+                try:
+                    write_json(self.path, self.status)
+                except OSError:
+                    try:
+                        with open(self.path, "w") as f:
+                            f.write(json.dumps(self.status))
+                    except OSError:
+                        pass
+                try:  # on a full disk or a read-only directory this fails too: keep the original error
+                    (self.run_dir / error_file).write_text(traceback.format_exc())
+                except OSError:
+                    (self.run_dir / error_file).unlink(missing_ok=True)
+        finally:
+            self._release()
 
 
 def reset_metrics(run_dir: Path, keep_through: int | None = None, stale=("summary.json", "error.txt")) -> None:
@@ -640,15 +796,47 @@ def install_stop_handlers() -> Callable[[], bool]:
     return lambda: flag["stop"]
 
 
+def heartbeat_age(run_dir: Path) -> float | None:
+    """Seconds since the worker last touched RUN/heartbeat (None: it never did, an older run)."""
+    try:
+        return max(0.0, time.time() - os.stat(Path(run_dir) / "heartbeat").st_mtime)
+    except OSError:
+        return None
+
+
+def worker_alive(run_dir: Path, st: dict) -> bool:
+    """Whether the worker that wrote status ``st`` still lives: on this host its pid exists and
+    is the same process (start time, so a recycled pid does not count); on another host (a
+    shared runs folder) its heartbeat is fresher than :data:`HEARTBEAT_STALE_S`."""
+    pid = st.get("pid")
+    if not isinstance(pid, int):
+        return False
+    host = st.get("host")
+    if host and host != socket.gethostname():
+        age = heartbeat_age(run_dir)
+        return age is None or age < HEARTBEAT_STALE_S
+    if not pid_alive(pid):
+        return False
+    start = st.get("pid_start")
+    return start is None or proc_start(pid) in (None, start)
+
+
 def run_status(run_dir: Path) -> dict:
-    """Status with a dead worker detected: 'running' whose pid is gone becomes 'crashed', on disk too.
+    """Status with a dead worker detected: 'running' whose worker is gone becomes 'crashed', on disk too.
 
     Whoever notices first (this call from the CLI or the dashboard, or the launcher reaping its
     child, see :func:`record_exit`) writes it, so ``status.json`` tells the truth to every reader.
+    Liveness is the worker's own (:func:`worker_alive`: pid and start time, or heartbeat), so a
+    restarted dashboard, or a second one, sees live runs live. A worker on another host that
+    went silent is reported crashed here but not written: its host may come back.
     """
-    st = read_json_dict(Path(run_dir) / "status.json")
+    st = read_json_stamped(Path(run_dir) / "status.json", {})
+    st = dict(st) if isinstance(st, dict) else {}  # the stamped value is shared: hand out a copy
     pid = st.get("pid")
-    if st.get("state") == "running" and isinstance(pid, int) and not pid_alive(pid):
+    if st.get("state") == "running" and isinstance(pid, int) and not worker_alive(run_dir, st):
+        if st.get("host") and st["host"] != socket.gethostname():
+            age = heartbeat_age(run_dir) or 0.0
+            return {**st, "state": "crashed", "error": f"no heartbeat from {st['host']} for {age:.0f} s (lost?)"}
         st = record_exit(run_dir, pid, None) or st
     return st
 
@@ -694,36 +882,57 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+_INDEX: dict[str, tuple[int, dict]] = {}  # run dir -> (its mtime_ns, record) of runs that are not running
+SETTLED_S = 2.0  # a directory changed this recently is read again (file clocks tick coarsely)
+
+
 def list_runs(root: Path | None = None) -> list[dict]:
-    """Every run directory under root (newest first) with its config, status and summary."""
+    """Every run directory under root (newest first) with its config, status and summary.
+
+    A cheap index for folders of thousands of runs: a run that is not running is read once and
+    kept while its directory's mtime stands still. Every file of a run directory is replaced by
+    a rename (:func:`write_text_atomic`), and a rename changes the directory's mtime, so one
+    ``stat`` per run (from ``scandir``) tells whether anything listed changed; only running
+    runs (liveness, progress) are read on every call.
+    """
     root = Path(root or default_runs_dir())
-    out = []
     try:
-        entries = list(root.iterdir()) if root.is_dir() else []
-    except OSError:  # unreadable folder: nothing to list
-        return out
-
-    def mtime(p: Path) -> float:
-        try:
-            return p.stat().st_mtime
-        except OSError:  # deleted meanwhile, or a dangling link
-            return 0.0
-
-    for d in sorted(entries, key=mtime, reverse=True):
-        try:
-            if not d.is_dir() or (not (d / "config.json").exists() and not (d / "status.json").exists()):
-                continue
-        except OSError:
+        with os.scandir(root) as it:
+            entries = []
+            for e in it:
+                try:
+                    if e.is_dir():  # follows a symlink, as Path.is_dir did
+                        entries.append((e.stat().st_mtime_ns, e.path))
+                except OSError:  # deleted meanwhile, or a dangling link
+                    continue
+    except OSError:  # missing, unreadable or a file: nothing to list
+        return []
+    entries.sort(reverse=True)
+    now = time.time_ns()
+    out = []
+    for mtime, path in entries:
+        hit = _INDEX.get(path)
+        if hit is not None and hit[0] == mtime:
+            out.append(hit[1])
             continue
+        d = Path(path)
+        config = read_json_stamped(d / "config.json", None)
+        status = run_status(d)
+        if config is None and not status and not (d / "config.json").exists() and not (d / "status.json").exists():
+            continue  # not a run directory
         summary = read_json_stamped(d / "summary.json")
-        config = read_json_stamped(d / "config.json", {})
-        out.append(
-            {
-                "dir": d,
-                "name": d.name,
-                "config": config if isinstance(config, dict) else {},  # garbled or missing: {} (still listed)
-                "status": run_status(d),
-                "summary": summary if isinstance(summary, dict) else None,
-            }
-        )
+        rec = {
+            "dir": d,
+            "name": d.name,
+            "config": config if isinstance(config, dict) else {},  # garbled or missing: {} (still listed)
+            "status": status,
+            "summary": summary if isinstance(summary, dict) else None,
+        }
+        settled = now - mtime > SETTLED_S * 1e9 and status.get("state") not in (None, "running")
+        rec["stamp"] = mtime if settled else None  # callers may key their own per-run caches on it
+        if settled:
+            if len(_INDEX) > 50_000:
+                _INDEX.clear()
+            _INDEX[path] = (mtime, rec)
+        out.append(rec)
     return out

@@ -32,9 +32,12 @@ and the run directory says ``pruned`` (status.json state and summary.json status
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import fcntl
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -46,7 +49,17 @@ from .config import RunConfig
 from .errors import ConfigError, check
 from .methods import METHODS
 from .presets import preset_config
-from .runs import default_runs_dir, pid_alive, read_json, read_metrics, summarize, train, unique_run_dir, write_json
+from .runs import (
+    DISK_FULL,
+    default_runs_dir,
+    pid_alive,
+    read_json,
+    read_metrics,
+    summarize,
+    train,
+    unique_run_dir,
+    write_json,
+)
 
 KINDS = ("float", "log", "int", "logint", "choice")
 OBJECTIVES = {"best_test_accuracy": "maximize", "time_to_95_s": "minimize"}
@@ -504,6 +517,10 @@ def make_objective(spec: SweepSpec, root: Path, should_stop=None, on_epoch=None)
         except FloatingPointError as e:  # a diverged trial is a result (a bad one), not an error
             diverged = str(e)
             summary = summarize(cfg, read_metrics(run_dir), "diverged")
+        except OSError as e:  # a full disk: the worker stops; run_worker queues these settings again
+            if e.errno in DISK_FULL:
+                e.trial_number = trial.number
+            raise
         if pruned["epoch"] is not None:
             summary["status"] = "pruned"
             st = read_json(run_dir / "status.json", {}) or {}
@@ -530,11 +547,29 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+class BudgetClaim:
+    """``flock`` on ``<runs root>/.sweep-<name>.lock``: held from a worker's budget check until its
+    next trial exists in the study, so workers sharing a runs root never start one trial too many.
+    Workers on other hosts (a PostgreSQL study) are not covered: each may overshoot by one."""
+
+    def __init__(self, root: Path, name: str):
+        self.path = Path(root) / f".sweep-{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.lock"
+        self.f = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(self.path, "a")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self.f is not None:
+            self.f.close()  # closing releases the lock
+            self.f = None
+
+
 def run_worker(name: str, storage, root: Path, should_stop=None, log=print, worker: int = 0) -> None:
     """Pull trials of study ``name`` until its budget is met (one process; others may run beside it)."""
     import optuna
-    from optuna.study import MaxTrialsCallback
-    from optuna.trial import TrialState
 
     create_or_resume(None, name, storage)  # refuses a study that does not exist
     study, spec = worker_study(name, storage, worker)
@@ -554,20 +589,47 @@ def run_worker(name: str, storage, root: Path, should_stop=None, log=print, work
 
     # our own log lines report every trial; Optuna's warning would repeat a stop as a traceback
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    objective = make_objective(spec, root, should_stop, on_epoch)
+    claim = BudgetClaim(root, name)
+
+    def claimed(trial):
+        claim.release()  # the trial exists (RUNNING): the next worker counts it
+        return objective(trial)
+
     try:
-        study.optimize(
-            make_objective(spec, root, should_stop, on_epoch),
-            n_trials=n,
-            catch=(),
-            callbacks=[
-                MaxTrialsCallback(spec.trials, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)),
-                done,
-            ],
-        )
+        # one trial per optimize call, the budget checked and the trial created under one lock: parallel
+        # workers on this host never run past the budget (Optuna's MaxTrialsCallback let each of them
+        # pass the check at once and start one trial too many)
+        while True:
+            claim.acquire()
+            try:
+                if remaining(study, spec.trials) == 0:
+                    break
+                study.optimize(claimed, n_trials=1, catch=(), callbacks=[done])
+            finally:
+                claim.release()
     except Interrupted as e:  # Optuna has marked the trial failed; keep its settings for the resume
         _retry()(study, study.trials[e.number])
         log(f"study {name}: stopped during trial {e.number} (failed, settings queued again); resume with --name {name}")
         raise
+    except OSError as e:
+        number = getattr(e, "trial_number", None)
+        if number is None:
+            raise
+        try:  # the study database may sit on the full disk too: then the next worker's fail_dead_trials does it
+            _retry()(study, study.trials[number])
+        except Exception:  # noqa: BLE001 - sqlite "database or disk is full" and the like
+            pass
+        log(f"study {name}: trial {number} stopped (failed, settings queued again); resume with --name {name}")
+        raise
+    except Exception as e:  # the study database itself on a full disk: one line, not an SQL traceback
+        if "disk is full" not in str(e):
+            raise
+        raise OSError(
+            errno.ENOSPC,
+            "No space left on device (the study database)",
+            str(getattr(storage, "url", "the study database")),
+        ) from None
 
 
 def run_sweep(

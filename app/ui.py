@@ -70,8 +70,34 @@ def list_runs() -> list[dict]:
     except OSError:  # the sidebar says why (runs_root_problem)
         return []
     for r in runs:
-        r["meta"] = M.read_meta(r["dir"])
+        r["meta"] = _meta(r)
     return runs
+
+
+_METAS: dict[str, tuple[int, dict]] = {}
+
+
+def _meta(r: dict) -> dict:
+    """meta.json of a run, kept while its directory is unchanged (``stamp`` from the runs index)."""
+    key, stamp = str(r["dir"]), r.get("stamp")
+    if stamp is not None and (hit := _METAS.get(key)) is not None and hit[0] == stamp:
+        return hit[1]
+    meta = M.read_meta(r["dir"])
+    if stamp is not None:
+        _METAS[key] = (stamp, meta)
+    return meta
+
+
+MENU_SIZE = 50  # runs offered in a menu at once (newest first; the Runs page pages through all)
+
+
+def menu_names(runs: list[dict], keep: str | None = None) -> list[str]:
+    """Ids for a run menu: live runs and the ``MENU_SIZE`` newest, plus ``keep`` (the watched run)."""
+    names = [r["name"] for r in runs if r["status"].get("state") in ACTIVE]
+    names += [r["name"] for r in runs[:MENU_SIZE] if r["name"] not in names]
+    if keep and keep not in names and any(r["name"] == keep for r in runs):
+        names.append(keep)
+    return sorted(names, reverse=True)
 
 
 def state_label(state: str | None) -> str:

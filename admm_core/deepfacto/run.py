@@ -52,6 +52,7 @@ from ..runs import (
     reset_metrics,
     resolve_device,
     safe_load,
+    write_files_atomic,
     write_json,
     write_text_atomic,
 )
@@ -432,7 +433,6 @@ def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
     per_attr, svm_summary = attribute_evaluation(
         cfg, faces, svm_tr, te, (s_tr, s_te), (z_tr, z_te), raw, log, device=device
     )
-    write_json(run_dir / "attributes.json", per_attr)
     timings = {**summary.get("timings_s", {}), "attribute_eval_s": time.time() - t}
     summary = {
         **summary,
@@ -442,8 +442,12 @@ def evaluate_run(run_dir, overrides: dict | None = None, log=None) -> dict:
         "evaluated": time.strftime("%Y-%m-%d %H:%M:%S"),
         "evaluated_on": machine(device),  # may differ from the training's machine (status.json)
     }
-    write_json(run_dir / "summary.json", summary)
-    write_text_atomic(
-        run_dir / "config.json", json.dumps({**saved, "deepfacto": cfg.to_dict()}, indent=2, sort_keys=True)
+    # one set: a full disk while writing any of the three leaves all three as they were
+    write_files_atomic(
+        {
+            run_dir / "attributes.json": json.dumps(per_attr, indent=2),
+            run_dir / "summary.json": json.dumps(summary, indent=2),
+            run_dir / "config.json": json.dumps({**saved, "deepfacto": cfg.to_dict()}, indent=2, sort_keys=True),
+        }
     )
     return summary

@@ -10,6 +10,7 @@ that dies before the engine writes ``status.json`` is still reported with its la
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ from admm_core.runs import (
     read_json_dict,
     record_exit,
     resolve_device,
+    run_busy,
     run_status,
     write_text_atomic,
 )
@@ -142,7 +144,7 @@ def _spawn(args: list[str], run_dir: Path, processes: int = 1) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    (run_dir / "launch.json").write_text(json.dumps({"pid": proc.pid, "cmd": cmd, "launched": time.time()}, indent=2))
+    write_text_atomic(run_dir / "launch.json", json.dumps({"pid": proc.pid, "cmd": cmd, "launched": time.time()}))
 
     # reap the child when it ends (no zombies) and, if it died without reporting, record how
     # in status.json (signal or exit code); the worker itself never depends on us
@@ -193,15 +195,19 @@ def resume_run(run_dir: str | Path, epochs: int | None = None, processes: int | 
     ``processes`` defaults to the world size that wrote the checkpoint (a resume needs the same).
     """
     run_dir = confine_run_dir(run_dir)
-    if state_of(run_dir)["state"] in ("running", "starting"):
-        raise RuntimeError(f"{run_dir.name} is still running")
     args = ["--resume", str(run_dir)]
     if epochs:
         args += ["--epochs", str(int(epochs))]
     if processes is None:
         processes = checkpoint_world(run_dir) or 1
-    (run_dir / "status.json").unlink(missing_ok=True)  # 'starting' until the worker writes its own
-    _spawn(args, run_dir, processes)
+    # the check and the launch are one step for every dashboard on this runs folder (two tabs,
+    # two servers): the second Resume waits here, then sees the first one's worker 'starting'
+    with open(run_dir / "launch.lock", "a") as claim:
+        fcntl.flock(claim, fcntl.LOCK_EX)
+        if state_of(run_dir)["state"] in ("running", "starting") or run_busy(run_dir):
+            raise RuntimeError(f"{run_dir.name} is still running")
+        (run_dir / "status.json").unlink(missing_ok=True)  # 'starting' until the worker writes its own
+        _spawn(args, run_dir, processes)
 
 
 def worker_pid(run_dir: Path) -> int | None:
@@ -265,7 +271,23 @@ def state_of(run_dir: str | Path) -> dict:
     return {"state": "unknown", "progress": 0.0, "error": None}
 
 
-def dir_size(path: Path) -> int:
+_SIZES: dict[str, tuple[tuple, int]] = {}
+
+
+def dir_size(path: Path, stamp: tuple | None = None) -> int:
+    """Bytes of the files under ``path``; with ``stamp`` (e.g. the run's state and update time)
+    remembered until the stamp changes, so a listing of a thousand finished runs does not walk
+    every directory on each refresh."""
+    key = str(path)
+    if stamp is not None and (hit := _SIZES.get(key)) is not None and hit[0] == stamp:
+        return hit[1]
+    total = _walk_size(path)
+    if stamp is not None:
+        _SIZES[key] = (stamp, total)
+    return total
+
+
+def _walk_size(path: Path) -> int:
     total = 0
     for p in Path(path).rglob("*"):
         try:
@@ -291,7 +313,11 @@ def runs(root: str | Path | None = None) -> list[dict]:
     out = []
     for r in list_runs(runs_root(root)):
         r = dict(r)
-        r["status"] = state_of(r["dir"])
+        st = r["status"]
+        if st.get("state"):  # list_runs read it (liveness checked): no second read
+            r["status"] = {**st, "error": st.get("error") or "crashed"} if st["state"] == "crashed" else st
+        else:
+            r["status"] = state_of(r["dir"])
         out.append(r)
     return out
 

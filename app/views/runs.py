@@ -61,6 +61,28 @@ def _last_test(r: dict) -> float | None:
     return None if acc is None else round(100 * acc, 2)
 
 
+PAGE_SIZE = 50  # rows drawn at once: a folder of a thousand runs is paged, not drawn whole
+
+
+def _size_stamp(status: dict) -> tuple | None:
+    """A finished run's size is kept until its status changes; a live run's is measured each time."""
+    return None if status.get("state") in ui.ACTIVE else (status.get("state"), status.get("updated"))
+
+
+def _page(runs: list[dict]) -> list[dict]:
+    """The rows of the page picked under the table (all of them when they fit on one page)."""
+    if len(runs) <= PAGE_SIZE:
+        return runs
+    pages = -(-len(runs) // PAGE_SIZE)
+    c = st.columns([1, 4])
+    k = c[0].number_input("Page", min_value=1, max_value=pages, value=1, step=1, key="runs_page")
+    first = (int(k) - 1) * PAGE_SIZE
+    c[1].caption(
+        f"runs {first + 1}–{min(first + PAGE_SIZE, len(runs))} of {len(runs)}, newest first; the filter searches all"
+    )
+    return runs[first : first + PAGE_SIZE]
+
+
 def table(runs: list[dict]) -> None:
     rows = []
     for r in runs:
@@ -76,7 +98,7 @@ def table(runs: list[dict]) -> None:
                 "preset": cfg.get("preset") or "",
                 "epoch": f"{ui.done_epochs(r['dir'], st_)}/{st_.get('epochs') or (cfg.get('train') or {}).get('epochs', '?')}",
                 "test %": _last_test(r),
-                "size": human_bytes(W.dir_size(r["dir"])),
+                "size": human_bytes(W.dir_size(r["dir"], _size_stamp(st_))),
                 "updated": _when(st_.get("updated")),
                 "error": st_.get("error") or "",
                 "note": meta["note"],
@@ -105,7 +127,7 @@ def details(r: dict) -> None:
         st.caption(
             f"id `{name}`"
             + (f" · worker pid {status['pid']}" if status.get("pid") else "")
-            + f" · {human_bytes(W.dir_size(run_dir))} on disk · `{run_dir}`"
+            + f" · {human_bytes(W.dir_size(run_dir, _size_stamp(status)))} on disk · `{run_dir}`"
         )
         if state in ui.FAILED:
             st.error(f"{state.capitalize()}: {status.get('error')}")
@@ -190,11 +212,14 @@ def runs_panel() -> None:
         st.info("No runs yet. Start one on the Train page or with `python -m admm_core train --preset digits-mlp`.")
         return
     shown = [r for r in runs if M.matches(r, ss.get("runs_filter", ""))]
-    table(shown)
+    page = _page(shown)
+    table(page)
     ui.show_notice()
     by_name = {r["name"]: r for r in shown}
-    names = list(by_name)
     picked = ui.watched()
+    names = [r["name"] for r in page] + (
+        [picked] if picked in by_name and picked not in {r["name"] for r in page} else []
+    )
     ss["runs_sel"] = picked if picked in by_name else None
     st.selectbox(
         "Details of run",

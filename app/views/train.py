@@ -406,7 +406,11 @@ def start_section(cfg: RunConfig | None, errors: dict) -> None:
         if runs:
             by_name = {r["name"]: r for r in runs}
             st.selectbox(
-                "Run", sorted(by_name, reverse=True), key="load_run", format_func=lambda n: ui.run_label(by_name[n])
+                "Run",
+                ui.menu_names(runs),
+                key="load_run",
+                format_func=lambda n: ui.run_label(by_name[n]),
+                help=f"the {ui.MENU_SIZE} newest runs and the live ones; any run: Runs page → Load into Train",
             )
             st.button(
                 "Load into the form",
@@ -617,8 +621,8 @@ def live_panel():
         st.info("No runs yet — press **Start run** above (or start one with `python -m admm_core train ...`).")
         return
     by_name = {r["name"]: r for r in runs}
-    names = sorted(by_name, reverse=True)  # stable order (ids start with the launch time)
     watched = ui.watched()
+    names = ui.menu_names(runs, watched)  # live + newest, stable order (ids start with the launch time)
     # the menu only mirrors the selection (by id); it never picks a run by itself. Its key names the
     # watched run, so a new pick is a new widget whose default is that run: writing the pick into
     # session state on every refresh instead left the menu blank now and then (CI, once runs came and went)
