@@ -93,7 +93,7 @@ def widget(at, kind, key):
 
 
 def watch_pick(at):
-    """The live panel's run menu (its key names the watched run: watch_pick.<id>)."""
+    """The live panel's run menu (keyed by the selection's generation: watch_pick.<n>)."""
     return next(s for s in at.selectbox if (s.key or "").startswith("watch_pick."))
 
 
@@ -1007,3 +1007,33 @@ def test_cli_runs_a_deepfacto_config_file_through_its_own_loop(tmp_path, monkeyp
     path.write_text(json.dumps(run_config_dict(DeepFactoConfig(rank=4, seed=3))))
     assert cli.main(["train", "--config", str(path), "--out", str(tmp_path / "run")]) == 0
     assert seen == [DeepFactoConfig(rank=4, seed=3)]
+
+
+def test_live_stamp_changes_only_with_what_the_panel_shows(tmp_path):
+    """The live panel redraws when its stamp changes: a new metrics line, a new state or epoch, a
+    run added to the folder; not when the worker rewrites status.json with a few % more progress."""
+    from app.dashboard.live import live_stamp
+
+    root = tmp_path / "runs"
+    run = root / "20260101-000001-a"
+    run.mkdir(parents=True)
+    status = {"state": "running", "pid": os.getpid(), "epoch": 1, "epochs": 10, "progress": 0.10}
+    write_json(run / "status.json", status)
+    (run / "metrics.jsonl").write_text('{"epoch": 0}\n')
+    s0 = live_stamp(root, run.name)
+    assert live_stamp(root, run.name) == s0  # nothing changed: no redraw
+    write_json(run / "status.json", {**status, "progress": 0.12})  # within the same 5 % step
+    assert live_stamp(root, run.name) == s0
+    write_json(run / "status.json", {**status, "progress": 0.16})
+    s1 = live_stamp(root, run.name)
+    assert s1 != s0
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 1}\n')
+    s2 = live_stamp(root, run.name)
+    assert s2 != s1
+    write_json(run / "status.json", {**status, "progress": 0.16, "state": "finished"})
+    s3 = live_stamp(root, run.name)
+    assert s3 != s2
+    (root / "20260101-000002-b").mkdir()  # a new run: the menu lists it
+    assert live_stamp(root, run.name) != s3
+    assert live_stamp(root, None) != live_stamp(root, run.name)

@@ -130,8 +130,8 @@ def _figure(
         layout["margin"]["b"] = 48 + 22 * rows
     else:
         layout["showlegend"] = False
-    if run:
-        layout["meta"] = {"run": run}
+    if run:  # the page script (ui.KEEP_VIEW_JS) links the x axes of one run's charts
+        layout["meta"] = {"run": run, "link": run}
     if annotation:
         layout["annotations"] = [
             {"text": annotation, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}
