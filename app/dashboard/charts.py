@@ -88,20 +88,22 @@ def _figure(
     """
     lines = wrap(title).count("<br>") + 1
     layout = {
-        # just above the plot area, growing upwards into the top margin (sized for its lines)
         "title": {
             "text": wrap(title),
             "font": {"size": 14},
             "x": 0,
             "xanchor": "left",
             "xref": "paper",
+            # hung from the top of the figure, growing down into the top margin (sized for its lines):
+            # anchored at the plot's top with yanchor 'bottom', plotly placed a two-line title's
+            # second line over the plot (seen in Chromium for the cosine and residual charts)
             "y": 1,
-            "yanchor": "bottom",
-            "yref": "paper",
-            "pad": {"b": 8},
+            "yanchor": "top",
+            "yref": "container",
+            "pad": {"t": 8},
         },
         "height": height + 18 * (lines - 1),
-        "margin": {"l": 56, "r": 34, "t": 24 + 18 * lines, "b": 40},
+        "margin": {"l": 56, "r": 34, "t": 20 + 20 * lines, "b": 40},
         "modebar": {"orientation": "v"},  # down the right edge: never over the (left-aligned) title
         # legend in its own band at the bottom of the figure, under the x axis title
         "legend": {

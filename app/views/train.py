@@ -32,10 +32,12 @@ from app.dashboard import charts as C
 from app.dashboard import deepfacto_form as D
 from app.dashboard import form as F
 from app.dashboard import live as L
+from app.dashboard import push as P
 from app.dashboard import workers as W
 
 REFRESH_S = float(os.environ.get("ADMM_DASH_REFRESH", "0.5"))  # live watcher's poll period while the run is live, s
 IDLE_REFRESH_S = float(os.environ.get("ADMM_DASH_IDLE_REFRESH", "5"))  # ... once it has ended (a stat, no redraw), s
+PUSH = os.environ.get("ADMM_DASH_PUSH", "1") != "0"  # 0: the browser polls a watcher fragment instead
 LIVE_KEY = "live"  # the live panel's fragment key (its watcher reruns it by this name)
 START_DEDUP_S = 3.0  # the same config started again within this many seconds is the same click
 K = "f."  # prefix of the form's widget keys
@@ -371,7 +373,8 @@ def draw_blocks(diagram, form: dict, errors: dict, uses_blocks: bool) -> None:
         diagram.caption(f"(no block diagram: {e})")
         return
     with diagram.container():
-        st.graphviz_chart(F.block_diagram_dot(blocks, uses_blocks), width="content")
+        dark = (st.context.theme.type or "light") == "dark"  # the diagram's lines follow the theme
+        st.graphviz_chart(F.block_diagram_dot(blocks, uses_blocks, dark), width="content")
         cfg, _ = F.config_from_form({**form}, available())
         if cfg is not None:
             mem = F.memory_of(cfg)
@@ -599,10 +602,8 @@ def progress_text(state: str, status: dict, done: int, epochs: int, metrics: lis
 
 
 def _watch_live() -> None:
-    """The nested watcher (polled by the browser): rerun the live panel only when its files changed.
-
-    It draws nothing, so an unchanged run costs a few stat calls per poll and sends no figure.
-    """
+    """The fallback watcher (a nested fragment polled by the browser) where push is not available:
+    rerun the live panel only when its files changed; it draws nothing."""
     drawn = ss.get("live_drawn")
     if drawn is not None and L.live_stamp(*drawn[0]) != drawn[1]:
         ui.rerun_fragment(LIVE_KEY)
@@ -612,17 +613,22 @@ def _watch_live() -> None:
 def live_panel():
     """The watched run, redrawn when its files change (push, not poll).
 
-    The panel itself has no timer: a nested watcher fragment polls :func:`live_stamp` and reruns
-    the panel on a change, every REFRESH_S while the watched run is live and every IDLE_REFRESH_S
-    once it has ended (a resume from another tab or the CLI is still seen). A panel redraw keeps
-    each chart's key and plotly ``uirevision``, so zoom, pan and hidden legend entries survive.
+    The panel has no timer. The server's push thread (:mod:`dashboard.push`) compares
+    :func:`dashboard.live.live_stamp` every 0.1 s and reruns this fragment of this tab on a
+    change, so an unchanged or ended run costs nothing and sends nothing; a resume from another
+    tab or the CLI is still seen. Without push (other Streamlit internals) a nested watcher
+    fragment polled by the browser does the same, every REFRESH_S while the run is live and every
+    IDLE_REFRESH_S once it has ended. The page script :data:`ui.KEEP_VIEW_JS` keeps each chart's
+    zoom, pan and hidden legend entries across redraws.
     """
     root, watched = str(ui.runs_root()), ui.watched()
     stamp = L.live_stamp(root, watched)  # before reading: a change while drawing redraws again
     active = _live_body()
-    if ui.watched() != watched:  # picked in the menu while drawing: one more redraw at the next poll
+    if ui.watched() != watched:  # picked in the menu while drawing: one more redraw
         watched, stamp = ui.watched(), None
     ss["live_drawn"] = ((root, watched), stamp)
+    if PUSH and P.subscribe(LIVE_KEY, lambda: L.live_stamp(root, watched), stamp):
+        return
     st.fragment(run_every=REFRESH_S if active else IDLE_REFRESH_S)(_watch_live)()
 
 
