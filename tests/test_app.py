@@ -92,6 +92,11 @@ def widget(at, kind, key):
     return getattr(at, kind)(key=key)
 
 
+def runs_sel(at):
+    """The Runs page's details menu (keyed by the selection's generation: runs_sel.<n>)."""
+    return next(s for s in at.selectbox if (s.key or "").startswith("runs_sel."))
+
+
 def watch_pick(at):
     """The live panel's run menu (keyed by the selection's generation: watch_pick.<n>)."""
     return next(s for s in at.selectbox if (s.key or "").startswith("watch_pick."))
@@ -311,9 +316,9 @@ def test_runs_page_reads_real_run_dirs(env_runs):
     assert "crashed" in by_run["r3-digits-adam"]
     assert set(table.columns) >= {"run", "status", "data", "method", "size", "test %"}
     # the crashed run shows its error
-    widget(at, "selectbox", "runs_sel").set_value("r3-digits-adam").run()
+    runs_sel(at).set_value("r3-digits-adam").run()
     assert any("worker process ended" in e for e in errors(at)), errors(at)
-    widget(at, "selectbox", "runs_sel").set_value("r1-digits-block-admm").run()
+    runs_sel(at).set_value("r1-digits-block-admm").run()
     assert any(j.value for j in at.json)  # config.json
     assert [d.label for d in at.download_button] == ["config.json", "metrics.jsonl"]
 
@@ -324,7 +329,7 @@ def test_runs_page_deletes_a_run(env_runs, tmp_path, monkeypatch):
     monkeypatch.setenv("ADMM_RUNS", str(root))
     at = app().run()
     at.switch_page("views/runs.py").run()
-    widget(at, "selectbox", "runs_sel").set_value("victim").run()
+    runs_sel(at).set_value("victim").run()
     assert widget(at, "button", "runs_delete").disabled
     widget(at, "checkbox", "runs_del_sure").check().run()
     widget(at, "button", "runs_delete").click().run()
@@ -340,7 +345,7 @@ def _runs_page_on(root: Path, name: str, monkeypatch) -> tuple[AppTest, list]:
     monkeypatch.setenv("ADMM_RUNS", str(root))
     at = app().run()
     at.switch_page("views/runs.py").run()
-    widget(at, "selectbox", "runs_sel").set_value(name).run()
+    runs_sel(at).set_value(name).run()
     return at, launched
 
 
@@ -406,7 +411,7 @@ def test_runs_page_loads_a_config_into_the_train_form(env_runs):
     into the form, watches the run and drops the parameter. A name not in the runs folder loads nothing."""
     at = app().run()
     at.switch_page("views/runs.py").run()
-    widget(at, "selectbox", "runs_sel").set_value("r2-digits-sgd").run()
+    runs_sel(at).set_value("r2-digits-sgd").run()
     links = [el for el in at.get("page_link") if el.proto.label == "Load into Train"]
     assert len(links) == 1 and "load=r2-digits-sgd" in links[0].proto.query_string, links
     at = app()
@@ -730,7 +735,7 @@ def test_meta_is_stored_shown_and_filterable(tmp_path, monkeypatch):
     assert list(at.dataframe[0].value["run"]) == ["a-sgd"]
     at.text_input(key="runs_filter").set_value("").run()
     # edit in the page: the file changes
-    widget(at, "selectbox", "runs_sel").set_value("b-adam").run()
+    runs_sel(at).set_value("b-adam").run()
     at.text_input(key="meta_name.b-adam").set_value("adam try").run()
     at.text_input(key="meta_tags.b-adam").set_value("deep, deep , x").run()
     at.button(key="meta_save.b-adam").click().run()
@@ -763,7 +768,7 @@ def test_selection_is_by_id_and_stable(tmp_path, monkeypatch):
     assert watch_pick(at).value == "20260101-000001-a"
     # the Runs page details show the same run, with the table's state
     at.switch_page("views/runs.py").run()
-    assert widget(at, "selectbox", "runs_sel").value == "20260101-000001-a"
+    assert runs_sel(at).value == "20260101-000001-a"
     assert any("finished" in m.value for m in at.markdown if m.value.startswith("### "))
 
 
@@ -1037,3 +1042,23 @@ def test_live_stamp_changes_only_with_what_the_panel_shows(tmp_path):
     (root / "20260101-000002-b").mkdir()  # a new run: the menu lists it
     assert live_stamp(root, run.name) != s3
     assert live_stamp(root, None) != live_stamp(root, run.name)
+
+
+def test_study_storage_is_confined_to_the_runs_root(tmp_path, monkeypatch):
+    """Sweeps' "Study storage": a SQLite file only inside the allowed root; server URLs pass."""
+    from admm_core.errors import ConfigError
+    from app.dashboard.storage import confine_storage_url
+
+    base = tmp_path / "runs"
+    base.mkdir()
+    monkeypatch.chdir(base)
+    inside = f"sqlite:///{base / 'sweeps.db'}"
+    assert confine_storage_url(inside, base) == inside
+    assert confine_storage_url("sqlite:///sub/s.db", base) == "sqlite:///sub/s.db"  # relative: cwd is the root
+    assert confine_storage_url("postgresql+psycopg2://u@db/optuna", base).startswith("postgresql")
+    for bad in ("sqlite:///../outside.db", f"sqlite:///{tmp_path / 'x.db'}", "sqlite://", "file:///etc/x", "oops"):
+        with pytest.raises(ConfigError, match="study storage"):
+            confine_storage_url(bad, base)
+    (base / "link").symlink_to(tmp_path)  # a symlink out of the root is resolved first
+    with pytest.raises(ConfigError, match="outside"):
+        confine_storage_url("sqlite:///link/escape.db", base)
