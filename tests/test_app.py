@@ -452,6 +452,11 @@ def test_compare_page_table_and_csv(env_runs):
     widget(at, "slider", "cmp_smooth").set_value(0.5).run()
     no_exceptions(at)
     assert at.download_button(key="cmp_csv").label == "Download table (CSV)"
+    # grouped: one mean line per kind in its band; the charts' data as CSV
+    widget(at, "selectbox", "cmp_group").set_value("kind").run()
+    widget(at, "radio", "cmp_spread").set_value("range").run()
+    no_exceptions(at)
+    assert at.download_button(key="cmp_series_csv").label == "Download the charts' data (CSV)"
 
 
 def test_compare_rows_carry_the_paper_figures(runs_root):
@@ -1062,3 +1067,35 @@ def test_study_storage_is_confined_to_the_runs_root(tmp_path, monkeypatch):
     (base / "link").symlink_to(tmp_path)  # a symlink out of the root is resolved first
     with pytest.raises(ConfigError, match="outside"):
         confine_storage_url("sqlite:///link/escape.db", base)
+
+
+def test_compare_groups_runs_into_mean_and_spread_bands():
+    """Two seeds of one setting: one mean line inside a ± std band (or min-max), per group."""
+    from app.dashboard import charts as C
+
+    a = [{"epoch": e, "test_accuracy": 0.5 + 0.1 * e} for e in range(3)]
+    b = [{"epoch": e, "test_accuracy": 0.7 + 0.1 * e} for e in range(3)]
+    fig = C.group_figure([("lr = 0.1", [a, b])], "test_accuracy", percent=True)
+    hi, lo, mean = fig.data
+    assert list(mean.y) == pytest.approx([60, 70, 80]) and mean.name == "lr = 0.1 (n = 2)"
+    assert list(hi.y) == pytest.approx([70, 80, 90]) and list(lo.y) == pytest.approx([50, 60, 70])
+    assert lo.fill == "tonexty" and not hi.showlegend and not lo.showlegend
+    rng = C.group_figure([("g", [a, b])], "test_accuracy", spread="range")
+    assert list(rng.data[1].y) == pytest.approx([0.5, 0.6, 0.7]) and list(rng.data[0].y) == pytest.approx(
+        [0.7, 0.8, 0.9]
+    )
+    # per-block columns are averaged over the blocks; a DeepFacto run is its own kind
+    res = C.group_figure([("g", [[{"epoch": 0, "residuals": [1.0, 3.0]}]])], "residuals")
+    assert list(res.data[2].y) == [2.0]
+    assert C.run_kind({"method": "block-admm", "deepfacto": {}}) == "deepfacto"
+    assert C.run_kind({"method": "sgd"}) == "sgd"
+
+
+def test_parallel_coordinates_only_over_settings_every_run_has():
+    from app.dashboard import charts as C
+
+    flat = [{"method": "sgd", "m.lr": 0.1, "m.eps": None}, {"method": "adam", "m.lr": 0.01, "m.eps": 1e-8}]
+    rows = [{"final test %": 90.0}, {"final test %": 92.0}]
+    dims = C.parallel_figure(rows, flat, ["method", "m.lr", "m.eps"]).data[0].dimensions
+    assert [d.label for d in dims] == ["method", "m.lr", "final test %"]  # no axis for eps (sgd has none)
+    assert dims[1].tickformat == ".3~g"

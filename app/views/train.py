@@ -593,7 +593,9 @@ def progress_text(state: str, status: dict, done: int, epochs: int, metrics: lis
     if state == "finished":
         frac = 1.0
     text = f"{state} · epoch {done}/{epochs or '?'} · {100 * frac:.0f}%"
-    if status.get("phase") and state == "running":  # DeepFacto: setup, backbone, iterations, evaluation
+    # DeepFacto: setup, backbone, iterations, evaluation; also where a stopped / crashed run ended
+    # ("stopped · epoch 9/9 · 100%" said nothing of the attribute evaluation it was stopped in)
+    if status.get("phase") and state != "finished":
         text += f" · {status['phase']}"
     if state == "running":
         eta = C.eta_seconds(status, metrics)
