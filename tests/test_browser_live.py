@@ -353,3 +353,71 @@ def test_start_switches_the_live_panel_ten_of_ten(live_server, browser):
         page.close()
         for name in started:
             W.stop_run(root / name)
+
+
+def _shots_dir(tmp: Path) -> Path:
+    """$ADMM_SCREENSHOTS (relative to the project, e.g. ``assets``) when set, else the runs folder."""
+    where = os.environ.get("ADMM_SCREENSHOTS")
+    path = (ROOT / where) if where else (Path(tmp) / "screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+TITLES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(d => {
+    const t = d.querySelector('.gtitle'), p = d.querySelector('.nsewdrag');
+    return t && p ? [t.textContent, t.getBoundingClientRect().bottom, p.getBoundingClientRect().top] : null; })
+    .filter(x => x)"""
+
+
+def test_train_light_dark_and_compare_seed_bands(live_server, browser):
+    """Train in light and dark (titles clear of the plots), Compare grouped by seed with its bands;
+    the screenshots go to $ADMM_SCREENSHOTS (the docs' assets/) or the test's folder."""
+    import torch
+
+    from admm_core.presets import preset_config
+    from admm_core.runs import train
+
+    url, root, _ = live_server
+    shots = _shots_dir(root)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    names = []
+    for method in ("block-admm", "sgd"):
+        for seed in (1, 2, 3):
+            cfg = preset_config("digits-mlp", method).replace(
+                train__epochs=15, train__seed=seed, data__train_limit=200, data__test_limit=200
+            )
+            name = f"20260105-00000{seed}-digits-mlp-{method}-s{seed}"
+            train(cfg, root / name)
+            names.append(name)
+    torch.set_num_threads(threads)
+    for scheme in ("light", "dark"):
+        page = browser.new_page(viewport={"width": 1440, "height": 2000}, color_scheme=scheme)
+        page.set_default_timeout(TIMEOUT_MS)
+        try:
+            page.goto(f"{url}/?run={TEMPLATE}")
+            assert _wait(lambda: len(page.evaluate(TITLES_JS)) >= 7, TIMEOUT_MS / 1000), page.evaluate(TITLES_JS)
+            page.wait_for_timeout(1500)
+            overlaps = [t for t in page.evaluate(TITLES_JS) if t[1] > t[2] + 1]
+            assert not overlaps, overlaps  # a title's last line over its plot (two-line titles did)
+            page.screenshot(path=str(shots / f"dashboard-train-{scheme}.png"))
+        finally:
+            page.close()
+    page = browser.new_page(viewport={"width": 1440, "height": 1300})
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        page.goto(f"{url}/compare?runs={','.join(names)}")
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4")
+        page.get_by_role("combobox", name="Group runs by").click()
+        page.get_by_role("option", name="kind", exact=True).click()
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.js-plotly-plot')].some(d => (d.data || []).some(t => t.fill === 'tonexty'))"
+        )
+        page.wait_for_timeout(2000)
+        legend = page.evaluate(
+            "() => [...document.querySelectorAll('.js-plotly-plot')][0].data.filter(t => t.showlegend !== false).map(t => t.name)"
+        )
+        assert legend == ["block-admm (n = 3)", "sgd (n = 3)"], legend
+        page.screenshot(path=str(shots / "dashboard-compare-bands.png"))
+    finally:
+        page.close()

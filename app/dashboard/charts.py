@@ -254,6 +254,12 @@ def nmf_figure(metrics: list[dict], log_y: bool = True, smoothing: float = 0.0, 
     return _figure(traces, "NMF module: relative residuals", "iteration", "", log_y, run=run)
 
 
+def _ytitle(text: str) -> dict:
+    """The y axis title: the math a chart title used to carry (titles fit one line: plotly
+    placed the lines of a wrapped title over the plot or off the figure)."""
+    return {"title": {"text": text, "font": {"size": 11}}}
+
+
 def live_figures(
     metrics: list[dict], log_residuals: bool = True, run: str | None = None, smoothing: float = 0.0
 ) -> dict[str, go.Figure]:
@@ -283,7 +289,13 @@ def live_figures(
         "accuracy": accuracy_figure(metrics, run=run),
         "loss": loss_figure(metrics, smoothing=sm, run=run),
         "residuals": per_block_figure(
-            metrics, "residuals", "Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block", lr, sm, run=run
+            metrics,
+            "residuals",
+            "Primal residual per block",
+            lr,
+            sm,
+            run=run,
+            yaxis=_ytitle("‖Z_t − block_t(Z_{t−1})‖"),
         ),
         "dual_norms": per_block_figure(metrics, "dual_norms", "Dual norm ‖U_t‖ per block", lr, sm, run=run),
         "betas": per_block_figure(metrics, "betas", "Penalty β per block", run=run),
@@ -293,11 +305,11 @@ def live_figures(
         figs["backprop_cosine"] = per_block_figure(
             metrics,
             "backprop_cosine",
-            "Cosine of the block update with backprop's gradient",
+            "Cosine with backprop's gradient",
             False,
             sm,
             run=run,
-            yaxis={"range": [-1.05, 1.05]},
+            yaxis={"range": [-1.05, 1.05], **_ytitle("cos(block update, ∇)")},
         )
     return figs
 

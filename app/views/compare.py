@@ -91,7 +91,7 @@ def charts_section(chosen, x_key, log_y, acc_log, smoothing, group_by, spread) -
         draw(g[1], nets, "train_accuracy", "Train accuracy (%)", acc_log, True, chart_key="cmp_tracc")
         g = st.columns(2)
         draw(g[0], nets, "train_loss", "Train loss per sample", log_y, chart_key="cmp_loss")
-        res_title = "Primal residual per block" + (" (line style = block)" if group_by == "nothing" else " (mean)")
+        res_title = "Primal residual" + (" (dash = block)" if group_by == "nothing" else " (block mean)")
         draw(g[1], nets, "residuals", res_title, log_y, chart_key="cmp_res")
     if faces:
         st.markdown("**DeepFacto runs** (per iteration)")
