@@ -718,6 +718,10 @@ def test_backprop_cosine_is_plotted_when_present():
     figs = C.live_figures(ms)
     assert len(figs["backprop_cosine"].data) == 2 and figs["backprop_cosine"].data[1].y == (-0.2, -0.2, -0.2)
     assert "backprop_cosine" not in C.live_figures([{k: v for k, v in m.items() if k != "backprop_cosine"} for m in ms])
+    # every live title fits one line (plotly drew a wrapped title's lines over the plot); the
+    # math is on the y axis
+    assert all("<br>" not in f.layout.title.text for f in figs.values()), [f.layout.title.text for f in figs.values()]
+    assert "‖Z_t" in figs["residuals"].layout.yaxis.title.text
 
 
 def test_meta_is_stored_shown_and_filterable(tmp_path, monkeypatch):

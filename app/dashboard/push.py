@@ -92,9 +92,9 @@ def _run() -> None:
                     if _subs.get(key) is sub:
                         del _subs[key]
                 continue
-            if now != sub["stamp"]:
+            if now != sub["stamp"] and sub["session"]._scriptrunner is None:  # never into a running run
                 sub["stamp"] = now  # once per change; the redraw subscribes again with what it drew
-                sub["loop"].call_soon_threadsafe(_rerun_fragment, sub["session"], sub["fid"])
+                sub["loop"].call_soon_threadsafe(_rerun_fragment, sub, sub["session"], sub["fid"])
 
 
 def _alive(session_id: str) -> bool:
@@ -103,9 +103,11 @@ def _alive(session_id: str) -> bool:
     return Runtime.instance().is_active_session(session_id)
 
 
-def _rerun_fragment(session, fid: str) -> None:
+def _rerun_fragment(sub: dict, session, fid: str) -> None:
     """On the server's event loop: what ``AppSession.request_rerun`` does for the browser's
-    ``run_every`` timer, without widget states (the session keeps its own)."""
+    ``run_every`` timer, without widget states (the session keeps its own). Only into an idle
+    session: a run in progress (the page's first full run, a click) is never interrupted; the
+    thread tries again at its next tick."""
     from streamlit.runtime.app_session import AppSessionState
     from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
 
@@ -120,7 +122,7 @@ def _rerun_fragment(session, fid: str) -> None:
         cached_message_hashes=frozenset(cs.cached_message_hashes),
         context_info=cs.context_info if cs.HasField("context_info") else None,
     )
-    runner = session._scriptrunner
-    if runner is not None and runner.request_rerun(data):
+    if session._scriptrunner is not None:
+        sub["stamp"] = None  # busy now: the thread's next tick asks again
         return
     session._create_scriptrunner(data)
