@@ -43,6 +43,97 @@ PLOTLY_CONFIG = {
 }
 
 
+# Streamlit gives a plotly chart a new element id whenever its figure changes, so each new point
+# mounts a fresh plot and plotly's uirevision never sees the user's zoom. This page script keeps
+# each chart's view itself: the axis ranges a user set (drag-zoom, pan) and the legend entries
+# they hid, by the chart's identity (page, layout.meta.run, title), re-applied to the chart that
+# replaces it. Charts whose layout.meta.link is the same string share their x range (the live
+# panel's). Constant text of ours: no input reaches it.
+KEEP_VIEW_JS = r"""<script>
+(() => {
+  if (window.__admmViews) return;
+  const views = window.__admmViews = new Map();
+  const P = () => window.Plotly;
+  const meta = gd => (gd.layout && gd.layout.meta) || {};
+  const keyOf = gd => {
+    const t = gd.layout && gd.layout.title;
+    const text = String((t && (t.text || t)) || '').replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim();
+    return text ? location.pathname + '|' + (meta(gd).run || '') + '|' + text : null;
+  };
+  const AXIS = /^([xy]axis[0-9]*)\.(range\[[01]\]|range|autorange)$/;
+  const view = key => { if (!views.has(key)) views.set(key, {axes: {}, hidden: {}}); return views.get(key); };
+  const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+  let applying = 0;
+  function apply(gd) {
+    const v = views.get(gd.__admmKey);
+    if (!v || !P() || !gd._fullLayout) return;
+    const upd = {};
+    for (const [ax, range] of Object.entries(v.axes)) {
+      const cur = gd._fullLayout[ax];
+      if (cur && !same(cur.range, range)) upd[ax + '.range'] = range.slice();
+    }
+    const hide = [], show = [];
+    (gd.data || []).forEach((t, i) => {
+      const want = v.hidden[t.name];
+      if (want && t.visible !== 'legendonly') hide.push(i);
+      if (want === false && t.visible === 'legendonly') show.push(i);
+    });
+    if (!Object.keys(upd).length && !hide.length && !show.length) return;
+    applying++;
+    const done = () => { applying--; };
+    Promise.all([
+      Object.keys(upd).length ? P().relayout(gd, upd) : null,
+      hide.length ? P().restyle(gd, {visible: 'legendonly'}, hide) : null,
+      show.length ? P().restyle(gd, {visible: true}, show) : null,
+    ]).then(done, done);
+  }
+  function remember(gd, ev) {
+    if (applying) return;
+    const v = view(gd.__admmKey);
+    const touched = {};
+    for (const [k, val] of Object.entries(ev || {})) {
+      const m = AXIS.exec(k);
+      if (!m) continue;
+      const ax = m[1];
+      if (m[2] === 'autorange') { if (val) { delete v.axes[ax]; touched[ax] = null; } continue; }
+      const r = (gd._fullLayout[ax] || {}).range;
+      if (r) { v.axes[ax] = r.slice(); touched[ax] = r.slice(); }
+    }
+    const link = meta(gd).link;
+    if (link && 'xaxis' in touched) {  // linked charts follow this one's x range
+      document.querySelectorAll('.js-plotly-plot').forEach(o => {
+        if (o === gd || meta(o).link !== link || !o.__admmKey) return;
+        const ov = view(o.__admmKey);
+        if (touched.xaxis) { ov.axes.xaxis = touched.xaxis.slice(); apply(o); }
+        else if (ov.axes.xaxis) { delete ov.axes.xaxis; applying++; P().relayout(o, {'xaxis.autorange': true}).then(() => applying--, () => applying--); }
+      });
+    }
+  }
+  function hook(gd) {
+    const key = keyOf(gd);
+    if (!key || !gd.on) return;
+    if (gd.__admmKey !== key) { gd.__admmKey = key; apply(gd); }
+    if (gd.__admmHooked) return;
+    gd.__admmHooked = true;
+    gd.on('plotly_relayout', ev => remember(gd, ev));
+    gd.on('plotly_restyle', ev => {
+      if (applying || !ev || !ev[0] || !('visible' in ev[0])) return;
+      const v = view(gd.__admmKey);
+      (gd.data || []).forEach(t => { v.hidden[t.name] = t.visible === 'legendonly'; });
+    });
+    gd.on('plotly_afterplot', () => { if (!applying) apply(gd); });
+  }
+  new MutationObserver(() => document.querySelectorAll('.js-plotly-plot').forEach(hook))
+    .observe(document.body, {childList: true, subtree: true});
+})();
+</script>"""
+
+
+def keep_chart_views() -> None:
+    """Add :data:`KEEP_VIEW_JS` to the page (once per browser tab; main.py calls it on every page)."""
+    st.html(KEEP_VIEW_JS, unsafe_allow_javascript=True, width="content")
+
+
 def runs_root() -> Path:
     """The runs folder chosen in the sidebar (main.py), else $ADMM_RUNS / ./runs."""
     return workers.safe_runs_root(ss.get("runs_root") or None)  # confined to the allowed root
@@ -142,9 +233,17 @@ def watched() -> str | None:
     return run or None
 
 
+WATCH_GEN = "watch_gen"  # bumped by every watch(): the generation in the run menus' widget keys
+
+
 def watch(name: str | None) -> None:
-    """Pick ``name`` (a run id) on every page; mirrored into ``?run=``."""
+    """Pick ``name`` (a run id) on every page; mirrored into ``?run=``.
+
+    Bumps ``ss[WATCH_GEN]``: menus keyed by it become new widgets showing ``name``, so a refresh
+    that carries a menu's old value can never pick the old run again.
+    """
     ss["watch"] = name
+    ss[WATCH_GEN] = ss.get(WATCH_GEN, 0) + 1
     if name:
         st.query_params["run"] = name
     elif "run" in st.query_params:
@@ -250,6 +349,34 @@ def follow_goto() -> None:
     """Call at the top of a page: a Load callback asked to open the Train page."""
     if ss.pop("goto_train", False):
         st.switch_page(TRAIN_PAGE, query_params={"run": ss.get("watch") or ""})
+
+
+def rerun_fragment(key: str) -> None:
+    """Rerun the fragment declared with ``@st.fragment(key=key)`` from another fragment's body.
+
+    Streamlit's ``st.rerun(key)`` is only allowed in widget callbacks; the live panel's watcher
+    (a tiny nested fragment polled by the browser) needs it from its body, so this queues the
+    same request st.rerun builds (Streamlit 1.67's RerunData) and yields. Any change in those
+    internals falls back to a full rerun of the page: slower, never wrong.
+    """
+    try:
+        from streamlit.commands.execution_control import _force_yield_point
+        from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+        from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+        ctx = get_script_run_ctx()
+        data = RerunData(
+            query_string=ctx.query_string,
+            page_script_hash=ctx.page_script_hash,
+            fragment_id_queue=ctx.fragment_storage.resolve_target(key),
+            is_fragment_scoped_rerun=True,
+            cached_message_hashes=ctx.cached_message_hashes,
+            context_info=ctx.context_info,
+        )
+        ctx.script_requests.request_rerun(data)
+    except Exception:  # noqa: BLE001 - private API moved: the public full rerun still works
+        st.rerun()
+    _force_yield_point()
 
 
 def show_notice() -> None:

@@ -92,8 +92,13 @@ def widget(at, kind, key):
     return getattr(at, kind)(key=key)
 
 
+def runs_sel(at):
+    """The Runs page's details menu (keyed by the selection's generation: runs_sel.<n>)."""
+    return next(s for s in at.selectbox if (s.key or "").startswith("runs_sel."))
+
+
 def watch_pick(at):
-    """The live panel's run menu (its key names the watched run: watch_pick.<id>)."""
+    """The live panel's run menu (keyed by the selection's generation: watch_pick.<n>)."""
     return next(s for s in at.selectbox if (s.key or "").startswith("watch_pick."))
 
 
@@ -311,9 +316,9 @@ def test_runs_page_reads_real_run_dirs(env_runs):
     assert "crashed" in by_run["r3-digits-adam"]
     assert set(table.columns) >= {"run", "status", "data", "method", "size", "test %"}
     # the crashed run shows its error
-    widget(at, "selectbox", "runs_sel").set_value("r3-digits-adam").run()
+    runs_sel(at).set_value("r3-digits-adam").run()
     assert any("worker process ended" in e for e in errors(at)), errors(at)
-    widget(at, "selectbox", "runs_sel").set_value("r1-digits-block-admm").run()
+    runs_sel(at).set_value("r1-digits-block-admm").run()
     assert any(j.value for j in at.json)  # config.json
     assert [d.label for d in at.download_button] == ["config.json", "metrics.jsonl"]
 
@@ -324,7 +329,7 @@ def test_runs_page_deletes_a_run(env_runs, tmp_path, monkeypatch):
     monkeypatch.setenv("ADMM_RUNS", str(root))
     at = app().run()
     at.switch_page("views/runs.py").run()
-    widget(at, "selectbox", "runs_sel").set_value("victim").run()
+    runs_sel(at).set_value("victim").run()
     assert widget(at, "button", "runs_delete").disabled
     widget(at, "checkbox", "runs_del_sure").check().run()
     widget(at, "button", "runs_delete").click().run()
@@ -340,7 +345,7 @@ def _runs_page_on(root: Path, name: str, monkeypatch) -> tuple[AppTest, list]:
     monkeypatch.setenv("ADMM_RUNS", str(root))
     at = app().run()
     at.switch_page("views/runs.py").run()
-    widget(at, "selectbox", "runs_sel").set_value(name).run()
+    runs_sel(at).set_value(name).run()
     return at, launched
 
 
@@ -406,7 +411,7 @@ def test_runs_page_loads_a_config_into_the_train_form(env_runs):
     into the form, watches the run and drops the parameter. A name not in the runs folder loads nothing."""
     at = app().run()
     at.switch_page("views/runs.py").run()
-    widget(at, "selectbox", "runs_sel").set_value("r2-digits-sgd").run()
+    runs_sel(at).set_value("r2-digits-sgd").run()
     links = [el for el in at.get("page_link") if el.proto.label == "Load into Train"]
     assert len(links) == 1 and "load=r2-digits-sgd" in links[0].proto.query_string, links
     at = app()
@@ -447,6 +452,11 @@ def test_compare_page_table_and_csv(env_runs):
     widget(at, "slider", "cmp_smooth").set_value(0.5).run()
     no_exceptions(at)
     assert at.download_button(key="cmp_csv").label == "Download table (CSV)"
+    # grouped: one mean line per kind in its band; the charts' data as CSV
+    widget(at, "selectbox", "cmp_group").set_value("kind").run()
+    widget(at, "radio", "cmp_spread").set_value("range").run()
+    no_exceptions(at)
+    assert at.download_button(key="cmp_series_csv").label == "Download the charts' data (CSV)"
 
 
 def test_compare_rows_carry_the_paper_figures(runs_root):
@@ -733,6 +743,10 @@ def test_backprop_cosine_is_plotted_when_present():
     figs = C.live_figures(ms)
     assert len(figs["backprop_cosine"].data) == 2 and figs["backprop_cosine"].data[1].y == (-0.2, -0.2, -0.2)
     assert "backprop_cosine" not in C.live_figures([{k: v for k, v in m.items() if k != "backprop_cosine"} for m in ms])
+    # every live title fits one line (plotly drew a wrapped title's lines over the plot); the
+    # math is on the y axis
+    assert all("<br>" not in f.layout.title.text for f in figs.values()), [f.layout.title.text for f in figs.values()]
+    assert "‖Z_t" in figs["residuals"].layout.yaxis.title.text
 
 
 def test_meta_is_stored_shown_and_filterable(tmp_path, monkeypatch):
@@ -755,7 +769,7 @@ def test_meta_is_stored_shown_and_filterable(tmp_path, monkeypatch):
     assert list(at.dataframe[0].value["run"]) == ["a-sgd"]
     at.text_input(key="runs_filter").set_value("").run()
     # edit in the page: the file changes
-    widget(at, "selectbox", "runs_sel").set_value("b-adam").run()
+    runs_sel(at).set_value("b-adam").run()
     at.text_input(key="meta_name.b-adam").set_value("adam try").run()
     at.text_input(key="meta_tags.b-adam").set_value("deep, deep , x").run()
     at.button(key="meta_save.b-adam").click().run()
@@ -788,7 +802,7 @@ def test_selection_is_by_id_and_stable(tmp_path, monkeypatch):
     assert watch_pick(at).value == "20260101-000001-a"
     # the Runs page details show the same run, with the table's state
     at.switch_page("views/runs.py").run()
-    assert widget(at, "selectbox", "runs_sel").value == "20260101-000001-a"
+    assert runs_sel(at).value == "20260101-000001-a"
     assert any("finished" in m.value for m in at.markdown if m.value.startswith("### "))
 
 
@@ -1032,3 +1046,85 @@ def test_cli_runs_a_deepfacto_config_file_through_its_own_loop(tmp_path, monkeyp
     path.write_text(json.dumps(run_config_dict(DeepFactoConfig(rank=4, seed=3))))
     assert cli.main(["train", "--config", str(path), "--out", str(tmp_path / "run")]) == 0
     assert seen == [DeepFactoConfig(rank=4, seed=3)]
+
+
+def test_live_stamp_changes_only_with_what_the_panel_shows(tmp_path):
+    """The live panel redraws when its stamp changes: a new metrics line, a new state or epoch, a
+    run added to the folder; not when the worker rewrites status.json with a few % more progress."""
+    from app.dashboard.live import live_stamp
+
+    root = tmp_path / "runs"
+    run = root / "20260101-000001-a"
+    run.mkdir(parents=True)
+    status = {"state": "running", "pid": os.getpid(), "epoch": 1, "epochs": 10, "progress": 0.10}
+    write_json(run / "status.json", status)
+    (run / "metrics.jsonl").write_text('{"epoch": 0}\n')
+    s0 = live_stamp(root, run.name)
+    assert live_stamp(root, run.name) == s0  # nothing changed: no redraw
+    write_json(run / "status.json", {**status, "progress": 0.12})  # within the same 5 % step
+    assert live_stamp(root, run.name) == s0
+    write_json(run / "status.json", {**status, "progress": 0.16})
+    s1 = live_stamp(root, run.name)
+    assert s1 != s0
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 1}\n')
+    s2 = live_stamp(root, run.name)
+    assert s2 != s1
+    write_json(run / "status.json", {**status, "progress": 0.16, "state": "finished"})
+    s3 = live_stamp(root, run.name)
+    assert s3 != s2
+    (root / "20260101-000002-b").mkdir()  # a new run: the menu lists it
+    assert live_stamp(root, run.name) != s3
+    assert live_stamp(root, None) != live_stamp(root, run.name)
+
+
+def test_study_storage_is_confined_to_the_runs_root(tmp_path, monkeypatch):
+    """Sweeps' "Study storage": a SQLite file only inside the allowed root; server URLs pass."""
+    from admm_core.errors import ConfigError
+    from app.dashboard.storage import confine_storage_url
+
+    base = tmp_path / "runs"
+    base.mkdir()
+    monkeypatch.chdir(base)
+    inside = f"sqlite:///{base / 'sweeps.db'}"
+    assert confine_storage_url(inside, base) == inside
+    assert confine_storage_url("sqlite:///sub/s.db", base) == "sqlite:///sub/s.db"  # relative: cwd is the root
+    assert confine_storage_url("postgresql+psycopg2://u@db/optuna", base).startswith("postgresql")
+    for bad in ("sqlite:///../outside.db", f"sqlite:///{tmp_path / 'x.db'}", "sqlite://", "file:///etc/x", "oops"):
+        with pytest.raises(ConfigError, match="study storage"):
+            confine_storage_url(bad, base)
+    (base / "link").symlink_to(tmp_path)  # a symlink out of the root is resolved first
+    with pytest.raises(ConfigError, match="outside"):
+        confine_storage_url("sqlite:///link/escape.db", base)
+
+
+def test_compare_groups_runs_into_mean_and_spread_bands():
+    """Two seeds of one setting: one mean line inside a ± std band (or min-max), per group."""
+    from app.dashboard import charts as C
+
+    a = [{"epoch": e, "test_accuracy": 0.5 + 0.1 * e} for e in range(3)]
+    b = [{"epoch": e, "test_accuracy": 0.7 + 0.1 * e} for e in range(3)]
+    fig = C.group_figure([("lr = 0.1", [a, b])], "test_accuracy", percent=True)
+    hi, lo, mean = fig.data
+    assert list(mean.y) == pytest.approx([60, 70, 80]) and mean.name == "lr = 0.1 (n = 2)"
+    assert list(hi.y) == pytest.approx([70, 80, 90]) and list(lo.y) == pytest.approx([50, 60, 70])
+    assert lo.fill == "tonexty" and not hi.showlegend and not lo.showlegend
+    rng = C.group_figure([("g", [a, b])], "test_accuracy", spread="range")
+    assert list(rng.data[1].y) == pytest.approx([0.5, 0.6, 0.7]) and list(rng.data[0].y) == pytest.approx(
+        [0.7, 0.8, 0.9]
+    )
+    # per-block columns are averaged over the blocks; a DeepFacto run is its own kind
+    res = C.group_figure([("g", [[{"epoch": 0, "residuals": [1.0, 3.0]}]])], "residuals")
+    assert list(res.data[2].y) == [2.0]
+    assert C.run_kind({"method": "block-admm", "deepfacto": {}}) == "deepfacto"
+    assert C.run_kind({"method": "sgd"}) == "sgd"
+
+
+def test_parallel_coordinates_only_over_settings_every_run_has():
+    from app.dashboard import charts as C
+
+    flat = [{"method": "sgd", "m.lr": 0.1, "m.eps": None}, {"method": "adam", "m.lr": 0.01, "m.eps": 1e-8}]
+    rows = [{"final test %": 90.0}, {"final test %": 92.0}]
+    dims = C.parallel_figure(rows, flat, ["method", "m.lr", "m.eps"]).data[0].dimensions
+    assert [d.label for d in dims] == ["method", "m.lr", "final test %"]  # no axis for eps (sgd has none)
+    assert dims[1].tickformat == ".3~g"

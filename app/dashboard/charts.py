@@ -88,20 +88,22 @@ def _figure(
     """
     lines = wrap(title).count("<br>") + 1
     layout = {
-        # just above the plot area, growing upwards into the top margin (sized for its lines)
         "title": {
             "text": wrap(title),
             "font": {"size": 14},
             "x": 0,
             "xanchor": "left",
             "xref": "paper",
+            # hung from the top of the figure, growing down into the top margin (sized for its lines):
+            # anchored at the plot's top with yanchor 'bottom', plotly placed a two-line title's
+            # second line over the plot (seen in Chromium for the cosine and residual charts)
             "y": 1,
-            "yanchor": "bottom",
-            "yref": "paper",
-            "pad": {"b": 8},
+            "yanchor": "top",
+            "yref": "container",
+            "pad": {"t": 8},
         },
         "height": height + 18 * (lines - 1),
-        "margin": {"l": 56, "r": 34, "t": 24 + 18 * lines, "b": 40},
+        "margin": {"l": 56, "r": 34, "t": 20 + 20 * lines, "b": 40},
         "modebar": {"orientation": "v"},  # down the right edge: never over the (left-aligned) title
         # legend in its own band at the bottom of the figure, under the x axis title
         "legend": {
@@ -130,8 +132,8 @@ def _figure(
         layout["margin"]["b"] = 48 + 22 * rows
     else:
         layout["showlegend"] = False
-    if run:
-        layout["meta"] = {"run": run}
+    if run:  # the page script (ui.KEEP_VIEW_JS) links the x axes of one run's charts
+        layout["meta"] = {"run": run, "link": run}
     if annotation:
         layout["annotations"] = [
             {"text": annotation, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}
@@ -252,6 +254,12 @@ def nmf_figure(metrics: list[dict], log_y: bool = True, smoothing: float = 0.0, 
     return _figure(traces, "NMF module: relative residuals", "iteration", "", log_y, run=run)
 
 
+def _ytitle(text: str) -> dict:
+    """The y axis title: the math a chart title used to carry (titles fit one line: plotly
+    placed the lines of a wrapped title over the plot or off the figure)."""
+    return {"title": {"text": text, "font": {"size": 11}}}
+
+
 def live_figures(
     metrics: list[dict], log_residuals: bool = True, run: str | None = None, smoothing: float = 0.0
 ) -> dict[str, go.Figure]:
@@ -281,7 +289,13 @@ def live_figures(
         "accuracy": accuracy_figure(metrics, run=run),
         "loss": loss_figure(metrics, smoothing=sm, run=run),
         "residuals": per_block_figure(
-            metrics, "residuals", "Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block", lr, sm, run=run
+            metrics,
+            "residuals",
+            "Primal residual per block",
+            lr,
+            sm,
+            run=run,
+            yaxis=_ytitle("‖Z_t − block_t(Z_{t−1})‖"),
         ),
         "dual_norms": per_block_figure(metrics, "dual_norms", "Dual norm ‖U_t‖ per block", lr, sm, run=run),
         "betas": per_block_figure(metrics, "betas", "Penalty β per block", run=run),
@@ -291,11 +305,11 @@ def live_figures(
         figs["backprop_cosine"] = per_block_figure(
             metrics,
             "backprop_cosine",
-            "Cosine of the block update with backprop's gradient",
+            "Cosine with backprop's gradient",
             False,
             sm,
             run=run,
-            yaxis={"range": [-1.05, 1.05]},
+            yaxis={"range": [-1.05, 1.05], **_ytitle("cos(block update, ∇)")},
         )
     return figs
 
@@ -486,12 +500,15 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
     Numeric settings keep their scale; others are placed on evenly spaced ticks named by value.
     """
     dims = []
+    # one axis per setting every shown run has (a setting a method lacks got a made-up axis or
+    # "None" before); numbers print in full (eps was labelled '10n')
+    keys = [k for k in keys if all(s.get(k) is not None for s in settings)]
     for k in keys:
         vals = [s.get(k) for s in settings]
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals if v is not None) and any(
             v is not None for v in vals
         ):
-            dims.append({"label": k, "values": [float("nan") if v is None else float(v) for v in vals]})
+            dims.append({"label": k, "values": [float(v) for v in vals], "tickformat": ".3~g"})
         else:
             cats = sorted({str(v) for v in vals})
             dims.append(
@@ -503,7 +520,9 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
                 }
             )
     acc = [r.get("final test %") for r in rows]
-    dims.append({"label": "final test %", "values": [float("nan") if a is None else a for a in acc]})
+    dims.append(
+        {"label": "final test %", "values": [float("nan") if a is None else a for a in acc], "tickformat": ".4~g"}
+    )
     fig = go.Figure(
         go.Parcoords(
             line={
@@ -517,3 +536,94 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
     )
     fig.update_layout(height=360, margin={"l": 60, "r": 60, "t": 60, "b": 30})
     return fig
+
+
+# --- Compare: kinds, groups with mean ± spread bands, the plotted data as CSV --------------------
+
+
+def run_kind(cfg: dict) -> str:
+    """What a run is, for Compare's menus and labels: 'deepfacto' for a DeepFacto run (its config
+    says method block-admm, but its metrics are per iteration and its accuracy is face
+    verification), else its method."""
+    return "deepfacto" if "deepfacto" in (cfg or {}) else str((cfg or {}).get("method", "?"))
+
+
+def _values(metrics: list[dict], key: str, scale: float = 1.0) -> list:
+    """One value per line; a per-block list is averaged over its blocks."""
+    out = []
+    for m in metrics:
+        v = m.get(key)
+        if isinstance(v, list):
+            vals = [x for x in v if _finite(x)]
+            v = sum(vals) / len(vals) if vals else None
+        out.append(v * scale if _finite(v) else None)
+    return out
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def group_figure(
+    groups: list[tuple[str, list[list[dict]]]],
+    key: str,
+    x_key: str = "epoch",
+    smoothing: float = 0.0,
+    log_y: bool = False,
+    title: str = "",
+    percent: bool = False,
+    spread: str = "std",
+    height: int = 420,
+) -> go.Figure:
+    """One line per group of runs (their mean at each x) inside a band: mean ± one standard
+    deviation (``spread='std'``) or the runs' min to max (``'range'``). Runs are aligned on the
+    x value (epoch, or wall time rounded to 0.1 s); per-block columns are averaged over blocks."""
+    traces = []
+    xtitle = {"wall_time_s": "wall time (s)"}.get(x_key, "epoch")
+    for i, (label, runs) in enumerate(groups):
+        colour = COLOURS[i % len(COLOURS)]
+        at: dict[float, list[float]] = {}
+        for metrics in runs:
+            xs = _col(metrics, x_key)
+            ys = smooth(_values(metrics, key, 100.0 if percent else 1.0), smoothing)
+            for x, y in zip(xs, ys):
+                if x is not None and y is not None and (not log_y or y > 0):
+                    at.setdefault(round(x, 1) if x_key == "wall_time_s" else x, []).append(y)
+        xs = sorted(at)
+        mean = [sum(at[x]) / len(at[x]) for x in xs]
+        if spread == "range":
+            lo, hi = [min(at[x]) for x in xs], [max(at[x]) for x in xs]
+        else:
+            sd = [math.sqrt(sum((v - mu) ** 2 for v in at[x]) / len(at[x])) for x, mu in zip(xs, mean)]
+            lo, hi = [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)]
+            if log_y:
+                lo = [max(v, m / 10) for v, m in zip(lo, mean)]  # a band below zero has no place on a log axis
+        name = f"{label} (n = {len(runs)})"
+        band = {"type": "scatter", "x": xs, "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip"}
+        traces.append({**band, "y": hi, "legendgroup": label, "showlegend": False, "name": f"{label} hi"})
+        traces.append(
+            {
+                **band,
+                "y": lo,
+                "fill": "tonexty",
+                "fillcolor": _rgba(colour, 0.18),
+                "legendgroup": label,
+                "showlegend": False,
+                "name": f"{label} lo",
+            }
+        )
+        traces.append({**_scatter(xs, mean, name, colour, "lines"), "legendgroup": label})
+    return _figure(traces, title, xtitle, "%" if percent else "", log_y, height=height)
+
+
+def series_csv(charts: dict[str, list[tuple[str, list[dict]]]], keys: dict[str, str], x_key: str) -> str:
+    """The plotted columns of every run, long format: chart, run, x, value (per-block columns
+    averaged over blocks), for the Compare page's download."""
+    lines = [f"chart,run,{x_key},value"]
+    for chart, series in charts.items():
+        for label, metrics in series:
+            for x, y in zip(_col(metrics, x_key), _values(metrics, keys[chart])):
+                if x is not None and y is not None:
+                    lines.append(f'"{chart}","{label.replace(chr(34), chr(39))}",{x},{y}')
+    return "\n".join(lines) + "\n"

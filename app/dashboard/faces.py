@@ -204,5 +204,5 @@ def overlay_figure(
         )
         fig.update_yaxes(autorange="reversed", showticklabels=False, scaleanchor=f"x{i if i > 1 else ''}", row=1, col=i)
         fig.update_xaxes(showticklabels=False, row=1, col=i)
-    fig.update_layout(height=260, margin={"l": 0, "r": 0, "t": 30, "b": 0})
+    fig.update_layout(height=280, margin={"l": 0, "r": 0, "t": 56, "b": 0})  # the titles clear the toolbar
     return fig

@@ -142,10 +142,16 @@ def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: 
     return blocks
 
 
-def block_diagram_dot(blocks: list[dict], uses_blocks: bool = True) -> str:
-    """Graphviz DOT of X -> [block 1] -> Z_1 -> … -> Z_T -> loss."""
+def block_diagram_dot(blocks: list[dict], uses_blocks: bool = True, dark: bool = False) -> str:
+    """Graphviz DOT of X -> [block 1] -> Z_1 -> … -> Z_T -> loss.
+
+    The background is transparent, so arrows, Z circles and the plain labels take the page's
+    text colour (``dark``: light grey on Streamlit's dark theme); the pastel blocks keep dark text.
+    """
+    fg = "#e5e7eb" if dark else "#111827"
     lines = [
-        'digraph G { rankdir=LR; bgcolor="transparent"; node [fontname="Helvetica", fontsize=11];',
+        'digraph G { rankdir=LR; bgcolor="transparent"; '
+        f'node [fontname="Helvetica", fontsize=11, color="{fg}", fontcolor="{fg}"]; edge [color="{fg}"];',
         'x [label="X = Z₀", shape=plaintext];',
     ]
     prev = "x"
@@ -156,7 +162,9 @@ def block_diagram_dot(blocks: list[dict], uses_blocks: bool = True) -> str:
         name = f"block {t}" if uses_blocks else "network (end-to-end)"
         label = f"{name}\\n{' · '.join(b['layers'])}\\n{b['params']:,} params"
         colour = palette[(t - 1) % len(palette)]
-        lines.append(f'b{t} [label="{label}", shape=box, style="rounded,filled", fillcolor="{colour}"];')
+        lines.append(
+            f'b{t} [label="{label}", shape=box, style="rounded,filled", fillcolor="{colour}", fontcolor="#111827"];'
+        )
         lines.append(f"{prev} -> b{t};")
         if uses_blocks and t < T:
             lines.append(f'z{t} [label="Z{_sub(t)}", shape=circle, width=0.3];')

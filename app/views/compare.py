@@ -14,6 +14,7 @@ from admm_core.runs import read_metrics
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import meta as M
+from app.dashboard import push as P
 from app.dashboard import workers as W
 
 ss = st.session_state
@@ -35,6 +36,94 @@ def _mirror_selection() -> None:
         del st.query_params["runs"]
 
 
+def _group_of(r: dict, group_by: str) -> str:
+    cfg = r["config"] or {}
+    if group_by == "tag":
+        return ", ".join(r["meta"]["tags"]) or "no tag"
+    if group_by == "seed":
+        return f"seed {(cfg.get('train') or {}).get('seed', '?')}"
+    if group_by == "kind":
+        return C.run_kind(cfg)
+    return f"{group_by} = {C.settings_of(cfg).get(group_by)}"
+
+
+def _stamp(dirs: list) -> tuple:
+    """The shown runs' metrics files (size, mtime) and states: the charts change only with them."""
+    out = []
+    for d in dirs:
+        try:
+            s = (d / "metrics.jsonl").stat()
+            out.append((s.st_size, s.st_mtime_ns, W.state_of(d).get("state")))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+@st.fragment(key="cmp_charts")
+def charts_section(chosen, x_key, log_y, acc_log, smoothing, group_by, spread) -> None:
+    """The charts, redrawn by the server's push thread (:mod:`dashboard.push`) when a shown run
+    writes a new evaluation or changes state, while any of them is live."""
+    by_id = {r["name"]: r for r in ui.list_runs()}
+    chosen = [n for n in chosen if n in by_id]
+    dirs = [by_id[n]["dir"] for n in chosen]
+    stamp = _stamp(dirs)
+    nets, faces = [], []  # DeepFacto runs get their own charts: verification accuracy, per iteration
+    for n in chosen:
+        r = by_id[n]
+        cfg = r["config"] or {}
+        label = r["meta"]["name"] or (n if len(n) <= 28 else n[:15] + "…")  # ids start with the launch time
+        item = (f"{C.run_kind(cfg)} · {label}", read_metrics(r["dir"]), _group_of(r, group_by))
+        (faces if "deepfacto" in cfg else nets).append(item)
+
+    def draw(col, items, key, title, log, percent=False, xk=x_key, chart_key=""):
+        if group_by == "nothing":
+            fig = C.compare_figure([(lab, m) for lab, m, _ in items], key, xk, smoothing, log, title, percent)
+        else:
+            groups: dict[str, list] = {}
+            for _, m, g in items:
+                groups.setdefault(g, []).append(m)
+            fig = C.group_figure(list(groups.items()), key, xk, smoothing, log, title, percent, spread)
+        col.plotly_chart(fig, key=chart_key, config=ui.PLOTLY_CONFIG)
+
+    if nets:
+        g = st.columns(2)
+        draw(g[0], nets, "test_accuracy", "Test accuracy (%)", acc_log, True, chart_key="cmp_acc")
+        draw(g[1], nets, "train_accuracy", "Train accuracy (%)", acc_log, True, chart_key="cmp_tracc")
+        g = st.columns(2)
+        draw(g[0], nets, "train_loss", "Train loss per sample", log_y, chart_key="cmp_loss")
+        res_title = "Primal residual" + (" (dash = block)" if group_by == "nothing" else " (block mean)")
+        draw(g[1], nets, "residuals", res_title, log_y, chart_key="cmp_res")
+    if faces:
+        st.markdown("**DeepFacto runs** (per iteration)")
+        xk = "wall_time_s" if x_key == "wall_time_s" else "epoch"
+        g = st.columns(2)
+        draw(g[0], faces, "test_accuracy", "Face verification accuracy (%)", acc_log, True, xk, "cmp_df_acc")
+        draw(g[1], faces, "nmf_residual", "NMF residual ‖Z₁ − MS‖/‖Z₁‖", log_y, xk=xk, chart_key="cmp_df_nmf")
+    plotted = {
+        "test accuracy": nets,
+        "train accuracy": nets,
+        "train loss": nets,
+        "residuals": nets,
+        "verification": faces,
+    }
+    keys = {"test accuracy": "test_accuracy", "train accuracy": "train_accuracy", "train loss": "train_loss"}
+    keys |= {"residuals": "residuals", "verification": "test_accuracy"}
+    st.download_button(
+        "Download the charts' data (CSV)",
+        C.series_csv({k: [(lab, m) for lab, m, _ in v] for k, v in plotted.items() if v}, keys, x_key),
+        icon=":material/download:",
+        file_name="compare-series.csv",
+        mime="text/csv",
+        key="cmp_series_csv",
+    )
+    live = any((s or (0, 0, None))[2] in ui.ACTIVE for s in stamp)
+    if live:
+        st.caption(":green-badge[live] redrawn as the shown runs write new evaluations")
+        P.subscribe("cmp_charts", lambda: _stamp(dirs), stamp)
+    else:
+        P.unsubscribe("cmp_charts")
+
+
 def main() -> None:
     st.title("Compare")
     st.caption(
@@ -51,10 +140,10 @@ def main() -> None:
 
     c = st.columns([1, 1, 1, 1.4])
     all_data = sorted({W.data_of(r) for r in runs})
-    all_methods = sorted({W.method_of(r) for r in runs})
+    all_methods = sorted({C.run_kind(r["config"]) for r in runs})
     all_states = sorted({r["status"].get("state", "unknown") for r in runs})
     data_sel = c[0].multiselect("Data set", all_data, default=all_data, key="cmp_data")
-    method_sel = c[1].multiselect("Method", all_methods, default=all_methods, key="cmp_methods")
+    method_sel = c[1].multiselect("Method / kind", all_methods, default=all_methods, key="cmp_methods")
     state_sel = c[2].multiselect("Status", all_states, default=all_states, key="cmp_states")
     text = c[3].text_input("Filter (name, tags, note…)", key="cmp_filter")
     by_id = {r["name"]: r for r in runs}
@@ -62,7 +151,7 @@ def main() -> None:
         r
         for r in runs
         if W.data_of(r) in data_sel
-        and W.method_of(r) in method_sel
+        and C.run_kind(r["config"]) in method_sel
         and r["status"].get("state", "unknown") in state_sel
         and M.matches(r, text)
     ]
@@ -92,44 +181,24 @@ def main() -> None:
     acc_log = c[2].toggle("log-scale accuracy", value=False, key="cmp_acc_log")
     smoothing = c[3].slider("Smoothing (moving average weight)", 0.0, 0.95, 0.0, 0.05, key="cmp_smooth")
     x_key = "wall_time_s" if x_axis == "wall time" else "epoch"
-
-    series, rows, cfgs = [], [], []
+    cfgs = [by_id[n]["config"] or {} for n in chosen]
+    differ = C.differing_settings(cfgs)
+    c = st.columns([1.2, 1, 2.8])
+    group_by = c[0].selectbox(
+        "Group runs by",
+        ["nothing", "tag", "seed", "kind", *[k for k in differ if k not in ("train.seed", "method")]],
+        key="cmp_group",
+        help="One line per group: the mean of its runs, in a band of ± one standard deviation or min to max",
+    )
+    spread = c[1].radio("Band", ["std", "range"], horizontal=True, key="cmp_spread", disabled=group_by == "nothing")
+    charts_section(chosen, x_key, log_y, acc_log, smoothing, group_by, spread)
+    rows = []
     for n in chosen:
         r = by_id[n]
-        m = read_metrics(r["dir"])
-        cfg = r["config"] or {}
-        label = r["meta"]["name"] or (n if len(n) <= 28 else n[:15] + "…")  # ids start with the launch time
-        series.append((f"{cfg.get('method', '?')} · {label}", m))
-        rows.append(C.run_row(n, cfg, r["status"], m, PAPER, r["meta"]))
-        cfgs.append(cfg)
-
-    g = st.columns(2)
-    g[0].plotly_chart(
-        C.compare_figure(series, "test_accuracy", x_key, smoothing, acc_log, "Test accuracy (%)", percent=True),
-        key="cmp_acc",
-        config=ui.PLOTLY_CONFIG,
-    )
-    g[1].plotly_chart(
-        C.compare_figure(series, "train_accuracy", x_key, smoothing, acc_log, "Train accuracy (%)", percent=True),
-        key="cmp_tracc",
-        config=ui.PLOTLY_CONFIG,
-    )
-    g = st.columns(2)
-    g[0].plotly_chart(
-        C.compare_figure(series, "train_loss", x_key, smoothing, log_y, "Train loss per sample"),
-        key="cmp_loss",
-        config=ui.PLOTLY_CONFIG,
-    )
-    g[1].plotly_chart(
-        C.compare_figure(
-            series, "residuals", x_key, smoothing, log_y, "Primal residual per block (line style = block)"
-        ),
-        key="cmp_res",
-        config=ui.PLOTLY_CONFIG,
-    )
+        rows.append(C.run_row(n, r["config"] or {}, r["status"], read_metrics(r["dir"]), PAPER, r["meta"]))
+        rows[-1]["method"] = C.run_kind(r["config"] or {})
 
     st.subheader("Table")
-    differ = C.differing_settings(cfgs)
     flat = [C.settings_of(cfg) for cfg in cfgs]
     for row, f in zip(rows, flat):
         for k in differ:

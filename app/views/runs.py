@@ -83,7 +83,8 @@ def _page(runs: list[dict]) -> list[dict]:
     return runs[first : first + PAGE_SIZE]
 
 
-def table(runs: list[dict]) -> None:
+def table(runs: list[dict]) -> str | None:
+    """The runs table; returns the run whose row was just clicked (None if none)."""
     rows = []
     for r in runs:
         cfg, st_, meta = r["config"] or {}, r["status"], r["meta"]
@@ -104,15 +105,21 @@ def table(runs: list[dict]) -> None:
                 "note": meta["note"],
             }
         )
-    st.dataframe(
+    # a click on a row picks that run; keyed by the selection's generation, so after the pick the
+    # table is a new widget without a selection (the details below show the pick)
+    event = st.dataframe(
         pd.DataFrame(rows),
         hide_index=True,
         width="stretch",
-        key="runs_table",
+        key=f"runs_table.{ss.get(ui.WATCH_GEN, 0)}",
+        on_select="rerun",
+        selection_mode="single-row",
         column_config={
             "test %": st.column_config.NumberColumn(format="%.2f", help="final, or the last evaluation while it runs")
         },
     )
+    picked = [rows[i]["run"] for i in (event.selection.rows if event else []) if i < len(rows)]
+    return picked[0] if picked else None
 
 
 def details(r: dict) -> None:
@@ -145,14 +152,16 @@ def details(r: dict) -> None:
         with b[1]:
             # a link, not a button with a page switch: a switch from this auto-refreshing fragment
             # sometimes left the browser on /runs with Train's form shown and its URL unwritten
-            st.page_link(
-                ui.TRAIN_PAGE,
-                label="Load into Train",
-                query_params={ui.LOAD_PARAM: name},
-                disabled=not cfg,
-                width="stretch",
-                help="Put this run's config into the Train form and watch this run there",
-            )
+            with st.container(key="runs_load_link"):  # drawn as a button (CSS in main())
+                st.page_link(
+                    ui.TRAIN_PAGE,
+                    label="Load into Train",
+                    icon=":material/upload:",
+                    query_params={ui.LOAD_PARAM: name},
+                    disabled=not cfg,
+                    width="stretch",
+                    help="Put this run's config into the Train form and watch this run there",
+                )
         with st.expander("Name, tags and note", expanded=False):
             meta = r["meta"]
             st.text_input("Name", value=meta["name"], key=f"meta_name.{name}", max_chars=M.MAX_NAME)
@@ -213,23 +222,27 @@ def runs_panel() -> None:
         return
     shown = [r for r in runs if M.matches(r, ss.get("runs_filter", ""))]
     page = _page(shown)
-    table(page)
+    clicked = table(page)
     ui.show_notice()
     by_name = {r["name"]: r for r in shown}
     picked = ui.watched()
     names = [r["name"] for r in page] + (
         [picked] if picked in by_name and picked not in {r["name"] for r in page} else []
     )
-    ss["runs_sel"] = picked if picked in by_name else None
-    st.selectbox(
+    # no on_change (a refresh carrying a stale value re-fired it, as on Train); the key carries the
+    # selection's generation, so the menu is a new widget showing the run picked anywhere else
+    chosen = st.selectbox(
         "Details of run",
         names,
-        index=None,
-        key="runs_sel",
+        index=names.index(picked) if picked in by_name else None,
+        key=f"runs_sel.{ss.get(ui.WATCH_GEN, 0)}",
         placeholder="Pick a run",
-        on_change=lambda: ui.watch(ui.pick_id(ss.get("runs_sel"), names)),
         format_func=lambda n: ui.run_label(by_name[n]),
     )
+    new = clicked if clicked and clicked != picked else chosen if chosen and chosen != picked else None
+    if new:
+        ui.watch(new)
+        st.rerun()  # the whole page: it writes ?run= and redraws the table without a selection
     if picked is None or picked not in by_name:
         st.caption(
             "Pick a run to see its details."
@@ -253,6 +266,12 @@ def main() -> None:
     )
     if picked := ui.watched():
         st.query_params["run"] = picked
+    # Load into Train is a link (a real navigation, see docs/dashboard.md): give it a button's frame
+    st.html(
+        "<style>.st-key-runs_load_link a{border:1px solid rgba(128,128,128,.45);border-radius:.5rem;"
+        "justify-content:center;padding:.3rem .75rem;min-height:2.5rem}"
+        ".st-key-runs_load_link a:hover{border-color:currentColor}</style>"
+    )
     runs_panel()
 
 

@@ -19,6 +19,7 @@ from admm_core.errors import ConfigError
 from admm_core.methods import METHODS
 from admm_core.presets import PRESETS
 from app import ui
+from app.dashboard.storage import confine_storage_url
 
 ss = st.session_state
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -39,7 +40,7 @@ def _storage(url: str):
 
 
 try:
-    storage = _storage(storage_url)
+    storage = _storage(confine_storage_url(storage_url))  # a SQLite file only inside the runs root
 except ConfigError as e:
     st.error(str(e))
     st.stop()
@@ -163,6 +164,13 @@ def study_view(study_name: str):
     spec = study.user_attrs.get("sweep") or {}
     c = S.counts(study)
     live = c["running"] > 0 or c["waiting"] > 0
+    # the actions below the fragment (load the best config, open a trial's run) are drawn by the
+    # full page: when a trial ends or the study finishes, redraw the page so they follow
+    sig = (study_name, c["complete"], c["pruned"], c["fail"], live)
+    if ss.get("sweeps_sig", sig) != sig:
+        ss["sweeps_sig"] = sig
+        st.rerun()
+    ss["sweeps_sig"] = sig
     st.markdown(
         f"`{spec.get('preset')}` · `{spec.get('method')}` · {', '.join(f'`{s}`' for s in spec.get('space', []))} · "
         f"objective `{spec.get('objective')}` ({study.direction.name.lower()}) · pruner `{spec.get('pruner')}`"
@@ -204,7 +212,7 @@ if rows:
     pick = c[1].selectbox("Trial", [r["trial"] for r in rows], key="sweeps_pick", format_func=lambda n: f"trial {n}")
     r = next(x for x in rows if x["trial"] == pick)
     if c[2].button("Open its run on the Runs page", key="sweeps_open_run"):
-        ss["runs_sel"] = r["run"]
+        ui.watch(r["run"])
         st.switch_page("views/runs.py")
 log = root / ".sweeps" / f"{study_name}.log"
 if log.exists():

@@ -31,9 +31,14 @@ from app import ui
 from app.dashboard import charts as C
 from app.dashboard import deepfacto_form as D
 from app.dashboard import form as F
+from app.dashboard import live as L
+from app.dashboard import push as P
 from app.dashboard import workers as W
 
-REFRESH_S = float(os.environ.get("ADMM_DASH_REFRESH", "0.5"))  # live panel poll period (st.fragment run_every), s
+REFRESH_S = float(os.environ.get("ADMM_DASH_REFRESH", "0.5"))  # live watcher's poll period while the run is live, s
+IDLE_REFRESH_S = float(os.environ.get("ADMM_DASH_IDLE_REFRESH", "5"))  # ... once it has ended (a stat, no redraw), s
+PUSH = os.environ.get("ADMM_DASH_PUSH", "1") != "0"  # 0: the browser polls a watcher fragment instead
+LIVE_KEY = "live"  # the live panel's fragment key (its watcher reruns it by this name)
 START_DEDUP_S = 3.0  # the same config started again within this many seconds is the same click
 K = "f."  # prefix of the form's widget keys
 MAIN_SETTINGS = 8  # method settings shown at once; the rest sit in an expander
@@ -368,7 +373,8 @@ def draw_blocks(diagram, form: dict, errors: dict, uses_blocks: bool) -> None:
         diagram.caption(f"(no block diagram: {e})")
         return
     with diagram.container():
-        st.graphviz_chart(F.block_diagram_dot(blocks, uses_blocks), width="content")
+        dark = (st.context.theme.type or "light") == "dark"  # the diagram's lines follow the theme
+        st.graphviz_chart(F.block_diagram_dot(blocks, uses_blocks, dark), width="content")
         cfg, _ = F.config_from_form({**form}, available())
         if cfg is not None:
             mem = F.memory_of(cfg)
@@ -605,7 +611,9 @@ def progress_text(state: str, status: dict, done: int, epochs: int, metrics: lis
     if state == "finished":
         frac = 1.0
     text = f"{state} · epoch {done}/{epochs or '?'} · {100 * frac:.0f}%"
-    if status.get("phase") and state == "running":  # DeepFacto: setup, backbone, iterations, evaluation
+    # DeepFacto: setup, backbone, iterations, evaluation; also where a stopped / crashed run ended
+    # ("stopped · epoch 9/9 · 100%" said nothing of the attribute evaluation it was stopped in)
+    if status.get("phase") and state != "finished":
         text += f" · {status['phase']}"
     if state == "running":
         eta = C.eta_seconds(status, metrics)
@@ -613,37 +621,74 @@ def progress_text(state: str, status: dict, done: int, epochs: int, metrics: lis
     return min(max(frac, 0.0), 1.0), text
 
 
-@st.fragment(run_every=REFRESH_S)
+def _watch_live() -> None:
+    """The fallback watcher (a nested fragment polled by the browser) where push is not available:
+    rerun the live panel only when its files changed; it draws nothing."""
+    drawn = ss.get("live_drawn")
+    if drawn is not None and L.live_stamp(*drawn[0]) != drawn[1]:
+        ui.rerun_fragment(LIVE_KEY)
+
+
+@st.fragment(key=LIVE_KEY)
 def live_panel():
+    """The watched run, redrawn when its files change (push, not poll).
+
+    The panel has no timer. The server's push thread (:mod:`dashboard.push`) compares
+    :func:`dashboard.live.live_stamp` every 0.1 s and reruns this fragment of this tab on a
+    change, so an unchanged or ended run costs nothing and sends nothing; a resume from another
+    tab or the CLI is still seen. Without push (other Streamlit internals) a nested watcher
+    fragment polled by the browser does the same, every REFRESH_S while the run is live and every
+    IDLE_REFRESH_S once it has ended. The page script :data:`ui.KEEP_VIEW_JS` keeps each chart's
+    zoom, pan and hidden legend entries across redraws.
+    """
+    root, watched = str(ui.runs_root()), ui.watched()
+    stamp = L.live_stamp(root, watched)  # before reading: a change while drawing redraws again
+    active = _live_body()
+    if ui.watched() != watched:  # picked in the menu while drawing: one more redraw
+        watched, stamp = ui.watched(), None
+    ss["live_drawn"] = ((root, watched), stamp)
+    if PUSH and P.subscribe(LIVE_KEY, lambda: L.live_stamp(root, watched), stamp):
+        return
+    st.fragment(run_every=REFRESH_S if active else IDLE_REFRESH_S)(_watch_live)()
+
+
+def _live_body() -> bool:
+    """Draw the live panel; True while the watched run (or, with none watched, any run) is live."""
     runs = ui.list_runs()
     st.subheader("Live")
     if not runs:
         st.info("No runs yet — press **Start run** above (or start one with `python -m admm_core train ...`).")
-        return
+        return False
     by_name = {r["name"]: r for r in runs}
     watched = ui.watched()
     names = ui.menu_names(runs, watched)  # live + newest, stable order (ids start with the launch time)
-    # the menu only mirrors the selection (by id); it never picks a run by itself. Its key names the
-    # watched run, so a new pick is a new widget whose default is that run: writing the pick into
-    # session state on every refresh instead left the menu blank now and then (CI, once runs came and went)
-    pick_key = f"watch_pick.{watched or ''}"
+    if watched is None and (live := [n for n in names if by_name[n]["status"].get("state") in ui.ACTIVE]):
+        ui.watch(live[0])  # a fresh tab while runs are going: the newest live one
+        watched = live[0]
+    # the menu only mirrors the selection (by id). No on_change: a callback fired by the 0.5 s
+    # refreshes with stale values (2.5-5 s of them after Start) and the pick landed anywhere. Its key
+    # carries the selection's generation (ui.watch bumps it), so after Start / Load / Resume the
+    # menu is a new widget whose value is the new run, and a stale value of an old one is never read.
+    pick_key = f"watch_pick.{ss.get(ui.WATCH_GEN, 0)}"
     c = st.columns([3, 1.3, 1])
     with c[0]:
-        st.selectbox(
+        picked = st.selectbox(
             "Run",
             names,
             index=names.index(watched) if watched in by_name else None,
             key=pick_key,
             placeholder="Pick a run to watch",
-            on_change=lambda: ui.watch(ui.pick_id(ss.get(pick_key), names)),
             format_func=lambda n: ui.run_label(by_name[n]),
         )
+    if picked is not None and picked != watched and picked in by_name:  # the user picked another run
+        ui.watch(picked)
+        watched = picked
     if watched is None:
         st.caption("Start a run above, or pick one to watch.")
-        return
+        return any(r["status"].get("state") in ui.ACTIVE for r in runs)
     if watched not in by_name:
         st.warning(f"Run `{watched}` is not in `{ui.runs_root()}` (deleted or another folder). Pick another.")
-        return
+        return False
     r = by_name[watched]
     run_dir, status = r["dir"], r["status"]
     state = status.get("state", "unknown")
@@ -682,7 +727,7 @@ def live_panel():
         )
     if not metrics:
         st.caption("Waiting for the first evaluation…")
-        return
+        return state in ui.ACTIVE
     t = st.columns([2.2, 1, 3])
     log_res = t[0].toggle("log scale (residuals, dual norms)", value=True, key="live_log")
     smooth = t[1].toggle("smooth", value=False, key="live_smooth", help=f"moving average, weight {LIVE_SMOOTHING}")
@@ -700,8 +745,9 @@ def live_panel():
             col.plotly_chart(figs[name], key=f"live-{name}-{r['name']}", config=ui.PLOTLY_CONFIG)
     st.caption(
         f"Last evaluation {time.time() - metrics[-1].get('time', time.time()):.1f} s ago · "
-        f"refreshes every {REFRESH_S:g} s · run dir `{run_dir}`"
+        f"{'redrawn on each new evaluation' if state in ui.ACTIVE else 'ended: no refresh'} · run dir `{run_dir}`"
     )
+    return state in ui.ACTIVE
 
 
 def main() -> None:
