@@ -514,7 +514,7 @@ def test_heatmaps_page_works_out_of_the_box_with_the_shipped_models(env_runs, mo
     no_exceptions(at)
     fig = at.get("plotly_chart")[0].proto.spec
     assert fig.count("S[") >= 4  # the default four components, one panel each
-    menu.set_value("shipped:deepfacto-r32").run()
+    widget(at, "selectbox", "hm_model").set_value("shipped:deepfacto-r32").run()
     no_exceptions(at)
     assert "r = 32" in widget(at, "multiselect", "hm_comps").label
 

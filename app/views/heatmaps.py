@@ -103,7 +103,7 @@ if is_shipped:
 
 lfw_missing = lfw_problem()
 sources = ["LFW test faces", "Upload a photo"] + (["Mean training face"] if shipped_models(models_root, stamp) else [])
-if lfw_missing and ss.get("hm_source") in (None, "LFW test faces"):
+if lfw_missing and ss.get("hm_source") is None:
     ss["hm_source"] = "Upload a photo"  # no LFW here: start where a face can come from
 source = st.radio("Face", sources, horizontal=True, key="hm_source")
 face = None
