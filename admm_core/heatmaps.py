@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .deepfacto import shipped
-from .deepfacto.inference import load_inference_model, test_faces
+from .deepfacto.inference import load_inference_model, load_shipped_model, test_faces
 from .errors import ImageError
 
 # --- images --------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def _load_model(run_dir: str, mtime: float):
 
 @lru_cache(maxsize=4)
 def _load_shipped(name: str, path: str, mtime: float):
-    return shipped.load_model(name, Path(path).parent)
+    return load_shipped_model(name, Path(path).parent)
 
 
 def load_model(run_dir):

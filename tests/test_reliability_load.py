@@ -474,6 +474,31 @@ def test_two_dashboards_pressing_resume_at_once_start_one_worker(tmp_path):
     assert_intact(run, 2)
 
 
+def test_a_resume_never_shows_the_last_workers_dead_pid_as_a_crash(tmp_path, monkeypatch):
+    """Between Resume's clean-up and the new worker's launch.json, another reader saw no status and
+    the last worker's dead pid in launch.json: 'worker ended before it reported' (a second dashboard
+    showed 'crashed' for a run that was starting; seen in CI). Now it reads 'starting'."""
+    from app.dashboard import workers as W
+
+    run = tmp_path / "r"
+    run.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run / "launch.json").write_text(json.dumps({"pid": dead.pid, "cmd": ["old"]}))
+    (run / "status.json").write_text(json.dumps({"state": "stopped", "pid": dead.pid, "epoch": 2}))
+    seen = []
+
+    def spawn(args, run_dir, processes):  # the moment before the new worker exists: what do others read?
+        seen.append(W.state_of(run_dir)["state"])
+
+    monkeypatch.setattr(W, "_spawn", spawn)
+    monkeypatch.setattr(W, "confine_run_dir", lambda d: Path(d))
+    monkeypatch.setattr(W, "checkpoint_world", lambda d: 1)
+    W.resume_run(run, epochs=4)
+    assert seen == ["starting"], seen
+    assert W.state_of(run)["state"] == "unknown"  # the lock is released: no launch, no status
+
+
 def test_a_second_worker_on_a_claimed_run_is_refused_and_changes_nothing(tmp_path):
     """`admm train --resume RUN` while a live process trains RUN: one line, exit 2, nothing written."""
     run = tmp_path / "r"

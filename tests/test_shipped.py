@@ -15,6 +15,7 @@ import torch
 
 from admm_core import heatmaps as hm
 from admm_core.deepfacto import shipped
+from admm_core.deepfacto.inference import load_shipped_model
 from admm_core.errors import CheckpointError
 
 DATA = Path(os.environ.get("ADMM_DATA", "")) / "lfw"
@@ -71,7 +72,7 @@ def test_a_damaged_file_gives_one_clear_error(tmp_path):
     data[len(data) // 2] ^= 0xFF  # one flipped byte, same size
     f.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=r"deepfacto-r4\.safetensors: SHA-256 .* does not match"):
-        shipped.load_model("deepfacto-r4", root)
+        load_shipped_model("deepfacto-r4", root)
 
 
 def test_a_truncated_or_missing_file_is_named(tmp_path):
@@ -79,10 +80,10 @@ def test_a_truncated_or_missing_file_is_named(tmp_path):
     f = root / "deepfacto-r32.safetensors"
     f.write_bytes(f.read_bytes()[:1000])
     with pytest.raises(CheckpointError, match=r"deepfacto-r32\.safetensors: 1000 bytes, the manifest says"):
-        shipped.load_model("deepfacto-r32", root)
+        load_shipped_model("deepfacto-r32", root)
     f.unlink()
     with pytest.raises(CheckpointError, match="is missing"):
-        shipped.load_model("deepfacto-r32", root)
+        load_shipped_model("deepfacto-r32", root)
 
 
 def test_a_swapped_file_is_refused_even_with_a_matching_manifest_size(tmp_path):
@@ -91,14 +92,14 @@ def test_a_swapped_file_is_refused_even_with_a_matching_manifest_size(tmp_path):
     root = _copy_models(tmp_path)
     shutil.copyfile(root / "deepfacto-r32.safetensors", root / "deepfacto-r4.safetensors")
     with pytest.raises(CheckpointError, match="bytes, the manifest says|does not match"):
-        shipped.load_model("deepfacto-r4", root)
+        load_shipped_model("deepfacto-r4", root)
     man = json.loads((root / "manifest.json").read_text())
     e4 = next(m for m in man["models"] if m["name"] == "deepfacto-r4")
     e4["bytes"] = (root / "deepfacto-r4.safetensors").stat().st_size
     e4["sha256"] = shipped.sha256(root / "deepfacto-r4.safetensors")
     (root / "manifest.json").write_text(json.dumps(man))
     with pytest.raises(CheckpointError, match="tensors do not match the manifest"):
-        shipped.load_model("deepfacto-r4", root)
+        load_shipped_model("deepfacto-r4", root)
 
 
 def test_a_pickle_in_place_of_a_model_is_refused(tmp_path):
@@ -107,7 +108,7 @@ def test_a_pickle_in_place_of_a_model_is_refused(tmp_path):
 
     (root / "deepfacto-r4.safetensors").write_bytes(pickle.dumps({"m": 1}))
     with pytest.raises(CheckpointError):
-        shipped.load_model("deepfacto-r4", root)
+        load_shipped_model("deepfacto-r4", root)
 
 
 def test_unknown_model_and_bad_manifest(tmp_path):
@@ -115,7 +116,7 @@ def test_unknown_model_and_bad_manifest(tmp_path):
 
     root = _copy_models(tmp_path)
     with pytest.raises(ConfigError, match="shipped model = 'deepfacto-r7'"):
-        shipped.load_model("deepfacto-r7", root)
+        load_shipped_model("deepfacto-r7", root)
     (root / "manifest.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="manifest.json: not a readable manifest"):
         shipped.read_manifest(root)

@@ -204,7 +204,8 @@ def evaluate(argv=None) -> int:
 def ship(argv=None) -> int:
     """`admm deepfacto ship --run DIR [--run DIR] [--out assets/models]`: export finished runs
     (and the backbone they started from) as the shipped, checksummed safetensors models."""
-    from .shipped import export, models_dir
+    from .ship import export
+    from .shipped import models_dir
 
     p = argparse.ArgumentParser(
         prog="admm deepfacto ship", description="export finished DeepFacto runs as the project's shipped models"

@@ -13,6 +13,7 @@ from torch import nn
 from .. import nmf
 from ..faces import FaceBackbone, crop_face, load_lfwa, to_tensor
 from ..runs import atomic_torch_save, safe_load
+from . import shipped
 from .config import DeepFactoConfig, read_run_config
 
 
@@ -79,6 +80,20 @@ class InferenceModel:
         return torch.nn.functional.normalize(e, dim=1).numpy()
 
 
+def load_shipped_model(name: str, root: Path | None = None) -> InferenceModel:
+    """A shipped DeepFacto model (assets/models, verified: :func:`shipped.load`) for new images."""
+    from ..errors import CheckpointError
+
+    ck = shipped.inference_checkpoint(name, root)
+    try:
+        return InferenceModel(ck)
+    except (RuntimeError, KeyError) as err:
+        raise CheckpointError(
+            f"{shipped.path_of(shipped.entry(name, root), root)}: does not fit a DeepFacto network "
+            f"({str(err).splitlines()[0]})"
+        ) from None
+
+
 def load_inference_model(run_dir) -> InferenceModel:
     path = Path(run_dir) / "checkpoint.pt"
     ck = safe_load(path)  # weights_only: a file that would run code is refused (CheckpointError)
@@ -89,8 +104,6 @@ def load_inference_model(run_dir) -> InferenceModel:
 
 def model_config(run_dir) -> DeepFactoConfig:
     """The config of a run directory, or of a shipped model (``shipped:<name>``, its manifest entry)."""
-    from . import shipped
-
     if shipped.is_shipped(run_dir):
         return DeepFactoConfig.from_saved(shipped.entry(str(run_dir).split(":", 1)[1])["config"])
     return read_run_config(run_dir)

@@ -206,6 +206,9 @@ def resume_run(run_dir: str | Path, epochs: int | None = None, processes: int | 
         fcntl.flock(claim, fcntl.LOCK_EX)
         if state_of(run_dir)["state"] in ("running", "starting") or run_busy(run_dir):
             raise RuntimeError(f"{run_dir.name} is still running")
+        # the last worker's pid goes first: with status.json gone, a reader would take that dead pid
+        # for a new worker that ended before it reported ('crashed', seen by a second dashboard)
+        (run_dir / "launch.json").unlink(missing_ok=True)
         (run_dir / "status.json").unlink(missing_ok=True)  # 'starting' until the worker writes its own
         _spawn(args, run_dir, processes)
 
@@ -248,6 +251,21 @@ def log_tail(run_dir: Path, n: int = 25) -> str:
     return "\n".join(lines[-n:])
 
 
+def launching(run_dir: Path) -> bool:
+    """Whether a dashboard holds the run's launch.lock (:func:`resume_run` is starting it now)."""
+    path = Path(run_dir) / "launch.lock"
+    if not path.exists():
+        return False
+    try:
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def state_of(run_dir: str | Path) -> dict:
     """The engine's run_status, plus 'starting' for a launched worker that has not reported yet.
 
@@ -264,6 +282,8 @@ def state_of(run_dir: str | Path) -> dict:
     pid = launch.get("pid") if isinstance(launch.get("pid"), int) else None
     if pid and pid_alive(pid):
         return {"state": "starting", "pid": pid, "progress": 0.0}
+    if pid is None and launching(run_dir):  # a Resume between its clean-up and its launch.json
+        return {"state": "starting", "pid": None, "progress": 0.0}
     if pid:  # launched from here but never reported
         tail = log_tail(run_dir, 5).strip().splitlines()
         last = tail[-1] if tail else "no output"
