@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 TARGETS = {"first": 2.0, "refresh": 0.3, "rss_mb": 500.0}
 

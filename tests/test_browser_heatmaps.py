@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,20 +16,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from test_browser_dashboard import ARGS, CHROMIUM, _free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 PHOTO = (
     Path(os.environ.get("ADMM_DATA", "")) / "lfw" / "lfw-deepfunneled-160" / "Aaron_Eckhart" / "Aaron_Eckhart_0001.jpg"
 )
@@ -42,12 +30,6 @@ pytestmark = pytest.mark.skipif(
 # the panels' titles in the drawn figure (app.dashboard.faces.overlay_figure: one subplot per component)
 PANELS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].flatMap(
     d => ((d.layout && d.layout.annotations) || []).map(a => a.text || '')).filter(t => t.startsWith('S['))"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _bare_checkout(dest: Path) -> Path:

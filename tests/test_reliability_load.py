@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from helpers import cli_run
+from test_browser_dashboard import ARGS, CHROMIUM, _free_port
 
 from admm_core import runs
 from admm_core.config import RunConfig
@@ -256,16 +257,7 @@ def test_a_set_of_files_is_replaced_together_or_not_at_all(tmp_path, monkeypatch
 
 # --- the dashboard killed under live runs, two dashboards on one folder ------------------------
 
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
-ARGS += ["--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 PAGE_MS = int(float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240")) * 1000)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _dashboard(root: Path, log: Path) -> tuple[subprocess.Popen, str]:
