@@ -110,3 +110,90 @@ def test_profile_command_charges_an_epoch_to_its_phases(tmp_path):
     total = float(rows["**epoch, all phases**"].strip("*"))
     # every cell is rounded to 1 ms: the sum may differ from the total by half a ms per cell
     assert sum(inside) == pytest.approx(total, abs=5e-4 * (len(inside) + 1) + 1e-9)
+
+
+# --- online-admm (Alg. 2) ------------------------------------------------------------------------
+
+
+def small_mlp(seed=0):
+    net = build_blocknet(ModelConfig("mlp", (32, 16)), (1, 8, 8), 10, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(48, 64, generator=g), torch.randint(0, 10, (48,), generator=g)
+    return net, TrainBatch(x, y, get_loss("mse"), batch_size=16)
+
+
+def online_epochs(method, net, batch, epochs=2):
+    state = method.init_state(net, batch, torch.Generator().manual_seed(0))
+    for _ in range(epochs):
+        method.run_epoch(net, state, batch)
+    return net.state_dict(), state
+
+
+def forward_counts(net):
+    counts = [0] * net.T
+    for t, block in enumerate(net.blocks):
+        block.register_forward_hook(lambda *a, t=t: counts.__setitem__(t, counts[t] + 1))
+    return counts
+
+
+def assert_same_training(fast, slow):
+    for k in fast:
+        assert torch.allclose(fast[k].float(), slow[k].float(), atol=1e-6, rtol=1e-5), k
+
+
+@pytest.mark.parametrize(
+    "make, params",
+    [
+        (small_resnet, {"z_lr": 0.1}),  # BatchNorm in train mode in every pass (the preset's)
+        (small_mlp, {"z_lr": 0.1, "primal_steps": 2, "dual": "feature"}),
+        (small_mlp, {"z_lr": 0.1, "theta_input": "start", "dual": "literal"}),
+    ],
+)
+def test_online_forward_start_serving_the_theta_step_changes_nothing(monkeypatch, make, params):
+    """The forward start's passes serve the Θ-step (block 1's; every block's with theta_input='start'):
+    weights, running statistics and duals equal those of a run whose Θ-step computes its own forward."""
+    from admm_core.methods import online_admm
+
+    method = make_method("online-admm", params)
+    net, batch = make()
+    fast, fast_state = online_epochs(method, copy.deepcopy(net), batch)
+    monkeypatch.setattr(online_admm.OnlineADMM, "reuses_forward", lambda self, net: False)
+    counts = forward_counts(net)
+    slow, slow_state = online_epochs(method, net, batch)
+    assert counts[0] > 0
+    assert_same_training(fast, slow)
+    for a, b in zip(fast_state.u, slow_state.u):
+        assert torch.allclose(torch.as_tensor(a), torch.as_tensor(b), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "params, per_minibatch",
+    [
+        ({}, [2, 3, 3]),  # forward start (block 1's pass = the Θ-step's), Θ-step (blocks 2, 3), dual step
+        ({"dual_theta": "old"}, [1, 2, 2]),  # the dual step reads the Θ-step's outputs
+        ({"dual_theta": "old", "theta_input": "start"}, [1, 1, 1]),  # one forward pass of each block
+    ],
+)
+def test_online_forward_passes_per_minibatch(params, per_minibatch):
+    method = make_method("online-admm", {"z_lr": 0.1, "power_every": 1000, **params})
+    net, batch = small_mlp()
+    state = method.init_state(net, batch, torch.Generator().manual_seed(0))
+    counts = forward_counts(net)
+    method.run_epoch(net, state, batch)
+    assert counts == [3 * n for n in per_minibatch]  # 48 rows / 16 = 3 minibatches
+
+
+def test_online_dual_from_the_theta_steps_outputs_trains_the_same_with_the_additive_dual():
+    """dual='additive': u sits outside the square, so reading the dual residual before the Θ-step moved
+    (dual_theta='old') leaves the training unchanged; u then sums ‖z_t − block_t(z_{t−1})‖ with the old Θ."""
+    net, batch = small_mlp()
+    new, new_state = online_epochs(make_method("online-admm", {"z_lr": 0.1}), copy.deepcopy(net), batch)
+    old, old_state = online_epochs(make_method("online-admm", {"z_lr": 0.1, "dual_theta": "old"}), net, batch)
+    assert_same_training(new, old)
+    assert all(a != b for a, b in zip(new_state.u, old_state.u))  # the record differs: Θ before the step
+    assert all(u > 0 for u in old_state.u)
+
+
+def test_online_theta_input_start_needs_one_primal_step():
+    with pytest.raises(Exception, match="theta_input"):
+        make_method("online-admm", {"theta_input": "start", "primal_steps": 2})

@@ -41,12 +41,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import check
 from ..profile import phase
 from .base import (
     MethodBase,
     MethodState,
     TrainBatch,
     ZRows,
+    _modules_of,
     adam_z_step,
     backprop_grads,
     block_update_grads,
@@ -65,6 +67,7 @@ from .base import (
     probe_rows,
     reverse_z_sweep,
     set_epoch_lr,
+    set_mode,
     setting,
     tensor_bytes,
     theta_step,
@@ -116,6 +119,20 @@ class OnlineADMM(MethodBase):
     dual_decay: float = setting(0.9, "δ of the damped dual u ← δu + ‖r‖", positive=False, max=0.999999)
     eps: float = setting(1e-8, "ε guarding ‖r‖ at r = 0")
     fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)")
+    dual_theta: str = setting(
+        "new",
+        "the dual step's block_t(z_{t−1}): after the Θ-step (new, Alg. 2) or the Θ-step's own forward pass "
+        "before it stepped (old: one forward pass fewer; with dual='additive' only the recorded u and "
+        "residuals change, not the training)",
+        choices=("new", "old"),
+    )
+    theta_input: str = setting(
+        "new",
+        "block t's input in its Θ-step: z_{t−1} after the Z-update (new, Alg. 2) or the forward pass the "
+        "Z-update started from (start: the Θ-step reuses that pass and runs no forward of its own; "
+        "primal_steps = 1 only)",
+        choices=("new", "start"),
+    )
     bn_mode: str = setting(
         "train",
         "BatchNorm in the forward-pass start, the Z sweep and the dual step: the minibatch's statistics, "
@@ -123,6 +140,15 @@ class OnlineADMM(MethodBase):
         "outputs to eval-mode targets; did not learn ResNet-18)",
         choices=("train", "eval"),
     )
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(
+            self.theta_input == "new" or self.primal_steps == 1,
+            f"{self.name}.theta_input",
+            self.theta_input,
+            "'start' needs primal_steps = 1 (later Θ-steps have no forward start to reuse)",
+        )
 
     def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> OnlineADMMState:
         T = net.T
@@ -186,12 +212,13 @@ class OnlineADMM(MethodBase):
             set_epoch_lr(state.opt, self.lr, self.lr_decay, state.epoch, batch.lr_factor(state.epoch, b / len(batches)))
             idx = idx.to(batch.x.device)
             x, y = batch.inputs(idx), batch.y[idx]  # this epoch's view of the inputs
-            z, couplings = self.primal_steps_on(net, state, batch, x, y, step_theta=True)
-            # dual update, with the new Θ
+            outs = [None] * T if self.dual_theta == "old" else None
+            z, couplings = self.primal_steps_on(net, state, batch, x, y, step_theta=True, outputs=outs)
+            # Alg. 2: dual update, with the new Θ (dual_theta='old': the Θ-step's outputs before it stepped)
             with torch.no_grad(), norm_mode(net, self.bn_mode), phase("dual"):
                 inp = x
                 for t, block in enumerate(net.blocks):
-                    r = z.residual(t, block(inp))
+                    r = z.residual(t, block(inp) if outs is None else outs[t])
                     rn = float(r.pow(2).sum().sqrt())
                     sq[t] += rn * rn
                     if self.dual == "feature":
@@ -208,16 +235,49 @@ class OnlineADMM(MethodBase):
         state.epoch += 1
         return {}
 
-    def primal_steps_on(self, net, state: OnlineADMMState, batch: TrainBatch, x, y, step_theta: bool, vecs=None):
+    def reuses_forward(self, net) -> bool:
+        """Whether the forward start's passes can serve the Θ-step (BatchNorm, if any, in train mode
+        in both). The same numbers either way; only a forward pass is saved."""
+        return self.bn_mode == "train" or not _modules_of(net)[1]
+
+    def theta_inputs(self, x: torch.Tensor, zr: ZRows) -> list[torch.Tensor]:
+        """Block t's input in its Θ-step: z_{t−1} after the Z-update (Alg. 2), or the forward start's
+        (``theta_input='start'``, where the sweep started from one). One rule for the step and the probe."""
+        start = self.theta_input == "start" and zr.base is not None
+        return [x, *(zr.base[:-1] if start else zr.zs()[:-1])]
+
+    def primal_steps_on(
+        self, net, state: OnlineADMMState, batch: TrainBatch, x, y, step_theta: bool, vecs=None, outputs=None
+    ):
         """z from a forward pass, then ``primal_steps`` × (z_T-step, reverse sweep, Θ-step) on one
         minibatch; returns the last z (:class:`ZRows`) and couplings. Without ``step_theta`` it stops after the
         first sweep (the diagnostic: the Θ-direction is read off the couplings, nothing moves).
+        ``outputs`` (a list of T Nones) receives block_t(z_{t−1}) of the last Θ-step, before it stepped.
 
         BatchNorm follows ``bn_mode`` in the forward start and the sweeps; Θ-steps run in train
         mode (and alone move the running statistics).
+
+        With a Θ-step to follow and BatchNorm (if any) in train mode, the forward start's block-1
+        pass is run with Θ_1's graph and handed to the first Θ-step (its input x and Θ_1 are the
+        same there): one block-1 forward pass fewer per minibatch, the same numbers. With
+        ``theta_input='start'`` every block's pass is handed over and the Θ-step runs no forward.
         """
-        with norm_mode(net, self.bn_mode), phase("forward_start"):
-            z, forwards = forward_start(net.blocks, x)  # z re-initialised in a forward pass (Alg. 2)
+        reuse = step_theta and self.reuses_forward(net)
+        start = self.theta_input == "start"
+        given = None
+        with phase("forward_start"):
+            if reuse and start:  # every block's Θ-step forward: statistics updated once, as there
+                set_mode(net, True)
+                with torch.enable_grad():
+                    z, forwards = forward_start(net.blocks, x, net.blocks[0](x))
+                given = {t: out for t, (_, out) in enumerate(forwards)}
+            else:
+                if reuse:  # the Θ-step's own block-1 pass
+                    set_mode(net, True)
+                    with torch.enable_grad():
+                        given = {0: net.blocks[0](x)}
+                with norm_mode(net, self.bn_mode):  # z re-initialised in a forward pass (Alg. 2)
+                    z, forwards = forward_start(net.blocks, x, given[0] if given else None)
         zr = ZRows(None, z)
         moments = [[torch.zeros_like(zt), torch.zeros_like(zt)] for zt in z] if self.z_optimizer == "adam" else None
         if step_theta:
@@ -245,13 +305,20 @@ class OnlineADMM(MethodBase):
                     forwards=forwards if first else None,
                     own_grad=self.own_grad(state),
                     offsets=offsets if first else None,
+                    keep_graphs=given is not None and len(given) > 1,
                 )
             zr = ZRows([out.detach() for _, out in forwards], offsets) if first else ZRows(None, z)
-            if step_theta:  # Θ-update
-                net.train()
+            if step_theta:  # Θ-update (Alg. 2)
+                set_mode(net, True)
                 with phase("theta"):
-                    inputs = [x, *zr.zs()[:-1]]
-                    theta_step(net, state.opt, inputs, lambda t, out, zr=zr: couplings[t](zr.residual(t, out)) / len(x))
+                    inputs = self.theta_inputs(x, zr)
+
+                    def coupling(t, out, zr=zr):
+                        if outputs is not None:
+                            outputs[t] = out.detach()
+                        return couplings[t](zr.residual(t, out)) / len(x)
+
+                    theta_step(net, state.opt, inputs, coupling, given=given if first else None)
         return zr, couplings
 
     def backprop_cosine(self, net, state: OnlineADMMState, batch: TrainBatch) -> list[float]:
@@ -268,7 +335,7 @@ class OnlineADMM(MethodBase):
         vecs = [[v.clone() for v in vs] for vs in state.lip_vecs]
         z, couplings = self.primal_steps_on(net, state, batch, x, y, step_theta=False, vecs=vecs)
         with norm_mode(net, "train"):
-            inputs = [x, *z.zs()[:-1]]
+            inputs = self.theta_inputs(x, z)
             mine = block_update_grads(net, inputs, lambda t, out: couplings[t](z.residual(t, out)) / len(idx))
             cos = cosines(mine, backprop_grads(net, x, y, batch.loss))
         net.train(was)
