@@ -121,6 +121,16 @@ MNIST_ROWS = {
         {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled", "power_every": 10},
         "… L_t re-estimated every 10 minibatches",
     ),
+    "online-pe10-old": (
+        "online-admm",
+        {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled", "power_every": 10, "dual_theta": "old"},
+        "… and the dual residual read off the Θ-step's forward pass (additive dual: the same training)",
+    ),
+    "online-pe10-start": (
+        "online-admm",
+        {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled", "power_every": 10, "dual_theta": "old", "theta_input": "start"},
+        "… and the Θ-steps at the forward pass's inputs (no forward pass of their own)",
+    ),
 }
 
 GOT = {**RECIPE, "dual_lr": 1.0}  # gotmare has no dual step (α unused; the default, as its runs recorded it)

@@ -197,3 +197,34 @@ def test_online_dual_from_the_theta_steps_outputs_trains_the_same_with_the_addit
 def test_online_theta_input_start_needs_one_primal_step():
     with pytest.raises(Exception, match="theta_input"):
         make_method("online-admm", {"theta_input": "start", "primal_steps": 2})
+
+
+@pytest.mark.parametrize("kind", ["adam", "sgd"])
+def test_one_theta_optimizer_group_steps_as_per_block_groups_and_loads_their_checkpoints(kind):
+    """The Θ-optimizer's single group takes the steps of one group per block (the layout of older
+    checkpoints), and a checkpoint in that layout resumes into it with the same next steps."""
+    from admm_core.methods.base import load_optimizer_state, make_theta_optimizer
+
+    net, batch = small_mlp()
+    old_net, new_net = copy.deepcopy(net), copy.deepcopy(net)
+    cls = torch.optim.Adam if kind == "adam" else torch.optim.SGD
+    old = cls([{"params": list(b.parameters())} for b in old_net.blocks], lr=1e-2, foreach=True)
+    new = make_theta_optimizer(new_net, kind, 1e-2)
+    assert len(new.param_groups) == 1
+
+    def step(n, o):
+        o.zero_grad()
+        batch.loss(n(batch.x), batch.y).backward()
+        o.step()
+
+    for _ in range(3):
+        step(old_net, old)
+        step(new_net, new)
+    assert_same_training(old_net.state_dict(), new_net.state_dict())
+    resumed_net = copy.deepcopy(old_net)
+    resumed = make_theta_optimizer(resumed_net, kind, 1e-2)
+    load_optimizer_state(resumed, copy.deepcopy(old.state_dict()))
+    for _ in range(2):
+        step(old_net, old)
+        step(resumed_net, resumed)
+    assert_same_training(old_net.state_dict(), resumed_net.state_dict())
