@@ -161,7 +161,7 @@ def test_theta_step_size_decays_once_per_epoch_by_gamma():
     for (a, b), (ra, rb) in zip(mlp_weights(net), ref_W):
         torch.testing.assert_close(a, ra, atol=1e-6, rtol=0)
         torch.testing.assert_close(b, rb, atol=1e-6, rtol=0)
-    assert [g["lr"] for g in state.opt.param_groups] == [lr * gamma**2] * 3
+    assert {g["lr"] for g in state.opt.param_groups} == {lr * gamma**2}  # every group (one for all blocks)
 
 
 @pytest.mark.parametrize("method", ["sgd", "adam"])

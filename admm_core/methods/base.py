@@ -497,6 +497,7 @@ def reverse_z_sweep(
     own_grad: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
     offsets: list | None = None,
     keep_graphs: bool = False,
+    objective_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
     """One Z-update pass of Alg. 1/2 on some rows: Z_T first, then t = T−1 … 1.
 
@@ -510,7 +511,9 @@ def reverse_z_sweep(
     ``on_forward(t, out)`` sees each output block_t(Z_{t−1}) before Z_t is stepped (the batch
     method folds its pending dual step in there). ``z_step(t, z, grad)`` returns the new Z_t.
     ``own_grad(t, r)``: ∇_r of ``couplings[t]`` in closed form (β(r + u) for the quadratic),
-    instead of asking autograd.
+    instead of asking autograd; the gradient through block_{t+1} is then one vector-Jacobian
+    product of block_{t+1}'s output with −``own_grad(t+1, r)`` (∇_out P = −∇_r P). ``objective_grad(Z_T)``:
+    ∇J in closed form (the loss's ``grad``), likewise.
 
     ``jacobi``: P_{t+1} is taken at the Z_{t+1} the sweep started from instead of the new one,
     so every Z_t moves from the previous iterate of its neighbours (a Jacobi sweep; the
@@ -568,15 +571,23 @@ def reverse_z_sweep(
         with phase(f"z_sweep.block{T}"):
             inp, out = forward(T - 1)
             # Z_T-step (Alg. 1, line 1): ∇ (J + P_T)
-            zT = zs[T - 1].detach().requires_grad_()
-            step(T - 1, torch.autograd.grad(objective(zT), zT)[0] + own(T - 1, out))
+            if objective_grad is not None:
+                g_obj = objective_grad(zs[T - 1].detach())
+            else:
+                zT = zs[T - 1].detach().requires_grad_()
+                g_obj = torch.autograd.grad(objective(zT), zT)[0]
+            step(T - 1, g_obj + own(T - 1, out))
         # Z-update, reverse sweep (Alg. 1, t = T−1 … 1)
         for t in range(T - 2, -1, -1):
             with phase(f"z_sweep.block{t + 1}"):
                 # P_{t+1} at the new Z_{t+1}, differentiated through block_{t+1} only
-                g_next = torch.autograd.grad(
-                    couplings[t + 1](residual(t + 1, out, new=not jacobi)), inp, retain_graph=keep_graphs
-                )[0]
+                if own_grad is not None:  # a vjp with ∇_out P_{t+1} = −∇_r P_{t+1}
+                    g_out = -own_grad(t + 1, residual(t + 1, out.detach(), new=not jacobi))
+                    g_next = torch.autograd.grad(out, inp, g_out, retain_graph=keep_graphs)[0]
+                else:
+                    g_next = torch.autograd.grad(
+                        couplings[t + 1](residual(t + 1, out, new=not jacobi)), inp, retain_graph=keep_graphs
+                    )[0]
                 inp, out = forward(t)
                 step(t, own(t, out) + g_next)
     if forwards is None:
@@ -722,6 +733,12 @@ def z_step_sizes(
         return list(z_lr)
     out = [z_lr[t] / (beta[t] + beta[t + 1] * lips[t + 1] ** 2) for t in range(T - 1)]
     return out + [z_lr[T - 1] / (beta[T - 1] + loss_curvature)]
+
+
+def loss_grad(loss, y: torch.Tensor):
+    """``Z_T ↦ ∇J(y, Z_T)`` in closed form where the loss has one (losses.py), else None (autograd)."""
+    grad = getattr(loss, "grad", None)
+    return None if grad is None else (lambda z: grad(z, y))
 
 
 def loss_curvature(loss) -> float:

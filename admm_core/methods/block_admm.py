@@ -72,6 +72,7 @@ from .base import (
     lipschitz_estimates,
     lipschitz_vectors,
     loss_curvature,
+    loss_grad,
     make_theta_optimizer,
     minibatches,
     norm_mode,
@@ -448,6 +449,7 @@ class BlockADMM(MethodBase):
                     on_forward=dual if with_dual else None,
                     jacobi=self.z_sweep == "jacobi",
                     own_grad=lambda t, r, us=us: state.beta[t] * (r + us[t]),  # ∇_Z P_t, closed form
+                    objective_grad=loss_grad(batch.loss, y),
                 )
             for t in range(T):
                 state.z[t][rows] = new[t]
@@ -541,6 +543,7 @@ class BlockADMM(MethodBase):
                 own_grad=lambda t, r: state.beta[t] * (r + us[t]),  # ∇_Z P_t in closed form
                 offsets=offsets if forwards is not None else None,
                 keep_graphs=given is not None and len(given) > 1,
+                objective_grad=loss_grad(batch.loss, y),
             )
         if forwards is None:
             return ZRows(None, [z.to(state.z[t].dtype) for t, z in enumerate(new)]), moments

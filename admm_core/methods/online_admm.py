@@ -57,6 +57,7 @@ from .base import (
     lipschitz_estimates,
     lipschitz_vectors,
     loss_curvature,
+    loss_grad,
     lr_decay_setting,
     make_theta_optimizer,
     minibatches,
@@ -306,6 +307,7 @@ class OnlineADMM(MethodBase):
                     own_grad=self.own_grad(state),
                     offsets=offsets if first else None,
                     keep_graphs=given is not None and len(given) > 1,
+                    objective_grad=loss_grad(batch.loss, y),
                 )
             zr = ZRows([out.detach() for _, out in forwards], offsets) if first else ZRows(None, z)
             if step_theta:  # Θ-update (Alg. 2)
