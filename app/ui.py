@@ -234,6 +234,7 @@ def watched() -> str | None:
 
 
 WATCH_GEN = "watch_gen"  # bumped by every watch(): the generation in the run menus' widget keys
+WATCH_BOX = "watch_box"  # {"id": the watched run}: a plain dict a server thread may read (session state may not)
 
 
 def watch(name: str | None) -> None:
@@ -244,6 +245,7 @@ def watch(name: str | None) -> None:
     """
     ss["watch"] = name
     ss[WATCH_GEN] = ss.get(WATCH_GEN, 0) + 1
+    ss.setdefault(WATCH_BOX, {})["id"] = name  # read by the push thread (worker panel's stamp)
     if name:
         st.query_params["run"] = name
     elif "run" in st.query_params:

@@ -1128,3 +1128,51 @@ def test_parallel_coordinates_only_over_settings_every_run_has():
     dims = C.parallel_figure(rows, flat, ["method", "m.lr", "m.eps"]).data[0].dimensions
     assert [d.label for d in dims] == ["method", "m.lr", "final test %"]  # no axis for eps (sgd has none)
     assert dims[1].tickformat == ".3~g"
+
+
+# --- worker system metrics and the end-of-run notice (issue 33) ----------------------------------
+
+
+def test_worker_writes_system_metrics_and_train_charts_them(env_runs):
+    """The tiny digits run's heartbeat thread wrote system.jsonl (CPU %, RSS); the section
+    "Worker: CPU, memory" draws it once opened (closed it sends no figure)."""
+    lines = [json.loads(x) for x in (env_runs / "r1-digits-block-admm" / "system.jsonl").read_text().splitlines()]
+    assert lines and all(x["rss_bytes"] > 10 * 2**20 and x["time"] > 1.7e9 for x in lines), lines
+    cpu = [x["cpu_percent"] for x in lines if x["cpu_percent"] is not None]
+    assert cpu and all(c >= 0 for c in cpu), lines
+    at = app({"run": "r1-digits-block-admm"}).run()
+    no_exceptions(at)
+    assert [e.label for e in at.expander if e.label == "Worker: CPU, memory"]
+    assert not [c for c in at.get("plotly_chart") if "Worker: CPU and memory" in c.proto.spec]
+    at.session_state["worker_open"] = True
+    at.run()
+    no_exceptions(at)
+    charts = [c for c in at.get("plotly_chart") if "Worker: CPU and memory" in c.proto.spec]
+    assert len(charts) == 1, [c.proto.spec[:80] for c in at.get("plotly_chart")]
+
+
+def test_a_watched_run_that_ends_gives_one_notice(tmp_path, monkeypatch):
+    """running → finished while watched: one toast and a line; not again on the next rerun; a
+    run that had ended before the tab opened gives none."""
+    from admm_core.runs import proc_start
+
+    root = tmp_path / "runs"
+    train(tiny("sgd", epochs=1), root / "done")
+    shutil.copytree(root / "done", root / "live")
+    st_ = read_json(root / "live" / "status.json")
+    me = {"pid": os.getpid(), "pid_start": proc_start(os.getpid())}
+    write_json(root / "live" / "status.json", {**st_, **me, "state": "running"})
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    at = app({"run": "done"}).run()
+    no_exceptions(at)
+    assert not at.toast and not [s for s in at.success if "Run done" in s.value]  # ended before the tab opened
+    at = app({"run": "live"}).run()
+    assert not at.toast
+    write_json(root / "live" / "status.json", {**st_, **me, "state": "finished"})
+    at.run()
+    no_exceptions(at)
+    assert [t.value for t in at.toast] == ["Run live finished at epoch 1/1"], [t.value for t in at.toast]
+    assert [s.value for s in at.success if s.value.startswith("Run live finished")]
+    at.run()
+    assert not at.toast  # once per state change
+    assert [s.value for s in at.success if s.value.startswith("Run live finished")]  # the line stays

@@ -34,6 +34,7 @@ from app.dashboard import form as F
 from app.dashboard import live as L
 from app.dashboard import push as P
 from app.dashboard import workers as W
+from app.worker_panel import worker_panel
 
 REFRESH_S = float(os.environ.get("ADMM_DASH_REFRESH", "0.5"))  # live watcher's poll period while the run is live, s
 IDLE_REFRESH_S = float(os.environ.get("ADMM_DASH_IDLE_REFRESH", "5"))  # ... once it has ended (a stat, no redraw), s
@@ -775,6 +776,7 @@ def main() -> None:
             st.query_params.from_dict(query)
         ui.show_notice()
         live_panel()
+        worker_panel()
         return
     slots: dict = {}
     _, diagram = form_section(slots)
@@ -794,6 +796,7 @@ def main() -> None:
     start_section(cfg, errors)
     ui.show_notice()
     live_panel()
+    worker_panel()  # the end-of-run notice and the worker's CPU / memory (app/worker_panel.py)
 
 
 main()
