@@ -1176,3 +1176,17 @@ def test_a_watched_run_that_ends_gives_one_notice(tmp_path, monkeypatch):
     at.run()
     assert not at.toast  # once per state change
     assert [s.value for s in at.success if s.value.startswith("Run live finished")]  # the line stays
+
+
+def test_an_absurd_learning_rate_is_warned_not_refused(env_runs):
+    """lr = 1e9 (and a step size in "More settings") gets a warning naming the field and the
+    value; Start stays enabled (the run would end 'diverged')."""
+    at = app().run()
+    assert not [w for w in at.warning if "very large" in w.value]
+    widget(at, "text_input", "f.mp.block-admm.lr").set_value("1e9").run()
+    widget(at, "text_input", "f.mp.block-admm.dual_lr").set_value("50").run()
+    no_exceptions(at)
+    warned = [w.value for w in at.warning if "very large" in w.value]
+    assert any(w.startswith("block-admm.lr = 1e+09") for w in warned), warned
+    assert any(w.startswith("block-admm.dual_lr = 50") for w in warned), warned
+    assert not form_errors(at) and not widget(at, "button", "start").disabled

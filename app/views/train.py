@@ -333,8 +333,9 @@ def method_section(slots: dict) -> None:
             key = wkey(F.MP + s["name"], method)
             if key not in ss:
                 ss[key] = F.method_fields(method)[F.MP + s["name"]]
-        # open "more settings" when one of them is wrong, so its message is seen
-        _, pre_errors = F.config_from_form(read_form(), available())
+        # open "more settings" when one of them is wrong or warned about, so its message is seen
+        pre_cfg, pre_errors = F.config_from_form(read_form(), available())
+        pre_errors = {**pre_errors, **(F.step_size_warnings(pre_cfg) if pre_cfg is not None else {})}
         more_open = any(F.MP + s["name"] in pre_errors for s in more_settings)
         grid = st.columns(4)
         more_grid = grid
@@ -550,6 +551,9 @@ def deepfacto_section() -> dict:
     cfg, errors = D.config_from_values(values, weights)
     for field, msg in errors.items():
         (slots.get(field) or st).error(msg, icon="⚠️")
+    # allowed, but said: an absurd learning rate / step size ends the run 'diverged'
+    for field, msg in (F.step_size_warnings(cfg) if cfg is not None else {}).items():
+        (slots.get(field) or st).warning(msg, icon="⚠️")
     c = st.columns([1.1, 4.4])
     ready = cfg is not None and backbone_ok and lfw_problem is None
     c[0].button(
@@ -787,6 +791,9 @@ def main() -> None:
     ss["train_form"] = form
     for field, msg in errors.items():
         (slots.get(field) or st).error(msg, icon="⚠️")
+    # allowed, but said: an absurd learning rate / step size ends the run 'diverged'
+    for field, msg in (F.step_size_warnings(cfg) if cfg is not None else {}).items():
+        (slots.get(field) or st).warning(msg, icon="⚠️")
     query = F.to_query(form)
     if ui.watched():
         query["run"] = ui.watched()
