@@ -1196,3 +1196,21 @@ def test_an_absurd_learning_rate_is_warned_not_refused(env_runs):
     assert any(w.startswith("block-admm.lr = 1e+09") for w in warned), warned
     assert any(w.startswith("block-admm.dual_lr = 50") for w in warned), warned
     assert not form_errors(at) and not widget(at, "button", "start").disabled
+
+
+def test_zero_series_on_a_log_axis_keep_no_legend_entry():
+    """Compare: a run whose residuals are all 0 vanishes from a log axis, and so does its entry."""
+    from app.dashboard import charts as C
+
+    zero = [{"epoch": e, "train_loss": 0.0, "residuals": [0.0, 0.0]} for e in range(3)]
+    ok = [{"epoch": e, "train_loss": 1.0 / (e + 1), "residuals": [0.1, 0.2]} for e in range(3)]
+
+    def legend(fig):
+        return [t.name for t in fig.data if t.showlegend is not False]
+
+    for key in ("train_loss", "residuals"):
+        fig = C.compare_figure([("zero", zero), ("ok", ok)], key, log_y=True)
+        assert legend(fig) and not [n for n in legend(fig) if n.startswith("zero")], legend(fig)
+        assert [n for n in legend(C.compare_figure([("zero", zero), ("ok", ok)], key)) if n.startswith("zero")]
+    grouped = C.group_figure([("zero", [zero]), ("ok", [ok])], "train_loss", log_y=True)
+    assert legend(grouped) == ["ok (n = 1)"], legend(grouped)
