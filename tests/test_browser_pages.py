@@ -137,3 +137,46 @@ def test_a_refused_upload_is_named_and_clears_the_previous_message(server, brows
         assert _wait(lambda: page.evaluate(errors_js) == [], 30), page.evaluate(errors_js)  # big.jpg's message went
     finally:
         page.close()
+
+
+def test_train_tab_notices_the_end_and_charts_the_worker(server, browser):
+    """A watched run going running → finished: one toast and a line in the tab, pushed (no
+    reload); the "Worker: CPU, memory" section draws system.jsonl when opened; the idle tab then
+    costs the server almost nothing."""
+    import json
+
+    from admm_core.runs import proc_start
+
+    url, root, pid, _ = server
+    live = root / "20260101-000002-live"
+    shutil.copytree(root / FIRST, live)
+    status = json.loads((live / "status.json").read_text())
+    me = {"pid": os.getpid(), "pid_start": proc_start(os.getpid())}
+    (live / "status.json").write_text(json.dumps({**status, **me, "state": "running"}))
+    page = browser.new_page(viewport={"width": 1280, "height": 1400})
+    page.set_default_timeout(TIMEOUT_S * 1000)
+    try:
+        page.goto(f"{url}/?run={live.name}", wait_until="domcontentloaded")
+        page.get_by_text("Worker: CPU, memory").first.wait_for()
+        page.wait_for_timeout(2000)
+        assert page.locator("[data-testid=stToast]").count() == 0
+        t0 = time.time()
+        (live / "status.json").write_text(json.dumps({**status, **me, "state": "finished"}))
+        toast = page.locator("[data-testid=stToast]").filter(has_text=f"Run {live.name} finished")
+        toast.first.wait_for(timeout=30_000)
+        print(f"\nthe end reached the tab as a toast {time.time() - t0:.1f} s after status.json said so")
+        assert page.get_by_text(f"Run {live.name} finished at epoch").count() >= 1  # the toast and the line
+        page.get_by_text("Worker: CPU, memory").first.click()
+        chart = page.locator(".js-plotly-plot").filter(has_text="Worker: CPU and memory")
+        chart.first.wait_for(timeout=60_000)
+        page.wait_for_timeout(4000)
+        c0, t1 = _cpu_s(pid), time.time()
+        time.sleep(15)
+        cpu = 100 * (_cpu_s(pid) - c0) / (time.time() - t1)
+        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        print(
+            f"idle Train tab on the finished run, worker section open: server CPU {cpu:.1f}% of a core; loadavg {load}"
+        )
+        assert cpu <= 5.0, cpu
+    finally:
+        page.close()
