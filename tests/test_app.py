@@ -1214,3 +1214,29 @@ def test_zero_series_on_a_log_axis_keep_no_legend_entry():
         assert [n for n in legend(C.compare_figure([("zero", zero), ("ok", ok)], key)) if n.startswith("zero")]
     grouped = C.group_figure([("zero", [zero]), ("ok", [ok])], "train_loss", log_y=True)
     assert legend(grouped) == ["ok (n = 1)"], legend(grouped)
+
+
+def test_system_sampler_records_gpu_memory_when_cuda_is_in_use(tmp_path, monkeypatch):
+    """The GPU fields come from torch.cuda only once CUDA is initialised (faked here: no GPU on CI);
+    a CPU-only process gets none, and the sampler never initialises CUDA itself."""
+    import torch
+
+    from admm_core.runs import SystemSampler
+
+    s = SystemSampler(tmp_path / "system.jsonl")
+    first = s.sample(0)
+    assert "gpu_allocated_bytes" not in first and first["cpu_percent"] is None and first["rss_bytes"] > 10 * 2**20
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 3 * 2**20)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 5 * 2**20)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 8 * 2**20)
+    time.sleep(0.25)
+    rec = s.sample(1)
+    assert rec["gpu_allocated_bytes"] == 3 * 2**20 and rec["gpu_max_allocated_bytes"] == 5 * 2**20
+    assert rec["cpu_percent"] is not None and rec["cpu_percent"] >= 0
+    lines = [json.loads(x) for x in (tmp_path / "system.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in lines] == [0, 1]
+    from app.dashboard import system as S
+
+    fig = S.system_figure(S.read_system(tmp_path))
+    assert {t.name for t in fig.data} == {"CPU %", "RSS (MB)", "GPU allocated (MB)", "GPU peak (MB)"}
