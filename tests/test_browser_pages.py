@@ -89,7 +89,7 @@ def test_idle_runs_tab_costs_almost_nothing_and_sees_new_runs(server, browser):
         page.goto(f"{url}/runs?run={FIRST}", wait_until="domcontentloaded")
         page.get_by_text("Details of run").first.wait_for()
         page.wait_for_timeout(5000)  # settle: fonts, the table's canvas, the last deltas
-        window = 20.0
+        window = 15.0
         c0, t0 = _cpu_s(pid), time.time()
         time.sleep(window)
         cpu = 100 * (_cpu_s(pid) - c0) / (time.time() - t0)
@@ -163,7 +163,7 @@ def test_train_tab_notices_the_end_and_charts_the_worker(server, browser):
         t0 = time.time()
         (live / "status.json").write_text(json.dumps({**status, **me, "state": "finished"}))
         toast = page.locator("[data-testid=stToast]").filter(has_text=f"Run {live.name} finished")
-        toast.first.wait_for(timeout=30_000)
+        toast.first.wait_for(timeout=120_000)
         print(f"\nthe end reached the tab as a toast {time.time() - t0:.1f} s after status.json said so")
         assert page.get_by_text(f"Run {live.name} finished at epoch").count() >= 1  # the toast and the line
         page.get_by_text("Worker: CPU, memory").first.click()
@@ -171,7 +171,7 @@ def test_train_tab_notices_the_end_and_charts_the_worker(server, browser):
         chart.first.wait_for(timeout=60_000)
         page.wait_for_timeout(4000)
         c0, t1 = _cpu_s(pid), time.time()
-        time.sleep(15)
+        time.sleep(10)
         cpu = 100 * (_cpu_s(pid) - c0) / (time.time() - t1)
         load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         print(
