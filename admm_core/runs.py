@@ -7,6 +7,7 @@ A run directory holds:
 - ``status.json``   state (running / finished / stopped / crashed / diverged), progress, pid, error
 - ``summary.json``  final and best accuracy, wall time, state memory
 - ``checkpoint.pt`` network + method state + epoch, written atomically; ``resume`` continues it
+- ``system.jsonl``  the worker's CPU %, RSS and GPU memory every :data:`SYSTEM_S` and at each epoch
 """
 
 from __future__ import annotations
@@ -212,6 +213,49 @@ def read_metrics(run_dir: Path) -> list[dict]:
 STATES = ("running", "finished", "stopped", "crashed")  # status.json "state" of every run
 HEARTBEAT_S = 5.0  # a live worker touches RUN/heartbeat this often, whatever phase it is in
 HEARTBEAT_STALE_S = 120.0  # a worker on another host silent this long is taken as lost
+SYSTEM_S = 5.0  # the heartbeat thread appends a system.jsonl sample this often (and at each epoch)
+SYSTEM_MIN_S = 1.0  # epochs faster than this add no extra samples (a tiny run would write one per epoch)
+
+
+def _rss_bytes() -> int | None:
+    """Resident set size now (VmRSS of /proc/self/status); None where there is no /proc."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class SystemSampler:
+    """One line of ``system.jsonl`` per :meth:`sample`: ``time``, ``epoch``, ``cpu_percent`` (this
+    process's user + system CPU time over the wall time since the previous sample, × 100: 100 is
+    one core busy, more with several threads), ``rss_bytes`` (VmRSS) and, once the process uses
+    CUDA, ``gpu_allocated_bytes`` / ``gpu_max_allocated_bytes`` / ``gpu_reserved_bytes`` of the
+    current device. Reads ``os.times`` and /proc only (no psutil); CUDA is never initialised here.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._last = (time.monotonic(), sum(os.times()[:2]))
+
+    def sample(self, epoch: int | None = None) -> dict:
+        now, cpu = time.monotonic(), sum(os.times()[:2])
+        dt = now - self._last[0]
+        rec: dict = {"time": time.time(), "epoch": epoch}
+        # over less than 0.2 s (the first sample) the tick-granular CPU time says nothing
+        rec["cpu_percent"] = round(100.0 * max(0.0, cpu - self._last[1]) / dt, 1) if dt >= 0.2 else None
+        self._last = (now, cpu)
+        rec["rss_bytes"] = _rss_bytes()
+        if torch.cuda.is_initialized():  # a CPU run never initialises CUDA, and neither does this
+            rec["gpu_allocated_bytes"] = torch.cuda.memory_allocated()
+            rec["gpu_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
+            rec["gpu_reserved_bytes"] = torch.cuda.memory_reserved()
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        return rec
 
 
 class RunBusy(ConfigError):
@@ -292,25 +336,51 @@ class RunStatus:
         }
         self._written = 0.0
         self._beating = threading.Event()
+        self._wake = threading.Event()  # an epoch ended: sample now
         if write:
             try:
                 write_json(self.path, self.status)
             except BaseException:
                 self._release()
                 raise
-            threading.Thread(target=self._beat, daemon=True, name="heartbeat").start()
+            self._thread = threading.Thread(target=self._beat, daemon=True, name="heartbeat")
+            self._thread.start()
 
     def _beat(self) -> None:
         beat = self.run_dir / "heartbeat"
+        sampler = SystemSampler(self.run_dir / "system.jsonl")
+        last_beat = last_sample = 0.0
         while not self._beating.is_set():
-            try:
-                beat.touch()  # an mtime: needs no free space
-            except OSError:
-                pass
-            self._beating.wait(HEARTBEAT_S)
+            now = time.monotonic()
+            if now - last_beat >= HEARTBEAT_S or not last_beat:
+                try:
+                    beat.touch()  # an mtime: needs no free space
+                except OSError:
+                    pass
+                last_beat = now
+            if now - last_sample >= SYSTEM_S or (self._wake.is_set() and now - last_sample >= SYSTEM_MIN_S):
+                self._wake.clear()
+                try:
+                    sampler.sample(self.status.get("epoch"))
+                except Exception:  # noqa: BLE001 - a full disk, a CUDA query: never the run's problem
+                    pass
+                last_sample = now
+            due = min(last_beat + HEARTBEAT_S, last_sample + SYSTEM_S) - time.monotonic()
+            if self._wake.is_set():  # woken within SYSTEM_MIN_S of the last sample: sample when allowed
+                due = min(due, last_sample + SYSTEM_MIN_S - time.monotonic())
+                self._beating.wait(max(0.0, due))
+            else:
+                self._wake.wait(max(0.0, due))  # an epoch's end, the next beat or sample, or release
+        try:
+            sampler.sample(self.status.get("epoch"))  # the last one: how the run ended
+        except Exception:  # noqa: BLE001
+            pass
 
     def _release(self) -> None:
         self._beating.set()
+        self._wake.set()
+        if getattr(self, "_thread", None) is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)  # its last system.jsonl sample is on disk when the run ends
         if self._claim is not None:
             self._claim.close()
             self._claim = None
@@ -321,6 +391,8 @@ class RunStatus:
         if self.write and (force or time.time() - self._written > 0.5):
             write_json(self.path, self.status, durable=force)
             self._written = time.time()
+        if force and "epoch" in kw:
+            self._wake.set()  # the heartbeat thread samples system.jsonl
 
     def finish(self, summary: dict, **kw) -> dict:
         try:

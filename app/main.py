@@ -35,5 +35,6 @@ with st.sidebar:
     if problem := ui.runs_root_problem():
         st.error(problem)  # the one message; pages then show no runs
     ui.keep_chart_views()  # charts keep their zoom and hidden legend entries across redraws
+    ui.explain_refused_uploads()  # a file the uploader refuses in the browser is named, with why
 
 nav.run()

@@ -129,6 +129,50 @@ KEEP_VIEW_JS = r"""<script>
 </script>"""
 
 
+REFUSED_UPLOAD_JS = r"""<script>
+(() => {
+  if (window.__admmUploads) return;
+  window.__admmUploads = true;
+  // A file Streamlit's uploader refuses in the browser (over server.maxUploadSize, a type it does
+  // not accept) never reaches the page: it got a red mark with the reason in a tooltip only, and
+  // the previous file (and the page's message about it) stayed. Here: the refused file's name and
+  // reason in one visible line under the uploader, and the previous file removed (so its message goes).
+  const fix = () => document.querySelectorAll('[data-testid="stFileUploader"]').forEach(up => {
+    const chips = [...up.querySelectorAll('[data-testid="stFileChip"]')];
+    const bad = chips.filter(c => c.getAttribute('aria-invalid') === 'true');
+    let note = up.nextElementSibling;
+    if (!(note && note.classList.contains('admm-upload-refused'))) note = null;
+    if (!bad.length) { if (note) note.remove(); return; }
+    chips.filter(c => !bad.includes(c)).forEach(c => {
+      const del = c.querySelector('[data-testid="stFileChipDeleteBtn"] button');
+      if (del) del.click();
+    });
+    const text = bad.map(c => {
+      const name = (c.querySelector('[data-testid="stFileChipName"]') || {}).textContent || 'the file';
+      const why = ((c.querySelector('[role="alert"]') || {}).textContent || 'refused').replace(/^Error:\s*/, '');
+      return name + ': not uploaded. ' + why;
+    }).join(' ');
+    if (!note) {
+      note = document.createElement('div');
+      note.className = 'admm-upload-refused';
+      note.setAttribute('role', 'alert');
+      note.style.cssText = 'margin:.5rem 0;padding:.75rem 1rem;border-radius:.5rem;' +
+        'background:rgba(255,43,43,.12);color:inherit;font-size:.95rem';
+      up.after(note);
+    }
+    if (note.textContent !== text) note.textContent = text;
+  });
+  new MutationObserver(fix).observe(document.body, {childList: true, subtree: true, attributes: true,
+    attributeFilter: ['aria-invalid']});
+})();
+</script>"""
+
+
+def explain_refused_uploads() -> None:
+    """Add :data:`REFUSED_UPLOAD_JS` to the page (once per tab; main.py calls it on every page)."""
+    st.html(REFUSED_UPLOAD_JS, unsafe_allow_javascript=True, width="content")
+
+
 def keep_chart_views() -> None:
     """Add :data:`KEEP_VIEW_JS` to the page (once per browser tab; main.py calls it on every page)."""
     st.html(KEEP_VIEW_JS, unsafe_allow_javascript=True, width="content")
@@ -234,6 +278,7 @@ def watched() -> str | None:
 
 
 WATCH_GEN = "watch_gen"  # bumped by every watch(): the generation in the run menus' widget keys
+WATCH_BOX = "watch_box"  # {"id": the watched run}: a plain dict a server thread may read (session state may not)
 
 
 def watch(name: str | None) -> None:
@@ -244,6 +289,7 @@ def watch(name: str | None) -> None:
     """
     ss["watch"] = name
     ss[WATCH_GEN] = ss.get(WATCH_GEN, 0) + 1
+    ss.setdefault(WATCH_BOX, {})["id"] = name  # read by the push thread (worker panel's stamp)
     if name:
         st.query_params["run"] = name
     elif "run" in st.query_params:

@@ -543,7 +543,13 @@ def test_heatmaps_page_lists_deepfacto_runs_and_checks_uploads(tmp_path, monkeyp
     widget(at, "radio", "hm_source").set_value("Upload a photo").run()
     widget(at, "file_uploader", "hm_upload").set_value(("notes.txt", b"hello, not an image", "text/plain")).run()
     no_exceptions(at)
-    assert any("not an image" in e for e in errors(at)), errors(at)
+    assert errors(at) == ["notes.txt: That file is not an image we can read (use a JPEG or PNG photo)."], errors(at)
+    # over the photo limit (under Streamlit's own, so it reaches the page): one message naming the
+    # file and the size, and the previous file's message is gone
+    big = b"\xff\xd8" + bytes(25 * 2**20)
+    widget(at, "file_uploader", "hm_upload").set_value(("big.jpg", big, "image/jpeg")).run()
+    no_exceptions(at)
+    assert len(errors(at)) == 1 and errors(at)[0].startswith("big.jpg: refused, 25.0 MB is over the 20 MB"), errors(at)
     blank = np.full((200, 200, 3), 127, np.uint8)
     widget(at, "file_uploader", "hm_upload").set_value(("blank.png", _png(blank), "image/png")).run()
     no_exceptions(at)
@@ -1128,3 +1134,109 @@ def test_parallel_coordinates_only_over_settings_every_run_has():
     dims = C.parallel_figure(rows, flat, ["method", "m.lr", "m.eps"]).data[0].dimensions
     assert [d.label for d in dims] == ["method", "m.lr", "final test %"]  # no axis for eps (sgd has none)
     assert dims[1].tickformat == ".3~g"
+
+
+# --- worker system metrics and the end-of-run notice (issue 33) ----------------------------------
+
+
+def test_worker_writes_system_metrics_and_train_charts_them(env_runs):
+    """The tiny digits run's heartbeat thread wrote system.jsonl (CPU %, RSS); the section
+    "Worker: CPU, memory" draws it once opened (closed it sends no figure)."""
+    lines = [json.loads(x) for x in (env_runs / "r1-digits-block-admm" / "system.jsonl").read_text().splitlines()]
+    assert lines and all(x["rss_bytes"] > 10 * 2**20 and x["time"] > 1.7e9 for x in lines), lines
+    cpu = [x["cpu_percent"] for x in lines if x["cpu_percent"] is not None]
+    assert cpu and all(c >= 0 for c in cpu), lines
+    at = app({"run": "r1-digits-block-admm"}).run()
+    no_exceptions(at)
+    assert [e.label for e in at.expander if e.label == "Worker: CPU, memory"]
+    assert not [c for c in at.get("plotly_chart") if "Worker: CPU and memory" in c.proto.spec]
+    at.session_state["worker_open"] = True
+    at.run()
+    no_exceptions(at)
+    charts = [c for c in at.get("plotly_chart") if "Worker: CPU and memory" in c.proto.spec]
+    assert len(charts) == 1, [c.proto.spec[:80] for c in at.get("plotly_chart")]
+
+
+def test_a_watched_run_that_ends_gives_one_notice(tmp_path, monkeypatch):
+    """running → finished while watched: one toast and a line; not again on the next rerun; a
+    run that had ended before the tab opened gives none."""
+    from admm_core.runs import proc_start
+
+    root = tmp_path / "runs"
+    train(tiny("sgd", epochs=1), root / "done")
+    shutil.copytree(root / "done", root / "live")
+    st_ = read_json(root / "live" / "status.json")
+    me = {"pid": os.getpid(), "pid_start": proc_start(os.getpid())}
+    write_json(root / "live" / "status.json", {**st_, **me, "state": "running"})
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    at = app({"run": "done"}).run()
+    no_exceptions(at)
+    assert not at.toast and not [s for s in at.success if "Run done" in s.value]  # ended before the tab opened
+    at = app({"run": "live"}).run()
+    assert not at.toast
+    write_json(root / "live" / "status.json", {**st_, **me, "state": "finished"})
+    at.run()
+    no_exceptions(at)
+    assert [t.value for t in at.toast] == ["Run live finished at epoch 1/1"], [t.value for t in at.toast]
+    assert [s.value for s in at.success if s.value.startswith("Run live finished")]
+    at.run()
+    assert not at.toast  # once per state change
+    assert [s.value for s in at.success if s.value.startswith("Run live finished")]  # the line stays
+
+
+def test_an_absurd_learning_rate_is_warned_not_refused(env_runs):
+    """lr = 1e9 (and a step size in "More settings") gets a warning naming the field and the
+    value; Start stays enabled (the run would end 'diverged')."""
+    at = app().run()
+    assert not [w for w in at.warning if "very large" in w.value]
+    widget(at, "text_input", "f.mp.block-admm.lr").set_value("1e9").run()
+    widget(at, "text_input", "f.mp.block-admm.dual_lr").set_value("50").run()
+    no_exceptions(at)
+    warned = [w.value for w in at.warning if "very large" in w.value]
+    assert any(w.startswith("block-admm.lr = 1e+09") for w in warned), warned
+    assert any(w.startswith("block-admm.dual_lr = 50") for w in warned), warned
+    assert not form_errors(at) and not widget(at, "button", "start").disabled
+
+
+def test_zero_series_on_a_log_axis_keep_no_legend_entry():
+    """Compare: a run whose residuals are all 0 vanishes from a log axis, and so does its entry."""
+    from app.dashboard import charts as C
+
+    zero = [{"epoch": e, "train_loss": 0.0, "residuals": [0.0, 0.0]} for e in range(3)]
+    ok = [{"epoch": e, "train_loss": 1.0 / (e + 1), "residuals": [0.1, 0.2]} for e in range(3)]
+
+    def legend(fig):
+        return [t.name for t in fig.data if t.showlegend is not False]
+
+    for key in ("train_loss", "residuals"):
+        fig = C.compare_figure([("zero", zero), ("ok", ok)], key, log_y=True)
+        assert legend(fig) and not [n for n in legend(fig) if n.startswith("zero")], legend(fig)
+        assert [n for n in legend(C.compare_figure([("zero", zero), ("ok", ok)], key)) if n.startswith("zero")]
+    grouped = C.group_figure([("zero", [zero]), ("ok", [ok])], "train_loss", log_y=True)
+    assert legend(grouped) == ["ok (n = 1)"], legend(grouped)
+
+
+def test_system_sampler_records_gpu_memory_when_cuda_is_in_use(tmp_path, monkeypatch):
+    """The GPU fields come from torch.cuda only once CUDA is initialised (faked here: no GPU on CI);
+    a CPU-only process gets none, and the sampler never initialises CUDA itself."""
+    import torch
+
+    from admm_core.runs import SystemSampler
+
+    s = SystemSampler(tmp_path / "system.jsonl")
+    first = s.sample(0)
+    assert "gpu_allocated_bytes" not in first and first["cpu_percent"] is None and first["rss_bytes"] > 10 * 2**20
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 3 * 2**20)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 5 * 2**20)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 8 * 2**20)
+    time.sleep(0.25)
+    rec = s.sample(1)
+    assert rec["gpu_allocated_bytes"] == 3 * 2**20 and rec["gpu_max_allocated_bytes"] == 5 * 2**20
+    assert rec["cpu_percent"] is not None and rec["cpu_percent"] >= 0
+    lines = [json.loads(x) for x in (tmp_path / "system.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in lines] == [0, 1]
+    from app.dashboard import system as S
+
+    fig = S.system_figure(S.read_system(tmp_path))
+    assert {t.name for t in fig.data} == {"CPU %", "RSS (MB)", "GPU allocated (MB)", "GPU peak (MB)"}

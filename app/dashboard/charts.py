@@ -395,12 +395,20 @@ def compare_figure(
                 ys = [y if _finite(y) and (not log_y or y > 0) else None for y in ys]
                 trace = _scatter(xs, smooth(ys, smoothing), f"{label} · block {t + 1}", colour, "lines")
                 trace["line"]["dash"] = DASHES[t % len(DASHES)]
-                traces.append({**trace, "legendgroup": label})
+                traces.append({**trace, "legendgroup": label, **_no_legend_if_empty(ys)})
         else:
             ys = _col(metrics, key, 100.0 if percent else 1.0)
             ys = [y if y is None or not log_y or y > 0 else None for y in ys]
-            traces.append(_scatter(xs, smooth(ys, smoothing), label, colour, marker={"size": 4}))
+            traces.append(
+                {**_scatter(xs, smooth(ys, smoothing), label, colour, marker={"size": 4}), **_no_legend_if_empty(ys)}
+            )
     return _figure(traces, title, xtitle, "%" if percent else "", log_y, height=height)
+
+
+def _no_legend_if_empty(ys: list) -> dict:
+    """A series with nothing to draw (all zero on a log axis, or missing) keeps no legend entry:
+    it vanished from the plot but its entry stayed (issue 33)."""
+    return {} if any(y is not None for y in ys) else {"showlegend": False}
 
 
 PAPER_KEYS = (
@@ -613,7 +621,7 @@ def group_figure(
                 "name": f"{label} lo",
             }
         )
-        traces.append({**_scatter(xs, mean, name, colour, "lines"), "legendgroup": label})
+        traces.append({**_scatter(xs, mean, name, colour, "lines"), "legendgroup": label, **_no_legend_if_empty(mean)})
     return _figure(traces, title, xtitle, "%" if percent else "", log_y, height=height)
 
 

@@ -24,6 +24,18 @@ class UploadError(ValueError):
 
 MAX_PIXELS = 40_000_000  # refused above this (40 megapixels): decoding alone would take ~160 MB and seconds
 MAX_SIDE = 2048  # larger images are downscaled to this longest side before face detection
+MAX_UPLOAD_MB = 20  # a photo larger than this is refused by name (Streamlit's own limit, 50 MB, sits above it)
+
+
+def upload_bytes(name: str, size: int, read) -> bytes:
+    """The uploaded file's bytes, or UploadError naming the file when it is over
+    :data:`MAX_UPLOAD_MB` (checked before ``read()``: a refused file is never copied)."""
+    if size > MAX_UPLOAD_MB * 2**20:
+        raise UploadError(
+            f"{name}: refused, {size / 2**20:.1f} MB is over the {MAX_UPLOAD_MB} MB a photo may have "
+            "(a face needs a few hundred kB: export it smaller and upload it again)."
+        )
+    return read()
 
 
 def _to_rgb8(img) -> np.ndarray:

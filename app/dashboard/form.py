@@ -553,3 +553,25 @@ def query_keys(method: str | None = None) -> set[str]:
     if method in METHODS:
         keys |= {"m." + s["name"] for s in METHODS[method].settings()}
     return keys
+
+
+STEP_WARN = 10.0  # a learning rate or step size this large makes the run diverge (it ends 'diverged')
+
+
+def step_size_warnings(cfg: RunConfig) -> dict[str, str]:
+    """Warnings, not refusals, for absurd learning rates / step sizes (``lr`` and every ``*_lr``
+    setting of the method, as the method will use it) at or above :data:`STEP_WARN`: the run is
+    allowed but would end 'diverged'. Keyed by form field (``mp.<name>``)."""
+    try:
+        params = vars(cfg.build_method())
+    except Exception:  # noqa: BLE001 - an invalid config has its own messages
+        return {}
+    out = {}
+    for name, v in params.items():
+        if (name == "lr" or name.endswith("_lr")) and isinstance(v, (int, float)) and not isinstance(v, bool):
+            if v >= STEP_WARN:
+                out[MP + name] = (
+                    f"{cfg.method}.{name} = {fmt_number(v)} is very large (≥ {fmt_number(STEP_WARN)}): the run will "
+                    "probably diverge (it then ends 'diverged' with the epoch and the quantity)"
+                )
+    return out

@@ -134,15 +134,18 @@ elif source == "Mean training face":
     except (CheckpointError, ConfigError, IndexError) as e:
         st.error(str(e))
 else:
-    up = st.file_uploader("Your photo (JPEG or PNG)", key="hm_upload")
+    # no `type=` filter and a server limit (server.maxUploadSize, 50 MB) above the photo limit: a
+    # file Streamlit's own uploader refuses gets only a red icon there and never reaches this page,
+    # which then kept the previous file's message; these reach it and get one message naming them
+    up = st.file_uploader(f"Your photo (JPEG or PNG, up to {faces.MAX_UPLOAD_MB} MB)", key="hm_upload")
     if up is not None:
         try:
-            face, box, whole = faces.face_from_upload(up.getvalue())
+            face, box, whole = faces.face_from_upload(faces.upload_bytes(up.name, up.size, up.getvalue))
             c = st.columns(2)
             c[0].image(whole, caption=f"face found at x={box[0]}, y={box[1]}, {box[2]}×{box[3]}", width=240)
             c[1].image(face, caption="cropped to 160×160", width=160)
-        except faces.UploadError as e:
-            st.error(str(e))
+        except faces.UploadError as e:  # one message, naming the file (the size refusal names it already)
+            st.error(str(e) if str(e).startswith(up.name) else f"{up.name}: {e}")
 
 if face is None:
     st.stop()

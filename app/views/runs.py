@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import time
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from admm_core.errors import ConfigError
 from admm_core.resources import human as human_bytes
-from admm_core.runs import read_metrics
+from admm_core.runs import read_json_dict, read_metrics
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import meta as M
+from app.dashboard import push as P
 from app.dashboard import workers as W
 
 ss = st.session_state
@@ -213,9 +217,88 @@ def details(r: dict) -> None:
                 st.json(r["summary"])
 
 
-@st.fragment(run_every=2.0)
+KEY = "runs_panel"  # the fragment's key
+PUSH = os.environ.get("ADMM_DASH_PUSH", "1") != "0"
+STAMP_EVERY_S = 1.0  # the stamp is recomputed at most this often (a stat per run)
+POLL_S = 2.0  # without push: the browser polls a watcher this often
+
+
+def _st(p: Path) -> tuple | None:
+    try:
+        s = p.stat()
+        return (s.st_size, s.st_mtime_ns)
+    except OSError:
+        return None
+
+
+def runs_stamp(root: str | Path, live: frozenset) -> tuple:
+    """What the Runs page shows, cheaply: the runs folder's listing and, per run directory, its
+    mtime (an atomic rewrite of status.json or meta.json, a new file, changes it) — except for the
+    runs that were ``live`` at the last draw, whose status.json is rewritten every 0.5 s: for them
+    the state (liveness checked), epoch and metrics.jsonl. A stat per run, no file read."""
+    root = Path(root)
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return (str(root), None)
+    out: list = [str(root), _st(root)]
+    for n in names:
+        d = root / n
+        if n in live:
+            out.append(
+                (
+                    n,
+                    W.state_of(d).get("state"),
+                    read_json_dict(d / "status.json").get("epoch"),
+                    _st(d / "metrics.jsonl"),
+                    _st(d / "meta.json"),
+                )
+            )
+        else:
+            out.append((n, _st(d)))
+    return tuple(out)
+
+
+def _throttled(fn, every: float):
+    """``fn`` called at most every ``every`` s; the last value in between (the push thread asks
+    every 0.1 s, a folder of a thousand runs is a thousand stats)."""
+    last = [0.0, None]
+
+    def call():
+        if time.monotonic() - last[0] >= every:
+            last[1], last[0] = fn(), time.monotonic()
+        return last[1]
+
+    return call
+
+
+def _watch(drawn: tuple) -> None:
+    """Fallback where push is unavailable: rerun the panel only when the stamp changed."""
+    if runs_stamp(*drawn[0]) != drawn[1]:
+        ui.rerun_fragment(KEY)
+
+
+@st.fragment(key=KEY)
 def runs_panel() -> None:
+    """The table and the picked run's details, redrawn when the runs folder changes (push): the
+    server's push thread compares :func:`runs_stamp` (at most every STAMP_EVERY_S) and reruns
+    this fragment of this tab on a change. An idle Runs tab costs a stat per run a second and
+    sends nothing (it re-ran every 2 s before: 24 % of a core, issue 33)."""
+    root = str(ui.runs_root())
+    before = ss.get("runs_live", frozenset())
+    stamp = runs_stamp(root, before)  # before reading: a change while drawing redraws again
     runs = ui.list_runs()  # one read: the table and the details show the same records
+    live = frozenset(r["name"] for r in runs if r["status"].get("state") in ui.ACTIVE)
+    ss["runs_live"] = live
+    if live != before:  # a run started or ended: stamped by other files now, redraw once more
+        stamp = None
+    args = (root, live)
+    if not (PUSH and P.subscribe(KEY, _throttled(lambda: runs_stamp(*args), STAMP_EVERY_S), stamp)):
+        st.fragment(run_every=POLL_S)(_watch)((args, stamp))
+    _runs_body(runs)
+
+
+def _runs_body(runs: list[dict]) -> None:
     if not runs:
         ui.show_notice()
         st.info("No runs yet. Start one on the Train page or with `python -m admm_core train --preset digits-mlp`.")

@@ -34,6 +34,7 @@ from app.dashboard import form as F
 from app.dashboard import live as L
 from app.dashboard import push as P
 from app.dashboard import workers as W
+from app.worker_panel import worker_panel
 
 REFRESH_S = float(os.environ.get("ADMM_DASH_REFRESH", "0.5"))  # live watcher's poll period while the run is live, s
 IDLE_REFRESH_S = float(os.environ.get("ADMM_DASH_IDLE_REFRESH", "5"))  # ... once it has ended (a stat, no redraw), s
@@ -332,8 +333,9 @@ def method_section(slots: dict) -> None:
             key = wkey(F.MP + s["name"], method)
             if key not in ss:
                 ss[key] = F.method_fields(method)[F.MP + s["name"]]
-        # open "more settings" when one of them is wrong, so its message is seen
-        _, pre_errors = F.config_from_form(read_form(), available())
+        # open "more settings" when one of them is wrong or warned about, so its message is seen
+        pre_cfg, pre_errors = F.config_from_form(read_form(), available())
+        pre_errors = {**pre_errors, **(F.step_size_warnings(pre_cfg) if pre_cfg is not None else {})}
         more_open = any(F.MP + s["name"] in pre_errors for s in more_settings)
         grid = st.columns(4)
         more_grid = grid
@@ -549,6 +551,9 @@ def deepfacto_section() -> dict:
     cfg, errors = D.config_from_values(values, weights)
     for field, msg in errors.items():
         (slots.get(field) or st).error(msg, icon="⚠️")
+    # allowed, but said: an absurd learning rate / step size ends the run 'diverged'
+    for field, msg in (F.step_size_warnings(cfg) if cfg is not None else {}).items():
+        (slots.get(field) or st).warning(msg, icon="⚠️")
     c = st.columns([1.1, 4.4])
     ready = cfg is not None and backbone_ok and lfw_problem is None
     c[0].button(
@@ -775,6 +780,7 @@ def main() -> None:
             st.query_params.from_dict(query)
         ui.show_notice()
         live_panel()
+        worker_panel()
         return
     slots: dict = {}
     _, diagram = form_section(slots)
@@ -785,6 +791,9 @@ def main() -> None:
     ss["train_form"] = form
     for field, msg in errors.items():
         (slots.get(field) or st).error(msg, icon="⚠️")
+    # allowed, but said: an absurd learning rate / step size ends the run 'diverged'
+    for field, msg in (F.step_size_warnings(cfg) if cfg is not None else {}).items():
+        (slots.get(field) or st).warning(msg, icon="⚠️")
     query = F.to_query(form)
     if ui.watched():
         query["run"] = ui.watched()
@@ -794,6 +803,7 @@ def main() -> None:
     start_section(cfg, errors)
     ui.show_notice()
     live_panel()
+    worker_panel()  # the end-of-run notice and the worker's CPU / memory (app/worker_panel.py)
 
 
 main()
