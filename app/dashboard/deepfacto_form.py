@@ -49,7 +49,9 @@ MENUS = {
 }
 OWN_WIDGETS = ("backbone_weights", "data_root")  # the backbone choice / the environment set these
 RANKS = (4, 32, 256)  # the paper's ranks (any r ≥ 1 may be typed)
-UPLOAD_LIMIT = 200 * 2**20  # bytes of an uploaded backbone file
+UPLOAD_LIMIT = (
+    50 * 10**6
+)  # bytes of an uploaded backbone: the server's per-file cap (.streamlit/config.toml maxUploadSize = 50 MB)
 LABELS = {
     "rank": "NMF rank r",
     "warmup_iters": "Iterations, backbone frozen",
@@ -191,7 +193,7 @@ def save_upload(name: str, data: bytes) -> Path:
     ``weights_only=True`` and removed again when it is refused; raises ValueError with the reason.
     """
     if len(data) > UPLOAD_LIMIT:
-        raise ValueError(f"{name}: {len(data) / 2**20:.0f} MiB, over the {UPLOAD_LIMIT // 2**20} MiB limit")
+        raise ValueError(f"{name}: {len(data) / 10**6:.0f} MB, over the {UPLOAD_LIMIT // 10**6} MB limit")
     path = uploads_dir() / f"{hashlib.sha256(data).hexdigest()[:16]}.pt"
     if not path.exists():
         tmp = path.with_suffix(".part")
