@@ -16,7 +16,8 @@ Notation used everywhere in this package (paper symbol -> code name):
     η_t  -> ``lr``       step size of the Θ-update
     k    -> ``primal_steps``  Z/Θ passes between two dual steps
 
-The package is pure compute: it never imports streamlit or a plotting library.
+The package is pure compute: it never imports streamlit, and plotting (matplotlib, for the sweep
+report's PNG and ``plots.py``) only inside the functions that draw.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # pyproject.toml's (tests/test_imports.py checks they agree)

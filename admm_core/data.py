@@ -37,10 +37,6 @@ class Dataset:
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
 
-    @property
-    def input_dim(self) -> int:
-        return int(np.prod(self.input_shape))
-
     def limit(self, train: int | None, test: int | None) -> "Dataset":
         """First ``train``/``test`` samples (the sets are shuffled or stratified already)."""
         return Dataset(

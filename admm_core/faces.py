@@ -299,14 +299,6 @@ def load_backbone(path, map_location="cpu") -> tuple[FaceBackbone, dict]:
     return net, meta
 
 
-def file_digest(path) -> str:
-    h = hashlib.sha1()
-    with open(path, "rb") as f:
-        for blk in iter(lambda: f.read(1 << 20), b""):
-            h.update(blk)
-    return h.hexdigest()[:12]
-
-
 # --- triplet loss and identity-balanced batches ----------------------------------------------
 
 

@@ -210,7 +210,6 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return out
 
 
-STATES = ("running", "finished", "stopped", "crashed")  # status.json "state" of every run
 HEARTBEAT_S = 5.0  # a live worker touches RUN/heartbeat this often, whatever phase it is in
 HEARTBEAT_STALE_S = 120.0  # a worker on another host silent this long is taken as lost
 SYSTEM_S = 5.0  # the heartbeat thread appends a system.jsonl sample this often (and at each epoch)

@@ -687,30 +687,6 @@ def trials_table(study) -> list[dict]:
     return rows
 
 
-def study_summaries(storage) -> list[dict]:
-    """Every study in ``storage`` with its spec, counts and best trial."""
-    import optuna
-
-    out = []
-    for name in study_names(storage):
-        study = optuna.load_study(study_name=name, storage=storage)
-        spec = study.user_attrs.get("sweep") or {}
-        try:
-            best = study.best_trial
-        except ValueError:
-            best = None
-        out.append(
-            {
-                "name": name,
-                "spec": spec,
-                "counts": counts(study),
-                "best": None if best is None else {"trial": best.number, "value": best.value, "params": best.params},
-                "created": study.user_attrs.get("created"),
-            }
-        )
-    return out
-
-
 def best_config(study) -> RunConfig:
     """The best trial's RunConfig (read from its run directory, else rebuilt from its params)."""
     spec = SweepSpec.from_attrs(study.user_attrs["sweep"])

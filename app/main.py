@@ -3,7 +3,8 @@
     streamlit run app/main.py
 
 Pages: Train (configure, launch, watch live), Compare (overlay runs, table vs the paper),
-Heatmaps (DeepFacto NMF score maps over faces), Runs (status, config, delete, download).
+Sweeps (Optuna studies over settings), Heatmaps (DeepFacto NMF score maps over faces),
+Runs (status, config, delete, download).
 Runs live in $ADMM_RUNS (default ./runs); data sets come from $ADMM_DATA.
 """
 

@@ -138,3 +138,12 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_the_package_version_is_pyprojects():
+    import tomllib
+
+    import admm_core
+
+    with open(PKG.parent / "pyproject.toml", "rb") as f:
+        assert admm_core.__version__ == tomllib.load(f)["project"]["version"]

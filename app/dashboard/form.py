@@ -28,7 +28,6 @@ from admm_core.presets import PRESETS, preset_config
 from admm_core.resources import DATA_SHAPES, RESNET_LAYERS, check_fits, estimate_memory, layer_table
 
 NO_PRESET = "none"
-ARCH_NAMES = ("mlp", "resnet18")
 DEFAULT_PRESET = "digits-mlp"
 DEFAULT_METHOD = "block-admm"
 INT_FIELDS = (
