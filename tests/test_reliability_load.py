@@ -673,3 +673,46 @@ def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
     assert "| Runs |" in text and "| Train (run menu) |" in text and "Server memory (resident)" in text
     listed = runs.list_runs(tmp_path / "runs")
     assert len(listed) == 30 and {r["status"]["state"] for r in listed} == {"finished"}
+
+
+# The pages, rendered in a fresh interpreter (this one has torch already), with a run picked in
+# each (its charts, config and live panel drawn): prints, per page, whether torch got imported.
+NO_TORCH_PAGES = """
+import json, sys
+from streamlit.testing.v1 import AppTest
+
+main, run = sys.argv[1], sys.argv[2]
+import app.ui, app.dashboard.workers, app.dashboard.form, app.dashboard.deepfacto_form  # noqa: E401,F401
+seen = {"imports": "torch" in sys.modules}
+for page in ("views/train.py", "views/runs.py", "views/compare.py"):
+    at = AppTest.from_file(main, default_timeout=120)
+    at.query_params["run"] = run
+    at.query_params["runs"] = run
+    at.run()
+    if page != "views/train.py":
+        at.switch_page(page).run()
+    at.run()  # a refresh
+    assert not at.exception, [e.value for e in at.exception]
+    seen[page] = "torch" in sys.modules
+print(json.dumps(seen))
+"""
+
+
+def test_runs_compare_and_train_pages_never_import_torch(tmp_path):
+    """The server's memory target (≤ 500 MB, docs/reliability.md): ``import torch`` alone is ~500 MB
+    resident, so the Runs, Compare and Train pages (a run picked, a refresh) must not import it;
+    the engine names torch through admm_core.lazy and imports its nn.Module classes on use."""
+    root = tmp_path / "runs"
+    train(tiny("block-admm", epochs=1), root / "20260101-000000-digits-block-admm-s0")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ADMM_RUNS": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", NO_TORCH_PAGES, str(ROOT / "app" / "main.py"), "20260101-000000-digits-block-admm-s0"],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"imports": False, "views/train.py": False, "views/runs.py": False, "views/compare.py": False}, seen

@@ -58,11 +58,10 @@ from ..runs import (
 )
 from .attributes import attribute_evaluation, pooled_features
 from .backbone import get_backbone
-from .config import PAPER_MEAN, PRESET, DeepFactoConfig, run_config_dict
+from .config import PAPER_MEAN, PRESET, STATE_FILE, DeepFactoConfig, run_config_dict
 from .inference import load_inference_model, save_inference
 from .trainer import DeepFactoTrainer, relative
 
-STATE_FILE = "state.pt"  # loop state for --resume (deleted when the run finishes)
 STALE = ("summary.json", "error.txt", "attributes.json")  # files of an earlier end of the run
 
 

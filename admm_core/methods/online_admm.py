@@ -39,8 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-
+from ..lazy import torch
 from ..profile import phase
 from .base import (
     MethodBase,
