@@ -304,7 +304,7 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
     assert done["status"] == "finished" and read_json(run / "status.json")["state"] == "finished"
     assert [x["epoch"] for x in read_metrics(run)] == [0, 1, 2]
     assert read_json(run / "summary.json")["status"] == "finished" and not (run / STATE_FILE).exists()
-    load_inference_model(run / "checkpoint.pt")
+    load_inference_model(run)
 
 
 def test_a_set_of_files_is_replaced_together_or_not_at_all(tmp_path, monkeypatch):
