@@ -791,7 +791,7 @@ def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
     """experiments/thousand_runs.py on a small folder: the table, with the machine, lands in the page;
     with the system Chromium, the real server's figures too, and neither process imported PyTorch."""
     page = tmp_path / "page.md"
-    page.write_text("# x\n<!-- thousand-runs -->\nold\n<!-- /thousand-runs -->\ntail\n")
+    page.write_text("# x\n<!-- thousand-runs -->\nstale-table\n<!-- /thousand-runs -->\ntail\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     args = ["--finished", "30", "--live", "0", "--repeats", "1", "--window", "1", "--root", str(tmp_path / "runs")]
     done = subprocess.run(
@@ -804,7 +804,7 @@ def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     text = page.read_text()
-    assert "old" not in text and text.endswith("<!-- /thousand-runs -->\ntail\n")
+    assert "stale-table" not in text and text.endswith("<!-- /thousand-runs -->\ntail\n")
     assert "30 finished runs + 0 live ones" in text and runs.machine("cpu").split("; CPU only")[0] in text
     assert "| Runs |" in text and "| Train (run menu) |" in text and "Server memory (resident)" in text
     assert "PyTorch imported by the pages: no" in text
