@@ -413,6 +413,7 @@ def main(argv=None) -> int:
     if tmp:
         time.sleep(2)  # the stopped workers write their last status
         shutil.rmtree(tmp, ignore_errors=True)
+        Path(f"{tmp}-server.log").unlink(missing_ok=True)  # the real server's log, beside the folder
     return 0
 
 
