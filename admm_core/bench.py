@@ -33,10 +33,9 @@ import signal
 import sys
 from pathlib import Path
 
-import torch
-
 from .config import augment_changes, parse_sets
 from .docs import code_version, command_line, write_section
+from .lazy import torch
 from .presets import preset_config
 from .resources import human
 from .runs import install_stop_handlers, machine, read_json, read_metrics, run_status, summarize, train, write_json

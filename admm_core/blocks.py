@@ -11,8 +11,8 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from .config import ConfigError, ModelConfig
-from .models import build_layers, default_split, split_points
+from .config import ModelConfig
+from .models import build_layers, default_split, validate_split  # noqa: F401 - validate_split: re-exported
 
 
 class BlockNet(nn.Module):
@@ -54,25 +54,6 @@ class BlockNet(nn.Module):
             {"block": t + 1, "layers": g, "params": sum(p.numel() for p in b.parameters())}
             for t, (g, b) in enumerate(zip(self.block_layers, self.blocks))
         ]
-
-
-def validate_split(cfg: ModelConfig, layer_names: list[str], split: tuple[str, ...]) -> None:
-    allowed = split_points(cfg, layer_names)
-    last = layer_names[-1]
-    for s in split:
-        if s == last:
-            raise ConfigError(
-                f"model.split = {s!r}: that is the last layer; a split must fall before it (allowed: {', '.join(allowed)})"
-            )
-        if s not in layer_names:
-            raise ConfigError(f"model.split = {s!r}: no such layer in this {cfg.arch} (allowed: {', '.join(allowed)})")
-        if s not in allowed:
-            raise ConfigError(f"model.split = {s!r}: not a split point of {cfg.arch} (allowed: {', '.join(allowed)})")
-    if len(set(split)) != len(split):
-        raise ConfigError(f"model.split = {list(split)!r}: a split point appears twice")
-    idx = [layer_names.index(s) for s in split]
-    if idx != sorted(idx):
-        raise ConfigError(f"model.split = {list(split)!r}: split points must follow the layer order")
 
 
 def build_blocknet(cfg: ModelConfig, in_shape: tuple[int, ...], n_out: int, seed: int = 0) -> BlockNet:

@@ -16,9 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .errors import DataError
+from .lazy import torch
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 

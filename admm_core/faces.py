@@ -23,6 +23,7 @@ face embedding trained with the batch-hard triplet loss (Hermans et al. 2017).
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import os
 import pickle
@@ -31,12 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from .data import candidate_roots
 from .errors import CheckpointError, DataError, ImageError
+from .lazy import F, nn, no_grad, torch
 
 LFW_IMAGES = Path("lfw") / "lfw-deepfunneled-160"
 LFWA_LABELS = Path("lfw") / "lfwa_att_40.csv"
@@ -217,50 +216,64 @@ def backbone_widths(width: int) -> tuple[int, int, int, int]:
     return (width, 2 * width, 4 * width, 4 * width)
 
 
-class FaceBackbone(nn.Module):
-    """ResNet-18 layout (2-2-2-2 BasicBlocks), narrow, last stage at stride 1; ``features`` = Z_1 ≥ 0."""
+@functools.cache
+def _face_backbone_class() -> type:
+    """FaceBackbone, defined on first use: an ``nn.Module`` subclass needs the real torch, and
+    the dashboard reads face paths (``find_lfw``, ``cache_dir``) from this module without it."""
 
-    def __init__(self, widths=(16, 32, 64, 64), out_channels: int = 256, emb_dim: int = 128, in_channels: int = 3):
-        super().__init__()
-        from torchvision.models.resnet import BasicBlock
+    class FaceBackbone(nn.Module):
+        """ResNet-18 layout (2-2-2-2 BasicBlocks), narrow, last stage at stride 1; ``features`` = Z_1 ≥ 0."""
 
-        self.arch = {
-            "widths": list(widths),
-            "out_channels": out_channels,
-            "emb_dim": emb_dim,
-            "in_channels": in_channels,
-        }
-        self.stem = nn.Sequential(
-            nn.Conv2d(in_channels, widths[0], 3, 2, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True)
-        )
-        stages, c_in = [], widths[0]
-        for w, stride in zip(widths, (1, 2, 2, 1)):
-            down = None
-            if stride != 1 or c_in != w:
-                down = nn.Sequential(nn.Conv2d(c_in, w, 1, stride, bias=False), nn.BatchNorm2d(w))
-            stages.append(nn.Sequential(BasicBlock(c_in, w, stride, down), BasicBlock(w, w)))
-            c_in = w
-        self.stages = nn.Sequential(*stages)
-        self.expand = nn.Sequential(
-            nn.Conv2d(c_in, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True)
-        )
-        self.head = nn.Linear(out_channels, emb_dim)
-        self.register_buffer("mean", torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1)[:, :in_channels])
-        self.register_buffer("std", torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1)[:, :in_channels])
+        def __init__(self, widths=(16, 32, 64, 64), out_channels: int = 256, emb_dim: int = 128, in_channels: int = 3):
+            super().__init__()
+            from torchvision.models.resnet import BasicBlock
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        """x (N, 3, S, S) in [0, 1] -> Z_1 (N, C, S/8, S/8), non-negative (after ReLU)."""
-        return self.expand(self.stages(self.stem((x - self.mean) / self.std)))
+            self.arch = {
+                "widths": list(widths),
+                "out_channels": out_channels,
+                "emb_dim": emb_dim,
+                "in_channels": in_channels,
+            }
+            self.stem = nn.Sequential(
+                nn.Conv2d(in_channels, widths[0], 3, 2, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True)
+            )
+            stages, c_in = [], widths[0]
+            for w, stride in zip(widths, (1, 2, 2, 1)):
+                down = None
+                if stride != 1 or c_in != w:
+                    down = nn.Sequential(nn.Conv2d(c_in, w, 1, stride, bias=False), nn.BatchNorm2d(w))
+                stages.append(nn.Sequential(BasicBlock(c_in, w, stride, down), BasicBlock(w, w)))
+                c_in = w
+            self.stages = nn.Sequential(*stages)
+            self.expand = nn.Sequential(
+                nn.Conv2d(c_in, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True)
+            )
+            self.head = nn.Linear(out_channels, emb_dim)
+            self.register_buffer("mean", torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1)[:, :in_channels])
+            self.register_buffer("std", torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1)[:, :in_channels])
 
-    def embed_features(self, z: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.head(z.mean(dim=(2, 3))), dim=1)
+        def features(self, x: torch.Tensor) -> torch.Tensor:
+            """x (N, 3, S, S) in [0, 1] -> Z_1 (N, C, S/8, S/8), non-negative (after ReLU)."""
+            return self.expand(self.stages(self.stem((x - self.mean) / self.std)))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Unit-norm face embedding (the backbone's own triplet head)."""
-        return self.embed_features(self.features(x))
+        def embed_features(self, z: torch.Tensor) -> torch.Tensor:
+            return F.normalize(self.head(z.mean(dim=(2, 3))), dim=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            """Unit-norm face embedding (the backbone's own triplet head)."""
+            return self.embed_features(self.features(x))
+
+    FaceBackbone.__qualname__ = "FaceBackbone"
+    return FaceBackbone
 
 
-def save_backbone(path, net: FaceBackbone, meta: dict) -> None:
+def __getattr__(name: str):  # PEP 562: ``from admm_core.faces import FaceBackbone`` defines the class
+    if name == "FaceBackbone":
+        return _face_backbone_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def save_backbone(path, net: nn.Module, meta: dict) -> None:  # net: a FaceBackbone
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -268,7 +281,7 @@ def save_backbone(path, net: FaceBackbone, meta: dict) -> None:
     os.replace(tmp, path)
 
 
-def load_backbone(path, map_location="cpu") -> tuple[FaceBackbone, dict]:
+def load_backbone(path, map_location="cpu") -> tuple[nn.Module, dict]:  # (FaceBackbone, meta)
     """A backbone weights file: our format ({format, arch, state_dict, meta}) or a bare state_dict of the default arch."""
     path = Path(path)
     if not path.is_file():
@@ -286,10 +299,10 @@ def load_backbone(path, map_location="cpu") -> tuple[FaceBackbone, dict]:
             f"--backbone-weights {path}: not a PyTorch weights file ({type(e).__name__}: {first})"
         ) from None
     if isinstance(ck, dict) and ck.get("format") == "admm-face-backbone-v1":
-        net = FaceBackbone(**{k: tuple(v) if isinstance(v, list) else v for k, v in ck["arch"].items()})
+        net = _face_backbone_class()(**{k: tuple(v) if isinstance(v, list) else v for k, v in ck["arch"].items()})
         state, meta = ck["state_dict"], dict(ck.get("meta", {}))
     else:
-        net, state, meta = FaceBackbone(), ck, {}
+        net, state, meta = _face_backbone_class()(), ck, {}
     try:
         net.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as e:
@@ -359,7 +372,7 @@ def augment(x: torch.Tensor, gen: torch.Generator, pad: int = 4) -> torch.Tensor
     return xp[:, :, dy : dy + h, dx : dx + w]
 
 
-@torch.no_grad()
+@no_grad
 def embed_all(fn, x_uint8: np.ndarray, idx: np.ndarray, device, chunk: int = 256) -> torch.Tensor:
     """fn(batch float tensor on device) for the samples ``idx``, concatenated on the CPU."""
     out = []
@@ -446,7 +459,7 @@ def train_backbone(
     device: torch.device | str = "cpu",
     log=print,
     should_stop=None,
-) -> tuple[FaceBackbone, list[dict]]:
+) -> tuple[nn.Module, list[dict]]:  # (FaceBackbone, history)
     """Train a FaceBackbone on the training identities (Adam, one-cycle lr).
 
     Loss per batch: batch-hard triplet(e) + id_weight · CE(id_scale · ê·Ŵᵀ, identity), with e the
@@ -459,7 +472,7 @@ def train_backbone(
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     device = torch.device(device)
-    net = FaceBackbone(widths=tuple(widths)).to(device)
+    net = _face_backbone_class()(widths=tuple(widths)).to(device)
     use, ident, ident_cls, n_classes = people_with_pairs(faces.identity, train_idx)
     classifier = nn.Linear(net.arch["emb_dim"], n_classes, bias=False).to(device)
     params = list(net.parameters()) + (list(classifier.parameters()) if id_weight > 0 else [])

@@ -17,10 +17,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-
 from .errors import ConfigError
+from .lazy import nn, torch
 
 if TYPE_CHECKING:
     from .config import ModelConfig
@@ -102,3 +100,23 @@ def split_points(cfg: ModelConfig, layer_names: list[str]) -> tuple[str, ...]:
 
 def default_split(cfg: ModelConfig, layer_names: list[str]) -> tuple[str, ...]:
     return ARCHS[cfg.arch][2](layer_names)
+
+
+# in models, not blocks: the dashboard checks a split without building (or importing) an nn.Module
+def validate_split(cfg: ModelConfig, layer_names: list[str], split: tuple[str, ...]) -> None:
+    allowed = split_points(cfg, layer_names)
+    last = layer_names[-1]
+    for s in split:
+        if s == last:
+            raise ConfigError(
+                f"model.split = {s!r}: that is the last layer; a split must fall before it (allowed: {', '.join(allowed)})"
+            )
+        if s not in layer_names:
+            raise ConfigError(f"model.split = {s!r}: no such layer in this {cfg.arch} (allowed: {', '.join(allowed)})")
+        if s not in allowed:
+            raise ConfigError(f"model.split = {s!r}: not a split point of {cfg.arch} (allowed: {', '.join(allowed)})")
+    if len(set(split)) != len(split):
+        raise ConfigError(f"model.split = {list(split)!r}: a split point appears twice")
+    idx = [layer_names.index(s) for s in split]
+    if idx != sorted(idx):
+        raise ConfigError(f"model.split = {list(split)!r}: split points must follow the layer order")

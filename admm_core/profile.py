@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 
-import torch
+from .lazy import torch
 
 
 class PhaseTimes:

@@ -208,11 +208,11 @@ def physical_memory() -> int:
 
 def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict:
     """Raise ConfigError (estimate and what is available) unless ``cfg`` fits; returns the estimate."""
-    from .runs import resolve_device
+    from .runs import device_name
 
-    device = resolve_device(cfg.train.device)
+    device = device_name(cfg.train.device).split(":")[0]
     est = estimate_memory(cfg)
-    free, what = available if available is not None else available_memory(device.type)
+    free, what = available if available is not None else available_memory(device)
     if est["total_bytes"] > free:
         size = (
             f"model.hidden = {list(cfg.model.hidden)}"
@@ -224,7 +224,7 @@ def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict
             f"{size} on {cfg.data.name} ({n} training samples) with {cfg.method}: needs about "
             f"{human(est['total_bytes'])} (parameters {human(est['param_bytes'])}, optimizer "
             f"{human(est['optimizer_bytes'])}, Z/U {human(est['state_bytes'])}, data {human(est['data_bytes'])}) "
-            f"but {what} is {human(free)} on {device.type}"
+            f"but {what} is {human(free)} on {device}"
         )
     return est
 
@@ -232,11 +232,11 @@ def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict
 def preflight(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict:
     """Every check that can fail before any file is written: device, data set, split, per-block
     values, memory. Raises ConfigError / DeviceError / DataError naming the field; returns the estimate."""
-    from .blocks import validate_split
     from .methods.base import per_block
-    from .runs import resolve_device
+    from .models import validate_split
+    from .runs import device_name
 
-    resolve_device(cfg.train.device)
+    device_name(cfg.train.device)
     if cfg.data.name not in data_mod.available(cfg.data.root):
         roots = ", ".join(str(r) for r in data_mod.candidate_roots(cfg.data.root))
         raise DataError(f"data.name = {cfg.data.name!r}: not found (looked in: {roots}); set ADMM_DATA or data.root")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import functools
 import json
 import math
 import os
@@ -24,6 +25,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -32,13 +34,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from . import data as data_mod
 from . import distributed as dist_mod
-from .blocks import build_blocknet
 from .config import RunConfig
 from .errors import CheckpointError, ConfigError, DeviceError, check
+from .lazy import torch
 from .losses import get_loss
 from .methods.base import TrainBatch
 from .profile import phase
@@ -75,11 +75,57 @@ def new_run_dir(cfg: RunConfig, root: Path | None = None) -> Path:
 
 
 def resolve_device(name: str) -> torch.device:
+    return torch.device(device_name(name))
+
+
+def device_name(name: str) -> str:
+    """``name`` with ``auto`` resolved ('cuda' when a CUDA device is available, else 'cpu');
+    DeviceError for 'cuda' without one. The check :func:`resolve_device` makes, without torch."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
+        return "cuda" if cuda_device_count() else "cpu"
+    if name == "cuda" and not cuda_device_count():
         raise DeviceError("train.device = 'cuda': no CUDA device is available here (use auto or cpu)")
-    return torch.device(name)
+    return name
+
+
+_CUDA_PROBE = """import ctypes, sys
+try:
+    cu = ctypes.CDLL("libcuda.so.1")
+    n = ctypes.c_int(0)
+    ok = cu.cuInit(0) == 0 and cu.cuDeviceGetCount(ctypes.byref(n)) == 0
+    print(n.value if ok else 0)
+except OSError:
+    print(0)
+"""
+
+
+def cuda_device_count() -> int:
+    """CUDA devices torch sees here: ``torch.cuda.device_count()`` (0 when none is available).
+
+    Where torch is not imported yet (the dashboard's pages: ``import torch`` alone is ~500 MB of
+    the server), asked without it: 0 for a torch build without CUDA (no ``libc10_cuda.so`` in
+    its lib/) or a machine without the NVIDIA driver; else the driver's own count (``cuInit``,
+    ``cuDeviceGetCount``, which honour CUDA_VISIBLE_DEVICES as torch does), from a short
+    subprocess so the server does not load libcuda, once per process."""
+    real = sys.modules.get("torch")
+    if real is not None:
+        return real.cuda.device_count() if real.cuda.is_available() else 0
+    return _driver_cuda_count()
+
+
+@functools.cache
+def _driver_cuda_count() -> int:
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    libs = [Path(d) / "lib" for d in (spec.submodule_search_locations or [])] if spec else []
+    if not any((d / "libc10_cuda.so").exists() for d in libs) or not Path("/proc/driver/nvidia").exists():
+        return 0
+    try:
+        out = subprocess.run([sys.executable, "-c", _CUDA_PROBE], capture_output=True, text=True, timeout=60)
+        return int(out.stdout.strip() or 0)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return 0
 
 
 def write_text_atomic(path: Path, text: str, durable: bool = True) -> None:
@@ -556,6 +602,8 @@ def build(cfg: RunConfig) -> Session:
     keep_freed_memory()
     torch.manual_seed(cfg.train.seed)
     ds = data_mod.load(cfg.data.name, cfg.data.root, train_limit=cfg.data.train_limit, test_limit=cfg.data.test_limit)
+    from .blocks import build_blocknet  # BlockNet is an nn.Module: torch, imported on use
+
     net = build_blocknet(cfg.model, ds.input_shape, ds.n_classes, seed=cfg.train.seed).to(device)
     method = cfg.build_method()
     gen = torch.Generator().manual_seed(cfg.train.seed)

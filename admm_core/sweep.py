@@ -215,7 +215,7 @@ def _mlp_layers(cfg: RunConfig) -> list[str]:
 def _check_split(cfg: RunConfig) -> None:
     """Split names are checked when the network is built; for an MLP check them here, before any trial."""
     if cfg.model.arch == "mlp" and cfg.model.split is not None:
-        from .blocks import validate_split
+        from .models import validate_split
 
         validate_split(cfg.model, _mlp_layers(cfg), cfg.model.split)
 

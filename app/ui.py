@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from admm_core.deepfacto import STATE_FILE, DeepFactoConfig
+from admm_core.deepfacto.config import STATE_FILE, DeepFactoConfig
 from admm_core.errors import ConfigError
 from admm_core.runs import read_json, read_metrics
 from app.dashboard import meta as M

@@ -10,6 +10,17 @@ menu) under Streamlit's AppTest (the server's script run, in this process) and m
   of ``--repeats``; and the listing alone (``ui.list_runs``, what the live fragments call);
 - memory: this process's resident set after all pages (MB), i.e. the server's.
 
+Then (unless ``--no-browser``, or without the system Chromium) the same folder is served by a real
+``streamlit run app/main.py`` on 127.0.0.1 and each page is opened in headless Chromium (a new
+tab, so a new session), measuring:
+
+- first render: from the navigation until the page shows its content (Runs: the table; Compare
+  and Train: a chart), wall time in the browser (s), and the server's CPU time meanwhile (s);
+- refresh: the server's CPU time (utime + stime from /proc/<pid>/stat) over ``--window`` seconds
+  with only that tab open, per second and, for the Runs page (its table redraws every 2 s), per
+  refresh. The Train tab watches the newest live run, so its figure includes a redraw per epoch;
+- memory: the server's VmRSS and VmHWM (peak) from /proc/<pid>/status, after all pages.
+
 With ``--markdown FILE`` the table replaces the block between ``<!-- thousand-runs -->`` and
 ``<!-- /thousand-runs -->`` in FILE (docs/reliability.md), with the machine and load named.
 
@@ -158,15 +169,187 @@ def table(rows: list[dict], cold: float, rss: tuple, finished: int, live: int) -
         out.append(
             f"| {r['page']} | {s(r['first'], TARGETS['first'])} | {s(r['refresh'], TARGETS['refresh'])} | {s(r['rerun'])} |"
         )
-    base, total = rss
+    base, total, torch_in = rss
     out += [
         "",
         f"The server's first page after its start (imports included): {cold:.2f} s. Compare has no auto-refresh"
         " (it redraws on a change of the picker); its full rerun is what a change costs.",
         "",
         f"Server memory (resident): {total:.0f} MB after all pages (target ≤ {TARGETS['rss_mb']:g} MB), of which"
-        f" {base:.0f} MB before any run was listed (Python, PyTorch, Streamlit, pandas, plotly imported:"
-        f" `import torch` alone is about 500 MB resident here); the thousand runs and the pages add {total - base:.0f} MB.",
+        f" {base:.0f} MB before any run was listed (Python, Streamlit, pandas, plotly imported); the runs and the"
+        f" pages add {total - base:.0f} MB. PyTorch imported by the pages: {'yes' if torch_in else 'no'}.",
+    ]
+    return "\n".join(out)
+
+
+CHROMIUM_ARGS = [  # tests/test_browser_dashboard.py's flags: no network beyond 127.0.0.1, no sandbox in CI
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+# what "shown" means per page: a CSS selector that appears once the page has drawn its content
+RUN_MENU = "[data-testid='stSelectbox']:has([data-testid='stWidgetLabel'] p:text-is('Run'))"
+BROWSER_PAGES = (  # (row, path, shown, shown while a run is live, refresh period s)
+    ("Runs", "/runs", "[data-testid='stDataFrame'] canvas", None, 2.0),
+    ("Compare", "/compare", ".js-plotly-plot", None, None),
+    ("Train (run menu; the newest live run watched)", "/", RUN_MENU, ".js-plotly-plot", None),
+)
+
+
+def chromium_path() -> str | None:
+    for p in (
+        os.environ.get("CHROMIUM"),
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+        "/usr/bin/chromium",
+    ):
+        if p and Path(p).exists():
+            return p
+    return None
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of process ``pid`` (all its threads), s."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_mem_mb(pid: int) -> dict:
+    with open(f"/proc/{pid}/status") as f:
+        return {ln.split(":")[0]: int(ln.split()[1]) / 1024 for ln in f if ln.startswith(("VmRSS:", "VmHWM:"))}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(root: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    """``streamlit run app/main.py`` on 127.0.0.1:<free port> over ``root`` (its own session, so
+    the caller can stop it with its whole group); returns (process, url) once /_stcore/health answers."""
+    import urllib.request
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.address", "127.0.0.1"]
+    cmd += ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    cmd += ["--server.fileWatcherType", "none", "--global.developmentMode", "false"]
+    env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
+    out = open(log, "wb")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=1).read() == b"ok":
+                return proc, url
+        except OSError:
+            time.sleep(0.2)
+    stop_server(proc)
+    raise RuntimeError(f"streamlit did not start:\n{log.read_text()[-2000:]}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120.0) -> dict:
+    """The pages served for real and opened in headless Chromium: per page (first render wall s,
+    server CPU s during it, server CPU s per s with the tab open, per refresh where it has a
+    period), the server's start time and its memory after all pages."""
+    from playwright.sync_api import sync_playwright
+
+    t = time.perf_counter()
+    proc, url = start_server(root, root.parent / f"{root.name}-server.log")
+    start = time.perf_counter() - t
+    rows = []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page()  # the server's first page pays its imports: kept apart
+                t = time.perf_counter()
+                page.goto(url + "/runs")
+                page.locator(BROWSER_PAGES[0][2]).first.wait_for(state="visible", timeout=timeout_s * 1000)
+                cold = time.perf_counter() - t
+                page.close()
+                for name, path, shown, shown_live, period in BROWSER_PAGES:
+                    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+                    page.set_default_timeout(timeout_s * 1000)
+                    cpu0, t0 = proc_cpu_s(proc.pid), time.perf_counter()
+                    page.goto(url + path)
+                    for sel in (shown, shown_live) if live and shown_live else (shown,):
+                        page.locator(sel).first.wait_for(state="visible")
+                    first, first_cpu = time.perf_counter() - t0, proc_cpu_s(proc.pid) - cpu0
+                    time.sleep(min(2.0, window))  # the page's own follow-up reruns settle
+                    cpu1 = proc_cpu_s(proc.pid)
+                    time.sleep(window)
+                    per_s = (proc_cpu_s(proc.pid) - cpu1) / window
+                    rows.append(
+                        {
+                            "page": name,
+                            "first": first,
+                            "first_cpu": first_cpu,
+                            "per_s": per_s,
+                            "refresh": per_s * period if period else None,
+                        }
+                    )
+                    page.close()
+            finally:
+                browser.close()
+        mem = proc_mem_mb(proc.pid)
+        with open(f"/proc/{proc.pid}/maps") as f:
+            torch_loaded = any("libtorch" in ln for ln in f)  # PyTorch's own libraries mapped into the server
+    finally:
+        stop_server(proc)
+    return {"rows": rows, "start": start, "cold": cold, "rss": mem["VmRSS"], "hwm": mem["VmHWM"], "torch": torch_loaded}
+
+
+def browser_table(res: dict, finished: int, live: int, window: float) -> str:
+    def s(v, target=None):
+        return "—" if v is None else f"{v:.2f}" + ("" if target is None else (" ✓" if v <= target else " ✗"))
+
+    out = [
+        f"The same folder served for real (`streamlit run app/main.py` on 127.0.0.1, its own process) and each"
+        f" page opened in a new headless Chromium tab; server CPU = utime + stime of the server process"
+        f" (/proc/<pid>/stat) over {window:g} s with only that tab open. Load average"
+        f" {' '.join(open('/proc/loadavg').read().split()[:3])} after the measurement.",
+        "",
+        f"| Page | first render in Chromium (s, target ≤ {TARGETS['first']:g}) | server CPU during it (s) "
+        f"| server CPU per s, tab open (s) | server CPU per refresh (s, target ≤ {TARGETS['refresh']:g}) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in res["rows"]:
+        out.append(
+            f"| {r['page']} | {s(r['first'], TARGETS['first'])} | {s(r['first_cpu'])} | {s(r['per_s'])} "
+            f"| {s(r['refresh'], TARGETS['refresh'])} |"
+        )
+    ok = "✓" if res["hwm"] <= TARGETS["rss_mb"] else "✗"
+    out += [
+        "",
+        f"Server memory with {finished} + {live} runs, after all pages: **{res['rss']:.0f} MB resident (VmRSS),"
+        f" peak {res['hwm']:.0f} MB (VmHWM)**, target ≤ {TARGETS['rss_mb']:g} MB {ok}; PyTorch loaded in the server:"
+        f" {'yes' if res['torch'] else 'no'} (libtorch in /proc/<pid>/maps). Server start until /_stcore/health"
+        f" answered: {res['start']:.1f} s; its first page (Runs, the server's own imports included):"
+        f" {res['cold']:.2f} s.",
     ]
     return "\n".join(out)
 
@@ -178,6 +361,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--root", help="runs folder to make (default: a temporary one, removed afterwards)")
     p.add_argument("--markdown", help="write the table into this file between the thousand-runs markers")
+    p.add_argument("--no-browser", action="store_true", help="AppTest only: no real server, no Chromium")
+    p.add_argument("--window", type=float, default=20.0, help="seconds of server CPU counted per open tab")
     a = p.parse_args(argv)
     tmp = None if a.root else tempfile.mkdtemp(prefix="thousand-runs-")
     root = Path(a.root or tmp)
@@ -202,11 +387,18 @@ def main(argv=None) -> int:
 
         base = rss_mb()
         rows, cold = measure(root, a.repeats)
-        rss = (base, rss_mb())
+        rss = (base, rss_mb(), "torch" in sys.modules)  # before machine_line(), which asks torch its version
+        browser = None
+        if not a.no_browser and chromium_path():
+            browser = measure_browser(root, a.window, a.live)
+        elif not a.no_browser:
+            print("no system Chromium: the real-server figures are left out", file=sys.stderr)
     finally:
         for d in lives:
             W.stop_run(d)
     text = table(rows, cold, rss, a.finished, a.live)
+    if browser:
+        text += "\n\n" + browser_table(browser, a.finished, a.live, a.window)
     print(text)
     if a.markdown:
         md = Path(a.markdown)
@@ -221,6 +413,7 @@ def main(argv=None) -> int:
     if tmp:
         time.sleep(2)  # the stopped workers write their last status
         shutil.rmtree(tmp, ignore_errors=True)
+        Path(f"{tmp}-server.log").unlink(missing_ok=True)  # the real server's log, beside the folder
     return 0
 
 

@@ -10,6 +10,14 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
     || echo "[test] chromium could not be installed; the browser test will skip"
 fi
+# A PostgreSQL server for the parallel-sweep test on an RDB study (the test starts its own throwaway
+# cluster on 127.0.0.1 and skips, with the reason, where none is installed).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1 \
+  && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "[test] installing postgresql (apt)"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+    || echo "[test] postgresql could not be installed; the PostgreSQL sweep test will skip"
+fi
 echo "[test] ruff (format and lint)"
 .venv/bin/ruff format --check --quiet . && .venv/bin/ruff check --quiet .
 export ADMM_DATA=${ADMM_DATA:-$(cd .. && pwd)/shared/data}

@@ -233,6 +233,80 @@ def test_enospc_during_a_checkpoint_keeps_the_last_good_one(tmp_path, monkeypatc
     assert_intact(run, 3)
 
 
+@pytest.mark.skipif(not HAVE_LFW, reason=f"LFW/LFWA not found under {DATA.parent} (set ADMM_DATA)")
+def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, monkeypatch):
+    """A DeepFacto run whose write fails (ENOSPC) at config.json, a metrics line, its loop state
+    (state.pt) or its summary: the error is raised, the run is 'crashed' with one 'disk full: …'
+    line naming the file (never left 'running'), state.pt of the last iteration is byte-identical,
+    and once space is back the resume finishes with every iteration's line and a loadable model."""
+    from admm_core.deepfacto import STATE_FILE, DeepFactoConfig, load_inference_model, train_deepfacto
+    from admm_core.deepfacto import run as run_mod
+
+    cfg = DeepFactoConfig(
+        rank=4, data_limit=160, image_size=32, backbone_epochs=1, warmup_iters=1, finetune_iters=1,
+        train_limit=48, eval_images=30, svm_train_limit=80, batch_size=32, device="cpu",
+    )  # fmt: skip
+    quiet = {"log": lambda m: None}
+
+    def full(name, real):  # ``real`` with ENOSPC for the file called ``name``
+        def write(*a, **k):
+            path = next(x for x in a if isinstance(x, (str, os.PathLike)))  # atomic_torch_save(obj, path)
+            if Path(path).name == name:
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+            return real(*a, **k)
+
+        return write
+
+    def crashed_on(run, name):
+        st = read_json(run / "status.json")
+        assert st["state"] == "crashed", st  # before the fix: 'running' after a config.json failure
+        assert st["error"].startswith("disk full: No space left on device writing ") and name in st["error"], st
+        assert "\n" not in st["error"] and not list(run.glob("*.tmp"))
+
+    # a new run: config.json is its first write
+    with monkeypatch.context() as m:
+        m.setattr(run_mod, "write_text_atomic", full("config.json", run_mod.write_text_atomic))
+        with pytest.raises(OSError):
+            train_deepfacto(cfg, tmp_path / "a", **quiet)
+    crashed_on(tmp_path / "a", "config.json")
+
+    run = tmp_path / "b"  # a metrics line of iteration 2: iteration 1's state is the last good one
+    real_append = run_mod.append_metrics
+
+    def append_until_2(d, m):
+        if m["epoch"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(Path(d) / "metrics.jsonl"))
+        return real_append(d, m)
+
+    with monkeypatch.context() as m:
+        m.setattr(run_mod, "append_metrics", append_until_2)
+        with pytest.raises(OSError):
+            train_deepfacto(cfg, run, **quiet)
+    crashed_on(run, "metrics.jsonl")
+    good = (run / STATE_FILE).read_bytes()
+    assert [x["epoch"] for x in read_metrics(run)] == [0, 1]
+    # resumed on the still-full disk: config.json, then the loop state, then the summary fail
+    for target, attr, module in (
+        ("config.json", "write_text_atomic", run_mod),
+        (STATE_FILE, "atomic_torch_save", run_mod),
+        ("summary.json", "write_json", runs),  # RunStatus.finish writes it
+    ):
+        with monkeypatch.context() as m:
+            m.setattr(module, attr, full(target, getattr(module, attr)))
+            with pytest.raises(OSError):
+                train_deepfacto(cfg, run, resume=True, **quiet)
+        crashed_on(run, target)
+        if target != "summary.json":
+            assert (run / STATE_FILE).read_bytes() == good, target  # kept: a resume is possible
+    # the last try got through iteration 2 (its state saved) and failed on the summary: kept too
+    assert runs.safe_load(run / STATE_FILE)["iteration"] == 2
+    done = train_deepfacto(cfg, run, resume=True, **quiet)  # space back
+    assert done["status"] == "finished" and read_json(run / "status.json")["state"] == "finished"
+    assert [x["epoch"] for x in read_metrics(run)] == [0, 1, 2]
+    assert read_json(run / "summary.json")["status"] == "finished" and not (run / STATE_FILE).exists()
+    load_inference_model(run)
+
+
 def test_a_set_of_files_is_replaced_together_or_not_at_all(tmp_path, monkeypatch):
     """write_files_atomic: ENOSPC on the second file leaves the first one unchanged too."""
     a, b = tmp_path / "a.json", tmp_path / "b.json"
@@ -511,17 +585,19 @@ def test_a_second_worker_on_a_claimed_run_is_refused_and_changes_nothing(tmp_pat
 # --- parallel sweep workers ----------------------------------------------------------------------
 
 
-def test_four_sweep_workers_on_one_sqlite_study_run_24_trials(tmp_path):
-    """`admm sweep --jobs 4` on one SQLite file: 24 trials, each exactly once (distinct numbers,
-    distinct run directories, one per trial), none failed or left running, no "database is
-    locked", the median pruner pruning some; every finished trial's run intact."""
+def four_workers_24_trials(root: Path, storage: str | None = None) -> None:
+    """`admm sweep --jobs 4` into ``root`` (``storage``: an RDB URL; default the SQLite file under
+    it): 24 trials, each exactly once (distinct numbers, distinct run directories, one per trial),
+    none failed or left running, no "database is locked", the median pruner pruning some; every
+    finished trial's run intact."""
     import optuna
     from optuna.trial import TrialState
 
-    root = tmp_path / "runs"
     args = ["--preset", "digits-mlp", "--method", "sgd", "--trials", "24", "--epochs", "6", "--name", "par"]
     args += ["--space", "lr=log:0.0001:0.5", "--pruner", "median", "--jobs", "4", "--seed", "0"]
     args += ["--train-limit", "200", "--test-limit", "100"]
+    if storage:
+        args += ["--storage", storage]
     env = {**os.environ, "ADMM_RUNS": str(root), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     t0 = time.time()
     done = subprocess.run(
@@ -530,7 +606,7 @@ def test_four_sweep_workers_on_one_sqlite_study_run_24_trials(tmp_path):
     wall = time.time() - t0
     assert done.returncode == 0, done.stderr
     assert "locked" not in done.stderr.lower() and "Traceback" not in done.stderr, done.stderr
-    study = optuna.load_study(study_name="par", storage=f"sqlite:///{root / 'sweeps.db'}")
+    study = optuna.load_study(study_name="par", storage=storage or f"sqlite:///{root / 'sweeps.db'}")
     trials = study.trials
     states = [t.state for t in trials]
     assert states.count(TrialState.COMPLETE) + states.count(TrialState.PRUNED) == 24, states
@@ -549,7 +625,66 @@ def test_four_sweep_workers_on_one_sqlite_study_run_24_trials(tmp_path):
         else:
             assert read_json(d / "status.json")["state"] == "pruned" and summary["status"] == "pruned"
             assert verify_checkpoint(d / "checkpoint.pt")["epoch"] == read_metrics(d)[-1]["epoch"] < 6
-    print(f"4 workers, 24 trials: {wall:.1f} s wall, load {open('/proc/loadavg').read().split()[0]}")
+    print(
+        f"4 workers, 24 trials on {(storage or 'sqlite').split(':')[0]}: {wall:.1f} s wall, load {open('/proc/loadavg').read().split()[0]}"
+    )
+
+
+def test_four_sweep_workers_on_one_sqlite_study_run_24_trials(tmp_path):
+    """Four workers on one SQLite file (see :func:`four_workers_24_trials`)."""
+    four_workers_24_trials(tmp_path / "runs")
+
+
+def postgres_bin() -> Path | None:
+    """The newest PostgreSQL server's bin/ (Debian: /usr/lib/postgresql/<v>/bin), else initdb on the PATH."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
+    if found:
+        return found[-1].parent
+    return Path(shutil.which("initdb")).parent if shutil.which("initdb") else None
+
+
+@pytest.fixture
+def postgres_url():
+    """A throwaway PostgreSQL cluster: initdb in a temporary folder, started on 127.0.0.1 at a free
+    port (no fsync, trust auth for its own user), stopped and removed afterwards. PostgreSQL refuses
+    to run as root: as root it runs as the ``postgres`` user (made by Debian's package) via runuser."""
+    pytest.importorskip("psycopg2", reason="no PostgreSQL driver (pip install psycopg2-binary, requirements.txt)")
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server here (apt-get install -y postgresql; scripts/test.sh does it as root)")
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and no 'postgres' user to run the server as (PostgreSQL refuses root)")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="admm-pg-"))  # not under pytest's root-only tmp: the server user reads it
+    if as_user:
+        os.chown(base, pw.pw_uid, pw.pw_gid)
+    data, port = base / "data", _free_port()
+    run = lambda *cmd: subprocess.run([*as_user, *map(str, cmd)], capture_output=True, text=True, timeout=120)  # noqa: E731
+    r = run(bin_dir / "initdb", "-D", data, "-U", "admm", "--auth=trust", "--no-sync")
+    if r.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"initdb failed here: {r.stderr.strip()[-300:]}")
+    opts = f"-h 127.0.0.1 -p {port} -k {base} -F -c max_connections=60"
+    r = run(bin_dir / "pg_ctl", "-D", data, "-o", opts, "-l", base / "server.log", "-w", "-t", "60", "start")
+    try:
+        assert r.returncode == 0, r.stderr + (base / "server.log").read_text()
+        yield f"postgresql+psycopg2://admm@127.0.0.1:{port}/postgres"
+    finally:
+        run(bin_dir / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_four_sweep_workers_on_one_postgresql_study_run_24_trials(tmp_path, postgres_url):
+    """The same four workers on a PostgreSQL study (a server started by the test on 127.0.0.1)."""
+    four_workers_24_trials(tmp_path / "runs", postgres_url)
 
 
 def test_liveness_is_the_workers_own_pid_start_time_and_heartbeat(tmp_path):
@@ -653,11 +788,12 @@ def test_a_thousand_runs_are_listed_from_an_index_and_paged(tmp_path, monkeypatc
 
 
 def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
-    """experiments/thousand_runs.py on a small folder: the table, with the machine, lands in the page."""
+    """experiments/thousand_runs.py on a small folder: the table, with the machine, lands in the page;
+    with the system Chromium, the real server's figures too, and neither process imported PyTorch."""
     page = tmp_path / "page.md"
-    page.write_text("# x\n<!-- thousand-runs -->\nold\n<!-- /thousand-runs -->\ntail\n")
+    page.write_text("# x\n<!-- thousand-runs -->\nstale-table\n<!-- /thousand-runs -->\ntail\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = ["--finished", "30", "--live", "0", "--repeats", "1", "--root", str(tmp_path / "runs")]
+    args = ["--finished", "30", "--live", "0", "--repeats", "1", "--window", "1", "--root", str(tmp_path / "runs")]
     done = subprocess.run(
         [sys.executable, str(ROOT / "experiments" / "thousand_runs.py"), *args, "--markdown", str(page)],
         cwd=ROOT,
@@ -668,8 +804,55 @@ def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     text = page.read_text()
-    assert "old" not in text and text.endswith("<!-- /thousand-runs -->\ntail\n")
+    assert "stale-table" not in text and text.endswith("<!-- /thousand-runs -->\ntail\n")
     assert "30 finished runs + 0 live ones" in text and runs.machine("cpu").split("; CPU only")[0] in text
     assert "| Runs |" in text and "| Train (run menu) |" in text and "Server memory (resident)" in text
+    assert "PyTorch imported by the pages: no" in text
+    if Path(CHROMIUM).exists():  # a real `streamlit run` opened in Chromium: its rows and memory
+        assert "served for real" in text and "| Compare |" in text.split("served for real")[1]
+        assert "PyTorch loaded in the server: no" in text and "VmHWM" in text
     listed = runs.list_runs(tmp_path / "runs")
     assert len(listed) == 30 and {r["status"]["state"] for r in listed} == {"finished"}
+
+
+# The pages, rendered in a fresh interpreter (this one has torch already), with a run picked in
+# each (its charts, config and live panel drawn): prints, per page, whether torch got imported.
+NO_TORCH_PAGES = """
+import json, sys
+from streamlit.testing.v1 import AppTest
+
+main, run = sys.argv[1], sys.argv[2]
+import app.ui, app.dashboard.workers, app.dashboard.form, app.dashboard.deepfacto_form  # noqa: E401,F401
+seen = {"imports": "torch" in sys.modules}
+for page in ("views/train.py", "views/runs.py", "views/compare.py"):
+    at = AppTest.from_file(main, default_timeout=120)
+    at.query_params["run"] = run
+    at.query_params["runs"] = run
+    at.run()
+    if page != "views/train.py":
+        at.switch_page(page).run()
+    at.run()  # a refresh
+    assert not at.exception, [e.value for e in at.exception]
+    seen[page] = "torch" in sys.modules
+print(json.dumps(seen))
+"""
+
+
+def test_runs_compare_and_train_pages_never_import_torch(tmp_path):
+    """The server's memory target (≤ 500 MB, docs/reliability.md): ``import torch`` alone is ~500 MB
+    resident, so the Runs, Compare and Train pages (a run picked, a refresh) must not import it;
+    the engine names torch through admm_core.lazy and imports its nn.Module classes on use."""
+    root = tmp_path / "runs"
+    train(tiny("block-admm", epochs=1), root / "20260101-000000-digits-block-admm-s0")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ADMM_RUNS": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", NO_TORCH_PAGES, str(ROOT / "app" / "main.py"), "20260101-000000-digits-block-admm-s0"],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"imports": False, "views/train.py": False, "views/runs.py": False, "views/compare.py": False}, seen

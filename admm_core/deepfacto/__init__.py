@@ -11,55 +11,61 @@ trained by Block-ADMM; attribute SVMs on the NMF scores S.
 
     python -m admm_core train --preset lfwa-deepfacto --rank 32
     python -m admm_core deepfacto bench --ranks 4,32,256 --markdown docs/results/deepfacto.md
+
+The names below are imported from their submodule when first used (PEP 562), so reading a
+run's config (``admm_core.deepfacto.config``) does not import the trainer, the SVMs or PyTorch:
+the dashboard's Runs, Compare and Train pages stay without torch (admm_core.lazy).
 """
 
-from .attributes import (
-    attribute_evaluation,
-    attribute_svms,
-    attribute_svms_cv,
-    identity_holdout,
-    majority_baseline,
-    pooled,
-    pooled_features,
-)
-from .backbone import backbone_cache_path, get_backbone
-from .commands import bench, bench_table, cli_train, config_from_cli, evaluate, new_run_dir
-from .config import PAPER_MEAN, PRESET, S_MODES, DeepFactoConfig, run_config_dict
-from .inference import InferenceModel, load_inference_model, save_inference, test_faces, test_people
-from .run import EVAL_FIELDS, STATE_FILE, evaluate_run, run_indices, train_deepfacto
-from .trainer import DeepFactoState, DeepFactoTrainer
+from __future__ import annotations
 
-__all__ = [
-    "EVAL_FIELDS",
-    "PAPER_MEAN",
-    "PRESET",
-    "STATE_FILE",
-    "S_MODES",
-    "DeepFactoConfig",
-    "DeepFactoState",
-    "DeepFactoTrainer",
-    "InferenceModel",
-    "attribute_evaluation",
-    "attribute_svms",
-    "attribute_svms_cv",
-    "backbone_cache_path",
-    "bench",
-    "bench_table",
-    "cli_train",
-    "config_from_cli",
-    "evaluate",
-    "evaluate_run",
-    "get_backbone",
-    "identity_holdout",
-    "load_inference_model",
-    "majority_baseline",
-    "new_run_dir",
-    "pooled",
-    "pooled_features",
-    "run_config_dict",
-    "run_indices",
-    "save_inference",
-    "test_faces",
-    "test_people",
-    "train_deepfacto",
-]
+import importlib
+
+_EXPORTS = {
+    "DeepFactoConfig": "config",
+    "DeepFactoState": "trainer",
+    "DeepFactoTrainer": "trainer",
+    "EVAL_FIELDS": "run",
+    "InferenceModel": "inference",
+    "PAPER_MEAN": "config",
+    "PRESET": "config",
+    "STATE_FILE": "config",
+    "S_MODES": "config",
+    "attribute_evaluation": "attributes",
+    "attribute_svms": "attributes",
+    "attribute_svms_cv": "attributes",
+    "backbone_cache_path": "backbone",
+    "bench": "commands",
+    "bench_table": "commands",
+    "cli_train": "commands",
+    "config_from_cli": "commands",
+    "evaluate": "commands",
+    "evaluate_run": "run",
+    "get_backbone": "backbone",
+    "identity_holdout": "attributes",
+    "load_inference_model": "inference",
+    "majority_baseline": "attributes",
+    "new_run_dir": "commands",
+    "pooled": "attributes",
+    "pooled_features": "attributes",
+    "run_config_dict": "config",
+    "run_indices": "run",
+    "save_inference": "inference",
+    "test_faces": "inference",
+    "test_people": "inference",
+    "train_deepfacto": "run",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value  # once: later lookups are plain module attributes
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

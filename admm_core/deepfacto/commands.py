@@ -22,7 +22,6 @@ from ..docs import write_section
 from ..errors import ConfigError, check
 from ..runs import install_stop_handlers, read_json, read_metrics, unique_run_dir
 from .config import PRESET, DeepFactoConfig
-from .run import EVAL_FIELDS, evaluate_run, train_deepfacto
 
 
 def config_from_cli(a) -> DeepFactoConfig:
@@ -59,6 +58,8 @@ def config_from_cli(a) -> DeepFactoConfig:
 
 def cli_train(a) -> int:
     """The CLI's ``train --preset lfwa-deepfacto`` (dispatched from admm_core.cli)."""
+    from .run import train_deepfacto  # the trainer and torch: imported by the commands that train
+
     if getattr(a, "resume", None):
         run_dir = Path(a.resume)
         saved = read_json(run_dir / "config.json")
@@ -87,6 +88,8 @@ def new_run_dir(cfg: DeepFactoConfig, root=None) -> Path:
 def bench(argv=None) -> int:
     """`admm deepfacto bench`: one run per rank, then the markdown table (``--out``/table.md and,
     with ``--markdown FILE``, a section of FILE the command rewrites: only its own block)."""
+    from .run import train_deepfacto
+
     p = argparse.ArgumentParser(
         prog="admm deepfacto bench", description="DeepFacto on LFWA for several ranks: attribute accuracy table"
     )
@@ -184,6 +187,8 @@ def bench_table(rows: list[dict]) -> str:
 
 def evaluate(argv=None) -> int:
     """`admm deepfacto evaluate --run DIR [--set svm_c=...]`."""
+    from .run import EVAL_FIELDS, evaluate_run
+
     p = argparse.ArgumentParser(
         prog="admm deepfacto evaluate", description="redo the attribute SVMs of finished DeepFacto runs (no training)"
     )

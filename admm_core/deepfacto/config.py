@@ -22,6 +22,9 @@ BACKBONE_SOURCES = ("shipped", "train")
 SAVED_BEFORE = {"svm_solver": "liblinear", "backbone_source": "train"}
 
 
+STATE_FILE = "state.pt"  # loop state for --resume (deleted when the run finishes)
+
+
 @dataclass(frozen=True)
 class DeepFactoConfig:
     """Everything a DeepFacto run depends on (saved as config.json["deepfacto"])."""

@@ -58,11 +58,10 @@ from ..runs import (
 )
 from .attributes import attribute_evaluation, pooled_features
 from .backbone import get_backbone
-from .config import PAPER_MEAN, PRESET, DeepFactoConfig, run_config_dict
+from .config import PAPER_MEAN, PRESET, STATE_FILE, DeepFactoConfig, run_config_dict
 from .inference import load_inference_model, save_inference
 from .trainer import DeepFactoTrainer, relative
 
-STATE_FILE = "state.pt"  # loop state for --resume (deleted when the run finishes)
 STALE = ("summary.json", "error.txt", "attributes.json")  # files of an earlier end of the run
 
 
@@ -155,15 +154,15 @@ def train_deepfacto(
             f"the run already did {done} iterations, {min(saved['warmup_iters'], done)} of them with the backbone frozen",
         )
     status = RunStatus(run_dir, cfg.iters, phase="setup")
-    write_text_atomic(run_dir / "config.json", json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
-    # a new run starts empty; a resumed one keeps the metrics of the iterations its state covers
-    reset_metrics(run_dir, None if resume_from is None else resume_from["iteration"], STALE)
 
     def set_status(**kw):
         status.update(force=True, **kw)
 
     timings: dict[str, float] = {}
-    try:
+    try:  # from here every failure, a write on a full disk included, ends the run's status (crash)
+        write_text_atomic(run_dir / "config.json", json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
+        # a new run starts empty; a resumed one keeps the metrics of the iterations its state covers
+        reset_metrics(run_dir, None if resume_from is None else resume_from["iteration"], STALE)
         device = resolve_device(cfg.device)
         set_status(machine=machine(device))  # beside every timing: where it was measured
         torch.manual_seed(cfg.seed)
@@ -352,8 +351,11 @@ def train_deepfacto(
             "backbone": bb_meta.get("source"),
             "device": str(device),
         }
-        state_path.unlink(missing_ok=True)  # hundreds of MB; the finished run keeps checkpoint.pt
-        return status.finish(summary, phase="done", epoch=cfg.iters)
+        done = status.finish(summary, phase="done", epoch=cfg.iters)
+        # hundreds of MB; the finished run keeps checkpoint.pt. Only now: a summary that could not
+        # be written (full disk) leaves the run crashed with its state, so a resume ends it
+        state_path.unlink(missing_ok=True)
+        return done
     except (StopRun, KeyboardInterrupt):
         return status.stop({"preset": PRESET, "status": "stopped", "rank": cfg.rank, "timings_s": timings})
     except Diverged as e:  # as the engine's runs: state "diverged", the error names the iteration

@@ -30,10 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
 from ..errors import ConfigError
+from ..lazy import dist, no_grad, torch
 from ..methods.base import MethodState, Shard, TrainBatch, adam_z_step, evaluate, per_block, tensor_bytes
 from ..methods.block_admm import BlockADMM
 
@@ -322,7 +320,7 @@ class BlockParallel:
         return Shard(world=self.T).sum(v, device)
 
     # --- protocol ------------------------------------------------------------------------
-    @torch.no_grad()
+    @no_grad
     def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> BlockParallelState:
         m, t = self.m, self.t
         net.eval()
@@ -429,7 +427,7 @@ class BlockParallel:
             (0.5 * beta * (target - block(self._input(state, batch, idx))).pow(2).sum() / len(idx)).backward()
             state.opt.step()
 
-    @torch.no_grad()
+    @no_grad
     def dual_step(self, net, state: BlockParallelState, batch: TrainBatch) -> None:
         """U_t ← U_t + Z_t − block_t(Z_{t−1}); residuals of every block gathered."""
         m, t = self.m, self.t
@@ -453,7 +451,7 @@ class BlockParallel:
                 state.u.mul_(c)
             state.rho_bound *= m.rho_bound_decay
 
-    @torch.no_grad()
+    @no_grad
     def sync_net(self, net) -> None:
         """Every rank gets every block's current parameters (block t from rank t)."""
         for i, b in enumerate(net.blocks):

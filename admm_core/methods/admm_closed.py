@@ -38,8 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import no_grad, torch
 from .base import TrainBatch, setting
 from .lifted import (
     LiftedMethod,
@@ -137,7 +136,7 @@ class ADMMClosed(LiftedMethod):
             state.scalars["residuals"] = [(q / n) ** 0.5 for q in res]
             state.scalars["act_residuals"] = [(q / n) ** 0.5 for q in act]
 
-    @torch.no_grad()
+    @no_grad
     def dual_step(self, lins, state: LiftedState, x: torch.Tensor) -> None:
         """U_ℓ ← U_ℓ + Z_ℓ − A_{ℓ−1}W_ℓᵀ − b_ℓ;  V_ℓ ← V_ℓ + A_ℓ − relu(Z_ℓ)  (Alg. 3, end of sweep)."""
         z, a, u, v = (state.vars[k] for k in ("z", "a", "u", "v"))
@@ -148,7 +147,7 @@ class ADMMClosed(LiftedMethod):
                 v[l] += a[l] - torch.relu(z[l])
         self.record_residuals(lins, state, x)
 
-    @torch.no_grad()
+    @no_grad
     def lagrangian(self, lins, state: LiftedState, x: torch.Tensor, batch: TrainBatch) -> float:
         """The augmented Lagrangian L(W, Z, A, U, V) above, in float64."""
         z, a, u, v = (state.vars[k] for k in ("z", "a", "u", "v"))

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from ..profile import phase
 from .base import MethodBase, MethodState, TrainBatch, lr_decay_setting, minibatches, set_epoch_lr, setting
 

@@ -23,10 +23,8 @@ from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-import torch
-from torch import nn
-
 from ..errors import check
+from ..lazy import nn, no_grad, torch
 from ..profile import phase
 
 
@@ -606,7 +604,7 @@ def adam_z_step(z, g, m, v, step: int, lr: float, b1=0.9, b2=0.999, eps=1e-8):
     return z - lr * mhat / (vhat.sqrt() + eps)
 
 
-@torch.no_grad()
+@no_grad
 def evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, loss, chunk: int = 8192) -> tuple[float, float]:
     """(mean loss per sample, accuracy) of the straight-through forward pass."""
     was = net.training
@@ -623,9 +621,13 @@ def evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, loss, chunk: int 
 
 # --- curvature-scaled Z steps ------------------------------------------------------------
 
+
 # Leaf modules whose Lipschitz constant is ≤ 1 (element-wise, in eval mode): a block made of
 # these and Linear layers is bounded by the product of its weights' spectral norms.
-_ONE_LIPSCHITZ = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Flatten, nn.Identity, nn.Dropout)
+def _one_lipschitz() -> tuple:
+    return (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Flatten, nn.Identity, nn.Dropout)  # a call: torch imported on use
+
+
 JACOBIAN_ROWS = 16  # rows of Z_{t−1} on which a general block's Jacobian is power-iterated
 
 
@@ -633,7 +635,7 @@ def _unit(v: torch.Tensor) -> torch.Tensor:
     return v / v.norm().clamp_min(1e-30)
 
 
-@torch.no_grad()
+@no_grad
 def spectral_norm(w: torch.Tensor, v: torch.Tensor, steps: int) -> tuple[float, torch.Tensor]:
     """σ_max(W) by ``steps`` power-iteration steps on WᵀW from the (warm) unit vector v.
 
@@ -683,7 +685,7 @@ def lipschitz_vectors(blocks: Sequence[nn.Module], shapes: Sequence[tuple], gen:
 
 def _is_linear_chain(block: nn.Module) -> bool:
     leaves = [m for m in block.modules() if not list(m.children())]
-    return all(isinstance(m, (nn.Linear, *_ONE_LIPSCHITZ)) for m in leaves)
+    return all(isinstance(m, (nn.Linear, *_one_lipschitz())) for m in leaves)
 
 
 def lipschitz_estimates(

@@ -32,8 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from .base import TrainBatch, setting
 from .lifted import (
     LiftedMethod,

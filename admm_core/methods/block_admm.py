@@ -55,9 +55,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-
 from ..errors import ConfigError, check
+from ..lazy import no_grad, torch
 from ..profile import phase
 from .base import (
     MethodBase,
@@ -104,7 +103,7 @@ def free_bytes(device: torch.device) -> int:
     return 1 << 62  # unknown: do not block
 
 
-@torch.no_grad()
+@no_grad
 def calibrate_batchnorm(net: torch.nn.Module, x: torch.Tensor, chunk: int) -> int:
     """Running mean/variance of every BatchNorm layer := their average over train-mode passes of
     ``x`` in chunks (weights untouched; each layer's momentum restored). Returns how many layers."""
@@ -144,9 +143,6 @@ def check_state_fits(name: str, net, batch: TrainBatch, copies: int = 2, headroo
             "network (model.width) or a device with more memory"
         )
     return need
-
-
-_NORMS = (torch.nn.modules.batchnorm._BatchNorm,)
 
 
 def coupling_terms(beta, us) -> list:
@@ -261,7 +257,7 @@ class BlockADMM(MethodBase):
     )
 
     # --- initialisation --------------------------------------------------------------
-    @torch.no_grad()
+    @no_grad
     def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> BlockADMMState:
         T = net.T
         if self.bn_calibrate:
@@ -494,7 +490,9 @@ class BlockADMM(MethodBase):
         forwards = None
         given = None
         # the start's passes are the Θ-step's where BatchNorm (if any) runs as in a Θ-step
-        same_mode = self.bn_mode == "train" or not any(isinstance(m, _NORMS) for m in net.modules())
+        same_mode = self.bn_mode == "train" or not any(
+            isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in net.modules()
+        )
         reuse = for_theta and same_mode and self.z_start == "forward" and first
         if self.theta_input == "start" and not same_mode:
             raise ConfigError(
@@ -570,7 +568,7 @@ class BlockADMM(MethodBase):
         start = self.theta_input == "start" and zr.base is not None
         return [x, *(zr.base[:-1] if start else zr.zs()[:-1])]
 
-    @torch.no_grad()
+    @no_grad
     def dual_rows(
         self, net, state: BlockADMMState, batch: TrainBatch, rows: torch.Tensor, sq: list, zr: ZRows, outs=None
     ) -> None:
@@ -618,7 +616,7 @@ class BlockADMM(MethodBase):
             theta_step(net, state.opt, inputs, coupling, reduce_grads=reduce, given=zr.given)
         shard.average_buffers(net)
 
-    @torch.no_grad()
+    @no_grad
     def dual_step(self, net, state: BlockADMMState, batch: TrainBatch) -> None:
         """U_t ← U_t + Z_t − block_t(Z_{t−1}) for every sample; records the residuals."""
         sq = [0.0] * net.T

@@ -36,8 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from .base import TrainBatch, setting
 from .lifted import (
     LiftedMethod,

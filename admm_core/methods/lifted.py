@@ -34,10 +34,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-from torch import nn
-
 from ..errors import ConfigError
+from ..lazy import nn, no_grad, torch
 from ..losses import mse_sum
 from .base import MethodBase, TrainBatch, tensor_bytes
 
@@ -84,7 +82,7 @@ def read_weights(lin: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
     return lin.weight.detach(), b
 
 
-@torch.no_grad()
+@no_grad
 def write_weights(lin: nn.Linear, w: torch.Tensor, b: torch.Tensor) -> None:
     lin.weight.copy_(w)
     if lin.bias is not None:
@@ -344,7 +342,7 @@ class LiftedMethod(MethodBase):
     def layer_gram(self, state: LiftedState, x: torch.Tensor, a_in: torch.Tensor, layer: int) -> torch.Tensor:
         return self.x_gram(state, x) if layer == 0 else gram(a_in, self.chunk_size)
 
-    @torch.no_grad()
+    @no_grad
     def record_residuals(self, lins, state: LiftedState, x: torch.Tensor) -> None:
         """RMS per sample of Z_ℓ − (A_{ℓ−1}W_ℓᵀ + b_ℓ) and of A_ℓ − relu(Z_ℓ), from the current state."""
         z, a = state.vars["z"], state.vars["a"]
@@ -425,7 +423,7 @@ def normal_init(lins, std: float, bias: float | None, gen: torch.Generator) -> N
         write_weights(lin, w.to(lin.weight.device), b.to(lin.weight.device))
 
 
-@torch.no_grad()
+@no_grad
 def forward_vars(lins, x: torch.Tensor, chunk: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(Z_1..Z_L, A_1..A_{L−1}) of a forward pass."""
     z, a = [], []

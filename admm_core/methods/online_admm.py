@@ -39,9 +39,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-
 from ..errors import check
+from ..lazy import torch
 from ..profile import phase
 from .base import (
     MethodBase,

@@ -274,9 +274,9 @@ def processes_errors(
         return {"processes": f"processes = {value}: parallel = 'blocks' runs one block per process; this split has {T}"}
     if device != "cpu":
         if n_gpus is None:
-            import torch
+            from admm_core.runs import cuda_device_count
 
-            n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            n_gpus = cuda_device_count()
         if (device == "cuda" or n_gpus > 0) and value > n_gpus:
             return {
                 "processes": f"processes = {value}: device = {device!r} runs each process on a GPU of its own and "
@@ -372,8 +372,8 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
         return None, errors
 
     # the split must be made of this network's split points, in order
-    from admm_core.blocks import validate_split
     from admm_core.methods.base import per_block
+    from admm_core.models import validate_split
 
     try:
         validate_split(cfg.model, layer_names(cfg.model.arch, cfg.model.hidden), tuple(cfg.model.split))
@@ -388,9 +388,9 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
         except ConfigError as e:
             err(e, MP + "beta")
     try:
-        from admm_core.runs import resolve_device
+        from admm_core.runs import device_name
 
-        resolve_device(cfg.train.device)
+        device_name(cfg.train.device)
     except RuntimeError as e:
         errors["device"] = str(e)
     avail = data_mod.available() if available is None else available
@@ -429,7 +429,7 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
             except ConfigError as e:
                 errors["memory"] = str(e)
         n_proc = form.get("processes", 1)
-        if "memory" not in errors and n_proc > 1 and resolve_device(cfg.train.device).type == "cpu":
+        if "memory" not in errors and n_proc > 1 and device_name(cfg.train.device) == "cpu":
             errors.update(processes_memory_errors(n_proc, mem))
     return (None if errors else cfg), errors
 
