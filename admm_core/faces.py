@@ -197,7 +197,7 @@ def load_lfwa(
                 if progress and (i % 1000 == 0):
                     progress(f"decoding faces {i}/{len(names)} ({time.time() - t0:.0f}s)")
             if cache:
-                tmp = path.with_suffix(".tmp.npy")
+                tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")  # one per writer: processes may race
                 np.save(tmp, images)
                 os.replace(tmp, path)
     return FaceSet.labelled(names, attrs, attr_names, images, image_dir)

@@ -22,4 +22,12 @@ echo "[test] ruff (format and lint)"
 .venv/bin/ruff format --check --quiet . && .venv/bin/ruff check --quiet .
 export ADMM_DATA=${ADMM_DATA:-$(cd .. && pwd)/shared/data}
 export ADMM_SMALL=1   # notebooks run in small mode
-exec .venv/bin/python -m pytest -q --durations=15 --nbmake tests notebooks "$@"
+if [ $# -gt 0 ]; then  # a file, a -k filter...: as asked, in one process
+  exec .venv/bin/python -m pytest -q --durations=15 --nbmake "$@"
+fi
+# Two workers for everything but the timing-sensitive tests (most of the suite waits on servers,
+# browsers and worker processes), then those alone on a quiet machine.
+rc=0
+.venv/bin/python -m pytest -q --durations=15 -n 2 --dist loadfile -m "not serial" --nbmake tests notebooks || rc=$?
+.venv/bin/python -m pytest -q --durations=10 -m serial tests || rc=$((rc ? rc : $?))
+exit $rc
