@@ -70,8 +70,7 @@ def _browser_cpu_s() -> float:
 
 
 def _show_live_charts(page) -> None:
-    """Scroll the live charts into view, as a user watching them would (charts out of view are
-    drawn when they come back: app/dashboard/live_charts.html)."""
+    """Scroll the live charts into view, as a user watching them would."""
     box = page.locator("iframe[src*='admm_live_charts']")
     (box if box.count() else page.locator(".js-plotly-plot").first).scroll_into_view_if_needed()
 
