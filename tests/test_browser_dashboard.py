@@ -147,8 +147,23 @@ def browser():
         b.close()
 
 
+def _eval_frames(page, js: str, arg=None) -> list:
+    """``js`` (returning a list) evaluated in the page and in each of its frames, concatenated: the
+    Train page's live charts are drawn inside their component's iframe (app/dashboard/live_charts.py)."""
+    out = []
+    for frame in page.frames:
+        try:
+            out += frame.evaluate(js, arg) or []
+        except Exception:  # noqa: BLE001 - a frame navigating or gone (a redraw): the next look sees it
+            pass
+    return out
+
+
+PLOT_COUNT_JS = "() => [...document.querySelectorAll('.js-plotly-plot')].map(() => 1)"
+
+
 def _plots(page) -> list[dict]:
-    return page.evaluate(PLOTS_JS)
+    return _eval_frames(page, PLOTS_JS)
 
 
 def _screenshots_dir(tmp: Path) -> Path:
@@ -404,9 +419,9 @@ def test_log_axes_show_full_tick_labels(server, browser):
     page.set_default_timeout(TIMEOUT_MS)
     try:
         page.goto(f"{url}/?run={run}")
-        page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].length >= 6")
+        assert _wait(lambda: len(_eval_frames(page, PLOT_COUNT_JS)) >= 6, TIMEOUT_MS / 1000)
         page.wait_for_timeout(1500)
-        axes = page.evaluate(LOG_TICKS_JS)
+        axes = _eval_frames(page, LOG_TICKS_JS)
         assert len(axes) >= 3, axes  # loss, residuals, dual norms
         for ax in axes:
             vals = [float(t.replace("−", "-")) for t in ax["ticks"]]  # every label is a whole number

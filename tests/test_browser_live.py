@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_browser_dashboard import ARGS, CHROMIUM, PLOTS_JS, WATCH_JS, _free_port, _wait
+from test_browser_dashboard import ARGS, CHROMIUM, PLOTS_JS, WATCH_JS, _eval_frames, _free_port, _wait
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_MS = int(float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240")) * 1000)
@@ -43,6 +43,36 @@ def _cpu_s(pid: int) -> float:
     """utime + stime of ``pid`` in seconds (/proc/PID/stat fields 14, 15)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _browser_cpu_s() -> float:
+    """CPU seconds of this test's Chromium (every process under this one whose name says chrom)."""
+    kids: dict[int, list[int]] = {}
+    names = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                head, rest = (d / "stat").read_text().rsplit(")", 1)
+            except OSError:
+                continue
+            kids.setdefault(int(rest.split()[1]), []).append(int(d.name))
+            names[int(d.name)] = head.split("(", 1)[1]
+    total, todo = 0.0, list(kids.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        todo += kids.get(pid, [])
+        if "chrom" in names.get(pid, ""):
+            try:
+                total += _cpu_s(pid)
+            except OSError:
+                pass
+    return total
+
+
+def _show_live_charts(page) -> None:
+    """Scroll the live charts into view, as a user watching them would."""
+    box = page.locator("iframe[src*='admm_live_charts']")
+    (box if box.count() else page.locator(".js-plotly-plot").first).scroll_into_view_if_needed()
 
 
 def _loadavg() -> str:
@@ -160,7 +190,7 @@ class Replay:
 
 def _acc_points(page, run: str) -> int:
     """Points of the accuracy chart of ``run`` in ``page`` (0 when it is not drawn)."""
-    plots = page.evaluate(PLOTS_JS)
+    plots = _eval_frames(page, PLOTS_JS)  # the live charts sit in their component's iframe
     acc = next((p for p in plots if "Accuracy" in str(p["title"]) and p["run"] == run), None)
     return max(acc["n"]) if acc and acc["n"] else 0
 
@@ -202,13 +232,22 @@ def test_idle_tab_on_a_finished_run_costs_almost_nothing(live_server, browser):
 # appears in the page's DOM, its wall time (the browser's clock is this machine's clock). So a
 # busy renderer delays the recording only as much as it delays the chart itself, and no
 # round-robin over the tabs adds its own lag.
+# It runs in every frame (the live charts are drawn in their component's iframe). An iframe's first
+# document is about:blank, whose window the page loaded into it keeps: the observer follows the
+# frame's current document (checked every 50 ms; only the first points, not measured, wait for it).
 SEEN_JS = """window.__seen = {};
-new MutationObserver(() => document.querySelectorAll('.js-plotly-plot').forEach(gd => {
+const __obs = new MutationObserver(() => document.querySelectorAll('.js-plotly-plot').forEach(gd => {
   const l = gd.layout || {}, t = String((l.title && (l.title.text || l.title)) || '');
   if (!t.includes('Accuracy') || !l.meta) return;
   const n = Math.max(0, ...(gd.data || []).map(tr => (tr.x || []).filter(v => v !== null).length));
   for (let i = 0; i < n; i++) { const k = l.meta.run + '|' + i; if (!(k in window.__seen)) window.__seen[k] = Date.now() / 1000; }
-})).observe(document, {childList: true, subtree: true});"""
+}));
+let __doc = null;
+const __attach = () => { if (__doc !== document) { __doc = document; __obs.observe(document, {childList: true, subtree: true}); } };
+__attach(); setInterval(__attach, 50);
+window.__msg = {};  // when each line's figures first reached the live charts' iframe
+window.addEventListener('message', e => { const d = e.data; if (d && d.type === 'streamlit:render' && d.args && d.args.x) {
+  const k = d.args.run + '|' + (d.args.x.epoch.length - 1); if (!(k in window.__msg)) window.__msg[k] = Date.now() / 1000; } });"""
 
 
 def test_eight_live_tabs_lag(live_server, browser):
@@ -229,37 +268,63 @@ def test_eight_live_tabs_lag(live_server, browser):
             pages.append(page)
         for p, r in zip(pages, replays):  # every tab drawn before the clock starts
             assert _wait(lambda p=p, r=r: _acc_points(p, r.dir.name) >= 2, TIMEOUT_MS / 1000)
+        late = 0
+        for p in pages:
+            _show_live_charts(p)
+            for f in p.frames:  # in case Playwright's init script never ran in the component's iframe
+                try:
+                    if f.evaluate("() => typeof window.__seen") == "undefined":
+                        f.evaluate(f"() => {{ {SEEN_JS} }}")
+                        late += 1
+                except Exception:  # noqa: BLE001 - a frame gone meanwhile
+                    pass
         for r in replays:
             r.start()
-        c0, t0 = _cpu_s(pid), time.time()
+        c0, t0, b0 = _cpu_s(pid), time.time(), _browser_cpu_s()
         load0 = _loadavg()
         time.sleep(float(os.environ.get("DASH_LIVE_SECONDS", "30")))
         for r in replays:
             r.stop.set()
         cpu = 100 * (_cpu_s(pid) - c0) / (time.time() - t0)
+        browser_cpu = 100 * (_browser_cpu_s() - b0) / (time.time() - t0)
         time.sleep(5)  # the last lines' points
         seen = {}
         for p, r in zip(pages, replays):
-            for k, t in p.evaluate("() => window.__seen").items():
+            for k, t in _eval_frames(p, "() => Object.entries(window.__seen || {})"):  # page and iframes
                 run, i = k.rsplit("|", 1)
                 if run == r.dir.name:
-                    seen[run, int(i)] = t
+                    seen[run, int(i)] = min(t, seen.get((run, int(i)), t))
         lag = [
             seen[r.dir.name, i] - t for r in replays for i, t in r.written.items() if i >= 2 and (r.dir.name, i) in seen
         ]
         missing = sum(1 for r in replays for i in r.written if i >= 2 and (r.dir.name, i) not in seen)
+        # the split, where the charts are the component: line on disk -> its figures reach the iframe
+        # (server push, rerun, the page's Streamlit) and -> drawn there (Plotly in the iframe)
+        msg = {}
+        for p, r in zip(pages, replays):
+            for k, t in _eval_frames(p, "() => Object.entries(window.__msg || {})"):
+                run, i = k.rsplit("|", 1)
+                if run == r.dir.name and int(i) >= 2 and int(i) in r.written:
+                    msg[run, int(i)] = t
+        to_iframe = [t - r.written[i] for r in replays for (run, i), t in msg.items() if run == r.dir.name]
+        in_iframe = [seen[k] - t for k, t in msg.items() if k in seen]
         report = {
             "tabs": n_tabs,
             "line_every_s": period,
             "points": len(lag),
             "missing": missing,
+            "observers_added_late": late,
             "median_s": round(statistics.median(lag), 3) if lag else None,
             "p90_s": round(sorted(lag)[int(0.9 * (len(lag) - 1))], 3) if lag else None,
             "worst_s": round(max(lag), 3) if lag else None,
             "server_cpu_pct": round(cpu, 1),
+            "browser_cpu_pct": round(browser_cpu, 1),
+            "median_to_iframe_s": round(statistics.median(to_iframe), 3) if to_iframe else None,
+            "median_drawn_in_iframe_s": round(statistics.median(in_iframe), 3) if in_iframe else None,
             "loadavg": f"{load0} -> {_loadavg()}",
         }
         print("\nlive lag:", json.dumps(report))
+
         assert lag and report["median_s"] < 30.0, report
         if os.environ.get("DASH_LAG_STRICT") == "1":
             assert report["median_s"] <= 1.0 and report["worst_s"] <= 3.0 and not missing, report
@@ -283,8 +348,10 @@ def test_drag_zoom_survives_new_points(live_server, browser):
     try:
         assert _wait(lambda: _acc_points(page, r.dir.name) >= 6, TIMEOUT_MS / 1000)
         page.wait_for_timeout(1500)
-        before = page.evaluate(ZOOM_JS, r.dir.name)
-        drag = page.locator(".js-plotly-plot", has_text="Accuracy").first.locator(".nsewdrag").first
+        # the frame drawing the chart: the live charts' component iframe (or the page, server-drawn)
+        frame = next(f for f in page.frames if f.evaluate(ZOOM_JS, r.dir.name))
+        before = frame.evaluate(ZOOM_JS, r.dir.name)
+        drag = frame.locator(".js-plotly-plot", has_text="Accuracy").first.locator(".nsewdrag").first
         drag.scroll_into_view_if_needed()  # the live panel is below the form
         page.wait_for_timeout(300)
         box = drag.bounding_box()
@@ -295,20 +362,83 @@ def test_drag_zoom_survives_new_points(live_server, browser):
         page.mouse.move(x0 + 0.3 * box["width"], y, steps=8)
         page.mouse.up()
         page.wait_for_timeout(500)
-        zoomed = page.evaluate(ZOOM_JS, r.dir.name)
+        zoomed = frame.evaluate(ZOOM_JS, r.dir.name)
         assert zoomed["range"] != before["range"] and not zoomed["auto"], (before, zoomed)
         r.start()
         grown = _wait(
-            lambda: (lambda z: z if z and z["n"] >= zoomed["n"] + 2 else None)(page.evaluate(ZOOM_JS, r.dir.name)),
+            lambda: (lambda z: z if z and z["n"] >= zoomed["n"] + 2 else None)(frame.evaluate(ZOOM_JS, r.dir.name)),
             60,
         )
-        assert grown is not None, page.evaluate(ZOOM_JS, r.dir.name)
+        assert grown is not None, frame.evaluate(ZOOM_JS, r.dir.name)
         page.wait_for_timeout(500)
-        after = page.evaluate(ZOOM_JS, r.dir.name)
+        after = frame.evaluate(ZOOM_JS, r.dir.name)
         print(f"\nzoom: before {before['range']}, zoomed {zoomed['range']}, after 2 new points {after['range']}")
         assert after["range"] == zoomed["range"] and not after["auto"], (zoomed, after)
+        assert not frame.is_detached()  # the charts were updated in place, never mounted again
     finally:
         r.end()
+        page.close()
+
+
+CHART_JS = """([title, what]) => { const d = [...document.querySelectorAll('.js-plotly-plot')]
+    .find(d => String(d.layout.title.text).startsWith(title));
+    return {type: d._fullLayout.yaxis.type, x: d.data[0].x, y: d.data[0].y, range: d._fullLayout.xaxis.range,
+            xtitle: d._fullLayout.xaxis.title.text}; }"""
+
+
+def test_live_chart_controls(live_server, browser):
+    """The live charts' own controls (app/dashboard/live_charts.html), on a finished run: log scale per
+    chart, smoothing, x by step, linked x axes, CSV and PNG per chart."""
+    from admm_core.runs import read_metrics
+    from app.dashboard import charts as C
+
+    url, root, _ = live_server
+    metrics = read_metrics(root / TEMPLATE)
+    page = _open(browser, url, TEMPLATE, width=1440)
+    try:
+        assert _wait(lambda: _acc_points(page, TEMPLATE) >= len(metrics), TIMEOUT_MS / 1000)
+        frame = next((f for f in page.frames if "admm_live_charts" in f.url), None)
+        assert frame is not None, [f.url for f in page.frames]  # drawn by the component, not the server
+        frame.locator("#grid").scroll_into_view_if_needed()
+        chart = lambda title: frame.evaluate(CHART_JS, [title, None])  # noqa: E731
+        cells = frame.locator(".cell")
+        # log scale, per chart: accuracy on, loss (log by default) off; the others keep theirs
+        assert chart("Accuracy")["type"] == "linear" and chart("Loss")["type"] == "log"
+        cells.nth(0).locator(".log").check()
+        cells.nth(1).locator(".log").uncheck()
+        assert _wait(lambda: chart("Accuracy")["type"] == "log" and chart("Loss")["type"] == "linear", 20)
+        assert chart("Primal residual")["type"] == "log"
+        # smoothing: the loss lines are the EMA of the logged values; accuracy is never smoothed
+        frame.evaluate(
+            "() => { const s = document.getElementById('smooth'); s.value = '0.9'; s.dispatchEvent(new Event('input')); }"
+        )
+        want = C.smooth([m.get("train_loss") for m in metrics], 0.9)
+        assert _wait(lambda: abs(chart("Loss")["y"][-1] - want[-1]) < 1e-9, 20), (chart("Loss")["y"][-3:], want[-3:])
+        assert chart("Accuracy")["y"][-1] == 100 * metrics[-1]["train_accuracy"]
+        # x by step (the method's iterations)
+        frame.locator("#xby").select_option("step")
+        assert _wait(lambda: chart("Accuracy")["x"] == [m["iteration"] for m in metrics], 20), chart("Accuracy")["x"]
+        assert chart("Loss")["xtitle"].startswith("step")
+        frame.locator("#xby").select_option("epoch")
+        # linked x axes: a zoom of one chart moves the others
+        frame.evaluate(
+            "() => Plotly.relayout([...document.querySelectorAll('.js-plotly-plot')][0], {'xaxis.range': [5, 15]})"
+        )
+        assert _wait(lambda: chart("Dual norm")["range"] == [5, 15], 20), chart("Dual norm")["range"]
+        # CSV and PNG of one chart
+        with page.expect_download() as dl:
+            cells.nth(1).locator(".csv").click()
+        rows = Path(dl.value.path()).read_text().splitlines()
+        assert rows[0] == "series,epoch,value" and len(rows) == 1 + 2 * len(metrics), rows[:3]
+        last = rows[-1].split(",")  # the test loss's last point, smoothed as drawn
+        want_test = C.smooth([m.get("test_loss") for m in metrics], 0.9)[-1]
+        assert last[:2] == ["test", str(metrics[-1]["epoch"])] and abs(float(last[2]) - want_test) < 1e-9, last
+        with page.expect_download() as dl:
+            cells.nth(0).locator(".png").click()
+        assert dl.value.suggested_filename.endswith(".png")
+        assert Path(dl.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        print(f"\ncontrols: log, smoothing, x by step, linked x, CSV ({len(rows)} rows), PNG: ok")
+    finally:
         page.close()
 
 
@@ -396,9 +526,10 @@ def test_train_light_dark_and_compare_seed_bands(live_server, browser):
         page.set_default_timeout(TIMEOUT_MS)
         try:
             page.goto(f"{url}/?run={TEMPLATE}")
-            assert _wait(lambda: len(page.evaluate(TITLES_JS)) >= 7, TIMEOUT_MS / 1000), page.evaluate(TITLES_JS)
+            titles = lambda: _eval_frames(page, TITLES_JS)  # noqa: E731 - page and the live charts' iframe
+            assert _wait(lambda: len(titles()) >= 7, TIMEOUT_MS / 1000), titles()
             page.wait_for_timeout(1500)
-            overlaps = [t for t in page.evaluate(TITLES_JS) if t[1] > t[2] + 1]
+            overlaps = [t for t in titles() if t[1] > t[2] + 1]
             assert not overlaps, overlaps  # a title's last line over its plot (two-line titles did)
             page.screenshot(path=str(shots / f"dashboard-train-{scheme}.png"))
         finally:

@@ -32,6 +32,7 @@ from app.dashboard import charts as C
 from app.dashboard import deepfacto_form as D
 from app.dashboard import form as F
 from app.dashboard import live as L
+from app.dashboard import live_charts as LC
 from app.dashboard import push as P
 from app.dashboard import workers as W
 from app.worker_panel import worker_panel
@@ -607,6 +608,26 @@ def _figures(run_dir: str, stamp: tuple, log_res: bool, smoothing: float):
     return C.live_figures(_cached_metrics(run_dir, stamp), log_res, run=Path(run_dir).name, smoothing=smoothing)
 
 
+def _rows(figs: dict) -> list[tuple[str, ...]]:
+    """The live charts, three to a row."""
+    rows = [("accuracy", "loss", "seconds")]
+    if "nmf" in figs:  # a DeepFacto run
+        rows += [("residuals", "dual_norms", "nmf")]
+    elif "backprop_cosine" in figs:
+        rows += [("residuals", "backprop_cosine", "dual_norms"), ("betas",)]
+    else:
+        rows += [("residuals", "dual_norms", "betas")]
+    return rows
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def _payload(run_dir: str, stamp: tuple) -> dict:
+    """The live charts component's arguments (unsmoothed figures; the page smooths and logs)."""
+    figs = _figures(run_dir, stamp, True, 0.0)
+    order = [name for row in _rows(figs) for name in row]
+    return LC.payload(figs, _cached_metrics(run_dir, stamp), Path(run_dir).name, order)
+
+
 def progress_text(state: str, status: dict, done: int, epochs: int, metrics: list[dict]) -> tuple[float, str]:
     """(fraction, caption) of the progress bar: epochs from the worker, ETA from the measured s/epoch."""
     if state == "starting":
@@ -733,21 +754,19 @@ def _live_body() -> bool:
     if not metrics:
         st.caption("Waiting for the first evaluation…")
         return state in ui.ACTIVE
-    t = st.columns([2.2, 1, 3])
-    log_res = t[0].toggle("log scale (residuals, dual norms)", value=True, key="live_log")
-    smooth = t[1].toggle("smooth", value=False, key="live_smooth", help=f"moving average, weight {LIVE_SMOOTHING}")
-    figs = _figures(str(run_dir), _stamp(run_dir), log_res, LIVE_SMOOTHING if smooth else 0.0)
-    rows = [("accuracy", "loss", "seconds")]
-    if "nmf" in figs:  # a DeepFacto run
-        rows += [("residuals", "dual_norms", "nmf")]
-    elif "backprop_cosine" in figs:
-        rows += [("residuals", "backprop_cosine", "dual_norms"), ("betas",)]
-    else:
-        rows += [("residuals", "dual_norms", "betas")]
-    for row in rows:
-        cols = st.columns(3)
-        for col, name in zip(cols, row):
-            col.plotly_chart(figs[name], key=f"live-{name}-{r['name']}", config=ui.PLOTLY_CONFIG)
+    if (charts := LC.component()) is not None:
+        # one iframe for all charts, kept across redraws (stable key): it updates them in place and
+        # carries the controls (smoothing, x by epoch/step/wall time, linked x; log, CSV, PNG per chart)
+        charts(**_payload(str(run_dir), _stamp(run_dir)), key="live-charts", default=None)
+    else:  # the server-rendered figures: ADMM_DASH_LIVE_CHARTS=server, or no folder for the component
+        t = st.columns([2.2, 1, 3])
+        log_res = t[0].toggle("log scale (residuals, dual norms)", value=True, key="live_log")
+        smooth = t[1].toggle("smooth", value=False, key="live_smooth", help=f"moving average, weight {LIVE_SMOOTHING}")
+        figs = _figures(str(run_dir), _stamp(run_dir), log_res, LIVE_SMOOTHING if smooth else 0.0)
+        for row in _rows(figs):
+            cols = st.columns(3)
+            for col, name in zip(cols, row):
+                col.plotly_chart(figs[name], key=f"live-{name}-{r['name']}", config=ui.PLOTLY_CONFIG)
     st.caption(
         f"Last evaluation {time.time() - metrics[-1].get('time', time.time()):.1f} s ago · "
         f"{'redrawn on each new evaluation' if state in ui.ACTIVE else 'ended: no refresh'} · run dir `{run_dir}`"
