@@ -34,7 +34,10 @@ from test_browser_dashboard import ARGS, CHROMIUM, PLOTS_JS, WATCH_JS, _eval_fra
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_MS = int(float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240")) * 1000)
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM}")
+pytestmark = [
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM}"),
+    pytest.mark.serial,  # lag and CPU figures: scripts/test.sh runs these alone, after the parallel part
+]
 
 TEMPLATE = "20260101-000000-digits-mlp-block-admm-s0"  # the finished run every replay copies
 
