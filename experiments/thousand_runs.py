@@ -271,6 +271,22 @@ def stop_server(proc: subprocess.Popen) -> None:
             pass
 
 
+def wait_shown(page, selector: str, timeout_s: float) -> None:
+    """Until ``selector`` is visible in the page or in one of its frames (the Train page's live
+    charts are drawn inside their component's iframe)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for frame in page.frames:
+            try:
+                if frame.locator(selector).first.is_visible():
+                    return
+            except Exception:  # noqa: BLE001 - a frame detached while we looked: look again
+                pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{selector!r} not shown within {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
 def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120.0) -> dict:
     """The pages served for real and opened in headless Chromium: per page (first render wall s,
     server CPU s during it, server CPU s per s with the tab open, per refresh where it has a
@@ -297,7 +313,7 @@ def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120
                     cpu0, t0 = proc_cpu_s(proc.pid), time.perf_counter()
                     page.goto(url + path)
                     for sel in (shown, shown_live) if live and shown_live else (shown,):
-                        page.locator(sel).first.wait_for(state="visible")
+                        wait_shown(page, sel, timeout_s)
                     first, first_cpu = time.perf_counter() - t0, proc_cpu_s(proc.pid) - cpu0
                     time.sleep(min(2.0, window))  # the page's own follow-up reruns settle
                     cpu1 = proc_cpu_s(proc.pid)
