@@ -49,8 +49,8 @@ def captured_theta_grads(method, net, batch) -> list[torch.Tensor]:
 
     def spy(*a, **k):
         if not seen:
-            for group in state.opt.param_groups:
-                seen.append(torch.cat([p.grad.reshape(-1).clone() for p in group["params"]]))
+            for block in net.blocks:  # the optimizer holds every block's Θ in one group
+                seen.append(torch.cat([p.grad.reshape(-1).clone() for p in block.parameters()]))
         return step(*a, **k)
 
     state.opt.step = spy
