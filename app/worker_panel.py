@@ -10,7 +10,6 @@ fragment when opened), so it adds nothing to an idle tab.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import streamlit as st
@@ -19,6 +18,7 @@ from app import ui
 from app.dashboard import push as P
 from app.dashboard import system as S
 from app.dashboard import workers as W
+from app.dashboard.live import file_stamp
 
 ss = st.session_state
 KEY = "worker"  # the fragment's key
@@ -34,23 +34,10 @@ def _stamp(root: str, box: dict, watched: str | None, open_: bool) -> tuple:
     if not run:
         return (run,)
     run_dir = Path(root) / run
-    return (run, W.state_of(run_dir).get("state"), S.file_stamp(run_dir / "system.jsonl") if open_ else None)
+    return (run, W.state_of(run_dir).get("state"), file_stamp(run_dir / "system.jsonl") if open_ else None)
 
 
 STAMP_EVERY_S = 0.5  # the push thread asks every 0.1 s; a notice half a second later is soon enough
-
-
-def _every(period: float, fn):
-    """``fn()`` at most every ``period`` s, its last value in between (state_of reads status.json
-    and checks the worker's pid: five times fewer of those per open tab)."""
-    last = [float("-inf"), None]
-
-    def call():
-        if time.monotonic() - last[0] >= period:
-            last[1], last[0] = fn(), time.monotonic()
-        return last[1]
-
-    return call
 
 
 def _watch(drawn: tuple) -> None:
@@ -103,7 +90,7 @@ def worker_panel() -> None:
                         "No samples: the worker writes `system.jsonl` (runs from before this dashboard have none)."
                     )
     drawn = ((root, box, watched, open_), stamp)
-    if PUSH and P.subscribe(KEY, _every(STAMP_EVERY_S, lambda: _stamp(*drawn[0])), stamp):
+    if PUSH and P.subscribe(KEY, P.throttled(lambda: _stamp(*drawn[0]), STAMP_EVERY_S), stamp):
         return
     live = watched is not None and stamp[1] in ui.ACTIVE
     st.fragment(run_every=POLL_S if live else 5 * POLL_S)(_watch)(drawn)

@@ -12,6 +12,15 @@ from pathlib import Path
 from admm_core.runs import read_json_dict
 
 
+def file_stamp(path: Path) -> tuple:
+    """(size, mtime ns) of ``path``; (0, 0) when it is missing: a change means it was written."""
+    try:
+        s = path.stat()
+        return (s.st_size, s.st_mtime_ns)
+    except OSError:
+        return (0, 0)
+
+
 def live_stamp(root: str | Path, watched: str | None) -> tuple:
     """What the live panel shows, cheaply: the runs folder's listing (runs added or deleted), the
     watched run's metrics, launch and meta files (size, mtime), and from its status.json the state,
@@ -22,18 +31,11 @@ def live_stamp(root: str | Path, watched: str | None) -> tuple:
     """
     root = Path(root)
 
-    def st_of(p: Path) -> tuple:
-        try:
-            s = p.stat()
-            return (s.st_size, s.st_mtime_ns)
-        except OSError:
-            return (0, 0)
-
-    out = [str(root), watched, st_of(root)]
+    out = [str(root), watched, file_stamp(root)]
     if watched:
         run_dir = root / watched
         status = read_json_dict(run_dir / "status.json")
         progress = status.get("progress")
-        out += [st_of(run_dir / f) for f in ("launch.json", "metrics.jsonl", "meta.json")]
+        out += [file_stamp(run_dir / f) for f in ("launch.json", "metrics.jsonl", "meta.json")]
         out += [status.get("state"), status.get("epoch"), int(20 * progress) if isinstance(progress, float) else None]
     return tuple(out)

@@ -26,6 +26,19 @@ _subs: dict[tuple[str, str], dict] = {}  # (session id, fragment key) -> {fid, s
 _thread: threading.Thread | None = None
 
 
+def throttled(fn: Callable[[], tuple], every: float) -> Callable[[], tuple]:
+    """``fn`` called at most every ``every`` s, its last value in between: the push thread asks a
+    stamp every 0.1 s, and a stamp may read status files, check a pid or stat a thousand runs."""
+    last = [float("-inf"), None]
+
+    def call():
+        if time.monotonic() - last[0] >= every:
+            last[1], last[0] = fn(), time.monotonic()
+        return last[1]
+
+    return call
+
+
 def subscribe(fragment_key: str, stamp_fn: Callable[[], tuple], stamp: tuple) -> bool:
     """Rerun the calling session's fragment ``fragment_key`` when ``stamp_fn()`` differs from
     ``stamp`` (what the fragment just drew). Call it from the fragment on every draw; a new

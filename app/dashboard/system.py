@@ -36,14 +36,6 @@ def read_system(run_dir: str | Path, last: int = 2000) -> list[dict]:
     return out[-last:]
 
 
-def file_stamp(path: Path) -> tuple:
-    try:
-        s = path.stat()
-        return (s.st_size, s.st_mtime_ns)
-    except OSError:
-        return (0, 0)
-
-
 def system_figure(samples: list[dict], run: str | None = None) -> go.Figure:
     """CPU % of the worker process (left axis; 100 = one core) and its memory in MB (right axis):
     RSS, and GPU memory allocated / peak allocated when the run uses CUDA. x = wall clock."""

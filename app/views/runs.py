@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -259,19 +258,6 @@ def runs_stamp(root: str | Path, live: frozenset) -> tuple:
     return tuple(out)
 
 
-def _throttled(fn, every: float):
-    """``fn`` called at most every ``every`` s; the last value in between (the push thread asks
-    every 0.1 s, a folder of a thousand runs is a thousand stats)."""
-    last = [0.0, None]
-
-    def call():
-        if time.monotonic() - last[0] >= every:
-            last[1], last[0] = fn(), time.monotonic()
-        return last[1]
-
-    return call
-
-
 def _watch(drawn: tuple) -> None:
     """Fallback where push is unavailable: rerun the panel only when the stamp changed."""
     if runs_stamp(*drawn[0]) != drawn[1]:
@@ -293,7 +279,7 @@ def runs_panel() -> None:
     if live != before:  # a run started or ended: stamped by other files now, redraw once more
         stamp = None
     args = (root, live)
-    if not (PUSH and P.subscribe(KEY, _throttled(lambda: runs_stamp(*args), STAMP_EVERY_S), stamp)):
+    if not (PUSH and P.subscribe(KEY, P.throttled(lambda: runs_stamp(*args), STAMP_EVERY_S), stamp)):
         st.fragment(run_every=POLL_S)(_watch)((args, stamp))
     _runs_body(runs)
 
