@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export ADMM_DATA=${ADMM_DATA:-$(cd .. && pwd)/shared/data}
-exec .venv/bin/python -m streamlit run app/main.py "$@"
+exec .venv/bin/python -m streamlit run app/serve.py "$@"

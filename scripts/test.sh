@@ -10,6 +10,12 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
     || echo "[test] chromium could not be installed; the browser test will skip"
 fi
+# node runs the live charts' JavaScript against the Python chart builder (tests/test_live_series.py).
+if ! command -v node >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "[test] installing nodejs (apt)"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null) \
+    || echo "[test] nodejs could not be installed; the live-series test will skip"
+fi
 # A PostgreSQL server for the parallel-sweep test on an RDB study (the test starts its own throwaway
 # cluster on 127.0.0.1 and skips, with the reason, where none is installed).
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1 \

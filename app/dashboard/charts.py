@@ -141,6 +141,100 @@ def _figure(
     return go.Figure(data=traces, layout=layout)
 
 
+# --- the live charts, declared once -----------------------------------------------------------
+# The Train page's charts are data: a title, axis titles and the series read from each metrics line.
+# The server builds a figure from a declaration with :func:`figure_from_spec` (the fallback charts,
+# Runs, tests); the browser builds the same figure from the same declaration and the raw lines
+# (``live_series.js``, tested against this file by node), so a new point costs the server nothing.
+# Series: {"key", "name", "scale"}: one value per line; {"key", "per": True, "names"}: one trace per
+# entry of a per-block list; {"seconds": True}: bars of training seconds per epoch. A scalar series
+# with no data is left out unless "keep_empty" (then only while the run has no line yet).
+
+# DeepFacto's per-iteration lists (admm_core.deepfacto.run): its three constraints and their duals
+DEEPFACTO_RESIDUALS = ("Z₁ − block₁(X)", "Z₁ − MS", "Z₂ − block₂(S)")
+DEEPFACTO_DUALS = ("U₁", "V", "U₂")
+NMF_LINES = (
+    ("nmf_residual", "‖Z₁ − MS‖/‖Z₁‖"),
+    ("nmf_residual_backbone", "‖block₁(X) − MS‖/‖block₁(X)‖"),
+    ("reconstruction_error", "same, S from the test-time projection"),
+    ("s_mismatch", "‖S_train − S_test‖/‖S_test‖"),
+)
+NO_BLOCKS = "no blocks: end-to-end method"
+
+
+def _ytitle(text: str) -> dict:
+    """The y axis title: the math a chart title used to carry (titles fit one line: plotly
+    placed the lines of a wrapped title over the plot or off the figure)."""
+    return {"title": {"text": text, "font": {"size": 11}}}
+
+
+def _chart(title: str, series: list[dict], *, ytitle="", xtitle="epoch", log=False, smooth=False, **kw) -> dict:
+    return {"title": title, "series": series, "ytitle": ytitle, "xtitle": xtitle, "log": log, "smooth": smooth, **kw}
+
+
+def _acc(title: str, xtitle: str = "epoch") -> dict:
+    pairs = (("train_accuracy", "train"), ("test_accuracy", "test"))
+    return _chart(
+        title, [{"key": k, "name": n, "scale": 100, "keep_empty": True} for k, n in pairs], ytitle="%", xtitle=xtitle
+    )
+
+
+def _loss(xtitle: str = "epoch") -> dict:
+    pairs = (("train_loss", "train"), ("test_loss", "test"))
+    series = [{"key": k, "name": n, "keep_empty": True} for k, n in pairs]
+    return _chart("Loss per sample", series, ytitle="loss", xtitle=xtitle, log=True, smooth=True)
+
+
+def _per_block(key: str, title: str, names=None, **kw) -> dict:
+    return _chart(title, [{"key": key, "per": True, "names": list(names or [])}], note=NO_BLOCKS, **kw)
+
+
+def _seconds(xtitle: str = "epoch") -> dict:
+    return _chart("Seconds per epoch (training only)", [{"seconds": True}], ytitle="s", xtitle=xtitle)
+
+
+def live_spec(deepfacto: bool = False) -> dict[str, dict]:
+    """The live charts of an engine run or a DeepFacto run, in drawing order (three to a row).
+    ``when``: drawn only once some line carries that key (the cosine, logged with
+    ``--backprop-cosine``). ``log``: the y axis starts logarithmic."""
+    if deepfacto:
+        it = "iteration"
+        res = "Constraint residual (RMS per image)"
+        return {
+            "accuracy": _acc("Face verification accuracy (%)", it),
+            "loss": _loss(it),
+            "seconds": _seconds(it),
+            "residuals": _per_block("residuals", res, DEEPFACTO_RESIDUALS, xtitle=it, log=True, smooth=True),
+            "dual_norms": _per_block(
+                "dual_norms", "Dual norms (RMS per image)", DEEPFACTO_DUALS, xtitle=it, log=True, smooth=True
+            ),
+            "nmf": _chart(
+                "NMF module: relative residuals",
+                [{"key": k, "name": n} for k, n in NMF_LINES],
+                xtitle=it,
+                log=True,
+                smooth=True,
+            ),
+        }
+    return {
+        "accuracy": _acc("Accuracy (%)"),
+        "loss": _loss(),
+        "seconds": _seconds(),
+        "residuals": _per_block(
+            "residuals", "Primal residual per block", log=True, smooth=True, yaxis=_ytitle("‖Z_t − block_t(Z_{t−1})‖")
+        ),
+        "backprop_cosine": _per_block(
+            "backprop_cosine",
+            "Cosine with backprop's gradient",
+            smooth=True,
+            when="backprop_cosine",
+            yaxis={"range": [-1.05, 1.05], **_ytitle("cos(block update, ∇)")},
+        ),
+        "dual_norms": _per_block("dual_norms", "Dual norm ‖U_t‖ per block", log=True, smooth=True),
+        "betas": _per_block("betas", "Penalty β per block"),
+    }
+
+
 def _col(metrics: list[dict], key: str, scale: float = 1.0) -> list:
     out = []
     for m in metrics:
@@ -150,66 +244,15 @@ def _col(metrics: list[dict], key: str, scale: float = 1.0) -> list:
 
 
 def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _has_data(ys: list) -> bool:
     return any(y is not None for y in ys)
 
 
-def accuracy_figure(metrics: list[dict], title: str = "Accuracy (%)", xtitle: str = "epoch", run=None) -> go.Figure:
-    """Train and test accuracy; a series the run never logs (DeepFacto: train) is left out."""
-    ep = _col(metrics, "epoch")
-    traces = []
-    for i, (key, name) in enumerate((("train_accuracy", "train"), ("test_accuracy", "test"))):
-        ys = _col(metrics, key, 100)
-        if _has_data(ys) or not metrics:
-            traces.append(_scatter(ep, ys, name, COLOURS[i]))
-    return _figure(traces, title, xtitle, "%", run=run)
-
-
-def loss_figure(
-    metrics: list[dict], log_y: bool = True, smoothing: float = 0.0, xtitle: str = "epoch", run=None
-) -> go.Figure:
-    ep = _col(metrics, "epoch")
-    traces = []
-    for i, (key, name) in enumerate((("train_loss", "train"), ("test_loss", "test"))):
-        ys = [y if y is None or not log_y or y > 0 else None for y in _col(metrics, key)]
-        if not _has_data(ys) and metrics:
-            continue
-        traces.append(_scatter(ep, smooth(ys, smoothing), name, COLOURS[i]))
-    return _figure(traces, "Loss per sample", xtitle, "loss", log_y, run=run)
-
-
 def n_blocks(metrics: list[dict], key: str) -> int:
-    return max((len(m.get(key) or []) for m in metrics), default=0)
-
-
-def per_block_figure(
-    metrics: list[dict],
-    key: str,
-    title: str,
-    log_y: bool = False,
-    smoothing: float = 0.0,
-    names: tuple[str, ...] | None = None,
-    xtitle: str = "epoch",
-    run: str | None = None,
-    yaxis: dict | None = None,
-) -> go.Figure:
-    """One trace per block of a per-block list column (residuals, dual_norms, betas); ``names``
-    labels the entries when they are not blocks (DeepFacto's three constraints)."""
-    ep = _col(metrics, "epoch")
-    traces = []
-    for t in range(n_blocks(metrics, key)):
-        ys = []
-        for m in metrics:
-            vals = m.get(key) or []
-            v = vals[t] if t < len(vals) else None
-            ys.append(v if _finite(v) and (not log_y or v > 0) else None)
-        name = names[t] if names and t < len(names) else f"block {t + 1}"
-        traces.append(_scatter(ep, smooth(ys, smoothing), name, COLOURS[t % len(COLOURS)]))
-    note = None if traces else "no blocks: end-to-end method"
-    return _figure(traces, title, xtitle, "", log_y, run=run, yaxis=yaxis, annotation=note)
+    return max((len(m.get(key) or []) for m in metrics if isinstance(m.get(key), list)), default=0)
 
 
 def seconds_per_epoch(metrics: list[dict]) -> tuple[list, list]:
@@ -222,96 +265,94 @@ def seconds_per_epoch(metrics: list[dict]) -> tuple[list, list]:
     return xs, ys
 
 
-def seconds_figure(metrics: list[dict], xtitle: str = "epoch", run: str | None = None) -> go.Figure:
-    xs, ys = seconds_per_epoch(metrics)
-    bar = {"type": "bar", "x": xs, "y": ys, "name": "s / epoch", "marker": {"color": COLOURS[2]}}
-    return _figure([bar], "Seconds per epoch (training only)", xtitle, "s", run=run)
+def spec_traces(chart: dict, metrics: list[dict], log_y: bool | None = None, smoothing: float = 0.0) -> list[dict]:
+    """The traces of a declared chart over ``metrics``; with ``log_y`` values ≤ 0 are gaps."""
+    log_y = chart["log"] if log_y is None else log_y
+    sm = smoothing if chart["smooth"] else 0.0
+    ep = _col(metrics, "epoch")
+    traces = []
+    for i, s in enumerate(chart["series"]):
+        if s.get("seconds"):
+            xs, ys = seconds_per_epoch(metrics)
+            traces.append({"type": "bar", "x": xs, "y": ys, "name": "s / epoch", "marker": {"color": COLOURS[2]}})
+        elif s.get("per"):
+            names = s.get("names") or ()
+            for t in range(n_blocks(metrics, s["key"])):
+                ys = []
+                for m in metrics:
+                    vals = m.get(s["key"]) if isinstance(m.get(s["key"]), list) else []
+                    v = vals[t] if t < len(vals) else None
+                    ys.append(v if _finite(v) and (not log_y or v > 0) else None)
+                name = names[t] if t < len(names) else f"block {t + 1}"
+                traces.append(_scatter(ep, smooth(ys, sm), name, COLOURS[t % len(COLOURS)]))
+        else:
+            ys = [y if y is None or not log_y or y > 0 else None for y in _col(metrics, s["key"], s.get("scale", 1))]
+            if _has_data(ys) or (s.get("keep_empty") and not metrics):
+                traces.append(_scatter(ep, smooth(ys, sm), s["name"], COLOURS[i]))
+    return traces
 
 
-# DeepFacto's per-iteration lists (admm_core.deepfacto.run): its three constraints and their duals
-DEEPFACTO_RESIDUALS = ("Z₁ − block₁(X)", "Z₁ − MS", "Z₂ − block₂(S)")
-DEEPFACTO_DUALS = ("U₁", "V", "U₂")
-NMF_LINES = (
-    ("nmf_residual", "‖Z₁ − MS‖/‖Z₁‖"),
-    ("nmf_residual_backbone", "‖block₁(X) − MS‖/‖block₁(X)‖"),
-    ("reconstruction_error", "same, S from the test-time projection"),
-    ("s_mismatch", "‖S_train − S_test‖/‖S_test‖"),
-)
+def figure_from_spec(
+    chart: dict, metrics: list[dict], run: str | None = None, log_y: bool | None = None, smoothing: float = 0.0
+) -> go.Figure:
+    traces = spec_traces(chart, metrics, log_y, smoothing)
+    log_y = chart["log"] if log_y is None else log_y
+    note = chart.get("note") if not traces else None
+    return _figure(
+        traces,
+        chart["title"],
+        chart["xtitle"],
+        chart["ytitle"],
+        log_y,
+        run=run,
+        yaxis=chart.get("yaxis"),
+        annotation=note,
+    )
+
+
+def spec_frame(chart: dict, run: str | None = None) -> dict:
+    """A declared chart's layout before any trace (plotly JSON): the browser adds the legend band
+    and the note for its own traces (``live_series.js`` ``layout``), as :func:`_figure` does here."""
+    layout = _figure([], chart["title"], chart["xtitle"], chart["ytitle"], run=run, yaxis=chart.get("yaxis"))
+    out = layout.to_plotly_json()["layout"]
+    out.pop("showlegend", None)
+    return out
+
+
+def accuracy_figure(metrics: list[dict], title: str = "Accuracy (%)", xtitle: str = "epoch", run=None) -> go.Figure:
+    """Train and test accuracy; a series the run never logs (DeepFacto: train) is left out."""
+    return figure_from_spec(_acc(title, xtitle), metrics, run)
+
+
+def loss_figure(
+    metrics: list[dict], log_y: bool = True, smoothing: float = 0.0, xtitle: str = "epoch", run=None
+) -> go.Figure:
+    return figure_from_spec(_loss(xtitle), metrics, run, log_y, smoothing)
 
 
 def is_deepfacto(metrics: list[dict]) -> bool:
     return any("nmf_residual" in m for m in metrics)
 
 
-def nmf_figure(metrics: list[dict], log_y: bool = True, smoothing: float = 0.0, run: str | None = None) -> go.Figure:
-    """DeepFacto's factorisation: how well M S explains Z₁ and the backbone, and the S mismatch."""
-    ep = _col(metrics, "epoch")
-    traces = []
-    for i, (key, name) in enumerate(NMF_LINES):
-        ys = [y if y is None or not log_y or y > 0 else None for y in _col(metrics, key)]
-        if _has_data(ys):
-            traces.append(_scatter(ep, smooth(ys, smoothing), name, COLOURS[i]))
-    return _figure(traces, "NMF module: relative residuals", "iteration", "", log_y, run=run)
-
-
-def _ytitle(text: str) -> dict:
-    """The y axis title: the math a chart title used to carry (titles fit one line: plotly
-    placed the lines of a wrapped title over the plot or off the figure)."""
-    return {"title": {"text": text, "font": {"size": 11}}}
-
-
 def live_figures(
-    metrics: list[dict], log_residuals: bool = True, run: str | None = None, smoothing: float = 0.0
+    metrics: list[dict],
+    log_residuals: bool = True,
+    run: str | None = None,
+    smoothing: float = 0.0,
+    deepfacto: bool | None = None,
 ) -> dict[str, go.Figure]:
-    """The Train page's charts; ``run`` is recorded in each figure's layout.meta.
-
-    ``backprop_cosine`` (per evaluation, one cosine per block between the method's Θ update
-    and backprop's gradient) is drawn when the metrics carry it. A DeepFacto run (its metrics
-    carry ``nmf_residual``) gets its own set, per iteration: verification accuracy, loss,
-    seconds, its three constraint residuals and duals, and the NMF residuals.
-    """
-    sm, lr = smoothing, log_residuals
-    if is_deepfacto(metrics):
-        it = "iteration"
-        return {
-            "accuracy": accuracy_figure(metrics, "Face verification accuracy (%)", it, run),
-            "loss": loss_figure(metrics, smoothing=sm, xtitle=it, run=run),
-            "seconds": seconds_figure(metrics, it, run),
-            "residuals": per_block_figure(
-                metrics, "residuals", "Constraint residual (RMS per image)", lr, sm, DEEPFACTO_RESIDUALS, it, run
-            ),
-            "dual_norms": per_block_figure(
-                metrics, "dual_norms", "Dual norms (RMS per image)", lr, sm, DEEPFACTO_DUALS, it, run
-            ),
-            "nmf": nmf_figure(metrics, lr, sm, run),
-        }
-    figs = {
-        "accuracy": accuracy_figure(metrics, run=run),
-        "loss": loss_figure(metrics, smoothing=sm, run=run),
-        "residuals": per_block_figure(
-            metrics,
-            "residuals",
-            "Primal residual per block",
-            lr,
-            sm,
-            run=run,
-            yaxis=_ytitle("‖Z_t − block_t(Z_{t−1})‖"),
-        ),
-        "dual_norms": per_block_figure(metrics, "dual_norms", "Dual norm ‖U_t‖ per block", lr, sm, run=run),
-        "betas": per_block_figure(metrics, "betas", "Penalty β per block", run=run),
-        "seconds": seconds_figure(metrics, run=run),
-    }
-    if any(m.get("backprop_cosine") for m in metrics):
-        figs["backprop_cosine"] = per_block_figure(
-            metrics,
-            "backprop_cosine",
-            "Cosine with backprop's gradient",
-            False,
-            sm,
-            run=run,
-            yaxis={"range": [-1.05, 1.05], **_ytitle("cos(block update, ∇)")},
-        )
-    return figs
+    """The Train page's charts (:func:`live_spec`) over ``metrics``; ``run`` is recorded in each
+    figure's layout.meta. ``log_residuals`` sets the residual, dual and NMF charts' axes (the loss
+    is always log). A DeepFacto run gets its own set; by default told by its metrics
+    (``nmf_residual``)."""
+    spec = live_spec(is_deepfacto(metrics) if deepfacto is None else deepfacto)
+    out = {}
+    for name, chart in spec.items():
+        if chart.get("when") and not any(m.get(chart["when"]) for m in metrics):
+            continue
+        log = chart["log"] and (log_residuals or name == "loss")
+        out[name] = figure_from_spec(chart, metrics, run, log, smoothing)
+    return out
 
 
 def measured_seconds_per_epoch(metrics: list[dict], since: float | None = None) -> float | None:

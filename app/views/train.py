@@ -34,6 +34,7 @@ from app.dashboard import form as F
 from app.dashboard import live as L
 from app.dashboard import live_charts as LC
 from app.dashboard import push as P
+from app.dashboard import tail as T
 from app.dashboard import workers as W
 from app.worker_panel import worker_panel
 
@@ -620,31 +621,32 @@ def _rows(figs: dict) -> list[tuple[str, ...]]:
     return rows
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
-def _payload(run_dir: str, stamp: tuple) -> dict:
-    """The live charts component's arguments (unsmoothed figures; the page smooths and logs)."""
-    figs = _figures(run_dir, stamp, True, 0.0)
-    order = [name for row in _rows(figs) for name in row]
-    return LC.payload(figs, _cached_metrics(run_dir, stamp), Path(run_dir).name, order)
+def _chart_args(r: dict, metrics: list[dict] | None) -> dict:
+    """The live charts component's arguments: the run, its charts' declarations (charts.live_spec)
+    and their empty layouts; then either the route and token through which the page fetches new
+    lines and the status itself (``metrics`` None), or all lines and the status (pushed on each
+    change, where the route is not served)."""
+    run_dir, name = r["dir"], r["name"]
+    deepfacto = "deepfacto" in (r["config"] or {})
+    out = dict(_chart_decl(deepfacto, name))
+    out["run"] = name
+    if metrics is None:
+        out["live"] = {"route": T.route(), "token": T.grant(run_dir)}
+    else:
+        out["lines"] = metrics
+        out["status"] = T.panel_status(run_dir, metrics)
+    return out
 
 
-def progress_text(state: str, status: dict, done: int, epochs: int, metrics: list[dict]) -> tuple[float, str]:
-    """(fraction, caption) of the progress bar: epochs from the worker, ETA from the measured s/epoch."""
-    if state == "starting":
-        frac = done / epochs if epochs else 0.0
-        return frac, f"starting · epoch {done}/{epochs or '?'} · {100 * frac:.0f}%"
-    frac = float(status.get("progress") or (done / epochs if epochs else 0.0))
-    if state == "finished":
-        frac = 1.0
-    text = f"{state} · epoch {done}/{epochs or '?'} · {100 * frac:.0f}%"
-    # DeepFacto: setup, backbone, iterations, evaluation; also where a stopped / crashed run ended
-    # ("stopped · epoch 9/9 · 100%" said nothing of the attribute evaluation it was stopped in)
-    if status.get("phase") and state != "finished":
-        text += f" · {status['phase']}"
-    if state == "running":
-        eta = C.eta_seconds(status, metrics)
-        text += " · ETA estimating…" if eta is None else f" · ETA {C.fmt_duration(eta)}"
-    return min(max(frac, 0.0), 1.0), text
+@st.cache_resource(max_entries=64, show_spinner=False)
+def _chart_decl(deepfacto: bool, run: str) -> dict:
+    spec = C.live_spec(deepfacto)
+    return {"spec": spec, "order": list(spec), "frames": {n: C.spec_frame(c, run) for n, c in spec.items()}}
+
+
+def _fetching() -> bool:
+    """True when the live charts fetch their lines through the route (app/serve.py)."""
+    return T.route() is not None and LC.component() is not None
 
 
 def _watch_live() -> None:
@@ -668,12 +670,13 @@ def live_panel():
     zoom, pan and hidden legend entries across redraws.
     """
     root, watched = str(ui.runs_root()), ui.watched()
-    stamp = L.live_stamp(root, watched)  # before reading: a change while drawing redraws again
+    lines = not _fetching()  # with the route the charts fetch new lines: a redraw only on a state change
+    stamp = L.live_stamp(root, watched, lines)  # before reading: a change while drawing redraws again
     active = _live_body()
     if ui.watched() != watched:  # picked in the menu while drawing: one more redraw
         watched, stamp = ui.watched(), None
-    ss["live_drawn"] = ((root, watched), stamp)
-    if PUSH and P.subscribe(LIVE_KEY, lambda: L.live_stamp(root, watched), stamp):
+    ss["live_drawn"] = ((root, watched, lines), stamp)
+    if PUSH and P.subscribe(LIVE_KEY, lambda: L.live_stamp(root, watched, lines), stamp):
         return
     st.fragment(run_every=REFRESH_S if active else IDLE_REFRESH_S)(_watch_live)()
 
@@ -718,18 +721,22 @@ def _live_body() -> bool:
     r = by_name[watched]
     run_dir, status = r["dir"], r["status"]
     state = status.get("state", "unknown")
-    metrics = _cached_metrics(str(run_dir), _stamp(run_dir))
+    charts = LC.component()
+    fetch = charts is not None and T.route() is not None
+    # the charts' page fetches the lines, the progress and the latest accuracy itself: read nothing here
+    metrics = [] if fetch else _cached_metrics(str(run_dir), _stamp(run_dir))
     with c[1]:
         ui.resume_controls(r, "live")
     with c[2]:
         st.markdown(ui.state_md(state))
-        if metrics and metrics[-1].get("test_accuracy") is not None:
+        if charts is None and metrics and metrics[-1].get("test_accuracy") is not None:
             st.caption(f"test {100 * metrics[-1]['test_accuracy']:.2f}% at epoch {metrics[-1].get('epoch', '?')}")
     ui.show_notice()
-    done = ui.done_epochs(run_dir, status)
-    epochs = status.get("epochs") or (r["config"].get("train") or {}).get("epochs") or 0
-    frac, text = progress_text(state, status, done, int(epochs), metrics)
-    st.progress(frac, text=text)
+    if charts is None:  # the component draws the progress bar above its charts
+        done = ui.done_epochs(run_dir, status)
+        epochs = status.get("epochs") or (r["config"].get("train") or {}).get("epochs") or 0
+        frac, text = L.progress_text(state, status, done, int(epochs), metrics)
+        st.progress(frac, text=text)
     if state in ui.FAILED:
         st.error(
             f"The worker {state}: {status.get('error')}"
@@ -751,22 +758,27 @@ def _live_body() -> bool:
             icon=":material/face:",
             query_params={"run": r["name"]},
         )
+    if charts is not None:
+        # one iframe for all charts, kept across redraws (stable key): it builds them from the metrics
+        # lines (fetched, or pushed here), updates them in place and carries the controls (smoothing,
+        # x by epoch/step/wall time, linked x; log, CSV, PNG per chart) and the progress bar
+        charts(**_chart_args(r, None if fetch else metrics), key="live-charts", default=None)
+        st.caption(
+            f"{'new points fetched twice a second' if state in ui.ACTIVE else 'ended: no refresh'} · run dir `{run_dir}`"
+        )
+        return state in ui.ACTIVE
     if not metrics:
         st.caption("Waiting for the first evaluation…")
         return state in ui.ACTIVE
-    if (charts := LC.component()) is not None:
-        # one iframe for all charts, kept across redraws (stable key): it updates them in place and
-        # carries the controls (smoothing, x by epoch/step/wall time, linked x; log, CSV, PNG per chart)
-        charts(**_payload(str(run_dir), _stamp(run_dir)), key="live-charts", default=None)
-    else:  # the server-rendered figures: ADMM_DASH_LIVE_CHARTS=server, or no folder for the component
-        t = st.columns([2.2, 1, 3])
-        log_res = t[0].toggle("log scale (residuals, dual norms)", value=True, key="live_log")
-        smooth = t[1].toggle("smooth", value=False, key="live_smooth", help=f"moving average, weight {LIVE_SMOOTHING}")
-        figs = _figures(str(run_dir), _stamp(run_dir), log_res, LIVE_SMOOTHING if smooth else 0.0)
-        for row in _rows(figs):
-            cols = st.columns(3)
-            for col, name in zip(cols, row):
-                col.plotly_chart(figs[name], key=f"live-{name}-{r['name']}", config=ui.PLOTLY_CONFIG)
+    # the server-rendered figures: ADMM_DASH_LIVE_CHARTS=server, or no folder for the component
+    t = st.columns([2.2, 1, 3])
+    log_res = t[0].toggle("log scale (residuals, dual norms)", value=True, key="live_log")
+    smooth = t[1].toggle("smooth", value=False, key="live_smooth", help=f"moving average, weight {LIVE_SMOOTHING}")
+    figs = _figures(str(run_dir), _stamp(run_dir), log_res, LIVE_SMOOTHING if smooth else 0.0)
+    for row in _rows(figs):
+        cols = st.columns(3)
+        for col, name in zip(cols, row):
+            col.plotly_chart(figs[name], key=f"live-{name}-{r['name']}", config=ui.PLOTLY_CONFIG)
     st.caption(
         f"Last evaluation {time.time() - metrics[-1].get('time', time.time()):.1f} s ago · "
         f"{'redrawn on each new evaluation' if state in ui.ACTIVE else 'ended: no refresh'} · run dir `{run_dir}`"

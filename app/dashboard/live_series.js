@@ -1,0 +1,92 @@
+// The live charts' traces from raw metrics lines, in the browser: the same declarations
+// (charts.live_spec) and the same rules as charts.spec_traces / charts._figure on the server, so a
+// new metrics line is drawn without the server building a figure. tests/test_live_series.py runs
+// this file in node against the Python builder on real and edge-case lines.
+"use strict";
+(function (root, factory) {
+  const api = factory();
+  if (typeof module === "object" && module.exports) module.exports = api;
+  else root.AdmmLive = api;
+})(typeof self !== "undefined" ? self : this, function () {
+  const COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f", "#7c3aed", "#0f766e"];
+
+  const finite = v => typeof v === "number" && isFinite(v);
+  function col(lines, key, scale) {  // charts._col
+    return lines.map(m => (finite(m[key]) ? m[key] * (scale === undefined ? 1 : scale) : null));
+  }
+  const hasData = ys => ys.some(y => y !== null);
+  function nBlocks(lines, key) {
+    let n = 0;
+    for (const m of lines) if (Array.isArray(m[key])) n = Math.max(n, m[key].length);
+    return n;
+  }
+  function secondsPerEpoch(lines) {  // charts.seconds_per_epoch
+    const xs = [], ys = [];
+    for (let i = 1; i < lines.length; i++) {
+      const a = lines[i - 1], b = lines[i];
+      const de = (b.epoch === undefined ? 0 : b.epoch) - (a.epoch === undefined ? 0 : a.epoch);
+      if (de > 0 && finite(b.wall_time_s) && finite(a.wall_time_s)) { xs.push(b.epoch); ys.push((b.wall_time_s - a.wall_time_s) / de); }
+    }
+    return [xs, ys];
+  }
+  const scatter = (x, y, name, colour) => ({type: "scatter", x, y, name, mode: "lines+markers", line: {color: colour}});
+
+  // charts.spec_traces, unsmoothed (the page smooths): with logY values <= 0 are gaps
+  function traces(chart, lines, logY) {
+    const ep = col(lines, "epoch"), out = [];
+    chart.series.forEach((s, i) => {
+      if (s.seconds) {
+        const [xs, ys] = secondsPerEpoch(lines);
+        out.push({type: "bar", x: xs, y: ys, name: "s / epoch", marker: {color: COLOURS[2]}});
+      } else if (s.per) {
+        const names = s.names || [];
+        for (let t = 0; t < nBlocks(lines, s.key); t++) {
+          const ys = lines.map(m => {
+            const v = Array.isArray(m[s.key]) && t < m[s.key].length ? m[s.key][t] : null;
+            return finite(v) && (!logY || v > 0) ? v : null;
+          });
+          out.push(scatter(ep, ys, t < names.length ? names[t] : "block " + (t + 1), COLOURS[t % COLOURS.length]));
+        }
+      } else {
+        const ys = col(lines, s.key, s.scale).map(y => (y === null || !logY || y > 0 ? y : null));
+        if (hasData(ys) || (s.keep_empty && !lines.length)) out.push(scatter(ep, ys, s.name, COLOURS[i]));
+      }
+    });
+    return out;
+  }
+
+  // charts._figure's parts that depend on the traces: the legend band under the plot, the note
+  function layout(frame, trs, note) {
+    const L = JSON.parse(JSON.stringify(frame));
+    const shown = trs.filter(t => t.showlegend !== false).map(t => t.name || "");
+    if (shown.length > 1) {
+      const rows = Math.ceil(shown.reduce((a, n) => a + n.length * 6.5 + 40, 0) / 450);
+      L.height += 22 * rows;
+      L.margin = Object.assign({}, L.margin, {b: 48 + 22 * rows});
+      delete L.showlegend;
+    } else L.showlegend = false;
+    if (!trs.length && note) L.annotations = [{text: note, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}];
+    return L;
+  }
+
+  const truthy = v => !(v === null || v === undefined || v === false || v === 0 || v === "" ||
+    (Array.isArray(v) ? !v.length : typeof v === "object" && !Object.keys(v).length));  // Python's bool()
+
+  // the charts a run shows now, in order: a chart with `when` once some line carries that key
+  function shown(spec, order, lines) {
+    return order.filter(n => !spec[n].when || lines.some(m => truthy(m[spec[n].when])));
+  }
+
+  // per line: epoch, step (the method's iteration) and wall seconds since the first line
+  function xs(lines) {
+    const first = lines.find(m => finite(m.time));
+    const t0 = first ? first.time : null;
+    return {
+      epoch: lines.map(m => (m.epoch === undefined ? null : m.epoch)),
+      step: lines.map(m => (m.iteration === undefined ? null : m.iteration)),
+      wall: lines.map(m => (t0 !== null && finite(m.time) ? Math.round((m.time - t0) * 1000) / 1000 : null)),
+    };
+  }
+
+  return {COLOURS, traces, layout, shown, xs, secondsPerEpoch};
+});

@@ -1,0 +1,216 @@
+"""The live charts drawn in the browser equal the server's (issue 33).
+
+``app/dashboard/live_series.js`` builds the Train page's charts from the declarations
+(``charts.live_spec``) and raw metrics lines; ``charts.spec_traces`` / ``figure_from_spec`` is the
+reference. Both run here on the same lines (a real digits run's, DeepFacto-shaped lines and edge
+cases), the JavaScript in node, and every trace (type, name, colour, x, y) and the legend sizing
+must agree. Plus the data route's server half (``app/dashboard/tail.py``): incremental reads equal
+``read_metrics``, a half-written line waits, a truncated file starts over, tokens are the only key.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from admm_core.config import RunConfig
+from admm_core.runs import read_metrics, train
+from app.dashboard import charts as C
+from app.dashboard import tail as T
+
+JS = Path(C.__file__).with_name("live_series.js")
+NODE = shutil.which("node") or shutil.which("nodejs")
+
+RUNNER = """
+const L = require(process.argv[1]);
+const cases = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+const out = cases.map(c => {
+  const trs = L.traces(c.chart, c.lines, c.log);
+  return {traces: trs, layout: L.layout(c.frame, trs, c.chart.note), shown: L.shown(c.spec, Object.keys(c.spec), c.lines)};
+});
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+@pytest.fixture(scope="module")
+def real_lines(tmp_path_factory) -> list[dict]:
+    """A real online-admm run's lines: per-block lists, the backprop cosine, wall times."""
+    d = tmp_path_factory.mktemp("series") / "run"
+    cfg = RunConfig(method="online-admm").replace(data__train_limit=200, data__test_limit=100, train__epochs=3)
+    train(cfg, d)
+    lines = read_metrics(d)
+    assert len(lines) >= 3 and any(m.get("residuals") for m in lines) and any(m.get("backprop_cosine") for m in lines)
+    return lines
+
+
+def edge_lines() -> list[dict]:
+    """What real files hold now and then: missing keys, nulls (NaN cleaned), negatives and zeros
+    (gaps on a log axis), ragged per-block lists, a repeated epoch, a non-list where a list belongs."""
+    out = []
+    for e in range(7):
+        m = {"epoch": e if e != 4 else 3, "iteration": 10 * e, "time": 50.0 + 1.7 * e, "wall_time_s": 1.3 * e}
+        m["train_accuracy"] = 0.5 + 0.05 * e
+        m["test_accuracy"] = None if e == 2 else 0.45 + 0.05 * e
+        m["train_loss"] = [2.0, 1.0, 0.0, -0.5, 0.4, 0.3, 0.2][e]
+        if e != 1:
+            m["test_loss"] = 1.0 / (e + 1)
+        m["residuals"] = [0.3 / (e + 1), 0.0, -1e-3][: 1 + e % 3]
+        m["dual_norms"] = [1.0, None, 2.0]
+        m["betas"] = 5 if e == 3 else [1.0, 2.0, 4.0]
+        m["backprop_cosine"] = [0.3, -0.9] if e % 2 else []
+        out.append(m)
+    return out
+
+
+def deepfacto_lines() -> list[dict]:
+    return [
+        {
+            "epoch": i,
+            "time": 10.0 + i,
+            "wall_time_s": 2.0 * i,
+            "test_accuracy": 0.6 + 0.01 * i,
+            "train_loss": 0.5 / i,
+            "residuals": [0.1 / i, 0.2, 0.3],
+            "dual_norms": [1.0, 2.0, 3.0],
+            "nmf_residual": 0.2 / i,
+            "s_mismatch": 0.1 if i > 1 else None,
+        }
+        for i in range(1, 5)
+    ]
+
+
+def close(a, b) -> bool:
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
+    return a == b
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed (scripts/test.sh installs it with apt)")
+def test_browser_traces_equal_the_servers(real_lines):
+    cases, want = [], []
+    for lines, deepfacto in ((real_lines, False), (edge_lines(), False), (deepfacto_lines(), True), ([], False)):
+        spec = C.live_spec(deepfacto)
+        for name, chart in spec.items():
+            for log in (True, False):
+                frame = C.spec_frame(chart, "r")
+                cases.append({"chart": chart, "lines": lines, "log": log, "frame": frame, "spec": spec})
+                fig = C.figure_from_spec(chart, lines, "r", log_y=log).to_plotly_json()
+                shown = [n for n, c in spec.items() if not c.get("when") or any(m.get(c["when"]) for m in lines)]
+                want.append((name, log, fig, shown))
+    proc = subprocess.run(
+        [NODE, "-e", RUNNER, str(JS)], input=json.dumps(cases), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert len(got) == len(want) > 40
+    compared = 0
+    for g, (name, log, fig, shown) in zip(got, want):
+        where = f"{name} log={log}"
+        assert g["shown"] == shown, where
+        assert len(g["traces"]) == len(fig["data"]), where
+        for a, b in zip(g["traces"], fig["data"]):
+            assert (a["type"], a["name"]) == (b["type"], b["name"]), where
+            assert a.get("line", a.get("marker")) == b.get("line", b.get("marker")), where
+            assert close(a["x"], list(b["x"])) and close(a["y"], list(b["y"])), (where, a["y"], b["y"])
+            compared += len(a["y"])
+        lay, ref = g["layout"], fig["layout"]
+        assert lay["height"] == ref["height"] and lay["margin"] == ref["margin"], where
+        assert lay.get("showlegend", True) == ref.get("showlegend", True), where
+        assert lay.get("annotations", []) == [dict(a) for a in ref.get("annotations", [])], where
+    assert compared > 300  # the comparison saw real series, not empty ones
+
+
+def test_edge_lines_really_exercise_the_rules():
+    """The edge cases above are edges: gaps on log axes, left-out series, a chart shown by `when`."""
+    spec = C.live_spec(False)
+    loss = C.spec_traces(spec["loss"], edge_lines(), True)
+    assert [t["name"] for t in loss] == ["train", "test"] and None in loss[0]["y"]  # 0 and -0.5: gaps
+    assert C.spec_traces(spec["loss"], edge_lines(), False)[0]["y"][3] == -0.5
+    res = C.spec_traces(spec["residuals"], edge_lines(), True)
+    assert len(res) == 3 and all(y is None for y in res[1]["y"])  # block 2 is 0 everywhere
+    assert len(C.spec_traces(spec["betas"], edge_lines(), False)) == 3  # a number where a list belongs: a gap
+    assert C.live_figures(edge_lines(), deepfacto=False).keys() >= {"backprop_cosine"}
+    assert C.spec_traces(spec["accuracy"], [], False)[0]["y"] == []  # a run with no line yet: empty series
+
+
+# --- the route's server half -------------------------------------------------------------------------
+
+
+def write(path: Path, lines: list[dict], tail: str = "") -> None:
+    path.write_text("".join(json.dumps(m) + "\n" for m in lines) + tail)
+
+
+def test_tail_reads_only_new_complete_lines_and_equals_read_metrics(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    ms = [{"epoch": e, "train_loss": 1.0 / (e + 1)} for e in range(5)]
+    write(run / "metrics.jsonl", ms[:2], tail='{"epoch": 2, "train_lo')  # a line being written
+    t = T.tail(run)
+    assert t.lines == read_metrics(run) == ms[:2]
+    off = t.offset
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('ss": 0.3333333333333333}\n' + json.dumps(ms[3]) + "\n" + "[1, 2]\n" + json.dumps(ms[4]) + "\n")
+    t2 = T.tail(run)
+    assert t2 is t and t.offset > off
+    assert t.lines == read_metrics(run) == [*ms[:2], {"epoch": 2, "train_loss": 0.3333333333333333}, ms[3], ms[4]]
+    assert [json.loads(r) for r in t.raw] == t.lines
+
+
+def test_tail_starts_over_when_the_file_is_replaced_or_truncated(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    write(run / "metrics.jsonl", [{"epoch": e} for e in range(4)])
+    t = T.tail(run)
+    g = t.gen
+    write(run / "metrics.jsonl", [{"epoch": 9}])  # shorter: truncated / rewritten
+    T.tail(run)
+    assert t.gen == g + 1 and t.lines == [{"epoch": 9}]
+    other = tmp_path / "new.jsonl"
+    write(other, [{"epoch": 1}, {"epoch": 2}, {"epoch": 3}, {"epoch": 4}, {"epoch": 5}])
+    other.replace(run / "metrics.jsonl")  # replaced by a longer file (another inode)
+    T.tail(run)
+    assert t.gen == g + 2 and [m["epoch"] for m in t.lines] == [1, 2, 3, 4, 5]
+
+
+def test_route_body_sends_what_the_page_lacks_and_nothing_for_unknown_tokens(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "running", "epoch": 2, "epochs": 8, "progress": 0.25}))
+    (run / "metrics.jsonl").write_text(
+        '{"epoch": 1, "test_accuracy": 0.5, "time": 1.0, "residuals": [NaN, 1.0]}\n{"epoch": 2, "test_accuracy": 0.75, "time": 2.0}\n'
+    )
+    tok = T.grant(run)
+    assert T.grant(run) == tok and T.body("nope", 0, 0) is None and T.body(tok + "x", 0, 0) is None
+    first = json.loads(T.body(tok, 0, 0))  # the browser's JSON.parse would refuse NaN: json.loads with
+    assert first["start"] == 0 and [m["epoch"] for m in first["lines"]] == [1, 2]
+    assert first["lines"][0]["residuals"] == [None, 1.0]
+    st = first["status"]
+    assert st["live"] and st["progress"] == 0.25 and st["test"] == "test 75.00% at epoch 2"
+    assert st["text"].startswith("running · epoch 2/8 · 25%")
+    again = json.loads(T.body(tok, 2, first["gen"]))
+    assert again["start"] == 2 and again["lines"] == []
+    stale = json.loads(T.body(tok, 2, first["gen"] - 1))  # another generation: everything again
+    assert stale["start"] == 0 and len(stale["lines"]) == 2
+    beyond = json.loads(T.body(tok, 7, first["gen"]))
+    assert beyond["start"] == 0 and len(beyond["lines"]) == 2
+
+
+def test_route_json_is_strict_json(tmp_path):
+    """No NaN / Infinity tokens reach the browser, whatever the worker wrote."""
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"epoch": 1, "train_loss": Infinity, "x": {"y": [-Infinity, NaN]}}\n')
+    out = T.body(T.grant(run), 0, 0).decode()
+
+    def refuse(tok):
+        raise ValueError(tok)
+
+    doc = json.loads(out, parse_constant=refuse)
+    assert doc["lines"] == [{"epoch": 1, "train_loss": None, "x": {"y": [None, None]}}]
