@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from admm_core import runs
 from admm_core.config import RunConfig
 from admm_core.runs import read_metrics, train
 from app.dashboard import charts as C
@@ -177,6 +178,13 @@ def test_tail_starts_over_when_the_file_is_replaced_or_truncated(tmp_path):
     other.replace(run / "metrics.jsonl")  # replaced by a longer file (another inode)
     T.tail(run)
     assert t.gen == g + 2 and [m["epoch"] for m in t.lines] == [1, 2, 3, 4, 5]
+    # a resume rewrites the file in place with the lines its checkpoint covers, then appends: by the
+    # next read it may be longer than before, with other bytes before the old offset
+    runs.reset_metrics(run, keep_through=2)
+    for e in range(3, 9):
+        runs.append_metrics(run, {"epoch": e, "train_loss": 0.5})
+    T.tail(run)
+    assert t.gen == g + 3 and t.lines == read_metrics(run) and len(t.lines) == 8
 
 
 def test_route_body_sends_what_the_page_lacks_and_nothing_for_unknown_tokens(tmp_path):

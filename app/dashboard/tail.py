@@ -36,6 +36,7 @@ ROUTE = "/api/admm/live"
 ENV = "ADMM_LIVE_ROUTE"  # set by app/serve.py: the route is mounted in this process
 MAX_TAILS = 256
 READ_LIMIT = 8 << 20  # bytes read per request at most: a huge backlog arrives over a few polls
+CHECK = 64  # bytes before the offset compared on each read: a file rewritten in place is read again
 
 _lock = threading.Lock()
 _tails: OrderedDict[str, Tail] = OrderedDict()  # run dir -> its tail (least recently used first)
@@ -75,32 +76,37 @@ class Tail:
 
     def _reset(self, ino: int | None = None) -> None:
         self.gen += 1
-        self.ino, self.offset = ino, 0
+        self.ino, self.offset, self.check = ino, 0, b""
         self.raw: list[str] = []
         self.lines: list[dict] = []
 
     def update(self) -> None:
         try:
-            st = self.path.stat()
+            f = open(self.path, "rb")
         except OSError:
             if self.offset:
                 self._reset()
             return
-        if self.ino is not None and (st.st_ino != self.ino or st.st_size < self.offset):
-            self._reset(st.st_ino)  # replaced or truncated: start over
-        self.ino = st.st_ino
-        if st.st_size == self.offset:
-            return
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                chunk = f.read(min(st.st_size - self.offset, READ_LIMIT))
-        except OSError:
-            return
+        with f:
+            st = os.fstat(f.fileno())
+            # replaced (another inode), truncated, or rewritten in place (a resume keeps the lines its
+            # checkpoint covers: runs.reset_metrics) so that the bytes before the offset changed
+            if self.ino is not None and (
+                st.st_ino != self.ino
+                or st.st_size < self.offset
+                or (self.check and os.pread(f.fileno(), len(self.check), self.offset - len(self.check)) != self.check)
+            ):
+                self._reset()
+            self.ino = st.st_ino
+            if st.st_size == self.offset:
+                return
+            f.seek(self.offset)
+            chunk = f.read(min(st.st_size - self.offset, READ_LIMIT))
         end = chunk.rfind(b"\n") + 1
         if not end:
             return  # no complete line yet
         self.offset += end
+        self.check = (self.check + chunk[:end])[-CHECK:]
         for text in chunk[:end].decode("utf-8", errors="replace").splitlines():
             try:
                 m = json.loads(text)
