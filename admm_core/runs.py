@@ -453,22 +453,31 @@ class RunStatus:
         return self.end(summary, "stopped")
 
     def end(self, summary: dict, state: str, **kw) -> dict:
-        """An end other than finishing (stopped, diverged): summary written, state and ``kw`` recorded."""
+        """An end other than finishing (stopped, diverged): summary written, state and ``kw`` recorded.
+
+        A write that fails (a full disk) still ends the run as asked, with the error as its one
+        line (status.json rewritten in place if need be, as :meth:`crash` does), and is raised: the
+        caller's handler runs outside the loop's crash handler, so no reader is left with 'running'.
+        """
         try:
             if self.write:
                 write_json(self.run_dir / "summary.json", summary)
             self.update(force=True, state=state, **kw)
+        except OSError as e:
+            self.crash(e, state=state)
+            raise
         finally:
             self._release()
         return summary
 
-    def crash(self, e: BaseException, error_file: str = "error.txt") -> None:
+    def crash(self, e: BaseException, error_file: str = "error.txt", state: str = "crashed") -> None:
         """Record the crash: the status first (one line, a full disk says so), then the traceback.
 
         On a full disk the atomic write has no room for its temporary: status.json is then
         rewritten in place (truncating it frees its blocks), so no reader is left with 'running'.
+        ``state``: an end that was asked for (stopped) and failed only while being written.
         """
-        self.status.update(state="crashed", error=os_error_line(e), updated=time.time())
+        self.status.update(state=state, error=os_error_line(e), updated=time.time())
         try:
             if self.write:
                 try:

@@ -457,3 +457,42 @@ def test_checkpoint_from_before_states_counted_epochs_resumes_the_decay(tmp_path
     last = [m for m in runs.read_metrics(part) if m["epoch"] == 3][0]
     assert last["test_accuracy"] == whole["test_accuracy"]
     assert last["train_loss"] == pytest.approx(runs.read_metrics(tmp_path / "whole")[-1]["train_loss"], rel=1e-6)
+
+
+@pytest.mark.parametrize("end", ["stopped", "diverged"])
+def test_an_end_whose_summary_cannot_be_written_is_recorded_not_left_running(tmp_path, monkeypatch, end):
+    """Stop (or divergence) on a full disk: the summary's write fails inside the loop's stop handler,
+    which runs outside its crash handler. The run still ends as asked, with the one disk-full line,
+    never 'running'; the last checkpoint loads and, space back, the resume finishes."""
+    import errno
+
+    run = tmp_path / "r"
+    real = runs.write_json
+
+    def full(path, obj, durable=True):
+        if Path(path).name == "summary.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, obj, durable)
+
+    monkeypatch.setattr(runs, "write_json", full)
+
+    def should_stop():  # once the first epoch's checkpoint is there
+        return end == "stopped" and (run / "checkpoint.pt").exists()
+
+    if end == "diverged":  # at epoch 2's evaluation, before its checkpoint
+        monkeypatch.setattr(
+            runs, "divergence", lambda sess, m, *a: "the loss exploded (test)" if m["epoch"] >= 2 else None
+        )
+    with pytest.raises(OSError) as e:
+        runs.train(tiny(epochs=3), run, should_stop=should_stop)
+    assert e.value.errno == errno.ENOSPC
+    st = json.loads((run / "status.json").read_text())
+    assert st["state"] == end and st["error"].startswith("disk full: No space left on device writing ")
+    assert "summary.json" in st["error"] and not (run / "summary.json").exists()
+    assert runs.verify_checkpoint(run / "checkpoint.pt")["epoch"] == 1
+    assert not list(run.glob("*.tmp"))
+    monkeypatch.setattr(runs, "write_json", real)
+    monkeypatch.undo()
+    runs.train(tiny(epochs=3), run, resume=True)
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
+    assert [m["epoch"] for m in runs.read_metrics(run)] == [0, 1, 2, 3]  # epoch 0: before training
