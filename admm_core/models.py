@@ -13,12 +13,14 @@ paper's vanishing-gradient experiment).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import ConfigError
-from .lazy import nn, torch
+from .lazy import nn
 
 if TYPE_CHECKING:
     from .config import ModelConfig
@@ -72,34 +74,88 @@ def resnet18_layers(in_shape: tuple[int, ...], n_out: int, width: int = 64) -> "
     return layers
 
 
-# arch -> (builder(in_shape, cfg, n_out), allowed split points or None for "any but last", default split)
-ARCHS: dict[str, tuple[Callable, tuple[str, ...] | None, Callable]] = {
-    "mlp": (
-        lambda shape, cfg, n_out: mlp_layers(int(torch.Size(shape).numel()), cfg.hidden, n_out),
-        None,
-        lambda names: tuple(names[:-1]),  # one block per layer
+def _numel(shape) -> int:
+    return int(math.prod(shape))
+
+
+def mlp_table(in_shape: tuple[int, ...], cfg: ModelConfig, n_out: int) -> list:
+    widths = [_numel(in_shape), *cfg.hidden, n_out]
+    return [(f"fc{i}", (widths[i],), widths[i - 1] * widths[i] + widths[i]) for i in range(1, len(widths))]
+
+
+def resnet18_table(in_shape: tuple[int, ...], cfg: ModelConfig, n_out: int) -> list:
+    """:func:`resnet18_layers` by arithmetic: BasicBlocks (two 3×3 convs + BN, a 1×1 conv + BN where
+    the shape changes), stride-2 stages halve H and W (⌈H/2⌉: 3×3, padding 1)."""
+    if len(in_shape) != 3:
+        raise ConfigError(f"model.arch = 'resnet18': needs image inputs (C, H, W), got shape {in_shape}")
+    c, h, w = in_shape
+
+    def basic(cin, cout, stride):
+        down = cin * cout + 2 * cout if (stride != 1 or cin != cout) else 0
+        return cin * cout * 9 + 2 * cout + cout * cout * 9 + 2 * cout + down
+
+    b = cfg.width
+    out = [("stem", (b, h, w), c * b * 9 + 2 * b), ("conv2_x", (b, h, w), 2 * basic(b, b, 1))]
+    cin = b
+    for name, cout in (("conv3_x", 2 * b), ("conv4_x", 4 * b), ("conv5_x", 8 * b)):
+        h, w = -(-h // 2), -(-w // 2)
+        out.append((name, (cout, h, w), basic(cin, cout, 2) + basic(cout, cout, 1)))
+        cin = cout
+    out.append(("head", (n_out,), 8 * b * n_out + n_out))
+    return out
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One architecture, declared once.
+
+    ``build(in_shape, cfg, n_out)`` makes its named layers; ``table(in_shape, cfg, n_out)`` gives
+    [(layer name, output shape per sample, parameter count)] by arithmetic, without torch, for the
+    memory estimate and the dashboard's block diagram (a server that never imports torch);
+    tests/test_archs.py checks it against the network built on torch's meta device for every
+    architecture and several widths. ``splits``: the layers a split may follow (None: any but the
+    last); ``default_split(names)``: the split when the config gives none.
+    """
+
+    build: Callable
+    table: Callable
+    splits: tuple[str, ...] | None
+    default_split: Callable
+
+
+ARCHS: dict[str, Arch] = {
+    "mlp": Arch(
+        build=lambda shape, cfg, n_out: mlp_layers(_numel(shape), cfg.hidden, n_out),
+        table=mlp_table,
+        splits=None,
+        default_split=lambda names: tuple(names[:-1]),  # one block per layer
     ),
-    "resnet18": (
-        lambda shape, cfg, n_out: resnet18_layers(shape, n_out, cfg.width),
-        ("stem", "conv2_x", "conv3_x", "conv4_x"),
-        lambda names: ("conv3_x",),  # T = 2, as in the paper's CIFAR-10 experiment
+    "resnet18": Arch(
+        build=lambda shape, cfg, n_out: resnet18_layers(shape, n_out, cfg.width),
+        table=resnet18_table,
+        splits=("stem", "conv2_x", "conv3_x", "conv4_x"),
+        default_split=lambda names: ("conv3_x",),  # T = 2, as in the paper's CIFAR-10 experiment
     ),
 }
 
 
 def build_layers(cfg: ModelConfig, in_shape: tuple[int, ...], n_out: int) -> "OrderedDict[str, nn.Module]":
-    builder, _, _ = ARCHS[cfg.arch]
-    return builder(in_shape, cfg, n_out)
+    return ARCHS[cfg.arch].build(in_shape, cfg, n_out)
+
+
+def layer_names(cfg: ModelConfig, in_shape: tuple[int, ...] = (3, 32, 32), n_out: int = 10) -> list[str]:
+    """The named layers (they do not depend on the input shape or classes)."""
+    return [name for name, _, _ in ARCHS[cfg.arch].table(in_shape, cfg, n_out)]
 
 
 def split_points(cfg: ModelConfig, layer_names: list[str]) -> tuple[str, ...]:
     """Allowed split points for this architecture (a split falls *after* the named layer)."""
-    _, allowed, _ = ARCHS[cfg.arch]
+    allowed = ARCHS[cfg.arch].splits
     return allowed if allowed is not None else tuple(layer_names[:-1])
 
 
 def default_split(cfg: ModelConfig, layer_names: list[str]) -> tuple[str, ...]:
-    return ARCHS[cfg.arch][2](layer_names)
+    return ARCHS[cfg.arch].default_split(layer_names)
 
 
 # in models, not blocks: the dashboard checks a split without building (or importing) an nn.Module

@@ -23,9 +23,10 @@ import os
 from pathlib import Path
 
 from . import data as data_mod
-from .config import RunConfig
+from .config import ModelConfig, RunConfig
 from .errors import ConfigError, DataError, check
 from .methods import METHODS
+from .models import ARCHS
 
 FLOAT = 4  # float32 bytes
 
@@ -38,7 +39,6 @@ DATA_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int]] = {
     "cifar10": ((3, 32, 32), 10, 50000, 10000),
 }
 
-RESNET_LAYERS = ("stem", "conv2_x", "conv3_x", "conv4_x", "conv5_x", "head")
 LIFTED = {"admm-closed": 4, "taylor": 2, "dladmm": 2, "bcd": 2}  # see _lifted_bytes
 
 
@@ -56,30 +56,13 @@ def layers_of(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], int]]:
             cfg.model.arch,
             f"needs image inputs (C, H, W); {cfg.data.name} gives {shape}",
         )
-    return layer_table(cfg.model.arch, tuple(cfg.model.hidden), shape, n_out)
+    return ARCHS[cfg.model.arch].table(shape, cfg.model, n_out)
 
 
-def layer_table(arch: str, hidden: tuple[int, ...], shape: tuple[int, ...], n_out: int) -> list:
+def layer_table(arch: str, hidden: tuple[int, ...], shape: tuple[int, ...], n_out: int, width: int = 64) -> list:
     """[(layer name, output shape, parameter count)] of :func:`admm_core.models.build_layers`'s network,
-    by arithmetic (checked against the built network in tests/test_reliability.py)."""
-    if arch == "mlp":
-        widths = [_numel(shape), *hidden, n_out]
-        return [(f"fc{i}", (widths[i],), widths[i - 1] * widths[i] + widths[i]) for i in range(1, len(widths))]
-    # ResNet-18, CIFAR stem (3×3 stride-1 conv, no max-pool), torchvision BasicBlocks
-    c, h, w = shape
-
-    def basic(cin, cout, stride):
-        down = cin * cout + 2 * cout if (stride != 1 or cin != cout) else 0
-        return cin * cout * 9 + 2 * cout + cout * cout * 9 + 2 * cout + down
-
-    out = [("stem", (64, h, w), c * 64 * 9 + 2 * 64), ("conv2_x", (64, h, w), 2 * basic(64, 64, 1))]
-    cin = 64
-    for name, cout in (("conv3_x", 128), ("conv4_x", 256), ("conv5_x", 512)):
-        h, w = -(-h // 2), -(-w // 2)  # 3×3, stride 2, padding 1: ⌈H/2⌉
-        out.append((name, (cout, h, w), basic(cin, cout, 2) + basic(cout, cout, 1)))
-        cin = cout
-    out.append(("head", (n_out,), 512 * n_out + n_out))
-    return out
+    by arithmetic (the architecture's ``table``; checked against the built network in tests/test_archs.py)."""
+    return ARCHS[arch].table(tuple(shape), ModelConfig(arch, tuple(hidden), width=width), n_out)
 
 
 def split_of(cfg: RunConfig) -> tuple[str, ...]:
@@ -87,7 +70,7 @@ def split_of(cfg: RunConfig) -> tuple[str, ...]:
     if cfg.model.split is not None:
         return tuple(cfg.model.split)
     names = [n for n, _, _ in layers_of(cfg)]
-    return tuple(names[:-1]) if cfg.model.arch == "mlp" else ("conv3_x",)
+    return ARCHS[cfg.model.arch].default_split(names)
 
 
 def _samples(cfg: RunConfig) -> tuple[int, int]:

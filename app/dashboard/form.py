@@ -25,7 +25,7 @@ from admm_core import resources
 from admm_core.config import ConfigError, RunConfig
 from admm_core.methods import METHODS
 from admm_core.presets import PRESETS, preset_config
-from admm_core.resources import DATA_SHAPES, RESNET_LAYERS, check_fits, estimate_memory, layer_table
+from admm_core.resources import DATA_SHAPES, check_fits, estimate_memory, layer_table
 
 NO_PRESET = "none"
 DEFAULT_PRESET = "digits-mlp"
@@ -93,10 +93,11 @@ def fmt_number(v) -> str:
 
 
 def layer_names(arch: str, hidden: tuple[int, ...]) -> list[str]:
-    """Named layers of the network (names do not depend on the input shape)."""
-    if arch == "resnet18":
-        return list(RESNET_LAYERS)
-    return [f"fc{l}" for l in range(1, len(hidden) + 2)]
+    """Named layers of the network, from the engine's architecture record (no layer is built)."""
+    from admm_core.config import ModelConfig
+    from admm_core.models import layer_names as names
+
+    return names(ModelConfig(arch, tuple(hidden)))
 
 
 def split_options(arch: str, hidden: tuple[int, ...]) -> tuple[list[str], list[str]]:
