@@ -288,10 +288,11 @@ let __doc = null;
 const __attach = () => { if (__doc !== document) { __doc = document; __obs.observe(document, {childList: true, subtree: true}); } };
 __attach(); setInterval(__attach, 50);
 window.__msg = {};  // when each line first reached the live charts' page (fetched, or in its arguments)
-window.__drawn = {};  // ... and when the page had drawn it in every chart it shows (its own event)
-for (const [ev, box] of [['admm-live-lines', '__msg'], ['admm-live-drawn', '__drawn']])
-  window.addEventListener(ev, e => { const d = e.detail || {}, m = window[box];
-    for (let i = 0; i < (d.n || 0); i++) { const k = d.run + '|' + i; if (!(k in m)) m[k] = Date.now() / 1000; } });"""
+window.addEventListener('admm-live-lines', e => { const d = e.detail || {}, m = window.__msg;
+  for (let i = 0; i < (d.n || 0); i++) { const k = d.run + '|' + i; if (!(k in m)) m[k] = Date.now() / 1000; } });
+window.__charts = {};  // chart -> run|line -> when the page had drawn that line in that chart (its own event)
+window.addEventListener('admm-live-chart', e => { const d = e.detail || {}, m = (window.__charts[d.chart] ||= {});
+  for (let i = 0; i < (d.n || 0); i++) { const k = d.run + '|' + i; if (!(k in m)) m[k] = Date.now() / 1000; } });"""
 
 
 def test_eight_live_tabs_lag(live_server, browser):
@@ -357,12 +358,13 @@ def test_eight_live_tabs_lag(live_server, browser):
                 run, i = k.rsplit("|", 1)
                 if run == r.dir.name and int(i) >= 2 and int(i) in r.written:
                     msg[run, int(i)] = t
-        drawn = {}
+        drawn = {}  # (run, line) -> when every chart of its tab had drawn it
         for p, r in zip(pages, replays):
-            for k, t in _eval_frames(p, "() => Object.entries(window.__drawn || {})"):
-                run, i = k.rsplit("|", 1)
-                if run == r.dir.name and int(i) >= 2 and int(i) in r.written:
-                    drawn[run, int(i)] = t
+            for per_chart in _eval_frames(p, "() => window.__charts ? [Object.values(window.__charts)] : []"):
+                for i in r.written:
+                    ts = [m.get(f"{r.dir.name}|{i}") for m in per_chart]
+                    if i >= 2 and per_chart and all(ts):
+                        drawn[r.dir.name, i] = max(ts)
         all_lag = [t - r.written[i] for r in replays for (run, i), t in drawn.items() if run == r.dir.name]
         to_iframe = [t - r.written[i] for r in replays for (run, i), t in msg.items() if run == r.dir.name]
         in_iframe = [seen[k] - t for k, t in msg.items() if k in seen]
