@@ -60,6 +60,7 @@ def _stamp(dirs: list) -> tuple:
 
 
 STAMP_EVERY_S = 1.0  # a live chart is redrawn at most this often (live runs write several lines a second)
+MAX_POINTS = 1500  # points drawn per curve (charts.thin: each bucket's first, lowest, highest); the CSV has all
 
 
 @st.fragment(key="cmp_charts")
@@ -81,12 +82,16 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
 
     def draw(col, items, key, title, log, percent=False, xk=x_key, chart_key=""):
         if group_by == "nothing":
-            fig = C.compare_figure([(lab, m) for lab, m, _ in items], key, xk, smoothing, log, title, percent)
+            fig = C.compare_figure(
+                [(lab, m) for lab, m, _ in items], key, xk, smoothing, log, title, percent, max_points=MAX_POINTS
+            )
         else:
             groups: dict[str, list] = {}
             for _, m, g in items:
                 groups.setdefault(g, []).append(m)
-            fig = C.group_figure(list(groups.items()), key, xk, smoothing, log, title, percent, spread)
+            fig = C.group_figure(
+                list(groups.items()), key, xk, smoothing, log, title, percent, spread, max_points=MAX_POINTS
+            )
         col.plotly_chart(fig, key=chart_key, config=ui.PLOTLY_CONFIG)
 
     if nets:
@@ -114,7 +119,8 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
     keys |= {"residuals": "residuals", "verification": "test_accuracy"}
     st.download_button(
         "Download the charts' data (CSV)",
-        C.series_csv({k: [(lab, m) for lab, m, _ in v] for k, v in plotted.items() if v}, keys, x_key),
+        # built on the click: on every redraw of a live chart it was a pass over every line
+        lambda: C.series_csv({k: [(lab, m) for lab, m, _ in v] for k, v in plotted.items() if v}, keys, x_key),
         icon=":material/download:",
         file_name="compare-series.csv",
         mime="text/csv",
