@@ -73,3 +73,58 @@ def test_compare_figure_draws_at_most_max_points_per_curve():
     assert len(full.data[0].x) == 20_000  # without max_points nothing is cut
     grouped = C.group_figure([("g", [ms, ms])], "test_accuracy", max_points=1500)
     assert all(len(t.x) <= 1600 for t in grouped.data)
+
+
+def test_push_asks_no_stamp_and_reruns_nothing_sooner_than_every_after_a_draw(monkeypatch):
+    """The push thread with a subscription whose stamp changes on every call (a live run writing
+    lines all the time): with every=0.6 s it asks nothing for 0.6 s after the draw, then reruns
+    the fragment once; without ``every`` it reruns at the thread's first tick."""
+    import threading
+    import time
+
+    from app.dashboard import push as P
+
+    class Loop:
+        def __init__(self):
+            self.calls = []
+
+        def call_soon_threadsafe(self, fn, *args):
+            self.calls.append(time.monotonic())
+
+    class Session:
+        _scriptrunner = None
+
+    monkeypatch.setattr(P, "_alive", lambda sid: True)
+    asked = []
+
+    def stamp_fn():
+        asked.append(time.monotonic())
+        return (len(asked),)  # new on every call
+
+    def sub(every):
+        return {
+            "fid": "f",
+            "stamp_fn": stamp_fn,
+            "stamp": (0,),
+            "session": Session(),
+            "loop": Loop(),
+            "every": every,
+            "drawn": time.monotonic(),
+        }
+
+    slow, fast = sub(0.6), sub(0.0)
+    with P._lock:
+        P._subs[("test-slow", "k")] = slow
+        P._subs[("test-fast", "k")] = fast
+        P._ensure_thread()
+    assert isinstance(P._thread, threading.Thread)
+    try:
+        time.sleep(0.45)
+        assert fast["loop"].calls and not slow["loop"].calls  # the plain one pushed at once
+        assert all(t - fast["drawn"] < 0.45 for t in asked)  # the slow one's stamp not asked yet
+        time.sleep(0.6)
+        assert slow["loop"].calls and slow["loop"].calls[0] - slow["drawn"] >= 0.6
+    finally:
+        with P._lock:
+            P._subs.pop(("test-slow", "k"), None)
+            P._subs.pop(("test-fast", "k"), None)

@@ -59,7 +59,7 @@ def _stamp(dirs: list) -> tuple:
     return tuple(out)
 
 
-STAMP_EVERY_S = 1.0  # a live chart is redrawn at most this often (live runs write several lines a second)
+REDRAW_EVERY_S = 1.0  # a live chart is redrawn at most this often (live runs write several lines a second)
 MAX_POINTS = 1500  # points drawn per curve (charts.thin: each bucket's first, lowest, highest); the CSV has all
 
 
@@ -67,7 +67,7 @@ MAX_POINTS = 1500  # points drawn per curve (charts.thin: each bucket's first, l
 def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> None:
     """The charts of the run records ``recs``, redrawn by the server's push thread
     (:mod:`dashboard.push`) when a shown run writes a new evaluation or changes state, while any
-    of them is live, at most every STAMP_EVERY_S. A redraw lists no runs (the records' config and
+    of them is live, at most every REDRAW_EVERY_S. A redraw lists no runs (the records' config and
     meta come from the page's run; a rerun of this fragment alone keeps them) and reads only the
     metrics lines added since the last one."""
     dirs = [r["dir"] for r in recs]
@@ -129,7 +129,7 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
     live = any((s or (0, 0, None))[2] in ui.ACTIVE for s in stamp)
     if live:
         st.caption(":green-badge[live] redrawn as the shown runs write new evaluations")
-        P.subscribe("cmp_charts", P.throttled(lambda: _stamp(dirs), STAMP_EVERY_S), stamp)
+        P.subscribe("cmp_charts", P.throttled(lambda: _stamp(dirs), 0.5), stamp, every=REDRAW_EVERY_S)
     else:
         P.unsubscribe("cmp_charts")
 

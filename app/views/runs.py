@@ -225,6 +225,7 @@ def _file_bytes(path: Path) -> bytes:
 KEY = "runs_panel"  # the fragment's key
 PUSH = os.environ.get("ADMM_DASH_PUSH", "1") != "0"
 STAMP_EVERY_S = 1.0  # the stamp is recomputed at most this often (a stat per run)
+REDRAW_EVERY_S = 1.0  # and the panel redrawn at most this often after its last draw (live rows change every epoch)
 POLL_S = 2.0  # without push: the browser polls a watcher this often
 
 
@@ -280,7 +281,7 @@ def _watch(drawn: tuple) -> None:
 def runs_panel() -> None:
     """The table and the picked run's details, redrawn when the runs folder changes (push): the
     server's push thread compares :func:`runs_stamp` (at most every STAMP_EVERY_S) and reruns
-    this fragment of this tab on a change. An idle Runs tab costs a stat per run a second and
+    this fragment of this tab on a change, at most every REDRAW_EVERY_S. An idle Runs tab costs a stat per run a second and
     sends nothing (it re-ran every 2 s before: 24 % of a core, issue 33)."""
     root = str(ui.runs_root())
     before = ss.get("runs_live", frozenset())
@@ -291,7 +292,8 @@ def runs_panel() -> None:
     if live != before:  # a run started or ended: stamped by other files now, redraw once more
         stamp = None
     args = (root, live)
-    if not (PUSH and P.subscribe(KEY, P.throttled(lambda: runs_stamp(*args), STAMP_EVERY_S), stamp)):
+    stamp_fn = P.throttled(lambda: runs_stamp(*args), STAMP_EVERY_S)
+    if not (PUSH and P.subscribe(KEY, stamp_fn, stamp, every=REDRAW_EVERY_S)):
         st.fragment(run_every=POLL_S)(_watch)((args, stamp))
     _runs_body(runs)
 
