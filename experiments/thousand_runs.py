@@ -236,13 +236,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(root: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    """``streamlit run app/main.py`` on 127.0.0.1:<free port> over ``root`` (its own session, so
-    the caller can stop it with its whole group); returns (process, url) once /_stcore/health answers."""
+def start_server(root: Path, log: Path, script: Path = ROOT / "app" / "main.py") -> tuple[subprocess.Popen, str]:
+    """``streamlit run app/main.py`` (or ``script``) on 127.0.0.1:<free port> over ``root`` (its own
+    session, so the caller can stop it with its whole group); returns (process, url) once
+    /_stcore/health answers."""
     import urllib.request
 
     port = free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.address", "127.0.0.1"]
+    cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", "127.0.0.1"]
     cmd += ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     cmd += ["--server.fileWatcherType", "none", "--global.developmentMode", "false"]
     env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
@@ -279,14 +280,16 @@ def wait_shown(page, selector: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         for frame in page.frames:
+            # waited for inside the browser, a while per frame: asking is_visible() every 50 ms (the
+            # first version) made the busy renderer lay the page out on each ask and slowed the
+            # render it measured (Compare: 35 s against 9 s polled every 1.5 s, load 15)
             try:
-                if frame.locator(selector).first.is_visible():
-                    return
-            except Exception:  # noqa: BLE001 - a frame detached while we looked: look again
+                frame.wait_for_selector(selector, state="visible", timeout=400)
+                return
+            except Exception:  # noqa: BLE001 - not there yet, or a frame detached while we looked
                 pass
         if time.monotonic() > deadline:
             raise TimeoutError(f"{selector!r} not shown within {timeout_s:.0f} s")
-        time.sleep(0.05)
 
 
 def count_reruns(page) -> list[float]:
@@ -306,6 +309,38 @@ def count_reruns(page) -> list[float]:
 
     page.on("websocket", lambda ws: ws.on("framereceived", frame))
     return done
+
+
+# The control: a page with one two-point chart and nothing else, served and opened the same way.
+# Its render time is what Chromium and Streamlit need on this machine at this load whatever the
+# page does: the floor under the pages' first renders.
+CONTROL_APP = """import plotly.graph_objects as go
+import streamlit as st
+
+st.title("Control")
+st.plotly_chart(go.Figure(go.Scatter(x=[0, 1], y=[0, 1])))
+"""
+
+
+def measure_control(browser, root: Path, timeout_s: float) -> tuple[float, float]:
+    """(first tab s, second tab s) until the control page's chart shows."""
+    script = root.parent / f"{root.name}-control.py"
+    script.write_text(CONTROL_APP)
+    proc, url = start_server(root, root.parent / f"{root.name}-control.log", script)
+    try:
+        times = []
+        for _ in range(2):  # the first tab fetches the scripts, the second finds them cached (as the pages did)
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            t = time.perf_counter()
+            page.goto(url)
+            page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=timeout_s * 1000)
+            times.append(time.perf_counter() - t)
+            page.close()
+    finally:
+        stop_server(proc)
+        script.unlink(missing_ok=True)
+        (root.parent / f"{root.name}-control.log").unlink(missing_ok=True)
+    return times[0], times[1]
 
 
 def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120.0) -> dict:
@@ -354,14 +389,23 @@ def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120
                         }
                     )
                     page.close()
+                mem = proc_mem_mb(proc.pid)
+                control = measure_control(browser, root, timeout_s)
             finally:
                 browser.close()
-        mem = proc_mem_mb(proc.pid)
         with open(f"/proc/{proc.pid}/maps") as f:
             torch_loaded = any("libtorch" in ln for ln in f)  # PyTorch's own libraries mapped into the server
     finally:
         stop_server(proc)
-    return {"rows": rows, "start": start, "cold": cold, "rss": mem["VmRSS"], "hwm": mem["VmHWM"], "torch": torch_loaded}
+    return {
+        "rows": rows,
+        "start": start,
+        "cold": cold,
+        "rss": mem["VmRSS"],
+        "hwm": mem["VmHWM"],
+        "torch": torch_loaded,
+        "control": control,
+    }
 
 
 def browser_table(res: dict, finished: int, live: int, window: float) -> str:
@@ -393,6 +437,10 @@ def browser_table(res: dict, finished: int, live: int, window: float) -> str:
         f" {'yes' if res['torch'] else 'no'} (libtorch in /proc/<pid>/maps). Server start until /_stcore/health"
         f" answered: {res['start']:.1f} s; its first page (Runs, the server's own imports included):"
         f" {res['cold']:.2f} s.",
+        "",
+        f"Control: a page with one two-point chart and nothing else, served and opened the same way right"
+        f" after, showed its chart in {res['control'][0]:.2f} s (first tab) and {res['control'][1]:.2f} s"
+        f" (second tab): the floor under the first renders above at this load.",
     ]
     return "\n".join(out)
 
