@@ -21,7 +21,9 @@ tab, so a new session), measuring:
   websocket (each ends with Streamlit's ``script_finished`` message; the push thread reruns a
   page's live fragment when what it shows changed). The Train tab watches the newest live run,
   so its figure includes its live panel's redraws;
-- memory: the server's VmRSS and VmHWM (peak) from /proc/<pid>/status, after all pages.
+- memory: the server's VmRSS and VmHWM (peak) from /proc/<pid>/status, after all pages;
+- a control: a page with one two-point chart and nothing else, served and opened the same way,
+  the floor under a first render on this machine at this load.
 
 With ``--markdown FILE`` the table replaces the block between ``<!-- thousand-runs -->`` and
 ``<!-- /thousand-runs -->`` in FILE (docs/reliability.md), with the machine and load named.
