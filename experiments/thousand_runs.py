@@ -456,6 +456,11 @@ def main(argv=None) -> int:
     p.add_argument("--root", help="runs folder to make (default: a temporary one, removed afterwards)")
     p.add_argument("--markdown", help="write the table into this file between the thousand-runs markers")
     p.add_argument("--no-browser", action="store_true", help="AppTest only: no real server, no Chromium")
+    p.add_argument(
+        "--no-apptest",
+        action="store_true",
+        help="the real server in Chromium only (AppTest's Train page took over 10 min at load 15-24 with 4 live runs)",
+    )
     p.add_argument("--window", type=float, default=20.0, help="seconds of server CPU counted per open tab")
     a = p.parse_args(argv)
     tmp = None if a.root else tempfile.mkdtemp(prefix="thousand-runs-")
@@ -480,8 +485,10 @@ def main(argv=None) -> int:
         import app.ui  # noqa: F401
 
         base = rss_mb()
-        rows, cold = measure(root, a.repeats)
-        rss = (base, rss_mb(), "torch" in sys.modules)  # before machine_line(), which asks torch its version
+        rows = None
+        if not a.no_apptest:
+            rows, cold = measure(root, a.repeats)
+            rss = (base, rss_mb(), "torch" in sys.modules)  # before machine_line(), which asks torch its version
         browser = None
         if not a.no_browser and chromium_path():
             browser = measure_browser(root, a.window, a.live)
@@ -490,7 +497,11 @@ def main(argv=None) -> int:
     finally:
         for d in lives:
             W.stop_run(d)
-    text = table(rows, cold, rss, a.finished, a.live)
+    if rows is not None:
+        text = table(rows, cold, rss, a.finished, a.live)
+    else:
+        text = f"{a.finished} finished runs + {a.live} live ones, `python experiments/thousand_runs.py --no-apptest`."
+        text += f" Machine: {machine_line()}."
     if browser:
         text += "\n\n" + browser_table(browser, a.finished, a.live, a.window)
     print(text)
