@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,6 +254,87 @@ def read_metrics(run_dir: Path) -> list[dict]:
                     out.append(m)
     except OSError:
         pass
+    return out
+
+
+def _metrics_lines(data: bytes) -> list[dict]:
+    """The metrics records among complete lines ``data`` (bytes ending in a newline), as read_metrics keeps them."""
+    if not data:
+        return []
+    try:  # one parse for the whole batch; a garbled line sends us to the line-by-line path
+        rows = json.loads(b"[" + data.rstrip(b"\n").replace(b"\n", b",") + b"]")
+        if len(rows) != data.count(b"\n"):  # a record over two lines (a stray newline): as read_metrics does
+            raise ValueError
+    except ValueError:
+        rows = []
+        for line in data.split(b"\n"):
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue
+    return [m for m in rows if isinstance(m, dict) and isinstance(m.get("epoch"), int)]
+
+
+class _Tail:
+    """What :func:`read_metrics_cached` knows of one metrics.jsonl: the records of its complete
+    lines, the byte offset after the last of them, and the bytes just before that offset."""
+
+    __slots__ = ("ident", "offset", "check", "lines")
+
+    def __init__(self, ident: tuple):
+        self.ident, self.offset, self.check, self.lines = ident, 0, b"", []
+
+
+_TAILS: OrderedDict[str, _Tail] = OrderedDict()  # metrics path -> its tail, least recently read first
+_TAILS_LOCK = threading.Lock()
+TAIL_FILES = 64  # files kept (a Compare page shows a handful; the Runs page reads only live runs')
+TAIL_LINES = 400_000  # and records kept over all files (about 1 KB each): the oldest files go first
+_CHECK = 64  # bytes before the offset compared on each read: a file rewritten in place is read again
+
+
+def read_metrics_cached(run_dir: Path) -> list[dict]:
+    """:func:`read_metrics`, reading only the lines appended since the last call for this file.
+
+    The dashboard redraws live runs' charts every second; a 100,000-epoch run's file has tens of
+    thousands of lines, and parsing them all on every redraw was most of the page's server time.
+    The file is read again from its start when it was replaced (another inode), shrank, or its
+    bytes before the kept offset changed (rewritten in place, as ``reset_metrics`` does on a
+    resume). A half-written last line is parsed if it already is a whole record (as read_metrics
+    does) but not kept: the next call reads it again. Returns a new list each call; the records
+    in it are shared between calls: do not mutate them.
+    """
+    path = os.path.join(run_dir, "metrics.jsonl")
+    try:
+        f = open(path, "rb")
+    except OSError:
+        with _TAILS_LOCK:
+            _TAILS.pop(path, None)
+        return []
+    with f, _TAILS_LOCK:
+        st = os.fstat(f.fileno())
+        ident = (st.st_dev, st.st_ino)
+        tail = _TAILS.get(path)
+        if (
+            tail is None
+            or tail.ident != ident
+            or st.st_size < tail.offset
+            or (tail.check and os.pread(f.fileno(), len(tail.check), tail.offset - len(tail.check)) != tail.check)
+        ):
+            tail = _Tail(ident)
+        f.seek(tail.offset)
+        data = f.read()
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            tail.lines.extend(_metrics_lines(data[:cut]))
+            tail.offset += cut
+            tail.check = data[max(0, cut - _CHECK) : cut] if cut >= _CHECK else (tail.check + data[:cut])[-_CHECK:]
+        _TAILS[path] = tail
+        _TAILS.move_to_end(path)
+        while len(_TAILS) > TAIL_FILES or (len(_TAILS) > 1 and sum(len(t.lines) for t in _TAILS.values()) > TAIL_LINES):
+            _TAILS.popitem(last=False)
+        out = list(tail.lines)
+    if cut < len(data):  # a line being written (or a last line without its newline)
+        out += _metrics_lines(data[cut:] + b"\n")
     return out
 
 

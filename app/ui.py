@@ -14,7 +14,7 @@ import streamlit as st
 
 from admm_core.deepfacto.config import STATE_FILE, DeepFactoConfig
 from admm_core.errors import ConfigError
-from admm_core.runs import read_json, read_metrics
+from admm_core.runs import read_json, read_metrics_cached
 from app.dashboard import meta as M
 from app.dashboard import workers
 
@@ -303,7 +303,7 @@ def done_epochs(run_dir: Path, status: dict) -> int:
     """Epochs the run has completed: the status, else its last evaluation (a resumed run is 'starting')."""
     done = int(status.get("epoch") or 0)
     if status.get("state") == "starting" or not done:
-        ms = read_metrics(run_dir)
+        ms = read_metrics_cached(run_dir)
         if ms:
             done = max(done, int(ms[-1].get("epoch") or 0))
     return done

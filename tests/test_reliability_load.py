@@ -811,6 +811,7 @@ def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
     if Path(CHROMIUM).exists():  # a real `streamlit run` opened in Chromium: its rows and memory
         assert "served for real" in text and "| Compare |" in text.split("served for real")[1]
         assert "PyTorch loaded in the server: no" in text and "VmHWM" in text
+        assert "refreshes in 1 s" in text and "Control: a page with one two-point chart" in text
     listed = runs.list_runs(tmp_path / "runs")
     assert len(listed) == 30 and {r["status"]["state"] for r in listed} == {"finished"}
 

@@ -414,6 +414,34 @@ def smooth(ys: list, weight: float) -> list:
     return out
 
 
+def thin(traces: list[dict], max_points: int | None) -> list[dict]:
+    """Traces of more than ``max_points`` points cut to about that many for drawing: per bucket
+    of consecutive points, its first, lowest and highest (a spike stays drawn), and the last point.
+    A 100,000-epoch run's curve has more points than the chart has pixels, and every point is
+    validated, serialised and sent again on each redraw (TensorBoard samples 1,000 per curve)."""
+    if not max_points:
+        return traces
+    out = []
+    for t in traces:
+        xs, ys = t.get("x"), t.get("y")
+        n = len(xs) if xs is not None else 0
+        if n <= max_points or ys is None or len(ys) != n:
+            out.append(t)
+            continue
+        size = max(1, (3 * n) // max_points)
+        keep = set()
+        for a in range(0, n, size):
+            idx = [i for i in range(a, min(a + size, n)) if ys[i] is not None]
+            keep.add(a)
+            if idx:
+                keep.add(min(idx, key=ys.__getitem__))
+                keep.add(max(idx, key=ys.__getitem__))
+        keep.add(n - 1)
+        order = sorted(keep)
+        out.append({**t, "x": [xs[i] for i in order], "y": [ys[i] for i in order]})
+    return out
+
+
 def compare_figure(
     series: list[tuple[str, list[dict]]],
     key: str,
@@ -423,6 +451,7 @@ def compare_figure(
     title: str = "",
     percent: bool = False,
     height: int = 420,
+    max_points: int | None = None,
 ) -> go.Figure:
     """Overlay one column of several runs; per-block columns get one dash style per block."""
     traces = []
@@ -443,7 +472,7 @@ def compare_figure(
             traces.append(
                 {**_scatter(xs, smooth(ys, smoothing), label, colour, marker={"size": 4}), **_no_legend_if_empty(ys)}
             )
-    return _figure(traces, title, xtitle, "%" if percent else "", log_y, height=height)
+    return _figure(thin(traces, max_points), title, xtitle, "%" if percent else "", log_y, height=height)
 
 
 def _no_legend_if_empty(ys: list) -> dict:
@@ -624,6 +653,7 @@ def group_figure(
     percent: bool = False,
     spread: str = "std",
     height: int = 420,
+    max_points: int | None = None,
 ) -> go.Figure:
     """One line per group of runs (their mean at each x) inside a band: mean ± one standard
     deviation (``spread='std'``) or the runs' min to max (``'range'``). Runs are aligned on the
@@ -663,7 +693,7 @@ def group_figure(
             }
         )
         traces.append({**_scatter(xs, mean, name, colour, "lines"), "legendgroup": label, **_no_legend_if_empty(mean)})
-    return _figure(traces, title, xtitle, "%" if percent else "", log_y, height=height)
+    return _figure(thin(traces, max_points), title, xtitle, "%" if percent else "", log_y, height=height)
 
 
 def series_csv(charts: dict[str, list[tuple[str, list[dict]]]], keys: dict[str, str], x_key: str) -> str:

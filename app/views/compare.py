@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from admm_core.bench import PAPER
-from admm_core.runs import read_metrics
+from admm_core.runs import read_metrics_cached as read_metrics
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import meta as M
@@ -59,17 +59,22 @@ def _stamp(dirs: list) -> tuple:
     return tuple(out)
 
 
+REDRAW_EVERY_S = 1.0  # a live chart is redrawn at most this often (live runs write several lines a second)
+MAX_POINTS = 1500  # points drawn per curve (charts.thin: each bucket's first, lowest, highest); the CSV has all
+
+
 @st.fragment(key="cmp_charts")
-def charts_section(chosen, x_key, log_y, acc_log, smoothing, group_by, spread) -> None:
-    """The charts, redrawn by the server's push thread (:mod:`dashboard.push`) when a shown run
-    writes a new evaluation or changes state, while any of them is live."""
-    by_id = {r["name"]: r for r in ui.list_runs()}
-    chosen = [n for n in chosen if n in by_id]
-    dirs = [by_id[n]["dir"] for n in chosen]
+def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> None:
+    """The charts of the run records ``recs``, redrawn by the server's push thread
+    (:mod:`dashboard.push`) when a shown run writes a new evaluation or changes state, while any
+    of them is live, at most every REDRAW_EVERY_S. A redraw lists no runs (the records' config and
+    meta come from the page's run; a rerun of this fragment alone keeps them) and reads only the
+    metrics lines added since the last one."""
+    dirs = [r["dir"] for r in recs]
     stamp = _stamp(dirs)
     nets, faces = [], []  # DeepFacto runs get their own charts: verification accuracy, per iteration
-    for n in chosen:
-        r = by_id[n]
+    for r in recs:
+        n = r["name"]
         cfg = r["config"] or {}
         label = r["meta"]["name"] or (n if len(n) <= 28 else n[:15] + "…")  # ids start with the launch time
         item = (f"{C.run_kind(cfg)} · {label}", read_metrics(r["dir"]), _group_of(r, group_by))
@@ -77,12 +82,16 @@ def charts_section(chosen, x_key, log_y, acc_log, smoothing, group_by, spread) -
 
     def draw(col, items, key, title, log, percent=False, xk=x_key, chart_key=""):
         if group_by == "nothing":
-            fig = C.compare_figure([(lab, m) for lab, m, _ in items], key, xk, smoothing, log, title, percent)
+            fig = C.compare_figure(
+                [(lab, m) for lab, m, _ in items], key, xk, smoothing, log, title, percent, max_points=MAX_POINTS
+            )
         else:
             groups: dict[str, list] = {}
             for _, m, g in items:
                 groups.setdefault(g, []).append(m)
-            fig = C.group_figure(list(groups.items()), key, xk, smoothing, log, title, percent, spread)
+            fig = C.group_figure(
+                list(groups.items()), key, xk, smoothing, log, title, percent, spread, max_points=MAX_POINTS
+            )
         col.plotly_chart(fig, key=chart_key, config=ui.PLOTLY_CONFIG)
 
     if nets:
@@ -110,7 +119,8 @@ def charts_section(chosen, x_key, log_y, acc_log, smoothing, group_by, spread) -
     keys |= {"residuals": "residuals", "verification": "test_accuracy"}
     st.download_button(
         "Download the charts' data (CSV)",
-        C.series_csv({k: [(lab, m) for lab, m, _ in v] for k, v in plotted.items() if v}, keys, x_key),
+        # built on the click: on every redraw of a live chart it was a pass over every line
+        lambda: C.series_csv({k: [(lab, m) for lab, m, _ in v] for k, v in plotted.items() if v}, keys, x_key),
         icon=":material/download:",
         file_name="compare-series.csv",
         mime="text/csv",
@@ -119,7 +129,7 @@ def charts_section(chosen, x_key, log_y, acc_log, smoothing, group_by, spread) -
     live = any((s or (0, 0, None))[2] in ui.ACTIVE for s in stamp)
     if live:
         st.caption(":green-badge[live] redrawn as the shown runs write new evaluations")
-        P.subscribe("cmp_charts", lambda: _stamp(dirs), stamp)
+        P.subscribe("cmp_charts", P.throttled(lambda: _stamp(dirs), 0.5), stamp, every=REDRAW_EVERY_S)
     else:
         P.unsubscribe("cmp_charts")
 
@@ -191,7 +201,7 @@ def main() -> None:
         help="One line per group: the mean of its runs, in a band of ± one standard deviation or min to max",
     )
     spread = c[1].radio("Band", ["std", "range"], horizontal=True, key="cmp_spread", disabled=group_by == "nothing")
-    charts_section(chosen, x_key, log_y, acc_log, smoothing, group_by, spread)
+    charts_section([by_id[n] for n in chosen], x_key, log_y, acc_log, smoothing, group_by, spread)
     rows = []
     for n in chosen:
         r = by_id[n]

@@ -17,7 +17,7 @@ import streamlit as st
 
 from admm_core.errors import ConfigError
 from admm_core.resources import human as human_bytes
-from admm_core.runs import read_json_dict, read_metrics
+from admm_core.runs import read_metrics_cached
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import meta as M
@@ -58,9 +58,13 @@ def _last_test(r: dict) -> float | None:
     """Final test accuracy (summary), else the last evaluation's while the run goes."""
     summ = r.get("summary") or {}
     acc = summ.get("test_accuracy")
-    if acc is None:
-        ms = read_metrics(r["dir"])
-        acc = ms[-1].get("test_accuracy") if ms else None
+    return _last_eval(r["dir"]) if acc is None else round(100 * acc, 2)
+
+
+def _last_eval(run_dir: Path) -> float | None:
+    """The last evaluation's test accuracy (%), from the lines added since the last read only."""
+    ms = read_metrics_cached(run_dir)
+    acc = ms[-1].get("test_accuracy") if ms else None
     return None if acc is None else round(100 * acc, 2)
 
 
@@ -180,14 +184,9 @@ def details(r: dict) -> None:
             mime="application/json",
             key="runs_dl_cfg",
         )
-        metrics_path = run_dir / "metrics.jsonl"
-        try:
-            metrics_bytes = metrics_path.read_bytes() if metrics_path.exists() else b""
-        except OSError:
-            metrics_bytes = b""
         d[1].download_button(
             "metrics.jsonl",
-            metrics_bytes,
+            lambda: _file_bytes(run_dir / "metrics.jsonl"),  # read on the click, not on every redraw of a live run
             icon=":material/download:",
             file_name=f"{name}-metrics.jsonl",
             mime="application/x-ndjson",
@@ -206,7 +205,7 @@ def details(r: dict) -> None:
             if state in ui.ACTIVE:
                 st.caption("Stop the run first.")
     with c[1]:
-        metrics = read_metrics(run_dir)
+        metrics = read_metrics_cached(run_dir)
         if metrics:
             st.plotly_chart(C.accuracy_figure(metrics), key="runs_acc", config=ui.PLOTLY_CONFIG)
         with st.expander("config.json", expanded=not metrics):
@@ -216,15 +215,23 @@ def details(r: dict) -> None:
                 st.json(r["summary"])
 
 
+def _file_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # missing (deleted meanwhile) or unreadable
+        return b""
+
+
 KEY = "runs_panel"  # the fragment's key
 PUSH = os.environ.get("ADMM_DASH_PUSH", "1") != "0"
 STAMP_EVERY_S = 1.0  # the stamp is recomputed at most this often (a stat per run)
+REDRAW_EVERY_S = 1.0  # and the panel redrawn at most this often after its last draw (live rows change every epoch)
 POLL_S = 2.0  # without push: the browser polls a watcher this often
 
 
-def _st(p: Path) -> tuple | None:
+def _st(p: str | Path) -> tuple | None:
     try:
-        s = p.stat()
+        s = os.stat(p)
         return (s.st_size, s.st_mtime_ns)
     except OSError:
         return None
@@ -233,24 +240,30 @@ def _st(p: Path) -> tuple | None:
 def runs_stamp(root: str | Path, live: frozenset) -> tuple:
     """What the Runs page shows, cheaply: the runs folder's listing and, per run directory, its
     mtime (an atomic rewrite of status.json or meta.json, a new file, changes it) — except for the
-    runs that were ``live`` at the last draw, whose status.json is rewritten every 0.5 s: for them
-    the state (liveness checked), epoch and metrics.jsonl. A stat per run, no file read."""
-    root = Path(root)
+    runs that were ``live`` at the last draw, whose status.json is rewritten every 0.5 s and whose
+    metrics.jsonl grows by a line per epoch: for them what their row shows, the state (liveness
+    checked), the epoch, the last test accuracy (the new metrics lines only) and the error, not
+    their files' times (the size and "updated" of a live row follow with its next change).
+    A stat per run (plain strings: pathlib's objects cost more than the stats)."""
+    root = str(root)
     try:
-        names = sorted(os.listdir(root))
+        with os.scandir(root) as it:
+            names = sorted(e.name for e in it)
     except OSError:
-        return (str(root), None)
-    out: list = [str(root), _st(root)]
+        return (root, None)
+    out: list = [root, _st(root)]
     for n in names:
-        d = root / n
+        d = os.path.join(root, n)
         if n in live:
+            status = W.state_of(d)
             out.append(
                 (
                     n,
-                    W.state_of(d).get("state"),
-                    read_json_dict(d / "status.json").get("epoch"),
-                    _st(d / "metrics.jsonl"),
-                    _st(d / "meta.json"),
+                    status.get("state"),
+                    ui.done_epochs(Path(d), status),
+                    _last_eval(Path(d)),
+                    status.get("error"),
+                    _st(os.path.join(d, "meta.json")),
                 )
             )
         else:
@@ -268,7 +281,7 @@ def _watch(drawn: tuple) -> None:
 def runs_panel() -> None:
     """The table and the picked run's details, redrawn when the runs folder changes (push): the
     server's push thread compares :func:`runs_stamp` (at most every STAMP_EVERY_S) and reruns
-    this fragment of this tab on a change. An idle Runs tab costs a stat per run a second and
+    this fragment of this tab on a change, at most every REDRAW_EVERY_S. An idle Runs tab costs a stat per run a second and
     sends nothing (it re-ran every 2 s before: 24 % of a core, issue 33)."""
     root = str(ui.runs_root())
     before = ss.get("runs_live", frozenset())
@@ -279,7 +292,8 @@ def runs_panel() -> None:
     if live != before:  # a run started or ended: stamped by other files now, redraw once more
         stamp = None
     args = (root, live)
-    if not (PUSH and P.subscribe(KEY, P.throttled(lambda: runs_stamp(*args), STAMP_EVERY_S), stamp)):
+    stamp_fn = P.throttled(lambda: runs_stamp(*args), STAMP_EVERY_S)
+    if not (PUSH and P.subscribe(KEY, stamp_fn, stamp, every=REDRAW_EVERY_S)):
         st.fragment(run_every=POLL_S)(_watch)((args, stamp))
     _runs_body(runs)
 

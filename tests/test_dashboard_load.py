@@ -1,0 +1,130 @@
+"""What a live page costs per redraw (issue #36, a thousand runs): the Runs page's stamp follows
+what a live row shows, not its files' times; Compare's charts draw a bounded number of points."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from admm_core import runs
+from admm_core.runs import append_metrics
+from app.dashboard import charts as C
+
+
+def _live_run(root: Path, name: str, epoch: int) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "config.json").write_text("{}")
+    status = {"state": "running", "pid": os.getpid(), "pid_start": None, "host": None, "epoch": epoch, "epochs": 100}
+    runs.write_json(d / "status.json", {**status, "updated": 1.0})
+    return d
+
+
+def test_runs_stamp_changes_with_a_live_rows_values_not_with_its_files(tmp_path, monkeypatch):
+    """A live run's metrics line that changes nothing the table shows (same epoch in its status,
+    same last test accuracy) and a rewrite of its status.json's time leave the stamp alone; a new
+    test accuracy, epoch or state change it. A finished run is stamped by its directory's mtime."""
+    from app.views import runs as R  # noqa: PLC0415 - the page module runs its script on import
+
+    root = tmp_path / "runs"
+    live = _live_run(root, "b-live", epoch=3)
+    append_metrics(live, {"epoch": 3, "test_accuracy": 0.5})
+    done = root / "a-done"
+    done.mkdir()
+    runs.write_json(done / "status.json", {"state": "finished"})
+    names = frozenset({"b-live"})
+    stamp = R.runs_stamp(root, names)
+    append_metrics(live, {"epoch": 3, "test_accuracy": 0.5, "system": 1})  # nothing shown changes
+    runs.write_json(live / "status.json", {**json.loads((live / "status.json").read_text()), "updated": 2.0})
+    assert R.runs_stamp(root, names) == stamp
+    append_metrics(live, {"epoch": 4, "test_accuracy": 0.6})  # a new test accuracy in the row
+    after = R.runs_stamp(root, names)
+    assert after != stamp
+    runs.write_json(live / "status.json", {**json.loads((live / "status.json").read_text()), "epoch": 4})
+    assert R.runs_stamp(root, names) != after
+    before = R.runs_stamp(root, names)
+    os.utime(done, ns=(1, 1))  # a finished run's folder changed (a rename in it moves its mtime)
+    assert R.runs_stamp(root, names) != before
+
+
+def test_thin_keeps_the_first_last_and_extreme_points_of_a_long_curve():
+    n = 100_000
+    xs = list(range(n))
+    ys = [1.0 / (1 + i) for i in range(n)]
+    ys[54_321] = 50.0  # a spike (a divergence) must stay drawn
+    ys[70_000] = None  # a gap
+    (t,) = C.thin([{"type": "scatter", "x": xs, "y": ys, "name": "r"}], 1500)
+    assert 1000 <= len(t["x"]) <= 1600 and len(t["x"]) == len(t["y"])
+    assert t["x"][0] == 0 and t["x"][-1] == n - 1 and 54_321 in t["x"]
+    assert t["x"] == sorted(t["x"]) and all(ys[x] == y for x, y in zip(t["x"], t["y"]))
+    short = {"type": "scatter", "x": [0, 1, 2], "y": [3, 2, 1]}
+    assert C.thin([short], 1500) == [short] and C.thin([t], None) == [t]
+
+
+def test_compare_figure_draws_at_most_max_points_per_curve():
+    ms = [{"epoch": e, "test_accuracy": 0.5 + e / 1e6, "residuals": [1 / (e + 1), 2 / (e + 1)]} for e in range(20_000)]
+    fig = C.compare_figure([("a", ms), ("b", ms[:100])], "residuals", max_points=1500)
+    assert [len(t.x) for t in fig.data if t.name.startswith("a")] and all(
+        len(t.x) <= 1600 for t in fig.data if t.name.startswith("a")
+    )
+    assert all(len(t.x) == 100 for t in fig.data if t.name.startswith("b"))
+    full = C.compare_figure([("a", ms)], "test_accuracy")
+    assert len(full.data[0].x) == 20_000  # without max_points nothing is cut
+    grouped = C.group_figure([("g", [ms, ms])], "test_accuracy", max_points=1500)
+    assert all(len(t.x) <= 1600 for t in grouped.data)
+
+
+def test_push_asks_no_stamp_and_reruns_nothing_sooner_than_every_after_a_draw(monkeypatch):
+    """The push thread with a subscription whose stamp changes on every call (a live run writing
+    lines all the time): with every=0.6 s it asks nothing for 0.6 s after the draw, then reruns
+    the fragment once; without ``every`` it reruns at the thread's first tick."""
+    import threading
+    import time
+
+    from app.dashboard import push as P
+
+    class Loop:
+        def __init__(self):
+            self.calls = []
+
+        def call_soon_threadsafe(self, fn, *args):
+            self.calls.append(time.monotonic())
+
+    class Session:
+        _scriptrunner = None
+
+    monkeypatch.setattr(P, "_alive", lambda sid: True)
+    asked = []
+
+    def stamp_fn():
+        asked.append(time.monotonic())
+        return (len(asked),)  # new on every call
+
+    def sub(every):
+        return {
+            "fid": "f",
+            "stamp_fn": stamp_fn,
+            "stamp": (0,),
+            "session": Session(),
+            "loop": Loop(),
+            "every": every,
+            "drawn": time.monotonic(),
+        }
+
+    slow, fast = sub(0.6), sub(0.0)
+    with P._lock:
+        P._subs[("test-slow", "k")] = slow
+        P._subs[("test-fast", "k")] = fast
+        P._ensure_thread()
+    assert isinstance(P._thread, threading.Thread)
+    try:
+        time.sleep(0.45)
+        assert fast["loop"].calls and not slow["loop"].calls  # the plain one pushed at once
+        assert all(t - fast["drawn"] < 0.45 for t in asked)  # the slow one's stamp not asked yet
+        time.sleep(0.6)
+        assert slow["loop"].calls and slow["loop"].calls[0] - slow["drawn"] >= 0.6
+    finally:
+        with P._lock:
+            P._subs.pop(("test-slow", "k"), None)
+            P._subs.pop(("test-fast", "k"), None)
