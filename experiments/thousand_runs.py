@@ -11,7 +11,7 @@ menu) under Streamlit's AppTest (the server's script run, in this process) and m
 - memory: this process's resident set after all pages (MB), i.e. the server's.
 
 Then (unless ``--no-browser``, or without the system Chromium) the same folder is served by a real
-``streamlit run app/main.py`` on 127.0.0.1 and each page is opened in headless Chromium (a new
+``streamlit run app/serve.py`` on 127.0.0.1 and each page is opened in headless Chromium (a new
 tab, so a new session), measuring:
 
 - first render: from the navigation until the page shows its content (Runs: the table; Compare
@@ -239,8 +239,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(root: Path, log: Path, script: Path = ROOT / "app" / "main.py") -> tuple[subprocess.Popen, str]:
-    """``streamlit run app/main.py`` (or ``script``) on 127.0.0.1:<free port> over ``root`` (its own
+def start_server(root: Path, log: Path, script: Path = ROOT / "app" / "serve.py") -> tuple[subprocess.Popen, str]:
+    """``streamlit run app/serve.py`` (as scripts/run.sh; or ``script``) on 127.0.0.1:<free port> over ``root`` (its own
     session, so the caller can stop it with its whole group); returns (process, url) once
     /_stcore/health answers."""
     import urllib.request
@@ -426,7 +426,7 @@ def browser_table(res: dict, finished: int, live: int, window: float) -> str:
         return "—" if v is None else f"{v:.2f}" + ("" if target is None else (" ✓" if v <= target else " ✗"))
 
     out = [
-        f"The same folder served for real (`streamlit run app/main.py` on 127.0.0.1, its own process) and each"
+        f"The same folder served for real (`streamlit run app/serve.py` on 127.0.0.1, its own process) and each"
         f" page opened in a new headless Chromium tab; server CPU = utime + stime of the server process"
         f" (/proc/<pid>/stat) over {window:g} s with only that tab open; refreshes = the reruns the server"
         f" sent that tab meanwhile (`script_finished` messages on its websocket). Load average"

@@ -335,10 +335,10 @@ PAGE_MS = int(float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240")) * 1000)
 
 
 def _dashboard(root: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    """The real dashboard (``streamlit run app/main.py``) on 127.0.0.1:<free port> over ``root``."""
+    """The real dashboard (``streamlit run app/serve.py``, as run.sh) on 127.0.0.1:<free port> over ``root``."""
     port = _free_port()
     env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.address", "127.0.0.1"]
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "serve.py"), "--server.address", "127.0.0.1"]
     cmd += ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     cmd += ["--server.fileWatcherType", "none", "--global.developmentMode", "false"]
     proc = subprocess.Popen(
