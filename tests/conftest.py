@@ -135,6 +135,10 @@ SLOW = {
     "test_distributed.py::test_killed_run_resumes_where_unbroken_run_ends",
     "test_distributed.py::test_resume_with_another_world_size_names_both",
     "test_experiments.py::test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here",
+    # Hypothesis, 75 examples through the CLI each (single process, load average ~13)
+    "test_fuzz_config.py::test_cli_one_bad_field_is_one_clean_error",
+    "test_fuzz_config.py::test_cli_random_flags_never_traceback",
+    "test_fuzz_config.py::test_cli_config_json_never_traceback",
     "test_experiments.py::test_widened_backbone_keeps_the_trained_stages_and_only_replaces_the_expansion_and_head",
     "test_experiments.py::test_m_step_alternation_reports_the_error_of_the_factors_it_returns",
     "test_svm.py::test_the_solver_is_part_of_the_svm_cache_key",
