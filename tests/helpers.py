@@ -1,28 +1,54 @@
-"""Small pieces several test files share (imported as ``helpers``: pytest puts tests/ on the path)."""
+"""Small pieces several test files share (imported as ``helpers``: pytest puts tests/ on the path).
+
+Configs (``digits_cfg``, ``tiny``), the command line in-process (``cli_call``, ``cli_run``) and as a
+fresh interpreter (``cli_proc``), and the dashboard in a real Chromium (``dashboard``, ``CHROMIUM``,
+``ARGS``, ``needs_chromium``; the ``browser`` fixture is in conftest.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 
+import pytest
 import torch
 
 from admm_core import cli, runs
 from admm_core.blocks import BlockNet
+from admm_core.config import RunConfig
 from admm_core.models import mlp_layers
+from admm_core.presets import preset_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# --- configs -----------------------------------------------------------------------------------
 
 
-def cli_run(argv) -> tuple[int, str]:
-    """cli.main in-process: (exit code, stderr); signal handlers left as they are."""
-    err = io.StringIO()
-    saved = runs.install_stop_handlers
-    runs.install_stop_handlers = lambda: lambda: False
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            rc = cli.main(argv)
-    finally:
-        runs.install_stop_handlers = saved
-    return rc, err.getvalue()
+def digits_cfg(method="block-admm", epochs=3, n=None, hidden=None, test_n=200, **params) -> RunConfig:
+    """The digits-mlp preset of ``method`` for ``epochs`` epochs, its settings updated by ``params``;
+    ``n`` training (and ``test_n`` test) samples and ``hidden`` widths when given."""
+    cfg = preset_config("digits-mlp", method)
+    cfg = cfg.replace(train__epochs=epochs, method_params={**cfg.method_params, **params})
+    if n is not None:
+        cfg = cfg.replace(data__train_limit=n, data__test_limit=test_n)
+    if hidden is not None:
+        cfg = cfg.replace(model__hidden=hidden)
+    return cfg
+
+
+def tiny(method="block-admm", epochs=2, **kw) -> RunConfig:
+    """The default config of ``method`` made small: 200 training and 100 test digits, widths (32, 16)."""
+    return RunConfig(method=method).replace(
+        data__train_limit=200, data__test_limit=100, model__hidden=(32, 16), train__epochs=epochs, **kw
+    )
 
 
 def tiny_mlp(n: int, d: int = 7, hidden=(6, 5), classes: int = 4, seed: int = 0):
@@ -40,3 +66,123 @@ def mlp_weights(net) -> list[tuple[torch.Tensor, torch.Tensor]]:
     fc2 = (Linear, ReLU), fc3 = (Linear,)."""
     lin = [net.blocks[0][0][1], net.blocks[1][0][0], net.blocks[2][0][0]]
     return [(l.weight.detach().clone(), l.bias.detach().clone()) for l in lin]
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+def cli_call(argv) -> tuple[int, str, str]:
+    """cli.main in-process: (exit code, stdout, stderr); an argparse usage error is its exit code
+    (2), not a SystemExit; the process's signal handlers are left as they are."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = runs.install_stop_handlers
+    runs.install_stop_handlers = lambda: lambda: False
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                rc = cli.main(list(argv))
+            except SystemExit as e:
+                rc = e.code
+    finally:
+        runs.install_stop_handlers = saved
+    return rc, out.getvalue(), err.getvalue()
+
+
+def cli_run(argv) -> tuple[int, str]:
+    """cli.main in-process: (exit code, stderr)."""
+    rc, _, err = cli_call(argv)
+    return rc, err
+
+
+def cli_proc(*argv, timeout=300, **kw) -> subprocess.CompletedProcess:
+    """``python -m admm_core ARGV`` in a fresh interpreter from the checkout (text output captured):
+    for what only a real process shows (the module entry point, exit codes, signals)."""
+    cmd = [sys.executable, "-m", "admm_core", *map(str, argv)]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+# --- waiting -------------------------------------------------------------------------------------
+
+
+def wait(pred, timeout=60.0, every=0.1):
+    """pred()'s first true value within ``timeout`` seconds (looked at every ``every`` s, and once
+    more at the end), else None."""
+    end = time.time() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.time() >= end:
+            return None
+        time.sleep(every)
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --- the dashboard in a real Chromium ------------------------------------------------------------
+
+CHROMIUM = (
+    os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
+)
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+needs_chromium = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM} (apt-get install -y chromium)"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def dashboard(env: dict, log_path: Path, checkout: Path = ROOT, health_timeout: float = 60, entry: str = "serve.py"):
+    """The dashboard of ``checkout`` on 127.0.0.1:<free port> (headless, no file watcher, its own
+    process group, output to ``log_path``): yields (url, process) once it answers its health check
+    (fails the test with the log if it exits first); on exit stops the whole process group.
+    ``entry``: app/serve.py as scripts/run.sh starts it (with the live charts' route), or main.py."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", str(checkout / "app" / entry), "--server.address", "127.0.0.1"]
+    cmd += ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    cmd += ["--server.fileWatcherType", "none", "--global.developmentMode", "false"]
+    url = f"http://127.0.0.1:{port}"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+        def healthy():
+            try:
+                return urllib.request.urlopen(url + "/_stcore/health", timeout=1).read() == b"ok"
+            except OSError:
+                return proc.poll() is not None  # ended: stop waiting
+
+        try:
+            wait(healthy, health_timeout, 0.2)
+            if proc.poll() is not None:
+                pytest.fail("streamlit did not start:\n" + Path(log_path).read_text())
+            yield url, proc
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import digits_cfg
+from helpers import wait as _wait
 from streamlit.testing.v1 import AppTest
 
 from admm_core.config import RunConfig
@@ -33,19 +35,14 @@ APP = ROOT / "app"
 TIMEOUT = 60
 
 
-def tiny(method="block-admm", epochs=2):
-    cfg = preset_config("digits-mlp", method)
-    return cfg.replace(train__epochs=epochs, data__train_limit=300, data__test_limit=200)
-
-
 @pytest.fixture(scope="module")
 def runs_root(tmp_path_factory):
     """Real run directories: two finished runs, a crashed one (dead worker), a DeepFacto stub."""
     root = tmp_path_factory.mktemp("runs")
-    train(tiny("block-admm"), root / "r1-digits-block-admm")
-    train(tiny("sgd"), root / "r2-digits-sgd")
+    train(digits_cfg("block-admm", 2, n=300), root / "r1-digits-block-admm")
+    train(digits_cfg("sgd", 2, n=300), root / "r2-digits-sgd")
     crashed = root / "r3-digits-adam"
-    train(tiny("adam", epochs=1), crashed)
+    train(digits_cfg("adam", 1, n=300), crashed)
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()  # a pid that is surely dead now
     st = read_json(crashed / "status.json")
@@ -325,7 +322,7 @@ def test_runs_page_reads_real_run_dirs(env_runs):
 
 def test_runs_page_deletes_a_run(env_runs, tmp_path, monkeypatch):
     root = tmp_path / "runs"
-    train(tiny("adam", epochs=1), root / "victim")
+    train(digits_cfg("adam", 1, n=300), root / "victim")
     monkeypatch.setenv("ADMM_RUNS", str(root))
     at = app().run()
     at.switch_page("views/runs.py").run()
@@ -353,7 +350,7 @@ def test_runs_page_resumes_a_stopped_run(tmp_path, monkeypatch):
     root = tmp_path / "runs"
     done = []  # stop after 2 of 3 epochs, as SIGTERM does in a worker
     train(
-        tiny(epochs=3),
+        digits_cfg("block-admm", 3, n=300),
         root / "paused",
         on_progress=lambda e, m: m and m["epoch"] >= 2 and done.append(1),
         should_stop=lambda: bool(done),
@@ -526,7 +523,7 @@ def test_heatmaps_page_lists_deepfacto_runs_and_checks_uploads(tmp_path, monkeyp
         json.dumps({"method": "block-admm", "preset": "lfwa-deepfacto", "deepfacto": {"rank": 4}})
     )
     (root / "plain").mkdir()
-    (root / "plain" / "config.json").write_text(tiny().to_json())
+    (root / "plain" / "config.json").write_text(digits_cfg("block-admm", 2, n=300).to_json())
     monkeypatch.setenv("ADMM_RUNS", str(root))
     monkeypatch.setenv("ADMM_MODELS", str(tmp_path / "no-models"))  # runs only
     at = app().run()
@@ -591,21 +588,13 @@ def test_overlay_figure_draws_each_component():
 # --- workers: real processes --------------------------------------------------------------------------
 
 
-def _wait(pred, timeout=60.0):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_worker_crash_is_reported_with_its_error(tmp_path):
     """A worker whose config fails its checks ends 'crashed' with the engine's message
     (start_run itself refuses such a config before launching anything)."""
     from admm_core.errors import ConfigError
 
-    bad = tiny().replace(model__arch="resnet18", model__split=("conv3_x",))  # resnet18 on flat 8×8 digits
+    # resnet18 on flat 8×8 digits
+    bad = digits_cfg("block-admm", 2, n=300).replace(model__arch="resnet18", model__split=("conv3_x",))
     with pytest.raises(ConfigError, match="image inputs"):
         W.start_run(bad, tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -624,7 +613,7 @@ def test_worker_crash_is_reported_with_its_error(tmp_path):
 @pytest.mark.skipif(shutil.which("nice") is None, reason="no `nice` on this system")
 def test_worker_runs_at_lower_priority_and_stops(tmp_path):
     """The worker yields the CPU to the app (niceness above ours) and SIGTERM to its recorded pid stops it."""
-    run_dir = W.start_run(tiny().replace(train__epochs=100000), tmp_path)
+    run_dir = W.start_run(digits_cfg("block-admm", 2, n=300).replace(train__epochs=100000), tmp_path)
     assert _wait(lambda: W.state_of(run_dir)["state"] == "running", 90), W.state_of(run_dir)
     pid = W.worker_pid(run_dir)
     assert os.getpriority(os.PRIO_PROCESS, pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + 5, 19)
@@ -759,8 +748,8 @@ def test_meta_is_stored_shown_and_filterable(tmp_path, monkeypatch):
     from app.dashboard import meta as M
 
     root = tmp_path / "runs"
-    train(tiny("sgd", epochs=1), root / "a-sgd")
-    train(tiny("adam", epochs=1), root / "b-adam")
+    train(digits_cfg("sgd", 1, n=300), root / "a-sgd")
+    train(digits_cfg("adam", 1, n=300), root / "b-adam")
     M.write_meta(root / "a-sgd", "baseline SGD", "baseline, small", "first try")
     assert M.read_meta(root / "a-sgd") == {"name": "baseline SGD", "tags": ["baseline", "small"], "note": "first try"}
     assert M.read_meta(root / "b-adam") == {"name": "", "tags": [], "note": ""}
@@ -786,13 +775,13 @@ def test_meta_is_stored_shown_and_filterable(tmp_path, monkeypatch):
 def test_selection_is_by_id_and_stable(tmp_path, monkeypatch):
     """The watched run stays the picked one when runs are added, finish or change state; it is in the URL."""
     root = tmp_path / "runs"
-    train(tiny("sgd", epochs=1), root / "20260101-000001-a")
+    train(digits_cfg("sgd", 1, n=300), root / "20260101-000001-a")
     monkeypatch.setenv("ADMM_RUNS", str(root))
     at = app({"run": "20260101-000001-a"}).run()
     no_exceptions(at)
     assert watch_pick(at).value == "20260101-000001-a"
     # a newer run appears and one is 'running' (listed first): the pick does not move
-    train(tiny("adam", epochs=1), root / "20260101-000002-b")
+    train(digits_cfg("adam", 1, n=300), root / "20260101-000002-b")
     st_b = read_json(root / "20260101-000002-b" / "status.json")
     write_json(root / "20260101-000002-b" / "status.json", {**st_b, "state": "running", "pid": os.getpid()})
     at.run()
@@ -869,7 +858,7 @@ def test_processes_field_refuses_what_the_workers_would_fail_on():
 
 def test_diverged_run_shows_its_message(tmp_path, monkeypatch):
     root = tmp_path / "runs"
-    train(tiny("sgd", epochs=1), root / "div")
+    train(digits_cfg("sgd", 1, n=300), root / "div")
     st_ = read_json(root / "div" / "status.json")
     write_json(root / "div" / "status.json", {**st_, "state": "diverged", "error": "loss is nan at epoch 1"})
     monkeypatch.setenv("ADMM_RUNS", str(root))
@@ -1163,7 +1152,7 @@ def test_a_watched_run_that_ends_gives_one_notice(tmp_path, monkeypatch):
     from admm_core.runs import proc_start
 
     root = tmp_path / "runs"
-    train(tiny("sgd", epochs=1), root / "done")
+    train(digits_cfg("sgd", 1, n=300), root / "done")
     shutil.copytree(root / "done", root / "live")
     st_ = read_json(root / "live" / "status.json")
     me = {"pid": os.getpid(), "pid_start": proc_start(os.getpid())}

@@ -3,11 +3,10 @@ update equations, their monotonicity properties, and that each one trains throug
 
 import copy
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
+from helpers import cli_call, digits_cfg
 
 from admm_core.blocks import build_blocknet
 from admm_core.config import ConfigError, ModelConfig
@@ -16,22 +15,11 @@ from admm_core.methods import METHODS, make_method
 from admm_core.methods.base import TrainBatch, minibatches
 from admm_core.methods.dladmm import _backtrack
 from admm_core.methods.lifted import Solver, cross, gram, linear, mlp_linears, read_weights, relu_argmin, solve_weights
-from admm_core.presets import preset_config
 from admm_core.runs import build, read_metrics, train
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 BASELINES = ["admm-closed", "taylor", "dladmm", "bcd", "gotmare"]
 LIFTED = ["admm-closed", "taylor", "dladmm", "bcd"]
-
-
-def digits_cfg(method, epochs=3, n=None, hidden=None, **params):
-    cfg = preset_config("digits-mlp", method)
-    cfg = cfg.replace(train__epochs=epochs, method_params={**cfg.method_params, **params})
-    if n is not None:
-        cfg = cfg.replace(data__train_limit=n, data__test_limit=200)
-    if hidden is not None:
-        cfg = cfg.replace(model__hidden=hidden)
-    return cfg
 
 
 def test_registry_holds_every_baseline():
@@ -279,27 +267,9 @@ def test_singular_solves_are_regularised_and_counted():
 
 def test_cli_trains_a_baseline(tmp_path):
     out = tmp_path / "run"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "admm_core",
-            "train",
-            "--preset",
-            "digits-mlp",
-            "--method",
-            "bcd",
-            "--epochs",
-            "2",
-            "--out",
-            str(out),
-            "--quiet",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    rc, stdout, err = cli_call(
+        ["train", "--preset", "digits-mlp", "--method", "bcd", "--epochs", "2", "--out", str(out), "--quiet"]
     )
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["method"] == "bcd"
+    assert rc == 0, err
+    assert json.loads(stdout)["method"] == "bcd"
     assert len(read_metrics(out)) == 3

@@ -13,38 +13,23 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
-import urllib.request
 import warnings
 from pathlib import Path
 
 import pytest
+from helpers import ARGS, CHROMIUM, dashboard, digits_cfg, needs_chromium
+from helpers import free_port as _free_port
+from helpers import wait as _wait
+
+# ARGS, CHROMIUM, _free_port and _wait stay importable from here: test_browser_live.py and
+# test_reliability_load.py import them from this module
+__all__ = ["ARGS", "CHROMIUM", "_free_port", "_wait"]
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = (
-    os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
-)
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM} (apt-get install -y chromium)"
-)
+pytestmark = needs_chromium
 
 # generous: on a shared 2-core machine at load ~25 the Train page took 185 s to draw all its charts
 TIMEOUT_MS = int(float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240")) * 1000)
@@ -55,28 +40,11 @@ PLOTS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(d => (
     n: (d.data || []).map(t => (t.x || []).filter(v => v !== null).length)}))"""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(pred, timeout, every=0.1):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        v = pred()
-        if v:
-            return v
-        time.sleep(every)
-    return None
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The dashboard on 127.0.0.1:<free port> with its own runs folder; stopped afterwards."""
     import torch
 
-    from admm_core.presets import preset_config
     from admm_core.runs import train
 
     root = tmp_path_factory.mktemp("browser-runs")
@@ -84,67 +52,19 @@ def server(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     for i, method in enumerate(("block-admm", "adam", "sgd")):
-        cfg = preset_config("digits-mlp", method).replace(train__epochs=6, data__train_limit=400)
-        train(cfg, root / f"20260101-00000{i}-digits-mlp-{method}-s0")
+        train(digits_cfg(method, 6, n=400, test_n=None), root / f"20260101-00000{i}-digits-mlp-{method}-s0")
     torch.set_num_threads(threads)
-    port = _free_port()
     # a DeepFacto run trains (and caches) a tiny backbone: keep it out of ~/.cache
     cache = tmp_path_factory.mktemp("browser-cache")
     env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT), "ADMM_CACHE": str(cache)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(ROOT / "app" / "serve.py"),  # as scripts/run.sh: with the live charts' data route
-        "--server.address",
-        "127.0.0.1",
-        "--server.port",
-        str(port),
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-        "--server.fileWatcherType",
-        "none",
-        "--global.developmentMode",
-        "false",
-    ]
-    log = open(root / "server.log", "wb")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    with dashboard(env, root / "server.log") as (url, proc):
+        yield url, root, proc.pid
+        # stop every worker we started, then (leaving the block) the server's whole process group
+        from app.dashboard import workers as W
 
-    def healthy():
-        try:
-            return urllib.request.urlopen(url + "/_stcore/health", timeout=1).read() == b"ok"
-        except OSError:
-            return proc.poll() is not None  # ended: stop waiting
-
-    _wait(healthy, 60)
-    if proc.poll() is not None:
-        pytest.fail("streamlit did not start:\n" + (root / "server.log").read_text())
-    yield url, root, proc.pid
-    # stop every worker we started, then the server (its whole process group)
-    from app.dashboard import workers as W
-
-    for d in root.iterdir():
-        if d.is_dir():
-            W.stop_run(d)
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
+        for d in root.iterdir():
+            if d.is_dir():
+                W.stop_run(d)
 
 
 def _eval_frames(page, js: str, arg=None) -> list:
@@ -290,13 +210,9 @@ def _fixture_run(root: Path, method: str) -> str:
 
 
 def _tiny(method: str, epochs: int):
-    from admm_core.presets import preset_config
-
-    return preset_config("digits-mlp", method).replace(
-        train__epochs=epochs,
-        data__train_limit=200,
-        data__test_limit=200,
-        method_params={"iters_per_epoch": 1} if method == "block-admm" else {},
+    """200 digits, block-admm at one iteration per epoch, the other methods at their default settings."""
+    return digits_cfg(method, epochs, n=200).replace(
+        method_params={"iters_per_epoch": 1} if method == "block-admm" else {}
     )
 
 

@@ -8,24 +8,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from test_browser_dashboard import ARGS, CHROMIUM, _free_port
+from helpers import dashboard, needs_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 PHOTO = (
     Path(os.environ.get("ADMM_DATA", "")) / "lfw" / "lfw-deepfunneled-160" / "Aaron_Eckhart" / "Aaron_Eckhart_0001.jpg"
 )
 
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM} (apt-get install -y chromium)"
-)
+pytestmark = needs_chromium
 
 # the panels' titles in the drawn figure (app.dashboard.faces.overlay_figure: one subplot per component)
 PANELS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].flatMap(
@@ -46,33 +41,13 @@ def _bare_checkout(dest: Path) -> Path:
 
 
 @pytest.mark.skipif(not PHOTO.is_file(), reason=f"no face photo to upload ({PHOTO} missing: set ADMM_DATA)")
-def test_heatmaps_of_an_uploaded_photo_with_no_data_root(tmp_path):
-    from playwright.sync_api import sync_playwright
-
+def test_heatmaps_of_an_uploaded_photo_with_no_data_root(tmp_path, browser):
     checkout = _bare_checkout(tmp_path / "nowhere" / "checkout")  # ../shared does not exist here
     env = {k: v for k, v in os.environ.items() if k not in ("ADMM_DATA", "ADMM_MODELS")}
     env |= {"ADMM_RUNS": str(tmp_path / "runs"), "ADMM_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(checkout)}
-    port = _free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", str(checkout / "app" / "main.py"), "--server.address", "127.0.0.1"]
-    cmd += ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
-    cmd += ["--server.fileWatcherType", "none", "--global.developmentMode", "false"]
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        t0 = time.time()
-        while time.time() - t0 < 60:
-            try:
-                if urllib.request.urlopen(url + "/_stcore/health", timeout=1).read() == b"ok":
-                    break
-            except OSError:
-                if proc.poll() is not None:
-                    break
-            time.sleep(0.2)
-        assert proc.poll() is None, (tmp_path / "server.log").read_text()
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    with dashboard(env, tmp_path / "server.log", checkout=checkout) as (url, _):
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
             opened = time.time()
             page.goto(url + "/heatmaps", wait_until="domcontentloaded")
             try:
@@ -89,15 +64,9 @@ def test_heatmaps_of_an_uploaded_photo_with_no_data_root(tmp_path):
             panels = page.evaluate(PANELS_JS)
             page.screenshot(path=str(tmp_path / "heatmaps.png"), full_page=True)
             text = page.inner_text("body")
-            browser.close()
-        print(f"\nheatmaps drawn {took:.1f} s after the page opened (panels {panels})")
-        assert took < 30, f"the score maps took {took:.1f} s"
-        assert sorted(panels) == ["S[0]", "S[1]", "S[2]", "S[3]"]  # r = 4: all four rows of S
-        assert "face found at" in text and "Traceback" not in text
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+        finally:
+            page.close()
+    print(f"\nheatmaps drawn {took:.1f} s after the page opened (panels {panels})")
+    assert took < 30, f"the score maps took {took:.1f} s"
+    assert sorted(panels) == ["S[0]", "S[1]", "S[2]", "S[3]"]  # r = 4: all four rows of S
+    assert "face found at" in text and "Traceback" not in text

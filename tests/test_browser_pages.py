@@ -12,73 +12,32 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from test_browser_dashboard import ARGS, CHROMIUM, _free_port, _wait
+from helpers import cpu_s as _cpu_s
+from helpers import dashboard, digits_cfg, needs_chromium
+from helpers import wait as _wait
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240"))
 FIRST = "20260101-000000-first"
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM}")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The dashboard on 127.0.0.1 over a runs folder holding one finished tiny digits run."""
-    from admm_core.presets import preset_config
     from admm_core.runs import train
 
     tmp = tmp_path_factory.mktemp("pages")
     root = tmp / "runs"
-    cfg = preset_config("digits-mlp", "sgd").replace(train__epochs=1, data__train_limit=200, data__test_limit=200)
-    train(cfg, root / FIRST)
-    port = _free_port()
+    train(digits_cfg("sgd", 1, n=200), root / FIRST)
     env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.address", "127.0.0.1"]
-    cmd += ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
-    cmd += ["--server.fileWatcherType", "none", "--global.developmentMode", "false"]
-    log = open(tmp / "server.log", "wb")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy():
-        try:
-            return urllib.request.urlopen(url + "/_stcore/health", timeout=1).read() == b"ok"
-        except OSError:
-            return proc.poll() is not None
-
-    try:
-        _wait(healthy, 60)
-        assert proc.poll() is None, (tmp / "server.log").read_text()
+    with dashboard(env, tmp / "server.log") as (url, proc):
         yield url, root, proc.pid, tmp
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
 
 
 def test_idle_runs_tab_costs_almost_nothing_and_sees_new_runs(server, browser):

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from helpers import cli_call, cli_proc, digits_cfg
 
 from admm_core.blocks import build_blocknet
 from admm_core.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
@@ -16,11 +17,6 @@ from admm_core.presets import PRESETS, preset_config
 from admm_core.runs import build, read_json, read_metrics, train
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
-
-
-def digits_cfg(method="block-admm", epochs=3, **params):
-    base = preset_config("digits-mlp", method)
-    return base.replace(train__epochs=epochs, method_params={**base.method_params, **params})
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
@@ -198,55 +194,15 @@ def test_run_directory_contract(tmp_path):
 
 def test_cli_train_and_bad_split(tmp_path):
     out = tmp_path / "run"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "admm_core",
-            "train",
-            "--preset",
-            "digits-mlp",
-            "--method",
-            "block-admm",
-            "--epochs",
-            "1",
-            "--out",
-            str(out),
-            "--quiet",
-            "--beta",
-            "1,1,2",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["epochs"] == 1
+    argv = ["train", "--preset", "digits-mlp", "--method", "block-admm", "--epochs", "1", "--out", str(out)]
+    rc, stdout, err = cli_call([*argv, "--quiet", "--beta", "1,1,2"])
+    assert rc == 0, err
+    assert json.loads(stdout)["epochs"] == 1
     assert read_metrics(out)[-1]["betas"] == [1.0, 1.0, 2.0]
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "admm_core",
-            "train",
-            "--preset",
-            "digits-mlp",
-            "--split",
-            "fc1,fc7",
-            "--out",
-            str(tmp_path / "bad"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 2
-    assert "fc7" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run(
-        [sys.executable, "-m", "admm_core", "presets"], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    rc, _, err = cli_call(["train", "--preset", "digits-mlp", "--split", "fc1,fc7", "--out", str(tmp_path / "bad")])
+    assert rc == 2
+    assert "fc7" in err and "Traceback" not in err
+    r = cli_proc("presets")  # `python -m admm_core` itself, in a fresh interpreter
     assert r.returncode == 0 and all(p in r.stdout for p in PRESETS)
 
 

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from helpers import cli_run
 
 from admm_core import heatmaps as hm
 from admm_core import nmf
@@ -226,8 +227,6 @@ def test_heatmap_shapes_and_ranges(tiny_run):
 def test_heatmap_grid_and_cli(tiny_run, tmp_path):
     import cv2
 
-    from admm_core.cli import main
-
     files = []
     for i in range(2):
         p = tmp_path / f"face{i}.jpg"
@@ -236,15 +235,14 @@ def test_heatmap_grid_and_cli(tiny_run, tmp_path):
     grid = hm.heatmap_grid(tiny_run, files, components=[0, 2])
     assert grid.shape == (22 + 2 * 160, 3 * 160, 3)
     out = tmp_path / "grid.png"
-    assert (
-        main(["heatmaps", "--run", str(tiny_run), "--image", *files, "--out", str(out), "--components", "0,1,2"]) == 0
+    rc, err = cli_run(
+        ["heatmaps", "--run", str(tiny_run), "--image", *files, "--out", str(out), "--components", "0,1,2"]
     )
+    assert rc == 0, err
     assert cv2.imread(str(out)).shape == (22 + 2 * 160, 4 * 160, 3)
 
 
-def test_bad_image_file_gives_clear_error(tiny_run, tmp_path, capsys):
-    from admm_core.cli import main
-
+def test_bad_image_file_gives_clear_error(tiny_run, tmp_path):
     bad = tmp_path / "not-a-face.jpg"
     bad.write_bytes(b"this is not a jpeg")
     with pytest.raises(hm.ImageError, match="not-a-face.jpg"):
@@ -253,8 +251,8 @@ def test_bad_image_file_gives_clear_error(tiny_run, tmp_path, capsys):
         hm.read_image(tmp_path / "missing.png")
     with pytest.raises(hm.ImageError, match="shape"):
         hm.read_image(np.zeros((3, 3)))
-    assert main(["heatmaps", "--run", str(tiny_run), "--image", str(bad), "--out", str(tmp_path / "x.png")]) == 2
-    err = capsys.readouterr().err
+    rc, err = cli_run(["heatmaps", "--run", str(tiny_run), "--image", str(bad), "--out", str(tmp_path / "x.png")])
+    assert rc == 2
     assert "not-a-face.jpg" in err and err.count("\n") == 1
 
 

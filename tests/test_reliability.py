@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import cli_run
+from helpers import cli_run, tiny
+from helpers import wait as _wait
 
 from admm_core import data as data_mod
 from admm_core import runs
@@ -36,34 +37,12 @@ from admm_core.runs import (
     read_json,
     read_metrics,
     run_status,
-    train,
     unique_run_dir,
     verify_checkpoint,
 )
 from app.dashboard import workers as W
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def tiny(method="block-admm", epochs=2, **kw) -> RunConfig:
-    return RunConfig(method=method).replace(
-        data__train_limit=200, data__test_limit=100, model__hidden=(32, 16), train__epochs=epochs, **kw
-    )
-
-
-@pytest.fixture(scope="module")
-def good_run(tmp_path_factory) -> Path:
-    """A finished 2-epoch digits run (made once; tests copy it)."""
-    d = tmp_path_factory.mktemp("good") / "run"
-    train(tiny(), d)
-    return d
-
-
-@pytest.fixture
-def run_copy(good_run, tmp_path) -> Path:
-    d = tmp_path / "runs" / "r1"
-    shutil.copytree(good_run, d)
-    return d
 
 
 # --- resource estimate ----------------------------------------------------------------------
@@ -184,10 +163,10 @@ def test_damaged_config_json_is_one_line_and_the_run_stays_listed(run_copy, what
     assert r["name"] == "r1" and isinstance(r["config"], dict) and r["status"]["state"] == "finished"
 
 
-def test_other_runs_stay_listed_next_to_damaged_ones(good_run, tmp_path):
+def test_other_runs_stay_listed_next_to_damaged_ones(finished_run, tmp_path):
     root = tmp_path / "runs"
     for name in ("ok", "bad-ckpt", "bad-config", "bad-status", "no-status"):
-        shutil.copytree(good_run, root / name)
+        shutil.copytree(finished_run, root / name)
     (root / "bad-ckpt" / "checkpoint.pt").write_bytes(b"\x00garbage")
     (root / "bad-config" / "config.json").write_text("{{{")
     (root / "bad-status" / "status.json").write_bytes(b"\xff\xfe not json")
@@ -247,16 +226,6 @@ def test_full_disk_keeps_the_last_good_checkpoint(run_copy):
 
 
 # --- lifecycle ---------------------------------------------------------------------------------
-
-
-def _wait(pred, timeout=60.0, every=0.1):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(every)
-    return pred()
 
 
 def test_dead_worker_is_recorded_crashed_on_disk_by_whoever_notices(run_copy):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,12 +26,13 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import cli_run
+from helpers import free_port as _free_port
 
 from admm_core import runs
 from admm_core.config import RunConfig
 from admm_core.errors import CheckpointError, ConfigError
 from admm_core.methods import METHODS
-from admm_core.runs import load_checkpoint, safe_load, save_checkpoint, train
+from admm_core.runs import load_checkpoint, safe_load, save_checkpoint
 from app.dashboard import workers as W
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,17 +64,8 @@ def test_the_payload_really_runs_code_when_loaded_unsafely(tmp_path):
     assert marker.read_text() == "pwned"
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("sec") / "run"
-    cfg = RunConfig(method="sgd").replace(data__train_limit=100, data__test_limit=50, train__epochs=1)
-    train(cfg, d)
-    return d
-
-
-def test_a_code_payload_as_checkpoint_is_refused_and_runs_nothing(finished_run, tmp_path):
-    run = tmp_path / "run"
-    shutil.copytree(finished_run, run)
+def test_a_code_payload_as_checkpoint_is_refused_and_runs_nothing(run_copy, tmp_path):
+    run = run_copy
     marker = tmp_path / "marker"
     evil_file(run / "checkpoint.pt", marker)
     for argv in (["train", "--resume", str(run), "--quiet"], ["evaluate", "--run", str(run)]):
@@ -251,12 +242,6 @@ def _non_loopback_ipv4() -> str | None:
             addrs.add(s.getsockname()[0])
     addrs = sorted(a for a in addrs if not a.startswith("127.") and a != "0.0.0.0")
     return addrs[0] if addrs else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _answers(host: str, port: int) -> bool:
