@@ -222,3 +222,24 @@ def test_route_json_is_strict_json(tmp_path):
 
     doc = json.loads(out, parse_constant=refuse)
     assert doc["lines"] == [{"epoch": 1, "train_loss": None, "x": {"y": [None, None]}}]
+
+
+def test_the_answer_that_says_ended_carries_every_line(tmp_path, monkeypatch):
+    """The page stops asking once it reads an ended state: a worker that appends its last line and
+    writes 'finished' between the route's two reads must not leave that line out."""
+    run = tmp_path / "r"
+    run.mkdir()
+    write(run / "metrics.jsonl", [{"epoch": 1}])
+    (run / "status.json").write_text(json.dumps({"state": "running", "epoch": 1, "epochs": 2}))
+    real = T.read_json_dict
+
+    def worker_finishes_now(path):  # the worker's last two writes land exactly at the route's first read
+        if Path(path).name == "status.json" and not (run / "done").exists():
+            (run / "done").touch()
+            runs.append_metrics(run, {"epoch": 2})
+            (run / "status.json").write_text(json.dumps({"state": "finished", "epoch": 2, "epochs": 2}))
+        return real(path)
+
+    monkeypatch.setattr(T, "read_json_dict", worker_finishes_now)
+    doc = json.loads(T.body(T.grant(run), 0, 0))
+    assert not doc["status"]["live"] and [m["epoch"] for m in doc["lines"]] == [1, 2]

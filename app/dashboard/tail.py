@@ -153,13 +153,14 @@ def done_epochs(status: dict, lines: list[dict]) -> int:
     return done
 
 
-def panel_status(run_dir: Path, lines: list[dict]) -> dict:
+def panel_status(run_dir: Path, lines: list[dict], status: dict | None = None) -> dict:
     """What the panel shows beside the charts: state, the progress bar's fraction and text, the
-    latest test accuracy (None before the first line)."""
+    latest test accuracy (None before the first line). ``status``: status.json as already read."""
     from app.dashboard import charts as C
     from app.dashboard.live import progress_text
 
-    status = read_json_dict(Path(run_dir) / "status.json")
+    if status is None:
+        status = read_json_dict(Path(run_dir) / "status.json")
     state = status.get("state", "unknown")
     epochs = status.get("epochs")
     if not epochs:
@@ -185,11 +186,14 @@ def body(token: str, n: int, gen: int) -> bytes | None:
         run_dir = _tokens.get(token)
     if run_dir is None:
         return None
+    # the status before the lines: a worker appends its last line, then writes 'finished', and the
+    # page stops asking once it reads an ended state, so the lines it gets with it must be complete
+    st = read_json_dict(Path(run_dir) / "status.json")
     t = tail(run_dir)
     with _lock:
         start = n if gen == t.gen and 0 <= n <= len(t.raw) else 0
         raw, lines, g = t.raw[start:], list(t.lines), t.gen
-    status = panel_status(t.run_dir, lines)
+    status = panel_status(t.run_dir, lines, st)
     head = json.dumps({"gen": g, "start": start, "status": status, "now": time.time()})
     return (head[:-1] + ',"lines":[' + ",".join(raw) + "]}").encode()
 
