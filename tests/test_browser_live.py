@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_browser_dashboard import ARGS, CHROMIUM, PLOTS_JS, WATCH_JS, _eval_frames, _free_port, _wait
+from test_browser_dashboard import CHROMIUM, PLOTS_JS, WATCH_JS, _eval_frames, _free_port, _wait
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_MS = int(float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240")) * 1000)
@@ -167,15 +167,6 @@ def live_server(tmp_path_factory):
     except (ProcessLookupError, subprocess.TimeoutExpired):
         os.killpg(proc.pid, signal.SIGKILL)
     log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
 
 
 class Replay:
