@@ -126,6 +126,9 @@ def worker_command(args: list[str], processes: int = 1) -> list[str]:
     return cmd
 
 
+WORKER_NICE = 5  # a run's niceness: the app and the browser come first (experiments/thousand_runs.py)
+
+
 def _spawn(args: list[str], run_dir: Path, processes: int = 1) -> int:
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -133,7 +136,7 @@ def _spawn(args: list[str], run_dir: Path, processes: int = 1) -> int:
     # a run takes every core it can; at a lower priority it leaves the app and the browser
     # responsive (a CI run saw the live chart lag 4-8 s behind a worker at normal priority)
     if shutil.which("nice"):
-        cmd = ["nice", "-n", "5", *cmd]  # nice execs the command: the pid is the worker's
+        cmd = ["nice", "-n", str(WORKER_NICE), *cmd]  # nice execs the command: the pid is the worker's
     with open(run_dir / "worker.log", "ab") as log:
         proc = subprocess.Popen(
             cmd,
