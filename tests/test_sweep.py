@@ -77,7 +77,7 @@ def test_six_trials_in_the_database_equal_the_runs(study_root):
 
 def test_pruned_trial_stops_early_and_its_run_says_so(tmp_path, monkeypatch):
     # a pruner that prunes everything below 99% after epoch 1
-    monkeypatch.setattr(S, "make_pruner", lambda name, epochs: optuna.pruners.ThresholdPruner(lower=0.99))
+    monkeypatch.setattr(S.study, "make_pruner", lambda name, epochs: optuna.pruners.ThresholdPruner(lower=0.99))
     study, _ = S.run_sweep(spec("pr", trials=2, epochs=4), "pr", None, tmp_path, log=lambda m: None)
     for t in study.get_trials():
         assert t.state == TrialState.PRUNED
