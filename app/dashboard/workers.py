@@ -251,6 +251,15 @@ def log_tail(run_dir: Path, n: int = 25) -> str:
     return "\n".join(lines[-n:])
 
 
+def error_tail(run_dir: Path, chars: int = 4000) -> str:
+    """What a failed run left to read: the end of its error.txt (the traceback), else of its worker.log."""
+    err = Path(run_dir) / "error.txt"
+    try:
+        return err.read_text(errors="replace")[-chars:] if err.exists() else log_tail(Path(run_dir))
+    except OSError:
+        return ""
+
+
 def launching(run_dir: Path) -> bool:
     """Whether a dashboard holds the run's launch.lock (:func:`resume_run` is starting it now)."""
     path = Path(run_dir) / "launch.lock"
