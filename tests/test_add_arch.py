@@ -35,26 +35,27 @@ def _blocks(after: str) -> list[str]:
 @pytest.fixture
 def registered(monkeypatch):
     """The two examples registered by their own registry lines (undone after the test)."""
-    module_code, arch_line = _blocks("An architecture")
+    module_code, arch_entry = _blocks("An architecture")
     mod = types.ModuleType("admm_core.tiny_cnn")
     mod.__package__ = "admm_core"
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
     exec(compile(module_code, "docs/extending.md", "exec"), mod.__dict__)
-    name, arch = _entry(arch_line, {"Arch": Arch, "tiny_cnn": mod})
+    ns = {"Arch": Arch, "tiny_cnn": mod}
+    exec(compile(arch_entry, "docs/extending.md", "exec"), ns)  # ARCHS = {"tiny-cnn": Arch(...)}
+    ((name, arch),) = ns["ARCHS"].items()
     monkeypatch.setitem(models.ARCHS, name, arch)
 
-    loader_code, spec_line = _blocks("A data set")
+    loader_code, spec_entry = _blocks("A data set")
     ns = {"Dataset": Dataset, "load_digits": load_digits}
     exec(compile(loader_code, "docs/extending.md", "exec"), ns)
-    spec = eval(spec_line.strip().rstrip(","), {"DatasetSpec": DatasetSpec, **ns})
+    specs = []
+    exec(
+        compile(spec_entry, "docs/extending.md", "exec"),
+        {**ns, "DatasetSpec": DatasetSpec, "register_dataset": specs.append},
+    )
+    (spec,) = specs
     monkeypatch.setitem(data.DATASETS, spec.name, spec)
     return name, spec.name
-
-
-def _entry(line: str, ns: dict) -> tuple[str, Arch]:
-    """Evaluate a dict entry ``"name": Arch(...),`` as the registry would."""
-    (name, arch), = eval("{" + line.strip().rstrip(",") + "}", ns).items()  # fmt: skip
-    return name, arch
 
 
 def cfg_of(arch: str, data_name: str, **kw) -> RunConfig:
