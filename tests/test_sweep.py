@@ -190,6 +190,24 @@ def test_space_values_reach_the_config():
     assert S.preset_values(base, dims) == {"split": "fc1,fc2", "lr": 5e-4, "batch_size": 32}
 
 
+def test_resnet_splits_are_checked_from_its_record_and_the_preset_split_is_in_the_space():
+    """Split names of every architecture come from its torch-free table: a ResNet-18 space with an
+    MLP layer is refused before any trial (it used to fail in each trial), and the preset's split
+    (the architecture's default, conv3_x) is trial 0's when the space lists it."""
+    base = preset_config("cifar10-resnet18-small")
+    with pytest.raises(ConfigError, match="'fc1': no such layer in this resnet18"):
+        S.parse_space(["split=choice:conv3_x|fc1"], base)
+    dims = S.parse_space(["split=choice:conv2_x|conv3_x"], base.replace(model__split=None))
+    assert S.preset_values(base.replace(model__split=None), dims) == {"split": "conv3_x"}
+
+
+def test_the_background_launch_starts_in_the_project_root():
+    """sweep/launcher.py sits a level deeper than sweep.py did: `python -m admm_core` must still resolve."""
+    from admm_core.sweep import launcher
+
+    assert (launcher.PROJECT_ROOT / "admm_core" / "__main__.py").is_file()
+
+
 def test_resume_with_another_space_is_refused(study_root):
     root, _ = study_root
     with pytest.raises(ConfigError, match="study 'six' was made with"):
