@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from ..runs import write_json
+from ..spawn import PROJECT_ROOT, spawn_detached
 from .study import SweepSpec
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding admm_core/
+__all__ = ["PROJECT_ROOT", "launch"]
 
 
 def launch(spec: SweepSpec, storage_url: str | None, root: Path, jobs: int = 1) -> tuple[int, Path]:
@@ -42,18 +42,7 @@ def launch(spec: SweepSpec, storage_url: str | None, root: Path, jobs: int = 1) 
     if storage_url:
         cmd += ["--storage", storage_url]
     env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONUNBUFFERED": "1"}
-    if os.name == "posix":
-        cmd = ["nice", "-n", "5", *cmd]
-    with open(log_path, "ab") as f:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=str(PROJECT_ROOT),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc, cmd = spawn_detached(cmd, log_path, env)
     import threading
 
     threading.Thread(target=proc.wait, daemon=True).start()
