@@ -96,15 +96,17 @@ def test_available_lists_bundled_sets_everywhere(tmp_path):
         assert "mnist" in data.available(str(SHARED))
 
 
-def test_the_records_and_the_listing_import_no_torch(tmp_path):
-    """The dashboard lists data sets and sizes them without torch (~500 MB resident)."""
+def test_the_records_the_listing_and_the_sweeps_import_no_torch_nor_plotting(tmp_path):
+    """The dashboard lists data sets, sizes them and reads studies without torch (~500 MB resident);
+    matplotlib is imported only inside the functions that draw (the sweep report's PNG, plots.plot)."""
     import subprocess
     import sys
 
     code = (
-        "import sys; from admm_core import data, resources; "
+        "import sys; from admm_core import data, resources, sweep, plots; "
         f"names = data.available({str(tmp_path)!r}); shapes = dict(resources.DATA_SHAPES); "
-        "print(names); sys.exit(('torch' in sys.modules) or names != ['digits', 'mnist-5k'] or len(shapes) < 5)"
+        "bad = [m for m in ('torch', 'matplotlib') if m in sys.modules]; print(names, bad); "
+        "sys.exit(bool(bad) or names != ['digits', 'mnist-5k'] or len(shapes) < 5)"
     )
     root = Path(__file__).resolve().parents[1]
     r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
