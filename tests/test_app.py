@@ -1229,3 +1229,12 @@ def test_system_sampler_records_gpu_memory_when_cuda_is_in_use(tmp_path, monkeyp
 
     fig = S.system_figure(S.read_system(tmp_path))
     assert {t.name for t in fig.data} == {"CPU %", "RSS (MB)", "GPU allocated (MB)", "GPU peak (MB)"}
+
+
+def test_error_tail_prefers_the_traceback_to_the_worker_log(tmp_path):
+    """The Runs page's 'error output' of a failed run: error.txt's end, else worker.log's."""
+    assert W.error_tail(tmp_path) == ""
+    (tmp_path / "worker.log").write_text("".join(f"line {i}\n" for i in range(40)))
+    assert W.error_tail(tmp_path).splitlines() == [f"line {i}" for i in range(15, 40)]
+    (tmp_path / "error.txt").write_text("x" * 5000 + "Traceback: boom")
+    assert W.error_tail(tmp_path, 100) == ("x" * 5000 + "Traceback: boom")[-100:]

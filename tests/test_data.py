@@ -94,3 +94,43 @@ def test_available_lists_bundled_sets_everywhere(tmp_path):
     assert data.available(str(tmp_path)) == ["digits", "mnist-5k"]
     if HAS_MNIST:
         assert "mnist" in data.available(str(SHARED))
+
+
+def test_the_records_the_listing_and_the_sweeps_import_no_torch_nor_plotting(tmp_path):
+    """The dashboard lists data sets, sizes them and reads studies without torch (~500 MB resident);
+    matplotlib is imported only inside the functions that draw (the sweep report's PNG, plots.plot)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from admm_core import data, resources, sweep, plots; "
+        f"names = data.available({str(tmp_path)!r}); shapes = dict(resources.DATA_SHAPES); "
+        "bad = [m for m in ('torch', 'matplotlib') if m in sys.modules]; print(names, bad); "
+        "sys.exit(bool(bad) or names != ['digits', 'mnist-5k'] or len(shapes) < 5)"
+    )
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_set_is_available_where_one_of_its_files_is(tmp_path):
+    (tmp_path / "cifar10-jpeg").mkdir()
+    (tmp_path / "cifar10-jpeg" / "test.tar").write_bytes(b"")
+    (tmp_path / "FashionMNIST" / "raw").mkdir(parents=True)
+    assert data.available(str(tmp_path)) == ["digits", "mnist-5k", "cifar10"]  # a folder alone is not a set
+    with pytest.raises(DataError, match="unknown data set 'nope'.*cifar10"):
+        data.load("nope")
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion-mnist"])
+def test_the_record_of_a_set_on_disk_matches_its_loader(name):
+    """The sizes the memory estimate reads are the loader's (bundled sets: tests/test_reliability.py)."""
+    if name not in data.available(str(SHARED)):
+        pytest.skip(f"{name} not found under ADMM_DATA={SHARED}")
+    s, ds = data.DATASETS[name], data.load(name, str(SHARED))
+    assert (s.input_shape, s.n_classes, s.n_train, s.n_test) == (
+        ds.input_shape,
+        ds.n_classes,
+        len(ds.y_train),
+        len(ds.y_test),
+    )

@@ -77,7 +77,7 @@ def test_six_trials_in_the_database_equal_the_runs(study_root):
 
 def test_pruned_trial_stops_early_and_its_run_says_so(tmp_path, monkeypatch):
     # a pruner that prunes everything below 99% after epoch 1
-    monkeypatch.setattr(S, "make_pruner", lambda name, epochs: optuna.pruners.ThresholdPruner(lower=0.99))
+    monkeypatch.setattr(S.study, "make_pruner", lambda name, epochs: optuna.pruners.ThresholdPruner(lower=0.99))
     study, _ = S.run_sweep(spec("pr", trials=2, epochs=4), "pr", None, tmp_path, log=lambda m: None)
     for t in study.get_trials():
         assert t.state == TrialState.PRUNED
@@ -188,6 +188,24 @@ def test_space_values_reach_the_config():
     assert cfg.build_method().beta == (1.0, 2.0) and cfg.build_method().primal_steps == 2
     dims = S.parse_space(["split=choice:fc1|fc1,fc2", "lr=log:1e-4:1e-2", "batch_size=int:16:64"], base)
     assert S.preset_values(base, dims) == {"split": "fc1,fc2", "lr": 5e-4, "batch_size": 32}
+
+
+def test_resnet_splits_are_checked_from_its_record_and_the_preset_split_is_in_the_space():
+    """Split names of every architecture come from its torch-free table: a ResNet-18 space with an
+    MLP layer is refused before any trial (it used to fail in each trial), and the preset's split
+    (the architecture's default, conv3_x) is trial 0's when the space lists it."""
+    base = preset_config("cifar10-resnet18-small")
+    with pytest.raises(ConfigError, match="'fc1': no such layer in this resnet18"):
+        S.parse_space(["split=choice:conv3_x|fc1"], base)
+    dims = S.parse_space(["split=choice:conv2_x|conv3_x"], base.replace(model__split=None))
+    assert S.preset_values(base.replace(model__split=None), dims) == {"split": "conv3_x"}
+
+
+def test_the_background_launch_starts_in_the_project_root():
+    """sweep/launcher.py sits a level deeper than sweep.py did: `python -m admm_core` must still resolve."""
+    from admm_core.sweep import launcher
+
+    assert (launcher.PROJECT_ROOT / "admm_core" / "__main__.py").is_file()
 
 
 def test_resume_with_another_space_is_refused(study_root):

@@ -84,11 +84,6 @@ def unsubscribe(fragment_key: str) -> None:
         _subs.pop((sid, fragment_key), None)
 
 
-def subscriptions() -> int:
-    with _lock:
-        return len(_subs)
-
-
 def _ensure_thread() -> None:
     global _thread
     if _thread is None or not _thread.is_alive():

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -39,8 +38,7 @@ from admm_core.runs import (
     run_status,
     write_text_atomic,
 )
-
-from . import PROJECT_ROOT
+from admm_core.spawn import spawn_detached
 
 
 def runs_root(root: str | Path | None = None) -> Path:
@@ -126,27 +124,10 @@ def worker_command(args: list[str], processes: int = 1) -> list[str]:
     return cmd
 
 
-WORKER_NICE = 5  # a run's niceness: the app and the browser come first (experiments/thousand_runs.py)
-
-
 def _spawn(args: list[str], run_dir: Path, processes: int = 1) -> int:
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    cmd = worker_command(args, processes)
-    # a run takes every core it can; at a lower priority it leaves the app and the browser
-    # responsive (a CI run saw the live chart lag 4-8 s behind a worker at normal priority)
-    if shutil.which("nice"):
-        cmd = ["nice", "-n", str(WORKER_NICE), *cmd]  # nice execs the command: the pid is the worker's
-    with open(run_dir / "worker.log", "ab") as log:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=str(PROJECT_ROOT),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc, cmd = spawn_detached(worker_command(args, processes), run_dir / "worker.log", env)
     write_text_atomic(run_dir / "launch.json", json.dumps({"pid": proc.pid, "cmd": cmd, "launched": time.time()}))
 
     # reap the child when it ends (no zombies) and, if it died without reporting, record how
@@ -252,6 +233,15 @@ def log_tail(run_dir: Path, n: int = 25) -> str:
     except OSError:
         return ""
     return "\n".join(lines[-n:])
+
+
+def error_tail(run_dir: Path, chars: int = 4000) -> str:
+    """What a failed run left to read: the end of its error.txt (the traceback), else of its worker.log."""
+    err = Path(run_dir) / "error.txt"
+    try:
+        return err.read_text(errors="replace")[-chars:] if err.exists() else log_tail(Path(run_dir))
+    except OSError:
+        return ""
 
 
 def launching(run_dir: Path) -> bool:

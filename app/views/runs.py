@@ -145,11 +145,7 @@ def details(r: dict) -> None:
         )
         if state in ui.FAILED:
             st.error(f"{state.capitalize()}: {status.get('error')}")
-            err = run_dir / "error.txt"
-            try:
-                tail = err.read_text(errors="replace")[-4000:] if err.exists() else W.log_tail(run_dir)
-            except OSError:
-                tail = ""
+            tail = W.error_tail(run_dir, 4000)
             if tail:
                 with st.expander("error output"):
                     st.code(tail)

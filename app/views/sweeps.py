@@ -185,7 +185,7 @@ def study_view(study_name: str):
     except ValueError:
         best = None
     if best is not None:
-        params = ", ".join(f"{k} = {S._fmt(v)}" for k, v in best.params.items())
+        params = ", ".join(f"{k} = {S.fmt_value(v)}" for k, v in best.params.items())
         st.markdown(f"best trial **{best.number}**: {spec.get('objective')} = **{best.value:.4f}** ({params})")
     rows = S.trials_table(study)
     if rows:

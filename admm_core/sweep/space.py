@@ -1,0 +1,192 @@
+"""The search space: ``NAME=KIND:ARGS`` strings parsed into :class:`Dim` s, checked against a
+base config, sampled values applied to it (see the package docstring for the syntax)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from ..config import RunConfig
+from ..errors import ConfigError, check
+from ..methods import METHODS
+from ..models import default_split, layer_names, validate_split
+
+KINDS = ("float", "log", "int", "logint", "choice")
+# settings outside the method's own: name -> the RunConfig field it replaces
+STRUCTURAL = {
+    "split": "model__split",
+    "hidden": "model__hidden",
+    "loss": "train__loss",
+    "batch_size": "train__batch_size",
+}
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One dimension of the space: ``name=kind:low:high`` or ``name=choice:a|b|c``."""
+
+    name: str
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def spec(self) -> str:
+        if self.kind == "choice":
+            return f"{self.name}=choice:{'|'.join(self.choices)}"
+        return f"{self.name}={self.kind}:{_num(self.low)}:{_num(self.high)}"
+
+    def suggest(self, trial):
+        if self.kind == "choice":
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if self.kind in ("int", "logint"):
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.kind == "logint")
+        return trial.suggest_float(self.name, self.low, self.high, log=self.kind == "log")
+
+    def contains(self, value) -> bool:
+        if self.kind == "choice":
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.kind in ("int", "logint") and not float(value).is_integer():
+            return False
+        return self.low <= value <= self.high
+
+
+def _num(v) -> str:
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(float(v))
+
+
+def space_names(method: str) -> list[str]:
+    """Every name a space may use for ``method``."""
+    return [s["name"] for s in METHODS[method].settings()] + list(STRUCTURAL)
+
+
+def parse_dim(text: str, method: str) -> Dim:
+    """``NAME=KIND:ARGS`` -> :class:`Dim`; a bad one raises one ConfigError naming it."""
+    field_name = f"--space {text!r}"
+    check(isinstance(text, str) and "=" in text and ":" in text, field_name, text, "expected NAME=KIND:ARGS")
+    name, rest = text.split("=", 1)
+    name = name.strip().replace("-", "_")
+    kind, _, args = rest.partition(":")
+    kind = kind.strip()
+    names = space_names(method)
+    if name not in names:
+        raise ConfigError(f"{field_name}: unknown setting {name!r} for {method} (settings: {', '.join(names)})")
+    if kind not in KINDS:
+        raise ConfigError(f"{field_name}: unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+    if kind == "choice":
+        choices = tuple(c.strip() for c in args.split("|"))
+        check(all(choices) and len(choices) >= 1, field_name, args, "choices are separated by '|' and not empty")
+        check(len(set(choices)) == len(choices), field_name, args, "a choice is listed twice")
+        return Dim(name, kind, choices=choices)
+    parts = args.split(":")
+    check(len(parts) == 2, field_name, args, f"{kind} needs LOW:HIGH")
+    try:
+        low, high = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise ConfigError(f"{field_name}: LOW:HIGH = {args!r} must be numbers") from None
+    check(math.isfinite(low) and math.isfinite(high), field_name, args, "LOW and HIGH must be finite")
+    check(low <= high, field_name, args, f"low {_num(low)} > high {_num(high)}")
+    if kind in ("log", "logint"):
+        check(low > 0, field_name, args, f"a log range needs low > 0 (got {_num(low)})")
+    if kind in ("int", "logint"):
+        check(low.is_integer() and high.is_integer(), field_name, args, f"{kind} needs integer bounds")
+    return Dim(name, kind, low, high)
+
+
+def convert(name: str, value):
+    """A sampled value (choices are strings) -> the value the config takes."""
+    if not isinstance(value, str):
+        return value
+    if name == "split":
+        return None if value == "default" else tuple(s.strip() for s in value.split(",") if s.strip())
+    if name == "hidden":
+        try:
+            return tuple(int(w) for w in value.split(","))
+        except ValueError:
+            raise ConfigError(f"hidden = {value!r}: widths are integers separated by ','") from None
+    if "," in value:  # a per-block value such as beta=choice:1|1,2,4
+        return [_json(v) for v in value.split(",")]
+    return _json(value)
+
+
+def _json(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def apply_params(base: RunConfig, params: dict) -> RunConfig:
+    """``base`` with the sampled ``params`` (method settings and structural ones) applied."""
+    ch: dict = {}
+    mp = {}
+    for name, raw in params.items():
+        v = convert(name, raw)
+        if name in STRUCTURAL:
+            ch[STRUCTURAL[name]] = v
+        else:
+            mp[name] = v
+    if mp:
+        ch["method_params"] = {**base.method_params, **mp}
+    return base.replace(**ch) if ch else base
+
+
+def parse_space(texts: list[str], base: RunConfig) -> list[Dim]:
+    """Parse and check every dimension; each bound and choice is tried on ``base``."""
+    check(bool(texts), "--space", texts, "give at least one NAME=KIND:ARGS")
+    dims = [parse_dim(t, base.method) for t in texts]
+    seen = [d.name for d in dims]
+    dup = sorted({n for n in seen if seen.count(n) > 1})
+    check(not dup, "--space", dup, "a setting appears twice")
+    for d in dims:
+        values = list(d.choices) if d.kind == "choice" else [d.low, d.high]
+        for v in values:
+            v = int(v) if d.kind in ("int", "logint") else v
+            try:
+                _check_split(apply_params(base, {d.name: v}))
+            except ConfigError as e:
+                raise ConfigError(f"--space {d.spec!r}: value {v!r} is not valid ({e})") from None
+    return dims
+
+
+def _check_split(cfg: RunConfig) -> None:
+    """Split names are otherwise checked when the network is built: check them here, before any trial
+    (the architecture's layer names come from its torch-free table)."""
+    if cfg.model.split is not None:
+        validate_split(cfg.model, layer_names(cfg.model), cfg.model.split)
+
+
+def preset_values(base: RunConfig, dims: list[Dim]) -> dict:
+    """The base config's value of every dimension that contains it."""
+    method = base.build_method()
+    out = {}
+    for d in dims:
+        if d.name == "split":
+            split = base.model.split
+            if split is None:
+                split = default_split(base.model, layer_names(base.model))
+            v = "default" if split is None else ",".join(split)
+            if d.kind == "choice" and v not in d.choices and base.model.split is None and "default" in d.choices:
+                v = "default"
+        elif d.name == "hidden":
+            v = ",".join(map(str, base.model.hidden))
+        elif d.name in ("loss", "batch_size"):
+            v = getattr(base.train, d.name)
+        else:
+            v = getattr(method, d.name)
+            if isinstance(v, tuple):
+                v = ",".join(_num(b) for b in v)
+        if d.kind == "choice":
+            v = v if isinstance(v, str) else json.dumps(v)
+        if d.contains(v):
+            out[d.name] = v
+    return out
+
+
+def fmt_value(v) -> str:
+    """A sampled value as the reports print it (floats to 4 significant digits)."""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
