@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from ..lazy import torch
 from ..profile import phase
-from .base import MethodBase, MethodState, TrainBatch, lr_decay_setting, minibatches, set_epoch_lr, setting
+from .base import MethodBase, MethodState, TrainBatch, lr_decay_setting, set_epoch_lr, setting
+from .zsweep import minibatches
 
 
 @dataclass
