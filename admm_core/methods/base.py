@@ -182,14 +182,43 @@ class MethodState:
                 setattr(self, f.name, v)
 
 
+FLOAT_BYTES = 4  # float32
+
+
+@dataclass(frozen=True)
+class StateSizes:
+    """What the memory estimate knows of a run without building it (:func:`admm_core.resources.estimate_memory`)."""
+
+    n: int  # training rows
+    batch_size: int  # minibatch size of Θ-steps
+    block_out: tuple[int, ...]  # floats per sample of Z_t, the output of block t (t = 1..T)
+    layer_out: tuple[int, ...]  # floats per sample of each layer's output
+
+
 class MethodBase:
-    """Shared helpers; concrete methods are frozen dataclasses that inherit this."""
+    """Shared helpers; concrete methods are frozen dataclasses that inherit this.
+
+    Besides the protocol a method declares what other parts read without running it: its live
+    charts (``live_metrics``) and the size of its state (:meth:`estimate_state_bytes`,
+    :meth:`theta_moments`), so a new method is its module plus one registry line.
+    """
 
     name = "?"
     summary = ""
     uses_blocks = True  # False for end-to-end methods (the split is ignored)
     supports_augment = False  # True where every read of the inputs goes through TrainBatch.inputs
     supports_lr_schedule = False  # True where Θ's step size follows TrainBatch.lr_factor
+    # per-block lists its diagnostics log that the dashboard charts live (app/dashboard/charts.py)
+    live_metrics: ClassVar[tuple[str, ...]] = ("residuals", "dual_norms", "betas")
+
+    def estimate_state_bytes(self, s: StateSizes) -> int:
+        """Bytes of what the method keeps for the whole run besides Θ (float32), by arithmetic.
+        Default: Z_t and U_t of every training row for a block method, nothing end to end."""
+        return 2 * s.n * sum(s.block_out) * FLOAT_BYTES if self.uses_blocks else 0
+
+    def theta_moments(self) -> int:
+        """Θ-optimizer moments per parameter (Adam 2, SGD with momentum 1, closed-form updates 0)."""
+        return 0
 
     @classmethod
     def settings(cls) -> list[dict]:
@@ -331,6 +360,8 @@ __all__ = [
     "schedule_factor",
     "Shard",
     "World",
+    "StateSizes",
+    "FLOAT_BYTES",
     "TrainBatch",
     "State",
     "Method",

@@ -62,8 +62,10 @@ from ..errors import ConfigError, check
 from ..lazy import no_grad, torch
 from ..profile import phase
 from .base import (
+    FLOAT_BYTES,
     MethodBase,
     MethodState,
+    StateSizes,
     TrainBatch,
     make_theta_optimizer,
     per_block,
@@ -180,6 +182,7 @@ class BlockADMM(MethodBase):
     uses_duals = True  # False: the dual step only measures residuals (U ≡ 0, a pure penalty method)
     supports_augment = True  # every read of X goes through TrainBatch.inputs (one view per epoch)
     supports_lr_schedule = True
+    live_metrics = ("residuals", "backprop_cosine", "dual_norms", "betas")
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
@@ -790,3 +793,10 @@ class BlockADMM(MethodBase):
 
     def state_bytes(self, state: BlockADMMState) -> int:
         return tensor_bytes([*state.z, *state.u, *(state.z_m or []), *(state.z_v or [])])
+
+    def estimate_state_bytes(self, s: StateSizes) -> int:
+        # Z and U of every row (Gotmare keeps U allocated at zero), plus Adam moments of Z
+        return s.n * sum(s.block_out) * FLOAT_BYTES * (4 if self.z_optimizer == "adam" else 2)
+
+    def theta_moments(self) -> int:
+        return 2 if self.theta_optimizer == "adam" else 0

@@ -103,6 +103,16 @@ class OnlineADMM(MethodBase):
     name = "online-admm"
     supports_augment = True  # every training read of X goes through TrainBatch.inputs
     supports_lr_schedule = True
+    live_metrics = ("residuals", "backprop_cosine", "dual_norms", "betas")
+
+    def estimate_state_bytes(self, s) -> int:
+        # one minibatch of Z (and its Adam moments); a scalar dual per block
+        rows = min(s.batch_size, s.n)
+        return rows * sum(s.block_out) * 4 * (3 if self.z_optimizer == "adam" else 1) + 8 * len(s.block_out)
+
+    def theta_moments(self) -> int:
+        return 2 if self.theta_optimizer == "adam" else 0
+
     summary = "Online Stochastic Block-ADMM (paper Alg. 2): Z per minibatch, O(d) duals, O(batch) memory"
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates")
