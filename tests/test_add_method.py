@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,17 @@ def test_register_method_refuses_a_taken_name():
     with pytest.raises(ConfigError, match="already registered"):
         register_method(Impostor)
     assert register_method(BlockADMM) is BlockADMM and METHODS["block-admm"] is BlockADMM
+
+
+def test_charts_read_the_declarations_without_torch():
+    """The dashboard server never imports torch: the live charts read ``live_metrics`` from the registry."""
+    import subprocess
+
+    code = (
+        "import sys; from app.dashboard import charts as C; "
+        "assert 'dual_norms' not in C.live_spec(method='gotmare'); assert list(C.live_spec(method='sgd')) == "
+        "['accuracy', 'loss', 'seconds']; print('torch' in sys.modules)"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    assert out.stdout.strip() == "False", out.stderr
