@@ -256,6 +256,28 @@ def test_block_parallel_two_processes_for_three_blocks(blocks_ref):
     assert per_rank == [2 * z[0], z[0] + 2 * (z[1] + z[2])]  # Z and U of its blocks, plus its input copy
 
 
+def test_block_parallel_killed_run_resumes_where_unbroken_run_ends(blocks_ref):
+    """Each rank's checkpoint holds only its blocks (the others' Z, U are empty placeholders) and the
+    β, ζ and power-iteration state; a run killed in epoch 2 resumes to the unbroken run's numbers."""
+    cfg, root, _ = blocks_ref
+    if not (root / "three" / D.MANIFEST).exists():
+        spawn(3, cfg, root / "three")
+    run = root / "three-killed"
+    with pytest.raises((mp.ProcessExitedException, mp.ProcessRaisedException)):
+        spawn(3, cfg, run, die_mid_epoch=EPOCHS - 0.5)
+    assert json.loads((run / D.MANIFEST).read_text())["epoch"] == EPOCHS - 1
+    spawn(3, cfg, run, resume=True)
+    _, resumed = rank_files(run)
+    _, unbroken = rank_files(root / "three")
+    for ck, ref in zip(resumed, unbroken):
+        assert ck["epoch"] == EPOCHS and ck["method_state"]["beta"] == ref["method_state"]["beta"]
+        for key in ("z", "u"):
+            for a, b in zip(ck["method_state"][key], ref["method_state"][key]):
+                assert a.shape == b.shape and max_diff(a, b) < 1e-6
+        for name, p in ref["net"].items():
+            assert max_diff(ck["net"][name], p) < 1e-6
+
+
 def test_block_parallel_refuses_what_it_cannot_run():
     from admm_core.methods import make_method
 
