@@ -6,9 +6,11 @@ of allocating 40 GB first. The estimate counts what a run keeps for its whole li
 
 - ``param_bytes``     Θ, the network's parameters
 - ``optimizer_bytes`` the Θ-optimizer's moments (Adam: 2|Θ|; SGD with momentum: |Θ|)
-- ``state_bytes``     the method's auxiliary variables: Z_t and U_t (t = 1..T) of every
-  training sample for Block-ADMM (plus Adam moments of Z), one minibatch of Z for online
-  ADMM, the per-layer Z, A, U, V of the lifted baselines, nothing for backprop
+- ``state_bytes``     the method's auxiliary variables, as the method declares them
+  (``estimate_state_bytes`` on its class; ``theta_moments`` gives the optimizer's): Z_t and
+  U_t (t = 1..T) of every training sample for Block-ADMM (plus Adam moments of Z), one
+  minibatch of Z for online ADMM, the per-layer Z, A, U, V of the lifted baselines, nothing
+  for backprop
 - ``data_bytes``      the training and test sets on the device
 
 Activations of one minibatch are not counted (they are small next to Z/U for the MLPs; for
