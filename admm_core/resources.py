@@ -6,9 +6,11 @@ of allocating 40 GB first. The estimate counts what a run keeps for its whole li
 
 - ``param_bytes``     Θ, the network's parameters
 - ``optimizer_bytes`` the Θ-optimizer's moments (Adam: 2|Θ|; SGD with momentum: |Θ|)
-- ``state_bytes``     the method's auxiliary variables: Z_t and U_t (t = 1..T) of every
-  training sample for Block-ADMM (plus Adam moments of Z), one minibatch of Z for online
-  ADMM, the per-layer Z, A, U, V of the lifted baselines, nothing for backprop
+- ``state_bytes``     the method's auxiliary variables, as the method declares them
+  (``estimate_state_bytes`` on its class; ``theta_moments`` gives the optimizer's): Z_t and
+  U_t (t = 1..T) of every training sample for Block-ADMM (plus Adam moments of Z), one
+  minibatch of Z for online ADMM, the per-layer Z, A, U, V of the lifted baselines, nothing
+  for backprop
 - ``data_bytes``      the training and test sets on the device
 
 Activations of one minibatch are not counted (they are small next to Z/U for the MLPs; for
@@ -27,6 +29,7 @@ from . import data as data_mod
 from .config import ModelConfig, RunConfig
 from .errors import ConfigError, DataError, check
 from .methods import METHODS
+from .methods.base import StateSizes
 from .models import ARCHS
 
 FLOAT = 4  # float32 bytes
@@ -50,7 +53,7 @@ class _DataShapes(Mapping):
 
 DATA_SHAPES: Mapping[str, tuple[tuple[int, ...], int, int, int]] = _DataShapes()
 
-LIFTED = {"admm-closed": 4, "taylor": 2, "dladmm": 2, "bcd": 2}  # see _lifted_bytes
+LIFTED = ("admm-closed", "taylor", "dladmm", "bcd")  # methods that need a plain MLP (preflight)
 
 
 def _numel(shape) -> int:
@@ -100,27 +103,11 @@ def estimate_memory(cfg: RunConfig) -> dict:
     n_params = sum(p for _, _, p in layers)
     n, n_test = _samples(cfg)
     method = cfg.build_method()
-    settings = dataclass_values(method)
     # Z_t is the output of block t: of the layer before each split point, and of the last layer
     block_out = [_numel(shapes[s]) for s in split_of(cfg) if s in shapes] + [_numel(layers[-1][1])]
-    if cfg.method in ("block-admm", "gotmare"):
-        # Z and U (Gotmare keeps U allocated at zero), plus Adam moments of Z
-        per_row = 2 * sum(block_out) + (2 * sum(block_out) if settings.get("z_optimizer") == "adam" else 0)
-        state = n * per_row * FLOAT
-    elif cfg.method == "online-admm":
-        # one minibatch of Z (and its Adam moments); a scalar dual per block
-        rows = min(cfg.train.batch_size, n)
-        state = rows * sum(block_out) * FLOAT * (3 if settings.get("z_optimizer") == "adam" else 1) + 8 * len(block_out)
-    elif cfg.method in LIFTED:
-        state = _lifted_bytes(cfg.method, [_numel(s) for _, s, _ in layers], n)
-    elif not METHODS[cfg.method].uses_blocks:
-        state = 0  # backprop: no auxiliary variables
-    else:
-        state = 2 * n * sum(block_out) * FLOAT  # an unknown block method: assume Z and U
-    opt = settings.get("theta_optimizer", "adam" if cfg.method == "adam" else "sgd")
-    moments = 2 if opt == "adam" else (1 if settings.get("momentum", 0.0) > 0 else 0)
-    if cfg.method in LIFTED:
-        moments = 0  # closed-form Θ-updates
+    sizes = StateSizes(n, cfg.train.batch_size, tuple(block_out), tuple(_numel(s) for _, s, _ in layers))
+    state = method.estimate_state_bytes(sizes)  # each method declares its own (methods/base.py)
+    moments = method.theta_moments()
     shape = data_mod.DATASETS[cfg.data.name].input_shape
     data = (n + n_test) * (_numel(shape) * FLOAT + 8)  # float32 inputs + int64 labels
     out = {
@@ -131,19 +118,6 @@ def estimate_memory(cfg: RunConfig) -> dict:
     }
     out["total_bytes"] = sum(out.values())
     return out
-
-
-def dataclass_values(method) -> dict:
-    return {s["name"]: getattr(method, s["name"]) for s in type(method).settings()}
-
-
-def _lifted_bytes(method: str, widths: list[int], n: int) -> int:
-    """Per-layer variables of the lifted baselines (N rows each): Z_l for every layer, A_l for
-    every hidden layer; ADMM (closed form) adds a dual U_l per layer and V_l per hidden layer,
-    Taylor / dlADMM one output dual, BCD one output activation."""
-    z, a = sum(widths), sum(widths[:-1])
-    extra = (sum(widths) + sum(widths[:-1])) if method == "admm-closed" else widths[-1]
-    return n * (z + a + extra) * FLOAT
 
 
 # --- what is available ---------------------------------------------------------------------

@@ -185,32 +185,110 @@ def test_jacobi_sweep_differs_from_gauss_seidel_and_matches_hand_reference():
         assert torch.allclose(got[1], z2_new, atol=1e-6)
 
 
-def test_block_parallel_three_processes_equal_single_process_jacobi(tmp_path):
-    cfg = digits(z_sweep="jacobi", parallel="blocks")
-    ref = single(cfg, tmp_path / "single")  # one process: BlockADMM with the Jacobi sweep
-    spawn(3, cfg, tmp_path / "three")
-    _, parts = rank_files(tmp_path / "three")
-    for t, ck in enumerate(parts):  # rank t holds block t's Z_t, U_t (all rows) and its input Z_{t−1}
-        assert max_diff(ck["method_state"]["z"], ref["method_state"]["z"][t]) < 1e-5
-        assert max_diff(ck["method_state"]["u"], ref["method_state"]["u"][t]) < 1e-5
-        if t:
-            assert max_diff(ck["method_state"]["zin"], ref["method_state"]["z"][t - 1]) < 1e-5
-        for name, p in ref["net"].items():
-            assert max_diff(ck["net"][name], p) < 1e-5, (t, name)
-    m = read_metrics(tmp_path / "three")[-1]
-    assert abs(m["test_accuracy"] - read_metrics(tmp_path / "single")[-1]["test_accuracy"]) < 1e-6
-    assert m["world_size"] == 3
-    gs = single(digits(), tmp_path / "gs")
+# the settings that drifted in the old forked block-parallel code: per-block ζ, scaled steps and
+# an adaptive penalty whose β cap binds (rho_bound small: it fires at once; 1 → min(2, 1.5))
+DRIFTED = dict(
+    z_sweep="jacobi",
+    parallel="blocks",
+    z_lr=[0.3, 0.4, 0.5],
+    z_step="scaled",
+    adaptive_rho=True,
+    rho_bound=1e-3,
+    beta_max=1.5,
+)
+
+
+@pytest.fixture(scope="module")
+def blocks_ref(tmp_path_factory):
+    """One process, BlockADMM with the Jacobi sweep and the DRIFTED settings (parallel is ignored there)."""
+    root = tmp_path_factory.mktemp("blocks")
+    cfg = digits(**DRIFTED)
+    return cfg, root, single(cfg, root / "single")
+
+
+def check_blocks_equal_single(root, run, ref, world, T=3):
+    """Metrics, network and each rank's own Z, U equal the one-process run (to float tolerance)."""
+    m1, mw = read_metrics(root / "single"), read_metrics(run)
+    assert [m["epoch"] for m in mw] == list(range(EPOCHS + 1))
+    assert [m["betas"] for m in m1] == [m["betas"] for m in mw]  # the adaptive penalty and its cap
+    for x, y in zip(m1, mw):
+        for k in ("residuals", "dual_norms", "lipschitz", "z_lr_eff", "backprop_cosine"):
+            assert len(x[k]) == len(y[k]) and max(abs(p - q) for p, q in zip(x[k], y[k])) < 1e-5, (k, x[k], y[k])
+        for k in ("train_loss", "test_accuracy", "train_accuracy"):
+            assert abs(x[k] - y[k]) < 1e-5, k
+    assert mw[-1]["world_size"] == world
+    _, parts = rank_files(run)
+    owner = [r for r in range(world) for _ in range(*D.shard_range(T, r, world))]
+    for r, ck in enumerate(parts):
+        for name, p in ref["net"].items():  # every rank ends the epoch with the whole network
+            assert max_diff(ck["net"][name], p) < 1e-5, (r, name)
+        ms = ck["method_state"]
+        for t in range(T):
+            if owner[t] == r:  # its own blocks: Z_t and U_t of every row
+                assert max_diff(ms["z"][t], ref["method_state"]["z"][t]) < 1e-5, (r, t)
+                assert max_diff(ms["u"][t], ref["method_state"]["u"][t]) < 1e-5, (r, t)
+            elif t + 1 < T and owner[t + 1] == r:  # the input of its first block
+                assert max_diff(ms["z"][t], ref["method_state"]["z"][t]) < 1e-5, (r, t)
+            else:
+                assert ms["z"][t].numel() == 0 and ms["u"][t].numel() == 0  # nothing of another's block
+
+
+def test_block_parallel_three_processes_equal_one_process_with_every_setting(blocks_ref):
+    """The same settings (per-block ζ, z_step=scaled, adaptive β with a binding cap) in one process and
+    in three (one block each): the same β, residuals, L_t, ζ_eff, network and Z."""
+    cfg, root, ref = blocks_ref
+    betas = [m["betas"] for m in read_metrics(root / "single")]
+    assert betas[0] == [1.0] * 3 and betas[-1] == [1.5] * 3  # the penalty fired and the cap bound it
+    spawn(3, cfg, root / "three")
+    check_blocks_equal_single(root, root / "three", ref, 3)
+    gs = single(digits(**{**DRIFTED, "z_sweep": "gauss-seidel"}), root / "gs")
     assert max_diff(gs["method_state"]["z"][0], ref["method_state"]["z"][0]) > 1e-4  # the sweep order matters
 
 
-def test_block_parallel_needs_one_process_per_block_and_jacobi():
+def test_block_parallel_two_processes_for_three_blocks(blocks_ref):
+    """Rank 0 owns block 1, rank 1 blocks 2 and 3 (the message between them stays in memory): same numbers."""
+    cfg, root, ref = blocks_ref
+    spawn(2, cfg, root / "two")
+    check_blocks_equal_single(root, root / "two", ref, 2)
+    per_rank = read_metrics(root / "two")[-1]["state_bytes_per_rank"]
+    ms = ref["method_state"]
+    z = [t.numel() * t.element_size() for t in ms["z"]]
+    assert per_rank == [2 * z[0], z[0] + 2 * (z[1] + z[2])]  # Z and U of its blocks, plus its input copy
+
+
+def test_block_parallel_killed_run_resumes_where_unbroken_run_ends(blocks_ref):
+    """Each rank's checkpoint holds only its blocks (the others' Z, U are empty placeholders) and the
+    β, ζ and power-iteration state; a run killed in epoch 2 resumes to the unbroken run's numbers."""
+    cfg, root, _ = blocks_ref
+    if not (root / "three" / D.MANIFEST).exists():
+        spawn(3, cfg, root / "three")
+    run = root / "three-killed"
+    with pytest.raises((mp.ProcessExitedException, mp.ProcessRaisedException)):
+        spawn(3, cfg, run, die_mid_epoch=EPOCHS - 0.5)
+    assert json.loads((run / D.MANIFEST).read_text())["epoch"] == EPOCHS - 1
+    spawn(3, cfg, run, resume=True)
+    _, resumed = rank_files(run)
+    _, unbroken = rank_files(root / "three")
+    for ck, ref in zip(resumed, unbroken):
+        assert ck["epoch"] == EPOCHS and ck["method_state"]["beta"] == ref["method_state"]["beta"]
+        for key in ("z", "u"):
+            for a, b in zip(ck["method_state"][key], ref["method_state"][key]):
+                assert a.shape == b.shape and max_diff(a, b) < 1e-6
+        for name, p in ref["net"].items():
+            assert max_diff(ck["net"][name], p) < 1e-6
+
+
+def test_block_parallel_refuses_what_it_cannot_run():
     from admm_core.methods import make_method
 
-    with pytest.raises(ConfigError, match="T = 3 blocks but world size 2"):
-        D.BlockParallel(make_method("block-admm", {"z_sweep": "jacobi", "parallel": "blocks"}), 0, 2, 3)
+    jac = make_method("block-admm", {"z_sweep": "jacobi", "parallel": "blocks"})
+    with pytest.raises(ConfigError, match="T = 3 blocks but world size 4"):
+        D.block_world(jac, 0, 4, 3)
+    assert D.block_world(jac, 1, 2, 3).owner == (0, 1, 1)
     with pytest.raises(ConfigError, match="z_sweep"):
-        D.BlockParallel(make_method("block-admm", {"parallel": "blocks"}), 0, 3, 3)
+        D.block_world(make_method("block-admm", {"parallel": "blocks"}), 0, 3, 3)
+    with pytest.raises(ConfigError, match="z_schedule"):
+        D.block_world(make_method("block-admm", {"z_sweep": "jacobi", "z_schedule": "minibatch"}), 0, 3, 3)
 
 
 def test_dashboard_worker_command_under_torchrun():

@@ -6,15 +6,22 @@ MASTER_ADDR, MASTER_PORT, LOCAL_RANK). Without torchrun nothing here communicate
 run is world size 1. Two ways to split the work (the method setting ``parallel``):
 
 - ``samples`` (block-admm, gotmare): rank r holds the training rows [r·N/W, (r+1)·N/W) of
-  X, Z_t and U_t (:class:`~admm_core.methods.base.Shard`). Z sweeps and dual steps are
+  X, Z_t and U_t (:class:`~admm_core.methods.world.World`). Z sweeps and dual steps are
   local; Θ-steps are synchronous data-parallel steps on the *global* minibatches (drawn by
   the same seeded generator on every rank, so the sequence does not depend on W): each
   rank backpropagates its rows of the minibatch, the gradients are summed by all-reduce and
   every rank takes the same optimizer step (identical optimizer state everywhere).
-- ``blocks`` (:class:`BlockParallel`): rank t owns block t+1 (W = T): Θ_t, Z_t, U_t for every
-  sample and a copy of its input Z_{t−1}. All blocks take their Θ-steps at once and Z
-  moves by a Jacobi sweep; neighbours exchange Z_t (forward) and ∇_{Z_t} P_{t+1} (backward)
-  by point-to-point sends.
+- ``blocks`` (block-admm, gotmare with ``z_sweep='jacobi'``): each rank owns a contiguous
+  run of blocks (one each when W = T): their Θ_t, Z_t, U_t for every sample and a copy of the
+  input Z_{t−1} of its first block. All blocks take their Θ-steps at once and Z moves by
+  BlockADMM's own Jacobi sweep; neighbouring owners exchange Z_t (forward) and
+  ∇_{Z_t} P_{t+1} (backward) by point-to-point sends.
+
+Both are strategies, not algorithms: :func:`distribute` hands the method an
+:class:`~admm_core.methods.world.World` on ``TrainBatch.shard`` saying which rows and blocks are
+this process's and how tensors travel, and BlockADMM's code does every update. So every setting
+(per-block ζ and β, ``z_step='scaled'``, the adaptive penalty and its ``beta_max`` cap) means the
+same in one process and in many (tests/test_distributed.py runs the same settings both ways).
 
 Checkpoints of a run with W > 1 are one file per rank plus a manifest written by rank 0
 after every rank's file is complete; resuming needs the same W.
@@ -24,16 +31,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..lazy import dist, no_grad, torch
-from ..methods.base import MethodState, Shard, TrainBatch, adam_z_step, evaluate, per_block, tensor_bytes
+from ..lazy import dist, torch
+from ..methods.base import TrainBatch, evaluate
 from ..methods.block_admm import BlockADMM
+from ..methods.world import World
 
 MANIFEST = "checkpoint-manifest.json"
 
@@ -130,17 +136,29 @@ def distribute(method, batch: TrainBatch, net) -> tuple[object, TrainBatch]:
             f"method = {method.name!r}: only block-admm and gotmare run on several processes (world size {w})"
         )
     if method.parallel == "blocks":
-        return BlockParallel(method, rank(), w, net.T), batch
+        return method, dataclasses.replace(batch, shard=block_world(method, rank(), w, net.T))
     r = rank()
     start, stop = shard_range(batch.n, r, w)
     if stop <= start:
         raise ConfigError(f"world size = {w}: more processes than training samples ({batch.n})")
-    shard = Shard(rank=r, world=w, start=start, n_global=batch.n)
+    shard = World(rank=r, world=w, start=start, n_global=batch.n)
     # clone: the shard must not keep the whole training set alive through a view
     local = dataclasses.replace(batch, x=batch.x[start:stop].clone(), y=batch.y[start:stop].clone(), shard=shard)
     if batch.augment is not None:  # sample i keeps the view it has in one process: look it up by global row
         local.augment = _GlobalRows(batch.augment, start)
     return method, local
+
+
+def block_world(method: BlockADMM, r: int, w: int, T: int) -> World:
+    """Rank ``r``'s share of ``parallel='blocks'``: the contiguous blocks shard_range(T, r, w)."""
+    if w > T:
+        raise ConfigError(
+            f"{method.name}.parallel = 'blocks': at most one process per block, T = {T} blocks but world size {w}"
+        )
+    owner = tuple(i for i in range(w) for _ in range(*shard_range(T, i, w)))
+    world = World(rank=r, world=w, owner=owner)
+    method.check_world(world, T)
+    return world
 
 
 class _GlobalRows:
@@ -168,10 +186,13 @@ def evaluate_split(net, batch: TrainBatch, x_te, y_te, loss, train_limit: int) -
     sh = batch.shard
     if sh.world == 1:
         return (*evaluate(net, batch.x[:train_limit], batch.y[:train_limit], loss), *evaluate(net, x_te, y_te, loss))
-    n_tr = max(0, min(batch.n, train_limit - sh.start))
+    if sh.shards_rows:  # this rank's rows of the first train_limit
+        lo, hi = 0, max(0, min(batch.n, train_limit - sh.start))
+    else:  # every rank holds every row (and, after the epoch, the whole network): split them
+        lo, hi = shard_range(min(batch.n, train_limit), sh.rank, sh.world)
     a, b = shard_range(x_te.shape[0], sh.rank, sh.world)
     sums = []
-    for x, y in ((batch.x[:n_tr], batch.y[:n_tr]), (x_te[a:b], y_te[a:b])):
+    for x, y in ((batch.x[lo:hi], batch.y[lo:hi]), (x_te[a:b], y_te[a:b])):
         lo, acc = evaluate(net, x, y, loss) if x.shape[0] else (0.0, 0.0)
         sums += [lo * x.shape[0], acc * x.shape[0], x.shape[0]]
     s = sh.sum(sums, batch.x.device)
@@ -185,7 +206,7 @@ def extra_metrics(method, state) -> dict:
         return {}
     b = [0.0] * w
     b[rank()] = float(method.state_bytes(state))
-    b = Shard(world=w).sum(b, _comm_device())
+    b = World(world=w).sum(b, _comm_device())
     return {"world_size": w, "state_bytes_per_rank": [int(v) for v in b], "state_bytes_total": int(sum(b))}
 
 
@@ -251,225 +272,6 @@ def load(run_dir: Path, device, read: Callable[[Path], dict] | None = None) -> d
     if ck.get("epoch") != m["epoch"]:
         raise ConfigError(f"resume: {m['files'][rank()]} holds epoch {ck.get('epoch')}, the manifest {m['epoch']}")
     return ck
-
-
-# --- blocks in parallel (Jacobi) ---------------------------------------------------------
-@dataclass
-class BlockParallelState(MethodState):
-    """Rank t's part: its block's Z_t, U_t for every sample and a copy of its input Z_{t−1}."""
-
-    z: torch.Tensor  # Z_t, (N, *d_t)
-    u: torch.Tensor  # U_t
-    zin: torch.Tensor | None  # Z_{t−1} (None on rank 0: the input is X)
-    beta: list[float]  # β of every block (the adaptive penalty needs all residuals)
-    z_lr: list[float]
-    opt: torch.optim.Optimizer  # Θ_t only
-    gen: torch.Generator  # minibatch draws, the same sequence on every rank
-    z_m: torch.Tensor | None = None
-    z_v: torch.Tensor | None = None
-    z_steps: int = 0
-    iteration: int = 0
-    rho_bound: float = 1.0
-    residuals: list[float] = field(default_factory=list)
-
-
-class BlockParallel:
-    """Block-ADMM with one block per process and a Jacobi Z sweep (``parallel='blocks'``).
-
-    Rank t (0-based, block_{t+1} of the paper) per Z sweep, every Z from the previous iterate:
-
-        send  ∇_{Z_{t−1}} P_t(Z_t, block_t(Z_{t−1}))  to rank t−1    (it owns Z_{t−1})
-        Z_t ← Z_t − ζ_t [∇_{Z_t} P_t + ∇_{Z_t} P_{t+1}]               (second term from rank t+1;
-                                                                         ∇ J too on the last rank)
-        send the new Z_t to rank t+1                                   (its input copy)
-
-    Θ-steps (Θ_t ← Θ_t − η ∇ P_t/|i|) use the rank's own Z_{t−1}, Z_t, U_t rows and run on all
-    ranks at once on the same minibatches; the dual step U_t ← U_t + Z_t − block_t(Z_{t−1})
-    is local. Residuals and dual norms are gathered for logging; after each epoch every
-    rank broadcasts its block's parameters so each holds the whole current network for
-    evaluation and checkpoints. The numbers equal BlockADMM with ``z_sweep='jacobi'`` in
-    one process (the dual step here is never folded into the sweep: same values).
-    """
-
-    uses_blocks = True
-
-    def __init__(self, m: BlockADMM, rank: int, world: int, T: int):
-        if world != T:
-            raise ConfigError(
-                f"{m.name}.parallel = 'blocks': needs one process per block, T = {T} blocks but world size {world}"
-            )
-        if m.z_sweep != "jacobi":
-            raise ConfigError(
-                f"{m.name}.z_sweep = {m.z_sweep!r}: parallel = 'blocks' computes a Jacobi sweep; set z_sweep=jacobi"
-            )
-        self.m, self.t, self.T = m, rank, T
-        self.name, self.summary = m.name, m.summary
-
-    def __getattr__(self, key):  # settings (lr, chunk_size, …) are the wrapped method's
-        return getattr(self.m, key)
-
-    # --- helpers -------------------------------------------------------------------------
-    def _input(self, state, batch, rows):
-        return batch.x[rows] if self.t == 0 else state.zin[rows]
-
-    def _gather(self, values: list[float], device) -> list[float]:
-        """Each rank's value at its own index → every rank gets them all."""
-        v = [0.0] * self.T
-        for i, x in enumerate(values):
-            v[i] = x
-        return Shard(world=self.T).sum(v, device)
-
-    # --- protocol ------------------------------------------------------------------------
-    @no_grad
-    def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> BlockParallelState:
-        m, t = self.m, self.t
-        net.eval()
-        parts = [[] for _ in range(self.T)]
-        for s in range(0, batch.n, m.chunk_size):  # every rank has every block's initial Θ (seeded)
-            for i, z in enumerate(net.forward_all(batch.x[s : s + m.chunk_size])):
-                parts[i].append(z)
-        z = [torch.cat(p) for p in parts]
-        if m.u_init == "uniform":  # draw every block's U so the generator advances as in one process
-            u = [m._uniform_rows(zt, batch, gen) for zt in z][t]
-        else:
-            u = torch.zeros_like(z[t])
-        opt_cls = torch.optim.Adam if m.theta_optimizer == "adam" else torch.optim.SGD
-        state = BlockParallelState(
-            z=z[t],
-            u=u,
-            zin=z[t - 1] if t > 0 else None,
-            beta=per_block(m.beta, self.T, f"{m.name}.beta"),
-            z_lr=[m.z_lr] * self.T,
-            opt=opt_cls([{"params": list(net.blocks[t].parameters())}], lr=m.lr, foreach=True),
-            gen=gen,
-            rho_bound=m.rho_bound,
-            residuals=[0.0] * self.T,
-        )
-        if m.z_optimizer == "adam":
-            state.z_m, state.z_v = torch.zeros_like(z[t]), torch.zeros_like(z[t])
-        return state
-
-    def run_epoch(self, net, state: BlockParallelState, batch: TrainBatch, progress=None) -> dict:
-        from ..methods.base import minibatches
-
-        m = self.m
-        batches = minibatches(batch.n, batch.batch_size, state.gen)
-        phases = m.iters_per_epoch * m.primal_steps
-        per_phase = [
-            batches[round(i * len(batches) / phases) : round((i + 1) * len(batches) / phases)] for i in range(phases)
-        ]
-        for it in range(m.iters_per_epoch):
-            for p in range(m.primal_steps):
-                self.z_update(net, state, batch)
-                self.theta_steps(net, state, batch, per_phase[it * m.primal_steps + p])
-            self.dual_step(net, state, batch)
-            if progress:
-                progress((it + 1) / m.iters_per_epoch)
-        self.sync_net(net)
-        return {}
-
-    def z_update(self, net, state: BlockParallelState, batch: TrainBatch) -> None:
-        """One Jacobi Z sweep (Alg. 1's Z-update with every Z_t from the previous iterate)."""
-        m, t, T = self.m, self.t, self.T
-        net.eval()
-        block, beta = net.blocks[t], state.beta[t]
-        g = torch.empty_like(state.z)
-        g_prev = torch.empty_like(state.zin) if t > 0 else None
-        with torch.enable_grad():
-            for s in range(0, batch.n, m.chunk_size):
-                rows = slice(s, s + m.chunk_size)
-                zt, ut = state.z[rows], state.u[rows]
-                if t > 0:  # P_t differentiated through block_t w.r.t. its input: rank t−1's term
-                    inp = state.zin[rows].detach().requires_grad_()
-                    out = block(inp)
-                    g_prev[rows] = torch.autograd.grad(0.5 * beta * (zt - out + ut).pow(2).sum(), inp)[0]
-                else:
-                    with torch.no_grad():
-                        out = block(batch.x[rows])
-                z_var = zt.detach().requires_grad_()
-                own = 0.5 * beta * (z_var - out.detach() + ut).pow(2).sum()
-                if t == T - 1:
-                    own = batch.loss(z_var, batch.y[rows]) + own  # Z_T-step: ∇ (J + P_T)
-                g[rows] = torch.autograd.grad(own, z_var)[0]
-        ops = []
-        g_next = torch.empty_like(state.z) if t < T - 1 else None
-        if t > 0:
-            ops.append(dist.P2POp(dist.isend, g_prev, t - 1))
-        if t < T - 1:
-            ops.append(dist.P2POp(dist.irecv, g_next, t + 1))
-        for op in dist.batch_isend_irecv(ops) if ops else []:
-            op.wait()
-        if g_next is not None:
-            g = g + g_next
-        if state.z_m is None:
-            state.z = state.z - state.z_lr[t] * g
-        else:
-            state.z = adam_z_step(state.z, g, state.z_m, state.z_v, state.z_steps + 1, state.z_lr[t])
-        ops = []
-        if t < T - 1:
-            ops.append(dist.P2POp(dist.isend, state.z, t + 1))
-        if t > 0:
-            ops.append(dist.P2POp(dist.irecv, state.zin, t - 1))
-        for op in dist.batch_isend_irecv(ops) if ops else []:
-            op.wait()
-        state.z_steps += 1
-
-    def theta_steps(self, net, state: BlockParallelState, batch: TrainBatch, idx_list) -> None:
-        """Θ_t ← Θ_t − η ∇_{Θ_t} P_t/|i| on each minibatch (every rank its own block, at once)."""
-        if not idx_list:
-            return
-        block, beta = net.blocks[self.t], state.beta[self.t]
-        block.train()
-        for idx in idx_list:
-            idx = idx.to(batch.x.device)
-            target = state.z[idx] + state.u[idx]
-            state.opt.zero_grad(set_to_none=True)
-            (0.5 * beta * (target - block(self._input(state, batch, idx))).pow(2).sum() / len(idx)).backward()
-            state.opt.step()
-
-    @no_grad
-    def dual_step(self, net, state: BlockParallelState, batch: TrainBatch) -> None:
-        """U_t ← U_t + Z_t − block_t(Z_{t−1}); residuals of every block gathered."""
-        m, t = self.m, self.t
-        net.eval()
-        sq = 0.0
-        for s in range(0, batch.n, m.chunk_size):
-            rows = slice(s, s + m.chunk_size)
-            r = state.z[rows] - net.blocks[t](self._input(state, batch, rows))
-            if m.uses_duals:
-                state.u[rows] += r
-            sq += float(r.pow(2).sum())
-        sq_all = self._gather([0.0] * t + [sq], batch.x.device)
-        state.residuals = [math.sqrt(v / batch.n) for v in sq_all]
-        state.iteration += 1
-        if m.adaptive_rho:  # BlockADMM.adapt_penalty on this rank's share
-            h = math.sqrt(sum(r * r for r in state.residuals))
-            if h > state.rho_bound:
-                c = m.rho_c
-                state.beta = [b / c for b in state.beta]
-                state.z_lr = [lr * c for lr in state.z_lr]
-                state.u.mul_(c)
-            state.rho_bound *= m.rho_bound_decay
-
-    @no_grad
-    def sync_net(self, net) -> None:
-        """Every rank gets every block's current parameters (block t from rank t)."""
-        for i, b in enumerate(net.blocks):
-            for p in [*b.parameters(), *b.buffers()]:
-                dist.broadcast(p.data, src=i)
-
-    def diagnostics(self, net, state: BlockParallelState, batch: TrainBatch) -> dict:
-        sq = self._gather([0.0] * self.t + [float(state.u.pow(2).sum())], batch.x.device)
-        return {
-            "residuals": list(state.residuals),
-            "dual_norms": [math.sqrt(v / batch.n) for v in sq],
-            "betas": list(state.beta),
-            "iteration": state.iteration,
-        }
-
-    def state_bytes(self, state: BlockParallelState) -> int:
-        own = [state.z, state.z_m, state.z_v] + ([state.u] if self.m.uses_duals else [])
-        return tensor_bytes([*own, state.zin])
 
 
 def barrier() -> None:

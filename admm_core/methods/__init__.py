@@ -1,6 +1,8 @@
 """Training methods behind one protocol, chosen by name from :data:`METHODS`.
 
-Adding a method is one module with a settings dataclass (see :mod:`.base`) and one entry here.
+Adding a method is one module with a settings dataclass (see :mod:`.base`) and one
+:func:`register_method` line here (docs/extending.md): the CLI, the dashboard's form and live
+charts, the memory estimate and the run loop read everything else from the class.
 """
 
 from __future__ import annotations
@@ -15,7 +17,24 @@ from .gotmare import Gotmare
 from .online_admm import OnlineADMM
 from .taylor import Taylor
 
-METHODS = {m.name: m for m in (BlockADMM, OnlineADMM, SGD, Adam, ADMMClosed, Taylor, DLADMM, BCD, Gotmare)}
+METHODS: dict[str, type] = {}
+
+
+def register_method(cls: type) -> type:
+    """Add method class ``cls`` to :data:`METHODS` under ``cls.name`` (usable as a decorator).
+
+    Registering the same class again is a no-op; another class under a taken name is refused."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name or name == "?":
+        raise ConfigError(f"register_method: {cls.__name__} has no name (set the class attribute name = '...')")
+    if METHODS.get(name, cls) is not cls:
+        raise ConfigError(f"register_method: a method named {name!r} is already registered ({METHODS[name].__name__})")
+    METHODS[name] = cls
+    return cls
+
+
+for _cls in (BlockADMM, OnlineADMM, SGD, Adam, ADMMClosed, Taylor, DLADMM, BCD, Gotmare):
+    register_method(_cls)
 
 
 def make_method(name: str, params: dict | None = None):

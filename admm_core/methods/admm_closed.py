@@ -65,6 +65,9 @@ class ADMMClosed(LiftedMethod):
     summary = "Standard ADMM (paper supp. Alg. 3): full-batch closed-form W, Z, A updates, multipliers U, V on every constraint"
     dual_vars = ("u", "v")
 
+    def extra_floats(self, widths) -> int:
+        return sum(widths) + sum(widths[:-1])  # a dual U_l per layer, V_l per hidden layer
+
     beta: float = setting(10.0, "β: penalty of the linear constraints Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (paper: 10)")
     gamma: float = setting(10.0, "γ: penalty of the activation constraints A_ℓ = relu(Z_ℓ) (paper: 10)")
     weight_decay: float = setting(5e-5, "λ: weight decay λ‖W‖² (paper: 5e-5)", positive=False)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from ..lazy import torch
 from ..profile import phase
-from .base import MethodBase, MethodState, TrainBatch, lr_decay_setting, minibatches, set_epoch_lr, setting
+from .base import MethodBase, MethodState, TrainBatch, lr_decay_setting, set_epoch_lr, setting
+from .zsweep import minibatches
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Backprop(MethodBase):
     uses_blocks = False
     supports_augment = True
     supports_lr_schedule = True
+    live_metrics = ()  # no blocks: nothing per block to chart
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -75,6 +77,9 @@ class SGD(Backprop):
     weight_decay: float = setting(0.0, "L2 weight decay", positive=False)
     fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
 
+    def theta_moments(self) -> int:
+        return 1 if self.momentum > 0 else 0
+
     def make_optimizer(self, params):
         impl = {"fused": True} if self.fused else {}
         return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay, **impl)
@@ -89,6 +94,9 @@ class Adam(Backprop):
     lr: float = setting(1e-3, "η: learning rate")
     lr_decay: float = lr_decay_setting()
     fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
+
+    def theta_moments(self) -> int:
+        return 2
 
     def make_optimizer(self, params):
         impl = {"fused": True} if self.fused else {}

@@ -40,8 +40,11 @@ Implementation choices (measured, see README):
 - Blocks run in eval mode (BatchNorm uses running statistics) in Z sweeps and dual steps,
   so the Z objective really separates per sample; Θ-steps run in train mode.
 - ``z_sweep='jacobi'`` replaces the reverse Gauss–Seidel sweep (Z_t sees the new Z_{t+1})
-  by a Jacobi sweep (every Z_t from the previous iterate), the update the block-parallel
-  engine of :mod:`admm_core.distributed` computes with one process per block.
+  by a Jacobi sweep (every Z_t from the previous iterate), computed block by block
+  (``_jacobi_z_update``): the same code whether one process does every block or the blocks
+  are split over processes (``parallel='blocks'``, :mod:`admm_core.distributed`); the
+  ``World`` on ``batch.shard`` only says which blocks are this process's and carries the
+  messages, so every setting (per-block ζ, β, scaled steps, the β cap) means the same.
 - Sample sharding (``batch.shard``, :mod:`admm_core.distributed`): this process holds the
   rows [start, start + n) of Z and U. Minibatches are drawn over the *global* rows with
   the same generator on every rank, so the sequence does not depend on the world size;
@@ -59,34 +62,23 @@ from ..errors import ConfigError, check
 from ..lazy import no_grad, torch
 from ..profile import phase
 from .base import (
+    FLOAT_BYTES,
     MethodBase,
     MethodState,
+    StateSizes,
     TrainBatch,
-    ZRows,
-    adam_z_step,
-    backprop_grads,
-    block_update_grads,
-    cosines,
-    forward_start,
-    lipschitz_estimates,
-    lipschitz_vectors,
-    loss_curvature,
-    loss_grad,
     make_theta_optimizer,
-    minibatches,
-    norm_mode,
     per_block,
     power_every_setting,
     power_steps_setting,
-    probe_rows,
-    reverse_z_sweep,
     set_epoch_lr,
     setting,
     tensor_bytes,
-    theta_step,
     z_step_setting,
-    z_step_sizes,
 )
+from .lipschitz import lipschitz_estimates, lipschitz_vectors, loss_curvature, loss_grad, z_step_sizes
+from .probes import backprop_grads, block_update_grads, cosines, probe_rows
+from .zsweep import ZRows, adam_z_step, forward_start, minibatches, norm_mode, reverse_z_sweep, theta_step
 
 
 def free_bytes(device: torch.device) -> int:
@@ -150,6 +142,15 @@ def coupling_terms(beta, us) -> list:
     return [(lambda r, u=u, b=b: 0.5 * b * (r + u).pow(2).sum()) for b, u in zip(beta, us)]
 
 
+def _none_like(t: torch.Tensor) -> torch.Tensor:
+    """A placeholder with no rows for a block another process owns (0 bytes; any use fails loudly)."""
+    return t.new_empty((0, *t.shape[1:]))
+
+
+def _rows(t: torch.Tensor, idx, held: bool):
+    return t[idx] if held else None
+
+
 @dataclass
 class BlockADMMState(MethodState):
     """Everything Block-ADMM changes while it trains."""
@@ -181,6 +182,7 @@ class BlockADMM(MethodBase):
     uses_duals = True  # False: the dual step only measures residuals (U ≡ 0, a pure penalty method)
     supports_augment = True  # every read of X goes through TrainBatch.inputs (one view per epoch)
     supports_lr_schedule = True
+    live_metrics = ("residuals", "backprop_cosine", "dual_norms", "betas")
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
@@ -217,7 +219,7 @@ class BlockADMM(MethodBase):
     )
     parallel: str = setting(
         "samples",
-        "under torchrun: shard Z/U rows over processes (samples) or one block per process (blocks, needs z_sweep=jacobi)",
+        "under torchrun: shard Z/U rows over processes (samples) or the blocks, each process its own (blocks, needs z_sweep=jacobi)",
         choices=("samples", "blocks"),
     )
     fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)")
@@ -260,6 +262,7 @@ class BlockADMM(MethodBase):
     @no_grad
     def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> BlockADMMState:
         T = net.T
+        self.check_world(batch.shard, T)
         if self.bn_calibrate:
             # Deviation: Alg. 1 starts Z at a forward pass; Z sweeps and dual steps run BatchNorm
             # in eval mode, whose statistics are still (0, 1) at this point, so that pass gives
@@ -300,7 +303,25 @@ class BlockADMM(MethodBase):
         if self.z_optimizer == "adam":
             state.z_m = [torch.zeros_like(zt) for zt in z]
             state.z_v = [torch.zeros_like(zt) for zt in z]
+        w = batch.shard
+        if w.shards_blocks:  # every block's Z and U were made (the generator advanced as in one process): keep ours
+            state.z = [zt if w.holds(t) else _none_like(zt) for t, zt in enumerate(state.z)]
+            for key in ("u", "z_m", "z_v"):
+                if getattr(state, key) is not None:
+                    setattr(state, key, [v if w.owns(t) else _none_like(v) for t, v in enumerate(getattr(state, key))])
         return state
+
+    def check_world(self, world, T: int) -> None:
+        """ConfigError unless this method's settings can run with ``world``'s split of the blocks."""
+        if not world.shards_blocks:
+            return
+        if self.z_sweep != "jacobi":
+            raise ConfigError(
+                f"{self.name}.z_sweep = {self.z_sweep!r}: parallel = 'blocks' updates the blocks at once, "
+                "a Jacobi sweep; set z_sweep=jacobi"
+            )
+        if self.z_schedule != "sweep":
+            raise ConfigError(f"{self.name}.z_schedule = {self.z_schedule!r}: parallel = 'blocks' needs 'sweep'")
 
     def _uniform_rows(self, zt: torch.Tensor, batch: TrainBatch, gen: torch.Generator) -> torch.Tensor:
         """U(0, scale) draws for this shard's rows, drawn over the global rows in fixed chunks
@@ -339,6 +360,7 @@ class BlockADMM(MethodBase):
             self._epoch_by_minibatch(net, state, batch, progress)
         else:
             self._epoch_by_sweeps(net, state, batch, progress)
+        batch.shard.sync_blocks(net)  # blocks split over processes: every rank gets the whole network
         state.epoch += 1
         return {}
 
@@ -413,6 +435,8 @@ class BlockADMM(MethodBase):
         With ``with_dual`` the pending dual step U_t ← U_t + Z_t − block_t(Z_{t−1}) is applied
         to each chunk first, from the same forward pass the sweep needs anyway.
         """
+        if self.z_sweep == "jacobi":
+            return self._jacobi_z_update(net, state, batch, with_dual)
         T = net.T
         sq = [0.0] * T
         z_lrs = self._z_lrs(net, state, batch, state.z)
@@ -443,7 +467,6 @@ class BlockADMM(MethodBase):
                     couplings,
                     z_step,
                     on_forward=dual if with_dual else None,
-                    jacobi=self.z_sweep == "jacobi",
                     own_grad=lambda t, r, us=us: state.beta[t] * (r + us[t]),  # ∇_Z P_t, closed form
                     objective_grad=loss_grad(batch.loss, y),
                 )
@@ -453,12 +476,77 @@ class BlockADMM(MethodBase):
         if with_dual:
             self._after_dual(state, sq, batch)
 
+    def _jacobi_z_update(self, net, state: BlockADMMState, batch: TrainBatch, with_dual: bool = False) -> None:
+        """``z_sweep='jacobi'``: every Z_t moves from the previous iterate, block by block:
+
+            Z_T ← Z_T − ζ_T [∇J(Z_T) + ∇_{Z_T} P_T]
+            Z_t ← Z_t − ζ_t [∇_{Z_t} P_t + ∇_{Z_t} P_{t+1}],   t = T−1 … 1, all Z at their old values
+
+        Block t computes, from its own Z_{t−1}, Z_t, U_t and Θ_t only, ∇_{Z_t} P_t = β_t (r_t + U_t)
+        and ∇_{Z_{t−1}} P_t (a vjp through block_t); the second is block t−1's share
+        (``World.pass_back``), and the new Z_t is block t+1's input (``World.pass_forward``). One
+        process does every block and the messages stay in memory; with the blocks split over
+        processes (:mod:`admm_core.distributed`) each does its own and the messages travel: the
+        same code, the same numbers. The pending dual step (``with_dual``) is applied to each
+        block's rows from this forward pass first, as in the Gauss–Seidel sweep.
+        """
+        T, w = net.T, batch.shard
+        own = [t for t in range(T) if w.owns(t)]
+        sq = [0.0] * T
+        z_lrs = self._z_lrs(net, state, batch, state.z)
+        with norm_mode(net, self.bn_mode), torch.enable_grad():
+            for s in range(0, batch.n, self.chunk_size):
+                rows = slice(s, s + self.chunk_size)
+                grads, back = {}, {}
+                for t in own:
+                    z, u = state.z[t][rows], state.u[t][rows]  # views: the dual step reaches the state
+                    if t == 0:
+                        with torch.no_grad():
+                            inp, out = None, net.blocks[0](batch.inputs(rows))
+                    else:
+                        inp = state.z[t - 1][rows].detach().requires_grad_()
+                        out = net.blocks[t](inp)
+                    r = z - out.detach()
+                    if with_dual:
+                        if self.uses_duals:
+                            u.add_(r, alpha=self.dual_lr)  # U-update (Alg. 1), before Z_t moves
+                        sq[t] += float(r.pow(2).sum())
+                    g = state.beta[t] * (r + u)  # ∇_{Z_t} P_t, closed form
+                    if inp is not None:  # ∇_{Z_{t−1}} P_t = vjp of block_t with ∇_out P_t = −∇_r P_t
+                        back[t] = torch.autograd.grad(out, inp, -g)[0]
+                    if t == T - 1:  # Z_T-step: ∇ (J + P_T)
+                        jg = loss_grad(batch.loss, batch.y[rows])
+                        if jg is None:
+                            zt = z.detach().requires_grad_()
+                            g = torch.autograd.grad(batch.loss(zt, batch.y[rows]), zt)[0] + g
+                        else:
+                            g = jg(z.detach()) + g
+                    grads[t] = g
+                msgs = w.pass_back(back, [z[rows] for z in state.z])
+                for t in own:
+                    g = grads[t] if t == T - 1 else grads[t] + msgs[t]
+                    z = state.z[t][rows]
+                    if state.z_m is None:
+                        new = z - z_lrs[t] * g
+                    else:
+                        m, v = state.z_m[t][rows], state.z_v[t][rows]
+                        new = adam_z_step(z, g, m, v, state.z_steps + 1, z_lrs[t])
+                    state.z[t][rows] = new.detach()
+                w.pass_forward([z[rows] for z in state.z])
+        state.z_steps += 1
+        if with_dual:
+            self._after_dual(state, sq, batch)
+
     def _z_lrs(self, net, state: BlockADMMState, batch: TrainBatch, zs) -> list[float]:
         """ζ_t,eff of this Z-update (the scaled step re-estimates L_t at ``zs``, in eval mode:
-        torch.func cannot differentiate BatchNorm's running-statistics update)."""
+        torch.func cannot differentiate BatchNorm's running-statistics update). L_t is estimated by
+        block t's owner, at its input Z_{t−1}, and gathered."""
         if self.z_step == "scaled" and (state.lip_calls % self.power_every == 0 or not any(state.lips)):
+            w = batch.shard
+            inputs = [zs[t - 1] if t > 0 and w.owns(t) else None for t in range(len(zs))]
             with norm_mode(net, "eval"), phase("lipschitz"):
-                state.lips = lipschitz_estimates(net.blocks, [None, *zs[:-1]], state.lip_vecs, self.power_steps)
+                lips = lipschitz_estimates(net.blocks, inputs, state.lip_vecs, self.power_steps)
+            state.lips = w.gather_blocks(lips, batch.x.device)
         state.lip_calls += 1
         return z_step_sizes(state.z_lr, state.beta, state.lips, loss_curvature(batch.loss), self.z_step == "scaled")
 
@@ -600,20 +688,25 @@ class BlockADMM(MethodBase):
     def _theta_steps(self, net, state: BlockADMMState, batch: TrainBatch, idx_list, outputs=None, zrows=None) -> None:
         net.train()
         shard = batch.shard
-        reduce = shard.sum_grads if shard.world > 1 else None
+        reduce = shard.sum_grads if shard.shards_rows else None
+        own = None if not shard.shards_blocks else [t for t in range(net.T) if shard.owns(t)]
         for idx in idx_list:
             size = len(idx)  # the global minibatch: P_t/|i| whatever share of it is held here
             idx = shard.local(idx, batch.n).to(batch.x.device)
-            zr = zrows if zrows is not None else ZRows(None, [z[idx] for z in state.z])
+            zr = (
+                zrows
+                if zrows is not None
+                else ZRows(None, [_rows(z, idx, shard.holds(t)) for t, z in enumerate(state.z)])
+            )
             inputs = self.theta_inputs(batch.inputs(idx), zr)
-            terms = coupling_terms(state.beta, [u[idx] for u in state.u])
+            terms = coupling_terms(state.beta, [_rows(u, idx, shard.owns(t)) for t, u in enumerate(state.u)])
 
             def coupling(t, out, zr=zr, terms=terms):
                 if outputs is not None:
                     outputs[t] = out.detach()
                 return terms[t](zr.residual(t, out)) / size  # P_t / |i|
 
-            theta_step(net, state.opt, inputs, coupling, reduce_grads=reduce, given=zr.given)
+            theta_step(net, state.opt, inputs, coupling, reduce_grads=reduce, given=zr.given, blocks=own)
         shard.average_buffers(net)
 
     @no_grad
@@ -623,13 +716,13 @@ class BlockADMM(MethodBase):
         with norm_mode(net, self.bn_mode), phase("dual"):
             for s in range(0, batch.n, self.chunk_size):
                 rows = slice(s, s + self.chunk_size)
-                inp = batch.inputs(rows)
                 for t, block in enumerate(net.blocks):
-                    r = state.z[t][rows] - block(inp)
+                    if not batch.shard.owns(t):  # another process's block
+                        continue
+                    r = state.z[t][rows] - block(batch.inputs(rows) if t == 0 else state.z[t - 1][rows])
                     if self.uses_duals:
                         state.u[t][rows] += self.dual_lr * r
                     sq[t] += float(r.pow(2).sum())
-                    inp = state.z[t][rows]
         self._after_dual(state, sq, batch)
 
     def _after_dual(self, state: BlockADMMState, sq: list[float], batch: TrainBatch) -> None:
@@ -676,6 +769,7 @@ class BlockADMM(MethodBase):
         Sweep schedule: the Θ-step reads the stored Z, U. Minibatch schedule: it reads the rows
         after their Z-update, so the probe runs that update on copies (nothing in the state moves).
         """
+        w = batch.shard
         idx = probe_rows(batch.n, batch.batch_size, state.iteration).to(batch.x.device)
         x = batch.inputs(idx)
         if self.z_schedule == "minibatch":
@@ -683,16 +777,26 @@ class BlockADMM(MethodBase):
             zr = self.sweep_rows(net, state, batch, idx, step=state.z_steps + 1)[0]
             state.lips, state.lip_vecs = lips, vecs  # the probe leaves the power iteration where it was
         else:
-            zr = ZRows(None, [z[idx] for z in state.z])
-        terms = coupling_terms(state.beta, [u[idx] for u in state.u])
+            zr = ZRows(None, [_rows(z, idx, w.holds(t)) for t, z in enumerate(state.z)])
+        terms = coupling_terms(state.beta, [_rows(u, idx, w.owns(t)) for t, u in enumerate(state.u)])
+        own = [t for t in range(net.T) if w.owns(t)]
         with norm_mode(net, "train"):
             mine = block_update_grads(
                 net,
                 self.theta_inputs(x, zr),  # the inputs the Θ-step reads
                 lambda t, out: terms[t](zr.residual(t, out)) / len(idx),
+                blocks=own,
             )
             ref = backprop_grads(net, x, batch.y[idx], batch.loss)
-        return cosines(mine, ref)
+        cos = [cosines([a], [b])[0] if a is not None else 0.0 for a, b in zip(mine, ref)]
+        return w.gather_blocks(cos, batch.x.device)  # each block's from the process that owns it
 
     def state_bytes(self, state: BlockADMMState) -> int:
         return tensor_bytes([*state.z, *state.u, *(state.z_m or []), *(state.z_v or [])])
+
+    def estimate_state_bytes(self, s: StateSizes) -> int:
+        # Z and U of every row (Gotmare keeps U allocated at zero), plus Adam moments of Z
+        return s.n * sum(s.block_out) * FLOAT_BYTES * (4 if self.z_optimizer == "adam" else 2)
+
+    def theta_moments(self) -> int:
+        return 2 if self.theta_optimizer == "adam" else 0

@@ -36,6 +36,7 @@ class Gotmare(BlockADMM):
     name = "gotmare"
     summary = "Gotmare et al. 2018: blocks glued by a quadratic penalty, no duals (Block-ADMM with U ≡ 0)"
     uses_duals = False  # Block-ADMM's dual steps then only measure ‖Z_t − block_t(Z_{t−1})‖
+    live_metrics = ("residuals", "backprop_cosine", "betas")  # no dual norms: U ≡ 0
 
     def __post_init__(self):
         super().__post_init__()

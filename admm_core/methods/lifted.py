@@ -302,6 +302,17 @@ class LiftedMethod(MethodBase):
 
     uses_blocks = False  # the constraints are per layer whatever the split
     dual_vars: tuple[str, ...] = ()  # names in state.vars that are multipliers (for diagnostics)
+    live_metrics = ("residuals", "dual_norms", "betas")
+
+    def estimate_state_bytes(self, s) -> int:
+        """Z_l for every layer and A_l for every hidden layer (N rows each), plus :meth:`extra_floats`
+        (closed-form Θ-updates: no optimizer moments)."""
+        w = s.layer_out
+        return s.n * (sum(w) + sum(w[:-1]) + self.extra_floats(w)) * 4
+
+    def extra_floats(self, widths) -> int:
+        """Per row: one output dual (Taylor, dlADMM) or output activation (BCD)."""
+        return widths[-1]
 
     # subclasses: init_vars(net, lins, x, batch, gen) -> (vars, scalars); sweep(net, lins, state, batch)
 

@@ -46,33 +46,39 @@ from .base import (
     MethodBase,
     MethodState,
     TrainBatch,
-    ZRows,
-    _modules_of,
-    adam_z_step,
-    backprop_grads,
-    block_update_grads,
-    cosines,
-    forward_start,
+    lr_decay_setting,
+    make_theta_optimizer,
+    per_block,
+    power_every_setting,
+    power_steps_setting,
+    set_epoch_lr,
+    setting,
+    tensor_bytes,
+    z_step_setting,
+)
+from .lipschitz import (
     lipschitz_estimates,
     lipschitz_vectors,
     loss_curvature,
     loss_grad,
-    lr_decay_setting,
-    make_theta_optimizer,
+    z_step_sizes,
+)
+from .probes import (
+    backprop_grads,
+    block_update_grads,
+    cosines,
+    probe_rows,
+)
+from .zsweep import (
+    ZRows,
+    _modules_of,
+    adam_z_step,
+    forward_start,
     minibatches,
     norm_mode,
-    per_block,
-    power_every_setting,
-    power_steps_setting,
-    probe_rows,
     reverse_z_sweep,
-    set_epoch_lr,
     set_mode,
-    setting,
-    tensor_bytes,
     theta_step,
-    z_step_setting,
-    z_step_sizes,
 )
 
 
@@ -97,6 +103,16 @@ class OnlineADMM(MethodBase):
     name = "online-admm"
     supports_augment = True  # every training read of X goes through TrainBatch.inputs
     supports_lr_schedule = True
+    live_metrics = ("residuals", "backprop_cosine", "dual_norms", "betas")
+
+    def estimate_state_bytes(self, s) -> int:
+        # one minibatch of Z (and its Adam moments); a scalar dual per block
+        rows = min(s.batch_size, s.n)
+        return rows * sum(s.block_out) * 4 * (3 if self.z_optimizer == "adam" else 1) + 8 * len(s.block_out)
+
+    def theta_moments(self) -> int:
+        return 2 if self.theta_optimizer == "adam" else 0
+
     summary = "Online Stochastic Block-ADMM (paper Alg. 2): Z per minibatch, O(d) duals, O(batch) memory"
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates")

@@ -193,10 +193,13 @@ def _seconds(xtitle: str = "epoch") -> dict:
     return _chart("Seconds per epoch (training only)", [{"seconds": True}], ytitle="s", xtitle=xtitle)
 
 
-def live_spec(deepfacto: bool = False) -> dict[str, dict]:
+def live_spec(deepfacto: bool = False, method: str | None = None) -> dict[str, dict]:
     """The live charts of an engine run or a DeepFacto run, in drawing order (three to a row).
     ``when``: drawn only once some line carries that key (the cosine, logged with
-    ``--backprop-cosine``). ``log``: the y axis starts logarithmic."""
+    ``--backprop-cosine``). ``log``: the y axis starts logarithmic.
+
+    An engine run's per-block charts are those its method declares (``live_metrics`` on the method
+    class, read from the registry without torch); ``method`` None or unknown: every chart below."""
     if deepfacto:
         it = "iteration"
         res = "Constraint residual (RMS per image)"
@@ -216,23 +219,42 @@ def live_spec(deepfacto: bool = False) -> dict[str, dict]:
                 smooth=True,
             ),
         }
-    return {
-        "accuracy": _acc("Accuracy (%)"),
-        "loss": _loss(),
-        "seconds": _seconds(),
-        "residuals": _per_block(
-            "residuals", "Primal residual per block", log=True, smooth=True, yaxis=_ytitle("‖Z_t − block_t(Z_{t−1})‖")
-        ),
-        "backprop_cosine": _per_block(
-            "backprop_cosine",
-            "Cosine with backprop's gradient",
-            smooth=True,
-            when="backprop_cosine",
-            yaxis={"range": [-1.05, 1.05], **_ytitle("cos(block update, ∇)")},
-        ),
-        "dual_norms": _per_block("dual_norms", "Dual norm ‖U_t‖ per block", log=True, smooth=True),
-        "betas": _per_block("betas", "Penalty β per block"),
-    }
+    out = {"accuracy": _acc("Accuracy (%)"), "loss": _loss(), "seconds": _seconds()}
+    for key in method_live_metrics(method):
+        out[key] = BLOCK_CHARTS[key]() if key in BLOCK_CHARTS else _per_block(key, key.replace("_", " ").capitalize())
+    return out
+
+
+# how each per-block metric a method may declare is drawn; a key not listed gets a plain chart
+BLOCK_CHARTS = {
+    "residuals": lambda: _per_block(
+        "residuals", "Primal residual per block", log=True, smooth=True, yaxis=_ytitle("‖Z_t − block_t(Z_{t−1})‖")
+    ),
+    "backprop_cosine": lambda: _per_block(
+        "backprop_cosine",
+        "Cosine with backprop's gradient",
+        smooth=True,
+        when="backprop_cosine",
+        yaxis={"range": [-1.05, 1.05], **_ytitle("cos(block update, ∇)")},
+    ),
+    "dual_norms": lambda: _per_block("dual_norms", "Dual norm ‖U_t‖ per block", log=True, smooth=True),
+    "betas": lambda: _per_block("betas", "Penalty β per block"),
+}
+
+
+def method_live_metrics(method: str | None) -> tuple[str, ...]:
+    """The per-block live metrics ``method`` declares (admm_core.methods imports no torch); every
+    known chart for None or a name the registry lacks (a run of a method since removed)."""
+    from admm_core.methods import METHODS
+
+    cls = METHODS.get(method) if method else None
+    return tuple(BLOCK_CHARTS) if cls is None else tuple(cls.live_metrics)
+
+
+def live_rows(spec: dict) -> list[tuple[str, ...]]:
+    """The charts of ``spec`` three to a row, in declared order."""
+    names = list(spec)
+    return [tuple(names[i : i + 3]) for i in range(0, len(names), 3)]
 
 
 def _col(metrics: list[dict], key: str, scale: float = 1.0) -> list:
@@ -340,12 +362,13 @@ def live_figures(
     run: str | None = None,
     smoothing: float = 0.0,
     deepfacto: bool | None = None,
+    method: str | None = None,
 ) -> dict[str, go.Figure]:
     """The Train page's charts (:func:`live_spec`) over ``metrics``; ``run`` is recorded in each
     figure's layout.meta. ``log_residuals`` sets the residual, dual and NMF charts' axes (the loss
     is always log). A DeepFacto run gets its own set; by default told by its metrics
     (``nmf_residual``)."""
-    spec = live_spec(is_deepfacto(metrics) if deepfacto is None else deepfacto)
+    spec = live_spec(is_deepfacto(metrics) if deepfacto is None else deepfacto, method)
     out = {}
     for name, chart in spec.items():
         if chart.get("when") and not any(m.get(chart["when"]) for m in metrics):

@@ -1,0 +1,285 @@
+"""The Z-sweep machinery of the Block-ADMM family: one Z-update pass (Alg. 1's Z_T-step and
+reverse sweep), Z held as forward pass plus displacement, the Θ-step of every block, minibatch
+draws and the BatchNorm modes the sweeps run in."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from ..lazy import nn, torch
+from ..profile import phase
+
+_MODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _modules_of(net: nn.Module) -> tuple[list, list]:
+    """(every module, the BatchNorm modules) of ``net``, listed once per network: the walk costs
+    more than a small block's forward pass, and the sweeps switch modes several times per minibatch."""
+    found = _MODULES.get(net)
+    if found is None:
+        mods = list(net.modules())
+        found = _MODULES[net] = (mods, [m for m in mods if isinstance(m, nn.modules.batchnorm._BatchNorm)])
+    return found
+
+
+def set_mode(net: nn.Module, training: bool) -> None:
+    """``net.train(training)``, skipped when every module is already in that mode (same effect;
+    ``Module.train`` walks and re-sets every submodule, ~0.1 ms a call on a 3-block MLP)."""
+    mods, _ = _modules_of(net)
+    if any(m.training != training for m in mods):
+        net.train(training)
+
+
+@contextmanager
+def norm_mode(net: nn.Module, mode: str):
+    """Run ``net`` with BatchNorm in ``mode`` for passes that are not Θ-steps (Z sweeps, dual steps).
+
+    ``eval``: running statistics, so each sample's Z objective is its own. ``train``: the
+    minibatch's statistics, as the Θ-step that follows sees them, with the running statistics
+    left untouched (momentum 0), so only Θ-steps move them, once per step as in backprop.
+    The previous mode and momenta are restored on exit.
+    """
+    was = net.training
+    if mode == "eval":
+        set_mode(net, False)
+        try:
+            yield
+        finally:
+            set_mode(net, was)
+        return
+    _, bns = _modules_of(net)
+    saved = [(m.momentum, None if m.num_batches_tracked is None else m.num_batches_tracked.clone()) for m in bns]
+    for m in bns:
+        m.momentum = 0.0
+    set_mode(net, True)
+    try:
+        yield
+    finally:
+        for m, (mom, count) in zip(bns, saved):
+            m.momentum = mom
+            if count is not None:
+                m.num_batches_tracked.copy_(count)
+        set_mode(net, was)
+
+
+def theta_step(
+    net,
+    opt: torch.optim.Optimizer,
+    inputs: Sequence[torch.Tensor],
+    coupling_losses: Callable[[int, torch.Tensor], torch.Tensor],
+    reduce_grads: Callable[[list[torch.Tensor]], None] | None = None,
+    given: dict | None = None,
+    blocks: Sequence[int] | None = None,
+) -> None:
+    """Θ-update of every block (or of ``blocks``, the ones this process owns) on one minibatch: Θ_t ← Θ_t − η ∇_{Θ_t} P_t.
+
+    ``inputs[t]`` is block t's (detached) input Z_{t−1}; ``coupling_losses(t, out)`` its P_t.
+    P_t depends on Θ_t alone (Z and U are fixed here), so the gradient of Σ_t P_t w.r.t.
+    Θ_t is ∇_{Θ_t} P_t: one backward call gives every block its own update and no
+    gradient crosses a block boundary (the inputs carry no graph).
+
+    ``reduce_grads(params)`` runs between backward and step (the data-parallel all-reduce);
+    with it, empty ``inputs`` (this rank holds none of the minibatch's rows) skip the forward.
+    ``given[t]``: block t's output on ``inputs[t]`` already computed with Θ_t's graph (it is used
+    instead of a second forward pass; the caller vouches that Θ_t and the input are the same).
+    """
+    opt.zero_grad(set_to_none=True)
+    if reduce_grads is None or inputs[0].shape[0] > 0:
+        with phase("theta.forward_backward"):
+            given = given or {}
+            total = sum(
+                coupling_losses(t, given[t] if t in given else block(inputs[t]))
+                for t, block in enumerate(net.blocks)
+                if blocks is None or t in blocks
+            )
+            total.backward()
+    if reduce_grads is not None:
+        with phase("theta.all_reduce"):
+            reduce_grads([p for g in opt.param_groups for p in g["params"]])
+    with phase("theta.optimizer"):
+        opt.step()
+
+
+def minibatches(n: int, batch_size: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """A fresh random permutation of range(n) cut into minibatches."""
+    perm = torch.randperm(n, generator=gen)
+    return list(perm.split(batch_size))
+
+
+@dataclass
+class ZRows:
+    """Z_t of some rows, held as Z_t = base_t + δ_t, where base_t is the forward pass a Z-update
+    started from (``base`` None: ``delta`` holds Z_t itself).
+
+    Residuals are formed as (base_t − out) + δ_t: when out is that same forward pass, base_t − out
+    is exactly 0 and the residual is δ_t, however small against the activations (see
+    :func:`reverse_z_sweep`'s ``forwards``).
+    """
+
+    base: list | None
+    delta: list
+    given: dict | None = None  # {t: block_t's output with Θ_t's graph}, for the Θ-step to reuse
+
+    def z(self, t: int) -> torch.Tensor:
+        return self.delta[t] if self.base is None else self.base[t] + self.delta[t]
+
+    def zs(self) -> list[torch.Tensor]:
+        return [self.z(t) for t in range(len(self.delta))]
+
+    def residual(self, t: int, out: torch.Tensor) -> torch.Tensor:
+        """Z_t − out."""
+        return self.delta[t] - out if self.base is None else (self.base[t] - out) + self.delta[t]
+
+
+def forward_start(
+    blocks: Sequence[nn.Module], z0: torch.Tensor, first_out: torch.Tensor | None = None
+) -> tuple[list[torch.Tensor], list[tuple]]:
+    """Z_t from a forward pass (Z_0 = x), keeping each block's graph from its input: returns the Z
+    start and, per block, (input, output) for :func:`reverse_z_sweep`'s ``forwards``.
+
+    Block t's input is Z_{t−1} detached (a leaf that requires grad, except Z_0), so the sweep's
+    vjp through block_{t+1} stops at Z_t and no gradient crosses a block boundary.
+    ``first_out``: block_1(Z_0), computed by the caller (e.g. with Θ_1's graph, for its Θ-step).
+    """
+    pairs, inp = [], z0
+    with torch.enable_grad():
+        for t, block in enumerate(blocks):
+            if t > 0:
+                inp = inp.detach().requires_grad_()
+            elif inp.requires_grad:
+                inp = inp.detach()
+            if t == 0 and first_out is not None:
+                out = first_out
+            elif t == 0:
+                with torch.no_grad():
+                    out = block(inp)
+            else:
+                out = block(inp)
+            pairs.append((inp, out))
+            inp = out
+    return [out.detach() for _, out in pairs], pairs
+
+
+def reverse_z_sweep(
+    blocks: Sequence[nn.Module],
+    z0: torch.Tensor,
+    zs: list[torch.Tensor],
+    objective: Callable[[torch.Tensor], torch.Tensor],
+    couplings: Sequence[Callable[[torch.Tensor], torch.Tensor]],
+    z_step: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+    on_forward: Callable[[int, torch.Tensor], None] | None = None,
+    jacobi: bool = False,
+    forwards: Sequence[tuple] | None = None,
+    own_grad: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+    offsets: list | None = None,
+    keep_graphs: bool = False,
+    objective_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> list[torch.Tensor]:
+    """One Z-update pass of Alg. 1/2 on some rows: Z_T first, then t = T−1 … 1.
+
+    ``couplings[t](r)`` is block t+1's coupling term (0-based) as a function of its residual
+    r = Z − block(Z_prev), e.g. β/2‖r + u‖². The gradient for Z_t is
+
+        ∇_{Z_t} [ P_t(Z_t − block_t(Z_{t−1})) + P_{t+1}(Z_{t+1}^{new} − block_{t+1}(Z_t)) ]
+
+    where the second term reaches Z_t only through block_{t+1} — backprop stops at Z_t.
+    Each block runs forward exactly once, on the Z values the sweep started from;
+    ``on_forward(t, out)`` sees each output block_t(Z_{t−1}) before Z_t is stepped (the batch
+    method folds its pending dual step in there). ``z_step(t, z, grad)`` returns the new Z_t.
+    ``own_grad(t, r)``: ∇_r of ``couplings[t]`` in closed form (β(r + u) for the quadratic),
+    instead of asking autograd; the gradient through block_{t+1} is then one vector-Jacobian
+    product of block_{t+1}'s output with −``own_grad(t+1, r)`` (∇_out P = −∇_r P). ``objective_grad(Z_T)``:
+    ∇J in closed form (the loss's ``grad``), likewise.
+
+    ``jacobi``: P_{t+1} is taken at the Z_{t+1} the sweep started from instead of the new one,
+    so every Z_t moves from the previous iterate of its neighbours (a Jacobi sweep; the
+    blocks' Z-steps are then independent and can run on different processes).
+
+    ``forwards``: the (input, output) pairs of :func:`forward_start` when ``zs`` is that forward
+    pass. The sweep then reuses them (one forward pass fewer) and steps the displacements
+    δ_t = Z_t − block_t(Z_{t−1}) from 0 instead of Z_t itself: the same numbers in exact
+    arithmetic, but a residual is never the difference of two nearly equal activations, so a
+    small step deep in a network is not lost to float32 rounding (ζ^{T−t} shrinks it per block).
+    ``offsets`` (a list of T Nones) then receives the final δ_t; the return is still Z_t = out + δ_t.
+    ``keep_graphs``: keep the blocks' graphs after the vjps (a Θ-step will backpropagate through them).
+    """
+    T = len(blocks)
+    zs = list(zs)
+    z_old = list(zs)
+    if forwards is not None:
+        deltas = [torch.zeros_like(out, dtype=zs[t].dtype) for t, (_, out) in enumerate(forwards)]
+        old_deltas = list(deltas)
+
+    def forward(t: int):
+        """(input, output) of block t (0-based), input tracking grad unless it is Z_0."""
+        if forwards is not None:
+            inp, out = forwards[t]
+        elif t == 0:
+            with torch.no_grad():
+                inp, out = z0, blocks[0](z0)
+        else:
+            inp = zs[t - 1].detach().requires_grad_()
+            out = blocks[t](inp)
+        if on_forward is not None:
+            on_forward(t, out.detach())
+        return inp, out
+
+    def residual(t: int, out: torch.Tensor, new: bool = True) -> torch.Tensor:
+        """Z_t − out (displacement form: δ_t, exact, as out is the forward pass Z_t started from)."""
+        if forwards is not None:
+            return (deltas if new else old_deltas)[t] + (forwards[t][1].detach() - out)
+        return (zs if new else z_old)[t].detach() - out
+
+    def own(t: int, out: torch.Tensor) -> torch.Tensor:
+        r = residual(t, out.detach())
+        if own_grad is not None:
+            return own_grad(t, r)
+        r = r.requires_grad_()
+        return torch.autograd.grad(couplings[t](r), r)[0]
+
+    def step(t: int, g: torch.Tensor) -> None:
+        if forwards is not None:
+            deltas[t] = z_step(t, deltas[t], g)
+        else:
+            zs[t] = z_step(t, zs[t], g)
+
+    with torch.enable_grad():
+        with phase(f"z_sweep.block{T}"):
+            inp, out = forward(T - 1)
+            # Z_T-step (Alg. 1, line 1): ∇ (J + P_T)
+            if objective_grad is not None:
+                g_obj = objective_grad(zs[T - 1].detach())
+            else:
+                zT = zs[T - 1].detach().requires_grad_()
+                g_obj = torch.autograd.grad(objective(zT), zT)[0]
+            step(T - 1, g_obj + own(T - 1, out))
+        # Z-update, reverse sweep (Alg. 1, t = T−1 … 1)
+        for t in range(T - 2, -1, -1):
+            with phase(f"z_sweep.block{t + 1}"):
+                # P_{t+1} at the new Z_{t+1}, differentiated through block_{t+1} only
+                if own_grad is not None:  # a vjp with ∇_out P_{t+1} = −∇_r P_{t+1}
+                    g_out = -own_grad(t + 1, residual(t + 1, out.detach(), new=not jacobi))
+                    g_next = torch.autograd.grad(out, inp, g_out, retain_graph=keep_graphs)[0]
+                else:
+                    g_next = torch.autograd.grad(
+                        couplings[t + 1](residual(t + 1, out, new=not jacobi)), inp, retain_graph=keep_graphs
+                    )[0]
+                inp, out = forward(t)
+                step(t, own(t, out) + g_next)
+    if forwards is None:
+        return [z.detach() for z in zs]
+    if offsets is not None:
+        offsets[:] = [d.detach() for d in deltas]
+    return [(out.detach() + d).detach() for (_, out), d in zip(forwards, deltas)]
+
+
+def adam_z_step(z, g, m, v, step: int, lr: float, b1=0.9, b2=0.999, eps=1e-8):
+    """Adam on Z rows (in place on m, v). Shown here to degenerate into ±lr sign steps early on."""
+    m.mul_(b1).add_(g, alpha=1 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+    mhat = m / (1 - b1**step)
+    vhat = v / (1 - b2**step)
+    return z - lr * mhat / (vhat.sqrt() + eps)
