@@ -17,14 +17,12 @@ ResNet-18 they are a few hundred MB per 64 images), so ``check_fits`` is a lower
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from pathlib import Path
 
-from . import data as data_mod
 from .config import ModelConfig, RunConfig
-from .errors import ConfigError, DataError, check
+from .errors import ConfigError, check
 from .methods import METHODS
 from .models import ARCHS
 
@@ -212,29 +210,15 @@ def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict
     return est
 
 
-def preflight(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict:
-    """Every check that can fail before any file is written: device, data set, split, per-block
-    values, memory. Raises ConfigError / DeviceError / DataError naming the field; returns the estimate."""
-    from .methods.base import per_block
-    from .models import validate_split
-    from .runs import device_name
+def preflight(cfg: RunConfig, available: tuple[int, str] | None = None, processes: int = 1) -> dict:
+    """The CLI's and the worker's form of :func:`admm_core.config.preflight`: raises the first
+    problem (ConfigError / DeviceError / DataError naming the field); returns the estimate."""
+    from .config import preflight_errors
 
-    device_name(cfg.train.device)
-    if cfg.data.name not in data_mod.available(cfg.data.root):
-        roots = ", ".join(str(r) for r in data_mod.candidate_roots(cfg.data.root))
-        raise DataError(f"data.name = {cfg.data.name!r}: not found (looked in: {roots}); set ADMM_DATA or data.root")
-    layers = layers_of(cfg)
-    names = [name for name, _, _ in layers]
-    validate_split(cfg.model, names, split_of(cfg))
-    method = cfg.build_method()
-    if cfg.method in LIFTED and cfg.model.arch != "mlp":
-        raise ConfigError(f"method = {cfg.method!r}: needs a plain MLP (model.arch = 'mlp'), not {cfg.model.arch!r}")
-    if METHODS[cfg.method].uses_blocks:
-        T = len(split_of(cfg)) + 1
-        for f in dataclasses.fields(method):
-            if f.metadata.get("per_block"):
-                per_block(getattr(method, f.name), T, f"{cfg.method}.{f.name}")
-    return check_fits(cfg, available)
+    problems = preflight_errors(cfg, processes, free=available)
+    if problems:
+        raise next(iter(problems.values()))
+    return estimate_memory(cfg)
 
 
 __all__ = [
