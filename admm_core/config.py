@@ -500,7 +500,7 @@ def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
     if cfg.data.name not in avail:
         roots = ", ".join(str(r) for r in data_mod.candidate_roots(cfg.data.root))
         out["data.name"] = DataError(
-            f"data.name = {cfg.data.name!r}: not found (looked in: {roots}); set ADMM_DATA or data.root"
+            f"data.name = {cfg.data.name!r}: not found under the data root (looked in: {roots}); set ADMM_DATA or data.root"
         )
     method_cls = METHODS[cfg.method]
     shape = resources.DATA_SHAPES[cfg.data.name][0]

@@ -215,8 +215,8 @@ def fmt_number(v) -> str:
     if isinstance(v, (list, tuple)):
         return ",".join(fmt_number(x) for x in v)
     if isinstance(v, float):
-        text = repr(v)
-        return text[:-2] if text.endswith(".0") else text
+        short = f"{v:g}"
+        return short if float(short) == v else repr(v)  # exact: the text reads back to the same float
     return str(v)
 
 
