@@ -23,6 +23,7 @@ from helpers import wait as _wait
 from streamlit.testing.v1 import AppTest
 
 from admm_core.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from admm_core.data import available
 from admm_core.methods import METHODS
 from admm_core.models import ARCHS
 from admm_core.presets import PRESETS, preset_config
@@ -311,6 +312,30 @@ def test_train_widgets_map_to_the_config(env_runs, monkeypatch):
     )
     assert same_config(cfg, expected)
     assert cfg.build_method().beta == (2.0, 0.5)
+
+
+@pytest.mark.parametrize("preset", ["cifar10-resnet18-small", "mnist5k-mlp"])
+def test_preset_through_the_page_starts_exactly_the_preset(preset, env_runs, monkeypatch):
+    """The preset menu fills the real page; Start launches the preset's own config, every field
+    (before #34 cifar10-resnet18-small gave width 64 and all 10,000 test images)."""
+    cfg = preset_config(preset, "gotmare")
+    if cfg.data.name not in available():
+        pytest.skip(f"{cfg.data.name} is not under ADMM_DATA")
+    at = app().run()
+    widget(at, "selectbox", "f.method").set_value("gotmare").run()
+    widget(at, "selectbox", "f.preset").set_value(preset).run()
+    no_exceptions(at)
+    assert widget(at, "number_input", "f.width").value == cfg.model.width
+    assert widget(at, "number_input", "f.test_limit").value == (cfg.data.test_limit or 0)
+    assert _start_and_capture(at, monkeypatch) == cfg
+
+
+def test_a_saved_run_through_the_page_starts_its_own_config(env_runs, monkeypatch):
+    """Runs → Load into Train, then Start: the new run's config is the saved one's, every field."""
+    saved = RunConfig.from_json((env_runs / "r1-digits-block-admm" / "config.json").read_text())
+    at = app({"load": "r1-digits-block-admm"}).run()
+    no_exceptions(at)
+    assert _start_and_capture(at, monkeypatch) == saved
 
 
 def test_train_bad_values_show_messages_not_tracebacks(env_runs):
