@@ -257,9 +257,9 @@ def _from_widget(ff: FormField, w):
 
 
 FIELDS: tuple[FormField, ...] = _all_fields()
-BY_KEY = {f.key: f for f in FIELDS}
 BY_PATH = {f.path: f for f in FIELDS if f.path}
-assert len(BY_KEY) == len(FIELDS), "two config fields share a form key: give one a 'key' hint"
+if len({f.key for f in FIELDS}) != len(FIELDS):
+    raise RuntimeError("two config fields share a form key: give one a 'key' hint in its metadata")
 
 
 # --- the network's layers and blocks -------------------------------------------------------
@@ -291,8 +291,8 @@ def data_shape(name: str) -> tuple[tuple[int, ...], int, int]:
 
 
 def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: str, width: int = 64) -> list[dict]:
-    """[{block, layers, params, out}] of the split network, by the engine's arithmetic
-    (:func:`admm_core.resources.layer_table`; no layer is built). ``out`` is the size of Z_t per sample."""
+    """[{block, layers, params, out}] of the split network, by the architecture record's arithmetic
+    (``ARCHS[arch].table``; no layer is built). ``out`` is the size of Z_t per sample."""
     shape, n_out, _ = data_shape(data)
     if arch != "mlp" and len(shape) != 3:
         raise ConfigError(f"model.arch = {arch!r}: needs image inputs (C, H, W), got shape {shape}")
