@@ -24,6 +24,7 @@ from streamlit.testing.v1 import AppTest
 
 from admm_core.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from admm_core.data import available
+from admm_core.errors import ConfigError
 from admm_core.methods import METHODS
 from admm_core.models import ARCHS
 from admm_core.presets import PRESETS, preset_config
@@ -924,6 +925,26 @@ def test_processes_field_starts_the_worker_under_torchrun(env_runs, monkeypatch)
     no_exceptions(at)
     assert [p for _, p in launched] == [2], (launched, form_errors(at))  # the torchrun command: test_distributed
     shutil.rmtree(launched[0][0])
+
+
+def test_preflight_returns_every_problem_by_field():
+    """preflight gives one message per field (not the first problem only); the CLI's wrapper
+    raises the first of them, naming the field and the value."""
+    from admm_core.config import preflight
+    from admm_core.resources import preflight as raising
+
+    cfg = preset_config("digits-mlp", "sgd").replace(data__name="mnist", data__augment=True)
+    assert preflight(cfg, datasets=["mnist"]) == {}  # images, a method that reads inputs through the batch
+    bad = preset_config("digits-mlp", "block-admm").replace(
+        data__augment=True, model__split=("fc2", "fc1"), method_params={"beta": [1.0, 2.0]}
+    )
+    got = preflight(bad, 0, datasets=["mnist"])
+    assert set(got) == {"data.name", "data.augment", "model.split", "method_params.beta", "processes"}, got
+    assert "flat vectors (64,)" in got["data.augment"] and "processes = 0" in got["processes"]
+    per_block = preflight(bad.replace(model__split=None, data__augment=False), datasets=["digits"])
+    assert set(per_block) == {"method_params.beta"} and "one per block" in per_block["method_params.beta"]
+    with pytest.raises(ConfigError, match=r"model\.split"):
+        raising(bad.replace(data__augment=False))
 
 
 def test_processes_field_refuses_what_the_workers_would_fail_on(monkeypatch):
