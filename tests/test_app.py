@@ -111,7 +111,7 @@ def test_form_round_trip_reproduces_every_preset(preset):
     """config -> form -> URL -> form -> config gives back the preset's config, every field equal
     (split None stays None, method settings the preset leaves at their defaults stay out), for
     every method; the full validation (preflight) accepts it wherever the engine would."""
-    from admm_core.config import preflight
+    from admm_core.resources import preflight_problems as preflight
 
     for method in METHODS:
         cfg = preset_config(preset, method)
@@ -930,8 +930,8 @@ def test_processes_field_starts_the_worker_under_torchrun(env_runs, monkeypatch)
 def test_preflight_returns_every_problem_by_field():
     """preflight gives one message per field (not the first problem only); the CLI's wrapper
     raises the first of them, naming the field and the value."""
-    from admm_core.config import preflight
     from admm_core.resources import preflight as raising
+    from admm_core.resources import preflight_problems as preflight
 
     cfg = preset_config("digits-mlp", "sgd").replace(data__name="mnist", data__augment=True)
     assert preflight(cfg, datasets=["mnist"]) == {}  # images, a method that reads inputs through the batch
@@ -951,7 +951,7 @@ def test_processes_field_refuses_what_the_workers_would_fail_on(monkeypatch):
     """Before launch (the engine's preflight, given the process count): one block per process
     under parallel = 'blocks', and one GPU per process when the run would use CUDA."""
     from admm_core import runs
-    from admm_core.config import preflight
+    from admm_core.resources import preflight_problems as preflight
 
     def pe(n, method="block-admm", parallel="samples", device="cpu", n_gpus=0):
         cfg = preset_config("digits-mlp", method).replace(method_params__parallel=parallel, train__device=device)

@@ -13,7 +13,7 @@ the method settings (and ``split``) the loaded config gave explicitly, so that r
 back gives the same config, field for field.
 
 :func:`config_from_form` validates each field on its own (so every wrong field gets its own
-message), then the engine's :func:`admm_core.config.preflight`, and returns the messages keyed
+message), then the engine's :func:`admm_core.resources.preflight_problems`, and returns the messages keyed
 by form field, so the page can show each one next to its widget.
 """
 
@@ -30,11 +30,11 @@ from functools import lru_cache
 
 from admm_core import data as data_mod
 from admm_core import resources
-from admm_core.config import MAX_PROCESSES, ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig, preflight
+from admm_core.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
 from admm_core.methods import METHODS, make_method
 from admm_core.models import ARCHS
 from admm_core.presets import PRESETS, preset_config
-from admm_core.resources import DATA_SHAPES, estimate_memory
+from admm_core.resources import DATA_SHAPES, MAX_PROCESSES, estimate_memory, preflight_problems
 
 NO_PRESET = "none"
 DEFAULT_PRESET = "digits-mlp"
@@ -476,7 +476,7 @@ def read_config(form: dict) -> tuple[RunConfig | None, dict[str, str]]:
 def config_from_form(form: dict, available: list[str] | None = None) -> tuple[RunConfig | None, dict[str, str]]:
     """Validate ``form`` -> (RunConfig or None, {form field: message}).
 
-    :func:`read_config`, then the engine's :func:`admm_core.config.preflight` (data set present,
+    :func:`read_config`, then the engine's :func:`admm_core.resources.preflight_problems` (data set present,
     split, per-block values, augmentation, processes, memory free here), then the page's memory
     limit. ``available``: the data sets present (default: looked up under the data root).
     """
@@ -485,7 +485,7 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
         return None, errors
     method = cfg.method
     processes = form.get("processes", 1)
-    for path, msg in preflight(cfg, processes, datasets=available).items():
+    for path, msg in preflight_problems(cfg, processes, datasets=available).items():
         errors.setdefault(path if path in ("memory", "processes") else _key_of(path + " = ", method), msg)
     if set(errors) - {"memory"}:
         return None, errors
