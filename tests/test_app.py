@@ -181,6 +181,26 @@ def test_form_fields_come_from_the_config_dataclasses():
     assert shown["data.test_limit"].none == 0 and shown["model.hidden"].kind == "widths"
     form = F.form_from_config(preset_config("cifar10-resnet18-small"))
     assert (form["width"], form["test_limit"], form["train_limit"]) == (16, 1000, 1000)
+    # a new settings field becomes a form field from its type and metadata alone
+    from admm_core.config import ui
+
+    @dataclasses.dataclass(frozen=True)
+    class Extra:
+        warmup: int = dataclasses.field(default=3, metadata=ui("warm-up epochs", group="train", label="Warm-up", min=0))
+        tag: str | None = None
+        ratio: float = 0.5
+        on: bool = False
+        mode: str = dataclasses.field(default="a", metadata=ui("a or b", choices=("a", "b")))
+
+    got = {f.key: f for f in F._fields_of(Extra, "train.")}
+    assert (got["warmup"].kind, got["warmup"].label, got["warmup"].min, got["warmup"].group) == (
+        "int",
+        "Warm-up",
+        0,
+        "train",
+    )
+    assert [got[k].kind for k in ("tag", "ratio", "on", "mode")] == ["text", "float", "check", "select"]
+    assert got["mode"].choices == ("a", "b") and got["ratio"].group == "more"  # no group hint: "More training settings"
 
 
 def test_form_messages_name_the_field():
@@ -327,6 +347,9 @@ def test_preset_through_the_page_starts_exactly_the_preset(preset, env_runs, mon
     widget(at, "selectbox", "f.preset").set_value(preset).run()
     no_exceptions(at)
     assert widget(at, "number_input", "f.width").value == cfg.model.width
+    kinds = ("selectbox", "number_input", "checkbox", "text_input", "multiselect", "radio")
+    shown = {w.key for kind in kinds for w in getattr(at, kind)}
+    assert {f"f.{f.key}" for f in F.FIELDS if f.kind != "hidden"} <= shown  # a widget for every config field
     assert widget(at, "number_input", "f.test_limit").value == (cfg.data.test_limit or 0)
     assert _start_and_capture(at, monkeypatch) == cfg
 
