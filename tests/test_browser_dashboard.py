@@ -310,7 +310,8 @@ def test_huge_widths_show_the_memory_message_without_allocating(server, browser)
             box.press("Enter")
             if hidden.startswith("100000"):
                 page.get_by_text("this run needs about").first.wait_for()
-                assert page.get_by_role("button", name=re.compile("Start run")).is_disabled()
+                # the message is drawn before the button in the same rerun: wait for the button's redraw
+                expect(page.get_by_role("button", name=re.compile("Start run"))).to_be_disabled()
             else:
                 page.get_by_text(re.compile("parameters .* to train")).first.wait_for()
             page.wait_for_timeout(1000)
