@@ -296,6 +296,8 @@ def _rss_mb(pid: int) -> float:
 
 
 def test_huge_widths_show_the_memory_message_without_allocating(server, browser):
+    from playwright.sync_api import expect
+
     url, _, pid = server
     page = browser.new_page(viewport={"width": 1280, "height": 1200})
     page.set_default_timeout(TIMEOUT_MS)
