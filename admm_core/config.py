@@ -71,15 +71,76 @@ PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 
 
+def ui(help: str = "", **form) -> dict:
+    """Field metadata: ``help`` (CLI and form) and ``form``, the Train form's layout hints (group,
+    label, widget, min, step, choices, key, none (the widget value that stands for None),
+    enabled_if / disabled_if {form key: value}); ``form=False`` keeps a field off the form (its
+    value is carried through unchanged). app/dashboard/form.py builds the form from these."""
+    return {"help": help, "form": form if form.get("hidden") is None else False}
+
+
 @dataclass(frozen=True)
 class DataConfig:
-    name: str = "digits"  # key of admm_core.data.DATASETS
-    root: str | None = None  # data root; None -> $ADMM_DATA, ./data, ../shared/data
-    train_limit: int | None = None  # keep only this many training samples (small mode)
-    test_limit: int | None = None  # keep only this many test samples
-    augment: bool = False  # random crop after padding + horizontal flip, on the device, one view per epoch
-    augment_pad: int = 4  # padding of the crop: shifts of up to ± this many pixels
-    augment_flip: bool = True  # flip horizontally with probability ½ (off for digits: a flipped 2 is no 2)
+    name: str = field(
+        default="digits",
+        metadata=ui(
+            "Bundled sets are always here; MNIST, Fashion-MNIST, CIFAR-10 appear when ADMM_DATA holds them.",
+            group="data",
+            label="Data set",
+            key="data",
+            choices=tuple(DATASETS),
+        ),
+    )
+    root: str | None = field(
+        default=None, metadata=ui("data root; None -> $ADMM_DATA, ./data, ../shared/data", hidden=True)
+    )
+    train_limit: int | None = field(
+        default=None,
+        metadata=ui(
+            "keep only this many training samples (small mode)",
+            group="data",
+            label="Training samples (0 = all)",
+            none=0,
+            min=0,
+            step=100,
+        ),
+    )
+    test_limit: int | None = field(
+        default=None,
+        metadata=ui(
+            "keep only this many test samples", group="data", label="Test samples (0 = all)", none=0, min=0, step=100
+        ),
+    )
+    augment: bool = field(
+        default=False,
+        metadata=ui(
+            "A new random view of every training image each epoch (random crop after padding, and a horizontal "
+            "flip unless turned off), on the device. Images only; block-admm, gotmare, online-admm, backprop.",
+            group="data",
+            label="Augment",
+        ),
+    )
+    augment_pad: int = field(
+        default=4,
+        metadata=ui(
+            "Padding of the crop: each image moves by up to this many pixels each way.",
+            group="data",
+            label="Shift ± pixels",
+            min=0,
+            max=16,
+            step=1,
+            enabled_if={"augment": True},
+        ),
+    )
+    augment_flip: bool = field(
+        default=True,
+        metadata=ui(
+            "Flip horizontally with probability ½ (off for digits: a flipped 2 is no 2).",
+            group="data",
+            label="Flip",
+            enabled_if={"augment": True},
+        ),
+    )
 
     def __post_init__(self):
         check(
@@ -107,10 +168,46 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str = "mlp"  # "mlp" (Linear+ReLU layers fc1..fcL) or "resnet18" (32×32 inputs)
-    hidden: tuple[int, ...] = (128, 128)  # MLP hidden widths; depth = len(hidden) + 1 layers
-    split: tuple[str, ...] | None = None  # cut after these named layers; None = after every MLP layer
-    width: int = 64  # ResNet-18 base width w: stages of w, 2w, 4w, 8w channels (64 = standard; MLPs ignore it)
+    arch: str = field(
+        default="mlp",
+        metadata=ui(
+            "the network: a key of admm_core.models.ARCHS",
+            group="network",
+            label="Network",
+            widget="radio",
+            choices=tuple(ARCHS),
+            labels={"mlp": "MLP", "resnet18": "ResNet-18"},
+        ),
+    )
+    hidden: tuple[int, ...] = field(
+        default=(128, 128),
+        metadata=ui(
+            "Comma-separated widths; depth = number of widths + 1 (e.g. 128,128 is 784-128-128-10).",
+            group="network",
+            label="MLP hidden widths",
+            enabled_if={"arch": "mlp"},
+        ),
+    )
+    split: tuple[str, ...] | None = field(
+        default=None,
+        metadata=ui(
+            "A block ends after each chosen layer; no split = one block. Backprop never crosses a boundary. None: the architecture's default split.",
+            group="network",
+            label="Split after layers (block boundaries)",
+            widget="split",
+        ),
+    )
+    width: int = field(
+        default=64,
+        metadata=ui(
+            "ResNet base width w: stages of w, 2w, 4w, 8w channels (64 = standard; MLPs ignore it)",
+            group="network",
+            label="Base width",
+            min=1,
+            step=8,
+            disabled_if={"arch": "mlp"},
+        ),
+    )
 
     def __post_init__(self):
         check(
@@ -138,19 +235,84 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 10  # passes over the training data
-    batch_size: int = 64  # minibatch size of Θ-steps (and of online-admm's Z)
-    loss: str = "mse"  # "mse" (½‖z − onehot(y)‖² per sample) or "ce" (cross-entropy)
-    seed: int = 0  # fixes init, data order and every random draw
-    device: str = "auto"  # "auto" picks cuda when available
-    eval_every: int = 1  # evaluate (and log a metrics line) every this many epochs
-    checkpoint_every: int = 1  # write a resumable checkpoint every this many epochs
+    epochs: int = field(
+        default=10, metadata=ui("passes over the training data", group="train", label="Epochs", min=1, step=1)
+    )
+    batch_size: int = field(
+        default=64,
+        metadata=ui(
+            "minibatch size of Θ-steps (and of online-admm's Z)", group="train", label="Batch size", min=1, step=1
+        ),
+    )
+    loss: str = field(
+        default="mse",
+        metadata=ui("mse: ½‖z − onehot(y)‖²; ce: cross-entropy", group="train", label="Loss", choices=LOSSES),
+    )
+    seed: int = field(
+        default=0,
+        metadata=ui("fixes init, data order and every random draw", group="train", label="Seed", min=0, step=1),
+    )
+    device: str = field(
+        default="auto", metadata=ui("auto picks CUDA when there is one", group="train", label="Device", choices=DEVICES)
+    )
+    eval_every: int = field(
+        default=1,
+        metadata=ui(
+            "evaluate (and log a metrics line) every this many epochs",
+            group="train",
+            label="Evaluate every",
+            min=1,
+            step=1,
+        ),
+    )
+    checkpoint_every: int = field(
+        default=1,
+        metadata=ui(
+            "write a resumable checkpoint every this many epochs",
+            group="train",
+            label="Checkpoint every",
+            min=1,
+            step=1,
+        ),
+    )
     # GPU speed options (off by default; on a CPU they are slower): bf16 autocast of the network's
     # compute (Z, U, Θ stay float32), channels_last memory layout of images and convolutions
-    precision: str = "fp32"
-    channels_last: bool = False
-    diverge_factor: float = 100.0  # training loss above this × its best (and its start) ends the run; 0: off
-    lr_schedule: str = "constant"  # Θ step size over the run, the same for every method: constant or cosine (to 0)
+    precision: str = field(
+        default="fp32",
+        metadata=ui(
+            "bf16: autocast of the network's compute on a GPU (Z, U, Θ stay float32); slower on a CPU",
+            group="more",
+            label="Precision",
+            choices=PRECISIONS,
+        ),
+    )
+    channels_last: bool = field(
+        default=False,
+        metadata=ui(
+            "channels_last memory layout of images and convolutions (a GPU speed option)",
+            group="more",
+            label="channels_last",
+        ),
+    )
+    diverge_factor: float = field(
+        default=100.0,
+        metadata=ui(
+            "training loss above this × its best (and its start) ends the run; 0: off",
+            group="more",
+            label="Diverge factor",
+            min=0.0,
+            step=10.0,
+        ),
+    )
+    lr_schedule: str = field(
+        default="constant",
+        metadata=ui(
+            "η over the run, the same for every method: constant, or cosine down to 0 at the last epoch",
+            group="train",
+            label="Θ schedule",
+            choices=LR_SCHEDULES,
+        ),
+    )
 
     def __post_init__(self):
         for f in ("epochs", "batch_size", "eval_every", "checkpoint_every"):
@@ -181,12 +343,25 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    method: str = "block-admm"  # key of admm_core.methods.METHODS
+    method: str = field(
+        default="block-admm",
+        metadata=ui("From the engine's method registry.", group="method", label="Method", choices=tuple(METHODS)),
+    )
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    method_params: dict = field(default_factory=dict)  # the method's hyperparameters (see its settings class)
-    preset: str | None = None  # preset this config started from, for the record
+    # the method's hyperparameters (see its settings class); the form shows the method's settings
+    method_params: dict = field(default_factory=dict, metadata=ui("the method's settings", hidden=True))
+    preset: str | None = field(
+        default=None,
+        metadata=ui(
+            "Start from one of the paper's setups (fills every field); 'none' keeps your values.",
+            group="data",
+            label="Preset",
+            widget="select",
+            none="none",
+        ),
+    )
 
     def __post_init__(self):
         check(

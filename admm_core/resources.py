@@ -199,29 +199,116 @@ def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict
     return est
 
 
-def preflight(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict:
-    """Every check that can fail before any file is written: device, data set, split, per-block
-    values, memory. Raises ConfigError / DeviceError / DataError naming the field; returns the estimate."""
+def preflight(cfg: RunConfig, available: tuple[int, str] | None = None, processes: int = 1) -> dict:
+    """The CLI's and the worker launch's form of :func:`preflight_problems`: raises the first
+    problem (ConfigError / DeviceError / DataError naming the field); returns the estimate."""
+    problems = preflight_errors(cfg, processes, free=available)
+    if problems:
+        raise next(iter(problems.values()))
+    return estimate_memory(cfg)
+
+
+MAX_PROCESSES = 64  # worker processes of one run on one machine (torchrun --nproc-per-node)
+
+
+def preflight_problems(
+    cfg: RunConfig,
+    processes: int = 1,
+    *,
+    datasets: list[str] | None = None,
+    free: tuple[int, str] | None = None,
+    n_gpus: int | None = None,
+) -> dict[str, str]:
+    """Every check that can fail before any file is written, as {field: message} ({} = runnable).
+
+    Fields are config paths (``data.name``, ``model.split``, ``train.device``, ``method``,
+    ``method_params.<setting>``) plus ``processes`` (the worker processes under torchrun) and
+    ``memory``. ``datasets``: the data sets present (default: looked up under the data root);
+    ``free``: (bytes, what) available (default: measured); ``n_gpus``: default this machine's.
+    :func:`preflight` raises the first of these (the CLI, the worker launch).
+    """
+    return {k: str(e) for k, e in preflight_errors(cfg, processes, datasets=datasets, free=free, n_gpus=n_gpus).items()}
+
+
+def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=None, n_gpus=None) -> dict:
+    """:func:`preflight_problems` with the exceptions themselves (ConfigError, DataError, DeviceError)."""
+    from .errors import DeviceError
     from .methods.base import per_block
     from .models import validate_split
-    from .runs import device_name
+    from .runs import cuda_device_count, device_name
 
-    device_name(cfg.train.device)
-    if cfg.data.name not in data_mod.available(cfg.data.root):
+    out: dict[str, Exception] = {}
+
+    def attempt(key: str, fn, *args):
+        try:
+            return fn(*args)
+        except (ConfigError, DataError, DeviceError) as e:
+            out.setdefault(key, e)
+            return None
+
+    device = attempt("train.device", device_name, cfg.train.device)
+    avail = data_mod.available(cfg.data.root) if datasets is None else datasets
+    if cfg.data.name not in avail:
         roots = ", ".join(str(r) for r in data_mod.candidate_roots(cfg.data.root))
-        raise DataError(f"data.name = {cfg.data.name!r}: not found (looked in: {roots}); set ADMM_DATA or data.root")
-    layers = layers_of(cfg)
-    names = [name for name, _, _ in layers]
-    validate_split(cfg.model, names, split_of(cfg))
-    method = cfg.build_method()
+        out["data.name"] = DataError(
+            f"data.name = {cfg.data.name!r}: not found under the data root (looked in: {roots}); set ADMM_DATA or data.root"
+        )
+    method_cls = METHODS[cfg.method]
+    shape = DATA_SHAPES[cfg.data.name][0]
+    layers = attempt("model.arch", layers_of, cfg)
+    split = split_of(cfg) if layers is not None else ()
+    if layers is not None:
+        attempt("model.split", validate_split, cfg.model, [name for name, _, _ in layers], split)
     if cfg.method in LIFTED and cfg.model.arch != "mlp":
-        raise ConfigError(f"method = {cfg.method!r}: needs a plain MLP (model.arch = 'mlp'), not {cfg.model.arch!r}")
-    if METHODS[cfg.method].uses_blocks:
-        T = len(split_of(cfg)) + 1
+        out["method"] = ConfigError(
+            f"method = {cfg.method!r}: needs a plain MLP (model.arch = 'mlp'), not {cfg.model.arch!r}"
+        )
+    T = len(split) + 1
+    method = cfg.build_method()
+    if method_cls.uses_blocks and layers is not None:
         for f in dataclasses.fields(method):
             if f.metadata.get("per_block"):
-                per_block(getattr(method, f.name), T, f"{cfg.method}.{f.name}")
-    return check_fits(cfg, available)
+                attempt(f"method_params.{f.name}", per_block, getattr(method, f.name), T, f"{cfg.method}.{f.name}")
+    if cfg.data.augment:
+        if len(shape) != 3:
+            out["data.augment"] = ConfigError(
+                f"data.augment = true: needs images; {cfg.data.name} gives flat vectors {shape}"
+            )
+        elif not method_cls.supports_augment:
+            out["data.augment"] = ConfigError(
+                f"data.augment = true: method {cfg.method!r} does not support augmentation"
+            )
+    problem = _processes_problem(processes, cfg, method, T, device, n_gpus, cuda_device_count)
+    if problem:
+        out["processes"] = ConfigError(problem)
+    if not out:
+        attempt("memory", check_fits, cfg, free)
+    return out
+
+
+def _processes_problem(n, cfg, method, T, device, n_gpus, gpu_count) -> str | None:
+    """Why ``n`` worker processes cannot run ``cfg``, or None: what the workers would otherwise fail on."""
+    from .methods.block_admm import BlockADMM
+
+    ok = isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_PROCESSES
+    if not ok:
+        return f"processes = {n!r}: must be a whole number from 1 to {MAX_PROCESSES}"
+    if n == 1:
+        return None
+    # the same test admm_core.distributed.distribute makes: only BlockADMM and its subclasses shard Z/U
+    if not isinstance(method, BlockADMM):
+        multi = [m for m, c in METHODS.items() if issubclass(c, BlockADMM)]
+        return f"processes = {n}: only {' and '.join(multi)} run on several processes (method {cfg.method!r})"
+    if method.parallel == "blocks" and n != T:
+        return f"processes = {n}: parallel = 'blocks' runs one block per process; this split has {T}"
+    if device is not None and device != "cpu":
+        gpus = gpu_count() if n_gpus is None else n_gpus
+        if n > gpus:
+            return (
+                f"processes = {n}: device = {cfg.train.device!r} runs each process on a GPU of its own and "
+                f"this machine has {gpus}; choose device cpu or at most {gpus} processes"
+            )
+    return None
 
 
 __all__ = [
@@ -230,6 +317,8 @@ __all__ = [
     "check_fits",
     "available_memory",
     "preflight",
+    "preflight_problems",
+    "MAX_PROCESSES",
     "layers_of",
     "layer_table",
     "split_of",

@@ -22,7 +22,11 @@ from helpers import digits_cfg
 from helpers import wait as _wait
 from streamlit.testing.v1 import AppTest
 
-from admm_core.config import RunConfig
+from admm_core.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from admm_core.data import available
+from admm_core.errors import ConfigError
+from admm_core.methods import METHODS
+from admm_core.models import ARCHS
 from admm_core.presets import PRESETS, preset_config
 from admm_core.runs import read_json, train, write_json
 from app.dashboard import faces
@@ -104,18 +108,99 @@ def watch_pick(at):
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_form_round_trip_reproduces_every_preset(preset):
-    """config -> form -> URL -> form -> config gives back the preset's config (split made explicit)."""
-    for method in ("block-admm", "sgd"):
+    """config -> form -> URL -> form -> config gives back the preset's config, every field equal
+    (split None stays None, method settings the preset leaves at their defaults stay out), for
+    every method; the full validation (preflight) accepts it wherever the engine would."""
+    from admm_core.resources import preflight_problems as preflight
+
+    for method in METHODS:
         cfg = preset_config(preset, method)
         form = F.form_from_config(cfg)
         back, warnings = F.from_query(F.to_query(form))
         assert not warnings
         assert back == form
+        got, errs = F.read_config(back)
+        assert errs == {} and got == cfg, (method, errs, got)
         got, errs = F.config_from_form(back, available=[cfg.data.name])
-        if cfg.model.arch == "resnet18" or errs.get("device"):
-            continue
-        assert errs == {}, errs
-        assert same_config(got, cfg.replace(model__split=tuple(form["split"])))
+        engine = {k for k in preflight(cfg, datasets=[cfg.data.name]) if k != "memory"}
+        if not engine and "memory" not in errs:
+            assert errs == {} and got == cfg, (method, errs)
+        else:  # what the engine refuses (augmentation, a lifted baseline on ResNet) the form refuses too
+            assert got is None and errs
+
+
+def test_form_round_trip_of_a_saved_run_and_of_every_field(tmp_path):
+    """A saved run's config.json, and a config with every field off its default, read back equal."""
+    saved = RunConfig.from_json(
+        (tmp_path / "c.json").write_text(digits_cfg("gotmare", 2, n=300).to_json())
+        and (tmp_path / "c.json").read_text()
+    )
+    odd = RunConfig(
+        method="block-admm",
+        data=DataConfig(
+            "cifar10", root="/data/x", train_limit=123, test_limit=77, augment=True, augment_pad=3, augment_flip=False
+        ),
+        model=ModelConfig("resnet18", split=("conv2_x", "conv4_x"), width=24),
+        train=TrainConfig(
+            epochs=3,
+            batch_size=17,
+            loss="ce",
+            seed=5,
+            device="cpu",
+            eval_every=2,
+            checkpoint_every=3,
+            precision="bf16",
+            channels_last=True,
+            diverge_factor=0.0,
+            lr_schedule="cosine",
+        ),
+        method_params={"lr": 0.1234567891, "beta": [1.0, 0.5, 2.0], "z_step": "scaled", "primal_steps": 1},
+        preset="cifar10-resnet18-small",
+    )
+    for cfg in (saved, odd, RunConfig(), RunConfig(model=ModelConfig(split=("fc1", "fc2")))):
+        form = F.form_from_config(cfg)
+        got, errs = F.read_config(form)
+        assert errs == {} and got == cfg, errs
+        # every config field is in the form (a new field needs no form code)
+        assert {f.key for f in F.FIELDS} <= set(form)
+
+
+def test_form_fields_come_from_the_config_dataclasses():
+    """Each settings-dataclass field is a form field with its help; the fields missing before
+    (model.width, data.test_limit, train.precision ...) are there; form keys are unique."""
+    import dataclasses
+
+    paths = {f.path for f in F.FIELDS}
+    for prefix, klass in (("data.", DataConfig), ("model.", ModelConfig), ("train.", TrainConfig)):
+        for f in dataclasses.fields(klass):
+            assert prefix + f.name in paths
+    shown = {f.path: f for f in F.FIELDS if f.kind != "hidden"}
+    assert {"model.width", "data.test_limit", "train.precision", "train.diverge_factor"} <= set(shown)
+    assert all(f.label and f.help for f in shown.values())
+    assert shown["model.arch"].choices == tuple(ARCHS) and shown["data.name"].kind == "select"
+    assert shown["data.test_limit"].none == 0 and shown["model.hidden"].kind == "widths"
+    form = F.form_from_config(preset_config("cifar10-resnet18-small"))
+    assert (form["width"], form["test_limit"], form["train_limit"]) == (16, 1000, 1000)
+    # a new settings field becomes a form field from its type and metadata alone
+    from admm_core.config import ui
+
+    @dataclasses.dataclass(frozen=True)
+    class Extra:
+        warmup: int = dataclasses.field(default=3, metadata=ui("warm-up epochs", group="train", label="Warm-up", min=0))
+        tag: str | None = None
+        ratio: float = 0.5
+        on: bool = False
+        mode: str = dataclasses.field(default="a", metadata=ui("a or b", choices=("a", "b")))
+
+    got = {f.key: f for f in F._fields_of(Extra, "train.")}
+    assert (got["warmup"].kind, got["warmup"].label, got["warmup"].min, got["warmup"].group) == (
+        "int",
+        "Warm-up",
+        0,
+        "train",
+    )
+    assert [got[k].kind for k in ("tag", "ratio", "on", "mode")] == ["text", "float", "check", "select"]
+    assert got["mode"].choices == ("a", "b") and got["ratio"].group == "more"  # no group hint: "More training settings"
 
 
 def test_form_messages_name_the_field():
@@ -140,16 +225,20 @@ def test_form_messages_name_the_field():
 
 
 def test_form_keeps_and_checks_augmentation():
-    """A preset's augmentation survives the form; shift-only round-trips through the URL; bad
-    choices, pads, flat data and methods that read raw inputs are said next to the field."""
+    """A preset's augmentation survives the form; shift-only round-trips through the URL (and a
+    link of the old one-menu form still reads); bad pads, flat data and methods that read raw
+    inputs are said next to the field."""
     form = F.form_from_config(preset_config("cifar10-resnet18-small", "block-admm"))
-    assert (form["augment"], form["augment_pad"]) == ("crop-flip", 4)
+    assert (form["augment"], form["augment_flip"], form["augment_pad"]) == (True, True, 4)
     got, errs = F.config_from_form(form, available=["cifar10"])
     assert errs == {}, errs
     assert got.data.augment and got.data.augment_flip and got.data.augment_pad == 4
-    shift = {**F.form_from_config(preset_config("mnist-mlp-mse", "online-admm")), "augment": "shift", "augment_pad": 2}
+    base = F.form_from_config(preset_config("mnist-mlp-mse", "online-admm"))
+    shift = {**base, "augment": True, "augment_flip": False, "augment_pad": 2}
     back, warnings = F.from_query(F.to_query(shift))
     assert back == shift and not warnings
+    old_link = {k: v for k, v in F.to_query(shift).items() if k != "augment_flip"} | {"augment": "shift"}
+    assert F.from_query(old_link)[0] == shift
     got, errs = F.config_from_form(back, available=["mnist"])
     assert errs == {}, errs
     assert got.data.augment and not got.data.augment_flip and got.data.augment_pad == 2
@@ -164,7 +253,7 @@ def test_form_keeps_and_checks_augmentation():
         cfg, errs = F.config_from_form(bad, available=["mnist"])
         key = "augment" if field == "method" else field
         assert cfg is None and needle in errs.get(key, ""), (field, errs)
-    flat = {**F.default_form(), "augment": "shift"}  # digits: 64 flat features
+    flat = {**F.default_form(), "augment": True}  # digits: 64 flat features
     cfg, errs = F.config_from_form(flat, available=["digits"])
     assert cfg is None and "flat vectors (64,)" in errs["augment"]
 
@@ -246,13 +335,40 @@ def test_train_widgets_map_to_the_config(env_runs, monkeypatch):
     assert cfg.build_method().beta == (2.0, 0.5)
 
 
-def test_train_bad_values_show_messages_not_tracebacks(env_runs):
+@pytest.mark.parametrize("preset", ["cifar10-resnet18-small", "mnist5k-mlp"])
+def test_preset_through_the_page_starts_exactly_the_preset(preset, env_runs, monkeypatch):
+    """The preset menu fills the real page; Start launches the preset's own config, every field
+    (before #34 cifar10-resnet18-small gave width 64 and all 10,000 test images)."""
+    cfg = preset_config(preset, "gotmare")
+    if cfg.data.name not in available():
+        pytest.skip(f"{cfg.data.name} is not under ADMM_DATA")
     at = app().run()
-    widget(at, "number_input", "f.epochs").set_value(0).run()
+    widget(at, "selectbox", "f.method").set_value("gotmare").run()
+    widget(at, "selectbox", "f.preset").set_value(preset).run()
+    no_exceptions(at)
+    assert widget(at, "number_input", "f.width").value == cfg.model.width
+    kinds = ("selectbox", "number_input", "checkbox", "text_input", "multiselect", "radio")
+    shown = {w.key for kind in kinds for w in getattr(at, kind)}
+    assert {f"f.{f.key}" for f in F.FIELDS if f.kind != "hidden"} <= shown  # a widget for every config field
+    assert widget(at, "number_input", "f.test_limit").value == (cfg.data.test_limit or 0)
+    assert _start_and_capture(at, monkeypatch) == cfg
+
+
+def test_a_saved_run_through_the_page_starts_its_own_config(env_runs, monkeypatch):
+    """Runs → Load into Train, then Start: the new run's config is the saved one's, every field."""
+    saved = RunConfig.from_json((env_runs / "r1-digits-block-admm" / "config.json").read_text())
+    at = app({"load": "r1-digits-block-admm"}).run()
+    no_exceptions(at)
+    assert _start_and_capture(at, monkeypatch) == saved
+
+
+def test_train_bad_values_show_messages_not_tracebacks(env_runs):
+    at = app({"epochs": "0"}).run()  # the widget stops at its minimum; a link can still say 0
     no_exceptions(at)
     assert any("train.epochs = 0" in e for e in form_errors(at))
     assert widget(at, "button", "start").disabled
     widget(at, "number_input", "f.epochs").set_value(5).run()
+    assert not any("train.epochs" in e for e in form_errors(at))
     widget(at, "text_input", "f.hidden").set_value("128,x").run()
     assert any("model.hidden" in e for e in form_errors(at))
     widget(at, "text_input", "f.hidden").set_value("128,128").run()
@@ -686,7 +802,7 @@ def test_layer_arithmetic_matches_the_built_network():
 def test_memory_estimate_refuses_absurd_sizes_without_building_them():
     import resource
 
-    from admm_core.resources import estimate_memory
+    from admm_core.resources import estimate_memory, split_of
 
     blocks = F.describe_blocks("mlp", (100000, 100000), ["fc1", "fc2"], "digits")
     params = 64 * 100000 + 100000 + 100000 * 100000 + 100000 + 100000 * 10 + 10
@@ -702,7 +818,7 @@ def test_memory_estimate_refuses_absurd_sizes_without_building_them():
     # the page's figures are the engine's: Θ as float32, Z and U for every training sample and block
     mem = F.memory_of(ok)
     assert mem == estimate_memory(ok)
-    blocks = F.describe_blocks(ok.model.arch, ok.model.hidden, list(ok.model.split), ok.data.name)
+    blocks = F.describe_blocks(ok.model.arch, ok.model.hidden, list(split_of(ok)), ok.data.name)
     assert mem["param_bytes"] == 4 * sum(b["params"] for b in blocks)
     z_copies = 4 if ok.build_method().z_optimizer == "adam" else 2
     assert mem["state_bytes"] == 1347 * sum(b["out"] for b in blocks) * z_copies * 4
@@ -834,17 +950,52 @@ def test_processes_field_starts_the_worker_under_torchrun(env_runs, monkeypatch)
     shutil.rmtree(launched[0][0])
 
 
-def test_processes_field_refuses_what_the_workers_would_fail_on():
-    """Before launch: one block per process under parallel = 'blocks', and one GPU per process
-    when the run would use CUDA (auto on a GPU machine, or cuda)."""
-    pe = F.processes_errors
-    assert pe(3, "block-admm", T=3, parallel="blocks") == {}
-    assert "this split has 3" in pe(2, "block-admm", T=3, parallel="blocks")["processes"]
-    assert pe(2, "block-admm", T=3, parallel="samples") == {}  # samples: any count
-    assert pe(2, "block-admm", device="auto", n_gpus=0) == {}  # auto without a GPU: CPU processes
-    assert "has 1" in pe(2, "block-admm", device="auto", n_gpus=1)["processes"]
-    assert pe(2, "block-admm", device="cuda", n_gpus=2) == {} and pe(2, "block-admm", device="cpu", n_gpus=1) == {}
-    assert "has 0" in pe(2, "gotmare", device="cuda", n_gpus=0)["processes"]
+def test_preflight_returns_every_problem_by_field():
+    """preflight gives one message per field (not the first problem only); the CLI's wrapper
+    raises the first of them, naming the field and the value."""
+    from admm_core.resources import preflight as raising
+    from admm_core.resources import preflight_problems as preflight
+
+    cfg = preset_config("digits-mlp", "sgd").replace(data__name="mnist", data__augment=True)
+    assert preflight(cfg, datasets=["mnist"]) == {}  # images, a method that reads inputs through the batch
+    bad = preset_config("digits-mlp", "block-admm").replace(
+        data__augment=True, model__split=("fc2", "fc1"), method_params={"beta": [1.0, 2.0]}
+    )
+    got = preflight(bad, 0, datasets=["mnist"])
+    assert set(got) == {"data.name", "data.augment", "model.split", "method_params.beta", "processes"}, got
+    assert "flat vectors (64,)" in got["data.augment"] and "processes = 0" in got["processes"]
+    per_block = preflight(bad.replace(model__split=None, data__augment=False), datasets=["digits"])
+    assert set(per_block) == {"method_params.beta"} and "one per block" in per_block["method_params.beta"]
+    with pytest.raises(ConfigError, match=r"model\.split"):
+        raising(bad.replace(data__augment=False))
+
+
+def test_processes_field_refuses_what_the_workers_would_fail_on(monkeypatch):
+    """Before launch (the engine's preflight, given the process count): one block per process
+    under parallel = 'blocks', and one GPU per process when the run would use CUDA."""
+    from admm_core import runs
+    from admm_core.resources import preflight_problems as preflight
+
+    def pe(n, method="block-admm", parallel="samples", device="cpu", n_gpus=0):
+        cfg = preset_config("digits-mlp", method).replace(method_params__parallel=parallel, train__device=device)
+        free = (2**40, "a test's memory")  # not measured: CUDA memory cannot be asked on this machine
+        return {
+            k: v
+            for k, v in preflight(cfg, n, datasets=["digits"], free=free, n_gpus=n_gpus).items()
+            if k == "processes"
+        }
+
+    assert pe(3, parallel="blocks") == {}  # digits-mlp: 3 blocks
+    assert "this split has 3" in pe(2, parallel="blocks")["processes"]
+    assert pe(2, parallel="samples") == {}  # samples: any count
+    sgd = preflight(preset_config("digits-mlp", "sgd"), 2, datasets=["digits"])
+    assert "only block-admm and gotmare" in sgd["processes"]
+    monkeypatch.setattr(runs, "cuda_device_count", lambda: 1)  # a machine with one GPU
+    assert "has 1" in pe(2, device="auto", n_gpus=1)["processes"]  # auto: CUDA here, one GPU per process
+    assert "has 1" in pe(2, "gotmare", device="cuda", n_gpus=1)["processes"]
+    assert pe(2, device="cuda", n_gpus=2) == {} and pe(2, device="cpu", n_gpus=1) == {}
+    monkeypatch.setattr(runs, "cuda_device_count", lambda: 0)
+    assert pe(2, device="auto") == {}  # auto without a GPU: CPU processes
     form = {**F.default_form("digits-mlp", "block-admm"), "processes": 2, "device": "cpu"}  # split: 3 blocks
     form[F.MP + "parallel"] = "blocks"
     cfg, errs = F.config_from_form(form, available=["digits"])

@@ -296,6 +296,8 @@ def _rss_mb(pid: int) -> float:
 
 
 def test_huge_widths_show_the_memory_message_without_allocating(server, browser):
+    from playwright.sync_api import expect
+
     url, _, pid = server
     page = browser.new_page(viewport={"width": 1280, "height": 1200})
     page.set_default_timeout(TIMEOUT_MS)
@@ -310,7 +312,8 @@ def test_huge_widths_show_the_memory_message_without_allocating(server, browser)
             box.press("Enter")
             if hidden.startswith("100000"):
                 page.get_by_text("this run needs about").first.wait_for()
-                assert page.get_by_role("button", name=re.compile("Start run")).is_disabled()
+                # the message is drawn before the button in the same rerun: wait for the button's redraw
+                expect(page.get_by_role("button", name=re.compile("Start run"))).to_be_disabled()
             else:
                 page.get_by_text(re.compile("parameters .* to train")).first.wait_for()
             page.wait_for_timeout(1000)

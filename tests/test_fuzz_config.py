@@ -426,6 +426,13 @@ FORM_FIELD_BAD = {
     "processes": NONPOS | st.integers(min_value=65) | JUNK,
     "augment": JUNK | st.sampled_from(["flip", "None"]),
     "augment_pad": st.integers(max_value=-1) | st.integers(min_value=17) | JUNK,
+    # fields the form gained when it became generated from the config (#34)
+    "test_limit": st.integers(max_value=-1) | JUNK.filter(lambda t: not t.strip().isdigit()),
+    "width": NONPOS | JUNK,
+    "augment_flip": JUNK,
+    "precision": JUNK | st.sampled_from(["fp16", "BF16"]),
+    "channels_last": JUNK,
+    "diverge_factor": st.floats(min_value=-1e6, max_value=1.0).filter(lambda v: v != 0),
 }
 
 

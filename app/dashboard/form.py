@@ -1,51 +1,180 @@
-"""The Train form as plain data: form values <-> RunConfig <-> URL query parameters.
+"""The Train form as plain data, generated from the config: form values <-> RunConfig <-> URL.
 
-A *form* is a flat dict of what the widgets hold::
+Every field of :class:`admm_core.config.RunConfig` and of its ``data``, ``model`` and ``train``
+settings is a form field (:data:`FIELDS`), described by the dataclass field itself: its type,
+default, ``help`` and the layout hints in its metadata (group, label, widget, choices, min,
+step, the widget value that stands for None; see :func:`admm_core.config.ui`). A new config
+field therefore appears in the form, the URL and the validation without editing this module.
+A *form* is the flat dict of what the widgets hold, keyed by each field's form key (its name,
+or the ``key`` hint: ``data`` for ``data.name``), plus ``processes`` (worker processes under
+torchrun: how a run is launched, not part of its config), ``mp.<setting>`` for each setting of
+the chosen method (floats as text, so a per-block β can be written "1,0.5,1"), and ``_given``:
+the method settings (and ``split``) the loaded config gave explicitly, so that reading the form
+back gives the same config, field for field.
 
-    preset, data, train_limit (0 = all), augment (none / crop-flip / shift), augment_pad,
-    processes (worker processes under torchrun; not part of the RunConfig), arch, hidden ("128,128"), split (list of layer
-    names), method, loss, device, lr_schedule, epochs, batch_size, seed, eval_every, checkpoint_every,
-    "mp.<setting>" for each setting of the chosen method (floats as text, so a per-block
-    β can be written "1,0.5,1").
-
-:func:`config_from_form` validates through :class:`admm_core.config.RunConfig` and the
-engine's split / per-block checks, and returns the messages keyed by form field, so the
-page can show each one next to its widget.
+:func:`config_from_form` validates each field on its own (so every wrong field gets its own
+message), then the engine's :func:`admm_core.resources.preflight_problems`, and returns the messages keyed
+by form field, so the page can show each one next to its widget.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import types
+import typing
+from dataclasses import dataclass
 from functools import lru_cache
 
 from admm_core import data as data_mod
 from admm_core import resources
-from admm_core.config import ConfigError, RunConfig
-from admm_core.methods import METHODS
+from admm_core.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+from admm_core.methods import METHODS, make_method
+from admm_core.models import ARCHS
 from admm_core.presets import PRESETS, preset_config
-from admm_core.resources import DATA_SHAPES, check_fits, estimate_memory, layer_table
+from admm_core.resources import DATA_SHAPES, MAX_PROCESSES, estimate_memory, preflight_problems
 
 NO_PRESET = "none"
 DEFAULT_PRESET = "digits-mlp"
 DEFAULT_METHOD = "block-admm"
-INT_FIELDS = (
-    "train_limit",
-    "augment_pad",
-    "epochs",
-    "batch_size",
-    "seed",
-    "eval_every",
-    "checkpoint_every",
-    "processes",
-)
-MAX_PROCESSES = 64  # worker processes of one run on this machine (torchrun --nproc-per-node)
-MULTI_PROCESS_METHODS = ("block-admm", "gotmare")  # sample-sharded Z/U (admm_core.distributed)
-STR_FIELDS = ("preset", "data", "augment", "arch", "hidden", "method", "loss", "device", "lr_schedule")
-# augmentation menu -> (data.augment, data.augment_flip)
-AUGMENTS = {"none": (False, True), "crop-flip": (True, True), "shift": (True, False)}
 MP = "mp."  # prefix of method-setting fields
+GIVEN = "_given"  # the method settings and split a loaded config gave explicitly (not a widget)
+__all__ = ["FIELDS", "FormField", "MAX_PROCESSES", "config_from_form", "form_from_config", "default_form"]
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One field of the form: where it lives in the config and how it is edited.
+
+    ``kind``: select, radio, split (a multiselect of layer names), check, int, float, widths
+    (comma-separated integers as text) or hidden (carried, not shown). ``none``: the widget value
+    that stands for None (0 for "all samples"). ``enabled_if`` / ``disabled_if``: {form key: value}.
+    """
+
+    key: str
+    path: str  # "data.train_limit"; "" for a launch setting outside the config (processes)
+    kind: str
+    group: str = ""
+    label: str = ""
+    help: str = ""
+    default: typing.Any = None  # as the widget holds it
+    choices: tuple | None = None
+    labels: dict | None = None  # choice -> what the menu shows
+    min: float | None = None
+    max: float | None = None
+    step: float | None = None
+    none: typing.Any = None
+    enabled_if: dict | None = None
+    disabled_if: dict | None = None
+
+    def enabled(self, form: dict) -> bool:
+        on = all(form.get(k) == v for k, v in (self.enabled_if or {}).items())
+        return on and not any(form.get(k) == v for k, v in (self.disabled_if or {}).items())
+
+
+def _kind(tp, hints: dict) -> str:
+    if hints.get("widget"):
+        return hints["widget"]
+    if hints.get("choices") is not None:
+        return "select"
+    union = typing.get_origin(tp) in (typing.Union, types.UnionType)
+    base = {a for a in typing.get_args(tp) if a is not type(None)} if union else {tp}
+    (t,) = base if len(base) == 1 else (str,)
+    if t is bool:
+        return "check"
+    if t is int:
+        return "int"
+    if t is float:
+        return "float"
+    if typing.get_origin(t) is tuple:
+        return "widths"
+    return "text"
+
+
+def _fields_of(klass, prefix: str) -> list[FormField]:
+    out = []
+    types = typing.get_type_hints(klass)
+    for f in dataclasses.fields(klass):
+        hints = f.metadata.get("form", {})
+        if f.name == "method_params" or f.type in ("DataConfig", "ModelConfig", "TrainConfig"):
+            continue
+        path = f"{prefix}{f.name}"
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if hints is False:
+            out.append(FormField(f.name, path, "hidden", default=default))
+            continue
+        kind = _kind(types[f.name], hints)
+        ff = FormField(
+            key=hints.get("key", f.name),
+            path=path,
+            kind=kind,
+            group=hints.get("group", "more"),
+            label=hints.get("label", f.name),
+            help=f.metadata.get("help", ""),
+            choices=tuple(hints["choices"]) if hints.get("choices") is not None else None,
+            labels=hints.get("labels"),
+            min=hints.get("min"),
+            max=hints.get("max"),
+            step=hints.get("step"),
+            none=hints.get("none"),
+            enabled_if=hints.get("enabled_if"),
+            disabled_if=hints.get("disabled_if"),
+        )
+        out.append(dataclasses.replace(ff, default=_to_widget(ff, default)))
+    return out
+
+
+PROCESSES = FormField(
+    "processes",
+    "",
+    "int",
+    group="train",
+    label="Processes",
+    help="Worker processes started through torchrun, each holding 1/N of the rows of Z and U "
+    "(block-admm, gotmare; docs/results/distributed.md). Give each a core.",
+    default=1,
+    min=1,
+    max=MAX_PROCESSES,
+    step=1,
+)
+
+
+def _all_fields() -> tuple[FormField, ...]:
+    out = _fields_of(RunConfig, "")
+    for prefix, klass in (("data.", DataConfig), ("model.", ModelConfig), ("train.", TrainConfig)):
+        out += _fields_of(klass, prefix)
+    return (*out, PROCESSES)
+
+
+def choices(ff: FormField, form: dict | None = None, available: list[str] | None = None) -> list:
+    """The menu of a select field now: presets from the preset table, data sets present here (and
+    the form's own, so validation can say why it is missing), the split points of the form's
+    network; else the field's declared choices."""
+    form = form or {}
+    if ff.key == "preset":
+        return [NO_PRESET, *PRESETS]
+    if ff.path == "data.name":
+        here = list(data_mod.available() if available is None else available)
+        cur = form.get(ff.key)
+        return here + ([cur] if cur is not None and cur not in here else [])
+    if ff.kind == "split":
+        try:
+            hidden = parse_widths(form.get("hidden", "")) if form.get("arch", "mlp") == "mlp" else (128,)
+            return split_options(form.get("arch", "mlp"), hidden, form.get("width", 64))[0]
+        except (ConfigError, KeyError, TypeError):
+            return list(form.get(ff.key) or [])
+    return list(ff.choices or ())
+
+
+def groups() -> dict[str, list[FormField]]:
+    """The shown fields by their group hint, in declaration order."""
+    out: dict[str, list[FormField]] = {}
+    for f in FIELDS:
+        if f.kind != "hidden":
+            out.setdefault(f.group, []).append(f)
+    return out
 
 
 def max_run_bytes() -> int:
@@ -57,17 +186,15 @@ def max_run_bytes() -> int:
 # --- small parsers -----------------------------------------------------------------------
 
 
-def parse_widths(text: str) -> tuple[int, ...]:
-    """'128, 128' -> (128, 128); raises ConfigError naming model.hidden."""
+def parse_widths(text: str, name: str = "model.hidden") -> tuple[int, ...]:
+    """'128, 128' -> (128, 128); raises ConfigError naming the field."""
     parts = [p.strip() for p in str(text).replace(";", ",").split(",") if p.strip()]
     try:
         vals = tuple(int(p) for p in parts)
     except ValueError:
-        raise ConfigError(
-            f"model.hidden = {text!r}: write positive integers separated by commas, e.g. 128,128"
-        ) from None
+        raise ConfigError(f"{name} = {text!r}: write positive integers separated by commas, e.g. 128,128") from None
     if any(v <= 0 for v in vals):
-        raise ConfigError(f"model.hidden = {text!r}: widths must be positive integers")
+        raise ConfigError(f"{name} = {text!r}: widths must be positive integers")
     return vals
 
 
@@ -84,29 +211,73 @@ def parse_number(text: str, name: str):
 
 
 def fmt_number(v) -> str:
+    """A number as the form's text: the shortest text that reads back to the same float."""
     if isinstance(v, (list, tuple)):
         return ",".join(fmt_number(x) for x in v)
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    if isinstance(v, float):
+        short = f"{v:g}"
+        return short if float(short) == v else repr(v)  # exact: the text reads back to the same float
+    return str(v)
+
+
+def _to_widget(ff: FormField, v):
+    """A config value as the widget holds it."""
+    if v is None and ff.none is not None:
+        return ff.none
+    if ff.kind == "widths":
+        return ",".join(map(str, v or ()))
+    if ff.kind == "split":
+        return list(v) if v is not None else None
+    return v
+
+
+def _from_widget(ff: FormField, w):
+    """The widget's value as the config takes it (ConfigError naming the field when it cannot)."""
+    if ff.none is not None and w == ff.none:
+        return None
+    if ff.kind == "widths":
+        return list(parse_widths(w, ff.path))
+    if ff.kind == "split":
+        if not isinstance(w, (list, tuple)):
+            raise ConfigError(f"{ff.path} = {w!r}: must be a list of layer names")
+        return list(w)
+    if ff.kind == "int" and isinstance(w, str):
+        try:
+            return int(w.strip())
+        except ValueError:
+            raise ConfigError(f"{ff.path} = {w!r}: must be a whole number") from None
+    if ff.kind == "float" and isinstance(w, str):
+        try:
+            return float(w.strip())
+        except ValueError:
+            raise ConfigError(f"{ff.path} = {w!r}: not a number") from None
+    if ff.kind == "float" and isinstance(w, int) and not isinstance(w, bool):
+        return float(w)
+    return w
+
+
+FIELDS: tuple[FormField, ...] = _all_fields()
+BY_PATH = {f.path: f for f in FIELDS if f.path}
+if len({f.key for f in FIELDS}) != len(FIELDS):
+    raise RuntimeError("two config fields share a form key: give one a 'key' hint in its metadata")
 
 
 # --- the network's layers and blocks -------------------------------------------------------
 
 
-def layer_names(arch: str, hidden: tuple[int, ...]) -> list[str]:
+def layer_names(arch: str, hidden: tuple[int, ...], width: int = 64) -> list[str]:
     """Named layers of the network, from the engine's architecture record (no layer is built)."""
-    from admm_core.config import ModelConfig
     from admm_core.models import layer_names as names
 
-    return names(ModelConfig(arch, tuple(hidden)))
+    return names(ModelConfig(arch, tuple(hidden), width=width))
 
 
-def split_options(arch: str, hidden: tuple[int, ...]) -> tuple[list[str], list[str]]:
-    """(allowed split points, default split) from the engine's architecture registry."""
-    from admm_core.config import ModelConfig
+def split_options(arch: str, hidden: tuple[int, ...], width: int = 64) -> tuple[list[str], list[str]]:
+    """(allowed split points, default split) from the engine's architecture registry (``ARCHS``)."""
     from admm_core.models import default_split, split_points
 
-    names = layer_names(arch, hidden)
-    cfg = ModelConfig(arch, tuple(hidden))
+    names = layer_names(arch, hidden, width)
+    cfg = ModelConfig(arch, tuple(hidden), width=width)
     return list(split_points(cfg, names)), list(default_split(cfg, names))
 
 
@@ -119,13 +290,13 @@ def data_shape(name: str) -> tuple[tuple[int, ...], int, int]:
     return ds.input_shape, ds.n_classes, len(ds.x_train)
 
 
-def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: str) -> list[dict]:
-    """[{block, layers, params, out}] of the split network, by the engine's arithmetic
-    (:func:`admm_core.resources.layer_table`; no layer is built). ``out`` is the size of Z_t per sample."""
+def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: str, width: int = 64) -> list[dict]:
+    """[{block, layers, params, out}] of the split network, by the architecture record's arithmetic
+    (``ARCHS[arch].table``; no layer is built). ``out`` is the size of Z_t per sample."""
     shape, n_out, _ = data_shape(data)
-    if arch == "resnet18" and len(shape) != 3:
-        raise ConfigError(f"model.arch = 'resnet18': needs image inputs (C, H, W), got shape {shape}")
-    rows = layer_table(arch, tuple(hidden), tuple(shape), n_out)
+    if arch != "mlp" and len(shape) != 3:
+        raise ConfigError(f"model.arch = {arch!r}: needs image inputs (C, H, W), got shape {shape}")
+    rows = ARCHS[arch].table(tuple(shape), ModelConfig(arch, tuple(hidden), width=width), n_out)
     blocks, cur = [], []
     for r in rows:
         cur.append(r)
@@ -197,29 +368,19 @@ def method_fields(method: str, params: dict | None = None) -> dict:
 
 
 def form_from_config(cfg: RunConfig) -> dict:
-    hidden = tuple(cfg.model.hidden)
-    split = list(cfg.model.split) if cfg.model.split is not None else split_options(cfg.model.arch, hidden)[1]
-    return {
-        "preset": cfg.preset or NO_PRESET,
-        "data": cfg.data.name,
-        "train_limit": cfg.data.train_limit or 0,
-        "augment": "none" if not cfg.data.augment else ("crop-flip" if cfg.data.augment_flip else "shift"),
-        "augment_pad": cfg.data.augment_pad,
-        "arch": cfg.model.arch,
-        "hidden": ",".join(map(str, hidden)),
-        "split": split,
-        "method": cfg.method,
-        "loss": cfg.train.loss,
-        "device": cfg.train.device,
-        "lr_schedule": cfg.train.lr_schedule,
-        "epochs": cfg.train.epochs,
-        "batch_size": cfg.train.batch_size,
-        "seed": cfg.train.seed,
-        "eval_every": cfg.train.eval_every,
-        "checkpoint_every": cfg.train.checkpoint_every,
-        "processes": 1,  # how a run is launched, not part of its config
-        **method_fields(cfg.method, cfg.method_params),
-    }
+    """The form that shows ``cfg``; :func:`config_from_form` of it gives ``cfg`` back."""
+    form = {}
+    for ff in FIELDS:
+        if ff.path:
+            part, _, name = ff.path.rpartition(".")
+            form[ff.key] = _to_widget(ff, getattr(getattr(cfg, part) if part else cfg, name))
+        else:
+            form[ff.key] = ff.default
+    if form["split"] is None:  # the widget shows the architecture's default split
+        form["split"] = split_options(cfg.model.arch, cfg.model.hidden, cfg.model.width)[1]
+    form.update(method_fields(cfg.method, cfg.method_params))
+    form[GIVEN] = sorted(MP + k for k in cfg.method_params) + (["split"] if cfg.model.split is not None else [])
+    return form
 
 
 def default_form(preset: str = DEFAULT_PRESET, method: str = DEFAULT_METHOD) -> dict:
@@ -227,211 +388,115 @@ def default_form(preset: str = DEFAULT_PRESET, method: str = DEFAULT_METHOD) -> 
     return form_from_config(cfg)
 
 
-def _field_of(message: str, method: str) -> str:
+def _key_of(message: str, method: str) -> str:
     """Which form field a ConfigError message ('train.epochs = 0: …') is about."""
     head = message.split(" = ", 1)[0].split(":", 1)[0].strip()
+    if head.startswith("method_params."):
+        return MP + head.split(".", 1)[1]
     if head.startswith(f"{method}."):
         return MP + head.split(".", 1)[1]
-    mapping = {
-        "data.name": "data",
-        "data.train_limit": "train_limit",
-        "data.augment": "augment",
-        "data.augment_flip": "augment",
-        "data.augment_pad": "augment_pad",
-        "model.arch": "arch",
-        "model.hidden": "hidden",
-        "model.split": "split",
-        "method": "method",
-        "preset": "preset",
-        "train.device": "device",
-    }
-    if head in mapping:
-        return mapping[head]
-    if head.startswith("train."):
-        return head.split(".", 1)[1]
+    if head in BY_PATH:
+        return BY_PATH[head].key
     return "_form"
 
 
-def processes_errors(
-    value, method: str, T: int | None = None, device: str = "cpu", parallel: str | None = None, n_gpus=None
-) -> dict[str, str]:
-    """{"processes": message} when ``value`` worker processes cannot run ``method``; {} when they can.
+def _method_params(form: dict, method: str, errors: dict) -> dict:
+    """The method's settings from the ``mp.*`` fields: those the config gave (``_given``) and those
+    that differ from the default. Checked together (settings constrain each other), the message
+    next to the setting it names."""
+    params = {}
+    given = set(form.get(GIVEN) or ())
+    for s in METHODS[method].settings():
+        key = MP + s["name"]
+        if key not in form:
+            continue
+        v = form[key]
+        if s["choices"] is None and s["type"] == "float":
+            try:
+                v = parse_number(v, f"{method}.{s['name']}")
+            except ConfigError as e:
+                errors.setdefault(key, str(e))
+                continue
+        if key in given or v != s["default"]:
+            params[s["name"]] = v
+    try:
+        make_method(method, params)
+    except ConfigError as e:
+        errors.setdefault(_key_of(str(e), method), str(e))
+    return params
 
-    Checked here, before launch, what the workers would otherwise fail on: one block per
-    process with ``parallel = 'blocks'`` (T blocks), and one GPU per process when the run uses
-    CUDA (``device`` cuda, or auto on a machine with a GPU). ``n_gpus`` defaults to this machine's.
-    """
-    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PROCESSES
-    if not ok:
-        return {"processes": f"processes = {value!r}: must be a whole number from 1 to {MAX_PROCESSES}"}
-    if value == 1:
-        return {}
-    if method not in MULTI_PROCESS_METHODS:
-        return {
-            "processes": f"processes = {value}: only {' and '.join(MULTI_PROCESS_METHODS)} run on several "
-            f"processes (method {method!r})"
-        }
-    if parallel == "blocks" and T is not None and value != T:
-        return {"processes": f"processes = {value}: parallel = 'blocks' runs one block per process; this split has {T}"}
-    if device != "cpu":
-        if n_gpus is None:
-            from admm_core.runs import cuda_device_count
 
-            n_gpus = cuda_device_count()
-        if (device == "cuda" or n_gpus > 0) and value > n_gpus:
-            return {
-                "processes": f"processes = {value}: device = {device!r} runs each process on a GPU of its own and "
-                f"this machine has {n_gpus}; choose device cpu or at most {n_gpus} processes"
-            }
-    return {}
+def read_config(form: dict) -> tuple[RunConfig | None, dict[str, str]]:
+    """``form`` read back to a config, each field checked on its own by its settings dataclass
+    (so every wrong field gets its message); nothing about this machine is checked (see
+    :func:`config_from_form`). -> (RunConfig or None, {form field: message})."""
+    errors: dict[str, str] = {}
+    method = form.get("method", DEFAULT_METHOD)
+    if not isinstance(method, str) or method not in METHODS:
+        return None, {"method": f"method = {method!r}: unknown method; choose from {sorted(METHODS)}"}
+    parts: dict[str, dict] = {"": {}, "data": {}, "model": {}, "train": {}}
+    klass = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+    for ff in FIELDS:
+        if not ff.path or ff.key not in form:
+            continue
+        part, _, name = ff.path.rpartition(".")
+        try:
+            value = _from_widget(ff, form[ff.key])
+            if part:  # this field alone, on its settings class: its own message
+                klass[part](**{name: value})
+        except ConfigError as e:
+            errors.setdefault(ff.key, str(e))
+            continue
+        except (TypeError, ValueError) as e:
+            errors.setdefault(ff.key, f"{ff.path} = {form[ff.key]!r}: {e}")
+            continue
+        parts[part][name] = value
+    preset = parts[""].get("preset")
+    if preset is not None and preset not in PRESETS:
+        errors["preset"] = f"preset = {preset!r}: unknown preset; choose from {sorted(PRESETS)}"
+    params = _method_params(form, method, errors)
+    if errors:
+        return None, errors
+    model = parts["model"]
+    if "split" not in (form.get(GIVEN) or ()):  # the default split, not given by the config: None
+        try:
+            if model.get("split") == split_options(model["arch"], tuple(model["hidden"]), model.get("width", 64))[1]:
+                model["split"] = None
+        except (ConfigError, KeyError):
+            pass
+    try:
+        cfg = RunConfig.from_dict(
+            {**parts[""], "data": parts["data"], "model": model, "train": parts["train"], "method_params": params}
+        )
+    except ConfigError as e:
+        return None, {_key_of(str(e), method): str(e)}
+    return cfg, {}
 
 
 def config_from_form(form: dict, available: list[str] | None = None) -> tuple[RunConfig | None, dict[str, str]]:
-    """Validate ``form`` -> (RunConfig or None, {field: message}).
+    """Validate ``form`` -> (RunConfig or None, {form field: message}).
 
-    All checks are the engine's: RunConfig (data, model, train, the method's settings),
-    the split against the architecture, a per-block β against the number of blocks, the
-    device, and whether the data set is under the data root.
+    :func:`read_config`, then the engine's :func:`admm_core.resources.preflight_problems` (data set present,
+    split, per-block values, augmentation, processes, memory free here), then the page's memory
+    limit. ``available``: the data sets present (default: looked up under the data root).
     """
-    errors: dict[str, str] = {}
-    method = form.get("method", DEFAULT_METHOD)
-
-    def err(exc: Exception, default_field: str | None = None):
-        msg = str(exc)
-        key = default_field or _field_of(msg, method)
-        errors.setdefault(key, msg)
-
-    hidden: tuple[int, ...] = (128,)  # stand-in while the text does not parse
-    try:
-        hidden = parse_widths(form.get("hidden", ""))
-    except ConfigError as e:
-        err(e, "hidden")
-    params = {}
-    if method in METHODS:
-        for s in METHODS[method].settings():
-            key = MP + s["name"]
-            if key not in form:
-                continue
-            v = form[key]
-            if s["choices"] is None and s["type"] == "float":
-                try:
-                    v = parse_number(v, f"{method}.{s['name']}")
-                except ConfigError as e:
-                    err(e, key)
-                    continue
-            params[s["name"]] = v
-    else:
-        errors["method"] = f"method = {method!r}: unknown method; choose from {sorted(METHODS)}"
-    preset = form.get("preset") or NO_PRESET
-    if preset != NO_PRESET and preset not in PRESETS:
-        errors["preset"] = f"preset = {preset!r}: unknown preset; choose from {sorted(PRESETS)}"
-    if errors.get("method"):
+    cfg, errors = read_config(form)
+    if cfg is None:
         return None, errors
-    train_limit = form.get("train_limit") or None
-    augment = form.get("augment", "none")
-    if not isinstance(augment, str) or augment not in AUGMENTS:
-        errors["augment"] = f"data.augment = {augment!r}: choose from {list(AUGMENTS)}"
+    method = cfg.method
+    processes = form.get("processes", 1)
+    for path, msg in preflight_problems(cfg, processes, datasets=available).items():
+        errors.setdefault(path if path in ("memory", "processes") else _key_of(path + " = ", method), msg)
+    if set(errors) - {"memory"}:
         return None, errors
-    cfg = None
-    try:
-        data = {"name": form.get("data", "digits"), "train_limit": int(train_limit) if train_limit else None}
-        data["augment"], data["augment_flip"] = AUGMENTS[augment]
-        if "augment_pad" in form:
-            data["augment_pad"] = form["augment_pad"]
-        cfg = RunConfig.from_dict(
-            {
-                "method": method,
-                "data": data,
-                "model": {
-                    "arch": form.get("arch", "mlp"),
-                    "hidden": list(hidden),
-                    "split": list(form.get("split") or []),
-                },
-                "train": {
-                    k: form[k]
-                    for k in (
-                        "epochs",
-                        "batch_size",
-                        "seed",
-                        "eval_every",
-                        "checkpoint_every",
-                        "loss",
-                        "device",
-                        "lr_schedule",
-                    )
-                    if k in form
-                },
-                "method_params": params,
-                "preset": None if preset == NO_PRESET else preset,
-            }
-        )
-    except ConfigError as e:
-        err(e)
-    except (TypeError, ValueError) as e:
-        errors.setdefault("_form", str(e))
-    if cfg is None or errors:
-        return None, errors
+    # memory by arithmetic (no network is built): the page's limit, then what is free here (preflight)
+    mem = memory_of(cfg)
+    if mem["total_bytes"] > max_run_bytes():
+        errors["memory"] = memory_message(cfg, mem)
+    from admm_core.runs import device_name
 
-    # the split must be made of this network's split points, in order
-    from admm_core.methods.base import per_block
-    from admm_core.models import validate_split
-
-    try:
-        validate_split(cfg.model, layer_names(cfg.model.arch, cfg.model.hidden), tuple(cfg.model.split))
-    except ConfigError as e:
-        err(e, "split")
-    T = len(cfg.model.split) + 1
-    method_cls = METHODS[method]
-    beta = cfg.method_params.get("beta")
-    if beta is not None and method_cls.uses_blocks and isinstance(beta, (list, tuple)):
-        try:
-            per_block(beta, T, f"{method}.beta")
-        except ConfigError as e:
-            err(e, MP + "beta")
-    try:
-        from admm_core.runs import device_name
-
-        device_name(cfg.train.device)
-    except RuntimeError as e:
-        errors["device"] = str(e)
-    avail = data_mod.available() if available is None else available
-    if cfg.data.name not in avail:
-        roots = ", ".join(str(r) for r in data_mod.candidate_roots(None))
-        errors["data"] = (
-            f"data.name = {cfg.data.name!r}: not found under the data root (looked in {roots}); set ADMM_DATA"
-        )
-    errors.update(
-        processes_errors(
-            form.get("processes", 1), method, T, cfg.train.device, cfg.method_params.get("parallel", "samples")
-        )
-    )
-    if cfg.data.augment and "data" not in errors:
-        shape = data_shape(cfg.data.name)[0]
-        if len(shape) != 3:
-            errors["augment"] = f"data.augment = {augment!r}: needs images; {cfg.data.name} gives flat vectors {shape}"
-        elif not method_cls.supports_augment:
-            errors["augment"] = f"data.augment = {augment!r}: method {method!r} does not support augmentation"
-    if cfg.model.arch == "resnet18" and "data" not in errors:
-        try:
-            shape, _, _ = data_shape(cfg.data.name)
-            if len(shape) != 3:
-                raise ConfigError(
-                    f"model.arch = 'resnet18': needs image inputs (C, H, W); {cfg.data.name} gives flat vectors {shape}"
-                )
-        except ConfigError as e:
-            err(e, "arch")
-    if not errors:  # memory by arithmetic (no network is built): the page's limit, then what is free here
-        mem = memory_of(cfg)
-        if mem["total_bytes"] > max_run_bytes():
-            errors["memory"] = memory_message(cfg, mem)
-        else:
-            try:
-                check_fits(cfg)
-            except ConfigError as e:
-                errors["memory"] = str(e)
-        n_proc = form.get("processes", 1)
-        if "memory" not in errors and n_proc > 1 and device_name(cfg.train.device) == "cpu":
-            errors.update(processes_memory_errors(n_proc, mem))
+    if not errors and processes > 1 and device_name(cfg.train.device) == "cpu":
+        errors.update(processes_memory_errors(processes, mem))
     return (None if errors else cfg), errors
 
 
@@ -480,27 +545,57 @@ def memory_message(cfg: RunConfig, mem: dict) -> str:
 
 # --- form <-> URL query ----------------------------------------------------------------------
 
+LEGACY_AUGMENT = {"none": (False, None), "crop-flip": (True, True), "shift": (True, False)}  # links before #34
+
+
+def _shown() -> list[FormField]:
+    return [f for f in FIELDS if f.kind != "hidden"]
+
 
 def to_query(form: dict) -> dict[str, str]:
-    """Flat str -> str mapping for st.query_params (only the chosen method's settings)."""
+    """Flat str -> str mapping for st.query_params (every shown field; the chosen method's settings)."""
     q = {}
-    for k in STR_FIELDS + INT_FIELDS:
-        if k in form:
-            q[k] = str(form[k])
-    q["split"] = ",".join(form.get("split") or []) or "-"
-    method = form.get("method")
-    for k, v in form.items():
-        if k.startswith(MP):
-            q["m." + k[len(MP) :]] = json.dumps(v) if isinstance(v, bool) else str(v)
-    if method not in METHODS:
-        q = {k: v for k, v in q.items() if not k.startswith("m.")}
+    for ff in _shown():
+        if ff.key not in form:
+            continue
+        v = form[ff.key]
+        if ff.kind == "split":
+            q[ff.key] = ",".join(v or []) or "-"
+        elif isinstance(v, bool):
+            q[ff.key] = json.dumps(v)
+        else:
+            q[ff.key] = "" if v is None else str(v)
+    if form.get("method") in METHODS:
+        for k, v in form.items():
+            if k.startswith(MP):
+                q["m." + k[len(MP) :]] = json.dumps(v) if isinstance(v, bool) else str(v)
     return q
+
+
+def _from_text(ff: FormField, text: str):
+    """A query value as the widget holds it; ValueError when it does not read."""
+    if ff.kind == "split":
+        return [] if text in ("-", "") else [s for s in text.split(",") if s]
+    if ff.kind == "check":
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError("not true or false")
+        return text.lower() in ("true", "1")
+    if ff.kind == "int":
+        return int(text)
+    if ff.kind == "float":
+        return float(text)
+    return text
 
 
 def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     """Form values from a query mapping (unknown keys ignored); returns (form, warnings)."""
     warnings: list[str] = []
     q = {k: (v[-1] if isinstance(v, list) else v) for k, v in dict(query).items()}
+    if q.get("augment") in LEGACY_AUGMENT:  # augment=none|crop-flip|shift (one menu before #34)
+        on, flip = LEGACY_AUGMENT[q["augment"]]
+        q["augment"] = json.dumps(on)
+        if flip is not None:
+            q.setdefault("augment_flip", json.dumps(flip))
     preset = q.get("preset", (base or {}).get("preset", DEFAULT_PRESET))
     method = q.get("method", (base or {}).get("method", DEFAULT_METHOD))
     if preset not in PRESETS and preset != NO_PRESET:
@@ -512,19 +607,18 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     form = dict(base) if base else default_form(preset, method)
     if form.get("method") != method:
         form = {k: v for k, v in form.items() if not k.startswith(MP)}
-        form.update(method_fields(method, preset_config(preset, method).method_params if preset != NO_PRESET else {}))
+        fresh = preset_config(preset, method).method_params if preset != NO_PRESET else {}
+        form.update(method_fields(method, fresh))
+        form[GIVEN] = sorted(MP + k for k in fresh) + [k for k in form.get(GIVEN, ()) if not k.startswith(MP)]
     form["preset"], form["method"] = preset, method
-    for k in STR_FIELDS:
-        if k in q and k not in ("preset", "method"):
-            form[k] = q[k]
-    for k in INT_FIELDS:
-        if k in q:
+    for ff in _shown():
+        if ff.key in q and ff.key not in ("preset", "method"):
             try:
-                form[k] = int(q[k])
+                form[ff.key] = _from_text(ff, q[ff.key])
             except ValueError:
-                warnings.append(f"{k} = {q[k]!r} in the link is not an integer; kept {form.get(k)}")
-    if "split" in q:
-        form["split"] = [] if q["split"] in ("-", "") else [s for s in q["split"].split(",") if s]
+                warnings.append(
+                    f"{ff.key} = {q[ff.key]!r} in the link does not read as {ff.kind}; kept {form.get(ff.key)}"
+                )
     settings = {s["name"]: s for s in METHODS[method].settings()}
     for k, v in q.items():
         if not k.startswith("m."):
@@ -549,7 +643,7 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
 
 
 def query_keys(method: str | None = None) -> set[str]:
-    keys = set(STR_FIELDS + INT_FIELDS) | {"split"}
+    keys = {f.key for f in _shown()}
     if method in METHODS:
         keys |= {"m." + s["name"] for s in METHODS[method].settings()}
     return keys

@@ -17,15 +17,14 @@ from pathlib import Path
 
 import streamlit as st
 
-from admm_core.config import DEVICES, LOSSES, RunConfig
+from admm_core.config import RunConfig
 from admm_core.data import available
 from admm_core.deepfacto.config import DeepFactoConfig
 from admm_core.errors import CheckpointError, ConfigError, DataError
 from admm_core.faces import find_lfw
 from admm_core.methods import METHODS
-from admm_core.methods.base import LR_SCHEDULES
-from admm_core.presets import PRESETS
 from admm_core.resources import human as human_bytes
+from admm_core.resources import split_of
 from admm_core.runs import read_metrics
 from app import ui
 from app.dashboard import charts as C
@@ -64,7 +63,7 @@ def set_form(form: dict) -> None:
 
 def read_form() -> dict:
     method = ss.get(K + "method", F.DEFAULT_METHOD)
-    out = {k: ss[K + k] for k in F.STR_FIELDS + F.INT_FIELDS + ("split",) if K + k in ss}
+    out = {k: ss[K + k] for k in [f.key for f in F.FIELDS] + [F.GIVEN] if K + k in ss}
     for s in METHODS[method].settings():
         key = wkey(F.MP + s["name"], method)
         if key in ss:
@@ -83,12 +82,14 @@ def on_preset():
 
 def on_method():
     preset, method = ss[K + "preset"], ss[K + "method"]
+    given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]  # the split's mark stays
     if preset != F.NO_PRESET:
         fresh = F.default_form(preset, method)
         # with "method": set_form files the preset's settings under the new method's widgets
-        set_form({"method": method, **{k: v for k, v in fresh.items() if k.startswith(F.MP) or k == "batch_size"}})
+        mine = {k: v for k, v in fresh.items() if k.startswith(F.MP) or k == "batch_size"}
+        set_form({"method": method, **mine, F.GIVEN: given + [k for k in fresh[F.GIVEN] if k.startswith(F.MP)]})
     else:
-        set_form({"method": method, **F.method_fields(method)})
+        set_form({"method": method, **F.method_fields(method), F.GIVEN: given})
 
 
 def on_shape():
@@ -96,7 +97,8 @@ def on_shape():
         hidden = F.parse_widths(ss[K + "hidden"])
     except ConfigError:
         return  # the field shows the message
-    ss[K + "split"] = F.split_options(ss[K + "arch"], hidden)[1]
+    ss[K + "split"] = F.split_options(ss[K + "arch"], hidden, ss.get(K + "width", 64))[1]
+    ss[K + F.GIVEN] = [k for k in ss.get(K + F.GIVEN) or [] if k != "split"]  # the default split again
 
 
 def on_start():
@@ -152,7 +154,9 @@ def _ordered_form() -> dict:
     """The form with the split in layer order."""
     form = read_form()
     try:
-        allowed, _ = F.split_options(form.get("arch", "mlp"), F.parse_widths(form.get("hidden", "")))
+        allowed, _ = F.split_options(
+            form.get("arch", "mlp"), F.parse_widths(form.get("hidden", "")), form.get("width", 64)
+        )
     except ConfigError:
         allowed = []
     form["split"] = sorted(form.get("split") or [], key=lambda s: allowed.index(s) if s in allowed else 99)
@@ -185,160 +189,88 @@ def init_form() -> None:
     ui.watched()  # ?run= in a link picks the watched run
 
 
-def form_section(slots: dict) -> tuple[list[str], object]:
-    """Data set, network and split; returns (allowed split points, the diagram's slot)."""
+ON_CHANGE = {"preset": on_preset, "method": on_method, "arch": on_shape, "hidden": on_shape}
+WEIGHT = {"select": 1.2, "radio": 0.9, "split": 2.0, "widths": 1.2, "check": 0.6, "int": 0.8, "float": 0.8}
+
+
+def field_widget(ff: F.FormField, form: dict, slots: dict, datasets: list[str]) -> None:
+    """The widget of one config field, as its metadata declares it; its message slot below."""
+    key = K + ff.key
+    kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form), "on_change": ON_CHANGE.get(ff.key)}
+    if ff.kind in ("select", "radio"):
+        opts = F.choices(ff, form, datasets)
+        fmt = (lambda v: (ff.labels or {}).get(v, v)) if ff.labels else str
+        if ff.kind == "radio":
+            st.radio(ff.label, opts, horizontal=True, format_func=fmt, **kw)
+        else:
+            st.selectbox(ff.label, opts, format_func=fmt, **kw)
+    elif ff.kind == "split":
+        opts = F.choices(ff, form, datasets)
+        ss[key] = [s for s in (ss.get(key) or []) if s in opts]
+        st.multiselect(ff.label, opts, **kw)
+    elif ff.kind == "check":
+        st.checkbox(ff.label, **kw)
+    elif ff.kind in ("int", "float"):
+        num = int if ff.kind == "int" else float
+        v = ss.get(key)
+        # bounds only while the value is inside them: a link's 0 epochs is said by the message, not an exception
+        inside = isinstance(v, (int, float)) and (ff.min is None or v >= ff.min) and (ff.max is None or v <= ff.max)
+        bounds = {
+            "min_value": num(ff.min) if ff.min is not None else None,
+            "max_value": num(ff.max) if ff.max is not None else None,
+        }
+        st.number_input(ff.label, step=num(ff.step or 1), **(bounds if inside else {}), **kw)
+    else:
+        st.text_input(ff.label, **kw)
+    slots[ff.key] = st.empty()
+
+
+def field_row(fields: list[F.FormField], form: dict, slots: dict, datasets: list[str]) -> None:
+    for col, ff in zip(st.columns([WEIGHT.get(f.kind, 1.0) for f in fields]), fields):
+        with col:
+            field_widget(ff, form, slots, datasets)
+
+
+def form_section(slots: dict) -> object:
+    """Data set, network and split, from the config's fields; returns the diagram's slot."""
     datasets = available()
-    if ss.get(K + "data") not in datasets:
-        datasets = datasets + [ss[K + "data"]]  # from a link or a loaded run: validation says why it is missing
+    groups = F.groups()
     with st.container(border=True):
         st.markdown("**Data and network**")
-        c = st.columns([1.3, 1.1, 0.9, 0.9, 0.7, 0.8])
-        with c[0]:
-            st.selectbox(
-                "Preset",
-                [F.NO_PRESET, *PRESETS],
-                key=K + "preset",
-                on_change=on_preset,
-                help="Start from one of the paper's setups (fills every field); 'none' keeps your values.",
-            )
-            slots["preset"] = st.empty()
-        with c[1]:
-            st.selectbox(
-                "Data set",
-                datasets,
-                key=K + "data",
-                help="Bundled sets are always here; MNIST, Fashion-MNIST, CIFAR-10 appear when ADMM_DATA holds them.",
-            )
-            slots["data"] = st.empty()
-        with c[2]:
-            st.number_input("Training samples (0 = all)", key=K + "train_limit", step=100, min_value=0)
-            slots["train_limit"] = st.empty()
-        with c[3]:
-            st.selectbox(
-                "Augmentation",
-                list(F.AUGMENTS),
-                key=K + "augment",
-                help="A new random view of every training image each epoch: crop after padding + horizontal flip "
-                "(CIFAR), or shift only (digits: a flipped 2 is no 2). Images only; block-admm, online-admm, backprop.",
-            )
-            slots["augment"] = st.empty()
-        with c[4]:
-            st.number_input(
-                "Shift ± pixels",
-                key=K + "augment_pad",
-                min_value=0,
-                max_value=16,
-                step=1,
-                disabled=ss.get(K + "augment", "none") == "none",
-                help="Padding of the crop: each image moves by up to this many pixels each way.",
-            )
-            slots["augment_pad"] = st.empty()
-        with c[5]:
-            st.selectbox("Device", list(DEVICES), key=K + "device", help="auto picks CUDA when there is one")
-            slots["device"] = st.empty()
-        c = st.columns([0.8, 1.2, 2.0])
-        with c[0]:
-            st.radio(
-                "Network",
-                ["mlp", "resnet18"],
-                key=K + "arch",
-                horizontal=True,
-                on_change=on_shape,
-                format_func=lambda a: {"mlp": "MLP", "resnet18": "ResNet-18"}[a],
-            )
-            slots["arch"] = st.empty()
-        is_mlp = ss[K + "arch"] == "mlp"
-        with c[1]:
-            st.text_input(
-                "MLP hidden widths",
-                key=K + "hidden",
-                on_change=on_shape,
-                disabled=not is_mlp,
-                help="Comma-separated widths; depth = number of widths + 1 (e.g. 128,128 is 784-128-128-10).",
-            )
-            slots["hidden"] = st.empty()
-        try:
-            hidden_now = F.parse_widths(ss[K + "hidden"]) if is_mlp else (128,)
-            split_allowed, _ = F.split_options(ss[K + "arch"], hidden_now)
-        except ConfigError:
-            split_allowed = list(ss.get(K + "split") or [])
-        ss[K + "split"] = [s for s in (ss.get(K + "split") or []) if s in split_allowed]
-        with c[2]:
-            st.multiselect(
-                "Split after layers (block boundaries)",
-                split_allowed,
-                key=K + "split",
-                help="A block ends after each chosen layer; no split = one block. Backprop never crosses a boundary.",
-            )
-            slots["split"] = st.empty()
+        field_row(groups["data"], read_form(), slots, datasets)
+        field_row(groups["network"], read_form(), slots, datasets)
         diagram = st.empty()
         slots["memory"] = st.empty()
-    return split_allowed, diagram
+    return diagram
 
 
 def method_section(slots: dict) -> None:
-    """Method, training settings and the method's own settings (the rest in an expander)."""
+    """Method, training settings and the method's own settings (the rest in expanders)."""
+    groups = F.groups()
+    datasets = available()
+    known = {"data", "network", "method", "train"}
+    method = ss[K + "method"]
+    cls = METHODS[method]
+    settings = cls.settings()
+    more_settings = settings[MAIN_SETTINGS:]
+    for s in settings:
+        key = wkey(F.MP + s["name"], method)
+        if key not in ss:
+            ss[key] = F.method_fields(method)[F.MP + s["name"]]
+    # open an expander when one of its fields is wrong or warned about, so its message is seen
+    pre_cfg, pre_errors = F.config_from_form(read_form(), datasets)
+    pre_errors = {**pre_errors, **(F.step_size_warnings(pre_cfg) if pre_cfg is not None else {})}
+    more_open = any(F.MP + s["name"] in pre_errors for s in more_settings)
     with st.container(border=True):
         st.markdown("**Method and training**")
-        c = st.columns([1.4, 0.8, 0.9, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8])
-        with c[0]:
-            st.selectbox(
-                "Method",
-                list(METHODS),
-                key=K + "method",
-                on_change=on_method,
-                help="From the engine's method registry.",
-            )
-            slots["method"] = st.empty()
-        for col, (field, label, kw) in zip(
-            c[1:],
-            [
-                ("loss", "Loss", None),
-                ("lr_schedule", "Θ schedule", None),
-                ("epochs", "Epochs", 1),
-                ("batch_size", "Batch size", 1),
-                ("seed", "Seed", 1),
-                ("eval_every", "Evaluate every", 1),
-                ("checkpoint_every", "Checkpoint every", 1),
-                ("processes", "Processes", 1),
-            ],
-        ):
-            with col:
-                if field == "processes":
-                    st.number_input(
-                        label,
-                        key=K + field,
-                        step=1,
-                        min_value=1,
-                        max_value=F.MAX_PROCESSES,
-                        help="Worker processes started through torchrun, each holding 1/N of the rows of Z and U "
-                        "(block-admm, gotmare; docs/results/distributed.md). Give each a core.",
-                    )
-                elif field == "lr_schedule":
-                    st.selectbox(
-                        label,
-                        list(LR_SCHEDULES),
-                        key=K + field,
-                        help="η over the run, the same for every method: constant, or cosine down to 0 at the last epoch",
-                    )
-                elif kw is None:
-                    st.selectbox(label, list(LOSSES), key=K + field, help="mse: ½‖z − onehot(y)‖²; ce: cross-entropy")
-                else:
-                    st.number_input(label, key=K + field, step=kw)
-                slots[field] = st.empty()
-        method = ss[K + "method"]
-        cls = METHODS[method]
+        field_row(groups["method"] + groups["train"], read_form(), slots, datasets)
+        more = [f for g, fields in groups.items() if g not in known for f in fields]  # a new group lands here
+        with st.expander(f"More training settings ({len(more)})", expanded=any(f.key in pre_errors for f in more)):
+            grid = st.columns(4)
+            for i, ff in enumerate(more):
+                with grid[i % 4]:
+                    field_widget(ff, read_form(), slots, datasets)
         st.caption(f"**{method}** — {cls.summary}" + ("" if cls.uses_blocks else " (end-to-end: the split is ignored)"))
-        settings = cls.settings()
-        more_settings = settings[MAIN_SETTINGS:]
-        for s in settings:
-            key = wkey(F.MP + s["name"], method)
-            if key not in ss:
-                ss[key] = F.method_fields(method)[F.MP + s["name"]]
-        # open "more settings" when one of them is wrong or warned about, so its message is seen
-        pre_cfg, pre_errors = F.config_from_form(read_form(), available())
-        pre_errors = {**pre_errors, **(F.step_size_warnings(pre_cfg) if pre_cfg is not None else {})}
-        more_open = any(F.MP + s["name"] in pre_errors for s in more_settings)
         grid = st.columns(4)
         more_grid = grid
         if more_settings:
@@ -366,20 +298,19 @@ def method_section(slots: dict) -> None:
                 slots[F.MP + s["name"]] = st.empty()
 
 
-def draw_blocks(diagram, form: dict, errors: dict, uses_blocks: bool) -> None:
+def draw_blocks(diagram, form: dict, cfg: RunConfig | None, errors: dict, uses_blocks: bool) -> None:
     """The block diagram with parameter counts and the memory estimate, by arithmetic on the config."""
-    if {"hidden", "split", "data", "arch"} & set(errors):
+    if {"hidden", "split", "data", "arch", "width"} & set(errors):
         return
     try:
         hidden = F.parse_widths(form["hidden"]) if form["arch"] == "mlp" else ()
-        blocks = F.describe_blocks(form["arch"], hidden, form["split"], form["data"])
+        blocks = F.describe_blocks(form["arch"], hidden, form["split"], form["data"], form.get("width", 64))
     except (ConfigError, DataError, OSError) as e:  # a diagram is a nicety; never a traceback
         diagram.caption(f"(no block diagram: {e})")
         return
     with diagram.container():
         dark = (st.context.theme.type or "light") == "dark"  # the diagram's lines follow the theme
         st.graphviz_chart(F.block_diagram_dot(blocks, uses_blocks, dark), width="content")
-        cfg, _ = F.config_from_form({**form}, available())
         if cfg is not None:
             mem = F.memory_of(cfg)
             st.caption(
@@ -405,7 +336,7 @@ def start_section(cfg: RunConfig | None, errors: dict) -> None:
             st.caption(f"Fix {len(errors)} field(s) above to start.")
         else:
             cls = METHODS[cfg.method]
-            T = len(cfg.model.split) + 1 if cls.uses_blocks else 1
+            T = len(split_of(cfg)) + 1 if cls.uses_blocks else 1
             arch = f"{cfg.model.arch} {'-'.join(map(str, cfg.model.hidden)) if cfg.model.arch == 'mlp' else ''}"
             st.caption(
                 f"{cfg.data.name} · {arch} · T = {T} block(s) · {cfg.method} · {cfg.train.epochs} epochs. "
@@ -814,7 +745,7 @@ def main() -> None:
         worker_panel()
         return
     slots: dict = {}
-    _, diagram = form_section(slots)
+    diagram = form_section(slots)
     method_section(slots)
     # validate, mirror into the URL, draw the blocks
     form = _ordered_form()
@@ -830,7 +761,7 @@ def main() -> None:
         query["run"] = ui.watched()
     if st.query_params.to_dict() != query:
         st.query_params.from_dict(query)
-    draw_blocks(diagram, form, errors, METHODS[form["method"]].uses_blocks)
+    draw_blocks(diagram, form, cfg, errors, METHODS[form["method"]].uses_blocks)
     start_section(cfg, errors)
     ui.show_notice()
     live_panel()
