@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from admm_core import runs
+from admm_core import rundir
 from admm_core.runs import append_metrics, read_metrics, read_metrics_cached, reset_metrics
 
 
@@ -21,13 +21,13 @@ def line(epoch: int, **kw) -> bytes:
 def parsed(monkeypatch):
     """The byte counts the reader parsed, call by call (how it proves it read only new lines)."""
     seen: list[int] = []
-    real = runs._metrics_lines
+    real = rundir._metrics_lines
 
     def spy(data: bytes):
         seen.append(len(data))
         return real(data)
 
-    monkeypatch.setattr(runs, "_metrics_lines", spy)
+    monkeypatch.setattr(rundir, "_metrics_lines", spy)
     return seen
 
 
@@ -116,14 +116,14 @@ def test_missing_file_and_returned_lists_are_the_callers(tmp_path):
 
 
 def test_the_cache_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(runs, "TAIL_FILES", 3)
-    monkeypatch.setattr(runs, "TAIL_LINES", 25)
-    monkeypatch.setattr(runs, "_TAILS", type(runs._TAILS)())
+    monkeypatch.setattr(rundir, "TAIL_FILES", 3)
+    monkeypatch.setattr(rundir, "TAIL_LINES", 25)
+    monkeypatch.setattr(rundir, "_TAILS", type(rundir._TAILS)())
     for i in range(5):
         d = tmp_path / str(i)
         d.mkdir()
         for e in range(10):
             append_metrics(d, {"epoch": e})
         assert len(read_metrics_cached(d)) == 10
-    assert len(runs._TAILS) == 2  # 3 files would keep 30 records, over 25: the least recently read went
-    assert list(runs._TAILS) == [str(tmp_path / "3" / "metrics.jsonl"), str(tmp_path / "4" / "metrics.jsonl")]
+    assert len(rundir._TAILS) == 2  # 3 files would keep 30 records, over 25: the least recently read went
+    assert list(rundir._TAILS) == [str(tmp_path / "3" / "metrics.jsonl"), str(tmp_path / "4" / "metrics.jsonl")]

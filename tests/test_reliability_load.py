@@ -24,7 +24,8 @@ import pytest
 from helpers import cli_run
 from test_browser_dashboard import ARGS, CHROMIUM, _free_port
 
-from admm_core import runs
+from admm_core import rundir, runs
+from admm_core import status as status_mod
 from admm_core.config import RunConfig
 from admm_core.runs import read_json, read_metrics, train, verify_checkpoint
 
@@ -714,7 +715,7 @@ def test_liveness_is_the_workers_own_pid_start_time_and_heartbeat(tmp_path):
 
 def test_a_worker_touches_its_heartbeat_while_it_trains(tmp_path, monkeypatch):
     """RunStatus's thread touches RUN/heartbeat every HEARTBEAT_S, also inside a long step; it stops at the end."""
-    monkeypatch.setattr(runs, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(status_mod, "HEARTBEAT_S", 0.05)  # RunStatus lives in admm_core.status
     status = runs.RunStatus(tmp_path / "r", 1)
     beat = tmp_path / "r" / "heartbeat"
     first = _wait(lambda: beat.exists() and beat.stat().st_mtime_ns, 5)
@@ -755,8 +756,8 @@ def test_a_thousand_runs_are_listed_from_an_index_and_paged(tmp_path, monkeypatc
     )
     assert len(runs.list_runs(root)) == 1001
     reads = []
-    real = runs.read_json
-    monkeypatch.setattr(runs, "read_json", lambda p, default=None: reads.append(Path(p)) or real(p, default))
+    real = rundir.read_json  # list_runs reads through admm_core.rundir
+    monkeypatch.setattr(rundir, "read_json", lambda p, default=None: reads.append(Path(p)) or real(p, default))
     runs._STAMPED.clear()  # only the index may spare the reads
     listed = runs.list_runs(root)
     assert len(listed) == 1001 and listed[0]["name"] == live.name and listed[0]["status"]["state"] == "running"

@@ -66,7 +66,7 @@ from torch import nn
 
 from .. import nmf
 from ..faces import FaceBackbone, embed_all, identity_batches, to_tensor, triplet_loss
-from ..runs import StopRun
+from ..loop import StopRun
 from .config import DeepFactoConfig
 
 
