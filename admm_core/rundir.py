@@ -240,12 +240,15 @@ def read_metrics_cached(run_dir: Path) -> list[dict]:
     return metrics_since(run_dir)[2]
 
 
-def metrics_since(run_dir: Path, n: int = 0, gen: int | None = None) -> tuple[int, int, list[dict]]:
+def metrics_since(
+    run_dir: Path, n: int = 0, gen: int | None = None, partial: bool = True
+) -> tuple[int, int, list[dict]]:
     """``(gen, start, lines)``: the metrics records of ``run_dir`` from record ``start`` on, read
     incrementally (:func:`read_metrics_cached`). ``start`` is ``n`` when ``gen`` is the file's
     current generation (:class:`MetricsTail`), else 0: a reader that keeps what it was given and
     asks with its count and generation gets only what is new, or everything after a rewrite. A
-    half-written last line that already parses is included (not counted as kept)."""
+    half-written last line that already parses is included when ``partial`` (as read_metrics
+    does); a caller that counts what it was given passes ``partial=False``."""
     path = os.path.join(run_dir, "metrics.jsonl")
     try:
         f = open(path, "rb")
@@ -278,7 +281,7 @@ def metrics_since(run_dir: Path, n: int = 0, gen: int | None = None) -> tuple[in
         start = n if gen == tail.gen and 0 <= n <= len(tail.lines) else 0
         out = tail.lines[start:]
         g = tail.gen
-    if cut < len(data):  # a line being written (or a last line without its newline)
+    if partial and cut < len(data):  # a line being written (or a last line without its newline)
         out += _metrics_lines(data[cut:] + b"\n")
     return g, start, out
 
