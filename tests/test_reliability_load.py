@@ -240,6 +240,7 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
     (state.pt) or its summary: the error is raised, the run is 'crashed' with one 'disk full: …'
     line naming the file (never left 'running'), state.pt of the last iteration is byte-identical,
     and once space is back the resume finishes with every iteration's line and a loadable model."""
+    from admm_core import loop as loop_mod  # the one run loop writes config.json and the metrics
     from admm_core.deepfacto import STATE_FILE, DeepFactoConfig, load_inference_model, train_deepfacto
     from admm_core.deepfacto import run as run_mod
 
@@ -266,13 +267,13 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
 
     # a new run: config.json is its first write
     with monkeypatch.context() as m:
-        m.setattr(run_mod, "write_text_atomic", full("config.json", run_mod.write_text_atomic))
+        m.setattr(loop_mod, "write_text_atomic", full("config.json", loop_mod.write_text_atomic))
         with pytest.raises(OSError):
             train_deepfacto(cfg, tmp_path / "a", **quiet)
     crashed_on(tmp_path / "a", "config.json")
 
     run = tmp_path / "b"  # a metrics line of iteration 2: iteration 1's state is the last good one
-    real_append = run_mod.append_metrics
+    real_append = loop_mod.append_metrics
 
     def append_until_2(d, m):
         if m["epoch"] == 2:
@@ -280,7 +281,7 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
         return real_append(d, m)
 
     with monkeypatch.context() as m:
-        m.setattr(run_mod, "append_metrics", append_until_2)
+        m.setattr(loop_mod, "append_metrics", append_until_2)
         with pytest.raises(OSError):
             train_deepfacto(cfg, run, **quiet)
     crashed_on(run, "metrics.jsonl")
@@ -288,9 +289,9 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
     assert [x["epoch"] for x in read_metrics(run)] == [0, 1]
     # resumed on the still-full disk: config.json, then the loop state, then the summary fail
     for target, attr, module in (
-        ("config.json", "write_text_atomic", run_mod),
-        (STATE_FILE, "atomic_torch_save", run_mod),
-        ("summary.json", "write_json", runs),  # RunStatus.finish writes it
+        ("config.json", "write_text_atomic", loop_mod),
+        (STATE_FILE, "atomic_torch_save", run_mod),  # DeepFactoTask.save
+        ("summary.json", "write_json", status_mod),  # RunStatus.finish writes it
     ):
         with monkeypatch.context() as m:
             m.setattr(module, attr, full(target, getattr(module, attr)))
