@@ -161,3 +161,39 @@ def test_both_kinds_of_run_go_through_the_one_loop(monkeypatch, tmp_path):
     df_run.train_deepfacto(DeepFactoConfig(), tmp_path / "b")
     assert got == [("NetworkTask", "network"), ("DeepFactoTask", "deepfacto")]
     assert issubclass(network.NetworkTask, loop.Task) and issubclass(df_run.DeepFactoTask, loop.Task)
+
+
+def test_deepfacto_state_is_a_method_state_and_reads_the_old_state_pt_layout():
+    """DeepFactoState is a MethodState whose fields are state.pt's ``trainer["state"]``; a dict
+    written the old way (dataclasses.asdict, before it was a MethodState) loads into a trainer and
+    the next iteration continues exactly as from the trainer that saved it."""
+    import dataclasses
+    import io
+
+    import numpy as np
+    import torch
+
+    from admm_core.deepfacto import DeepFactoConfig, DeepFactoTrainer
+    from admm_core.deepfacto.trainer import DeepFactoState
+    from admm_core.faces import FaceBackbone
+    from admm_core.methods.base import MethodState
+
+    def trainer():
+        torch.manual_seed(0)
+        cfg = DeepFactoConfig(rank=3, image_size=32, emb_dim=8, batch_size=8, s_steps=2, m_steps=2)
+        bb = FaceBackbone(widths=(8, 8, 16, 16), out_channels=8, emb_dim=8).eval()
+        images = np.random.default_rng(0).integers(0, 256, (16, 32, 32, 3), dtype=np.uint8)
+        return DeepFactoTrainer(cfg, bb, images, np.repeat(np.arange(4), 4), "cpu", torch.Generator().manual_seed(0))
+
+    assert issubclass(DeepFactoState, MethodState)
+    a = trainer()
+    a.iterate(finetune=False)
+    old = {**a.state_dict(), "state": dataclasses.asdict(a.state)}  # the layout saved before
+    assert old["state"].keys() == a.state.state_dict().keys()
+    buf = io.BytesIO()
+    torch.save(old, buf)  # through a file, as state.pt: nothing shared with ``a``
+    buf.seek(0)
+    b = trainer()
+    b.load_state_dict(torch.load(buf, weights_only=True))
+    da, db = a.iterate(finetune=True), b.iterate(finetune=True)
+    assert da["residuals"] == db["residuals"] and torch.equal(a.state.m, b.state.m) and b.state.iteration == 2
