@@ -123,7 +123,9 @@ def _cmd_train(a) -> int:
     resumes_deepfacto = bool(a.resume) and run_kind(read_json(Path(a.resume) / "config.json", {})) == DEEPFACTO
     # a DeepFacto run's config file (the dashboard launches those this way)
     deepfacto_config = bool(a.config) and run_kind(read_json_dict(Path(a.config))) == DEEPFACTO
-    if a.preset == "lfwa-deepfacto" or resumes_deepfacto or deepfacto_config:  # its own loop (admm_core.deepfacto)
+    if (
+        a.preset == "lfwa-deepfacto" or resumes_deepfacto or deepfacto_config
+    ):  # its own config and CLI (admm_core.deepfacto)
         from .deepfacto.commands import cli_train
 
         return cli_train(a)
