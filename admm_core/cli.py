@@ -108,6 +108,7 @@ def cmd_train(a) -> int:
 
 def _cmd_train(a) -> int:
     from .distributed import barrier, broadcast, is_lead
+    from .kinds import DEEPFACTO, run_kind
     from .resources import preflight
     from .runs import (
         RunBusy,
@@ -121,10 +122,12 @@ def _cmd_train(a) -> int:
         write_text_atomic,
     )
 
-    resumes_deepfacto = bool(a.resume) and "deepfacto" in (read_json(Path(a.resume) / "config.json", {}) or {})
-    # a config file with a "deepfacto" key is a DeepFacto run (the dashboard launches those this way)
-    deepfacto_config = bool(a.config) and "deepfacto" in read_json_dict(Path(a.config))
-    if a.preset == "lfwa-deepfacto" or resumes_deepfacto or deepfacto_config:  # its own loop (admm_core.deepfacto)
+    resumes_deepfacto = bool(a.resume) and run_kind(read_json(Path(a.resume) / "config.json", {})) == DEEPFACTO
+    # a DeepFacto run's config file (the dashboard launches those this way)
+    deepfacto_config = bool(a.config) and run_kind(read_json_dict(Path(a.config))) == DEEPFACTO
+    if (
+        a.preset == "lfwa-deepfacto" or resumes_deepfacto or deepfacto_config
+    ):  # its own config and CLI (admm_core.deepfacto)
         from .deepfacto.commands import cli_train
 
         return cli_train(a)

@@ -14,6 +14,7 @@ import streamlit as st
 
 from admm_core.deepfacto.config import STATE_FILE, DeepFactoConfig
 from admm_core.errors import ConfigError
+from admm_core.kinds import DEEPFACTO, run_kind
 from admm_core.runs import read_json, read_metrics_cached
 from app.dashboard import meta as M
 from app.dashboard import workers
@@ -440,7 +441,7 @@ def resume_controls(r: dict, key: str) -> None:
     cfg_epochs = int((r["config"].get("train") or {}).get("epochs", 1) or 1)
     target_key = f"{key}_resume_to.{name}"
     # a DeepFacto run stopped in its evaluation: the default only finishes that
-    finish_only = "deepfacto" in r["config"] and state != "finished" and cfg_epochs == done
+    finish_only = run_kind(r["config"], r.get("status")) == DEEPFACTO and state != "finished" and cfg_epochs == done
     st.number_input(
         "Resume to epoch",
         min_value=1,

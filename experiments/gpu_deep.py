@@ -56,7 +56,7 @@ from pathlib import Path
 
 import torch
 
-from admm_core import runs
+from admm_core import network, runs
 from admm_core.bench import machine, table
 from admm_core.data import CIFAR_PACK, candidate_roots, pack_cifar10
 from admm_core.docs import add_collect_parser, write_section
@@ -253,11 +253,11 @@ def run_job(job: str, cfg, run_dir: Path, deadline: float, state_file: Path | No
             return now + clock["dur"] > deadline
         return now > deadline + 60
 
-    runs.build = build_and_keep
+    network.build = build_and_keep  # NetworkTask.setup calls network.build
     try:
         summary = runs.train(cfg, run_dir, resume=resume, on_progress=on_progress, should_stop=should_stop)
     finally:
-        runs.build = build
+        network.build = build
     (run_dir / "checkpoint.pt").unlink(missing_ok=True)  # large (Z, U) and never returned
     return summary, captured.get("sess")
 

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from admm_core import runs
+from admm_core import rundir
 from admm_core.runs import append_metrics, read_metrics, read_metrics_cached, reset_metrics
 
 
@@ -21,13 +21,13 @@ def line(epoch: int, **kw) -> bytes:
 def parsed(monkeypatch):
     """The byte counts the reader parsed, call by call (how it proves it read only new lines)."""
     seen: list[int] = []
-    real = runs._metrics_lines
+    real = rundir._metrics_lines
 
     def spy(data: bytes):
         seen.append(len(data))
         return real(data)
 
-    monkeypatch.setattr(runs, "_metrics_lines", spy)
+    monkeypatch.setattr(rundir, "_metrics_lines", spy)
     return seen
 
 
@@ -116,14 +116,35 @@ def test_missing_file_and_returned_lists_are_the_callers(tmp_path):
 
 
 def test_the_cache_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(runs, "TAIL_FILES", 3)
-    monkeypatch.setattr(runs, "TAIL_LINES", 25)
-    monkeypatch.setattr(runs, "_TAILS", type(runs._TAILS)())
+    monkeypatch.setattr(rundir, "TAIL_FILES", 3)
+    monkeypatch.setattr(rundir, "TAIL_LINES", 25)
+    monkeypatch.setattr(rundir, "_TAILS", type(rundir._TAILS)())
     for i in range(5):
         d = tmp_path / str(i)
         d.mkdir()
         for e in range(10):
             append_metrics(d, {"epoch": e})
         assert len(read_metrics_cached(d)) == 10
-    assert len(runs._TAILS) == 2  # 3 files would keep 30 records, over 25: the least recently read went
-    assert list(runs._TAILS) == [str(tmp_path / "3" / "metrics.jsonl"), str(tmp_path / "4" / "metrics.jsonl")]
+    assert len(rundir._TAILS) == 2  # 3 files would keep 30 records, over 25: the least recently read went
+    assert list(rundir._TAILS) == [str(tmp_path / "3" / "metrics.jsonl"), str(tmp_path / "4" / "metrics.jsonl")]
+
+
+def test_metrics_since_gives_only_new_lines_and_starts_over_after_a_rewrite(tmp_path):
+    """The generation/offset API (for app.dashboard.tail): a reader holding n lines of generation
+    gen gets only the rest; after a rewrite in place (a resume's reset_metrics) the generation
+    changes and it gets every line from 0."""
+    from admm_core.rundir import metrics_since
+
+    for e in range(5):
+        append_metrics(tmp_path, {"epoch": e})
+    gen, start, got = metrics_since(tmp_path)
+    assert start == 0 and [m["epoch"] for m in got] == [0, 1, 2, 3, 4]
+    append_metrics(tmp_path, {"epoch": 5})
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 6}')  # being written: parses, but not complete
+    g2, start, got = metrics_since(tmp_path, 5, gen, partial=False)
+    assert (g2, start, [m["epoch"] for m in got]) == (gen, 5, [5])
+    assert [m["epoch"] for m in metrics_since(tmp_path, 5, gen)[2]] == [5, 6]
+    reset_metrics(tmp_path, keep_through=2)
+    g3, start, got = metrics_since(tmp_path, 6, gen)
+    assert g3 != gen and start == 0 and [m["epoch"] for m in got] == [0, 1, 2]

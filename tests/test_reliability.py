@@ -25,7 +25,8 @@ from helpers import cli_run, tiny
 from helpers import wait as _wait
 
 from admm_core import data as data_mod
-from admm_core import runs
+from admm_core import network, runs
+from admm_core import status as status_mod
 from admm_core.config import RunConfig
 from admm_core.errors import CheckpointError, ConfigError
 from admm_core.methods import METHODS
@@ -443,14 +444,14 @@ def test_an_end_whose_summary_cannot_be_written_is_recorded_not_left_running(tmp
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, obj, durable)
 
-    monkeypatch.setattr(runs, "write_json", full)
+    monkeypatch.setattr(status_mod, "write_json", full)  # RunStatus writes summary.json
 
     def should_stop():  # once the first epoch's checkpoint is there
         return end == "stopped" and (run / "checkpoint.pt").exists()
 
     if end == "diverged":  # at epoch 2's evaluation, before its checkpoint
         monkeypatch.setattr(
-            runs, "divergence", lambda sess, m, *a: "the loss exploded (test)" if m["epoch"] >= 2 else None
+            network, "divergence", lambda sess, m, *a: "the loss exploded (test)" if m["epoch"] >= 2 else None
         )
     with pytest.raises(OSError) as e:
         runs.train(tiny(epochs=3), run, should_stop=should_stop)
@@ -460,7 +461,7 @@ def test_an_end_whose_summary_cannot_be_written_is_recorded_not_left_running(tmp
     assert "summary.json" in st["error"] and not (run / "summary.json").exists()
     assert runs.verify_checkpoint(run / "checkpoint.pt")["epoch"] == 1
     assert not list(run.glob("*.tmp"))
-    monkeypatch.setattr(runs, "write_json", real)
+    monkeypatch.setattr(status_mod, "write_json", real)
     monkeypatch.undo()
     runs.train(tiny(epochs=3), run, resume=True)
     assert json.loads((run / "status.json").read_text())["state"] == "finished"

@@ -24,7 +24,8 @@ import pytest
 from helpers import cli_run
 from test_browser_dashboard import ARGS, CHROMIUM, _free_port
 
-from admm_core import runs
+from admm_core import rundir, runs
+from admm_core import status as status_mod
 from admm_core.config import RunConfig
 from admm_core.runs import read_json, read_metrics, train, verify_checkpoint
 
@@ -239,6 +240,7 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
     (state.pt) or its summary: the error is raised, the run is 'crashed' with one 'disk full: …'
     line naming the file (never left 'running'), state.pt of the last iteration is byte-identical,
     and once space is back the resume finishes with every iteration's line and a loadable model."""
+    from admm_core import loop as loop_mod  # the one run loop writes config.json and the metrics
     from admm_core.deepfacto import STATE_FILE, DeepFactoConfig, load_inference_model, train_deepfacto
     from admm_core.deepfacto import run as run_mod
 
@@ -265,13 +267,13 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
 
     # a new run: config.json is its first write
     with monkeypatch.context() as m:
-        m.setattr(run_mod, "write_text_atomic", full("config.json", run_mod.write_text_atomic))
+        m.setattr(loop_mod, "write_text_atomic", full("config.json", loop_mod.write_text_atomic))
         with pytest.raises(OSError):
             train_deepfacto(cfg, tmp_path / "a", **quiet)
     crashed_on(tmp_path / "a", "config.json")
 
     run = tmp_path / "b"  # a metrics line of iteration 2: iteration 1's state is the last good one
-    real_append = run_mod.append_metrics
+    real_append = loop_mod.append_metrics
 
     def append_until_2(d, m):
         if m["epoch"] == 2:
@@ -279,7 +281,7 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
         return real_append(d, m)
 
     with monkeypatch.context() as m:
-        m.setattr(run_mod, "append_metrics", append_until_2)
+        m.setattr(loop_mod, "append_metrics", append_until_2)
         with pytest.raises(OSError):
             train_deepfacto(cfg, run, **quiet)
     crashed_on(run, "metrics.jsonl")
@@ -287,9 +289,9 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
     assert [x["epoch"] for x in read_metrics(run)] == [0, 1]
     # resumed on the still-full disk: config.json, then the loop state, then the summary fail
     for target, attr, module in (
-        ("config.json", "write_text_atomic", run_mod),
-        (STATE_FILE, "atomic_torch_save", run_mod),
-        ("summary.json", "write_json", runs),  # RunStatus.finish writes it
+        ("config.json", "write_text_atomic", loop_mod),
+        (STATE_FILE, "atomic_torch_save", run_mod),  # DeepFactoTask.save
+        ("summary.json", "write_json", status_mod),  # RunStatus.finish writes it
     ):
         with monkeypatch.context() as m:
             m.setattr(module, attr, full(target, getattr(module, attr)))
@@ -714,7 +716,7 @@ def test_liveness_is_the_workers_own_pid_start_time_and_heartbeat(tmp_path):
 
 def test_a_worker_touches_its_heartbeat_while_it_trains(tmp_path, monkeypatch):
     """RunStatus's thread touches RUN/heartbeat every HEARTBEAT_S, also inside a long step; it stops at the end."""
-    monkeypatch.setattr(runs, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(status_mod, "HEARTBEAT_S", 0.05)  # RunStatus lives in admm_core.status
     status = runs.RunStatus(tmp_path / "r", 1)
     beat = tmp_path / "r" / "heartbeat"
     first = _wait(lambda: beat.exists() and beat.stat().st_mtime_ns, 5)
@@ -755,8 +757,8 @@ def test_a_thousand_runs_are_listed_from_an_index_and_paged(tmp_path, monkeypatc
     )
     assert len(runs.list_runs(root)) == 1001
     reads = []
-    real = runs.read_json
-    monkeypatch.setattr(runs, "read_json", lambda p, default=None: reads.append(Path(p)) or real(p, default))
+    real = rundir.read_json  # list_runs reads through admm_core.rundir
+    monkeypatch.setattr(rundir, "read_json", lambda p, default=None: reads.append(Path(p)) or real(p, default))
     runs._STAMPED.clear()  # only the index may spare the reads
     listed = runs.list_runs(root)
     assert len(listed) == 1001 and listed[0]["name"] == live.name and listed[0]["status"]["state"] == "running"

@@ -6,7 +6,7 @@ trained by Block-ADMM; attribute SVMs on the NMF scores S.
     trainer     DeepFactoTrainer: the Block-ADMM iterations (the math is in its docstring)
     attributes  attribute SVMs, pooling, majority baseline
     inference   checkpoint.pt, InferenceModel, the run's held-out people
-    run         train_deepfacto (the engine's run lifecycle), evaluate_run
+    run         DeepFactoTask (a task of the engine's run loop), train_deepfacto, evaluate_run
     commands    admm train --preset lfwa-deepfacto, admm deepfacto bench | evaluate
 
     python -m admm_core train --preset lfwa-deepfacto --rank 32
@@ -24,6 +24,7 @@ import importlib
 _EXPORTS = {
     "DeepFactoConfig": "config",
     "DeepFactoState": "trainer",
+    "DeepFactoTask": "run",
     "DeepFactoTrainer": "trainer",
     "EVAL_FIELDS": "run",
     "InferenceModel": "inference",

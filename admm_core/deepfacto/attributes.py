@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..faces import FaceSet, cache_dir, embed_all
-from ..runs import StopRun
+from ..loop import StopRun
 from .config import DeepFactoConfig
 
 

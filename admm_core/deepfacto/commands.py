@@ -20,7 +20,9 @@ import numpy as np
 from ..config import parse_sets
 from ..docs import write_section
 from ..errors import ConfigError, check
-from ..runs import install_stop_handlers, read_json, read_metrics, unique_run_dir
+from ..kinds import DEEPFACTO, run_kind
+from ..rundir import read_json, read_metrics, unique_run_dir
+from ..status import install_stop_handlers
 from .config import PRESET, DeepFactoConfig
 
 
@@ -63,7 +65,7 @@ def cli_train(a) -> int:
     if getattr(a, "resume", None):
         run_dir = Path(a.resume)
         saved = read_json(run_dir / "config.json")
-        if not saved or "deepfacto" not in saved:
+        if not saved or run_kind(saved) != DEEPFACTO or not isinstance(saved.get("deepfacto"), dict):
             raise ConfigError(f"--resume {str(run_dir)!r}: no DeepFacto config.json there")
         cfg = DeepFactoConfig.from_saved(saved["deepfacto"])
         iters = getattr(

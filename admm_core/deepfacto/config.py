@@ -257,8 +257,9 @@ def field_help() -> dict[str, str]:
 
 
 def run_config_dict(cfg: DeepFactoConfig) -> dict:
-    """config.json of a DeepFacto run: the dashboard finds it by the 'deepfacto' key / the preset name."""
+    """config.json of a DeepFacto run; its ``kind`` (:mod:`admm_core.kinds`) says what it is."""
     return {
+        "kind": "deepfacto",
         "preset": PRESET,
         "method": "block-admm",
         "data": {"name": "lfwa", "root": cfg.data_root},

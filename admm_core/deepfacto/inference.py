@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from .. import nmf
+from ..checkpoint import atomic_torch_save, safe_load
 from ..faces import FaceBackbone, crop_face, load_lfwa, to_tensor
-from ..runs import atomic_torch_save, safe_load
 from . import shipped
 from .config import DeepFactoConfig, read_run_config
 

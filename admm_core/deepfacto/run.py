@@ -1,9 +1,9 @@
 """A DeepFacto run: the run loop and the re-evaluation of a finished run.
 
-The run directory is the engine's (:mod:`admm_core.runs`: :class:`~admm_core.runs.RunStatus`
-for ``status.json``, ``summary.json`` and the crash record ``error.txt``; ``metrics.jsonl``
-through :func:`~admm_core.runs.reset_metrics` / :func:`~admm_core.runs.append_metrics`):
-``config.json`` (top-level key ``deepfacto`` holds :class:`DeepFactoConfig`), ``metrics.jsonl``
+The run loop and run directory are the engine's (:func:`admm_core.loop.run_loop` with
+:class:`DeepFactoTask`: ``status.json``, ``summary.json``, the crash record ``error.txt``,
+``metrics.jsonl``): ``config.json`` (``kind`` "deepfacto"; the top-level key ``deepfacto`` holds
+:class:`DeepFactoConfig`; runs saved before the kind are read by :func:`admm_core.kinds.run_kind`), ``metrics.jsonl``
 (per iteration: epoch, phase, train_loss, test_accuracy = face-verification accuracy on
 ``eval_images`` held-out faces, residuals [‖Z_1 − block_1(X)‖, ‖Z_1 − MS‖, ‖Z_2 − block_2(S)‖] RMS
 per sample, dual_norms, nmf_residual ‖Z_1 − MS‖/‖Z_1‖, nmf_residual_backbone
@@ -29,6 +29,8 @@ import numpy as np
 import torch
 
 from .. import nmf
+from ..checkpoint import atomic_torch_save, safe_load
+from ..device import machine, resolve_device
 from ..errors import ConfigError, check
 from ..faces import (
     FaceSet,
@@ -40,29 +42,16 @@ from ..faces import (
     verification_accuracy,
     verification_pairs,
 )
-from ..runs import (
-    Diverged,
-    RunStatus,
-    StopRun,
-    append_metrics,
-    atomic_torch_save,
-    machine,
-    read_json,
-    read_metrics,
-    reset_metrics,
-    resolve_device,
-    safe_load,
-    write_files_atomic,
-    write_json,
-    write_text_atomic,
-)
+from ..loop import STALE as STALE_FILES
+from ..loop import StopRun, Task, run_loop
+from ..rundir import read_json, write_files_atomic, write_json
 from .attributes import attribute_evaluation, pooled_features
 from .backbone import get_backbone
 from .config import PAPER_MEAN, PRESET, STATE_FILE, DeepFactoConfig, run_config_dict
 from .inference import load_inference_model, save_inference
 from .trainer import DeepFactoTrainer, relative
 
-STALE = ("summary.json", "error.txt", "attributes.json")  # files of an earlier end of the run
+STALE = (*STALE_FILES, "attributes.json")  # files of an earlier end of the run
 
 
 def run_indices(cfg: DeepFactoConfig, faces: FaceSet, tr: np.ndarray, te: np.ndarray) -> tuple:
@@ -109,41 +98,41 @@ def verification_pairs_all(cfg: DeepFactoConfig, faces: FaceSet, svm_tr: np.ndar
     )
 
 
-def train_deepfacto(
-    cfg: DeepFactoConfig,
-    run_dir,
-    *,
-    resume: bool = False,
-    iters: int | None = None,
-    should_stop=None,
-    on_progress=None,
-    log=None,
-) -> dict:
-    """Train DeepFacto into ``run_dir`` (run-dir files as in the module docstring); returns the summary.
+class DeepFactoTask(Task):
+    """DeepFacto as a task of the one run loop (:func:`admm_core.loop.run_loop`): one step is one
+    Block-ADMM iteration of :class:`DeepFactoTrainer`, its metrics line the per-iteration check,
+    its checkpoint ``state.pt`` (the whole loop state, every iteration), and its end-of-run hook
+    the attribute SVMs, face verification on all test faces and the inference ``checkpoint.pt``."""
 
-    After every iteration the whole loop state goes to ``state.pt`` (atomically); with
-    ``resume`` a stopped or crashed run continues from it (same config, same draws) and
-    keeps its metrics, to ``iters`` iterations in all when given
-    (:meth:`DeepFactoConfig.resumed_to`). ``state.pt`` is deleted once the run has finished.
-    """
-    run_dir = Path(run_dir)
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    state_path = run_dir / STATE_FILE
-    resume_from = None
-    if resume:
+    kind = "deepfacto"
+    unit = "iteration"
+    stale = STALE
+
+    def __init__(self, cfg: DeepFactoConfig, iters: int | None = None, log=None):
+        self.cfg, self.iters = cfg, iters
+        self.epochs = cfg.iters
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.timings: dict[str, float] = {}
+        self.diag: dict = {}
+
+    def status_fields(self) -> dict:
+        return {"phase": "setup"}
+
+    def resume_point(self, run_dir: Path):
+        """state.pt, checked against this config; a resume may change the length only."""
+        state_path = run_dir / STATE_FILE
         if not state_path.is_file():
             raise ConfigError(
                 f"--resume {str(run_dir)!r}: no {STATE_FILE} there (the run finished, or never completed an iteration)"
             )
-        resume_from = safe_load(state_path)  # weights_only: a file that would run code is refused
-        saved, now = resume_from["config"], cfg.to_dict()
+        point = safe_load(state_path)  # weights_only: a file that would run code is refused
+        saved, now = point["config"], self.cfg.to_dict()
         lengths = ("warmup_iters", "finetune_iters")  # a resume may change the length (resumed_to)
         diff = sorted(k for k in saved if k not in lengths and saved.get(k) != now.get(k))
         if diff:
             raise ConfigError(f"--resume {str(run_dir)!r}: the config differs from the run's in {diff}")
-        done = resume_from["iteration"]
-        if iters is not None:
-            cfg = cfg.resumed_to(iters, done)
+        done = point["iteration"]
+        cfg = self.cfg if self.iters is None else self.cfg.resumed_to(self.iters, done)
         # equal: the iterations ran, the run stopped during its evaluation; the loop is then skipped
         check(cfg.iters >= done, "epochs", cfg.iters, f"the run already did {done} iterations")
         # a new length moves the end of the warm-up; the iterations already done keep their phase
@@ -153,44 +142,55 @@ def train_deepfacto(
             cfg.warmup_iters,
             f"the run already did {done} iterations, {min(saved['warmup_iters'], done)} of them with the backbone frozen",
         )
-    status = RunStatus(run_dir, cfg.iters, phase="setup")
+        self.cfg, self.epochs = cfg, cfg.iters
+        return point
 
-    def set_status(**kw):
-        status.update(force=True, **kw)
+    def config_text(self, resumed: bool) -> str:
+        return json.dumps(run_config_dict(self.cfg), indent=2, sort_keys=True)  # a resume may change the length
 
-    timings: dict[str, float] = {}
-    try:  # from here every failure, a write on a full disk included, ends the run's status (crash)
-        write_text_atomic(run_dir / "config.json", json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
-        # a new run starts empty; a resumed one keeps the metrics of the iterations its state covers
-        reset_metrics(run_dir, None if resume_from is None else resume_from["iteration"], STALE)
-        device = resolve_device(cfg.device)
+    def setup(self, run_dir: Path, status, resumed: bool) -> float:
+        """LFWA, block 1 (the run's own backbone.pt on resume), the image sets, the backbone's
+        own scores (the baseline), and the trainer's initial factorisation."""
+        cfg, log, timings = self.cfg, self.log, self.timings
+
+        def set_status(**kw):
+            status.update(force=True, **kw)
+
+        self.device = device = resolve_device(cfg.device)
         set_status(machine=machine(device))  # beside every timing: where it was measured
         torch.manual_seed(cfg.seed)
         gen = torch.Generator().manual_seed(cfg.seed)
         t = time.time()
-        faces = load_lfwa(cfg.data_root, size=cfg.image_size, limit=cfg.data_limit, progress=log)
+        self.faces = faces = load_lfwa(cfg.data_root, size=cfg.image_size, limit=cfg.data_limit, progress=log)
         tr, te = faces.split(cfg.seed, cfg.test_fraction)
         timings["load_s"] = time.time() - t
         log(
             f"LFWA: {faces.n} labelled images, {len(faces.people)} people; train {len(tr)} / test {len(te)} images (identity-disjoint, seed {cfg.seed})"
         )
         set_status(phase="backbone")
-        if resume_from is not None and (run_dir / "backbone.pt").is_file():  # the backbone this run started from
+        if resumed and (run_dir / "backbone.pt").is_file():  # the backbone this run started from
             backbone, bb_meta = load_backbone(run_dir / "backbone.pt")
             backbone = backbone.to(device).eval()
             # the summary names where it came from, as an unbroken run's does
             bb_meta = {**bb_meta, "source": bb_meta.get("origin", str(run_dir / "backbone.pt"))}
         else:
-            backbone, bb_meta = get_backbone(cfg, faces, tr, device, log, should_stop)
+            try:
+                backbone, bb_meta = get_backbone(cfg, faces, tr, device, log, self.should_stop)
+            except KeyboardInterrupt:  # faces.train_backbone's answer to a stop request
+                if self.should_stop and self.should_stop():
+                    raise StopRun() from None
+                raise
             keep = {k: v for k, v in bb_meta.items() if k != "source"}
             save_backbone(run_dir / "backbone.pt", backbone, {**keep, "origin": bb_meta.get("source")})
+        self.bb_meta = bb_meta
         # the draws below must not depend on whether the backbone was trained here or loaded
         torch.manual_seed(cfg.seed)
         timings["backbone_train_s"] = bb_meta.get("trained_here_s", 0.0)
-        df_idx, n_people, ev_tr, ev_te, pairs_tr, pairs_te, svm_tr = run_indices(cfg, faces, tr, te)
-        pairs_all = verification_pairs_all(cfg, faces, svm_tr, te)
+        df_idx, n_people, self.ev_tr, self.ev_te, self.pairs_tr, self.pairs_te, svm_tr = run_indices(cfg, faces, tr, te)
+        self.df_idx, self.svm_tr, self.te = df_idx, svm_tr, te
+        self.pairs_all = verification_pairs_all(cfg, faces, svm_tr, te)
         log(
-            f"Block-ADMM training set: {len(df_idx)} images of {n_people} people; verification check on {len(ev_tr)} + {len(ev_te)} faces"
+            f"Block-ADMM training set: {len(df_idx)} images of {n_people} people; verification check on {len(self.ev_tr)} + {len(self.ev_te)} faces"
         )
 
         # raw backbone baseline features and verification accuracy (before DeepFacto)
@@ -198,100 +198,125 @@ def train_deepfacto(
         t = time.time()
         with torch.no_grad():
             # pooled now (both ways the SVMs use): the full maps would sit in memory through training
-            raw = pooled_features(backbone, faces.images, (svm_tr, te), {1, cfg.svm_grid}, device)
+            self.raw = pooled_features(backbone, faces.images, (svm_tr, te), {1, cfg.svm_grid}, device)
             # verification on all test faces (3,000 + 3,000 pairs, threshold from training people)
             bb_tr, bb_te = (embed_all(backbone, faces.images, idx, device) for idx in (svm_tr, te))
-            bb_ver = verification_accuracy(bb_tr, pairs_all[0], bb_te, pairs_all[1])
+            self.bb_ver = verification_accuracy(bb_tr, self.pairs_all[0], bb_te, self.pairs_all[1])
         timings["baseline_features_s"] = time.time() - t
-        log(f"backbone verification accuracy (all test faces, {len(pairs_all[1][1])} pairs): {bb_ver:.4f}")
+        log(f"backbone verification accuracy (all test faces, {len(self.pairs_all[1][1])} pairs): {self.bb_ver:.4f}")
 
         set_status(phase="init")
         t_train = time.time()
-        trainer = DeepFactoTrainer(
-            cfg, backbone, faces.images[df_idx], faces.identity[df_idx], device, gen, should_stop
+        self.trainer = DeepFactoTrainer(
+            cfg, backbone, faces.images[df_idx], faces.identity[df_idx], device, gen, self.should_stop
         )
-        wall = time.time() - t_train
+        self.feat_cache: dict = {}
+        return time.time() - t_train  # the initial factorisation counts as training
 
-        feat_cache: dict = {}
+    def load(self, run_dir: Path, point) -> tuple[int, float]:
+        self.trainer.load_state_dict(point["trainer"])
+        start, wall = point["iteration"], point["wall_time_s"]
+        self.log(f"resumed at iteration {start} ({wall:.0f}s of training so far)")
+        return start, wall
 
-        def ev_features(name, idx):
-            if feat_cache.get(name, (None,))[0] != trainer.version:  # the backbone moved: recompute
-                feat_cache[name] = (trainer.version, trainer.features(faces.images[idx]))
-            return feat_cache[name][1]
+    def _features(self, name: str, idx: np.ndarray):
+        trainer = self.trainer
+        if self.feat_cache.get(name, (None,))[0] != trainer.version:  # the backbone moved: recompute
+            self.feat_cache[name] = (trainer.version, trainer.features(self.faces.images[idx]))
+        return self.feat_cache[name][1]
 
-        def evaluate_iteration() -> dict:
-            s_tr = trainer.project(ev_features("tr", ev_tr))
-            s_te = trainer.project(ev_features("te", ev_te))
-            e_tr, e_te = trainer.embed(s_tr), trainer.embed(s_te)
-            loss = float(triplet_loss(e_tr, torch.from_numpy(faces.identity[ev_tr]), cfg.margin))
-            return {
-                "train_loss": loss,
-                "test_accuracy": verification_accuracy(e_tr, pairs_tr, e_te, pairs_te),
-                "test_s_sparsity": float((s_te == 0).float().mean()),
-            }
-
-        def log_metrics(epoch: int, m: dict) -> dict:
-            m = {"epoch": epoch, "wall_time_s": wall, **m, "time": time.time()}
-            append_metrics(run_dir, m)
-            if on_progress:
-                on_progress(float(epoch), m)
-            return m
-
-        start = 0
-        if resume_from is not None:
-            trainer.load_state_dict(resume_from["trainer"])
-            start, wall = resume_from["iteration"], resume_from["wall_time_s"]
-            log(f"resumed at iteration {start} ({wall:.0f}s of training so far)")
-        st = trainer.state
+    def _initial(self) -> dict:
+        """The diagnostics of iteration 0 (the trainer's starting factorisation)."""
+        st = self.trainer.state
         with torch.no_grad():
             ms = nmf.reconstruct(st.m, st.s)
-            init = {
+            return {
                 "phase": "init",
-                "residuals": [0.0, float((st.z1 - ms).pow(2).sum().sqrt()) / math.sqrt(len(df_idx)), 0.0],
+                "residuals": [0.0, float((st.z1 - ms).pow(2).sum().sqrt()) / math.sqrt(len(self.df_idx)), 0.0],
                 "dual_norms": [0.0, 0.0, 0.0],
                 "nmf_residual": relative(ms, st.z1),
                 "nmf_residual_backbone": relative(ms, st.f),
                 "s_sparsity": float((st.s == 0).float().mean()),
             }
-        if start == 0:
-            m0 = log_metrics(0, {**evaluate_iteration(), **init})
-            log(
-                f"iter 0: verification {m0['test_accuracy']:.4f}, nmf residual {m0['nmf_residual']:.3f}, S sparsity {m0['s_sparsity']:.2f}"
-            )
-        for it in range(start + 1, cfg.iters + 1):
-            if should_stop and should_stop():
-                raise StopRun()
-            finetune = it > cfg.warmup_iters
-            set_status(phase="finetune" if finetune else "warmup", epoch=it - 1, progress=(it - 1) / max(cfg.iters, 1))
-            t0 = time.perf_counter()
-            diag = trainer.iterate(finetune)  # the trainer checks should_stop (given at construction)
-            wall += time.perf_counter() - t0
-            m = log_metrics(it, {**evaluate_iteration(), **diag})
-            if not all(math.isfinite(v) for v in [m["train_loss"], *m["residuals"]]):
-                raise Diverged(f"iteration {it}: the triplet loss or a residual is not finite")
-            log(
-                f"iter {it} ({m['phase']}): verification {m['test_accuracy']:.4f}, triplet {m['train_loss']:.4f}, "
-                f"res [{', '.join(f'{r:.3f}' for r in m['residuals'])}], ‖F − MS‖/‖F‖ {m['reconstruction_error']:.3f}, "
-                f"S mismatch {m['s_mismatch']:.2e}, S sparsity {m['s_sparsity']:.2f} ({wall:.0f}s)"
-            )
-            atomic_torch_save(
-                {"config": cfg.to_dict(), "iteration": it, "wall_time_s": wall, "trainer": trainer.state_dict()},
-                state_path,
-            )
-        timings["deepfacto_train_s"] = wall
 
-        # attribute evaluation on the test identities
-        set_status(phase="attribute evaluation", epoch=cfg.iters, progress=1.0)
+    def evaluate(self, epoch: int) -> dict:
+        """The per-iteration check: verification on ``eval_images`` held-out faces, the triplet
+        loss of the training people's check faces, then the iteration's own diagnostics."""
+        trainer = self.trainer
+        s_tr = trainer.project(self._features("tr", self.ev_tr))
+        s_te = trainer.project(self._features("te", self.ev_te))
+        e_tr, e_te = trainer.embed(s_tr), trainer.embed(s_te)
+        loss = float(triplet_loss(e_tr, torch.from_numpy(self.faces.identity[self.ev_tr]), self.cfg.margin))
+        return {
+            "train_loss": loss,
+            "test_accuracy": verification_accuracy(e_tr, self.pairs_tr, e_te, self.pairs_te),
+            "test_s_sparsity": float((s_te == 0).float().mean()),
+            **(self._initial() if epoch == 0 else self.diag),
+        }
+
+    def before_epoch(self, epoch: int) -> dict:
+        return {"phase": "finetune" if epoch > self.cfg.warmup_iters else "warmup"}
+
+    def run_epoch(self, epoch: int, progress) -> None:
+        # the trainer checks should_stop (given at construction) between chunks and backbone steps
+        self.diag = self.trainer.iterate(epoch > self.cfg.warmup_iters)
+
+    def diverged(self, m: dict) -> str | None:
+        if not all(math.isfinite(v) for v in [m["train_loss"], *m["residuals"]]):
+            return "the triplet loss or a residual is not finite"
+        return None
+
+    def report(self, m: dict) -> None:
+        if m["epoch"] == 0:
+            self.log(
+                f"iter 0: verification {m['test_accuracy']:.4f}, nmf residual {m['nmf_residual']:.3f}, S sparsity {m['s_sparsity']:.2f}"
+            )
+            return
+        self.log(
+            f"iter {m['epoch']} ({m['phase']}): verification {m['test_accuracy']:.4f}, triplet {m['train_loss']:.4f}, "
+            f"res [{', '.join(f'{r:.3f}' for r in m['residuals'])}], ‖F − MS‖/‖F‖ {m['reconstruction_error']:.3f}, "
+            f"S mismatch {m['s_mismatch']:.2e}, S sparsity {m['s_sparsity']:.2f} ({m['wall_time_s']:.0f}s)"
+        )
+
+    def save(self, run_dir: Path, epoch: int, wall: float) -> None:
+        atomic_torch_save(
+            {
+                "config": self.cfg.to_dict(),
+                "iteration": epoch,
+                "wall_time_s": wall,
+                "trainer": self.trainer.state_dict(),
+            },
+            run_dir / STATE_FILE,
+        )
+
+    def finish(self, run_dir: Path, status, metrics: list[dict], wall: float) -> tuple[dict, dict]:
+        """The end-of-run evaluation: attribute SVMs on the test identities, verification on all
+        test faces, the same-S check on the training images, ``checkpoint.pt`` for inference."""
+        cfg, trainer, faces, log, timings = self.cfg, self.trainer, self.faces, self.log, self.timings
+        svm_tr, te, df_idx, pairs_all = self.svm_tr, self.te, self.df_idx, self.pairs_all
+        timings["deepfacto_train_s"] = wall
+        status.update(force=True, phase="attribute evaluation", epoch=cfg.iters, progress=1.0)
         t = time.time()
         s_svm_tr, z_svm_tr = trainer.scores(faces.images[svm_tr])
         s_svm_te, z_svm_te = trainer.scores(faces.images[te])
         per_attr, svm_summary = attribute_evaluation(
-            cfg, faces, svm_tr, te, (s_svm_tr, s_svm_te), (z_svm_tr, z_svm_te), raw, log, should_stop, device
+            cfg,
+            faces,
+            svm_tr,
+            te,
+            (s_svm_tr, s_svm_te),
+            (z_svm_tr, z_svm_te),
+            self.raw,
+            log,
+            self.should_stop,
+            self.device,
         )
         timings["attribute_eval_s"] = time.time() - t
         with torch.no_grad():  # face verification of DeepFacto's embedding on all test faces
             ver = verification_accuracy(trainer.embed(s_svm_tr), pairs_all[0], trainer.embed(s_svm_te), pairs_all[1])
-        log(f"verification accuracy (all test faces): DeepFacto {ver:.4f} | backbone before DeepFacto {bb_ver:.4f}")
+        log(
+            f"verification accuracy (all test faces): DeepFacto {ver:.4f} | backbone before DeepFacto {self.bb_ver:.4f}"
+        )
         # the same S? block 2 trained on trainer.state.s; inference recomputes it from the images
         s_test, f_test = trainer.scores(faces.images[df_idx])
         s_train, m_cpu = trainer.state.s.cpu(), trainer.state.m.cpu()
@@ -321,7 +346,7 @@ def train_deepfacto(
         )
 
         write_json(run_dir / "attributes.json", per_attr)
-        last = read_metrics(run_dir)[-1]
+        last = metrics[-1]
         summary = {
             "preset": PRESET,
             "method": "block-admm",
@@ -334,7 +359,7 @@ def train_deepfacto(
             "test_accuracy": ver,  # verification on all test faces
             "verification_pairs": int(len(pairs_all[1][1])),  # all of them: half same-person, half not
             "test_accuracy_check": last["test_accuracy"],  # the per-iteration check (eval_images faces)
-            "backbone_verification_accuracy": bb_ver,
+            "backbone_verification_accuracy": self.bb_ver,
             **same_s,
             "s_mode": cfg.s_mode,
             "nmf_residual": last["nmf_residual"],
@@ -348,22 +373,41 @@ def train_deepfacto(
             "n_svm_train": int(len(svm_tr)),
             "n_test": int(len(te)),
             "n_test_people": int(len(np.unique(faces.identity[te]))),
-            "backbone": bb_meta.get("source"),
-            "device": str(device),
+            "backbone": self.bb_meta.get("source"),
+            "device": str(self.device),
         }
-        done = status.finish(summary, phase="done", epoch=cfg.iters)
+        # elapsed: the whole run, its setup (data, backbone) included
+        return summary, {"phase": "done", "epoch": cfg.iters, "elapsed_s": time.time() - status.status["started"]}
+
+    def finished(self, run_dir: Path) -> None:
         # hundreds of MB; the finished run keeps checkpoint.pt. Only now: a summary that could not
         # be written (full disk) leaves the run crashed with its state, so a resume ends it
-        state_path.unlink(missing_ok=True)
-        return done
-    except (StopRun, KeyboardInterrupt):
-        return status.stop({"preset": PRESET, "status": "stopped", "rank": cfg.rank, "timings_s": timings})
-    except Diverged as e:  # as the engine's runs: state "diverged", the error names the iteration
-        summary = {"preset": PRESET, "status": "diverged", "rank": cfg.rank, "timings_s": timings}
-        return status.end(summary, state="diverged", error=str(e))
-    except BaseException as e:
-        status.crash(e)
-        raise
+        (run_dir / STATE_FILE).unlink(missing_ok=True)
+
+    def summary(self, metrics: list[dict], state: str) -> dict:
+        return {"preset": PRESET, "status": state, "rank": self.cfg.rank, "timings_s": self.timings}
+
+
+def train_deepfacto(
+    cfg: DeepFactoConfig,
+    run_dir,
+    *,
+    resume: bool = False,
+    iters: int | None = None,
+    should_stop=None,
+    on_progress=None,
+    log=None,
+) -> dict:
+    """Train DeepFacto into ``run_dir`` (run-dir files as in the module docstring); returns the summary.
+
+    The run loop is the engine's (:func:`admm_core.loop.run_loop`) with :class:`DeepFactoTask`.
+    After every iteration the whole loop state goes to ``state.pt`` (atomically); with
+    ``resume`` a stopped or crashed run continues from it (same config, same draws) and
+    keeps its metrics, to ``iters`` iterations in all when given
+    (:meth:`DeepFactoConfig.resumed_to`). ``state.pt`` is deleted once the run has finished.
+    """
+    task = DeepFactoTask(cfg, iters if resume else None, log)
+    return run_loop(task, run_dir, resume=resume, should_stop=should_stop, on_progress=on_progress)
 
 
 EVAL_FIELDS = (

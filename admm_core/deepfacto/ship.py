@@ -52,8 +52,9 @@ def _write(tensors: dict[str, torch.Tensor], path: Path, meta: dict) -> dict:
 def export(run_dirs: list[Path], out: Path, command: str) -> dict:
     """Write the backbone the runs started from and each run's network into ``out`` with a
     manifest (replacing it). The runs must share one backbone cache file (same settings)."""
+    from ..checkpoint import safe_load
     from ..faces import FACE_CROP, load_backbone, load_lfwa, read_face
-    from ..runs import read_json, safe_load
+    from ..rundir import read_json
     from .backbone import backbone_cache_path
     from .config import read_run_config
 

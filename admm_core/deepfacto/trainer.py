@@ -66,13 +66,16 @@ from torch import nn
 
 from .. import nmf
 from ..faces import FaceBackbone, embed_all, identity_batches, to_tensor, triplet_loss
-from ..runs import StopRun
+from ..loop import StopRun
+from ..methods.base import MethodState
 from .config import DeepFactoConfig
 
 
 @dataclass
-class DeepFactoState:
-    """Everything the Block-ADMM loop changes. Spatial dims are flattened: n = h·w."""
+class DeepFactoState(MethodState):
+    """The Block-ADMM variables of DeepFacto; spatial dims are flattened: n = h·w. A
+    :class:`~admm_core.methods.base.MethodState`: its fields are its checkpoint (``state.pt``'s
+    ``trainer["state"]``, the layout runs have saved all along)."""
 
     f: torch.Tensor  # block_1(X) (N, C, n), recomputed when Θ_1 moves
     z1: torch.Tensor  # Z_1 (N, C, n)
@@ -292,7 +295,7 @@ class DeepFactoTrainer:
     # checkpoint of the whole loop state (resume)
     def state_dict(self) -> dict:
         return {
-            "state": dataclasses.asdict(self.state),
+            "state": self.state.state_dict(),
             "backbone": self.backbone.state_dict(),
             "fc": self.fc.state_dict(),
             "opt_fc": self.opt_fc.state_dict(),
@@ -303,8 +306,8 @@ class DeepFactoTrainer:
         }
 
     def load_state_dict(self, ck: dict) -> None:
-        self.state = DeepFactoState(
-            **{k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in ck["state"].items()}
+        self.state.load_state_dict(
+            {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in ck["state"].items()}
         )
         self.backbone.load_state_dict(ck["backbone"])
         self.fc.load_state_dict(ck["fc"])

@@ -7,6 +7,8 @@ import time
 
 import plotly.graph_objects as go
 
+from admm_core import kinds
+
 COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f", "#7c3aed", "#0f766e"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 LIVE_HEIGHT = 250
@@ -352,10 +354,6 @@ def loss_figure(
     return figure_from_spec(_loss(xtitle), metrics, run, log_y, smoothing)
 
 
-def is_deepfacto(metrics: list[dict]) -> bool:
-    return any("nmf_residual" in m for m in metrics)
-
-
 def live_figures(
     metrics: list[dict],
     log_residuals: bool = True,
@@ -368,7 +366,7 @@ def live_figures(
     figure's layout.meta. ``log_residuals`` sets the residual, dual and NMF charts' axes (the loss
     is always log). A DeepFacto run gets its own set; by default told by its metrics
     (``nmf_residual``)."""
-    spec = live_spec(is_deepfacto(metrics) if deepfacto is None else deepfacto, method)
+    spec = live_spec(kinds.metrics_kind(metrics) == kinds.DEEPFACTO if deepfacto is None else deepfacto, method)
     out = {}
     for name, chart in spec.items():
         if chart.get("when") and not any(m.get(chart["when"]) for m in metrics):
@@ -646,7 +644,8 @@ def run_kind(cfg: dict) -> str:
     """What a run is, for Compare's menus and labels: 'deepfacto' for a DeepFacto run (its config
     says method block-admm, but its metrics are per iteration and its accuracy is face
     verification), else its method."""
-    return "deepfacto" if "deepfacto" in (cfg or {}) else str((cfg or {}).get("method", "?"))
+    kind = kinds.run_kind(cfg)
+    return kind if kind == kinds.DEEPFACTO else str((cfg or {}).get("method", "?"))
 
 
 def _values(metrics: list[dict], key: str, scale: float = 1.0) -> list:

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from admm_core.bench import PAPER
+from admm_core.kinds import DEEPFACTO, run_kind
 from admm_core.runs import read_metrics_cached as read_metrics
 from app import ui
 from app.dashboard import charts as C
@@ -78,7 +79,7 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
         cfg = r["config"] or {}
         label = r["meta"]["name"] or (n if len(n) <= 28 else n[:15] + "…")  # ids start with the launch time
         item = (f"{C.run_kind(cfg)} · {label}", read_metrics(r["dir"]), _group_of(r, group_by))
-        (faces if "deepfacto" in cfg else nets).append(item)
+        (faces if run_kind(cfg, r.get("status")) == DEEPFACTO else nets).append(item)
 
     def draw(col, items, key, title, log, percent=False, xk=x_key, chart_key=""):
         if group_by == "nothing":

@@ -16,6 +16,7 @@ import streamlit as st
 from admm_core import heatmaps as hm
 from admm_core.deepfacto import shipped
 from admm_core.errors import CheckpointError, ConfigError, DataError, ImageError
+from admm_core.kinds import DEEPFACTO, run_kind
 from app import ui
 from app.dashboard import faces
 
@@ -25,10 +26,6 @@ st.caption(
     "DeepFacto factors a block's output as Z ≈ M·S with M, S ≥ 0; each row of S is a score map. "
     "Here they are upsampled and laid over the face."
 )
-
-
-def is_deepfacto(cfg: dict) -> bool:
-    return bool(cfg) and ("deepfacto" in cfg or str(cfg.get("preset") or "").startswith("lfwa"))
 
 
 @st.cache_data(show_spinner="Reading the run's identity split…")
@@ -77,7 +74,7 @@ models_root = str(shipped.models_dir())
 manifest = Path(models_root) / shipped.MANIFEST
 stamp = manifest.stat().st_mtime if manifest.is_file() else 0.0
 models = {f"shipped:{e['name']}": shipped_label(e) for e in shipped_models(models_root, stamp)}
-runs = [r for r in ui.list_runs() if is_deepfacto(r["config"] or {})]
+runs = [r for r in ui.list_runs() if run_kind(r["config"], r.get("status")) == DEEPFACTO]
 by_id = {r["name"]: r for r in runs}
 models |= {str(r["dir"]): ui.run_label(r) for r in runs}
 if not models:

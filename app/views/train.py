@@ -22,6 +22,7 @@ from admm_core.data import available
 from admm_core.deepfacto.config import DeepFactoConfig
 from admm_core.errors import CheckpointError, ConfigError, DataError
 from admm_core.faces import find_lfw
+from admm_core.kinds import DEEPFACTO, run_kind
 from admm_core.methods import METHODS
 from admm_core.resources import human as human_bytes
 from admm_core.resources import split_of
@@ -133,8 +134,8 @@ def launch_once(text: str, launch) -> None:
 
 
 def _load_config(cfg: dict) -> None:
-    if "deepfacto" in cfg:
-        df = cfg["deepfacto"] if isinstance(cfg["deepfacto"], dict) else {}
+    if run_kind(cfg) == DEEPFACTO:
+        df = cfg.get("deepfacto") if isinstance(cfg.get("deepfacto"), dict) else {}
         set_deepfacto(D.values_from_config(df))
         if df.get("backbone_weights"):
             ss["df_backbone"], ss["df_saved"] = "saved", str(df["backbone_weights"])
@@ -558,7 +559,7 @@ def _chart_args(r: dict, metrics: list[dict] | None) -> dict:
     lines and the status itself (``metrics`` None), or all lines and the status (pushed on each
     change, where the route is not served)."""
     run_dir, name = r["dir"], r["name"]
-    deepfacto = "deepfacto" in (r["config"] or {})
+    deepfacto = run_kind(r["config"], r.get("status")) == DEEPFACTO
     out = dict(_chart_decl(deepfacto, name))
     out["run"] = name
     if metrics is None:
@@ -682,7 +683,7 @@ def _live_body() -> bool:
         if tail:
             with st.expander("Last error output"):
                 st.code(tail)
-    if "deepfacto" in r["config"] and state == "finished":
+    if run_kind(r["config"], r.get("status")) == DEEPFACTO and state == "finished":
         st.page_link(
             ui.HEATMAPS_PAGE,
             label="Open its score maps in Heatmaps",
