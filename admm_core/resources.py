@@ -232,10 +232,10 @@ def preflight_problems(
 
 def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=None, n_gpus=None) -> dict:
     """:func:`preflight_problems` with the exceptions themselves (ConfigError, DataError, DeviceError)."""
+    from .device import cuda_device_count, device_name
     from .errors import DeviceError
     from .methods.base import per_block
     from .models import validate_split
-    from .runs import cuda_device_count, device_name
 
     out: dict[str, Exception] = {}
 
@@ -299,8 +299,13 @@ def _processes_problem(n, cfg, method, T, device, n_gpus, gpu_count) -> str | No
     if not isinstance(method, BlockADMM):
         multi = [m for m, c in METHODS.items() if issubclass(c, BlockADMM)]
         return f"processes = {n}: only {' and '.join(multi)} run on several processes (method {cfg.method!r})"
-    if method.parallel == "blocks" and n != T:
-        return f"processes = {n}: parallel = 'blocks' runs one block per process; this split has {T}"
+    if method.parallel == "blocks":
+        from .distributed import block_world
+
+        try:  # the engine's own check of a block-parallel world (its size, the sweep it needs)
+            block_world(method, 0, n, T)
+        except ConfigError as e:
+            return f"processes = {n}: {e}"
     if device is not None and device != "cpu":
         gpus = gpu_count() if n_gpus is None else n_gpus
         if n > gpus:

@@ -971,13 +971,16 @@ def test_preflight_returns_every_problem_by_field():
 
 
 def test_processes_field_refuses_what_the_workers_would_fail_on(monkeypatch):
-    """Before launch (the engine's preflight, given the process count): one block per process
-    under parallel = 'blocks', and one GPU per process when the run would use CUDA."""
-    from admm_core import runs
+    """Before launch (the engine's preflight, given the process count): under parallel = 'blocks'
+    the engine's own check (at most one process per block, the Jacobi sweep), and one GPU per
+    process when the run would use CUDA."""
+    from admm_core import device as device_mod
     from admm_core.resources import preflight_problems as preflight
 
-    def pe(n, method="block-admm", parallel="samples", device="cpu", n_gpus=0):
-        cfg = preset_config("digits-mlp", method).replace(method_params__parallel=parallel, train__device=device)
+    def pe(n, method="block-admm", parallel="samples", device="cpu", n_gpus=0, z_sweep="jacobi"):
+        cfg = preset_config("digits-mlp", method).replace(
+            method_params__parallel=parallel, method_params__z_sweep=z_sweep, train__device=device
+        )
         free = (2**40, "a test's memory")  # not measured: CUDA memory cannot be asked on this machine
         return {
             k: v
@@ -986,20 +989,25 @@ def test_processes_field_refuses_what_the_workers_would_fail_on(monkeypatch):
         }
 
     assert pe(3, parallel="blocks") == {}  # digits-mlp: 3 blocks
-    assert "this split has 3" in pe(2, parallel="blocks")["processes"]
+    assert pe(2, parallel="blocks") == {}  # blocks 1-2 on one process, block 3 on the other
+    assert "T = 3 blocks but world size 4" in pe(4, parallel="blocks")["processes"]
+    assert "z_sweep" in pe(3, parallel="blocks", z_sweep="gauss-seidel")["processes"]
     assert pe(2, parallel="samples") == {}  # samples: any count
     sgd = preflight(preset_config("digits-mlp", "sgd"), 2, datasets=["digits"])
     assert "only block-admm and gotmare" in sgd["processes"]
-    monkeypatch.setattr(runs, "cuda_device_count", lambda: 1)  # a machine with one GPU
+    monkeypatch.setattr(device_mod, "cuda_device_count", lambda: 1)  # a machine with one GPU
     assert "has 1" in pe(2, device="auto", n_gpus=1)["processes"]  # auto: CUDA here, one GPU per process
     assert "has 1" in pe(2, "gotmare", device="cuda", n_gpus=1)["processes"]
     assert pe(2, device="cuda", n_gpus=2) == {} and pe(2, device="cpu", n_gpus=1) == {}
-    monkeypatch.setattr(runs, "cuda_device_count", lambda: 0)
+    monkeypatch.setattr(device_mod, "cuda_device_count", lambda: 0)
     assert pe(2, device="auto") == {}  # auto without a GPU: CPU processes
     form = {**F.default_form("digits-mlp", "block-admm"), "processes": 2, "device": "cpu"}  # split: 3 blocks
     form[F.MP + "parallel"] = "blocks"
     cfg, errs = F.config_from_form(form, available=["digits"])
-    assert cfg is None and "parallel = 'blocks'" in errs["processes"], errs
+    assert cfg is None and "z_sweep=jacobi" in errs["processes"], errs  # the engine's own check
+    form[F.MP + "z_sweep"] = "jacobi"
+    cfg, errs = F.config_from_form({**form, "processes": 4}, available=["digits"])
+    assert cfg is None and "world size 4" in errs["processes"], errs
     assert F.config_from_form({**form, "processes": 3}, available=["digits"])[1] == {}
     # memory: N copies of data, network and optimizer, the sharded Z/U once
     mem = {"data_bytes": 100, "param_bytes": 50, "optimizer_bytes": 50, "state_bytes": 400}

@@ -536,21 +536,10 @@ def _cached_metrics(run_dir: str, stamp: tuple) -> list[dict]:
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
-def _figures(run_dir: str, stamp: tuple, log_res: bool, smoothing: float):
-    """The live figures, rebuilt only when metrics.jsonl changed (polls stay cheap)."""
-    return C.live_figures(_cached_metrics(run_dir, stamp), log_res, run=Path(run_dir).name, smoothing=smoothing)
-
-
-def _rows(figs: dict) -> list[tuple[str, ...]]:
-    """The live charts, three to a row."""
-    rows = [("accuracy", "loss", "seconds")]
-    if "nmf" in figs:  # a DeepFacto run
-        rows += [("residuals", "dual_norms", "nmf")]
-    elif "backprop_cosine" in figs:
-        rows += [("residuals", "backprop_cosine", "dual_norms"), ("betas",)]
-    else:
-        rows += [("residuals", "dual_norms", "betas")]
-    return rows
+def _figures(run_dir: str, stamp: tuple, log_res: bool, smoothing: float, method: str | None):
+    """The live figures (those ``method`` declares), rebuilt only when metrics.jsonl changed (polls stay cheap)."""
+    metrics = _cached_metrics(run_dir, stamp)
+    return C.live_figures(metrics, log_res, run=Path(run_dir).name, smoothing=smoothing, method=method)
 
 
 def _chart_args(r: dict, metrics: list[dict] | None) -> dict:
@@ -560,7 +549,7 @@ def _chart_args(r: dict, metrics: list[dict] | None) -> dict:
     change, where the route is not served)."""
     run_dir, name = r["dir"], r["name"]
     deepfacto = run_kind(r["config"], r.get("status")) == DEEPFACTO
-    out = dict(_chart_decl(deepfacto, name))
+    out = dict(_chart_decl(deepfacto, (r["config"] or {}).get("method"), name))
     out["run"] = name
     if metrics is None:
         out["live"] = {"route": T.route(), "token": T.grant(run_dir)}
@@ -571,8 +560,8 @@ def _chart_args(r: dict, metrics: list[dict] | None) -> dict:
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def _chart_decl(deepfacto: bool, run: str) -> dict:
-    spec = C.live_spec(deepfacto)
+def _chart_decl(deepfacto: bool, method: str | None, run: str) -> dict:
+    spec = C.live_spec(deepfacto, method)
     return {"spec": spec, "order": list(spec), "frames": {n: C.spec_frame(c, run) for n, c in spec.items()}}
 
 
@@ -706,8 +695,9 @@ def _live_body() -> bool:
     t = st.columns([2.2, 1, 3])
     log_res = t[0].toggle("log scale (residuals, dual norms)", value=True, key="live_log")
     smooth = t[1].toggle("smooth", value=False, key="live_smooth", help=f"moving average, weight {LIVE_SMOOTHING}")
-    figs = _figures(str(run_dir), _stamp(run_dir), log_res, LIVE_SMOOTHING if smooth else 0.0)
-    for row in _rows(figs):
+    method = (r["config"] or {}).get("method")
+    figs = _figures(str(run_dir), _stamp(run_dir), log_res, LIVE_SMOOTHING if smooth else 0.0, method)
+    for row in C.live_rows(figs):
         cols = st.columns(3)
         for col, name in zip(cols, row):
             col.plotly_chart(figs[name], key=f"live-{name}-{r['name']}", config=ui.PLOTLY_CONFIG)
