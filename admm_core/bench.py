@@ -34,11 +34,14 @@ import sys
 from pathlib import Path
 
 from .config import augment_changes, parse_sets
+from .device import machine
 from .docs import code_version, command_line, write_section
 from .lazy import torch
+from .network import summarize, train
 from .presets import preset_config
 from .resources import human
-from .runs import install_stop_handlers, machine, read_json, read_metrics, run_status, summarize, train, write_json
+from .rundir import read_json, read_metrics, write_json
+from .status import install_stop_handlers, run_status
 
 # a trained run's mean 1-minute load average (sampled at its start and after each epoch; this run counts 1)
 LOAD_FILE = "bench_load.json"

@@ -107,20 +107,13 @@ def cmd_train(a) -> int:
 
 
 def _cmd_train(a) -> int:
+    from .checkpoint import verify_checkpoint
     from .distributed import barrier, broadcast, is_lead
     from .kinds import DEEPFACTO, run_kind
+    from .network import train
     from .resources import preflight
-    from .runs import (
-        RunBusy,
-        install_stop_handlers,
-        new_run_dir,
-        read_json,
-        read_json_dict,
-        run_busy,
-        train,
-        verify_checkpoint,
-        write_text_atomic,
-    )
+    from .rundir import new_run_dir, read_json, read_json_dict, write_text_atomic
+    from .status import RunBusy, install_stop_handlers, run_busy
 
     resumes_deepfacto = bool(a.resume) and run_kind(read_json(Path(a.resume) / "config.json", {})) == DEEPFACTO
     # a DeepFacto run's config file (the dashboard launches those this way)
@@ -244,7 +237,8 @@ def cmd_datasets(a) -> int:
 def cmd_evaluate(a) -> int:
     import torch
 
-    from .runs import build, load_checkpoint
+    from .checkpoint import load_checkpoint
+    from .network import build
 
     run_dir = Path(a.run)
     cfg = RunConfig.from_json((run_dir / "config.json").read_text())
@@ -263,7 +257,8 @@ def cmd_sweep(a) -> int:
     import time
 
     from . import sweep as S
-    from .runs import default_runs_dir, install_stop_handlers
+    from .rundir import default_runs_dir
+    from .status import install_stop_handlers
 
     root = default_runs_dir()
     storage = S.open_storage(a.storage, root)
@@ -365,7 +360,7 @@ def deepfacto_main(argv: list) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # a full disk during an evaluation: one line, the run's files unchanged
-        from .runs import os_error_line
+        from .rundir import os_error_line
 
         print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 1
@@ -526,7 +521,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # unwritable run directory, full disk: one line naming the file
-        from .runs import os_error_line
+        from .rundir import os_error_line
 
         print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 1

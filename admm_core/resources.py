@@ -178,7 +178,7 @@ def physical_memory() -> int:
 
 def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict:
     """Raise ConfigError (estimate and what is available) unless ``cfg`` fits; returns the estimate."""
-    from .runs import device_name
+    from .device import device_name
 
     device = device_name(cfg.train.device).split(":")[0]
     est = estimate_memory(cfg)

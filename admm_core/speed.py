@@ -69,9 +69,10 @@ def main(argv=None) -> int:
     from pathlib import Path
 
     from .config import parse_sets
+    from .device import machine
     from .docs import code_version, command_line, write_section
+    from .network import train
     from .presets import preset_config
-    from .runs import machine, train
 
     p = argparse.ArgumentParser(prog="python -m admm_core profile", description=main.__doc__)
     p.add_argument("--preset", default="mnist-mlp-mse")

@@ -41,7 +41,7 @@ def runs_root(notebook: str) -> Path:
         path = Path(tempfile.mkdtemp(prefix=f"admm-nb{notebook}-"))
         atexit.register(shutil.rmtree, path, ignore_errors=True)  # removed when the kernel exits
         return path
-    from admm_core.runs import default_runs_dir
+    from admm_core.rundir import default_runs_dir
 
     path = default_runs_dir()
     path.mkdir(parents=True, exist_ok=True)
@@ -57,7 +57,8 @@ def run(cfg, root: Path, name: str, time_budget_s: float | None = None, quiet: b
     status "diverged" (the error in status.json names the epoch and quantity); its metrics
     stay on disk.
     """
-    from admm_core.runs import read_metrics, train
+    from admm_core.network import train
+    from admm_core.rundir import read_metrics
 
     run_dir = Path(root) / name
     t0 = time.time()

@@ -15,7 +15,7 @@ import streamlit as st
 from admm_core.deepfacto.config import STATE_FILE, DeepFactoConfig
 from admm_core.errors import ConfigError
 from admm_core.kinds import DEEPFACTO, run_kind
-from admm_core.runs import read_json, read_metrics_cached
+from admm_core.rundir import read_json, read_metrics_cached
 from app.dashboard import meta as M
 from app.dashboard import workers
 

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from admm_core.deepfacto import attribute_svms, majority_baseline
+from admm_core.device import resolve_device
 from admm_core.faces import (
     FaceSet,
     backbone_widths,
@@ -43,7 +44,6 @@ from admm_core.faces import (
     verification_accuracy,
     verification_pairs,
 )
-from admm_core.runs import resolve_device
 
 
 def score(net, faces: FaceSet, tr: np.ndarray, te: np.ndarray, device, seed: int = 0, svm_c: float = 0.01) -> dict:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from admm_core.config import RunConfig
 from admm_core.docs import code_version, command_line, write_section
-from admm_core.runs import read_json, read_metrics
+from admm_core.rundir import read_json, read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 

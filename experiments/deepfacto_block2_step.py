@@ -31,9 +31,9 @@ from admm_core import nmf
 from admm_core.deepfacto.config import read_run_config
 from admm_core.deepfacto.run import run_indices
 from admm_core.deepfacto.trainer import DeepFactoState, DeepFactoTrainer
+from admm_core.device import machine
 from admm_core.docs import code_version, command_line, write_section
 from admm_core.faces import load_backbone, load_lfwa, verification_accuracy
-from admm_core.runs import machine
 
 
 def fixed_s_trainer(cfg, backbone, f, identity, m, s, device) -> DeepFactoTrainer:

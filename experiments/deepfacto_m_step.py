@@ -28,9 +28,9 @@ import torch
 from admm_core import nmf
 from admm_core.deepfacto.config import read_run_config
 from admm_core.deepfacto.run import run_indices
+from admm_core.device import machine
 from admm_core.docs import code_version, command_line, write_section
 from admm_core.faces import embed_all, load_backbone, load_lfwa
-from admm_core.runs import machine
 
 
 def alternation(f: torch.Tensor, r: int, update: str, rounds: int, tol: float, max_iter: int, seed: int = 0) -> dict:

@@ -58,7 +58,7 @@ def rss_mb() -> float:
 def make_runs(root: Path, finished: int, live: int) -> list[Path]:
     """``finished`` copies of three finished runs (distinct ids) and ``live`` live workers; returns the live ones."""
     from admm_core.presets import preset_config
-    from admm_core.runs import write_json
+    from admm_core.rundir import write_json
     from app.dashboard import workers as W
 
     seeds = []
@@ -152,7 +152,7 @@ def measure(root: Path, repeats: int) -> tuple[list[dict], float]:
 
 
 def machine_line() -> str:
-    from admm_core.runs import machine
+    from admm_core.device import machine
 
     load = open("/proc/loadavg").read().split()[:3]
     return f"{machine('cpu')}; load average {' '.join(load)} during the measurement"
@@ -488,7 +488,7 @@ def main(argv=None) -> int:
     lives = make_runs(root, a.finished, a.live)
     print(f"made {a.finished} finished + {a.live} live runs in {time.time() - t:.1f} s", file=sys.stderr)
     try:
-        from admm_core.runs import read_json
+        from admm_core.rundir import read_json
 
         deadline = time.time() + 120
         while time.time() < deadline and not all(

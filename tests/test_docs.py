@@ -47,8 +47,8 @@ def test_parse_sets_reads_json_values_and_names_bad_flags():
             parse_sets([bad])
 
 
-def test_the_readme_example_method_registers_and_trains(tmp_path, monkeypatch):
-    """The README's "adding a method" example, as printed, is a working method."""
+def test_the_backprop_method_example_registers_and_trains(tmp_path, monkeypatch):
+    """docs/extending.md's backprop method example, as printed, is a working method."""
     import re
     import sys
     import types
@@ -58,12 +58,12 @@ def test_the_readme_example_method_registers_and_trains(tmp_path, monkeypatch):
     from admm_core.config import RunConfig
     from admm_core.runs import train
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
     code = re.search(r"```python\n(# admm_core/methods/rmsprop.py\n.*?)```", readme, re.S).group(1)
     mod = types.ModuleType("admm_core.methods.rmsprop")
     mod.__package__ = "admm_core.methods"
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    exec(compile(code, "README.md", "exec"), mod.__dict__)
+    exec(compile(code, "docs/extending.md", "exec"), mod.__dict__)
     monkeypatch.setitem(methods.METHODS, "rmsprop", mod.RMSprop)  # the registry line
 
     cfg = RunConfig(method="rmsprop", method_params={"lr": 3e-3}).replace(train__epochs=3)

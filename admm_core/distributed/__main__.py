@@ -28,7 +28,7 @@ from ..blocks import build_blocknet
 from ..config import ModelConfig
 from ..docs import code_version, command_line, write_section
 from ..resources import human
-from ..runs import PROJECT_ROOT, read_metrics
+from ..rundir import PROJECT_ROOT, read_metrics
 from . import shard_range
 
 RANKS = (1, 8, 64)

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..runs import write_json
+from ..rundir import write_json
 from ..spawn import PROJECT_ROOT, spawn_detached
 from .study import SweepSpec
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from ..config import RunConfig
 from ..errors import ConfigError, check
 from ..presets import preset_config
-from ..runs import default_runs_dir, pid_alive, read_json, write_json
+from ..rundir import default_runs_dir, read_json, write_json
+from ..status import pid_alive
 from .space import Dim, parse_space, preset_values
 
 OBJECTIVES = {"best_test_accuracy": "maximize", "time_to_95_s": "minimize"}

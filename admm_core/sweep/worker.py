@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from ..errors import check
-from ..runs import DISK_FULL, read_json, read_metrics, summarize, train, unique_run_dir, write_json
+from ..network import summarize, train
+from ..rundir import DISK_FULL, read_json, read_metrics, unique_run_dir, write_json
 from .space import apply_params, fmt_value
 from .study import (
     SweepSpec,

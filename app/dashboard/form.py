@@ -493,7 +493,7 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
     mem = memory_of(cfg)
     if mem["total_bytes"] > max_run_bytes():
         errors["memory"] = memory_message(cfg, mem)
-    from admm_core.runs import device_name
+    from admm_core.device import device_name
 
     if not errors and processes > 1 and device_name(cfg.train.device) == "cpu":
         errors.update(processes_memory_errors(processes, mem))

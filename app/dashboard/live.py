@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from admm_core.runs import read_json_dict
+from admm_core.rundir import read_json_dict
 from app.dashboard import charts as C
 
 

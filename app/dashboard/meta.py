@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from admm_core.errors import ConfigError
-from admm_core.runs import read_json_stamped, write_json
+from admm_core.rundir import read_json_stamped, write_json
 
 META = "meta.json"
 MAX_NAME, MAX_TAGS, MAX_NOTE = 80, 20, 4000

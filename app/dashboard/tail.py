@@ -30,7 +30,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from admm_core.runs import read_json_dict
+from admm_core.rundir import read_json_dict
 
 ROUTE = "/api/admm/live"
 ENV = "ADMM_LIVE_ROUTE"  # set by app/serve.py: the route is mounted in this process

@@ -23,22 +23,13 @@ from pathlib import Path
 from admm_core.config import ConfigError, RunConfig
 from admm_core.deepfacto.commands import new_run_dir as deepfacto_run_dir
 from admm_core.deepfacto.config import DeepFactoConfig, run_config_dict
+from admm_core.device import resolve_device
 from admm_core.distributed import checkpoint_world
 from admm_core.faces import find_lfw, load_backbone
 from admm_core.resources import preflight
-from admm_core.runs import (
-    default_runs_dir,
-    list_runs,
-    new_run_dir,
-    pid_alive,
-    read_json_dict,
-    record_exit,
-    resolve_device,
-    run_busy,
-    run_status,
-    write_text_atomic,
-)
+from admm_core.rundir import default_runs_dir, new_run_dir, read_json_dict, write_text_atomic
 from admm_core.spawn import spawn_detached
+from admm_core.status import list_runs, pid_alive, record_exit, run_busy, run_status
 
 
 def runs_root(root: str | Path | None = None) -> Path:

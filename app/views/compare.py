@@ -11,7 +11,7 @@ import streamlit as st
 
 from admm_core.bench import PAPER
 from admm_core.kinds import DEEPFACTO, run_kind
-from admm_core.runs import read_metrics_cached as read_metrics
+from admm_core.rundir import read_metrics_cached as read_metrics
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import meta as M

@@ -17,7 +17,7 @@ import streamlit as st
 
 from admm_core.errors import ConfigError
 from admm_core.resources import human as human_bytes
-from admm_core.runs import read_metrics_cached
+from admm_core.rundir import read_metrics_cached
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import meta as M

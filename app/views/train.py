@@ -26,7 +26,7 @@ from admm_core.kinds import DEEPFACTO, run_kind
 from admm_core.methods import METHODS
 from admm_core.resources import human as human_bytes
 from admm_core.resources import split_of
-from admm_core.runs import read_metrics
+from admm_core.rundir import read_metrics
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import deepfacto_form as D
