@@ -71,6 +71,11 @@ PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 
 
+def option(default, help: str = "", **form):
+    """A config field: its default, its help and the form's layout hints (:func:`ui`)."""
+    return field(default=default, metadata=ui(help, **form))
+
+
 def ui(help: str = "", **form) -> dict:
     """Field metadata: ``help`` (CLI and form) and ``form``, the Train form's layout hints (group,
     label, widget, min, step, choices, key, none (the widget value that stands for None),
@@ -81,65 +86,50 @@ def ui(help: str = "", **form) -> dict:
 
 @dataclass(frozen=True)
 class DataConfig:
-    name: str = field(
-        default="digits",
-        metadata=ui(
-            "Bundled sets are always here; MNIST, Fashion-MNIST, CIFAR-10 appear when ADMM_DATA holds them.",
-            group="data",
-            label="Data set",
-            key="data",
-            choices=tuple(DATASETS),
-        ),
+    name: str = option(
+        "digits",
+        "Bundled sets are always here; MNIST, Fashion-MNIST, CIFAR-10 appear when ADMM_DATA holds them.",
+        group="data",
+        label="Data set",
+        key="data",
+        choices=tuple(DATASETS),
     )
-    root: str | None = field(
-        default=None, metadata=ui("data root; None -> $ADMM_DATA, ./data, ../shared/data", hidden=True)
+    root: str | None = option(None, "data root; None -> $ADMM_DATA, ./data, ../shared/data", hidden=True)
+    train_limit: int | None = option(
+        None,
+        "keep only this many training samples (small mode)",
+        group="data",
+        label="Training samples (0 = all)",
+        none=0,
+        min=0,
+        step=100,
     )
-    train_limit: int | None = field(
-        default=None,
-        metadata=ui(
-            "keep only this many training samples (small mode)",
-            group="data",
-            label="Training samples (0 = all)",
-            none=0,
-            min=0,
-            step=100,
-        ),
+    test_limit: int | None = option(
+        None, "keep only this many test samples", group="data", label="Test samples (0 = all)", none=0, min=0, step=100
     )
-    test_limit: int | None = field(
-        default=None,
-        metadata=ui(
-            "keep only this many test samples", group="data", label="Test samples (0 = all)", none=0, min=0, step=100
-        ),
+    augment: bool = option(
+        False,
+        "A new random view of every training image each epoch (random crop after padding, and a horizontal "
+        "flip unless turned off), on the device. Images only; block-admm, gotmare, online-admm, backprop.",
+        group="data",
+        label="Augment",
     )
-    augment: bool = field(
-        default=False,
-        metadata=ui(
-            "A new random view of every training image each epoch (random crop after padding, and a horizontal "
-            "flip unless turned off), on the device. Images only; block-admm, gotmare, online-admm, backprop.",
-            group="data",
-            label="Augment",
-        ),
+    augment_pad: int = option(
+        4,
+        "Padding of the crop: each image moves by up to this many pixels each way.",
+        group="data",
+        label="Shift ± pixels",
+        min=0,
+        max=16,
+        step=1,
+        enabled_if={"augment": True},
     )
-    augment_pad: int = field(
-        default=4,
-        metadata=ui(
-            "Padding of the crop: each image moves by up to this many pixels each way.",
-            group="data",
-            label="Shift ± pixels",
-            min=0,
-            max=16,
-            step=1,
-            enabled_if={"augment": True},
-        ),
-    )
-    augment_flip: bool = field(
-        default=True,
-        metadata=ui(
-            "Flip horizontally with probability ½ (off for digits: a flipped 2 is no 2).",
-            group="data",
-            label="Flip",
-            enabled_if={"augment": True},
-        ),
+    augment_flip: bool = option(
+        True,
+        "Flip horizontally with probability ½ (off for digits: a flipped 2 is no 2).",
+        group="data",
+        label="Flip",
+        enabled_if={"augment": True},
     )
 
     def __post_init__(self):
@@ -168,45 +158,37 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str = field(
-        default="mlp",
-        metadata=ui(
-            "the network: a key of admm_core.models.ARCHS",
-            group="network",
-            label="Network",
-            widget="radio",
-            choices=tuple(ARCHS),
-            labels={"mlp": "MLP", "resnet18": "ResNet-18"},
-        ),
+    arch: str = option(
+        "mlp",
+        "the network: a key of admm_core.models.ARCHS",
+        group="network",
+        label="Network",
+        widget="radio",
+        choices=tuple(ARCHS),
+        labels={"mlp": "MLP", "resnet18": "ResNet-18"},
     )
-    hidden: tuple[int, ...] = field(
-        default=(128, 128),
-        metadata=ui(
-            "Comma-separated widths; depth = number of widths + 1 (e.g. 128,128 is 784-128-128-10).",
-            group="network",
-            label="MLP hidden widths",
-            enabled_if={"arch": "mlp"},
-        ),
+    hidden: tuple[int, ...] = option(
+        (128, 128),
+        "Comma-separated widths; depth = number of widths + 1 (e.g. 128,128 is 784-128-128-10).",
+        group="network",
+        label="MLP hidden widths",
+        enabled_if={"arch": "mlp"},
     )
-    split: tuple[str, ...] | None = field(
-        default=None,
-        metadata=ui(
-            "A block ends after each chosen layer; no split = one block. Backprop never crosses a boundary. None: the architecture's default split.",
-            group="network",
-            label="Split after layers (block boundaries)",
-            widget="split",
-        ),
+    split: tuple[str, ...] | None = option(
+        None,
+        "A block ends after each chosen layer; no split = one block. Backprop never crosses a boundary. None: the architecture's default split.",
+        group="network",
+        label="Split after layers (block boundaries)",
+        widget="split",
     )
-    width: int = field(
-        default=64,
-        metadata=ui(
-            "ResNet base width w: stages of w, 2w, 4w, 8w channels (64 = standard; MLPs ignore it)",
-            group="network",
-            label="Base width",
-            min=1,
-            step=8,
-            disabled_if={"arch": "mlp"},
-        ),
+    width: int = option(
+        64,
+        "ResNet base width w: stages of w, 2w, 4w, 8w channels (64 = standard; MLPs ignore it)",
+        group="network",
+        label="Base width",
+        min=1,
+        step=8,
+        disabled_if={"arch": "mlp"},
     )
 
     def __post_init__(self):
@@ -235,83 +217,53 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = field(
-        default=10, metadata=ui("passes over the training data", group="train", label="Epochs", min=1, step=1)
+    epochs: int = option(10, "passes over the training data", group="train", label="Epochs", min=1, step=1)
+    batch_size: int = option(
+        64, "minibatch size of Θ-steps (and of online-admm's Z)", group="train", label="Batch size", min=1, step=1
     )
-    batch_size: int = field(
-        default=64,
-        metadata=ui(
-            "minibatch size of Θ-steps (and of online-admm's Z)", group="train", label="Batch size", min=1, step=1
-        ),
+    loss: str = option("mse", "mse: ½‖z − onehot(y)‖²; ce: cross-entropy", group="train", label="Loss", choices=LOSSES)
+    seed: int = option(0, "fixes init, data order and every random draw", group="train", label="Seed", min=0, step=1)
+    device: str = option("auto", "auto picks CUDA when there is one", group="train", label="Device", choices=DEVICES)
+    eval_every: int = option(
+        1,
+        "evaluate (and log a metrics line) every this many epochs",
+        group="train",
+        label="Evaluate every",
+        min=1,
+        step=1,
     )
-    loss: str = field(
-        default="mse",
-        metadata=ui("mse: ½‖z − onehot(y)‖²; ce: cross-entropy", group="train", label="Loss", choices=LOSSES),
-    )
-    seed: int = field(
-        default=0,
-        metadata=ui("fixes init, data order and every random draw", group="train", label="Seed", min=0, step=1),
-    )
-    device: str = field(
-        default="auto", metadata=ui("auto picks CUDA when there is one", group="train", label="Device", choices=DEVICES)
-    )
-    eval_every: int = field(
-        default=1,
-        metadata=ui(
-            "evaluate (and log a metrics line) every this many epochs",
-            group="train",
-            label="Evaluate every",
-            min=1,
-            step=1,
-        ),
-    )
-    checkpoint_every: int = field(
-        default=1,
-        metadata=ui(
-            "write a resumable checkpoint every this many epochs",
-            group="train",
-            label="Checkpoint every",
-            min=1,
-            step=1,
-        ),
+    checkpoint_every: int = option(
+        1, "write a resumable checkpoint every this many epochs", group="train", label="Checkpoint every", min=1, step=1
     )
     # GPU speed options (off by default; on a CPU they are slower): bf16 autocast of the network's
     # compute (Z, U, Θ stay float32), channels_last memory layout of images and convolutions
-    precision: str = field(
-        default="fp32",
-        metadata=ui(
-            "bf16: autocast of the network's compute on a GPU (Z, U, Θ stay float32); slower on a CPU",
-            group="more",
-            label="Precision",
-            choices=PRECISIONS,
-        ),
+    precision: str = option(
+        "fp32",
+        "bf16: autocast of the network's compute on a GPU (Z, U, Θ stay float32); slower on a CPU",
+        group="more",
+        label="Precision",
+        choices=PRECISIONS,
     )
-    channels_last: bool = field(
-        default=False,
-        metadata=ui(
-            "channels_last memory layout of images and convolutions (a GPU speed option)",
-            group="more",
-            label="channels_last",
-        ),
+    channels_last: bool = option(
+        False,
+        "channels_last memory layout of images and convolutions (a GPU speed option)",
+        group="more",
+        label="channels_last",
     )
-    diverge_factor: float = field(
-        default=100.0,
-        metadata=ui(
-            "training loss above this × its best (and its start) ends the run; 0: off",
-            group="more",
-            label="Diverge factor",
-            min=0.0,
-            step=10.0,
-        ),
+    diverge_factor: float = option(
+        100.0,
+        "training loss above this × its best (and its start) ends the run; 0: off",
+        group="more",
+        label="Diverge factor",
+        min=0.0,
+        step=10.0,
     )
-    lr_schedule: str = field(
-        default="constant",
-        metadata=ui(
-            "η over the run, the same for every method: constant, or cosine down to 0 at the last epoch",
-            group="train",
-            label="Θ schedule",
-            choices=LR_SCHEDULES,
-        ),
+    lr_schedule: str = option(
+        "constant",
+        "η over the run, the same for every method: constant, or cosine down to 0 at the last epoch",
+        group="train",
+        label="Θ schedule",
+        choices=LR_SCHEDULES,
     )
 
     def __post_init__(self):
@@ -343,24 +295,21 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    method: str = field(
-        default="block-admm",
-        metadata=ui("From the engine's method registry.", group="method", label="Method", choices=tuple(METHODS)),
+    method: str = option(
+        "block-admm", "From the engine's method registry.", group="method", label="Method", choices=tuple(METHODS)
     )
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     # the method's hyperparameters (see its settings class); the form shows the method's settings
     method_params: dict = field(default_factory=dict, metadata=ui("the method's settings", hidden=True))
-    preset: str | None = field(
-        default=None,
-        metadata=ui(
-            "Start from one of the paper's setups (fills every field); 'none' keeps your values.",
-            group="data",
-            label="Preset",
-            widget="select",
-            none="none",
-        ),
+    preset: str | None = option(
+        None,
+        "Start from one of the paper's setups (fills every field); 'none' keeps your values.",
+        group="data",
+        label="Preset",
+        widget="select",
+        none="none",
     )
 
     def __post_init__(self):
