@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from admm_core import cli, runs
+from admm_core import cli, status
 from admm_core.blocks import BlockNet
 from admm_core.config import RunConfig
 from admm_core.models import mlp_layers
@@ -75,8 +75,8 @@ def cli_call(argv) -> tuple[int, str, str]:
     """cli.main in-process: (exit code, stdout, stderr); an argparse usage error is its exit code
     (2), not a SystemExit; the process's signal handlers are left as they are."""
     out, err = io.StringIO(), io.StringIO()
-    saved = runs.install_stop_handlers
-    runs.install_stop_handlers = lambda: lambda: False
+    saved = status.install_stop_handlers  # the CLI imports it from admm_core.status when it runs
+    status.install_stop_handlers = lambda: lambda: False
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:
@@ -84,7 +84,7 @@ def cli_call(argv) -> tuple[int, str, str]:
             except SystemExit as e:
                 rc = e.code
     finally:
-        runs.install_stop_handlers = saved
+        status.install_stop_handlers = saved
     return rc, out.getvalue(), err.getvalue()
 
 

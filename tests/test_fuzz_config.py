@@ -8,7 +8,7 @@ on every run, so CI is reproducible; a failure prints the falsifying example and
 
 Paths exercised:
 
-- CLI: ``admm_core.cli.main(["train", ...])`` in-process, with ``runs.train`` replaced by a
+- CLI: ``admm_core.cli.main(["train", ...])`` in-process, with ``network.train`` replaced by a
   recorder (the engine's preflight and the run-directory creation are real).
 - Dashboard: ``form.config_from_form`` (what the Train page validates) followed by
   ``workers.start_run`` with the process launch replaced by a recorder.
@@ -27,7 +27,7 @@ from helpers import cli_call
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from admm_core import runs
+from admm_core import network
 from admm_core.config import RunConfig
 from admm_core.data import DATASETS
 from admm_core.methods import METHODS
@@ -78,13 +78,13 @@ class Recorder:
 def cli_harness(tmp_root: Path):
     """The training call recorded, ADMM_RUNS = tmp_root (helpers.cli_call leaves signals alone)."""
     rec = Recorder()
-    saved = (runs.train, os.environ.get("ADMM_RUNS"))
-    runs.train = rec
+    saved = (network.train, os.environ.get("ADMM_RUNS"))
+    network.train = rec  # the CLI imports train from admm_core.network when it runs
     os.environ["ADMM_RUNS"] = str(tmp_root)
     try:
         yield rec
     finally:
-        runs.train = saved[0]
+        network.train = saved[0]
         if saved[1] is None:
             os.environ.pop("ADMM_RUNS", None)
         else:
