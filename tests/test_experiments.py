@@ -140,7 +140,7 @@ def test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here(tmp_
     argv = ["run", "--pack", str(tmp_path / "lfw.npz"), "--out", str(out), "--runs", str(runs), "--ranks", "4"]
     assert dg.main(argv + [x for s in sets for x in ("--set", s)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["backbone.pt", "info.json", "r4.tar"]
-    assert run_mod.load_lfwa.__module__ == "admm_core.faces"  # the device-only patches are undone
+    assert run_mod.load_lfwa.__module__ == "admm_core.faces.lfw"  # the device-only patches are undone
     trained = read_json(runs / "r4" / "summary.json")
     assert trained["status"] == "finished" and "mean_attribute_accuracy" not in trained  # SVMs deferred
     assert dg.main(["collect", "--from", str(out), "--out", str(tmp_path / "bench")]) == 0
