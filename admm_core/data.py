@@ -434,7 +434,8 @@ def _load_cached(name: str, root: str | None, download: bool, limits: tuple = ()
 
 
 def load(name: str, root: str | None = None, download: bool = False, train_limit=None, test_limit=None) -> Dataset:
-    """Load a registered data set (cached per process), optionally truncated."""
+    """Load a registered data set (cached per process), optionally truncated. The tensors are
+    shared with every later load in this process (a limit is a view): never write into them."""
     if spec(name).limit_aware:
         return _load_cached(name, str(root) if root else None, download, (train_limit, test_limit))
     ds = _load_cached(name, str(root) if root else None, download)

@@ -258,7 +258,9 @@ def test_singular_solves_are_regularised_and_counted():
     assert s.ill_conditioned == 1 and s.solves == 2
     # a duplicated input column makes every layer-1 Gram singular: the run goes on and says so
     sess = build(digits_cfg("taylor", n=200, solve_eps=0.0))
-    sess.batch.x[:, 1] = sess.batch.x[:, 0]
+    x = sess.batch.x.clone()  # the session's inputs are the process-wide cached data set's rows (data.load)
+    x[:, 1] = x[:, 0]
+    sess.batch.x = x
     sess.method.run_epoch(sess.net, sess.state, sess.batch)
     diag = sess.method.diagnostics(sess.net, sess.state, sess.batch)
     assert diag["ill_conditioned"] > 0
