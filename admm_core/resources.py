@@ -53,8 +53,6 @@ class _DataShapes(Mapping):
 
 DATA_SHAPES: Mapping[str, tuple[tuple[int, ...], int, int, int]] = _DataShapes()
 
-LIFTED = ("admm-closed", "taylor", "dladmm", "bcd")  # methods that need a plain MLP (preflight)
-
 
 def _numel(shape) -> int:
     return int(math.prod(shape))
@@ -259,7 +257,9 @@ def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
     split = split_of(cfg) if layers is not None else ()
     if layers is not None:
         attempt("model.split", validate_split, cfg.model, [name for name, _, _ in layers], split)
-    if cfg.method in LIFTED and cfg.model.arch != "mlp":
+    from .methods.lifted import LiftedMethod  # closed-form layer solves: a plain MLP only
+
+    if issubclass(method_cls, LiftedMethod) and cfg.model.arch != "mlp":
         out["method"] = ConfigError(
             f"method = {cfg.method!r}: needs a plain MLP (model.arch = 'mlp'), not {cfg.model.arch!r}"
         )

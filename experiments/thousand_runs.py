@@ -187,17 +187,6 @@ def table(rows: list[dict], cold: float, rss: tuple, finished: int, live: int) -
     return "\n".join(out)
 
 
-CHROMIUM_ARGS = [  # tests/test_browser_dashboard.py's flags: no network beyond 127.0.0.1, no sandbox in CI
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 # what "shown" means per page: a CSS selector that appears once the page has drawn its content
 RUN_MENU = "[data-testid='stSelectbox']:has([data-testid='stWidgetLabel'] p:text-is('Run'))"
 BROWSER_PAGES = (  # (row, path, shown, shown while a run is live)
@@ -207,16 +196,19 @@ BROWSER_PAGES = (  # (row, path, shown, shown while a run is live)
 )
 
 
+def chromium_args() -> list[str]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from chromium import ARGS
+
+    return ARGS
+
+
 def chromium_path() -> str | None:
-    for p in (
-        os.environ.get("CHROMIUM"),
-        shutil.which("chromium"),
-        shutil.which("chromium-browser"),
-        "/usr/bin/chromium",
-    ):
-        if p and Path(p).exists():
-            return p
-    return None
+    """The test suite's system Chromium (tests/chromium.py), or None where there is none."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from chromium import CHROMIUM
+
+    return CHROMIUM if Path(CHROMIUM).exists() else None
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -361,7 +353,7 @@ def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120
     rows = []
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS, headless=True)
+            browser = pw.chromium.launch(executable_path=chromium_path(), args=chromium_args(), headless=True)
             try:
                 page = browser.new_page()  # the server's first page pays its imports: kept apart
                 t = time.perf_counter()

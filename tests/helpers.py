@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -125,20 +124,8 @@ def cpu_s(pid: int) -> float:
 
 # --- the dashboard in a real Chromium ------------------------------------------------------------
 
-CHROMIUM = (
-    os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
-)
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
+from chromium import ARGS, CHROMIUM  # noqa: E402, F401 - re-exported for the browser tests
+
 needs_chromium = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM} (apt-get install -y chromium)"
 )
