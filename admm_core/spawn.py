@@ -9,6 +9,8 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the folder holding admm_core/: `python -m admm_core` resolves
 NICE = 5  # a worker's niceness (experiments/thousand_runs.py --worker-nice measures others)
+AUTOGROUP = Path("/proc/self/autogroup")  # Linux's per-session scheduling group (sched(7), "autogroup")
+AUTOGROUP_NICE = True  # give the worker's autogroup the niceness too (False: the ablation's "before")
 
 
 def spawn_detached(cmd: list[str], log_path: Path, env: dict | None = None) -> tuple[subprocess.Popen, list[str]]:
@@ -19,6 +21,12 @@ def spawn_detached(cmd: list[str], log_path: Path, env: dict | None = None) -> t
     ``nice`` execs the command, so the pid is the worker's."""
     if shutil.which("nice"):
         cmd = ["nice", "-n", str(NICE), *cmd]
+    if AUTOGROUP_NICE and AUTOGROUP.exists() and shutil.which("sh"):
+        # The worker's new session is its own autogroup, and with autogroups on (the kernel's default here)
+        # CFS shares the CPU between autogroups first: `nice` alone only ranks the worker's threads against
+        # each other, so 4 workers took 4/5 of the cores from the browser whatever their niceness (issue 36).
+        # The autogroup's niceness is set from inside the session, before the exec.
+        cmd = ["sh", "-c", f'echo {NICE} > /proc/self/autogroup 2>/dev/null; exec "$@"', "sh", *cmd]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             cmd,

@@ -733,6 +733,11 @@ def test_worker_runs_at_lower_priority_and_stops(tmp_path):
     assert _wait(lambda: W.state_of(run_dir)["state"] == "running", 90), W.state_of(run_dir)
     pid = W.worker_pid(run_dir)
     assert os.getpriority(os.PRIO_PROCESS, pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + 5, 19)
+    # where the kernel groups sessions (autogroups), nice alone ranks the worker only against itself:
+    # its own session's group must carry the niceness too (without it: "nice 0", issue 36)
+    if Path(f"/proc/{pid}/autogroup").exists() and Path("/proc/self/autogroup").exists():
+        assert open(f"/proc/{pid}/autogroup").read().split()[-1] == "5", open(f"/proc/{pid}/autogroup").read()
+        assert open(f"/proc/{pid}/cmdline").read().split("\0")[1:3] == ["-m", "admm_core"]  # exec'd: the same pid
     assert W.stop_run(run_dir)
     assert _wait(lambda: W.state_of(run_dir)["state"] == "stopped", 60), W.state_of(run_dir)
 

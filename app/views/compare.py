@@ -60,7 +60,10 @@ def _stamp(dirs: list) -> tuple:
     return tuple(out)
 
 
-REDRAW_EVERY_S = 1.0  # a live chart is redrawn at most this often (live runs write several lines a second)
+# A live chart is redrawn at most this often. 1 s starved a slow browser: it got new figures before it had
+# drawn the last ones (4 live runs, load 11-13 on 2 cores: first chart after 7.7 and 19 s, never in 120 s in
+# 2 of 5 earlier runs; 5 s: 6.2 s twice; docs/reliability.md). Compare compares; the Train page follows live.
+REDRAW_EVERY_S = 5.0
 MAX_POINTS = 1500  # points drawn per curve (charts.thin: each bucket's first, lowest, highest); the CSV has all
 
 
@@ -129,7 +132,7 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
     )
     live = any((s or (0, 0, None))[2] in ui.ACTIVE for s in stamp)
     if live:
-        st.caption(":green-badge[live] redrawn as the shown runs write new evaluations")
+        st.caption(f":green-badge[live] redrawn every {REDRAW_EVERY_S:g} s while a shown run writes new evaluations")
         P.subscribe("cmp_charts", P.throttled(lambda: _stamp(dirs), 0.5), stamp, every=REDRAW_EVERY_S)
     else:
         P.unsubscribe("cmp_charts")
