@@ -148,43 +148,51 @@ def write(path: Path, lines: list[dict], tail: str = "") -> None:
     path.write_text("".join(json.dumps(m) + "\n" for m in lines) + tail)
 
 
-def test_tail_reads_only_new_complete_lines_and_equals_read_metrics(tmp_path):
+def _ask(tok: str, have: list[dict], gen: int) -> tuple[int, list[dict]]:
+    """What a page holding ``have`` (of generation ``gen``) keeps after one request: (gen, lines)."""
+    doc = json.loads(T.body(tok, len(have), gen))
+    return doc["gen"], have[: doc["start"]] + doc["lines"]
+
+
+def test_route_sends_only_new_complete_lines_equal_to_read_metrics(tmp_path, monkeypatch):
     run = tmp_path / "r"
     run.mkdir()
     ms = [{"epoch": e, "train_loss": 1.0 / (e + 1)} for e in range(5)]
     write(run / "metrics.jsonl", ms[:2], tail='{"epoch": 2, "train_lo')  # a line being written
-    t = T.tail(run)
-    assert t.lines == read_metrics(run) == ms[:2]
-    off = t.offset
+    tok = T.grant(run)
+    gen, have = _ask(tok, [], 0)
+    assert have == read_metrics(run)[:2] == ms[:2]  # the half line waits: the page counts what it holds
     with open(run / "metrics.jsonl", "a") as f:
         f.write('ss": 0.3333333333333333}\n' + json.dumps(ms[3]) + "\n" + "[1, 2]\n" + json.dumps(ms[4]) + "\n")
-    t2 = T.tail(run)
-    assert t2 is t and t.offset > off
-    assert t.lines == read_metrics(run) == [*ms[:2], {"epoch": 2, "train_loss": 0.3333333333333333}, ms[3], ms[4]]
-    assert [json.loads(r) for r in t.raw] == t.lines
+    sent = []
+    real = T.json.dumps
+    monkeypatch.setattr(T.json, "dumps", lambda o, **kw: sent.append(o) or real(o, **kw))
+    gen2, have = _ask(tok, have, gen)
+    assert gen2 == gen and sent[0] == have[2:]  # only the three new lines were sent
+    assert have == read_metrics(run) == [*ms[:2], {"epoch": 2, "train_loss": 0.3333333333333333}, ms[3], ms[4]]
 
 
-def test_tail_starts_over_when_the_file_is_replaced_or_truncated(tmp_path):
+def test_route_starts_over_when_the_file_is_replaced_truncated_or_rewritten(tmp_path):
     run = tmp_path / "r"
     run.mkdir()
     write(run / "metrics.jsonl", [{"epoch": e} for e in range(4)])
-    t = T.tail(run)
-    g = t.gen
+    tok = T.grant(run)
+    g0, have = _ask(tok, [], 0)
     write(run / "metrics.jsonl", [{"epoch": 9}])  # shorter: truncated / rewritten
-    T.tail(run)
-    assert t.gen == g + 1 and t.lines == [{"epoch": 9}]
+    g1, have = _ask(tok, have, g0)
+    assert g1 != g0 and have == [{"epoch": 9}]
     other = tmp_path / "new.jsonl"
     write(other, [{"epoch": 1}, {"epoch": 2}, {"epoch": 3}, {"epoch": 4}, {"epoch": 5}])
     other.replace(run / "metrics.jsonl")  # replaced by a longer file (another inode)
-    T.tail(run)
-    assert t.gen == g + 2 and [m["epoch"] for m in t.lines] == [1, 2, 3, 4, 5]
+    g2, have = _ask(tok, have, g1)
+    assert g2 not in (g0, g1) and [m["epoch"] for m in have] == [1, 2, 3, 4, 5]
     # a resume rewrites the file in place with the lines its checkpoint covers, then appends: by the
     # next read it may be longer than before, with other bytes before the old offset
     runs.reset_metrics(run, keep_through=2)
     for e in range(3, 9):
         runs.append_metrics(run, {"epoch": e, "train_loss": 0.5})
-    T.tail(run)
-    assert t.gen == g + 3 and t.lines == read_metrics(run) and len(t.lines) == 8
+    g3, have = _ask(tok, have, g2)
+    assert g3 not in (g0, g1, g2) and have == read_metrics(run) and len(have) == 8
 
 
 def test_route_body_sends_what_the_page_lacks_and_nothing_for_unknown_tokens(tmp_path):

@@ -6,9 +6,10 @@ the points were 9–11 s behind the disk. Here the live charts' page asks ``GET 
 twice a second and gets only the lines it does not have; Streamlit does nothing until the run's
 state changes.
 
-- One :class:`Tail` per run directory, shared by every tab: it keeps the complete lines read so
-  far and the byte offset, so a request reads only what was appended since (a replaced or
-  truncated file starts a new generation, and the page starts over).
+- The lines come from the engine's one incremental reader (:func:`admm_core.rundir.metrics_since`),
+  shared by every tab and every page: it keeps the complete lines read so far and the byte offset,
+  so a request reads only what was appended since (a replaced, truncated or rewritten file starts
+  a new generation, and the page starts over).
 - The page never names a path: the Streamlit page :func:`grant`\\ s a random token for the run
   directory it shows, and the route serves that directory's ``metrics.jsonl`` and status, nothing
   else (an unknown token is a 404).
@@ -27,19 +28,14 @@ import os
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
 
-from admm_core.rundir import read_json_dict
+from admm_core.rundir import metrics_since, read_json_dict
 
 ROUTE = "/api/admm/live"
 ENV = "ADMM_LIVE_ROUTE"  # set by app/serve.py: the route is mounted in this process
-MAX_TAILS = 256
-READ_LIMIT = 8 << 20  # bytes read per request at most: a huge backlog arrives over a few polls
-CHECK = 64  # bytes before the offset compared on each read: a file rewritten in place is read again
 
 _lock = threading.Lock()
-_tails: OrderedDict[str, Tail] = OrderedDict()  # run dir -> its tail (least recently used first)
 _tokens: dict[str, str] = {}  # token -> run dir
 _token_of: dict[str, str] = {}  # run dir -> token
 
@@ -58,81 +54,6 @@ def _clean(v):
     if isinstance(v, dict):
         return {k: _clean(x) for k, x in v.items()}
     return v
-
-
-class Tail:
-    """The complete lines of one run's metrics.jsonl, read incrementally.
-
-    ``raw[i]`` is line i as JSON text a browser can parse, ``lines[i]`` the same line parsed;
-    only dicts with an integer ``epoch`` count (as :func:`admm_core.runs.read_metrics`), and a
-    line still being written (no newline yet) waits for the next read.
-    """
-
-    def __init__(self, run_dir: Path):
-        self.run_dir = Path(run_dir)
-        self.path = self.run_dir / "metrics.jsonl"
-        self.gen = 0
-        self._reset()
-
-    def _reset(self, ino: int | None = None) -> None:
-        self.gen += 1
-        self.ino, self.offset, self.check = ino, 0, b""
-        self.raw: list[str] = []
-        self.lines: list[dict] = []
-
-    def update(self) -> None:
-        try:
-            f = open(self.path, "rb")
-        except OSError:
-            if self.offset:
-                self._reset()
-            return
-        with f:
-            st = os.fstat(f.fileno())
-            # replaced (another inode), truncated, or rewritten in place (a resume keeps the lines its
-            # checkpoint covers: runs.reset_metrics) so that the bytes before the offset changed
-            if self.ino is not None and (
-                st.st_ino != self.ino
-                or st.st_size < self.offset
-                or (self.check and os.pread(f.fileno(), len(self.check), self.offset - len(self.check)) != self.check)
-            ):
-                self._reset()
-            self.ino = st.st_ino
-            if st.st_size == self.offset:
-                return
-            f.seek(self.offset)
-            chunk = f.read(min(st.st_size - self.offset, READ_LIMIT))
-        end = chunk.rfind(b"\n") + 1
-        if not end:
-            return  # no complete line yet
-        self.offset += end
-        self.check = (self.check + chunk[:end])[-CHECK:]
-        for text in chunk[:end].decode("utf-8", errors="replace").splitlines():
-            try:
-                m = json.loads(text)
-            except ValueError:
-                continue
-            if not (isinstance(m, dict) and isinstance(m.get("epoch"), int) and not isinstance(m["epoch"], bool)):
-                continue
-            if "NaN" in text or "Infinity" in text:
-                m = _clean(m)
-                text = json.dumps(m)
-            self.lines.append(m)
-            self.raw.append(text.strip())
-
-
-def tail(run_dir: str | Path) -> Tail:
-    """The shared, updated tail of ``run_dir``."""
-    key = str(Path(run_dir))
-    with _lock:
-        t = _tails.get(key)
-        if t is None:
-            t = _tails[key] = Tail(Path(key))
-            while len(_tails) > MAX_TAILS:
-                _tails.popitem(last=False)
-        _tails.move_to_end(key)
-        t.update()
-        return t
 
 
 def grant(run_dir: str | Path) -> str:
@@ -180,8 +101,8 @@ def panel_status(run_dir: Path, lines: list[dict], status: dict | None = None) -
 
 def body(token: str, n: int, gen: int) -> bytes | None:
     """The route's answer for ``token``: the lines from ``n`` on (all of them when ``gen`` is not
-    the tail's generation, e.g. after a reset) and the panel's status, as JSON; None for an
-    unknown token."""
+    the reader's generation, e.g. after a rewrite) and the panel's status, as strict JSON; None for
+    an unknown token. Only complete lines: the page counts what it was given."""
     with _lock:
         run_dir = _tokens.get(token)
     if run_dir is None:
@@ -189,13 +110,16 @@ def body(token: str, n: int, gen: int) -> bytes | None:
     # the status before the lines: a worker appends its last line, then writes 'finished', and the
     # page stops asking once it reads an ended state, so the lines it gets with it must be complete
     st = read_json_dict(Path(run_dir) / "status.json")
-    t = tail(run_dir)
-    with _lock:
-        start = n if gen == t.gen and 0 <= n <= len(t.raw) else 0
-        raw, lines, g = t.raw[start:], list(t.lines), t.gen
-    status = panel_status(t.run_dir, lines, st)
+    g, _, lines = metrics_since(Path(run_dir), 0, None, partial=False)  # all: the status reads the last
+    start = n if gen == g and 0 <= n <= len(lines) else 0
+    status = panel_status(Path(run_dir), lines, st)
+    new = lines[start:]
+    try:
+        text = json.dumps(new, allow_nan=False)
+    except ValueError:  # NaN or ±inf in a line: null for the browser's JSON.parse
+        text = json.dumps(_clean(new))
     head = json.dumps({"gen": g, "start": start, "status": status, "now": time.time()})
-    return (head[:-1] + ',"lines":[' + ",".join(raw) + "]}").encode()
+    return (head[:-1] + ',"lines":' + text + "}").encode()
 
 
 async def endpoint(request):
