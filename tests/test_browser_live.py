@@ -95,26 +95,32 @@ def _machine() -> str:
 
 
 LAG_HEAD = (
-    "| when (UTC) | server | tabs | median lag | p90 | worst | all charts: median / worst | missing |"
-    " server CPU | browser CPU | load average |\n|---|---|---|---|---|---|---|---|---|---|---|"
+    "| when (UTC) | machine | server | tabs | median lag | p90 | worst | all charts: median / worst | missing |"
+    " server CPU | browser CPU | load average |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def _write_lag_row(doc: Path, r: dict, keep: int = 12) -> None:
     """Add this measurement to the table between ``<!-- live-lag -->`` markers in ``doc`` (newest
-    last, the last ``keep`` rows), with the machine named above it."""
+    last, the last ``keep`` rows), each row naming its machine (rows written before the column
+    existed get the machine the table named above them then)."""
     text = doc.read_text()
     a, b = "<!-- live-lag -->", "<!-- /live-lag -->"
     i, j = text.index(a) + len(a), text.index(b)
-    old = [ln for ln in text[i:j].splitlines() if ln.startswith("| 20")]
+    was = re.search(r"Machine: ([^;]+);", text[i:j])
+    old = [
+        ln if ln.count("|") == LAG_HEAD.count("|") // 2 else ln.replace(" |", f" | {was.group(1) if was else '?'} |", 1)
+        for ln in text[i:j].splitlines()
+        if ln.startswith("| 20")
+    ]
     entry = "app/main.py (pushed)" if os.environ.get("DASH_ENTRY") == "main" else "app/serve.py (fetched)"
     row = (
-        f"| {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} | {entry} | {r['tabs']} | {r['median_s']} s | {r['p90_s']} s |"
+        f"| {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} | {_machine()} | {entry} | {r['tabs']} | {r['median_s']} s | {r['p90_s']} s |"
         f" {r['worst_s']} s | {r.get('median_all_charts_s')} / {r.get('worst_all_charts_s')} s | {r['missing']} of"
         f" {r['points'] + r['missing']} | {r['server_cpu_pct']} % | {r['browser_cpu_pct']} % | {r['loadavg']} |"
     )
     rows = (old + [row])[-keep:]
-    body = f"\nMachine: {_machine()}; written by `DASH_LAG_DOC=docs/dashboard.md pytest tests/test_browser_live.py -k eight`.\n\n"
+    body = "\nWritten by `DASH_LAG_DOC=docs/dashboard.md pytest tests/test_browser_live.py -k eight`.\n\n"
     doc.write_text(text[:i] + body + LAG_HEAD + "\n" + "\n".join(rows) + "\n" + text[j:])
 
 
