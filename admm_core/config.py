@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .data import DATASETS
+from .data import names_for as datasets_for
 from .errors import ConfigError, check
+from .kinds import NETWORK
 from .methods import METHODS, make_method
+from .methods import names_for as methods_for
 from .methods.base import LR_SCHEDULES
-from .models import ARCHS
+from .models import ARCHS, archs_for
 
 __all__ = [
     "ConfigError",
@@ -92,7 +95,7 @@ class DataConfig:
         group="data",
         label="Data set",
         key="data",
-        choices=tuple(DATASETS),
+        choices=datasets_for(NETWORK),  # the form's menu; LFWA serves DeepFacto (its own config)
     )
     root: str | None = option(None, "data root; None -> $ADMM_DATA, ./data, ../shared/data", hidden=True)
     train_limit: int | None = option(
@@ -164,7 +167,7 @@ class ModelConfig:
         group="network",
         label="Network",
         widget="radio",
-        choices=tuple(ARCHS),
+        choices=archs_for(NETWORK),  # the face backbone is DeepFacto's block 1
         labels={"mlp": "MLP", "resnet18": "ResNet-18"},
     )
     hidden: tuple[int, ...] = option(
@@ -296,7 +299,11 @@ class TrainConfig:
 @dataclass(frozen=True)
 class RunConfig:
     method: str = option(
-        "block-admm", "From the engine's method registry.", group="method", label="Method", choices=tuple(METHODS)
+        "block-admm",
+        "From the engine's method registry.",
+        group="method",
+        label="Method",
+        choices=methods_for(NETWORK),  # deepfacto runs with its own task and config
     )
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
