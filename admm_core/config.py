@@ -16,7 +16,7 @@ from typing import Any
 from .data import DATASETS
 from .data import names_for as datasets_for
 from .errors import ConfigError, check
-from .kinds import NETWORK
+from .kinds import KINDS, NETWORK
 from .methods import METHODS, make_method
 from .methods import names_for as methods_for
 from .methods.base import LR_SCHEDULES
@@ -343,14 +343,19 @@ class RunConfig:
 
     # --- JSON round-trip -------------------------------------------------------------
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The config as JSON data, with the run's ``kind`` (the method's, :mod:`admm_core.kinds`):
+        a run's config.json records what kind of run it is."""
+        return {"kind": METHODS[self.method].kind, **dataclasses.asdict(self)}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
+        """The config of :meth:`to_dict`'s data; ``kind`` may be absent (files written before it was recorded)."""
         d = dict(d)
+        kind = d.pop("kind", None)
+        check(kind is None or (isinstance(kind, str) and kind in KINDS), "kind", kind, f"choose from {sorted(KINDS)}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         check(not unknown, "config", sorted(unknown), "unknown keys")
@@ -366,7 +371,10 @@ class RunConfig:
                     if isinstance(vals.get(k), list):
                         vals[k] = tuple(vals[k])
                 d[key] = klass(**vals)
-        return cls(**d)
+        cfg = cls(**d)
+        made = METHODS[cfg.method].kind
+        check(kind in (None, made), "kind", kind, f"method {cfg.method!r} makes runs of kind {made!r}")
+        return cfg
 
     @classmethod
     def from_json(cls, text: str) -> "RunConfig":

@@ -4,6 +4,7 @@ engine's menus leave them out, the preflight names a mismatch, a run's config.js
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -126,7 +127,18 @@ def test_the_preflight_names_a_method_asked_of_another_kinds_data_or_network():
     assert estimate_memory(ok)["state_bytes"] == 4 * (100 * (4 * z1 + 32 * 64 + 2 * 128) + FACE_FEATURES * 32)
 
 
-def test_a_deepfacto_run_config_names_the_registry_records():
+def test_a_run_config_records_its_kind():
+    cfg = RunConfig(method="gotmare")
+    d = json.loads(cfg.to_json())
+    assert d["kind"] == kinds.NETWORK and kinds.run_kind(d) == kinds.NETWORK
+    assert RunConfig.from_dict(d) == cfg
+    del d["kind"]  # a config.json written before the kind was recorded
+    assert RunConfig.from_dict(d) == cfg
+    with pytest.raises(ConfigError, match="kind.*choose from"):
+        RunConfig.from_dict({**d, "kind": "cooking"})
+    with pytest.raises(ConfigError, match="method 'gotmare' makes runs of kind 'network'"):
+        RunConfig.from_dict({**d, "kind": kinds.DEEPFACTO})
+    # a DeepFacto run's config.json: the kind, method, data set and backbone are the registry's
     df = run_config_dict(DeepFactoConfig(rank=4))
     assert (df["kind"], df["method"], df["data"]["name"], df["model"]["arch"]) == (
         "deepfacto",
