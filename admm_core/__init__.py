@@ -42,3 +42,7 @@ def _version() -> str:
 
 
 __version__ = _version()
+
+# DeepFacto's registry entries (the method, the face backbone, LFWA) come from its own modules, which
+# import the registries; importing them here makes every registry complete whatever is imported first
+from .deepfacto import method as _deepfacto_method  # noqa: E402, F401

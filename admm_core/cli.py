@@ -17,8 +17,10 @@ from pathlib import Path
 from . import data as data_mod
 from .config import ConfigError, ModelConfig, RunConfig, augment_changes, parse_sets
 from .errors import CheckpointError, DataError, ImageError
+from .kinds import NETWORK
 from .methods import METHODS
-from .models import ARCHS
+from .methods import names_for as methods_for
+from .models import ARCHS, archs_for
 from .presets import PRESETS, preset_config
 
 
@@ -215,7 +217,8 @@ def cmd_archs(a) -> int:
     for name, arch in ARCHS.items():
         names = [n for n, _, _ in arch.table((3, 32, 32), ModelConfig(name), 10)]
         split = arch.splits if arch.splits is not None else tuple(names[:-1])
-        print(f"{name}: {arch.label or name}{' (image inputs)' if arch.image_input else ''}")
+        serves = "" if arch.kind == "network" else f"; {arch.kind} runs"
+        print(f"{name}: {arch.label or name}{' (image inputs)' if arch.image_input else ''}{serves}")
         print(
             f"    layers {', '.join(names)}; split after any of {', '.join(split)}; default {','.join(arch.default_split(names))}"
         )
@@ -227,9 +230,10 @@ def cmd_datasets(a) -> int:
     here = set(data_mod.available(a.data_root))
     for name, s in data_mod.DATASETS.items():
         where = f"ships with {s.ships_with}" if s.bundled else "<root>/" + " or <root>/".join(s.files)
+        serves = "" if s.kind == "network" else f"; {s.kind} runs"
         print(
-            f"{name}: {'available' if name in here else 'not found'}; input {s.input_shape}, {s.n_classes} classes, "
-            f"{s.n_train} / {s.n_test} samples; {where}"
+            f"{name}: {'available' if name in here else 'not found'}; input {s.input_shape}, {s.n_classes} {s.labels}, "
+            f"{s.n_train} / {s.n_test} samples; {where}{serves}"
         )
     return 0
 
@@ -374,17 +378,17 @@ def make_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train one configuration into a run directory")
     t.add_argument("--preset", help=f"one of: {', '.join(PRESETS)}")
-    t.add_argument("--method", help=f"one of: {', '.join(METHODS)}")
+    t.add_argument("--method", help=f"one of: {', '.join(methods_for(NETWORK))} (DeepFacto: --preset lfwa-deepfacto)")
     t.add_argument("--config", help="a config.json to start from (e.g. of an earlier run)")
     t.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     t.add_argument("--out", metavar="DIR", help="run directory (default: runs/<time>-<preset>-<method>-s<seed>)")
     t.add_argument("--epochs", type=int)
-    t.add_argument("--data", help=f"data set name (overrides the preset): {', '.join(data_mod.DATASETS)}")
+    t.add_argument("--data", help=f"data set name (overrides the preset): {', '.join(data_mod.names_for(NETWORK))}")
     folders = ", ".join(data_mod.data_folders())
     t.add_argument("--data-root", help=f"folder holding any of {folders} (default: $ADMM_DATA)")
     t.add_argument("--train-limit", type=int, help="use only the first N training samples")
     t.add_argument("--test-limit", type=int, help="use only the first N test samples")
-    t.add_argument("--arch", choices=list(ARCHS))
+    t.add_argument("--arch", choices=list(archs_for(NETWORK)))
     t.add_argument("--hidden", help="MLP hidden widths, e.g. 128,128")
     t.add_argument(
         "--split",
@@ -448,7 +452,7 @@ def make_parser() -> argparse.ArgumentParser:
         "setting (see `methods`), split, hidden, loss or batch_size.",
     )
     w.add_argument("--preset", help=f"one of: {', '.join(PRESETS)}")
-    w.add_argument("--method", help=f"one of: {', '.join(METHODS)}")
+    w.add_argument("--method", help=f"one of: {', '.join(methods_for(NETWORK))}")
     w.add_argument(
         "--trials", type=int, help="trial budget: finished + pruned trials (default 20; raises a resumed study's)"
     )

@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .data import DATASETS
+from .data import names_for as datasets_for
 from .errors import ConfigError, check
+from .kinds import KINDS, NETWORK
 from .methods import METHODS, make_method
+from .methods import names_for as methods_for
 from .methods.base import LR_SCHEDULES
-from .models import ARCHS
+from .models import ARCHS, archs_for
 
 __all__ = [
     "ConfigError",
@@ -92,7 +95,7 @@ class DataConfig:
         group="data",
         label="Data set",
         key="data",
-        choices=tuple(DATASETS),
+        choices=datasets_for(NETWORK),  # the form's menu; LFWA serves DeepFacto (its own config)
     )
     root: str | None = option(None, "data root; None -> $ADMM_DATA, ./data, ../shared/data", hidden=True)
     train_limit: int | None = option(
@@ -164,7 +167,7 @@ class ModelConfig:
         group="network",
         label="Network",
         widget="radio",
-        choices=tuple(ARCHS),
+        choices=archs_for(NETWORK),  # the face backbone is DeepFacto's block 1
         labels={"mlp": "MLP", "resnet18": "ResNet-18"},
     )
     hidden: tuple[int, ...] = option(
@@ -296,7 +299,11 @@ class TrainConfig:
 @dataclass(frozen=True)
 class RunConfig:
     method: str = option(
-        "block-admm", "From the engine's method registry.", group="method", label="Method", choices=tuple(METHODS)
+        "block-admm",
+        "From the engine's method registry.",
+        group="method",
+        label="Method",
+        choices=methods_for(NETWORK),  # deepfacto runs with its own task and config
     )
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -336,14 +343,19 @@ class RunConfig:
 
     # --- JSON round-trip -------------------------------------------------------------
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The config as JSON data, with the run's ``kind`` (the method's, :mod:`admm_core.kinds`):
+        a run's config.json records what kind of run it is."""
+        return {"kind": METHODS[self.method].kind, **dataclasses.asdict(self)}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
+        """The config of :meth:`to_dict`'s data; ``kind`` may be absent (files written before it was recorded)."""
         d = dict(d)
+        kind = d.pop("kind", None)
+        check(kind is None or (isinstance(kind, str) and kind in KINDS), "kind", kind, f"choose from {sorted(KINDS)}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         check(not unknown, "config", sorted(unknown), "unknown keys")
@@ -359,7 +371,10 @@ class RunConfig:
                     if isinstance(vals.get(k), list):
                         vals[k] = tuple(vals[k])
                 d[key] = klass(**vals)
-        return cls(**d)
+        cfg = cls(**d)
+        made = METHODS[cfg.method].kind
+        check(kind in (None, made), "kind", kind, f"method {cfg.method!r} makes runs of kind {made!r}")
+        return cfg
 
     @classmethod
     def from_json(cls, text: str) -> "RunConfig":

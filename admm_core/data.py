@@ -28,7 +28,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 class Dataset:
     name: str
     x_train: torch.Tensor  # (N, ...) float32
-    y_train: torch.Tensor  # (N,) int64
+    y_train: torch.Tensor  # (N,) int64 class indices, or (N, A) 0/1 attributes (a set whose labels are attributes)
     x_test: torch.Tensor
     y_test: torch.Tensor
     n_classes: int
@@ -366,10 +366,15 @@ class DatasetSpec:
     ``loader(root, download[, train_limit, test_limit]) -> Dataset``; ``input_shape`` per sample and
     ``n_classes``, ``n_train`` / ``n_test`` the sizes the loader gives (the memory estimate reads
     them; tests check them against the loaders: test_reliability.py the bundled sets, test_data.py
-    MNIST and Fashion-MNIST where present); ``files``: paths under a data root whose presence means
-    the set is there (any one of them); ``bundled``: shipped inside the dependency ``ships_with``
-    (always available, no files); ``limit_aware``: the loader takes the limits and decodes only
-    what they keep.
+    MNIST, Fashion-MNIST and LFWA where present); ``files``: paths under a data root whose presence
+    means the set is there (any one of them); ``bundled``: shipped inside the dependency
+    ``ships_with`` (always available, no files); ``limit_aware``: the loader takes the limits and
+    decodes only what they keep.
+
+    ``labels``: "classes" (y is one class index per sample, ``n_classes`` of them) or "attributes"
+    (y is ``n_classes`` binary attributes per sample, e.g. LFWA's 40). ``kind``: the kind of run
+    the set serves (:data:`admm_core.kinds.KINDS`): "network" sets feed the classification
+    engine (the Train form's menu, presets, sweeps); LFWA serves DeepFacto only.
     """
 
     name: str
@@ -382,6 +387,8 @@ class DatasetSpec:
     bundled: bool = False
     ships_with: str | None = None
     limit_aware: bool = False
+    labels: str = "classes"
+    kind: str = "network"
 
     def present(self, roots: list[Path]) -> bool:
         return self.bundled or any((r / f).exists() for r in roots for f in self.files)
@@ -442,7 +449,13 @@ def load(name: str, root: str | None = None, download: bool = False, train_limit
     return ds.limit(train_limit, test_limit) if (train_limit or test_limit) else ds
 
 
-def available(root: str | None = None) -> list[str]:
-    """Names of the data sets that can be loaded here (bundled ones always), in registry order."""
+def available(root: str | None = None, kind: str | None = None) -> list[str]:
+    """Names of the data sets that can be loaded here (bundled ones always), in registry order;
+    with ``kind`` only those serving that kind of run (``DatasetSpec.kind``)."""
     roots = candidate_roots(root)
-    return [name for name, s in DATASETS.items() if s.present(roots)]
+    return [name for name, s in DATASETS.items() if s.present(roots) and kind in (None, s.kind)]
+
+
+def names_for(kind: str) -> tuple[str, ...]:
+    """The registered data sets that serve runs of ``kind`` (:data:`admm_core.kinds.KINDS`)."""
+    return tuple(name for name, s in DATASETS.items() if s.kind == kind)

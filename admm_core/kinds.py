@@ -1,10 +1,11 @@
 """What kind of run a run directory holds: the one place that decides it.
 
 A run records its kind: ``status.json["kind"]`` (written by the run loop when the run starts,
-:mod:`admm_core.loop`) and, for a DeepFacto run, ``config.json["kind"]`` too (written when the
-run is created, before any worker starts). Runs saved before the kind was recorded are read by
-the rule of their time: a top-level ``deepfacto`` key in config.json, or a preset whose name
-starts with ``lfwa``, is a DeepFacto run; anything else trained a network.
+:mod:`admm_core.loop`) and ``config.json["kind"]`` (written when the run is created, before any
+worker starts: the kind of its method, ``kind`` on the method class of
+:data:`admm_core.methods.METHODS`). Runs saved before the kind was recorded are read by the rule
+of their time: a top-level ``deepfacto`` key in config.json, or a preset whose name starts with
+``lfwa``, is a DeepFacto run; anything else trained a network.
 
 No torch, no run files read here: callers pass the dicts they already hold.
 """
@@ -31,7 +32,11 @@ def run_kind(cfg: dict | None, status: dict | None = None) -> str:
     return NETWORK
 
 
-def metrics_kind(metrics: list[dict]) -> str:
-    """The kind a run's metrics lines show (for charts drawn from lines alone): a DeepFacto run
-    logs ``nmf_residual``."""
-    return DEEPFACTO if any("nmf_residual" in m for m in metrics) else NETWORK
+def run_method(cfg: dict | None, status: dict | None = None) -> str | None:
+    """The registry name of the method that trained the run: config.json's ``method`` for a
+    network run; ``deepfacto`` for a DeepFacto run, whose config.json said "block-admm" before
+    DeepFacto was a method of the registry (the kind's one method bears the kind's name)."""
+    if run_kind(cfg, status) == DEEPFACTO:
+        return DEEPFACTO
+    method = cfg.get("method") if isinstance(cfg, dict) else None
+    return method if isinstance(method, str) else None

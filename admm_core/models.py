@@ -5,6 +5,8 @@
 - ResNet-18 for 32×32 inputs (torchvision's, 3×3 stride-1 first conv, no max-pool):
   layers ``stem``, ``conv2_x``, ``conv3_x``, ``conv4_x``, ``conv5_x``, ``head``; base width
   ``model.width`` (64 = the standard net; 16 = the CPU-sized one).
+- ``face-resnet18s``, DeepFacto's face backbone, is registered by :mod:`admm_core.faces.backbone`
+  (its network lives there).
 
 Weights keep PyTorch's default initialisation (seeded). Its variance shrinks activations
 layer by layer, which is exactly what makes deep plain MLPs hard for backprop (the
@@ -83,17 +85,19 @@ def mlp_table(in_shape: tuple[int, ...], cfg: ModelConfig, n_out: int) -> list:
     return [(f"fc{i}", (widths[i],), widths[i - 1] * widths[i] + widths[i]) for i in range(1, len(widths))]
 
 
+def basic_block_params(cin: int, cout: int, stride: int) -> int:
+    """Parameters of torchvision's BasicBlock: two 3×3 convs + BN, a 1×1 conv + BN where the shape changes."""
+    down = cin * cout + 2 * cout if (stride != 1 or cin != cout) else 0
+    return cin * cout * 9 + 2 * cout + cout * cout * 9 + 2 * cout + down
+
+
 def resnet18_table(in_shape: tuple[int, ...], cfg: ModelConfig, n_out: int) -> list:
-    """:func:`resnet18_layers` by arithmetic: BasicBlocks (two 3×3 convs + BN, a 1×1 conv + BN where
-    the shape changes), stride-2 stages halve H and W (⌈H/2⌉: 3×3, padding 1)."""
+    """:func:`resnet18_layers` by arithmetic: BasicBlocks (:func:`basic_block_params`), stride-2 stages
+    halve H and W (⌈H/2⌉: 3×3, padding 1)."""
     if len(in_shape) != 3:
         raise ConfigError(f"model.arch = 'resnet18': needs image inputs (C, H, W), got shape {in_shape}")
     c, h, w = in_shape
-
-    def basic(cin, cout, stride):
-        down = cin * cout + 2 * cout if (stride != 1 or cin != cout) else 0
-        return cin * cout * 9 + 2 * cout + cout * cout * 9 + 2 * cout + down
-
+    basic = basic_block_params
     b = cfg.width
     out = [("stem", (b, h, w), c * b * 9 + 2 * b), ("conv2_x", (b, h, w), 2 * basic(b, b, 1))]
     cin = b
@@ -115,7 +119,10 @@ class Arch:
     tests/test_archs.py checks it against the network built on torch's meta device for every
     architecture and several widths. ``splits``: the layers a split may follow (None: any but the
     last); ``default_split(names)``: the split when the config gives none; ``label``: its name on
-    screen; ``image_input``: it needs (C, H, W) inputs (a flat data set is refused before a run).
+    screen; ``image_input``: it needs (C, H, W) inputs (a flat data set is refused before a run);
+    ``kind``: the kind of run it serves (:data:`admm_core.kinds.KINDS`): "network" architectures
+    are trained by the network methods (the Train form's menu, presets, sweeps), the face backbone
+    is DeepFacto's block 1.
     """
 
     build: Callable
@@ -124,6 +131,7 @@ class Arch:
     default_split: Callable
     label: str = ""
     image_input: bool = False
+    kind: str = "network"
 
 
 ARCHS: dict[str, Arch] = {
@@ -143,6 +151,11 @@ ARCHS: dict[str, Arch] = {
         image_input=True,
     ),
 }
+
+
+def archs_for(kind: str) -> tuple[str, ...]:
+    """The registered architectures that serve runs of ``kind`` (:data:`admm_core.kinds.KINDS`)."""
+    return tuple(name for name, a in ARCHS.items() if a.kind == kind)
 
 
 def register_arch(name: str, arch: Arch) -> Arch:

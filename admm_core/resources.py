@@ -30,7 +30,7 @@ from .config import ModelConfig, RunConfig
 from .errors import ConfigError, DataError, check
 from .methods import METHODS
 from .methods.base import StateSizes
-from .models import ARCHS
+from .models import ARCHS, archs_for
 
 FLOAT = 4  # float32 bytes
 
@@ -252,6 +252,20 @@ def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
             f"data.name = {cfg.data.name!r}: not found under the data root (looked in: {roots}); set ADMM_DATA or data.root"
         )
     method_cls = METHODS[cfg.method]
+    # a method trains the data sets and architectures of its own kind of run (admm_core.kinds)
+    kind, ds, arch = method_cls.kind, data_mod.DATASETS[cfg.data.name], ARCHS[cfg.model.arch]
+    if ds.kind != kind:
+        sets = ", ".join(data_mod.names_for(kind))
+        out["data.name"] = ConfigError(
+            f"data.name = {cfg.data.name!r}: a data set of {ds.kind} runs; method {cfg.method!r} trains on: {sets}"
+        )
+    if arch.kind != kind:
+        archs = ", ".join(archs_for(kind))
+        out["model.arch"] = ConfigError(
+            f"model.arch = {cfg.model.arch!r}: a network of {arch.kind} runs; method {cfg.method!r} trains: {archs}"
+        )
+    if ds.kind != kind or arch.kind != kind:
+        return out  # the checks below would only restate the mismatch
     shape = DATA_SHAPES[cfg.data.name][0]
     layers = attempt("model.arch", layers_of, cfg)
     split = split_of(cfg) if layers is not None else ()

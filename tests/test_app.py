@@ -25,13 +25,15 @@ from streamlit.testing.v1 import AppTest
 from admm_core.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from admm_core.data import available
 from admm_core.errors import ConfigError
-from admm_core.methods import METHODS
-from admm_core.models import ARCHS
+from admm_core.methods import names_for
+from admm_core.models import archs_for
 from admm_core.presets import PRESETS, preset_config
 from admm_core.runs import read_json, train, write_json
 from app.dashboard import faces
 from app.dashboard import form as F
 from app.dashboard import workers as W
+
+NETWORK_METHODS = names_for("network")  # deepfacto runs with its own task
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app"
@@ -113,7 +115,7 @@ def test_form_round_trip_reproduces_every_preset(preset):
     every method; the full validation (preflight) accepts it wherever the engine would."""
     from admm_core.resources import preflight_problems as preflight
 
-    for method in METHODS:
+    for method in NETWORK_METHODS:
         cfg = preset_config(preset, method)
         form = F.form_from_config(cfg)
         back, warnings = F.from_query(F.to_query(form))
@@ -177,7 +179,7 @@ def test_form_fields_come_from_the_config_dataclasses():
     shown = {f.path: f for f in F.FIELDS if f.kind != "hidden"}
     assert {"model.width", "data.test_limit", "train.precision", "train.diverge_factor"} <= set(shown)
     assert all(f.label and f.help for f in shown.values())
-    assert shown["model.arch"].choices == tuple(ARCHS) and shown["data.name"].kind == "select"
+    assert shown["model.arch"].choices == archs_for("network") and shown["data.name"].kind == "select"
     assert shown["data.test_limit"].none == 0 and shown["model.hidden"].kind == "widths"
     form = F.form_from_config(preset_config("cifar10-resnet18-small"))
     assert (form["width"], form["test_limit"], form["train_limit"]) == (16, 1000, 1000)

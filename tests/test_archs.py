@@ -14,6 +14,9 @@ from admm_core.resources import DATA_SHAPES, estimate_memory
 CASES = {
     "mlp": [((64,), ModelConfig("mlp", ())), ((1, 28, 28), ModelConfig("mlp", (300, 100))), ((3, 8, 8), ModelConfig("mlp", (7,) * 19))],
     "resnet18": [((3, 32, 32), ModelConfig("resnet18", (), width=w)) for w in (8, 16, 64)] + [((1, 28, 28), ModelConfig("resnet18", (), width=16))],
+    # DeepFacto's face backbone: LFWA's 64×64 faces at two widths, and sides that stride 2 rounds up (36 → 18 → 9 → 5)
+    "face-resnet18s": [((3, 64, 64), ModelConfig("face-resnet18s", (), width=w)) for w in (4, 16)]
+    + [((3, 36, 36), ModelConfig("face-resnet18s", (), width=8))],
 }  # fmt: skip
 
 
@@ -52,3 +55,25 @@ def test_memory_estimate_follows_the_resnet_width(width):
     assert est["param_bytes"] == 4 * params
     # Z_1 after conv3_x (2w channels at 16×16) and Z_2 the 10 logits, with their duals, per sample
     assert est["state_bytes"] == 2 * 100 * (2 * width * 16 * 16 + 10) * 4
+
+
+def test_the_face_backbone_record_is_the_network_deepfacto_trains():
+    """The record's layers compose to the backbone's own ``features`` (through ``expand``) and ``forward``,
+    and its Z_1 has the NMF module's C channels at S/8 × S/8 (LFWA's record gives S)."""
+    from admm_core.data import DATASETS
+    from admm_core.faces.backbone import FACE_ARCH, FACE_FEATURES, backbone_widths, face_backbone
+
+    shape = DATASETS["lfwa"].input_shape
+    torch.manual_seed(0)
+    net = face_backbone(backbone_widths(4), emb_dim=12).eval()
+    x = torch.rand(3, *shape)
+    z, names = x, []
+    with torch.no_grad():
+        for name, layer in net.layers().items():
+            z = layer(z)
+            names.append(name)
+            if name == "expand":
+                assert torch.equal(z, net.features(x)) and z.shape[1:] == (FACE_FEATURES, shape[1] // 8, shape[2] // 8)
+        assert torch.allclose(z, net(x))
+    assert names == layer_names(ModelConfig(FACE_ARCH, (), width=4))
+    assert ARCHS[FACE_ARCH].kind == "deepfacto" and ARCHS[FACE_ARCH].default_split(names) == ("expand",)

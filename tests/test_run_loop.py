@@ -33,9 +33,13 @@ def test_run_kind_reads_the_old_layout_by_the_old_rule():
         assert run_kind(nothing) == "network"
 
 
-def test_metrics_kind():
-    assert kinds.metrics_kind([{"epoch": 0, "nmf_residual": 0.5}]) == "deepfacto"
-    assert kinds.metrics_kind([{"epoch": 0, "train_loss": 1.0}]) == "network"
+def test_run_method_is_read_off_what_the_run_recorded():
+    """The charts' method: a DeepFacto run of either layout is the deepfacto method's (its old
+    config.json said "block-admm"), a network run its config's method; no metrics key is read."""
+    assert kinds.run_method({"kind": "deepfacto", "method": "block-admm"}) == "deepfacto"
+    assert kinds.run_method({"deepfacto": {"rank": 4}, "method": "block-admm"}) == "deepfacto"
+    assert kinds.run_method({"method": "gotmare"}, {"kind": "network"}) == "gotmare"
+    assert kinds.run_method(None) is None
 
 
 def test_a_deepfacto_config_records_its_kind():

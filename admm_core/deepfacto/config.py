@@ -10,12 +10,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data import DATASETS
 from ..errors import check
+from ..faces.lfw import LFWA_TEST_FRACTION
+from .method import M_UPDATES, S_MODES, DeepFacto
 
 PRESET = "lfwa-deepfacto"
 PAPER_MEAN = {4: 74.8, 32: 81.4, 256: 87.0}  # paper table attr_lfw, mean over the 40 attributes (%)
-S_MODES = ("projection", "admm")
-M_UPDATES = ("gradient", "exact")
 SVM_SOLVERS = ("liblinear", "newton")
 BACKBONE_SOURCES = ("shipped", "train")
 # fields added after runs were saved, with the value those runs used (their config.json lacks them)
@@ -32,8 +33,9 @@ class DeepFactoConfig:
     rank: int = 32  # r, rank of the NMF module (paper: 4, 32, 256)
     seed: int = 0  # fixes split, init and draws
     data_root: str | None = None  # folder holding lfw/ (None: $ADMM_DATA, ./data, ../shared/data)
-    image_size: int = 64  # input pixels (the 160×160 crop is resized); Z_1 is C × size/8 × size/8
-    test_fraction: float = 0.2  # share of identities held out (attribute SVM test + verification)
+    # input pixels (the 160×160 crop is resized; default: LFWA's record); Z_1 is C × size/8 × size/8
+    image_size: int = DATASETS["lfwa"].input_shape[-1]
+    test_fraction: float = LFWA_TEST_FRACTION  # share of identities held out (attribute SVM test + verification)
     data_limit: int | None = None  # smoke mode: only the first N labelled images (alphabetical by person)
     backbone_weights: str | None = None  # a backbone file; None: see backbone_source
     # where block 1 comes from when no file is given: "shipped" = the project's trained backbone
@@ -183,6 +185,11 @@ class DeepFactoConfig:
     def iters(self) -> int:
         return self.warmup_iters + self.finetune_iters
 
+    @property
+    def method(self) -> DeepFacto:
+        """The algorithm's settings, as the method registry holds them (``METHODS["deepfacto"]``)."""
+        return DeepFacto(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DeepFacto)})
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -257,13 +264,14 @@ def field_help() -> dict[str, str]:
 
 
 def run_config_dict(cfg: DeepFactoConfig) -> dict:
-    """config.json of a DeepFacto run; its ``kind`` (:mod:`admm_core.kinds`) says what it is."""
+    """config.json of a DeepFacto run; its ``kind`` (:mod:`admm_core.kinds`) is the method's, and it
+    names the method, data set and backbone by their registry names."""
     return {
-        "kind": "deepfacto",
+        "kind": DeepFacto.kind,
         "preset": PRESET,
-        "method": "block-admm",
-        "data": {"name": "lfwa", "root": cfg.data_root},
-        "model": {"arch": "face-resnet18s+nmf+fc", "rank": cfg.rank},
+        "method": DeepFacto.name,
+        "data": {"name": DeepFacto.data[0], "root": cfg.data_root},
+        "model": {"arch": DeepFacto.archs[0], "width": cfg.backbone_width, "rank": cfg.rank},
         "train": {"epochs": cfg.iters, "seed": cfg.seed, "device": cfg.device, "batch_size": cfg.batch_size},
         "deepfacto": cfg.to_dict(),
     }

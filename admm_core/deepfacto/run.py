@@ -49,6 +49,7 @@ from .attributes import attribute_evaluation, pooled_features
 from .backbone import get_backbone
 from .config import PAPER_MEAN, PRESET, STATE_FILE, DeepFactoConfig, run_config_dict
 from .inference import load_inference_model, save_inference
+from .method import DeepFacto
 from .trainer import DeepFactoTrainer, relative
 
 STALE = (*STALE_FILES, "attributes.json")  # files of an earlier end of the run
@@ -104,8 +105,8 @@ class DeepFactoTask(Task):
     its checkpoint ``state.pt`` (the whole loop state, every iteration), and its end-of-run hook
     the attribute SVMs, face verification on all test faces and the inference ``checkpoint.pt``."""
 
-    kind = "deepfacto"
-    unit = "iteration"
+    kind = DeepFacto.kind
+    unit = DeepFacto.live_unit
     stale = STALE
 
     def __init__(self, cfg: DeepFactoConfig, iters: int | None = None, log=None):
@@ -349,8 +350,8 @@ class DeepFactoTask(Task):
         last = metrics[-1]
         summary = {
             "preset": PRESET,
-            "method": "block-admm",
-            "data": "lfwa",
+            "method": DeepFacto.name,
+            "data": DeepFacto.data[0],
             "status": "finished",
             "rank": cfg.rank,
             "epochs": cfg.iters,

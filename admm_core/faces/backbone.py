@@ -7,15 +7,20 @@ import functools
 import os
 import pickle
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
 from ..lazy import F, nn, torch
+from ..models import Arch, basic_block_params, register_arch
 from .lfw import FaceSet, to_tensor
 
 # --- backbone --------------------------------------------------------------------------------
+
+FACE_FEATURES = 256  # C, channels of the backbone's feature map Z_1 (what the NMF module factors)
+FACE_ARCH = "face-resnet18s"  # its name in the architecture registry (admm_core.models.ARCHS)
 
 
 def backbone_widths(width: int) -> tuple[int, int, int, int]:
@@ -23,15 +28,80 @@ def backbone_widths(width: int) -> tuple[int, int, int, int]:
     return (width, 2 * width, 4 * width, 4 * width)
 
 
+def face_backbone_layers(in_shape: tuple[int, ...], cfg, n_out: int) -> OrderedDict:
+    """The registry's builder (``cfg``: a ModelConfig, its ``width`` the base width w): a new
+    FaceBackbone for ``in_shape`` faces as named layers, ``n_out`` the size of its embedding."""
+    if len(in_shape) != 3:
+        raise ConfigError(f"model.arch = {FACE_ARCH!r}: needs image inputs (C, H, W), got shape {in_shape}")
+    return face_backbone(backbone_widths(cfg.width), FACE_FEATURES, n_out, in_shape[0]).layers()
+
+
+def face_backbone_table(in_shape: tuple[int, ...], cfg, n_out: int) -> list:
+    """:func:`face_backbone_layers` by arithmetic, without torch: a 3×3 stride-2 stem, BasicBlock
+    stages of widths (w, 2w, 4w, 4w) at strides (1, 2, 2, 1) (a stride 2 gives ⌈H/2⌉), a 1×1
+    conv + BN to C channels (Z_1), and a linear head on the spatial mean."""
+    if len(in_shape) != 3:
+        raise ConfigError(f"model.arch = {FACE_ARCH!r}: needs image inputs (C, H, W), got shape {in_shape}")
+    c, h, w = in_shape
+    ws = backbone_widths(cfg.width)
+    h, w = -(-h // 2), -(-w // 2)
+    out = [("stem", (ws[0], h, w), c * ws[0] * 9 + 2 * ws[0])]
+    cin = ws[0]
+    for name, cout, stride in zip(("conv2_x", "conv3_x", "conv4_x", "conv5_x"), ws, (1, 2, 2, 1)):
+        if stride == 2:
+            h, w = -(-h // 2), -(-w // 2)
+        out.append((name, (cout, h, w), basic_block_params(cin, cout, stride) + basic_block_params(cout, cout, 1)))
+        cin = cout
+    out.append(("expand", (FACE_FEATURES, h, w), cin * FACE_FEATURES + 2 * FACE_FEATURES))
+    out.append(("head", (n_out,), FACE_FEATURES * n_out + n_out))
+    return out
+
+
+register_arch(
+    FACE_ARCH,
+    Arch(
+        build=face_backbone_layers,
+        table=face_backbone_table,
+        splits=("expand",),
+        default_split=lambda names: ("expand",),  # block 1 = the backbone up to Z_1, as DeepFacto cuts it
+        label="Face ResNet-18 (narrow; DeepFacto's block 1)",
+        image_input=True,
+        kind="deepfacto",
+    ),
+)
+
+
+def face_backbone(widths=(16, 32, 64, 64), out_channels: int = FACE_FEATURES, emb_dim: int = 128, in_channels: int = 3):
+    """A new FaceBackbone (the class is defined on first use)."""
+    return _face_backbone_class()(widths, out_channels, emb_dim, in_channels)
+
+
 @functools.cache
 def _face_backbone_class() -> type:
     """FaceBackbone, defined on first use: an ``nn.Module`` subclass needs the real torch, and
     the dashboard reads face paths (``find_lfw``, ``cache_dir``) from this module without it."""
 
+    class Standardize(nn.Module):
+        """(x − mean) / std with the backbone's own buffers (the first step of its ``features``)."""
+
+        def __init__(self, mean, std):
+            super().__init__()
+            self.register_buffer("mean", mean)
+            self.register_buffer("std", std)
+
+        def forward(self, x):
+            return (x - self.mean) / self.std
+
+    class UnitNorm(nn.Module):
+        def forward(self, x):
+            return F.normalize(x, dim=1)
+
     class FaceBackbone(nn.Module):
         """ResNet-18 layout (2-2-2-2 BasicBlocks), narrow, last stage at stride 1; ``features`` = Z_1 ≥ 0."""
 
-        def __init__(self, widths=(16, 32, 64, 64), out_channels: int = 256, emb_dim: int = 128, in_channels: int = 3):
+        def __init__(
+            self, widths=(16, 32, 64, 64), out_channels: int = FACE_FEATURES, emb_dim: int = 128, in_channels: int = 3
+        ):
             super().__init__()
             from torchvision.models.resnet import BasicBlock
 
@@ -69,6 +139,17 @@ def _face_backbone_class() -> type:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             """Unit-norm face embedding (the backbone's own triplet head)."""
             return self.embed_features(self.features(x))
+
+        def layers(self) -> OrderedDict:
+            """The same modules as named layers (the registry record ``face-resnet18s``,
+            :data:`admm_core.models.ARCHS`): composing them is ``forward``; through ``expand`` it is ``features``."""
+            names = ("conv2_x", "conv3_x", "conv4_x", "conv5_x")
+            return OrderedDict(
+                stem=nn.Sequential(Standardize(self.mean, self.std), self.stem),
+                **dict(zip(names, self.stages)),
+                expand=self.expand,
+                head=nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), self.head, UnitNorm()),
+            )
 
     FaceBackbone.__qualname__ = "FaceBackbone"
     return FaceBackbone

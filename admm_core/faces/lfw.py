@@ -12,12 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data import candidate_roots
+from ..data import Dataset, DatasetSpec, candidate_roots, register_dataset
 from ..errors import DataError, ImageError
 from ..lazy import torch
 
 LFW_IMAGES = Path("lfw") / "lfw-deepfunneled-160"
 LFWA_LABELS = Path("lfw") / "lfwa_att_40.csv"
+LFWA_SIZE = 64  # pixels per side of a face as DeepFacto reads it by default (the 160×160 crop resized)
+LFWA_SEED, LFWA_TEST_FRACTION = 0, 0.2  # the default identity-disjoint split (DeepFacto's defaults)
 FACE_CROP = 160  # LFW deep-funneled face crop (the shared copy's size)
 
 
@@ -224,3 +226,31 @@ def unpack_faces(path: Path) -> FaceSet:
         np.ascontiguousarray(imgs),
         path,
     )
+
+
+def load_lfwa_set(root=None, download=False) -> Dataset:
+    """LFWA as a :class:`~admm_core.data.Dataset` (the registry record's loader): faces (N, 3, 64, 64)
+    in [0, 1], y = the 40 attributes (N, 40) 0/1, split by identity (seed 0, a fifth of the people
+    held out). DeepFacto reads the same faces with their identities (:func:`load_lfwa`)."""
+    if download:
+        raise DataError("data set 'lfwa' cannot be downloaded here; put it under <root>/lfw (see --data-root)")
+    faces = load_lfwa(root, size=LFWA_SIZE)
+    tr, te = faces.split(LFWA_SEED, LFWA_TEST_FRACTION)
+    y = torch.from_numpy(faces.attributes.astype(np.int64))
+    return Dataset("lfwa", to_tensor(faces.images[tr]), y[tr], to_tensor(faces.images[te]), y[te], y.shape[1])
+
+
+# the record (sizes: the default split of the 13,143 labelled faces; tests/test_data.py checks them)
+register_dataset(
+    DatasetSpec(
+        "lfwa",
+        load_lfwa_set,
+        (3, LFWA_SIZE, LFWA_SIZE),
+        40,
+        10502,
+        2641,
+        files=(str(LFWA_LABELS),),
+        labels="attributes",
+        kind="deepfacto",
+    )
+)

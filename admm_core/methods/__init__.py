@@ -35,6 +35,13 @@ def register_method(cls: type) -> type:
 
 for _cls in (BlockADMM, OnlineADMM, SGD, Adam, ADMMClosed, Taylor, DLADMM, BCD, Gotmare):
     register_method(_cls)
+# DeepFacto, a method of its own kind of run, registers itself: admm_core.deepfacto.method
+
+
+def names_for(kind: str) -> tuple[str, ...]:
+    """The registered methods whose runs are of ``kind`` (:data:`admm_core.kinds.KINDS`): the
+    network methods are the CLI's and the Train form's choices; deepfacto runs with its own task."""
+    return tuple(name for name, cls in METHODS.items() if getattr(cls, "kind", "network") == kind)
 
 
 def make_method(name: str, params: dict | None = None):

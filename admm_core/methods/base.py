@@ -208,8 +208,15 @@ class MethodBase:
     uses_blocks = True  # False for end-to-end methods (the split is ignored)
     supports_augment = False  # True where every read of the inputs goes through TrainBatch.inputs
     supports_lr_schedule = False  # True where Θ's step size follows TrainBatch.lr_factor
-    # per-block lists its diagnostics log that the dashboard charts live (app/dashboard/charts.py)
+    # the kind of run it makes (admm_core.kinds.KINDS): "network" methods run with NetworkTask
+    kind: ClassVar[str] = "network"
+    # per-block lists its diagnostics log that the dashboard charts live (app/dashboard/charts.py),
+    # the x axis of those charts, the accuracy chart's title, and per metric what is not the
+    # default chart: {"title", "names" (one per block)} or {"title", "lines": ((key, name), …)}
     live_metrics: ClassVar[tuple[str, ...]] = ("residuals", "dual_norms", "betas")
+    live_unit: ClassVar[str] = "epoch"
+    live_accuracy: ClassVar[str] = "Accuracy (%)"
+    live_charts: ClassVar[dict] = {}
 
     def estimate_state_bytes(self, s: StateSizes) -> int:
         """Bytes of what the method keeps for the whole run besides Θ (float32), by arithmetic.

@@ -152,15 +152,6 @@ def _figure(
 # entry of a per-block list; {"seconds": True}: bars of training seconds per epoch. A scalar series
 # with no data is left out unless "keep_empty" (then only while the run has no line yet).
 
-# DeepFacto's per-iteration lists (admm_core.deepfacto.run): its three constraints and their duals
-DEEPFACTO_RESIDUALS = ("Z₁ − block₁(X)", "Z₁ − MS", "Z₂ − block₂(S)")
-DEEPFACTO_DUALS = ("U₁", "V", "U₂")
-NMF_LINES = (
-    ("nmf_residual", "‖Z₁ − MS‖/‖Z₁‖"),
-    ("nmf_residual_backbone", "‖block₁(X) − MS‖/‖block₁(X)‖"),
-    ("reconstruction_error", "same, S from the test-time projection"),
-    ("s_mismatch", "‖S_train − S_test‖/‖S_test‖"),
-)
 NO_BLOCKS = "no blocks: end-to-end method"
 
 
@@ -196,35 +187,44 @@ def _seconds(xtitle: str = "epoch") -> dict:
 
 
 def live_spec(deepfacto: bool = False, method: str | None = None) -> dict[str, dict]:
-    """The live charts of an engine run or a DeepFacto run, in drawing order (three to a row).
-    ``when``: drawn only once some line carries that key (the cosine, logged with
-    ``--backprop-cosine``). ``log``: the y axis starts logarithmic.
+    """The live charts of a run of ``method``, in drawing order (three to a row). ``when``: drawn
+    only once some line carries that key (the cosine, logged with ``--backprop-cosine``). ``log``:
+    the y axis starts logarithmic.
 
-    An engine run's per-block charts are those its method declares (``live_metrics`` on the method
-    class, read from the registry without torch); ``method`` None or unknown: every chart below."""
-    if deepfacto:
-        it = "iteration"
-        res = "Constraint residual (RMS per image)"
-        return {
-            "accuracy": _acc("Face verification accuracy (%)", it),
-            "loss": _loss(it),
-            "seconds": _seconds(it),
-            "residuals": _per_block("residuals", res, DEEPFACTO_RESIDUALS, xtitle=it, log=True, smooth=True),
-            "dual_norms": _per_block(
-                "dual_norms", "Dual norms (RMS per image)", DEEPFACTO_DUALS, xtitle=it, log=True, smooth=True
-            ),
-            "nmf": _chart(
-                "NMF module: relative residuals",
-                [{"key": k, "name": n} for k, n in NMF_LINES],
-                xtitle=it,
-                log=True,
-                smooth=True,
-            ),
-        }
-    out = {"accuracy": _acc("Accuracy (%)"), "loss": _loss(), "seconds": _seconds()}
-    for key in method_live_metrics(method):
-        out[key] = BLOCK_CHARTS[key]() if key in BLOCK_CHARTS else _per_block(key, key.replace("_", " ").capitalize())
+    Everything past accuracy, loss and seconds is what the method declares on its class, read from
+    the registry without torch: ``live_metrics`` (which charts), ``live_unit`` (the x axis),
+    ``live_accuracy`` and ``live_charts`` (titles, per-block names, multi-line charts).
+    ``deepfacto``: the method of the DeepFacto kind (older callers); ``method`` None or unknown:
+    every per-block chart below, by epoch."""
+    cls = _method_class(kinds.DEEPFACTO if deepfacto else method, by_kind=deepfacto)
+    unit = cls.live_unit if cls is not None else "epoch"
+    acc = cls.live_accuracy if cls is not None else "Accuracy (%)"
+    out = {"accuracy": _acc(acc, unit), "loss": _loss(unit), "seconds": _seconds(unit)}
+    declared = cls.live_charts if cls is not None else {}
+    for key in method_live_metrics(cls.name if cls is not None else None):
+        d = declared.get(key)
+        if d and "lines" in d:
+            series = [{"key": k, "name": n} for k, n in d["lines"]]
+            out[key] = _chart(d["title"], series, xtitle=unit, log=d.get("log", True), smooth=d.get("smooth", True))
+        elif d:
+            out[key] = _per_block(
+                key, d["title"], d.get("names"), xtitle=unit, log=d.get("log", True), smooth=d.get("smooth", True)
+            )
+        else:
+            out[key] = (
+                BLOCK_CHARTS[key]() if key in BLOCK_CHARTS else _per_block(key, key.replace("_", " ").capitalize())
+            )
+            out[key]["xtitle"] = unit
     return out
+
+
+def _method_class(name: str | None, by_kind: bool = False):
+    """The registered method class ``name`` (or, ``by_kind``, the one whose runs are of kind ``name``), or None."""
+    from admm_core.methods import METHODS
+
+    if by_kind:
+        return next((c for c in METHODS.values() if c.kind == name), None)
+    return METHODS.get(name) if name else None
 
 
 # how each per-block metric a method may declare is drawn; a key not listed gets a plain chart
@@ -364,9 +364,9 @@ def live_figures(
 ) -> dict[str, go.Figure]:
     """The Train page's charts (:func:`live_spec`) over ``metrics``; ``run`` is recorded in each
     figure's layout.meta. ``log_residuals`` sets the residual, dual and NMF charts' axes (the loss
-    is always log). A DeepFacto run gets its own set; by default told by its metrics
-    (``nmf_residual``)."""
-    spec = live_spec(kinds.metrics_kind(metrics) == kinds.DEEPFACTO if deepfacto is None else deepfacto, method)
+    is always log). The charts are those ``method`` declares (:func:`live_spec`): the caller passes
+    the run's method as the run recorded it (:func:`admm_core.kinds.run_method`)."""
+    spec = live_spec(bool(deepfacto), method)
     out = {}
     for name, chart in spec.items():
         if chart.get("when") and not any(m.get(chart["when"]) for m in metrics):

@@ -156,7 +156,7 @@ def choices(ff: FormField, form: dict | None = None, available: list[str] | None
     if ff.key == "preset":
         return [NO_PRESET, *PRESETS]
     if ff.path == "data.name":
-        here = list(data_mod.available() if available is None else available)
+        here = list(data_mod.available(kind="network") if available is None else available)
         cur = form.get(ff.key)
         return here + ([cur] if cur is not None and cur not in here else [])
     if ff.kind == "split":

@@ -22,7 +22,7 @@ from admm_core.data import available
 from admm_core.deepfacto.config import DeepFactoConfig
 from admm_core.errors import CheckpointError, ConfigError, DataError
 from admm_core.faces import find_lfw
-from admm_core.kinds import DEEPFACTO, run_kind
+from admm_core.kinds import DEEPFACTO, run_kind, run_method
 from admm_core.methods import METHODS
 from admm_core.resources import human as human_bytes
 from admm_core.resources import split_of
@@ -105,7 +105,7 @@ def on_shape():
 def on_start():
     """Launch the form's run once per click: the same config again within START_DEDUP_S is the same click."""
     form = _ordered_form()
-    cfg, errors = F.config_from_form(form, available())
+    cfg, errors = F.config_from_form(form, available(kind="network"))
     if cfg is None:
         ss["notice"] = f"Not started: fix {len(errors)} field(s)."
         return
@@ -234,7 +234,7 @@ def field_row(fields: list[F.FormField], form: dict, slots: dict, datasets: list
 
 def form_section(slots: dict) -> object:
     """Data set, network and split, from the config's fields; returns the diagram's slot."""
-    datasets = available()
+    datasets = available(kind="network")
     groups = F.groups()
     with st.container(border=True):
         st.markdown("**Data and network**")
@@ -248,7 +248,7 @@ def form_section(slots: dict) -> object:
 def method_section(slots: dict) -> None:
     """Method, training settings and the method's own settings (the rest in expanders)."""
     groups = F.groups()
-    datasets = available()
+    datasets = available(kind="network")
     known = {"data", "network", "method", "train"}
     method = ss[K + "method"]
     cls = METHODS[method]
@@ -548,8 +548,7 @@ def _chart_args(r: dict, metrics: list[dict] | None) -> dict:
     lines and the status itself (``metrics`` None), or all lines and the status (pushed on each
     change, where the route is not served)."""
     run_dir, name = r["dir"], r["name"]
-    deepfacto = run_kind(r["config"], r.get("status")) == DEEPFACTO
-    out = dict(_chart_decl(deepfacto, (r["config"] or {}).get("method"), name))
+    out = dict(_chart_decl(run_method(r["config"], r.get("status")), name))
     out["run"] = name
     if metrics is None:
         out["live"] = {"route": T.route(), "token": T.grant(run_dir)}
@@ -560,8 +559,8 @@ def _chart_args(r: dict, metrics: list[dict] | None) -> dict:
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def _chart_decl(deepfacto: bool, method: str | None, run: str) -> dict:
-    spec = C.live_spec(deepfacto, method)
+def _chart_decl(method: str | None, run: str) -> dict:
+    spec = C.live_spec(method=method)
     return {"spec": spec, "order": list(spec), "frames": {n: C.spec_frame(c, run) for n, c in spec.items()}}
 
 
@@ -695,7 +694,7 @@ def _live_body() -> bool:
     t = st.columns([2.2, 1, 3])
     log_res = t[0].toggle("log scale (residuals, dual norms)", value=True, key="live_log")
     smooth = t[1].toggle("smooth", value=False, key="live_smooth", help=f"moving average, weight {LIVE_SMOOTHING}")
-    method = (r["config"] or {}).get("method")
+    method = run_method(r["config"], r.get("status"))
     figs = _figures(str(run_dir), _stamp(run_dir), log_res, LIVE_SMOOTHING if smooth else 0.0, method)
     for row in C.live_rows(figs):
         cols = st.columns(3)
@@ -740,7 +739,7 @@ def main() -> None:
     method_section(slots)
     # validate, mirror into the URL, draw the blocks
     form = _ordered_form()
-    cfg, errors = F.config_from_form(form, available())
+    cfg, errors = F.config_from_form(form, available(kind="network"))
     ss["train_form"] = form
     for field, msg in errors.items():
         (slots.get(field) or st).error(msg, icon="⚠️")

@@ -1,0 +1,111 @@
+"""DeepFacto as a method of the registry (:data:`admm_core.methods.METHODS` ``["deepfacto"]``).
+
+Its settings are the algorithm's (rank r, γ, β, ζ, the NMF and Θ steps, the embedding); its state
+is :class:`~admm_core.deepfacto.trainer.DeepFactoState` (Z_1, U_1, V, S, M, Z_2, U_2); its iterations
+are :class:`~admm_core.deepfacto.trainer.DeepFactoTrainer`'s (the updates are in that module's
+docstring). It runs with its own task of the run loop, :class:`~admm_core.deepfacto.run.DeepFactoTask`
+(data: LFWA with identities; block 1: the face backbone ``face-resnet18s``), so its run kind is
+``deepfacto`` (:data:`admm_core.kinds.KINDS`); the network methods' loop never runs it.
+
+The module registers the method (its last line); :mod:`admm_core` imports it, so the registries
+are complete whichever module a program imports first. No torch here: the dashboard reads the settings, the live charts and the memory rule of every
+method without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..faces.backbone import FACE_ARCH, FACE_FEATURES
+from ..faces.lfw import LFWA_SIZE  # noqa: F401 - registers LFWA (DeepFacto's data set) with the backbone
+from ..methods import register_method
+from ..methods.base import FLOAT_BYTES, MethodBase, StateSizes, setting
+
+S_MODES = ("projection", "admm")
+M_UPDATES = ("gradient", "exact")
+
+
+@dataclass(frozen=True)
+class DeepFacto(MethodBase):
+    """Block-ADMM on backbone → NMF module → FC (T = 2 blocks, Z_1 ≈ M S with M, S ≥ 0):
+
+    J(Y, Z_2) + β/2 ‖Z_1 − block_1(X) + U_1‖² + γ/2 ‖Z_1 − M S + V‖² + β/2 ‖Z_2 − block_2(S) + U_2‖²,
+
+    J the batch-hard triplet loss on Z_2/‖Z_2‖ (margin ``margin``). Each iteration: a ζ-step on Z_2,
+    ``m_steps`` projected M-steps (or the exact NNLS in M), S (the projection P_M(block_1(X)) or
+    ``s_steps`` projected steps), the Z_1-step, Adam steps on Θ_1 (fine-tune only, η_1 =
+    ``backbone_lr_ft``) and Θ_2 (η_2 = ``fc_lr``), then the dual steps (V by ``nmf_dual_step``).
+    """
+
+    name = "deepfacto"
+    summary = "DeepFacto: face backbone → NMF module (rank r) → triplet FC, by Block-ADMM (LFWA only)"
+    kind: ClassVar[str] = "deepfacto"  # admm_core.kinds: it runs with DeepFactoTask, not the network loop
+    data: ClassVar[tuple[str, ...]] = ("lfwa",)  # the data sets it trains on (identities + attributes)
+    archs: ClassVar[tuple[str, ...]] = (FACE_ARCH,)  # block 1
+    uses_blocks = True
+    # what its metrics lines carry (admm_core.deepfacto.run), drawn per iteration by the dashboard
+    live_unit: ClassVar[str] = "iteration"
+    live_accuracy: ClassVar[str] = "Face verification accuracy (%)"
+    live_metrics: ClassVar[tuple[str, ...]] = ("residuals", "dual_norms", "nmf")
+    live_charts: ClassVar[dict] = {
+        "residuals": {
+            "title": "Constraint residual (RMS per image)",
+            "names": ("Z₁ − block₁(X)", "Z₁ − MS", "Z₂ − block₂(S)"),
+        },
+        "dual_norms": {"title": "Dual norms (RMS per image)", "names": ("U₁", "V", "U₂")},
+        "nmf": {
+            "title": "NMF module: relative residuals",
+            "lines": (
+                ("nmf_residual", "‖Z₁ − MS‖/‖Z₁‖"),
+                ("nmf_residual_backbone", "‖block₁(X) − MS‖/‖block₁(X)‖"),
+                ("reconstruction_error", "same, S from the test-time projection"),
+                ("s_mismatch", "‖S_train − S_test‖/‖S_test‖"),
+            ),
+        },
+    }
+
+    rank: int = setting(32, "r: rank of the NMF module (paper: 4, 32, 256)")
+    gamma: float = setting(1.0, "γ: weight of the NMF term γ/2‖Z_1 − MS + V‖²")
+    beta: float = setting(1.0, "β_1 = β_2: weight of the coupling terms")
+    z_lr: float = setting(0.1, "ζ: step of the Z_2 update")
+    s_mode: str = setting(
+        "projection",
+        "S in training: the test-time projection P_M(block_1(X)) (projection) or the paper's free variable (admm)",
+        choices=S_MODES,
+    )
+    nmf_dual_step: float = setting(1.0, "V ← V + step·(Z_1 − MS): 1 = ADMM, 0 = penalty only", positive=False, max=1.0)
+    s_steps: int = setting(3, "projected S steps per iteration (s_mode admm)")
+    m_steps: int = setting(5, "projected M steps per iteration (m_update gradient)")
+    m_update: str = setting(
+        "gradient", "M-step: projected gradient steps, or the convex NNLS in M solved exactly", choices=M_UPDATES
+    )
+    fc_lr: float = setting(1e-3, "η_2: Adam step of block 2 (the FC layer)")
+    backbone_lr_ft: float = setting(1e-4, "η_1: Adam step of block 1 in the fine-tune phase")
+    emb_dim: int = setting(128, "d: embedding size of the FC layer")
+    margin: float = setting(0.2, "triplet margin")
+
+    def estimate_state_bytes(self, s: StateSizes) -> int:
+        """Bytes of :class:`DeepFactoState`: block_1(X), Z_1, U_1, V (N·C·n each), S (N·r·n), M (C·r),
+        Z_2 and U_2 (N·d each); ``s.block_out[0]`` = C·n, the size of Z_1 per image."""
+        cn = s.block_out[0]
+        n_pos = cn // FACE_FEATURES
+        return FLOAT_BYTES * (s.n * (4 * cn + self.rank * n_pos + 2 * self.emb_dim) + FACE_FEATURES * self.rank)
+
+    def theta_moments(self) -> int:
+        return 2  # Adam on Θ_1 and Θ_2
+
+    def _not_the_network_loop(self, *args, **kwargs):
+        raise NotImplementedError(
+            "deepfacto runs with its own task (admm_core.deepfacto.run.DeepFactoTask: LFWA faces with "
+            "identities, the face backbone), not the network loop; admm train --preset lfwa-deepfacto"
+        )
+
+    init_state = run_epoch = diagnostics = _not_the_network_loop
+
+    def state_bytes(self, state) -> int:
+        st = state
+        return sum(t.numel() * t.element_size() for t in (st.f, st.z1, st.u1, st.v, st.s, st.m, st.z2, st.u2))
+
+
+register_method(DeepFacto)

@@ -1,0 +1,161 @@
+"""DeepFacto in the registries: the method (``METHODS["deepfacto"]``), its data set (``DATASETS["lfwa"]``)
+and its backbone (``ARCHS["face-resnet18s"]``), each saying which kind of run it serves; the network
+engine's menus leave them out, the preflight names a mismatch, a run's config.json records its kind."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from admm_core import data, kinds
+from admm_core.config import RunConfig
+from admm_core.deepfacto.config import DeepFactoConfig, run_config_dict
+from admm_core.deepfacto.method import DeepFacto
+from admm_core.deepfacto.trainer import DeepFactoState
+from admm_core.errors import ConfigError
+from admm_core.faces.backbone import FACE_ARCH, FACE_FEATURES
+from admm_core.methods import METHODS, make_method, names_for
+from admm_core.methods.base import StateSizes
+from admm_core.models import ARCHS, archs_for
+from admm_core.resources import estimate_memory, preflight_problems
+from app.dashboard import charts as C
+from app.dashboard import form as F
+from tests.helpers import cli_call
+
+SHARED = Path(os.environ.get("ADMM_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def test_each_record_says_the_kind_of_run_it_serves():
+    assert METHODS["deepfacto"] is DeepFacto and DeepFacto.kind == kinds.DEEPFACTO
+    assert data.DATASETS["lfwa"].kind == kinds.DEEPFACTO and data.DATASETS["lfwa"].labels == "attributes"
+    assert ARCHS[FACE_ARCH].kind == kinds.DEEPFACTO
+    assert "deepfacto" not in names_for(kinds.NETWORK) and names_for(kinds.DEEPFACTO) == ("deepfacto",)
+    assert "lfwa" not in data.names_for(kinds.NETWORK) and FACE_ARCH not in archs_for(kinds.NETWORK)
+    for kind in kinds.KINDS:  # every kind has a method, a data set and an architecture
+        assert names_for(kind) and data.names_for(kind) and archs_for(kind)
+    assert set(DeepFacto.data) <= set(data.names_for(DeepFacto.kind))
+    assert set(DeepFacto.archs) <= set(archs_for(DeepFacto.kind))
+
+
+def test_the_network_menus_leave_deepfacto_out():
+    fields = {f.path: f for f in F.FIELDS}
+    assert "deepfacto" not in fields["method"].choices and "block-admm" in fields["method"].choices
+    assert FACE_ARCH not in fields["model.arch"].choices and "resnet18" in fields["model.arch"].choices
+    assert "lfwa" not in fields["data.name"].choices
+    rc, _, err = cli_call(["train", "--arch", FACE_ARCH])
+    assert rc == 2 and "invalid choice" in err
+
+
+def test_the_command_line_lists_the_deepfacto_records():
+    rc, out, _ = cli_call(["archs"])
+    assert rc == 0 and f"{FACE_ARCH}: " in out and "expand" in out and "deepfacto runs" in out
+    rc, out, _ = cli_call(["datasets"])
+    line = next(ln for ln in out.splitlines() if ln.startswith("lfwa:"))
+    assert "input (3, 64, 64), 40 attributes, 10502 / 2641 samples" in line and "lfw/lfwa_att_40.csv" in line
+    rc, out, _ = cli_call(["methods"])
+    assert rc == 0 and "deepfacto: " in out and "rank = 32" in out
+
+
+def test_the_lfwa_record_matches_the_labels_and_the_split():
+    """The record's sizes are the default identity split of the labelled faces (labels only: no pixels)."""
+    from admm_core.faces.lfw import LFWA_SEED, LFWA_TEST_FRACTION, load_lfwa
+
+    if "lfwa" not in data.available(str(SHARED)):
+        pytest.skip(f"LFWA not found under {SHARED}")
+    assert "lfwa" not in data.available(str(SHARED), kind=kinds.NETWORK)
+    faces = load_lfwa(str(SHARED), size=None)
+    tr, te = faces.split(LFWA_SEED, LFWA_TEST_FRACTION)
+    s = data.DATASETS["lfwa"]
+    assert (s.n_classes, s.n_train, s.n_test) == (faces.attributes.shape[1], len(tr), len(te))
+    cfg = DeepFactoConfig()  # DeepFacto's defaults read the record: the same faces, the same split
+    assert (cfg.image_size, cfg.test_fraction) == (s.input_shape[-1], LFWA_TEST_FRACTION)
+
+
+def test_the_method_holds_deepfactos_algorithm_settings():
+    """Every setting of the method is a DeepFacto config field with the same default and the same
+    check; the config's ``method`` is the registry's settings object."""
+    cfg = DeepFactoConfig()
+    assert cfg.method == make_method("deepfacto") == DeepFacto()
+    for s in DeepFacto.settings():
+        assert getattr(cfg, s["name"]) == s["default"], s["name"]
+    got = DeepFactoConfig(rank=4, s_mode="admm", nmf_dual_step=0.5).method
+    assert (got.rank, got.s_mode, got.nmf_dual_step) == (4, "admm", 0.5)
+    for bad in ({"nmf_dual_step": 1.5}, {"s_mode": "free"}, {"rank": 0}, {"margin": -1.0}):
+        (name,) = bad
+        with pytest.raises(ConfigError, match=name):
+            make_method("deepfacto", bad)
+        with pytest.raises(ConfigError, match=name):
+            DeepFactoConfig(**bad)
+
+
+def test_the_state_estimate_is_the_state_deepfacto_keeps():
+    """estimate_state_bytes (arithmetic, no torch) = the bytes of a DeepFactoState of those shapes."""
+    n, hw, rank, d = 6, 8 * 8, 4, 16
+    method = DeepFacto(rank=rank, emb_dim=d)
+    z = lambda *shape: torch.zeros(*shape)  # noqa: E731
+    big = (n, FACE_FEATURES, hw)
+    state = DeepFactoState(z(*big), z(*big), z(*big), z(*big), z(n, rank, hw), z(FACE_FEATURES, rank), z(n, d), z(n, d))
+    sizes = StateSizes(n, 32, (FACE_FEATURES * hw, d), ())
+    assert method.estimate_state_bytes(sizes) == method.state_bytes(state)
+
+
+def _face_run(**kw) -> RunConfig:
+    return RunConfig(method="deepfacto").replace(data__name="lfwa", model__arch=FACE_ARCH, model__width=16, **kw)
+
+
+def test_the_preflight_names_a_method_asked_of_another_kinds_data_or_network():
+    on_digits = preflight_problems(RunConfig(method="deepfacto"), datasets=["digits"])
+    assert set(on_digits) == {"data.name", "model.arch"}
+    assert "method 'deepfacto' trains on: lfwa" in on_digits["data.name"]
+    assert f"method 'deepfacto' trains: {FACE_ARCH}" in on_digits["model.arch"]
+    face_arch_only = _face_run().replace(data__name="digits")
+    assert set(preflight_problems(face_arch_only, datasets=["digits"])) == {"data.name"}
+    sgd_on_faces = RunConfig(method="sgd").replace(data__name="lfwa")
+    problems = preflight_problems(sgd_on_faces, datasets=["lfwa"])
+    assert (
+        set(problems) == {"data.name"}
+        and "a data set of deepfacto runs; method 'sgd' trains on: digits" in problems["data.name"]
+    )
+    # matching kinds: no mismatch, and the memory estimate counts DeepFacto's own state
+    ok = _face_run(data__train_limit=100)
+    assert not {"data.name", "model.arch"} & set(preflight_problems(ok, datasets=["lfwa"], free=(1 << 40, "test")))
+    z1 = FACE_FEATURES * 8 * 8  # C × 64/8 × 64/8 per face
+    assert estimate_memory(ok)["state_bytes"] == 4 * (100 * (4 * z1 + 32 * 64 + 2 * 128) + FACE_FEATURES * 32)
+
+
+def test_a_run_config_records_its_kind():
+    cfg = RunConfig(method="gotmare")
+    d = json.loads(cfg.to_json())
+    assert d["kind"] == kinds.NETWORK and kinds.run_kind(d) == kinds.NETWORK
+    assert RunConfig.from_dict(d) == cfg
+    del d["kind"]  # a config.json written before the kind was recorded
+    assert RunConfig.from_dict(d) == cfg
+    with pytest.raises(ConfigError, match="kind.*choose from"):
+        RunConfig.from_dict({**d, "kind": "cooking"})
+    with pytest.raises(ConfigError, match="method 'gotmare' makes runs of kind 'network'"):
+        RunConfig.from_dict({**d, "kind": kinds.DEEPFACTO})
+    # a DeepFacto run's config.json: the kind, method, data set and backbone are the registry's
+    df = run_config_dict(DeepFactoConfig(rank=4))
+    assert (df["kind"], df["method"], df["data"]["name"], df["model"]["arch"]) == (
+        "deepfacto",
+        "deepfacto",
+        "lfwa",
+        FACE_ARCH,
+    )
+    assert kinds.run_kind(df) == kinds.run_method(df) == kinds.DEEPFACTO
+
+
+def test_the_live_charts_are_the_methods_declaration():
+    spec = C.live_spec(method="deepfacto")
+    assert spec == C.live_spec(deepfacto=True)  # older callers
+    assert list(spec) == ["accuracy", "loss", "seconds", *DeepFacto.live_metrics]
+    assert {c["xtitle"] for c in spec.values()} == {"iteration"}
+    assert spec["accuracy"]["title"] == DeepFacto.live_accuracy
+    assert spec["residuals"]["series"][0]["names"] == list(DeepFacto.live_charts["residuals"]["names"])
+    assert [s["key"] for s in spec["nmf"]["series"]] == [k for k, _ in DeepFacto.live_charts["nmf"]["lines"]]
+    net = C.live_spec(method="block-admm")
+    assert {c["xtitle"] for c in net.values()} == {"epoch"} and "nmf" not in net
