@@ -24,7 +24,7 @@ def run_kind(cfg: dict | None, status: dict | None = None) -> str:
     the kind it recorded, else the old layout's rule (module docstring)."""
     for rec in (cfg, status):
         kind = rec.get("kind") if isinstance(rec, dict) else None
-        if kind in KINDS:
+        if isinstance(kind, str) and kind in KINDS:  # a damaged file may hold any JSON value there
             return kind
     cfg = cfg if isinstance(cfg, dict) else {}
     if DEEPFACTO in cfg or str(cfg.get("preset") or "").startswith("lfwa"):  # the layout before kinds

@@ -31,7 +31,7 @@ from helpers import free_port as _free_port
 from admm_core import runs
 from admm_core.config import RunConfig
 from admm_core.errors import CheckpointError, ConfigError
-from admm_core.methods import METHODS
+from admm_core.methods import names_for
 from admm_core.runs import load_checkpoint, safe_load, save_checkpoint
 from app.dashboard import workers as W
 
@@ -103,7 +103,7 @@ def test_a_code_payload_as_deepfacto_checkpoint_is_refused(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
+@pytest.mark.parametrize("method", sorted(names_for("network")))  # a DeepFacto checkpoint: tests below
 def test_our_checkpoints_load_with_weights_only(method, tmp_path):
     cfg = RunConfig(method=method).replace(data__train_limit=100, data__test_limit=50, model__hidden=(16, 16))
     sess = runs.build(cfg)
