@@ -322,18 +322,19 @@ def resume_refusal(run_dir: Path, status: dict, done: int, target: int) -> str |
     follows :meth:`DeepFactoConfig.resumed_to`: an unfinished run may also resume to the
     iterations it has done, which only finishes its evaluation (stopped during the SVMs).
     """
-    cfg = (read_json(run_dir / "config.json", {}) or {}).get("deepfacto")
-    if cfg is not None and not (run_dir / STATE_FILE).is_file():
+    saved = read_json(run_dir / "config.json", {}) or {}
+    deepfacto = run_kind(saved, status) == DEEPFACTO  # what the run recorded, not which keys it has
+    if deepfacto and not (run_dir / STATE_FILE).is_file():
         return (
             f"{run_dir.name}: no {STATE_FILE} to resume from (a DeepFacto run drops its loop state when it "
             "finishes, and has none before its first iteration); start a new run instead."
         )
-    if cfg is None:
+    if not deepfacto:
         if target <= done:
             return f"Resume to epoch = {target}: {run_dir.name} has already done {done} epochs; choose a target above {done}."
         return None
     try:
-        DeepFactoConfig.from_dict(cfg).resumed_to(target, done, field_name="Resume to epoch")
+        DeepFactoConfig.from_saved(saved.get("deepfacto") or {}).resumed_to(target, done, field_name="Resume to epoch")
     except ConfigError as e:
         return f"{run_dir.name}: {e}"
     return None
