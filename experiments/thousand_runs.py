@@ -210,16 +210,14 @@ BROWSER_PAGES = (  # (row, path, shown, shown while a run is live)
 
 
 def chromium_args() -> list[str]:
-    sys.path.insert(0, str(ROOT / "tests"))
-    from chromium import ARGS
+    from app.chromium import ARGS
 
     return ARGS
 
 
 def chromium_path() -> str | None:
-    """The test suite's system Chromium (tests/chromium.py), or None where there is none."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from chromium import CHROMIUM
+    """The test suite's system Chromium (app/chromium.py), or None where there is none."""
+    from app.chromium import CHROMIUM
 
     return CHROMIUM if Path(CHROMIUM).exists() else None
 

@@ -124,7 +124,7 @@ def cpu_s(pid: int) -> float:
 
 # --- the dashboard in a real Chromium ------------------------------------------------------------
 
-from chromium import ARGS, CHROMIUM  # noqa: E402, F401 - re-exported for the browser tests
+from app.chromium import ARGS, CHROMIUM  # noqa: E402, F401 - re-exported for the browser tests
 
 needs_chromium = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM} (apt-get install -y chromium)"

@@ -1,5 +1,6 @@
-"""The system Chromium and its flags, shared by the browser tests (tests/helpers.py) and
-experiments/thousand_runs.py; imports nothing heavy, so a measuring process stays torch-free."""
+"""The system Chromium and its flags for headless measurement of the dashboard, shared by the browser
+tests (tests/helpers.py) and experiments/thousand_runs.py; imports nothing heavy, so a measuring
+process stays torch-free."""
 
 import os
 import shutil
