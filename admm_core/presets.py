@@ -24,6 +24,19 @@ _MNIST_TRAIN = {"block-admm": {"batch_size": 256}}  # per-method overrides of th
 # below the stability bound by 20× however ‖W‖ grows (docs/results/online.md).
 _MNIST_ONLINE = {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled"}
 _MNIST_BACKPROP = {"sgd": {"lr": 5e-3}, "adam": {"lr": 1e-3}}  # paper: η = 5e-3 for backprop
+# The small offline sets (1.3k digits, 5k MNIST): fewer samples, so 3 Z sweeps per epoch and a larger
+# online Z step (tuned) than on full MNIST.
+_SMALL_BLOCK = {**_MNIST_BLOCK, "iters_per_epoch": 3}
+_SMALL_ADMM = {"block-admm": _SMALL_BLOCK, "online-admm": {"lr": 1e-3, "z_lr": 0.5}, "gotmare": _SMALL_BLOCK}
+# The lifted baselines at their papers' settings (README, "Baselines"): the seed paper's §MNIST β = γ = 10,
+# λ = 5e-5, U(0, 1e-4) for standard ADMM and Taylor et al.; dlADMM's code (ρ from 1e-6, ×10 on three rising
+# losses); Zeng et al.'s MNIST code for BCD.
+_PAPER_BASELINES = {
+    "admm-closed": {"beta": 10.0, "gamma": 10.0, "weight_decay": 5e-5},
+    "taylor": {"beta": 10.0, "gamma": 10.0},
+    "dladmm": {"rho": 1e-6},
+    "bcd": {"gamma": 1.0, "rho": 1.0, "alpha": 5.0},
+}
 
 # Block-ADMM on ResNet-18 (issue 31; docs/results/deep-networks.md, "What made Block-ADMM learn ResNet-18";
 # each choice is an ablation row there): the minibatch schedule (each minibatch's Z rows updated just before
@@ -45,6 +58,13 @@ _RESNET_BLOCK = {
 }
 _RESNET_ONLINE = {"lr": 5e-3, "z_lr": 0.1}
 _RESNET_BACKPROP = {"sgd": {"lr": 5e-2, "momentum": 0.9}, "adam": {"lr": 5e-3}}
+# the CPU-sized ResNet-18 presets: Gotmare et al. with Block-ADMM's settings (same split, U ≡ 0)
+_RESNET_SMALL = {
+    "block-admm": _RESNET_BLOCK,
+    "gotmare": _RESNET_BLOCK,
+    "online-admm": _RESNET_ONLINE,
+    **_RESNET_BACKPROP,
+}
 
 # Block-ADMM on the 20-layer MLP (issue 31; docs/results/deep-networks.md, "mnist-deep20"): the Z-update
 # starts at the forward pass with ζβ = 1, so its reverse sweep is backprop's adjoint recursion and every Z_t
@@ -72,8 +92,7 @@ PRESETS: dict[str, dict] = {
         "model": ModelConfig("mlp", (128, 128)),
         "train": TrainConfig(epochs=30, batch_size=32, loss="mse"),
         "method_params": {
-            "block-admm": {**_MNIST_BLOCK, "iters_per_epoch": 3},
-            "online-admm": {"lr": 1e-3, "z_lr": 0.5},
+            **_SMALL_ADMM,
             "sgd": {"lr": 0.05, "momentum": 0.9},  # tuned: plain SGD at 5e-3 barely moves on 1.3k samples
             "adam": {"lr": 1e-3},
             # baselines: several outer iterations per epoch on this 1.3k-sample set (tuned so 3 epochs learn)
@@ -84,7 +103,6 @@ PRESETS: dict[str, dict] = {
                 "iters_per_epoch": 3,
             },  # tuned: at the paper's ρ = 1e-6 it needs ~100 iterations here
             "bcd": {"iters_per_epoch": 5},
-            "gotmare": {**_MNIST_BLOCK, "iters_per_epoch": 3},
         },
     },
     "mnist5k-mlp": {
@@ -93,14 +111,9 @@ PRESETS: dict[str, dict] = {
         "model": ModelConfig("mlp", (128, 128)),
         "train": TrainConfig(epochs=30, batch_size=64, loss="mse"),
         "method_params": {
-            "block-admm": {**_MNIST_BLOCK, "iters_per_epoch": 3},
-            "online-admm": {"lr": 1e-3, "z_lr": 0.5},
+            **_SMALL_ADMM,
             **_MNIST_BACKPROP,
-            "admm-closed": {"beta": 10.0, "gamma": 10.0, "weight_decay": 5e-5},  # paper
-            "taylor": {"beta": 10.0, "gamma": 10.0},
-            "dladmm": {"rho": 1e-6},  # dlADMM's code
-            "bcd": {"gamma": 1.0, "rho": 1.0, "alpha": 5.0},  # Zeng et al.'s code
-            "gotmare": {**_MNIST_BLOCK, "iters_per_epoch": 3},
+            **_PAPER_BASELINES,
         },
     },
     "mnist-mlp-mse": {
@@ -113,15 +126,7 @@ PRESETS: dict[str, dict] = {
             "block-admm": _MNIST_BLOCK,
             "online-admm": _MNIST_ONLINE,
             **_MNIST_BACKPROP,
-            # the paper's baselines, at their papers' settings (README, "Baselines")
-            "admm-closed": {
-                "beta": 10.0,
-                "gamma": 10.0,
-                "weight_decay": 5e-5,
-            },  # paper §MNIST: β = γ = 10, λ = 5e-5, U(0, 1e-4)
-            "taylor": {"beta": 10.0, "gamma": 10.0},  # paper §MNIST settings for this baseline
-            "dladmm": {"rho": 1e-6},  # dlADMM's code: ρ from 1e-6, ×10 on three rising losses
-            "bcd": {"gamma": 1.0, "rho": 1.0, "alpha": 5.0},  # Zeng et al.'s MNIST code
+            **_PAPER_BASELINES,
             "gotmare": _MNIST_BLOCK,  # Block-ADMM's settings, U ≡ 0; minibatch 64 as in the paper
         },
     },
@@ -205,12 +210,7 @@ PRESETS: dict[str, dict] = {
         "model": ModelConfig("resnet18", split=("conv3_x",), width=16),
         # a quick look (tests, the dashboard); the research proxy is cifar10-resnet18-cpu
         "train": TrainConfig(epochs=4, batch_size=64, loss="ce", lr_schedule="cosine"),
-        "method_params": {
-            "block-admm": _RESNET_BLOCK,
-            "gotmare": _RESNET_BLOCK,
-            "online-admm": _RESNET_ONLINE,
-            **_RESNET_BACKPROP,
-        },
+        "method_params": _RESNET_SMALL,
     },
     "cifar10-resnet18-cpu": {
         "help": "CPU research proxy: CIFAR-10 (JPEG copy), ResNet-18 at width 8, 20,000 / 10,000 images, augmented, "
@@ -218,12 +218,7 @@ PRESETS: dict[str, dict] = {
         "data": DataConfig("cifar10", train_limit=20000, test_limit=10000, augment=True),
         "model": ModelConfig("resnet18", split=("conv3_x",), width=8),
         "train": TrainConfig(epochs=8, batch_size=128, loss="ce", lr_schedule="cosine"),
-        "method_params": {
-            "block-admm": _RESNET_BLOCK,
-            "gotmare": _RESNET_BLOCK,
-            "online-admm": _RESNET_ONLINE,
-            **_RESNET_BACKPROP,
-        },
+        "method_params": _RESNET_SMALL,
     },
 }
 

@@ -12,9 +12,10 @@ from admm_core.blocks import build_blocknet
 from admm_core.config import ConfigError, ModelConfig
 from admm_core.losses import mse_sum
 from admm_core.methods import METHODS, make_method
-from admm_core.methods.base import TrainBatch, minibatches
+from admm_core.methods.base import TrainBatch
 from admm_core.methods.dladmm import _backtrack
 from admm_core.methods.lifted import Solver, cross, gram, linear, mlp_linears, read_weights, relu_argmin, solve_weights
+from admm_core.methods.zsweep import minibatches
 from admm_core.runs import build, read_metrics, train
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent

@@ -15,7 +15,8 @@ from helpers import mlp_weights, tiny_mlp
 
 from admm_core.losses import mse_sum
 from admm_core.methods import make_method
-from admm_core.methods.base import TrainBatch, minibatches
+from admm_core.methods.base import TrainBatch
+from admm_core.methods.zsweep import minibatches
 
 N, D, H1, H2, C = 23, 7, 6, 5, 4
 

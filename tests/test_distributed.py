@@ -165,7 +165,7 @@ def test_resume_with_another_world_size_names_both(sharded, tmp_path):
 
 def test_jacobi_sweep_differs_from_gauss_seidel_and_matches_hand_reference():
     """T = 2 linear blocks, one Z sweep on 3 rows: Z_1 sees the old Z_2 (Jacobi) or the new one."""
-    from admm_core.methods.base import reverse_z_sweep
+    from admm_core.methods.zsweep import reverse_z_sweep
 
     torch.manual_seed(0)
     W1, W2 = torch.randn(4, 3), torch.randn(2, 4)

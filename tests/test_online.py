@@ -15,7 +15,8 @@ from admm_core import bench
 from admm_core.blocks import BlockNet
 from admm_core.losses import mse_sum
 from admm_core.methods import make_method
-from admm_core.methods.base import TrainBatch, lipschitz_estimates, lipschitz_vectors, spectral_norm
+from admm_core.methods.base import TrainBatch
+from admm_core.methods.lipschitz import lipschitz_estimates, lipschitz_vectors, spectral_norm
 from admm_core.models import mlp_layers
 from admm_core.presets import preset_config
 from admm_core.runs import read_json, read_metrics, train

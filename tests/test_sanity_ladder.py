@@ -21,7 +21,8 @@ from admm_core.blocks import build_blocknet
 from admm_core.config import ModelConfig
 from admm_core.losses import get_loss
 from admm_core.methods import make_method
-from admm_core.methods.base import TrainBatch, backprop_grads, cosines
+from admm_core.methods.base import TrainBatch
+from admm_core.methods.probes import backprop_grads, cosines
 
 N = 24
 
@@ -115,7 +116,7 @@ def test_block_admm_from_a_forward_start_with_small_zeta_takes_backprops_directi
 def deep_sweep(net, x, y, z_lr: float, displacement: bool, dtype=torch.float32) -> list[torch.Tensor]:
     """δ_t = Z_t − block_t(Z_{t−1}) after one reverse sweep from the forward pass (fixed ζ, U = 0),
     computed in the displacement form or as the plain difference of two activations."""
-    from admm_core.methods.base import forward_start, reverse_z_sweep
+    from admm_core.methods.zsweep import forward_start, reverse_z_sweep
 
     net = copy.deepcopy(net).to(dtype)
     x = x.to(dtype)

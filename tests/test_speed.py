@@ -245,7 +245,8 @@ def test_closed_form_loss_gradients_equal_autograds(loss, dtype):
 def test_sweep_with_closed_form_gradients_equals_the_autograd_sweep(make):
     """One reverse Z sweep from a forward start: ∇J in closed form and each coupling's gradient through
     block_{t+1} as a vjp with −∇_r P give the Z of the sweep that asks autograd for both."""
-    from admm_core.methods.base import loss_grad, reverse_z_sweep
+    from admm_core.methods.lipschitz import loss_grad
+    from admm_core.methods.zsweep import reverse_z_sweep
 
     net, batch = make()
     net = net.double().train()

@@ -41,24 +41,22 @@ from dataclasses import dataclass
 from ..lazy import no_grad, torch
 from .base import TrainBatch, setting
 from .lifted import (
-    LiftedMethod,
+    ClosedFormADMM,
     LiftedState,
     activation_solve,
     cross,
-    forward_vars,
     linear,
     output_prox,
     read_weights,
     relu_argmin,
     solve_weights,
     sq_norm,
-    uniform_init,
     write_weights,
 )
 
 
 @dataclass(frozen=True)
-class ADMMClosed(LiftedMethod):
+class ADMMClosed(ClosedFormADMM):
     """Standard ADMM with closed-form updates (supplement Alg. 3). See the module docstring."""
 
     name = "admm-closed"
@@ -68,23 +66,10 @@ class ADMMClosed(LiftedMethod):
     def extra_floats(self, widths) -> int:
         return sum(widths) + sum(widths[:-1])  # a dual U_l per layer, V_l per hidden layer
 
-    beta: float = setting(10.0, "β: penalty of the linear constraints Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (paper: 10)")
-    gamma: float = setting(10.0, "γ: penalty of the activation constraints A_ℓ = relu(Z_ℓ) (paper: 10)")
     weight_decay: float = setting(5e-5, "λ: weight decay λ‖W‖² (paper: 5e-5)", positive=False)
-    init: str = setting(
-        "uniform",
-        "initial W, b: U(0, init_scale) as in the paper, or the network's own init",
-        choices=("uniform", "net"),
-    )
-    init_scale: float = setting(1e-4, "upper end of the uniform init (paper: 1e-4)")
-    iters_per_epoch: int = setting(1, "outer iterations (full sweeps) per epoch")
-    solve_eps: float = setting(1e-7, "relative jitter added to every linear solve (× mean diagonal)", positive=False)
-    chunk_size: int = setting(16384, "rows per chunk in products (memory bound only)")
 
     def init_vars(self, net, lins, x, batch: TrainBatch, gen):
-        if self.init == "uniform":
-            uniform_init(lins, self.init_scale, gen)
-        z, a = forward_vars(lins, x, self.chunk_size)
+        z, a = self.start_vars(lins, x, gen)
         u = [torch.zeros_like(t) for t in z]
         v = [torch.zeros_like(t) for t in a]
         return {"z": z, "a": a, "u": u, "v": v}, {}

@@ -336,28 +336,6 @@ def evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, loss, chunk: int 
     return total / n, correct / n
 
 
-# Old import paths (tests and external code import these from here); new code imports the modules.
-from .lipschitz import (  # noqa: E402
-    jacobian_norm,
-    lipschitz_estimates,
-    lipschitz_vectors,
-    loss_curvature,
-    loss_grad,
-    spectral_norm,
-    z_step_sizes,
-)
-from .probes import backprop_grads, block_update_grads, cosines, probe_rows  # noqa: E402
-from .zsweep import (  # noqa: E402
-    ZRows,
-    adam_z_step,
-    forward_start,
-    minibatches,
-    norm_mode,
-    reverse_z_sweep,
-    set_mode,
-    theta_step,
-)
-
 __all__ = [
     "setting",
     "z_step_setting",
@@ -379,25 +357,6 @@ __all__ = [
     "load_optimizer_state",
     "tensor_bytes",
     "evaluate",
-    "jacobian_norm",
-    "lipschitz_estimates",
-    "lipschitz_vectors",
-    "loss_curvature",
-    "loss_grad",
     "power_every_setting",
     "power_steps_setting",
-    "spectral_norm",
-    "z_step_sizes",
-    "backprop_grads",
-    "block_update_grads",
-    "cosines",
-    "probe_rows",
-    "ZRows",
-    "adam_z_step",
-    "forward_start",
-    "minibatches",
-    "norm_mode",
-    "reverse_z_sweep",
-    "set_mode",
-    "theta_step",
 ]

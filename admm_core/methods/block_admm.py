@@ -22,7 +22,7 @@ Implementation choices (measured, see README):
   the blocks cannot follow. A gradient step on Z_t is stable for
   ζ_t < 2/(β_t + β_{t+1} L²_{t+1}) (L_{t+1}: Lipschitz constant of block_{t+1}).
   ``z_step='scaled'`` takes ζ_t,eff = ζ/(β_t + β_{t+1} L²_{t+1}) and ζ_T,eff = ζ/(β_T + c_J),
-  with L by warm-started power iteration (``base.lipschitz_estimates``), so ζ is in units of
+  with L by warm-started power iteration (``lipschitz.lipschitz_estimates``), so ζ is in units of
   the inverse curvature (ζ = 1 with MSE puts Z_T on argmin J + P_T). ``fixed`` takes ζ as is
   (for MSE and β_T = 1, ζ = 0.5 puts Z_T on argmin J + P_T).
 - The Θ-step minimises P_t averaged over the minibatch (P_t/|i|), so η does not depend on

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from ..lazy import nn, no_grad, torch
 from ..losses import mse_sum
-from .base import MethodBase, TrainBatch, tensor_bytes
+from .base import MethodBase, TrainBatch, setting, tensor_bytes
 
 # --------------------------------------------------------------------------------------
 # the network
@@ -447,3 +447,28 @@ def forward_vars(lins, x: torch.Tensor, chunk: int) -> tuple[list[torch.Tensor],
             inp = torch.relu(zl)
             a.append(inp)
     return z, a
+
+
+@dataclass(frozen=True)
+class ClosedFormADMM(LiftedMethod):
+    """The settings and the start shared by the closed-form ADMM baselines (admm-closed, taylor):
+    penalties β (linear constraints) and γ (activation constraints), and W, b ~ U(0, init_scale)
+    then one forward pass for Z, A (the seed paper's init for both)."""
+
+    beta: float = setting(10.0, "β: penalty of the linear constraints Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (paper: 10)")
+    gamma: float = setting(10.0, "γ: penalty of the activation constraints A_ℓ = relu(Z_ℓ) (paper: 10)")
+    init: str = setting(
+        "uniform",
+        "initial W, b: U(0, init_scale) as in the paper, or the network's own init",
+        choices=("uniform", "net"),
+    )
+    init_scale: float = setting(1e-4, "upper end of the uniform init (paper: 1e-4)")
+    iters_per_epoch: int = setting(1, "outer iterations (full sweeps) per epoch")
+    solve_eps: float = setting(1e-7, "relative jitter added to every linear solve (× mean diagonal)", positive=False)
+    chunk_size: int = setting(16384, "rows per chunk in products (memory bound only)")
+
+    def start_vars(self, lins, x: torch.Tensor, gen: torch.Generator) -> tuple[list, list]:
+        """(Z_1..Z_L, A_1..A_{L−1}) of the forward pass after the init."""
+        if self.init == "uniform":
+            uniform_init(lins, self.init_scale, gen)
+        return forward_vars(lins, x, self.chunk_size)

@@ -10,7 +10,7 @@ Frobenius norm over the minibatch:
 
 Z step (``z_step=``): ``scaled`` (default) uses ζ_t,eff = ζ / (β_t + β_{t+1} L²_{t+1}) and
 ζ_T,eff = ζ / (β_T + c_J), L_{t+1} the Lipschitz constant of block_{t+1} (spectral norms by
-warm-started power iteration; see ``base.lipschitz_estimates``), c_J the curvature of the
+warm-started power iteration; see ``lipschitz.lipschitz_estimates``), c_J the curvature of the
 loss (1 for MSE). The denominators bound the curvature of each z's objective, so ζ < 2 is
 stable whatever ‖W‖ grows to. ``fixed`` uses ζ as is: ζ·β·‖W‖² grows with the weights and
 the sweep eventually overshoots (on MNIST the run collapsed to 10% at epoch 21).

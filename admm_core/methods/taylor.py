@@ -39,49 +39,34 @@ from dataclasses import dataclass
 from ..lazy import torch
 from .base import TrainBatch, setting
 from .lifted import (
-    LiftedMethod,
+    ClosedFormADMM,
     LiftedState,
     activation_solve,
     cross,
-    forward_vars,
     linear,
     output_prox,
     read_weights,
     relu_argmin,
     solve_weights,
     sq_norm,
-    uniform_init,
     write_weights,
 )
 
 
 @dataclass(frozen=True)
-class Taylor(LiftedMethod):
+class Taylor(ClosedFormADMM):
     """Taylor et al. 2016 (Alg. 1). See the module docstring."""
 
     name = "taylor"
     summary = "Taylor et al. 2016: closed-form ADMM, Bregman multiplier on the output layer only, warm start"
     dual_vars = ("u",)
 
-    beta: float = setting(10.0, "β: penalty of Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (seed paper: 10)")
-    gamma: float = setting(10.0, "γ: penalty of A_ℓ = relu(Z_ℓ) (seed paper: 10)")
     warm_start_iters: int = setting(
         10, "first outer iterations without the multiplier update (Taylor et al. §6 warm start)", min=0
     )
-    init: str = setting(
-        "uniform",
-        "initial W, b: U(0, init_scale) as in the seed paper, or the network's own init",
-        choices=("uniform", "net"),
-    )
-    init_scale: float = setting(1e-4, "upper end of the uniform init (seed paper: 1e-4)")
-    iters_per_epoch: int = setting(1, "outer iterations (full sweeps) per epoch")
-    solve_eps: float = setting(1e-7, "relative jitter of the least-squares solves (× mean diagonal)", positive=False)
-    chunk_size: int = setting(16384, "rows per chunk in products (memory bound only)")
 
     def init_vars(self, net, lins, x, batch: TrainBatch, gen):
-        if self.init == "uniform":
-            uniform_init(lins, self.init_scale, gen)
-        z, a = forward_vars(lins, x, self.chunk_size)
+        z, a = self.start_vars(lins, x, gen)
         return {"z": z, "a": a, "u": [torch.zeros_like(z[-1])]}, {}
 
     def sweep(self, lins, state: LiftedState, x: torch.Tensor, batch: TrainBatch) -> None:
