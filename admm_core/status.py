@@ -37,23 +37,35 @@ def _rss_bytes() -> int | None:
     return None
 
 
+def _process_age_s() -> float:
+    """Seconds since this process started (/proc/self/stat field 22 against /proc/uptime); 0 if unknown."""
+    try:
+        with open("/proc/self/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as f:
+            return max(0.0, float(f.read().split()[0]) - start)
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class SystemSampler:
     """One line of ``system.jsonl`` per :meth:`sample`: ``time``, ``epoch``, ``cpu_percent`` (this
-    process's user + system CPU time over the wall time since the previous sample, × 100: 100 is
-    one core busy, more with several threads), ``rss_bytes`` (VmRSS) and, once the process uses
+    process's user + system CPU time over the wall time since the previous sample, the first one
+    since the process started, × 100: 100 is one core busy, more with several threads), ``rss_bytes`` (VmRSS) and, once the process uses
     CUDA, ``gpu_allocated_bytes`` / ``gpu_max_allocated_bytes`` / ``gpu_reserved_bytes`` of the
     current device. Reads ``os.times`` and /proc only (no psutil); CUDA is never initialised here.
     """
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._last = (time.monotonic(), sum(os.times()[:2]))
+        # os.times() counts from the process's start: a short run still gets a figure (its start-up's)
+        self._last = (time.monotonic() - _process_age_s(), 0.0)
 
     def sample(self, epoch: int | None = None) -> dict:
         now, cpu = time.monotonic(), sum(os.times()[:2])
         dt = now - self._last[0]
         rec: dict = {"time": time.time(), "epoch": epoch}
-        # over less than 0.2 s (the first sample) the tick-granular CPU time says nothing
+        # over less than 0.2 s the tick-granular CPU time says nothing
         rec["cpu_percent"] = round(100.0 * max(0.0, cpu - self._last[1]) / dt, 1) if dt >= 0.2 else None
         self._last = (now, cpu)
         rec["rss_bytes"] = _rss_bytes()

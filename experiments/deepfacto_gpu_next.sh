@@ -29,4 +29,4 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 ADMM_CACHE=${ADMM_CACHE:-/tmp/admm-cache}
 # shellcheck disable=SC2086  # EXTRA is a list of flags
 python3 experiments/deepfacto_gpu.py run --pack "${PACK:-.devpack/lfw64.npz}" --out "${OUT:?OUT is the folder that comes back}" \
   --ranks "${RANKS:-256,32,4}" --svm "${backbone[@]}" \
-  --set m_steps=20 --set fc_lr=1e-4 --set warmup_iters=48 --set device="$device" ${EXTRA:-} 2>&1 | tee "$OUT/log.txt"
+  --set m_steps=20 --set fc_lr=1e-4 --set warmup_epochs=48 --set device="$device" ${EXTRA:-} 2>&1 | tee "$OUT/log.txt"

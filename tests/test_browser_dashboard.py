@@ -414,8 +414,8 @@ TINY_DEEPFACTO = {
     "data_limit": 160,
     "image_size": 32,
     "backbone_epochs": 1,
-    "finetune_iters": 1,
-    "train_limit": 48,
+    "finetune_epochs": 1,
+    "admm_images": 48,
     "eval_images": 30,
     "svm_train_limit": 80,
     "batch_size": 32,
@@ -434,9 +434,10 @@ def test_deepfacto_from_train_stop_resume_then_heatmaps(server, browser):
 
     url, root, _ = server
     before = {d.name for d in root.iterdir()}
+    LONG = 100_000  # warm-up epochs: stopped long before (at 400 a slow page once saw the run end first)
     page = browser.new_page(viewport={"width": 1440, "height": 1400})
     page.set_default_timeout(TIMEOUT_MS)
-    query = "&".join(f"df.{k}={v}" for k, v in {**TINY_DEEPFACTO, "warmup_iters": 400}.items())
+    query = "&".join(f"df.{k}={v}" for k, v in {**TINY_DEEPFACTO, "warmup_epochs": LONG}.items())
     page.goto(f"{url}/?mode=deepfacto&{query}")
     expect(page.get_by_label("NMF rank r", exact=True)).to_have_value("4", timeout=TIMEOUT_MS)  # the URL filled it
     page.get_by_role("button", name=re.compile("Start run")).click()
@@ -444,7 +445,7 @@ def test_deepfacto_from_train_stop_resume_then_heatmaps(server, browser):
     assert run_dir is not None and "lfwa-deepfacto-r4" in run_dir.name, run_dir
     assert _wait(lambda: (run_dir / "config.json").is_file(), 30)  # the directory comes first; the file is atomic
     cfg = json.loads((run_dir / "config.json").read_text())["deepfacto"]
-    assert {k: cfg[k] for k in TINY_DEEPFACTO} == TINY_DEEPFACTO and cfg["warmup_iters"] == 400
+    assert {k: cfg[k] for k in TINY_DEEPFACTO} == TINY_DEEPFACTO and cfg["warmup_epochs"] == LONG
 
     # its own charts while it runs: the NMF residuals and DeepFacto's three constraints
     assert _wait(lambda: len(read_metrics(run_dir)) >= 3, TIMEOUT_MS / 1000), W.log_tail(run_dir)
@@ -462,7 +463,7 @@ def test_deepfacto_from_train_stop_resume_then_heatmaps(server, browser):
     page.locator("button[kind=secondary]", has_text="Stop").click(force=True)  # not the toolbar's own Stop
     assert _wait(lambda: W.state_of(run_dir)["state"] == "stopped", 120), W.state_of(run_dir)
     done = len(read_metrics(run_dir)) - 1  # iteration 0 is the initialisation
-    assert 1 <= done < 400
+    assert 1 <= done < LONG
 
     # Runs lists it as stopped, like every other run
     page.goto(f"{url}/runs?run={run_dir.name}")

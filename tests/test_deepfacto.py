@@ -434,8 +434,8 @@ def test_smoke_run_through_the_cli(tmp_path):
         "data_limit=160",
         "image_size=32",
         "backbone_epochs=1",
-        "finetune_iters=1",
-        "train_limit=48",
+        "finetune_epochs=1",
+        "admm_images=48",
         "eval_images=30",
         "svm_train_limit=80",
         "batch_size=32",
@@ -526,9 +526,9 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path):
         data_limit=160,
         image_size=32,
         backbone_epochs=1,
-        warmup_iters=2,
-        finetune_iters=1,
-        train_limit=48,
+        warmup_epochs=2,
+        finetune_epochs=1,
+        admm_images=48,
         eval_images=30,
         svm_train_limit=80,
         batch_size=32,
@@ -542,8 +542,8 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path):
     with pytest.raises(ConfigError, match="rank"):
         train_deepfacto(cfg.replace(rank=5), part, resume=True, log=lambda m: None)
     # a resume may move the end of the warm-up, but not re-label an iteration already done (1, frozen)
-    with pytest.raises(ConfigError, match="warmup_iters"):
-        train_deepfacto(cfg.replace(warmup_iters=0), part, resume=True, log=lambda m: None)
+    with pytest.raises(ConfigError, match="warmup_epochs"):
+        train_deepfacto(cfg.replace(warmup_epochs=0), part, resume=True, log=lambda m: None)
     assert main(["train", "--resume", str(part)]) == 0
     done = read_json(part / "summary.json")
     assert done["status"] == "finished" and not (part / STATE_FILE).exists()
@@ -560,17 +560,17 @@ def test_resumed_to_keeps_the_phase_of_every_iteration_done():
     from admm_core.config import ConfigError
     from admm_core.deepfacto import DeepFactoConfig
 
-    cfg = DeepFactoConfig(warmup_iters=12, finetune_iters=1)
+    cfg = DeepFactoConfig(warmup_epochs=12, finetune_epochs=1)
     assert cfg.resumed_to(13, 5) is cfg
-    assert (cfg.resumed_to(20, 5).warmup_iters, cfg.resumed_to(20, 5).finetune_iters) == (19, 1)
-    assert cfg.resumed_to(6, 5).warmup_iters == 5  # shorter: the 5 done stay warm-up, then one fine-tune
-    assert (cfg.resumed_to(20, 13).warmup_iters, cfg.resumed_to(20, 13).finetune_iters) == (12, 8)
+    assert (cfg.resumed_to(20, 5).warmup_epochs, cfg.resumed_to(20, 5).finetune_epochs) == (19, 1)
+    assert cfg.resumed_to(6, 5).warmup_epochs == 5  # shorter: the 5 done stay warm-up, then one fine-tune
+    assert (cfg.resumed_to(20, 13).warmup_epochs, cfg.resumed_to(20, 13).finetune_epochs) == (12, 8)
     with pytest.raises(ConfigError, match=r"epochs = 4: the run has done 5"):
         cfg.resumed_to(4, 5)
-    three = DeepFactoConfig(warmup_iters=12, finetune_iters=3)
+    three = DeepFactoConfig(warmup_epochs=12, finetune_epochs=3)
     with pytest.raises(ConfigError, match=r"Resume to epoch = 7: must be at least 8"):
         three.resumed_to(7, 5, field_name="Resume to epoch")
-    assert three.resumed_to(14, 14).finetune_iters == 2  # stopped in the fine-tune: end the loop there
+    assert three.resumed_to(14, 14).finetune_epochs == 2  # stopped in the fine-tune: end the loop there
 
 
 @settings(max_examples=300, deadline=None)
@@ -581,14 +581,14 @@ def test_resumed_to_fuzz(w, f, done, target):
     from admm_core.deepfacto import DeepFactoConfig
 
     assume(done <= w + f)
-    cfg = DeepFactoConfig(warmup_iters=w, finetune_iters=f)
+    cfg = DeepFactoConfig(warmup_epochs=w, finetune_epochs=f)
     try:
         new = cfg.resumed_to(target, done)
     except ConfigError:
-        assert target != cfg.iters and (target < max(done, 1) or (done <= w and target - f < done))
+        assert target != cfg.epochs and (target < max(done, 1) or (done <= w and target - f < done))
         return
-    assert new.iters == target and new.iters >= done
-    assert all((i > w) == (i > new.warmup_iters) for i in range(1, done + 1))
+    assert new.epochs == target and new.epochs >= done
+    assert all((i > w) == (i > new.warmup_epochs) for i in range(1, done + 1))
 
 
 def test_run_stopped_during_its_evaluation_resumes_to_the_end(tmp_path, monkeypatch):
@@ -599,8 +599,8 @@ def test_run_stopped_during_its_evaluation_resumes_to_the_end(tmp_path, monkeypa
     from admm_core.runs import read_json, read_metrics
 
     cfg = DeepFactoConfig(
-        rank=4, data_limit=160, image_size=32, backbone_epochs=1, warmup_iters=1, finetune_iters=1,
-        train_limit=48, eval_images=30, svm_train_limit=80, batch_size=32, device="cpu",
+        rank=4, data_limit=160, image_size=32, backbone_epochs=1, warmup_epochs=1, finetune_epochs=1,
+        admm_images=48, eval_images=30, svm_train_limit=80, batch_size=32, device="cpu",
     )  # fmt: skip
     whole = train_deepfacto(cfg, tmp_path / "whole", log=lambda m: None)
     part = tmp_path / "part"
@@ -683,7 +683,7 @@ def test_backbone_width_reaches_the_network_and_the_cache_name(tmp_path):
     names = ["a/a_0001.jpg", "b/b_0001.jpg"]
     base = backbone_cache_path(DeepFactoConfig(), names)
     assert "-w16-" in base.name and "-w32-" in backbone_cache_path(DeepFactoConfig(backbone_width=32), names).name
-    assert base == backbone_cache_path(DeepFactoConfig(rank=256, warmup_iters=3), names[::-1])  # not DeepFacto's own
+    assert base == backbone_cache_path(DeepFactoConfig(rank=256, warmup_epochs=3), names[::-1])  # not DeepFacto's own
     for change in ({"backbone_lr": 1e-3}, {"margin": 0.3}, {"batch_size": 64}, {"seed": 1}, {"backbone_epochs": 5}):
         assert backbone_cache_path(DeepFactoConfig(**change), names) != base, change
     assert backbone_cache_path(DeepFactoConfig(), names[:1]) != base  # another split or data folder

@@ -4,6 +4,7 @@ engine's menus leave them out, the preflight names a mismatch, a run's config.js
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -75,23 +76,6 @@ def test_the_lfwa_record_matches_the_labels_and_the_split():
     assert (cfg.image_size, cfg.test_fraction) == (s.input_shape[-1], LFWA_TEST_FRACTION)
 
 
-def test_the_method_holds_deepfactos_algorithm_settings():
-    """Every setting of the method is a DeepFacto config field with the same default and the same
-    check; the config's ``method`` is the registry's settings object."""
-    cfg = DeepFactoConfig()
-    assert cfg.method == make_method("deepfacto") == DeepFacto()
-    for s in DeepFacto.settings():
-        assert getattr(cfg, s["name"]) == s["default"], s["name"]
-    got = DeepFactoConfig(rank=4, s_mode="admm", nmf_dual_step=0.5).method
-    assert (got.rank, got.s_mode, got.nmf_dual_step) == (4, "admm", 0.5)
-    for bad in ({"nmf_dual_step": 1.5}, {"s_mode": "free"}, {"rank": 0}, {"margin": -1.0}):
-        (name,) = bad
-        with pytest.raises(ConfigError, match=name):
-            make_method("deepfacto", bad)
-        with pytest.raises(ConfigError, match=name):
-            DeepFactoConfig(**bad)
-
-
 def test_the_state_estimate_is_the_state_deepfacto_keeps():
     """estimate_state_bytes (arithmetic, no torch) = the bytes of a DeepFactoState of those shapes."""
     n, hw, rank, d = 6, 8 * 8, 4, 16
@@ -153,9 +137,51 @@ def test_the_live_charts_are_the_methods_declaration():
     spec = C.live_spec(method="deepfacto")
     assert spec == C.live_spec(deepfacto=True)  # older callers
     assert list(spec) == ["accuracy", "loss", "seconds", *DeepFacto.live_metrics]
-    assert {c["xtitle"] for c in spec.values()} == {"iteration"}
+    assert {c["xtitle"] for c in spec.values()} == {"epoch"}
     assert spec["accuracy"]["title"] == DeepFacto.live_accuracy
     assert spec["residuals"]["series"][0]["names"] == list(DeepFacto.live_charts["residuals"]["names"])
     assert [s["key"] for s in spec["nmf"]["series"]] == [k for k, _ in DeepFacto.live_charts["nmf"]["lines"]]
     net = C.live_spec(method="block-admm")
     assert {c["xtitle"] for c in net.values()} == {"epoch"} and "nmf" not in net
+
+
+def test_runs_saved_before_the_renames_still_load(tmp_path):
+    """train_limit, warmup_iters and finetune_iters (the names before admm_images, warmup_epochs and
+    finetune_epochs) load from a saved config.json, the Train form and a link; typed anew they are refused
+    with the new name."""
+    from admm_core.deepfacto.config import DeepFactoConfig, read_run_config
+    from admm_core.errors import ConfigError
+    from app.dashboard import deepfacto_form as D
+
+    old = {"rank": 4, "train_limit": 300, "warmup_iters": 5, "finetune_iters": 2, "seed": 3}
+    (tmp_path / "config.json").write_text(json.dumps({"kind": "deepfacto", "deepfacto": old}))
+    cfg = read_run_config(tmp_path)
+    assert (cfg.admm_images, cfg.warmup_epochs, cfg.finetune_epochs, cfg.epochs) == (300, 5, 2, 7)
+    assert cfg.rank == 4 and cfg.seed == 3
+    values = D.values_from_config(old)
+    assert (values["admm_images"], values["warmup_epochs"], values["finetune_epochs"]) == (300, 5, 2)
+    values, warnings = D.from_query({"df.warmup_iters": "9", "df.train_limit": "100"})
+    assert not warnings and values["warmup_epochs"] == 9 and values["admm_images"] == 100
+    with pytest.raises(ConfigError, match="train_limit → admm_images"):
+        DeepFactoConfig.from_dict({"train_limit": 300})
+
+
+def test_deepfacto_settings_are_declared_once():
+    """The method and a run's config share one declaration of the algorithm's settings: the same fields,
+    defaults and help, and a bad value is refused by the same check in both."""
+    from admm_core.deepfacto.config import DeepFactoConfig, field_help
+    from admm_core.deepfacto.method import DeepFactoSettings
+    from admm_core.errors import ConfigError
+
+    assert issubclass(DeepFactoConfig, DeepFactoSettings) and issubclass(DeepFacto, DeepFactoSettings)
+    declared = {f.name: f for f in dataclasses.fields(DeepFactoSettings)}
+    assert {f.name for f in dataclasses.fields(DeepFacto)} == set(declared)
+    assert all(field_help()[n] == f.metadata["help"] for n, f in declared.items())
+    assert DeepFactoConfig().method == make_method("deepfacto") == DeepFacto()
+    assert DeepFactoConfig(rank=8, gamma=2.0).method == DeepFacto(rank=8, gamma=2.0)
+    for bad in ({"gamma": -1.0}, {"s_mode": "free"}, {"nmf_dual_step": 1.5}, {"emb_dim": 0}, {"rank": 0}):
+        with pytest.raises(ConfigError) as a:
+            make_method("deepfacto", bad)
+        with pytest.raises(ConfigError) as b:
+            DeepFactoConfig(**bad)
+        assert str(a.value) == str(b.value) and f"deepfacto.{next(iter(bad))}" in str(a.value)

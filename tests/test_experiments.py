@@ -23,7 +23,7 @@ def load(name):
 
 
 # DeepFacto settings small enough for a CPU test run (a 1-epoch backbone, one warm-up iteration)
-TINY = ("image_size=32", "backbone_epochs=1", "warmup_iters=1", "train_limit=24", "eval_images=10")
+TINY = ("image_size=32", "backbone_epochs=1", "warmup_epochs=1", "admm_images=24", "eval_images=10")
 TINY += ("batch_size=16", "svm_c=0.01")
 
 
@@ -136,7 +136,7 @@ def test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here(tmp_
     assert np.array_equal(part.identity, fs.identity[:20])
     pack_faces(fs, tmp_path / "lfw.npz")
     out, runs = tmp_path / "out", tmp_path / "runs"
-    sets = (*TINY, "finetune_iters=1", "device=cpu")
+    sets = (*TINY, "finetune_epochs=1", "device=cpu")
     argv = ["run", "--pack", str(tmp_path / "lfw.npz"), "--out", str(out), "--runs", str(runs), "--ranks", "4"]
     assert dg.main(argv + [x for s in sets for x in ("--set", s)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["backbone.pt", "info.json", "r4.tar"]
@@ -200,7 +200,7 @@ def test_the_next_device_call_script_trains_and_evaluates_each_rank_there(tmp_pa
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["backbone.pt", "info.json", "log.txt", "r4.tar"]
     info = json.loads((out / "info.json").read_text())
-    assert info["sets"]["backbone_width"] == 48 and info["sets"]["warmup_iters"] == 1  # EXTRA comes last
+    assert info["sets"]["backbone_width"] == 48 and info["sets"]["warmup_epochs"] == 1  # EXTRA comes last
     assert info["ranks"]["4"]["status"] == "finished" and "r = 4: finished" in (out / "log.txt").read_text()
     with tarfile.open(out / "r4.tar") as tf:
         summary = json.load(tf.extractfile("summary.json"))

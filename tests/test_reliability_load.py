@@ -176,7 +176,7 @@ def test_deepfacto_evaluation_on_a_full_disk_changes_nothing_and_reruns(small_di
     # the backbone and SVM caches stay where the other DeepFacto tests keep them ($ADMM_CACHE): off the small disk
     run = small_disk / "df"
     argv = ["train", "--preset", "lfwa-deepfacto", "--rank", "4", "--epochs", "2", "--out", str(run), "--device", "cpu"]
-    for s in ("data_limit=160", "image_size=32", "backbone_epochs=1", "finetune_iters=1", "train_limit=48"):
+    for s in ("data_limit=160", "image_size=32", "backbone_epochs=1", "finetune_epochs=1", "admm_images=48"):
         argv += ["--set", s]
     for s in ("eval_images=30", "svm_train_limit=80", "batch_size=32"):
         argv += ["--set", s]
@@ -245,8 +245,8 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
     from admm_core.deepfacto import run as run_mod
 
     cfg = DeepFactoConfig(
-        rank=4, data_limit=160, image_size=32, backbone_epochs=1, warmup_iters=1, finetune_iters=1,
-        train_limit=48, eval_images=30, svm_train_limit=80, batch_size=32, device="cpu",
+        rank=4, data_limit=160, image_size=32, backbone_epochs=1, warmup_epochs=1, finetune_epochs=1,
+        admm_images=48, eval_images=30, svm_train_limit=80, batch_size=32, device="cpu",
     )  # fmt: skip
     quiet = {"log": lambda m: None}
 

@@ -61,7 +61,7 @@ def test_an_old_layout_deepfacto_run_dir_is_listed_with_its_kind(tmp_path):
         "data": {"name": "lfwa", "root": None},
         "model": {"arch": "face-resnet18s+nmf+fc", "rank": 4},
         "train": {"epochs": 2, "seed": 0, "device": "cpu", "batch_size": 32},
-        "deepfacto": {"rank": 4, "warmup_iters": 1, "finetune_iters": 1},
+        "deepfacto": {"rank": 4, "warmup_epochs": 1, "finetune_epochs": 1},
     }
     write_json(old / "config.json", cfg)
     write_json(old / "status.json", {"state": "finished", "epoch": 2, "epochs": 2, "phase": "done"})

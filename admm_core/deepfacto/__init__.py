@@ -31,7 +31,7 @@ _EXPORTS = {
     "PAPER_MEAN": "config",
     "PRESET": "config",
     "STATE_FILE": "config",
-    "S_MODES": "config",
+    "S_MODES": "method",
     "attribute_evaluation": "attributes",
     "attribute_svms": "attributes",
     "attribute_svms_cv": "attributes",

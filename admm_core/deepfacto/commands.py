@@ -23,7 +23,7 @@ from ..errors import ConfigError, check
 from ..kinds import DEEPFACTO, run_kind
 from ..rundir import read_json, read_metrics, unique_run_dir
 from ..status import install_stop_handlers
-from .config import PRESET, DeepFactoConfig
+from .config import PRESET, DeepFactoConfig, saved_names
 
 
 def config_from_cli(a) -> DeepFactoConfig:
@@ -31,14 +31,14 @@ def config_from_cli(a) -> DeepFactoConfig:
     kw: dict = {}
     if getattr(a, "config", None):
         d = json.loads(Path(a.config).read_text())
-        kw.update(d.get("deepfacto", d))
+        kw.update(saved_names(d.get("deepfacto", d)))  # a run's config.json, saved before the renames too
     for flag, key in (
         ("rank", "rank"),
         ("seed", "seed"),
         ("device", "device"),
         ("data_root", "data_root"),
         ("backbone_weights", "backbone_weights"),
-        ("train_limit", "train_limit"),
+        ("train_limit", "admm_images"),  # --train-limit: the images Block-ADMM trains on
         ("batch_size", "batch_size"),
     ):
         v = getattr(a, flag, None)
@@ -47,14 +47,14 @@ def config_from_cli(a) -> DeepFactoConfig:
     kw.update(parse_sets(getattr(a, "set", None)))
     cfg = DeepFactoConfig.from_dict(kw)
     epochs = getattr(a, "epochs", None)
-    if epochs is not None:  # --epochs: iterations in all, as on resume; the fine-tune ones come last
+    if epochs is not None:  # --epochs: epochs in all, as on resume; the fine-tune ones come last
         check(
-            isinstance(epochs, int) and epochs >= cfg.finetune_iters,
+            isinstance(epochs, int) and epochs >= cfg.finetune_epochs,
             "--epochs",
             epochs,
-            f"must be at least the {cfg.finetune_iters} fine-tune iterations",
+            f"must be at least the {cfg.finetune_epochs} fine-tune epochs",
         )
-        cfg = cfg.replace(warmup_iters=epochs - cfg.finetune_iters)
+        cfg = cfg.replace(warmup_epochs=epochs - cfg.finetune_epochs)
     return cfg
 
 
@@ -68,16 +68,14 @@ def cli_train(a) -> int:
         if not saved or run_kind(saved) != DEEPFACTO or not isinstance(saved.get("deepfacto"), dict):
             raise ConfigError(f"--resume {str(run_dir)!r}: no DeepFacto config.json there")
         cfg = DeepFactoConfig.from_saved(saved["deepfacto"])
-        iters = getattr(
-            a, "epochs", None
-        )  # a new length: DeepFactoConfig.resumed_to, once state.pt says how far it got
+        epochs = getattr(a, "epochs", None)  # a new length: DeepFactoConfig.resumed_to, once state.pt says how far
     else:
-        iters = None
+        epochs = None
         cfg = config_from_cli(a)
         run_dir = Path(a.out) if getattr(a, "out", None) else new_run_dir(cfg)
     print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
     summary = train_deepfacto(
-        cfg, run_dir, resume=bool(getattr(a, "resume", None)), iters=iters, should_stop=install_stop_handlers()
+        cfg, run_dir, resume=bool(getattr(a, "resume", None)), epochs=epochs, should_stop=install_stop_handlers()
     )
     print(json.dumps(summary, indent=2))
     return 0

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..data import DATASETS
 from ..errors import check
 from ..faces.lfw import LFWA_TEST_FRACTION
-from .method import M_UPDATES, S_MODES, DeepFacto
+from .method import DeepFacto, DeepFactoSettings
 
 PRESET = "lfwa-deepfacto"
 PAPER_MEAN = {4: 74.8, 32: 81.4, 256: 87.0}  # paper table attr_lfw, mean over the 40 attributes (%)
@@ -21,16 +21,20 @@ SVM_SOLVERS = ("liblinear", "newton")
 BACKBONE_SOURCES = ("shipped", "train")
 # fields added after runs were saved, with the value those runs used (their config.json lacks them)
 SAVED_BEFORE = {"svm_solver": "liblinear", "backbone_source": "train"}
+# fields renamed since (old name -> new): the engine says epochs, and data.train_limit means another thing
+RENAMED = {"train_limit": "admm_images", "warmup_iters": "warmup_epochs", "finetune_iters": "finetune_epochs"}
 
 
 STATE_FILE = "state.pt"  # loop state for --resume (deleted when the run finishes)
 
 
 @dataclass(frozen=True)
-class DeepFactoConfig:
-    """Everything a DeepFacto run depends on (saved as config.json["deepfacto"])."""
+class DeepFactoConfig(DeepFactoSettings):
+    """Everything a DeepFacto run depends on (saved as config.json["deepfacto"]): the algorithm's
+    settings (:class:`~admm_core.deepfacto.method.DeepFactoSettings`, declared there once, checked by
+    :class:`DeepFacto`) and the run's own below. An *epoch* is one outer iteration: every update of
+    the method's docstring over all ``admm_images`` training images."""
 
-    rank: int = 32  # r, rank of the NMF module (paper: 4, 32, 256)
     seed: int = 0  # fixes split, init and draws
     data_root: str | None = None  # folder holding lfw/ (None: $ADMM_DATA, ./data, ../shared/data)
     # input pixels (the 160×160 crop is resized; default: LFWA's record); Z_1 is C × size/8 × size/8
@@ -50,29 +54,9 @@ class DeepFactoConfig:
     backbone_width: int = (
         16  # base width w of a backbone trained here: stages (w, 2w, 4w, 4w); 32 scores higher but costs ~4x
     )
-    train_limit: int = 2048  # Block-ADMM training images (whole identities with ≥ 2 images, seeded)
-    warmup_iters: int = 12  # iterations with the backbone frozen
-    finetune_iters: int = 1  # iterations that also step the backbone
-    gamma: float = 1.0  # γ, weight of the NMF term
-    beta: float = 1.0  # β_1 = β_2, weight of the coupling terms
-    z_lr: float = 0.1  # ζ, step of the Z_2 update
-    # how block 2's input S is made in training: "projection" = the test-time map S = P_M(block_1(X))
-    # (block 2 learns on what inference gives it; M is fitted to block_1(X) while the backbone is frozen);
-    # "admm" = the paper's free variable S (feels block 2, but inference does not reproduce it)
-    s_mode: str = "projection"
-    # V ← V + step·(Z_1 − MS); 1 = ADMM, 0 = penalty only. With Θ_1 fixed Z_1 = MS and Z_1 = block_1(X) cannot
-    # both hold, and V settles at (β/γ)(block_1(X) − MS − U_1) (the fixed point of the Z_1-step) instead of growing
-    nmf_dual_step: float = 1.0
-    s_steps: int = 3  # projected S steps per iteration
-    m_steps: int = 5  # projected M steps per iteration (m_update "gradient")
-    # the M-step: "gradient" = m_steps projected gradient steps; "exact" = the convex NNLS in M solved
-    # (nmf.solve_m; the paper: with S fixed, M is "a normal convex least-squares problem"). Measured at
-    # r = 256: "exact" stalls at a worse factorisation than gradient steps (docs/results/deepfacto.md)
-    m_update: str = "gradient"
-    fc_lr: float = 1e-3  # η_2, Adam step of block_2 (FC)
-    backbone_lr_ft: float = 1e-4  # η_1, Adam step of block_1 in the fine-tune phase
-    emb_dim: int = 128  # d, embedding size of the FC layer
-    margin: float = 0.2  # triplet margin
+    admm_images: int = 2048  # images Block-ADMM trains on (whole identities with ≥ 2 images, seeded)
+    warmup_epochs: int = 12  # epochs with the backbone frozen
+    finetune_epochs: int = 1  # epochs that also step the backbone
     batch_size: int = 128  # minibatch (identity groups of ≤ 4 images)
     eval_images: int = 300  # train / test faces used for the per-iteration verification check
     svm_train_limit: int = 20000  # training-identity images the attribute SVMs are fitted on (default: all)
@@ -91,7 +75,7 @@ class DeepFactoConfig:
     device: str = "auto"  # auto | cpu | cuda
 
     def __post_init__(self):
-        check(isinstance(self.rank, int) and self.rank >= 1, "deepfacto.rank", self.rank, "must be a positive integer")
+        _ = self.method  # building DeepFacto checks the algorithm's settings ("deepfacto.<field>: ...")
         check(
             isinstance(self.image_size, int) and self.image_size >= 32 and self.image_size % 8 == 0,
             "deepfacto.image_size",
@@ -114,10 +98,7 @@ class DeepFactoConfig:
         for f in (
             "backbone_epochs",
             "backbone_width",
-            "train_limit",
-            "s_steps",
-            "m_steps",
-            "emb_dim",
+            "admm_images",
             "batch_size",
             "eval_images",
             "svm_train_limit",
@@ -131,7 +112,7 @@ class DeepFactoConfig:
                 v,
                 "must be a positive integer",
             )
-        for f in ("warmup_iters", "finetune_iters", "seed"):
+        for f in ("warmup_epochs", "finetune_epochs", "seed"):
             v = getattr(self, f)
             check(
                 isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"deepfacto.{f}", v, "must be an integer ≥ 0"
@@ -144,7 +125,7 @@ class DeepFactoConfig:
         object.__setattr__(
             self, "svm_c", tuple(sorted(float(c) for c in cs))
         )  # frozen; ascending: ties go to the smaller C
-        for f in ("gamma", "beta", "z_lr", "fc_lr", "backbone_lr", "backbone_lr_ft", "margin", "nnls_tol"):
+        for f in ("backbone_lr", "nnls_tol"):
             v = getattr(self, f)
             check(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
@@ -161,14 +142,6 @@ class DeepFactoConfig:
             "must be a number ≥ 0",
         )
         check(
-            isinstance(self.nmf_dual_step, (int, float)) and 0 <= self.nmf_dual_step <= 1,
-            "deepfacto.nmf_dual_step",
-            self.nmf_dual_step,
-            "must be in [0, 1]",
-        )
-        check(self.s_mode in S_MODES, "deepfacto.s_mode", self.s_mode, f"choose from {list(S_MODES)}")
-        check(self.m_update in M_UPDATES, "deepfacto.m_update", self.m_update, f"choose from {list(M_UPDATES)}")
-        check(
             self.svm_solver in SVM_SOLVERS,
             "deepfacto.svm_solver",
             self.svm_solver,
@@ -182,13 +155,13 @@ class DeepFactoConfig:
         )
 
     @property
-    def iters(self) -> int:
-        return self.warmup_iters + self.finetune_iters
+    def epochs(self) -> int:
+        return self.warmup_epochs + self.finetune_epochs
 
     @property
     def method(self) -> DeepFacto:
         """The algorithm's settings, as the method registry holds them (``METHODS["deepfacto"]``)."""
-        return DeepFacto(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DeepFacto)})
+        return DeepFacto(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DeepFactoSettings)})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -197,49 +170,61 @@ class DeepFactoConfig:
     def from_dict(cls, d: dict) -> "DeepFactoConfig":
         known = {f.name for f in dataclasses.fields(cls)}
         bad = set(d) - known
+        renamed = {k: RENAMED[k] for k in sorted(bad) if k in RENAMED}
+        check(
+            not renamed, "deepfacto", sorted(renamed), f"renamed: {', '.join(f'{a} → {b}' for a, b in renamed.items())}"
+        )
         check(not bad, "deepfacto", sorted(bad), f"unknown keys; known: {sorted(known)}")
         return cls(**d)
 
     @classmethod
     def from_saved(cls, d: dict) -> "DeepFactoConfig":
-        """:meth:`from_dict` for a config a run saved: a field it predates takes :data:`SAVED_BEFORE`'s value."""
-        return cls.from_dict({**SAVED_BEFORE, **d})
+        """:meth:`from_dict` for a config a run saved: a field it predates takes :data:`SAVED_BEFORE`'s value,
+        a field saved under its old name (:data:`RENAMED`) is read under the new one."""
+        return cls.from_dict({**SAVED_BEFORE, **saved_names(d)})
 
     def replace(self, **kw) -> "DeepFactoConfig":
         return dataclasses.replace(self, **kw)
 
-    def resumed_to(self, iters: int, done: int, field_name: str = "epochs") -> "DeepFactoConfig":
-        """This run's config when a resume after ``done`` iterations runs to ``iters`` in all.
+    def resumed_to(self, epochs: int, done: int, field_name: str = "epochs") -> "DeepFactoConfig":
+        """This run's config when a resume after ``done`` epochs runs to ``epochs`` in all.
 
-        Iterations already done keep their phase: in the warm-up the warm-up phase takes the
-        change (the ``finetune_iters`` fine-tune iterations still come last); once the fine-tune
-        phase has begun, it takes the change. ``iters == done`` ends the loop there (a run
+        Epochs already done keep their phase: in the warm-up the warm-up phase takes the
+        change (the ``finetune_epochs`` fine-tune epochs still come last); once the fine-tune
+        phase has begun, it takes the change. ``epochs == done`` ends the loop there (a run
         stopped in its evaluation then only finishes that). One :class:`ConfigError` naming
         ``field_name`` otherwise.
         """
-        if iters == self.iters:
+        if epochs == self.epochs:
             return self
         check(
-            isinstance(iters, int) and not isinstance(iters, bool) and iters >= max(done, 1),
+            isinstance(epochs, int) and not isinstance(epochs, bool) and epochs >= max(done, 1),
             field_name,
-            iters,
-            f"the run has done {done} iterations; choose at least {max(done, 1)}",
+            epochs,
+            f"the run has done {done} epochs; choose at least {max(done, 1)}",
         )
-        if done > self.warmup_iters:  # fine-tuning: the warm-up is history
-            return self.replace(finetune_iters=iters - self.warmup_iters)
+        if done > self.warmup_epochs:  # fine-tuning: the warm-up is history
+            return self.replace(finetune_epochs=epochs - self.warmup_epochs)
         check(
-            iters - self.finetune_iters >= done,
+            epochs - self.finetune_epochs >= done,
             field_name,
-            iters,
-            f"must be at least {done + self.finetune_iters}: {done} warm-up iterations are done "
-            f"and the {self.finetune_iters} fine-tune ones come after them",
+            epochs,
+            f"must be at least {done + self.finetune_epochs}: {done} warm-up epochs are done "
+            f"and the {self.finetune_epochs} fine-tune ones come after them",
         )
-        return self.replace(warmup_iters=iters - self.finetune_iters)
+        return self.replace(warmup_epochs=epochs - self.finetune_epochs)
+
+
+def saved_names(d: dict) -> dict:
+    """``d`` with the fields saved under an old name (:data:`RENAMED`) under their new one."""
+    return {RENAMED.get(k, k): v for k, v in d.items()}
 
 
 @functools.lru_cache(maxsize=1)
 def field_help() -> dict[str, str]:
-    """{field: its comment in :class:`DeepFactoConfig`'s source} (the dashboard's help texts)."""
+    """{field: help} (the dashboard's help texts): the algorithm's settings carry theirs
+    (:class:`~admm_core.deepfacto.method.DeepFactoSettings`); the run's own fields, their comment in
+    :class:`DeepFactoConfig`'s source."""
     import inspect
     import io
     import tokenize
@@ -260,7 +245,8 @@ def field_help() -> dict[str, str]:
                 above.append(text)
             elif current:
                 out[current].append(text)
-    return {k: " ".join(v) for k, v in out.items() if v}
+    settings = {f.name: f.metadata["help"] for f in dataclasses.fields(DeepFactoSettings)}
+    return {**settings, **{k: " ".join(v) for k, v in out.items() if v}}
 
 
 def run_config_dict(cfg: DeepFactoConfig) -> dict:
@@ -272,7 +258,7 @@ def run_config_dict(cfg: DeepFactoConfig) -> dict:
         "method": DeepFacto.name,
         "data": {"name": DeepFacto.data[0], "root": cfg.data_root},
         "model": {"arch": DeepFacto.archs[0], "width": cfg.backbone_width, "rank": cfg.rank},
-        "train": {"epochs": cfg.iters, "seed": cfg.seed, "device": cfg.device, "batch_size": cfg.batch_size},
+        "train": {"epochs": cfg.epochs, "seed": cfg.seed, "device": cfg.device, "batch_size": cfg.batch_size},
         "deepfacto": cfg.to_dict(),
     }
 

@@ -47,7 +47,7 @@ from ..loop import StopRun, Task, run_loop
 from ..rundir import read_json, write_files_atomic, write_json
 from .attributes import attribute_evaluation, pooled_features
 from .backbone import get_backbone
-from .config import PAPER_MEAN, PRESET, STATE_FILE, DeepFactoConfig, run_config_dict
+from .config import PAPER_MEAN, PRESET, STATE_FILE, DeepFactoConfig, run_config_dict, saved_names
 from .inference import load_inference_model, save_inference
 from .method import DeepFacto
 from .trainer import DeepFactoTrainer, relative
@@ -60,18 +60,18 @@ def run_indices(cfg: DeepFactoConfig, faces: FaceSet, tr: np.ndarray, te: np.nda
     people, verification-check faces of training and of test people, their pairs, SVM training images)."""
     rng = np.random.default_rng(cfg.seed)
 
-    # Block-ADMM training set: whole identities with ≥ 2 training images, up to train_limit images
+    # Block-ADMM training set: whole identities with ≥ 2 training images, up to admm_images images
     counts = np.bincount(faces.identity[tr], minlength=len(faces.people))
     multi = tr[counts[faces.identity[tr]] >= 2]
     people = rng.permutation(np.unique(faces.identity[multi]))
     take, total = [], 0
     for p in people:
         members = multi[faces.identity[multi] == p]
-        if total + len(members) > cfg.train_limit and total > 0:
+        if total + len(members) > cfg.admm_images and total > 0:
             continue
         take.append(members)
         total += len(members)
-        if total >= cfg.train_limit:
+        if total >= cfg.admm_images:
             break
     df_idx = np.sort(np.concatenate(take))
     # verification check sets: faces of other training people (threshold) and of test people (accuracy)
@@ -109,9 +109,9 @@ class DeepFactoTask(Task):
     unit = DeepFacto.live_unit
     stale = STALE
 
-    def __init__(self, cfg: DeepFactoConfig, iters: int | None = None, log=None):
-        self.cfg, self.iters = cfg, iters
-        self.epochs = cfg.iters
+    def __init__(self, cfg: DeepFactoConfig, resume_epochs: int | None = None, log=None):
+        self.cfg, self.resume_epochs = cfg, resume_epochs
+        self.epochs = cfg.epochs
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.timings: dict[str, float] = {}
         self.diag: dict = {}
@@ -127,23 +127,23 @@ class DeepFactoTask(Task):
                 f"--resume {str(run_dir)!r}: no {STATE_FILE} there (the run finished, or never completed an iteration)"
             )
         point = safe_load(state_path)  # weights_only: a file that would run code is refused
-        saved, now = point["config"], self.cfg.to_dict()
-        lengths = ("warmup_iters", "finetune_iters")  # a resume may change the length (resumed_to)
+        saved, now = saved_names(point["config"]), self.cfg.to_dict()  # state.pt of before the renames too
+        lengths = ("warmup_epochs", "finetune_epochs")  # a resume may change the length (resumed_to)
         diff = sorted(k for k in saved if k not in lengths and saved.get(k) != now.get(k))
         if diff:
             raise ConfigError(f"--resume {str(run_dir)!r}: the config differs from the run's in {diff}")
         done = point["iteration"]
-        cfg = self.cfg if self.iters is None else self.cfg.resumed_to(self.iters, done)
-        # equal: the iterations ran, the run stopped during its evaluation; the loop is then skipped
-        check(cfg.iters >= done, "epochs", cfg.iters, f"the run already did {done} iterations")
+        cfg = self.cfg if self.resume_epochs is None else self.cfg.resumed_to(self.resume_epochs, done)
+        # equal: the epochs ran, the run stopped during its evaluation; the loop is then skipped
+        check(cfg.epochs >= done, "epochs", cfg.epochs, f"the run already did {done} epochs")
         # a new length moves the end of the warm-up; the iterations already done keep their phase
         check(
-            min(cfg.warmup_iters, done) == min(saved["warmup_iters"], done),
-            "warmup_iters",
-            cfg.warmup_iters,
-            f"the run already did {done} iterations, {min(saved['warmup_iters'], done)} of them with the backbone frozen",
+            min(cfg.warmup_epochs, done) == min(saved["warmup_epochs"], done),
+            "warmup_epochs",
+            cfg.warmup_epochs,
+            f"the run already did {done} epochs, {min(saved['warmup_epochs'], done)} of them with the backbone frozen",
         )
-        self.cfg, self.epochs = cfg, cfg.iters
+        self.cfg, self.epochs = cfg, cfg.epochs
         return point
 
     def config_text(self, resumed: bool) -> str:
@@ -256,11 +256,11 @@ class DeepFactoTask(Task):
         }
 
     def before_epoch(self, epoch: int) -> dict:
-        return {"phase": "finetune" if epoch > self.cfg.warmup_iters else "warmup"}
+        return {"phase": "finetune" if epoch > self.cfg.warmup_epochs else "warmup"}
 
     def run_epoch(self, epoch: int, progress) -> None:
         # the trainer checks should_stop (given at construction) between chunks and backbone steps
-        self.diag = self.trainer.iterate(epoch > self.cfg.warmup_iters)
+        self.diag = self.trainer.iterate(epoch > self.cfg.warmup_epochs)
 
     def diverged(self, m: dict) -> str | None:
         if not all(math.isfinite(v) for v in [m["train_loss"], *m["residuals"]]):
@@ -296,7 +296,7 @@ class DeepFactoTask(Task):
         cfg, trainer, faces, log, timings = self.cfg, self.trainer, self.faces, self.log, self.timings
         svm_tr, te, df_idx, pairs_all = self.svm_tr, self.te, self.df_idx, self.pairs_all
         timings["deepfacto_train_s"] = wall
-        status.update(force=True, phase="attribute evaluation", epoch=cfg.iters, progress=1.0)
+        status.update(force=True, phase="attribute evaluation", epoch=cfg.epochs, progress=1.0)
         t = time.time()
         s_svm_tr, z_svm_tr = trainer.scores(faces.images[svm_tr])
         s_svm_te, z_svm_te = trainer.scores(faces.images[te])
@@ -354,7 +354,7 @@ class DeepFactoTask(Task):
             "data": DeepFacto.data[0],
             "status": "finished",
             "rank": cfg.rank,
-            "epochs": cfg.iters,
+            "epochs": cfg.epochs,
             **svm_summary,
             "paper_mean_attribute_accuracy": PAPER_MEAN.get(cfg.rank),
             "test_accuracy": ver,  # verification on all test faces
@@ -378,7 +378,7 @@ class DeepFactoTask(Task):
             "device": str(self.device),
         }
         # elapsed: the whole run, its setup (data, backbone) included
-        return summary, {"phase": "done", "epoch": cfg.iters, "elapsed_s": time.time() - status.status["started"]}
+        return summary, {"phase": "done", "epoch": cfg.epochs, "elapsed_s": time.time() - status.status["started"]}
 
     def finished(self, run_dir: Path) -> None:
         # hundreds of MB; the finished run keeps checkpoint.pt. Only now: a summary that could not
@@ -394,7 +394,7 @@ def train_deepfacto(
     run_dir,
     *,
     resume: bool = False,
-    iters: int | None = None,
+    epochs: int | None = None,
     should_stop=None,
     on_progress=None,
     log=None,
@@ -404,10 +404,10 @@ def train_deepfacto(
     The run loop is the engine's (:func:`admm_core.loop.run_loop`) with :class:`DeepFactoTask`.
     After every iteration the whole loop state goes to ``state.pt`` (atomically); with
     ``resume`` a stopped or crashed run continues from it (same config, same draws) and
-    keeps its metrics, to ``iters`` iterations in all when given
+    keeps its metrics, to ``epochs`` epochs in all when given
     (:meth:`DeepFactoConfig.resumed_to`). ``state.pt`` is deleted once the run has finished.
     """
-    task = DeepFactoTask(cfg, iters if resume else None, log)
+    task = DeepFactoTask(cfg, epochs if resume else None, log)
     return run_loop(task, run_dir, resume=resume, should_stop=should_stop, on_progress=on_progress)
 
 

@@ -48,8 +48,8 @@ warm-up. With Θ_1 frozen nothing can close Z_1 − block_1(X), so its dual only
 (measured: after 12 warm-up iterations the first fine-tune step tripled ‖Z_1 − block_1(X)‖ and
 dropped verification from 74% to 59%); it starts from 0 when Θ_1 starts moving.
 
-Phases (paper §exp:hetero): ``warmup_iters`` iterations with the backbone frozen, then
-``finetune_iters`` iterations that also step Θ_1 (BatchNorm statistics stay frozen, so block_1 is
+Phases (paper §exp:hetero): ``warmup_epochs`` iterations with the backbone frozen, then
+``finetune_epochs`` iterations that also step Θ_1 (BatchNorm statistics stay frozen, so block_1 is
 a fixed per-sample map while Z sweeps run). Backprop never crosses the NMF module.
 """
 

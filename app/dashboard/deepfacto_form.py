@@ -18,28 +18,29 @@ from pathlib import Path
 from admm_core.config import ConfigError, parse_sets
 from admm_core.deepfacto.config import (
     BACKBONE_SOURCES,
-    M_UPDATES,
-    S_MODES,
+    RENAMED,
     SAVED_BEFORE,
     SVM_SOLVERS,
     DeepFactoConfig,
     field_help,
+    saved_names,
 )
+from admm_core.deepfacto.method import M_UPDATES, S_MODES
 from admm_core.faces import cache_dir, load_backbone
 
 MODE = "deepfacto"  # ?mode=deepfacto opens the Train page on this form
 PREFIX = "df."  # widget keys and URL keys: df.<field>
 NUMBERS = (  # number inputs (integers); the rest are text or menus
     "rank",
-    "warmup_iters",
-    "finetune_iters",
-    "train_limit",
+    "warmup_epochs",
+    "finetune_epochs",
+    "admm_images",
     "seed",
     "backbone_epochs",
     "backbone_width",
     "data_limit",
 )
-MAIN = ("rank", "warmup_iters", "finetune_iters", "train_limit", "seed", "device")
+MAIN = ("rank", "warmup_epochs", "finetune_epochs", "admm_images", "seed", "device")
 MENUS = {
     "device": ("auto", "cpu", "cuda"),
     "s_mode": S_MODES,
@@ -54,9 +55,9 @@ UPLOAD_LIMIT = (
 )  # bytes of an uploaded backbone: the server's per-file cap (.streamlit/config.toml maxUploadSize = 50 MB)
 LABELS = {
     "rank": "NMF rank r",
-    "warmup_iters": "Iterations, backbone frozen",
-    "finetune_iters": "Iterations, fine-tuning it",
-    "train_limit": "Block-ADMM training images",
+    "warmup_epochs": "Epochs, backbone frozen",
+    "finetune_epochs": "Epochs, fine-tuning it",
+    "admm_images": "Block-ADMM training images",
     "seed": "Seed",
     "device": "Device",
     "backbone_epochs": "Backbone epochs",
@@ -98,7 +99,7 @@ def default_values() -> dict:
 def values_from_config(cfg: dict) -> dict:
     """Widget values of a run's config.json["deepfacto"] (unknown keys are ignored)."""
     known = set(fields())
-    cfg = {**SAVED_BEFORE, **cfg}  # a field the run predates: the value it ran with
+    cfg = {**SAVED_BEFORE, **saved_names(cfg)}  # a field the run predates: the value it ran with
     return {**default_values(), **{k: widget_value(k, v) for k, v in cfg.items() if k in known}}
 
 
@@ -152,7 +153,7 @@ def from_query(qp: dict) -> tuple[dict, list[str]]:
     for key, text in qp.items():
         if not key.startswith(PREFIX):
             continue
-        name = key[len(PREFIX) :]
+        name = RENAMED.get(key[len(PREFIX) :], key[len(PREFIX) :])  # a link made before the renames
         if name not in values:
             warnings.append(f"{key}: not a DeepFacto setting (ignored)")
             continue

@@ -509,7 +509,7 @@ def deepfacto_section() -> dict:
             st.caption("Choose the face backbone to start.")
         else:
             st.caption(
-                f"r = {cfg.rank} · {cfg.warmup_iters} + {cfg.finetune_iters} iterations on {cfg.train_limit} images · "
+                f"r = {cfg.rank} · {cfg.warmup_epochs} + {cfg.finetune_epochs} epochs on {cfg.admm_images} images · "
                 f"{'backbone ' + Path(weights).name if weights else backbone_note(cfg)}"
                 ". The page URL holds this setup."
             )
