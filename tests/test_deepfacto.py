@@ -544,6 +544,17 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path):
     # a resume may move the end of the warm-up, but not re-label an iteration already done (1, frozen)
     with pytest.raises(ConfigError, match="warmup_epochs"):
         train_deepfacto(cfg.replace(warmup_epochs=0), part, resume=True, log=lambda m: None)
+    # as if saved before the renames (train_limit, warmup_iters, …): config.json and state.pt resume all the same
+    from admm_core.deepfacto.config import RENAMED
+
+    def old_names(d: dict) -> dict:
+        return {next((o for o, n in RENAMED.items() if n == k), k): v for k, v in d.items()}
+
+    saved = read_json(part / "config.json")
+    (part / "config.json").write_text(json.dumps({**saved, "deepfacto": old_names(saved["deepfacto"])}))
+    state = torch.load(part / STATE_FILE, weights_only=True)
+    torch.save({**state, "config": old_names(state["config"])}, part / STATE_FILE)
+    assert "warmup_iters" in read_json(part / "config.json")["deepfacto"]
     assert main(["train", "--resume", str(part)]) == 0
     done = read_json(part / "summary.json")
     assert done["status"] == "finished" and not (part / STATE_FILE).exists()
