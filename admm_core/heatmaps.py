@@ -8,7 +8,9 @@ is the attention map of component k. :func:`heatmaps`, :func:`overlay` and
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -16,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from .deepfacto import shipped
-from .deepfacto.inference import load_inference_model, load_shipped_model, test_faces
+from .deepfacto.heldout import test_faces
+from .deepfacto.inference import load_inference_model, load_shipped_model
 from .errors import ImageError
 
 # --- images --------------------------------------------------------------------------------
@@ -209,3 +212,43 @@ def grid(argv=None) -> int:
     print("\n".join(files))
     print(f"wrote {a.out}")
     return 0
+
+
+def serve(inp=None, out=None) -> int:
+    """``python -m admm_core.heatmaps serve``: the dashboard's scorer process (``app/dashboard/scorer.py``),
+    so the server never imports torch. One JSON request a line on stdin, one JSON reply a line on stdout:
+
+        {"op": "info", "ref": R}                             -> {"rank": r, "order": [k, …]}
+        {"op": "maps", "ref": R, "face": NPY, "components": [k, …], "out": NPZ}
+                                                             -> {"ok": true}; NPZ holds crop, maps
+        a failure                                            -> {"error": message, "type": class name}
+
+    R is what :func:`load_model` takes; NPY an (H, W, 3) uint8 face (read without pickle). Models stay
+    loaded between requests (:func:`load_model`'s cache). Ends at the end of stdin (the server went)."""
+    inp = inp or sys.stdin
+    out = out or sys.stdout
+    sys.stdout = sys.stderr  # a stray print must not break the replies
+    for line in inp:
+        try:
+            req = json.loads(line)
+            if req.get("op") == "info":
+                model = load_model(req["ref"])
+                reply = {"rank": int(len(model.scale)), "order": [int(k) for k in model.order]}
+            elif req.get("op") == "maps":
+                face = np.load(req["face"], allow_pickle=False)
+                maps = heatmaps(req["ref"], face, req["components"])
+                np.savez(req["out"], crop=crop_image(req["ref"], face), maps=np.stack(maps))
+                reply = {"ok": True}
+            else:
+                raise ValueError(f"op = {req.get('op')!r}: choose 'info' or 'maps'")
+        except Exception as e:  # noqa: BLE001 - every failure is a reply; the process serves on
+            reply = {"error": str(e), "type": type(e).__name__}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["serve"]:
+        raise SystemExit("usage: python -m admm_core.heatmaps serve")
+    sys.exit(serve())

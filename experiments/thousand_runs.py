@@ -206,10 +206,12 @@ def table(rows: list[dict], cold: float, rss: tuple, finished: int, live: int) -
 RUN_MENU = "[data-testid='stSelectbox']:has([data-testid='stWidgetLabel'] p:text-is('Run'))"
 RUN_PICKER = "[data-testid='stMultiSelect']:has([data-testid='stWidgetLabel'] p:text-is('Runs'))"
 CHART = ".js-plotly-plot"
-BROWSER_PAGES = (  # (row, path, controls, chart, whether the chart needs a live run)
-    ("Runs", "/runs", "[data-testid='stDataFrame'] canvas", None, False),
-    ("Compare", "/compare", RUN_PICKER, CHART, False),
-    ("Train (run menu; the newest live run watched)", "/", RUN_MENU, CHART, True),
+MODEL_MENU = "[data-testid='stSelectbox']:has([data-testid='stWidgetLabel'] p:text-is('DeepFacto model'))"
+BROWSER_PAGES = (  # (row, path, controls, chart, what the chart needs: a live run / LFW / nothing)
+    ("Runs", "/runs", "[data-testid='stDataFrame'] canvas", None, None),
+    ("Compare", "/compare", RUN_PICKER, CHART, None),
+    ("Train (run menu; the newest live run watched)", "/", RUN_MENU, CHART, "live"),
+    ("Heatmaps (a held-out face's maps, from the scorer process)", "/heatmaps", MODEL_MENU, CHART, "lfw"),
 )
 
 
@@ -257,6 +259,30 @@ def proc_cpu_s(pid: int) -> float:
 def proc_mem_mb(pid: int) -> dict:
     with open(f"/proc/{pid}/status") as f:
         return {ln.split(":")[0]: int(ln.split()[1]) / 1024 for ln in f if ln.startswith(("VmRSS:", "VmHWM:"))}
+
+
+def have_lfw() -> bool:
+    from admm_core.faces import find_lfw
+
+    try:
+        return find_lfw() is not None
+    except Exception:  # noqa: BLE001 - no data root: the Heatmaps row has no chart
+        return False
+
+
+def scorer_mem_mb(server_pid: int) -> float | None:
+    """VmRSS (MB) of the server's scorer process (app/dashboard/scorer.py), None when it has none."""
+    for d in Path("/proc").iterdir():
+        try:
+            stat = (d / "stat").read_text()
+            if (
+                int(stat.rsplit(")", 1)[1].split()[1]) == server_pid
+                and b"admm_core.heatmaps" in (d / "cmdline").read_bytes()
+            ):
+                return proc_mem_mb(int(d.name))["VmRSS"]
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
 
 
 def free_port() -> int:
@@ -402,8 +428,8 @@ def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120
                 )
                 cold = time.perf_counter() - t
                 page.close()
-                for name, path, controls, chart, needs_live in BROWSER_PAGES:
-                    chart = chart if live or not needs_live else None
+                for name, path, controls, chart, needs in BROWSER_PAGES:
+                    chart = None if (needs == "live" and not live) or (needs == "lfw" and not have_lfw()) else chart
                     page = browser.new_page(viewport={"width": 1440, "height": 1000})
                     page.set_default_timeout(timeout_s * 1000)
                     reruns = count_reruns(page)
@@ -434,6 +460,7 @@ def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120
                     )
                     page.close()
                 mem = proc_mem_mb(proc.pid)
+                scorer = scorer_mem_mb(proc.pid)
                 control = measure_control(browser, root, timeout_s)
             finally:
                 browser.close()
@@ -446,6 +473,7 @@ def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120
         "start": start,
         "cold": cold,
         "rss": mem["VmRSS"],
+        "scorer": scorer,
         "hwm": mem["VmHWM"],
         "torch": torch_loaded,
         "control": control,
@@ -486,7 +514,14 @@ def browser_table(res: dict, finished: int, live: int, window: float) -> str:
         "",
         f"Server memory with {finished} + {live} runs, after all pages: **{res['rss']:.0f} MB resident (VmRSS),"
         f" peak {res['hwm']:.0f} MB (VmHWM)**, target ≤ {TARGETS['rss_mb']:g} MB {ok}; PyTorch loaded in the server:"
-        f" {'yes' if res['torch'] else 'no'} (libtorch in /proc/<pid>/maps). Server start until /_stcore/health"
+        f" {'yes' if res['torch'] else 'no'} (libtorch in /proc/<pid>/maps). "
+        + (
+            f"The Heatmaps page's scorer process (torch and the model; it ends after 10 min unused):"
+            f" {res['scorer']:.0f} MB resident. "
+            if res.get("scorer")
+            else ""
+        )
+        + "Server start until /_stcore/health"
         f" answered: {res['start']:.1f} s; its first page (Runs, the server's own imports included):"
         f" {res['cold']:.2f} s.",
         "",

@@ -52,8 +52,8 @@ _EXPORTS = {
     "run_config_dict": "config",
     "run_indices": "run",
     "save_inference": "inference",
-    "test_faces": "inference",
-    "test_people": "inference",
+    "test_faces": "heldout",
+    "test_people": "heldout",
     "train_deepfacto": "run",
 }
 

@@ -1,6 +1,6 @@
 """A trained DeepFacto for new images (heatmaps, dashboard): ``checkpoint.pt`` of a run and the
 straight-through inference S = argmin_{S≥0}‖block_1(x) − M S‖ (:func:`admm_core.nmf.project`),
-embedding = normalise(block_2(S)); and the run's held-out people."""
+embedding = normalise(block_2(S)). The run's held-out people are :mod:`.heldout`'s (no torch)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from torch import nn
 
 from .. import nmf
 from ..checkpoint import atomic_torch_save, safe_load
-from ..faces import FaceBackbone, crop_face, load_lfwa, to_tensor
+from ..faces import FaceBackbone, crop_face, to_tensor
 from . import shipped
-from .config import DeepFactoConfig, read_run_config
+from .config import DeepFactoConfig
 
 
 def save_inference(
@@ -100,33 +100,3 @@ def load_inference_model(run_dir) -> InferenceModel:
     if not isinstance(ck, dict) or ck.get("format") != "deepfacto-v1":
         raise ValueError(f"{path}: not a DeepFacto checkpoint")
     return InferenceModel(ck)
-
-
-def model_config(run_dir) -> DeepFactoConfig:
-    """The config of a run directory, or of a shipped model (``shipped:<name>``, its manifest entry)."""
-    if shipped.is_shipped(run_dir):
-        return DeepFactoConfig.from_saved(shipped.entry(str(run_dir).split(":", 1)[1])["config"])
-    return read_run_config(run_dir)
-
-
-def test_people(run_dir) -> dict[str, list[Path]]:
-    """{person: image paths} of the *test* identities of a run (or shipped model): its own split
-    of the labelled people (``data_limit`` included), not of the LFW folder names."""
-    cfg = model_config(run_dir)
-    fs = load_lfwa(cfg.data_root, size=None, limit=cfg.data_limit)
-    _, te = fs.split(cfg.seed, cfg.test_fraction)
-    out: dict[str, list[Path]] = {}
-    for i in te:
-        out.setdefault(fs.people[fs.identity[i]], []).append(fs.image_dir / fs.files[i])
-    return out
-
-
-def test_faces(run_dir, n: int = 6, seed: int = 0) -> list[str]:
-    """Paths of ``n`` faces of distinct *test* identities of a run (its own split), seeded."""
-    cfg = model_config(run_dir)
-    fs = load_lfwa(cfg.data_root, size=None, limit=cfg.data_limit)
-    _, te = fs.split(cfg.seed, cfg.test_fraction)
-    rng = np.random.default_rng(seed)
-    people = rng.permutation(np.unique(fs.identity[te]))[:n]
-    picks = [rng.choice(te[fs.identity[te] == p]) for p in people]
-    return [str(fs.image_dir / fs.files[i]) for i in picks]

@@ -25,12 +25,16 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ..errors import CheckpointError, ConfigError
-from ..faces import FaceBackbone
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..faces import FaceBackbone
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = "manifest.json"
@@ -88,11 +92,16 @@ def path_of(e: dict, root: Path | None = None) -> Path:
     return Path(root or models_dir()) / e["file"]
 
 
-def load(name: str, root: Path | None = None) -> tuple[dict[str, torch.Tensor], dict]:
+def load(name: str, root: Path | None = None, as_numpy: bool = False) -> tuple[dict[str, torch.Tensor], dict]:
     """(tensors, manifest entry) of shipped model ``name``, verified: size, SHA-256, then the name
-    and shape of every tensor against the manifest. Raises CheckpointError naming the file."""
+    and shape of every tensor against the manifest. Raises CheckpointError naming the file.
+    ``as_numpy``: numpy arrays instead of torch tensors (torch is then never imported)."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+
+    if as_numpy:
+        from safetensors.numpy import load_file
+    else:
+        from safetensors.torch import load_file
 
     e = entry(name, root)
     path = path_of(e, root)
@@ -126,6 +135,8 @@ def _strip(tensors: dict, prefix: str) -> dict:
 
 def backbone(name: str = "lfw-backbone-w16", root: Path | None = None) -> tuple[FaceBackbone, dict]:
     """A shipped backbone as a FaceBackbone (eval mode) and its manifest entry."""
+    from ..faces import FaceBackbone  # torch: only where a network is built (the manifest needs none)
+
     tensors, e = load(name, root)
     net = FaceBackbone(**{k: tuple(v) if isinstance(v, list) else v for k, v in e["arch"].items()})
     try:
@@ -140,8 +151,8 @@ def backbone(name: str = "lfw-backbone-w16", root: Path | None = None) -> tuple[
 def mean_face(name: str = "lfw-backbone-w16", root: Path | None = None) -> np.ndarray:
     """The mean of the backbone's training faces, (160, 160, 3) uint8: a face to draw maps over
     on a machine without LFW."""
-    tensors, _ = load(name, root)
-    return tensors["mean_face"].numpy()
+    tensors, _ = load(name, root, as_numpy=True)  # no torch: the dashboard's server shows it
+    return tensors["mean_face"]
 
 
 def shipped_backbone(cache_name: str, root: Path | None = None) -> tuple[FaceBackbone, dict] | None:

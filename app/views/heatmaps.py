@@ -1,10 +1,10 @@
 """Heatmaps: NMF score maps of a DeepFacto model over LFW faces, an uploaded photo or the mean face.
 
 The models: those that ship with the project (assets/models, usable with no data root) and the
-DeepFacto runs, i.e. those whose config.json has a "deepfacto" key or whose preset starts with
-"lfwa". The score maps come from ``admm_core.heatmaps.heatmaps(ref, image, components)`` (ref: a
-run folder or "shipped:<name>"; one image, a path or (H, W, 3) uint8 -> a list of (H, W) maps, one
-per component, upsampled to the image).
+DeepFacto runs (their recorded kind, :func:`admm_core.kinds.run_kind`). The score maps are
+``admm_core.heatmaps.heatmaps(ref, image, components)`` (ref: a run folder or "shipped:<name>"; one
+image, a path or (H, W, 3) uint8 -> a list of (H, W) maps, one per component, upsampled to the
+image), computed in the scorer process (:mod:`app.dashboard.scorer`): the server never imports torch.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import streamlit as st
 
-from admm_core import heatmaps as hm
 from admm_core.deepfacto import shipped
 from admm_core.errors import CheckpointError, ConfigError, DataError, ImageError
 from admm_core.kinds import DEEPFACTO, run_kind
 from app import ui
 from app.dashboard import faces
+from app.dashboard.scorer import scorer
 
 ss = st.session_state
 st.title("Heatmaps")
@@ -31,7 +31,7 @@ st.caption(
 @st.cache_data(show_spinner="Reading the run's identity split…")
 def held_out_people(run_dir: str) -> dict[str, list[str]]:
     """{person: image paths} of the run's test identities (deepfacto.test_people: the run's own split)."""
-    from admm_core.deepfacto import test_people
+    from admm_core.deepfacto.heldout import test_people  # no torch: the network is the scorer's
 
     return {p: [str(f) for f in files] for p, files in test_people(run_dir).items()}
 
@@ -148,9 +148,8 @@ if face is None:
     st.stop()
 
 try:
-    model = hm.load_model(ref)
-    rank = len(model.scale)
-    default = hm.default_components(ref, min(4, rank))
+    rank, order = scorer().info(ref)  # DeepFacto's network runs in the scorer process (app/dashboard/scorer.py)
+    default = order[: min(4, rank)]
 except (OSError, ConfigError, DataError, CheckpointError, KeyError, ValueError, RuntimeError) as e:
     # no checkpoint yet (still running), a damaged shipped file, or an older run's checkpoint torch cannot map
     st.image(face, width=200)
@@ -174,8 +173,7 @@ if not comps:
     st.info("Pick at least one component.")
     st.stop()
 try:
-    crop = hm.crop_image(ref, face)
-    maps = hm.heatmaps(ref, face, comps)
+    crop, maps = scorer().maps(ref, face, comps)
 except (ImageError, ConfigError, ValueError, OSError, RuntimeError) as e:  # say so, no traceback
     st.error(f"Could not compute score maps for this run: {type(e).__name__}: {e}")
     st.stop()

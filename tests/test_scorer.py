@@ -1,0 +1,106 @@
+"""The Heatmaps page's scorer process (app/dashboard/scorer.py): the same maps as the engine computes
+in-process, the engine's own errors, a fresh process after a crash, none left when idle, and a
+dashboard server that never imports torch while it draws maps (issue 36: server memory ≤ 500 MB)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from admm_core.errors import ConfigError
+from app.dashboard.scorer import Scorer
+
+ROOT = Path(__file__).resolve().parent.parent
+REF = "shipped:deepfacto-r4"
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    s = Scorer()
+    yield s
+    s.close()
+
+
+def test_maps_equal_the_engines_in_process_maps(scorer):
+    from admm_core import heatmaps as hm
+    from admm_core.deepfacto import shipped
+
+    face = shipped.mean_face()
+    rank, order = scorer.info(REF)
+    assert rank == len(hm.load_model(REF).scale) and order == hm.default_components(REF, rank)
+    crop, maps = scorer.maps(REF, face, order[:3])
+    assert np.array_equal(crop, hm.crop_image(REF, face))
+    for got, want in zip(maps, hm.heatmaps(REF, face, order[:3]), strict=True):
+        assert got.shape == want.shape == crop.shape[:2] and np.array_equal(got, want)
+
+
+def test_failures_come_back_as_the_engines_errors_and_the_process_serves_on(scorer):
+    face = np.full((120, 100, 3), 128, np.uint8)
+    with pytest.raises(ConfigError, match="shipped model = 'nope'"):
+        scorer.info("shipped:nope")
+    with pytest.raises(ValueError, match="out of range"):
+        scorer.maps(REF, face, [999])
+    pid = scorer.pid
+    assert scorer.info(REF)[0] == 4 and scorer.pid == pid  # the same process after both
+
+
+def test_a_killed_scorer_is_started_afresh(scorer):
+    scorer.info(REF)
+    pid = scorer.pid
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.3)
+    assert scorer.info(REF)[0] == 4 and scorer.pid not in (None, pid)
+
+
+def test_an_idle_scorer_ends_and_gives_its_memory_back():
+    s = Scorer(idle_s=0.6)
+    try:
+        s.info(REF)
+        pid = s.pid
+        assert pid is not None
+        deadline = time.monotonic() + 10
+        while s.pid is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert s.pid is None and not Path(f"/proc/{pid}").exists()  # ended and reaped
+        assert s.info(REF)[0] == 4  # and the next request starts one again
+    finally:
+        s.close()
+
+
+HEATMAPS_PAGE = """
+import json, sys
+from streamlit.testing.v1 import AppTest
+
+at = AppTest.from_file(sys.argv[1], default_timeout=180)
+at.run()
+at.switch_page("views/heatmaps.py").run()
+at.radio(key="hm_source").set_value("Mean training face").run()
+assert not at.exception, [e.value for e in at.exception]
+charts = at.get("plotly_chart")
+print(json.dumps({"charts": len(charts), "errors": [e.value for e in at.error], "torch": "torch" in sys.modules}))
+"""
+
+
+def test_the_heatmaps_page_draws_maps_without_torch_in_the_server(tmp_path):
+    """The page, rendered in a fresh interpreter (the server), draws the shipped model's maps over the
+    mean face; the network ran in the scorer, so the server never imported torch."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ADMM_RUNS": str(tmp_path / "runs")}
+    done = subprocess.run(
+        [sys.executable, "-c", HEATMAPS_PAGE, str(ROOT / "app" / "main.py")],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"charts": 1, "errors": [], "torch": False}, seen
