@@ -53,15 +53,16 @@ class Scorer:
     def _start(self) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="admm-scorer-"))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "admm_core.heatmaps", "serve"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=open(self._dir / "stderr.txt", "wb"),
-            cwd=ROOT,
-            env=env,
-            text=True,
-        )
+        with open(self._dir / "stderr.txt", "wb") as err:  # the child keeps its own descriptor
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "admm_core.heatmaps", "serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                cwd=ROOT,
+                env=env,
+                text=True,
+            )
         threading.Thread(target=self._reap_when_idle, args=(self._proc,), daemon=True).start()
 
     def _reap_when_idle(self, proc: subprocess.Popen) -> None:
@@ -79,6 +80,11 @@ class Scorer:
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
                 self._proc.wait()
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                try:
+                    pipe.close()
+                except OSError:  # a dead process's stdin may refuse the flush
+                    pass
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
         self._proc, self._dir = None, None
