@@ -185,3 +185,17 @@ def test_deepfacto_settings_are_declared_once():
         with pytest.raises(ConfigError) as b:
             DeepFactoConfig(**bad)
         assert str(a.value) == str(b.value) and f"deepfacto.{next(iter(bad))}" in str(a.value)
+
+
+def test_every_deepfacto_setting_has_one_place_in_the_forms_groups():
+    """'All DeepFacto settings' is grouped by what a setting sets; every field the form shows is in
+    exactly one group (a new field must be placed: it would land in "Other"), and the algorithm's
+    group is the method's own declaration."""
+    from admm_core.deepfacto.method import DeepFactoSettings
+    from app.dashboard import deepfacto_form as D
+
+    members = [n for names in D.GROUPS.values() for n in names]
+    assert len(members) == len(set(members))
+    groups = dict(D.grouped(D.fields()))
+    assert "Other" not in groups and sorted(n for g in groups.values() for n in g) == sorted(D.fields())
+    assert groups["The algorithm (the method's settings)"] == [f.name for f in dataclasses.fields(DeepFactoSettings)]

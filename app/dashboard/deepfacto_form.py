@@ -25,7 +25,7 @@ from admm_core.deepfacto.config import (
     field_help,
     saved_names,
 )
-from admm_core.deepfacto.method import M_UPDATES, S_MODES
+from admm_core.deepfacto.method import M_UPDATES, S_MODES, DeepFactoSettings
 from admm_core.faces import cache_dir, load_backbone
 
 MODE = "deepfacto"  # ?mode=deepfacto opens the Train page on this form
@@ -48,6 +48,28 @@ MENUS = {
     "svm_solver": SVM_SOLVERS,
     "backbone_source": BACKBONE_SOURCES,
 }
+# "All DeepFacto settings" by what they set; the algorithm's are the method's own (DeepFactoSettings)
+GROUPS = {
+    "The algorithm (the method's settings)": tuple(f.name for f in dataclasses.fields(DeepFactoSettings)),
+    "Data": ("image_size", "test_fraction", "data_limit", "admm_images"),
+    "Backbone training (when it is trained here)": (
+        "backbone_source",
+        "backbone_epochs",
+        "backbone_width",
+        "backbone_lr",
+        "backbone_id_weight",
+    ),
+    "The run": ("warmup_epochs", "finetune_epochs", "batch_size", "seed", "device"),
+    "Evaluation (verification, attribute SVMs, test-time projection)": (
+        "eval_images",
+        "svm_train_limit",
+        "svm_c",
+        "svm_grid",
+        "svm_solver",
+        "nnls_tol",
+        "nnls_max_iter",
+    ),
+}
 OWN_WIDGETS = ("backbone_weights", "data_root")  # the backbone choice / the environment set these
 RANKS = (4, 32, 256)  # the paper's ranks (any r ≥ 1 may be typed)
 UPLOAD_LIMIT = (
@@ -65,6 +87,14 @@ LABELS = {
     "backbone_source": "Backbone source",
     "data_limit": "Labelled images (0 = all)",
 }
+
+
+def grouped(names: list[str]) -> list[tuple[str, list[str]]]:
+    """``names`` under the titles of :data:`GROUPS`, in its order (a name no group holds: "Other")."""
+    out = [(title, [n for n in members if n in names]) for title, members in GROUPS.items()]
+    held = {n for _, members in out for n in members}
+    out.append(("Other", [n for n in names if n not in held]))
+    return [(title, members) for title, members in out if members]
 
 
 def fields() -> list[str]:

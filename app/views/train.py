@@ -477,10 +477,12 @@ def deepfacto_section() -> dict:
         _, pre_errors = D.config_from_values(read_deepfacto(), weights)
         with st.expander(f"All DeepFacto settings ({len(rest)})", expanded=bool(set(pre_errors) & set(rest))):
             st.caption("Text fields read like `--set NAME=VALUE`: JSON where it parses (numbers, lists, null).")
-            grid = st.columns(4)
-            for i, name in enumerate(rest):
-                with grid[i % 4]:
-                    _df_widget(name, slots)
+            for title, names in D.grouped(rest):
+                st.markdown(f"**{title}**")
+                grid = st.columns(4)
+                for i, name in enumerate(names):
+                    with grid[i % 4]:
+                        _df_widget(name, slots)
     values = read_deepfacto()
     cfg, errors = D.config_from_values(values, weights)
     for field, msg in errors.items():
