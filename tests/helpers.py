@@ -103,6 +103,25 @@ def cli_proc(*argv, timeout=300, **kw) -> subprocess.CompletedProcess:
 # --- waiting -------------------------------------------------------------------------------------
 
 
+def fresh_python_json(code: str, *args, runs_root=None, timeout=300):
+    """Run ``code`` in a fresh interpreter (``python -c``; the repository importable, ``$ADMM_RUNS``
+    = ``runs_root`` when given) and return the JSON its last stdout line prints. A fresh process
+    is how a test sees what a page imports (this one has torch already)."""
+    import json
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)} | ({"ADMM_RUNS": str(runs_root)} if runs_root else {})
+    done = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def wait(pred, timeout=60.0, every=0.1):
     """pred()'s first true value within ``timeout`` seconds (looked at every ``every`` s, and once
     more at the end), else None."""

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import cli_run
+from helpers import cli_run, fresh_python_json
 from test_browser_dashboard import ARGS, CHROMIUM, _free_port
 
 from admm_core import rundir, runs
@@ -847,15 +847,7 @@ def test_runs_compare_and_train_pages_never_import_torch(tmp_path):
     the engine names torch through admm_core.lazy and imports its nn.Module classes on use."""
     root = tmp_path / "runs"
     train(tiny("block-admm", epochs=1), root / "20260101-000000-digits-block-admm-s0")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "ADMM_RUNS": str(root)}
-    done = subprocess.run(
-        [sys.executable, "-c", NO_TORCH_PAGES, str(ROOT / "app" / "main.py"), "20260101-000000-digits-block-admm-s0"],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=300,
+    seen = fresh_python_json(
+        NO_TORCH_PAGES, ROOT / "app" / "main.py", "20260101-000000-digits-block-admm-s0", runs_root=root
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {"imports": False, "views/train.py": False, "views/runs.py": False, "views/compare.py": False}, seen

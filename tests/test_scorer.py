@@ -4,16 +4,14 @@ dashboard server that never imports torch while it draws maps (issue 36: server 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import fresh_python_json
 
 from admm_core.errors import ConfigError
 from app.dashboard.scorer import Scorer
@@ -92,15 +90,5 @@ print(json.dumps({"charts": len(charts), "errors": [e.value for e in at.error], 
 def test_the_heatmaps_page_draws_maps_without_torch_in_the_server(tmp_path):
     """The page, rendered in a fresh interpreter (the server), draws the shipped model's maps over the
     mean face; the network ran in the scorer, so the server never imported torch."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "ADMM_RUNS": str(tmp_path / "runs")}
-    done = subprocess.run(
-        [sys.executable, "-c", HEATMAPS_PAGE, str(ROOT / "app" / "main.py")],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = fresh_python_json(HEATMAPS_PAGE, ROOT / "app" / "main.py", runs_root=tmp_path / "runs")
     assert seen == {"charts": 1, "errors": [], "torch": False}, seen
