@@ -58,7 +58,7 @@ class DeepFactoConfig(DeepFactoSettings):
     warmup_epochs: int = 12  # epochs with the backbone frozen
     finetune_epochs: int = 1  # epochs that also step the backbone
     batch_size: int = 128  # minibatch (identity groups of ≤ 4 images)
-    eval_images: int = 300  # train / test faces used for the per-iteration verification check
+    eval_images: int = 300  # train / test faces of the verification check after every epoch
     svm_train_limit: int = 20000  # training-identity images the attribute SVMs are fitted on (default: all)
     # C of LinearSVC (features standardised first): one value, or candidates chosen per attribute by
     # 2-fold cross-validation over the test people (attribute_svms_cv; a fixed 0.01 overfit r = 256's 2,304 features)

@@ -76,7 +76,7 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
     metrics lines added since the last one."""
     dirs = [r["dir"] for r in recs]
     stamp = _stamp(dirs)
-    nets, faces = [], []  # DeepFacto runs get their own charts: verification accuracy, per iteration
+    nets, faces = [], []  # DeepFacto runs get their own charts: verification accuracy, per epoch
     for r in recs:
         n = r["name"]
         cfg = r["config"] or {}
@@ -107,7 +107,7 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
         res_title = "Primal residual" + (" (dash = block)" if group_by == "nothing" else " (block mean)")
         draw(g[1], nets, "residuals", res_title, log_y, chart_key="cmp_res")
     if faces:
-        st.markdown("**DeepFacto runs** (per iteration)")
+        st.markdown("**DeepFacto runs** (per epoch: one iteration over their training images)")
         xk = "wall_time_s" if x_key == "wall_time_s" else "epoch"
         g = st.columns(2)
         draw(g[0], faces, "test_accuracy", "Face verification accuracy (%)", acc_log, True, xk, "cmp_df_acc")
