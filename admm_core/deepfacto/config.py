@@ -13,7 +13,7 @@ from pathlib import Path
 from ..data import DATASETS
 from ..errors import check
 from ..faces.lfw import LFWA_TEST_FRACTION
-from .method import DeepFacto, DeepFactoSettings
+from .method import DeepFacto, DeepFactoSettings, records
 
 PRESET = "lfwa-deepfacto"
 PAPER_MEAN = {4: 74.8, 32: 81.4, 256: 87.0}  # paper table attr_lfw, mean over the 40 attributes (%)
@@ -256,8 +256,8 @@ def run_config_dict(cfg: DeepFactoConfig) -> dict:
         "kind": DeepFacto.kind,
         "preset": PRESET,
         "method": DeepFacto.name,
-        "data": {"name": DeepFacto.data[0], "root": cfg.data_root},
-        "model": {"arch": DeepFacto.archs[0], "width": cfg.backbone_width, "rank": cfg.rank},
+        "data": {"name": records()[0], "root": cfg.data_root},
+        "model": {"arch": records()[1], "width": cfg.backbone_width, "rank": cfg.rank},
         "train": {"epochs": cfg.epochs, "seed": cfg.seed, "device": cfg.device, "batch_size": cfg.batch_size},
         "deepfacto": cfg.to_dict(),
     }

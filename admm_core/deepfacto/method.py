@@ -4,8 +4,9 @@ Its settings are the algorithm's (rank r, γ, β, ζ, the NMF and Θ steps, the 
 is :class:`~admm_core.deepfacto.trainer.DeepFactoState` (Z_1, U_1, V, S, M, Z_2, U_2); its iterations
 are :class:`~admm_core.deepfacto.trainer.DeepFactoTrainer`'s (the updates are in that module's
 docstring). It runs with its own task of the run loop, :class:`~admm_core.deepfacto.run.DeepFactoTask`
-(data: LFWA with identities; block 1: the face backbone ``face-resnet18s``), so its run kind is
-``deepfacto`` (:data:`admm_core.kinds.KINDS`); the network methods' loop never runs it.
+(its data set and block 1 are the records of its kind: LFWA and the face backbone ``face-resnet18s``,
+:func:`records`), so its run kind is ``deepfacto`` (:data:`admm_core.kinds.KINDS`); the network
+methods' loop never runs it.
 
 The module registers the method (its last line); :mod:`admm_core` imports it, so the registries
 are complete whichever module a program imports first. No torch here: the dashboard reads the settings, the live charts and the memory rule of every
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..faces.backbone import FACE_ARCH, FACE_FEATURES
+from ..faces.backbone import FACE_FEATURES
 from ..faces.lfw import LFWA_SIZE  # noqa: F401 - registers LFWA (DeepFacto's data set) with the backbone
 from ..methods import register_method
 from ..methods.base import FLOAT_BYTES, MethodBase, StateSizes, setting
@@ -67,8 +68,6 @@ class DeepFacto(DeepFactoSettings, MethodBase):
     name = "deepfacto"
     summary = "DeepFacto: face backbone → NMF module (rank r) → triplet FC, by Block-ADMM (LFWA only)"
     kind: ClassVar[str] = "deepfacto"  # admm_core.kinds: it runs with DeepFactoTask, not the network loop
-    data: ClassVar[tuple[str, ...]] = ("lfwa",)  # the data sets it trains on (identities + attributes)
-    archs: ClassVar[tuple[str, ...]] = (FACE_ARCH,)  # block 1
     uses_blocks = True
     # what its metrics lines carry (admm_core.deepfacto.run), drawn per epoch by the dashboard
     live_unit: ClassVar[str] = "epoch"  # one outer iteration over all admm_images (DeepFactoConfig)
@@ -112,6 +111,16 @@ class DeepFacto(DeepFactoSettings, MethodBase):
     def state_bytes(self, state) -> int:
         st = state
         return sum(t.numel() * t.element_size() for t in (st.f, st.z1, st.u1, st.v, st.s, st.m, st.z2, st.u2))
+
+
+def records() -> tuple[str, str]:
+    """(data set, architecture) of DeepFacto's runs: the registry entries of its kind (their ``kind``
+    fields say so; one of each)."""
+    from ..data import names_for as datasets_for
+    from ..models import archs_for
+
+    (data,), (arch,) = datasets_for(DeepFacto.kind), archs_for(DeepFacto.kind)
+    return data, arch
 
 
 register_method(DeepFacto)

@@ -49,7 +49,7 @@ from .attributes import attribute_evaluation, pooled_features
 from .backbone import get_backbone
 from .config import PAPER_MEAN, PRESET, STATE_FILE, DeepFactoConfig, run_config_dict, saved_names
 from .inference import load_inference_model, save_inference
-from .method import DeepFacto
+from .method import DeepFacto, records
 from .trainer import DeepFactoTrainer, relative
 
 STALE = (*STALE_FILES, "attributes.json")  # files of an earlier end of the run
@@ -351,7 +351,7 @@ class DeepFactoTask(Task):
         summary = {
             "preset": PRESET,
             "method": DeepFacto.name,
-            "data": DeepFacto.data[0],
+            "data": records()[0],
             "status": "finished",
             "rank": cfg.rank,
             "epochs": cfg.epochs,
