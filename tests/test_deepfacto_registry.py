@@ -134,7 +134,6 @@ def test_a_run_config_records_its_kind():
 
 def test_the_live_charts_are_the_methods_declaration():
     spec = C.live_spec(method="deepfacto")
-    assert spec == C.live_spec(deepfacto=True)  # older callers
     assert list(spec) == ["accuracy", "loss", "seconds", *DeepFacto.live_metrics]
     assert {c["xtitle"] for c in spec.values()} == {"epoch"}
     assert spec["accuracy"]["title"] == DeepFacto.live_accuracy

@@ -97,7 +97,7 @@ def close(a, b) -> bool:
 def test_browser_traces_equal_the_servers(real_lines):
     cases, want = [], []
     for lines, deepfacto in ((real_lines, False), (edge_lines(), False), (deepfacto_lines(), True), ([], False)):
-        spec = C.live_spec(deepfacto)
+        spec = C.live_spec("deepfacto" if deepfacto else None)
         for name, chart in spec.items():
             for log in (True, False):
                 frame = C.spec_frame(chart, "r")
@@ -130,14 +130,14 @@ def test_browser_traces_equal_the_servers(real_lines):
 
 def test_edge_lines_really_exercise_the_rules():
     """The edge cases above are edges: gaps on log axes, left-out series, a chart shown by `when`."""
-    spec = C.live_spec(False)
+    spec = C.live_spec()
     loss = C.spec_traces(spec["loss"], edge_lines(), True)
     assert [t["name"] for t in loss] == ["train", "test"] and None in loss[0]["y"]  # 0 and -0.5: gaps
     assert C.spec_traces(spec["loss"], edge_lines(), False)[0]["y"][3] == -0.5
     res = C.spec_traces(spec["residuals"], edge_lines(), True)
     assert len(res) == 3 and all(y is None for y in res[1]["y"])  # block 2 is 0 everywhere
     assert len(C.spec_traces(spec["betas"], edge_lines(), False)) == 3  # a number where a list belongs: a gap
-    assert C.live_figures(edge_lines(), deepfacto=False).keys() >= {"backprop_cosine"}
+    assert C.live_figures(edge_lines()).keys() >= {"backprop_cosine"}
     assert C.spec_traces(spec["accuracy"], [], False)[0]["y"] == []  # a run with no line yet: empty series
 
 

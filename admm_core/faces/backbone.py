@@ -28,11 +28,15 @@ def backbone_widths(width: int) -> tuple[int, int, int, int]:
     return (width, 2 * width, 4 * width, 4 * width)
 
 
+def _check_image_shape(in_shape: tuple[int, ...]) -> None:
+    if len(in_shape) != 3:
+        raise ConfigError(f"model.arch = {FACE_ARCH!r}: needs image inputs (C, H, W), got shape {in_shape}")
+
+
 def face_backbone_layers(in_shape: tuple[int, ...], cfg, n_out: int) -> OrderedDict:
     """The registry's builder (``cfg``: a ModelConfig, its ``width`` the base width w): a new
     FaceBackbone for ``in_shape`` faces as named layers, ``n_out`` the size of its embedding."""
-    if len(in_shape) != 3:
-        raise ConfigError(f"model.arch = {FACE_ARCH!r}: needs image inputs (C, H, W), got shape {in_shape}")
+    _check_image_shape(in_shape)
     return face_backbone(backbone_widths(cfg.width), FACE_FEATURES, n_out, in_shape[0]).layers()
 
 
@@ -40,8 +44,7 @@ def face_backbone_table(in_shape: tuple[int, ...], cfg, n_out: int) -> list:
     """:func:`face_backbone_layers` by arithmetic, without torch: a 3×3 stride-2 stem, BasicBlock
     stages of widths (w, 2w, 4w, 4w) at strides (1, 2, 2, 1) (a stride 2 gives ⌈H/2⌉), a 1×1
     conv + BN to C channels (Z_1), and a linear head on the spatial mean."""
-    if len(in_shape) != 3:
-        raise ConfigError(f"model.arch = {FACE_ARCH!r}: needs image inputs (C, H, W), got shape {in_shape}")
+    _check_image_shape(in_shape)
     c, h, w = in_shape
     ws = backbone_widths(cfg.width)
     h, w = -(-h // 2), -(-w // 2)

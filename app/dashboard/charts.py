@@ -186,7 +186,7 @@ def _seconds(xtitle: str = "epoch") -> dict:
     return _chart("Seconds per epoch (training only)", [{"seconds": True}], ytitle="s", xtitle=xtitle)
 
 
-def live_spec(deepfacto: bool = False, method: str | None = None) -> dict[str, dict]:
+def live_spec(method: str | None = None) -> dict[str, dict]:
     """The live charts of a run of ``method``, in drawing order (three to a row). ``when``: drawn
     only once some line carries that key (the cosine, logged with ``--backprop-cosine``). ``log``:
     the y axis starts logarithmic.
@@ -194,9 +194,10 @@ def live_spec(deepfacto: bool = False, method: str | None = None) -> dict[str, d
     Everything past accuracy, loss and seconds is what the method declares on its class, read from
     the registry without torch: ``live_metrics`` (which charts), ``live_unit`` (the x axis),
     ``live_accuracy`` and ``live_charts`` (titles, per-block names, multi-line charts).
-    ``deepfacto``: the method of the DeepFacto kind (older callers); ``method`` None or unknown:
-    every per-block chart below, by epoch."""
-    cls = _method_class(kinds.DEEPFACTO if deepfacto else method, by_kind=deepfacto)
+    ``method`` None or unknown: every per-block chart below, by epoch."""
+    from admm_core.methods import METHODS
+
+    cls = METHODS.get(method) if method else None
     unit = cls.live_unit if cls is not None else "epoch"
     acc = cls.live_accuracy if cls is not None else "Accuracy (%)"
     out = {"accuracy": _acc(acc, unit), "loss": _loss(unit), "seconds": _seconds(unit)}
@@ -216,15 +217,6 @@ def live_spec(deepfacto: bool = False, method: str | None = None) -> dict[str, d
             )
             out[key]["xtitle"] = unit
     return out
-
-
-def _method_class(name: str | None, by_kind: bool = False):
-    """The registered method class ``name`` (or, ``by_kind``, the one whose runs are of kind ``name``), or None."""
-    from admm_core.methods import METHODS
-
-    if by_kind:
-        return next((c for c in METHODS.values() if c.kind == name), None)
-    return METHODS.get(name) if name else None
 
 
 # how each per-block metric a method may declare is drawn; a key not listed gets a plain chart
@@ -359,14 +351,13 @@ def live_figures(
     log_residuals: bool = True,
     run: str | None = None,
     smoothing: float = 0.0,
-    deepfacto: bool | None = None,
     method: str | None = None,
 ) -> dict[str, go.Figure]:
     """The Train page's charts (:func:`live_spec`) over ``metrics``; ``run`` is recorded in each
     figure's layout.meta. ``log_residuals`` sets the residual, dual and NMF charts' axes (the loss
     is always log). The charts are those ``method`` declares (:func:`live_spec`): the caller passes
     the run's method as the run recorded it (:func:`admm_core.kinds.run_method`)."""
-    spec = live_spec(bool(deepfacto), method)
+    spec = live_spec(method)
     out = {}
     for name, chart in spec.items():
         if chart.get("when") and not any(m.get(chart["when"]) for m in metrics):
@@ -641,11 +632,10 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
 
 
 def run_kind(cfg: dict) -> str:
-    """What a run is, for Compare's menus and labels: 'deepfacto' for a DeepFacto run (its config
-    says method block-admm, but its metrics are per iteration and its accuracy is face
-    verification), else its method."""
-    kind = kinds.run_kind(cfg)
-    return kind if kind == kinds.DEEPFACTO else str((cfg or {}).get("method", "?"))
+    """What a run is, for Compare's menus and labels: the method that trained it as the run recorded
+    it (:func:`admm_core.kinds.run_method`: 'deepfacto' for a DeepFacto run, also one saved when its
+    config said block-admm), '?' when unknown."""
+    return kinds.run_method(cfg) or "?"
 
 
 def _values(metrics: list[dict], key: str, scale: float = 1.0) -> list:

@@ -31,6 +31,7 @@ from functools import lru_cache
 from admm_core import data as data_mod
 from admm_core import resources
 from admm_core.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+from admm_core.kinds import NETWORK
 from admm_core.methods import METHODS, make_method
 from admm_core.models import ARCHS
 from admm_core.presets import PRESETS, preset_config
@@ -156,7 +157,7 @@ def choices(ff: FormField, form: dict | None = None, available: list[str] | None
     if ff.key == "preset":
         return [NO_PRESET, *PRESETS]
     if ff.path == "data.name":
-        here = list(data_mod.available(kind="network") if available is None else available)
+        here = list(data_mod.available(kind=NETWORK) if available is None else available)
         cur = form.get(ff.key)
         return here + ([cur] if cur is not None and cur not in here else [])
     if ff.kind == "split":

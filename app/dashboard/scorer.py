@@ -93,10 +93,15 @@ class Scorer:
         with self._lock:
             self._close()
 
-    def _ask(self, req: dict) -> dict:
+    def _running(self) -> Path:
+        """A live scorer (started afresh if there is none, or it died); returns its folder."""
         if self._proc is None or self._proc.poll() is not None:
             self._close()
             self._start()
+        return self._dir
+
+    def _ask(self, req: dict) -> dict:
+        self._running()
         self._last = time.monotonic()
         try:
             self._proc.stdin.write(json.dumps(req) + "\n")
@@ -125,10 +130,8 @@ class Scorer:
         """(the face as the model crops it, one (H, W) map in [0, 1] per component): what
         :func:`admm_core.heatmaps.crop_image` and :func:`~admm_core.heatmaps.heatmaps` return."""
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._close()
-                self._start()
-            face_path, out_path = self._dir / "face.npy", self._dir / "maps.npz"
+            folder = self._running()
+            face_path, out_path = folder / "face.npy", folder / "maps.npz"
             np.save(face_path, np.ascontiguousarray(face, dtype=np.uint8), allow_pickle=False)
             req = {"op": "maps", "ref": str(ref), "face": str(face_path), "components": [int(k) for k in components]}
             self._ask({**req, "out": str(out_path)})

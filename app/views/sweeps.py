@@ -16,6 +16,7 @@ import streamlit as st
 
 from admm_core import sweep as S
 from admm_core.errors import ConfigError
+from admm_core.kinds import NETWORK
 from admm_core.methods import names_for
 from admm_core.presets import PRESETS
 from app import ui
@@ -57,7 +58,7 @@ DEFAULT_ROWS = [
 with st.expander("New study", expanded=not S.study_names(storage), icon=":material/add:"):
     c = st.columns(4)
     preset = c[0].selectbox("Preset", list(PRESETS), key="sweeps_preset")
-    method = c[1].selectbox("Method", list(names_for("network")), key="sweeps_method")
+    method = c[1].selectbox("Method", list(names_for(NETWORK)), key="sweeps_method")
     objective = c[2].selectbox("Objective", list(S.OBJECTIVES), key="sweeps_objective")
     pruner = c[3].selectbox("Pruner", list(S.PRUNERS), key="sweeps_pruner")
     c = st.columns(4)

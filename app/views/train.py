@@ -22,7 +22,7 @@ from admm_core.data import available
 from admm_core.deepfacto.config import DeepFactoConfig
 from admm_core.errors import CheckpointError, ConfigError, DataError
 from admm_core.faces import find_lfw
-from admm_core.kinds import DEEPFACTO, run_kind, run_method
+from admm_core.kinds import DEEPFACTO, NETWORK, run_kind, run_method
 from admm_core.methods import METHODS
 from admm_core.resources import human as human_bytes
 from admm_core.resources import split_of
@@ -105,7 +105,7 @@ def on_shape():
 def on_start():
     """Launch the form's run once per click: the same config again within START_DEDUP_S is the same click."""
     form = _ordered_form()
-    cfg, errors = F.config_from_form(form, available(kind="network"))
+    cfg, errors = F.config_from_form(form, available(kind=NETWORK))
     if cfg is None:
         ss["notice"] = f"Not started: fix {len(errors)} field(s)."
         return
@@ -234,7 +234,7 @@ def field_row(fields: list[F.FormField], form: dict, slots: dict, datasets: list
 
 def form_section(slots: dict) -> object:
     """Data set, network and split, from the config's fields; returns the diagram's slot."""
-    datasets = available(kind="network")
+    datasets = available(kind=NETWORK)
     groups = F.groups()
     with st.container(border=True):
         st.markdown("**Data and network**")
@@ -248,7 +248,7 @@ def form_section(slots: dict) -> object:
 def method_section(slots: dict) -> None:
     """Method, training settings and the method's own settings (the rest in expanders)."""
     groups = F.groups()
-    datasets = available(kind="network")
+    datasets = available(kind=NETWORK)
     known = {"data", "network", "method", "train"}
     method = ss[K + "method"]
     cls = METHODS[method]
@@ -741,7 +741,7 @@ def main() -> None:
     method_section(slots)
     # validate, mirror into the URL, draw the blocks
     form = _ordered_form()
-    cfg, errors = F.config_from_form(form, available(kind="network"))
+    cfg, errors = F.config_from_form(form, available(kind=NETWORK))
     ss["train_form"] = form
     for field, msg in errors.items():
         (slots.get(field) or st).error(msg, icon="⚠️")
