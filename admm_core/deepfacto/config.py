@@ -181,7 +181,7 @@ class DeepFactoConfig(DeepFactoSettings):
     def from_saved(cls, d: dict) -> "DeepFactoConfig":
         """:meth:`from_dict` for a config a run saved: a field it predates takes :data:`SAVED_BEFORE`'s value,
         a field saved under its old name (:data:`RENAMED`) is read under the new one."""
-        return cls.from_dict({**SAVED_BEFORE, **saved_names(d)})
+        return cls.from_dict(saved_fields(d))
 
     def replace(self, **kw) -> "DeepFactoConfig":
         return dataclasses.replace(self, **kw)
@@ -218,6 +218,12 @@ class DeepFactoConfig(DeepFactoSettings):
 def saved_names(d: dict) -> dict:
     """``d`` with the fields saved under an old name (:data:`RENAMED`) under their new one."""
     return {RENAMED.get(k, k): v for k, v in d.items()}
+
+
+def saved_fields(d: dict) -> dict:
+    """A saved ``config.json["deepfacto"]`` as today's fields: old names renamed (:func:`saved_names`),
+    a field the run predates at the value it ran with (:data:`SAVED_BEFORE`)."""
+    return {**SAVED_BEFORE, **saved_names(d)}
 
 
 @functools.lru_cache(maxsize=1)

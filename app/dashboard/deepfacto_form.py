@@ -19,13 +19,12 @@ from admm_core.config import ConfigError, parse_sets
 from admm_core.deepfacto.config import (
     BACKBONE_SOURCES,
     RENAMED,
-    SAVED_BEFORE,
     SVM_SOLVERS,
     DeepFactoConfig,
     field_help,
-    saved_names,
+    saved_fields,
 )
-from admm_core.deepfacto.method import M_UPDATES, S_MODES, DeepFactoSettings
+from admm_core.deepfacto.method import DeepFactoSettings
 from admm_core.faces import cache_dir, load_backbone
 
 MODE = "deepfacto"  # ?mode=deepfacto opens the Train page on this form
@@ -43,8 +42,8 @@ NUMBERS = (  # number inputs (integers); the rest are text or menus
 MAIN = ("rank", "warmup_epochs", "finetune_epochs", "admm_images", "seed", "device")
 MENUS = {
     "device": ("auto", "cpu", "cuda"),
-    "s_mode": S_MODES,
-    "m_update": M_UPDATES,
+    # the algorithm's menus: the choices its settings declare (s_mode, m_update)
+    **{f.name: f.metadata["choices"] for f in dataclasses.fields(DeepFactoSettings) if f.metadata.get("choices")},
     "svm_solver": SVM_SOLVERS,
     "backbone_source": BACKBONE_SOURCES,
 }
@@ -129,7 +128,7 @@ def default_values() -> dict:
 def values_from_config(cfg: dict) -> dict:
     """Widget values of a run's config.json["deepfacto"] (unknown keys are ignored)."""
     known = set(fields())
-    cfg = {**SAVED_BEFORE, **saved_names(cfg)}  # a field the run predates: the value it ran with
+    cfg = saved_fields(cfg)  # old names renamed; a field the run predates: the value it ran with
     return {**default_values(), **{k: widget_value(k, v) for k, v in cfg.items() if k in known}}
 
 
