@@ -262,11 +262,12 @@ def proc_mem_mb(pid: int) -> dict:
 
 
 def have_lfw() -> bool:
+    from admm_core.errors import DataError
     from admm_core.faces import find_lfw
 
     try:
         return find_lfw() is not None
-    except Exception:  # noqa: BLE001 - no data root: the Heatmaps row has no chart
+    except DataError:  # no LFW under the data roots: the Heatmaps row has no chart
         return False
 
 
