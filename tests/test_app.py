@@ -774,7 +774,7 @@ def test_chart_helpers():
     assert C.eta_seconds(running, ms_t, now=110.0) == pytest.approx((10 - 3) * 3.0 - 1.0)
     assert C.eta_seconds({**running, "started": 107.0}, ms_t, now=110.0) is None  # resumed: old lines do not count
     assert C.eta_seconds({**running, "state": "finished"}, ms_t) is None
-    fig = C.compare_figure([("a", ms), ("b", ms)], "residuals", "wall_time_s")
+    fig = C.compare_figure([("a", ms), ("b", ms)], "residuals", C.Overlay(x_key="wall_time_s"))
     assert len(fig.data) == 4 and fig.data[0].x == (0.0, 2.0, 4.0, 6.0)
 
 
@@ -1265,7 +1265,7 @@ def test_compare_groups_runs_into_mean_and_spread_bands():
 
     a = [{"epoch": e, "test_accuracy": 0.5 + 0.1 * e} for e in range(3)]
     b = [{"epoch": e, "test_accuracy": 0.7 + 0.1 * e} for e in range(3)]
-    fig = C.group_figure([("lr = 0.1", [a, b])], "test_accuracy", percent=True)
+    fig = C.group_figure([("lr = 0.1", [a, b])], "test_accuracy", C.Overlay(percent=True))
     hi, lo, mean = fig.data
     assert list(mean.y) == pytest.approx([60, 70, 80]) and mean.name == "lr = 0.1 (n = 2)"
     assert list(hi.y) == pytest.approx([70, 80, 90]) and list(lo.y) == pytest.approx([50, 60, 70])
@@ -1364,10 +1364,10 @@ def test_zero_series_on_a_log_axis_keep_no_legend_entry():
         return [t.name for t in fig.data if t.showlegend is not False]
 
     for key in ("train_loss", "residuals"):
-        fig = C.compare_figure([("zero", zero), ("ok", ok)], key, log_y=True)
+        fig = C.compare_figure([("zero", zero), ("ok", ok)], key, C.Overlay(log_y=True))
         assert legend(fig) and not [n for n in legend(fig) if n.startswith("zero")], legend(fig)
         assert [n for n in legend(C.compare_figure([("zero", zero), ("ok", ok)], key)) if n.startswith("zero")]
-    grouped = C.group_figure([("zero", [zero]), ("ok", [ok])], "train_loss", log_y=True)
+    grouped = C.group_figure([("zero", [zero]), ("ok", [ok])], "train_loss", C.Overlay(log_y=True))
     assert legend(grouped) == ["ok (n = 1)"], legend(grouped)
 
 

@@ -64,14 +64,14 @@ def test_thin_keeps_the_first_last_and_extreme_points_of_a_long_curve():
 
 def test_compare_figure_draws_at_most_max_points_per_curve():
     ms = [{"epoch": e, "test_accuracy": 0.5 + e / 1e6, "residuals": [1 / (e + 1), 2 / (e + 1)]} for e in range(20_000)]
-    fig = C.compare_figure([("a", ms), ("b", ms[:100])], "residuals", max_points=1500)
+    fig = C.compare_figure([("a", ms), ("b", ms[:100])], "residuals", C.Overlay(max_points=1500))
     assert [len(t.x) for t in fig.data if t.name.startswith("a")] and all(
         len(t.x) <= 1600 for t in fig.data if t.name.startswith("a")
     )
     assert all(len(t.x) == 100 for t in fig.data if t.name.startswith("b"))
     full = C.compare_figure([("a", ms)], "test_accuracy")
     assert len(full.data[0].x) == 20_000  # without max_points nothing is cut
-    grouped = C.group_figure([("g", [ms, ms])], "test_accuracy", max_points=1500)
+    grouped = C.group_figure([("g", [ms, ms])], "test_accuracy", C.Overlay(max_points=1500))
     assert all(len(t.x) <= 1600 for t in grouped.data)
 
 

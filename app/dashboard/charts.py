@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
@@ -454,20 +455,30 @@ def thin(traces: list[dict], max_points: int | None) -> list[dict]:
     return out
 
 
-def compare_figure(
-    series: list[tuple[str, list[dict]]],
-    key: str,
-    x_key: str = "epoch",
-    smoothing: float = 0.0,
-    log_y: bool = False,
-    title: str = "",
-    percent: bool = False,
-    height: int = 420,
-    max_points: int | None = None,
-) -> go.Figure:
+@dataclass(frozen=True)
+class Overlay:
+    """How Compare draws one column of several runs or groups: the x axis (``epoch`` or
+    ``wall_time_s``), smoothing weight, log y axis, title, values as percent, height and the
+    points kept per curve (:func:`thin`)."""
+
+    x_key: str = "epoch"
+    smoothing: float = 0.0
+    log_y: bool = False
+    title: str = ""
+    percent: bool = False
+    height: int = 420
+    max_points: int | None = None
+
+    def figure(self, traces: list[dict]) -> go.Figure:
+        xtitle = "wall time (s)" if self.x_key == "wall_time_s" else "epoch"
+        ytitle = "%" if self.percent else ""
+        return _figure(thin(traces, self.max_points), self.title, xtitle, ytitle, self.log_y, height=self.height)
+
+
+def compare_figure(series: list[tuple[str, list[dict]]], key: str, look: Overlay = Overlay()) -> go.Figure:
     """Overlay one column of several runs; per-block columns get one dash style per block."""
     traces = []
-    xtitle = "wall time (s)" if x_key == "wall_time_s" else "epoch"
+    x_key, smoothing, log_y, percent = look.x_key, look.smoothing, look.log_y, look.percent
     for i, (label, metrics) in enumerate(series):
         colour = COLOURS[i % len(COLOURS)]
         xs = _col(metrics, x_key)
@@ -484,7 +495,7 @@ def compare_figure(
             traces.append(
                 {**_scatter(xs, smooth(ys, smoothing), label, colour, marker={"size": 4}), **_no_legend_if_empty(ys)}
             )
-    return _figure(thin(traces, max_points), title, xtitle, "%" if percent else "", log_y, height=height)
+    return look.figure(traces)
 
 
 def _no_legend_if_empty(ys: list) -> dict:
@@ -656,22 +667,13 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 
 def group_figure(
-    groups: list[tuple[str, list[list[dict]]]],
-    key: str,
-    x_key: str = "epoch",
-    smoothing: float = 0.0,
-    log_y: bool = False,
-    title: str = "",
-    percent: bool = False,
-    spread: str = "std",
-    height: int = 420,
-    max_points: int | None = None,
+    groups: list[tuple[str, list[list[dict]]]], key: str, look: Overlay = Overlay(), spread: str = "std"
 ) -> go.Figure:
     """One line per group of runs (their mean at each x) inside a band: mean ± one standard
     deviation (``spread='std'``) or the runs' min to max (``'range'``). Runs are aligned on the
     x value (epoch, or wall time rounded to 0.1 s); per-block columns are averaged over blocks."""
     traces = []
-    xtitle = {"wall_time_s": "wall time (s)"}.get(x_key, "epoch")
+    x_key, smoothing, log_y, percent = look.x_key, look.smoothing, look.log_y, look.percent
     for i, (label, runs) in enumerate(groups):
         colour = COLOURS[i % len(COLOURS)]
         at: dict[float, list[float]] = {}
@@ -705,7 +707,7 @@ def group_figure(
             }
         )
         traces.append({**_scatter(xs, mean, name, colour, "lines"), "legendgroup": label, **_no_legend_if_empty(mean)})
-    return _figure(thin(traces, max_points), title, xtitle, "%" if percent else "", log_y, height=height)
+    return look.figure(traces)
 
 
 def series_csv(charts: dict[str, list[tuple[str, list[dict]]]], keys: dict[str, str], x_key: str) -> str:

@@ -85,17 +85,14 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
         (faces if run_kind(cfg, r.get("status")) == DEEPFACTO else nets).append(item)
 
     def draw(col, items, key, title, log, percent=False, xk=x_key, chart_key=""):
+        look = C.Overlay(xk, smoothing, log, title, percent, max_points=MAX_POINTS)
         if group_by == "nothing":
-            fig = C.compare_figure(
-                [(lab, m) for lab, m, _ in items], key, xk, smoothing, log, title, percent, max_points=MAX_POINTS
-            )
+            fig = C.compare_figure([(lab, m) for lab, m, _ in items], key, look)
         else:
             groups: dict[str, list] = {}
             for _, m, g in items:
                 groups.setdefault(g, []).append(m)
-            fig = C.group_figure(
-                list(groups.items()), key, xk, smoothing, log, title, percent, spread, max_points=MAX_POINTS
-            )
+            fig = C.group_figure(list(groups.items()), key, look, spread)
         col.plotly_chart(fig, key=chart_key, config=ui.PLOTLY_CONFIG)
 
     if nets:
