@@ -326,6 +326,32 @@ def test_huge_widths_show_the_memory_message_without_allocating(server, browser)
         page.close()
 
 
+def test_folded_settings_open_keep_their_value_and_close(server, browser):
+    """ "More block-admm settings" sends its widgets only when opened (app/views/train.py, folded);
+    a value typed there is still there after closing and opening it again."""
+    url, _, _ = server
+    page = browser.new_page(viewport={"width": 1280, "height": 1400})
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        page.goto(f"{url}/?preset=digits-mlp&method=block-admm")
+        page.get_by_role("button", name=re.compile("Start run")).wait_for()
+        box = page.get_by_role("textbox", name="dual_lr")
+        assert box.count() == 0  # closed: not in the page at all
+        header = page.get_by_text(re.compile(r"More block-admm settings \(\d+\)"))
+        header.click()
+        box.wait_for()
+        box.fill("0.25")
+        box.press("Enter")
+        page.wait_for_timeout(1500)
+        header.click()
+        box.wait_for(state="detached")
+        header.click()
+        box.wait_for()
+        assert box.input_value() == "0.25"
+    finally:
+        page.close()
+
+
 LOG_TICKS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')]
     .filter(d => d.layout && d.layout.yaxis && d.layout.yaxis.type === 'log')
     .map(d => ({title: (d.layout.title && d.layout.title.text) || '',
@@ -351,15 +377,37 @@ def test_log_axes_show_full_tick_labels(server, browser):
         page.close()
 
 
+# when the run picker was first painted (the animation frame after it entered the page) and when
+# the first chart entered the page, in the page's clock
+FIRST_PAINT_JS = """(() => {
+  const t = window.__firstPaint = {};
+  const picker = () => [...document.querySelectorAll("[data-testid='stMultiSelect']")].find(e =>
+    [...e.querySelectorAll("[data-testid='stWidgetLabel'] p")].some(p => p.textContent.trim() === "Runs"));
+  const look = () => {
+    if (t.pickerDom === undefined && picker()) {
+      t.pickerDom = performance.now();
+      requestAnimationFrame(() => { t.pickerPainted = performance.now(); });
+    }
+    if (t.chartDom === undefined && document.querySelector(".js-plotly-plot")) t.chartDom = performance.now();
+  };
+  document.addEventListener("DOMContentLoaded", () =>
+    new MutationObserver(look).observe(document.body, {childList: true, subtree: true}));
+})();"""
+
+
 def test_compare_settings_columns_and_parallel_coordinates(server, browser):
-    """Compare from a link (?runs=…): ⚙ columns, paper column, parallel coordinates; saves the screenshot."""
+    """Compare from a link (?runs=…): the run picker is painted before any chart enters the page
+    (app/dashboard/painted.py); ⚙ columns, paper column, parallel coordinates; saves the screenshot."""
     url, root, _ = server
     runs = [_fixture_run(root, m) for m in ("block-admm", "adam", "sgd")]
     page = browser.new_page(viewport={"width": 1440, "height": 2300})
     page.set_default_timeout(TIMEOUT_MS)
+    page.add_init_script(FIRST_PAINT_JS)
     try:
         page.goto(f"{url}/compare?runs={','.join(runs)}")
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 5")
+        t = page.evaluate("() => window.__firstPaint")
+        assert t["pickerPainted"] < t["chartDom"], t  # the page's controls were shown before plotly was loaded
         types = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].map(d => d.data[0].type)")
         assert "parcoords" in types, types
         dims = page.evaluate(

@@ -455,6 +455,10 @@ def thin(traces: list[dict], max_points: int | None) -> list[dict]:
     return out
 
 
+OVERLAY_HEIGHT = 420  # px, Compare's charts
+PARALLEL_HEIGHT = 360  # px, its parallel coordinates
+
+
 @dataclass(frozen=True)
 class Overlay:
     """How Compare draws one column of several runs or groups: the x axis (``epoch`` or
@@ -466,7 +470,7 @@ class Overlay:
     log_y: bool = False
     title: str = ""
     percent: bool = False
-    height: int = 420
+    height: int = OVERLAY_HEIGHT
     max_points: int | None = None
 
     def figure(self, traces: list[dict]) -> go.Figure:
@@ -635,7 +639,7 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
             dimensions=dims,
         )
     )
-    fig.update_layout(height=360, margin={"l": 60, "r": 60, "t": 60, "b": 30})
+    fig.update_layout(height=PARALLEL_HEIGHT, margin={"l": 60, "r": 60, "t": 60, "b": 30})
     return fig
 
 

@@ -15,6 +15,7 @@ from admm_core.rundir import read_metrics_cached as read_metrics
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import meta as M
+from app.dashboard import painted
 from app.dashboard import push as P
 from app.dashboard import workers as W
 
@@ -67,6 +68,23 @@ REDRAW_EVERY_S = 5.0
 MAX_POINTS = 1500  # points drawn per curve (charts.thin: each bucket's first, lowest, highest); the CSV has all
 
 
+def placeholders(rows: int, cols: int = 2, height: int = C.OVERLAY_HEIGHT) -> None:
+    """Empty boxes where the charts will be, so the page does not jump when they come."""
+    for _ in range(rows):
+        for col in st.columns(cols):
+            col.container(height=height, border=True).caption("Drawing the chart…")
+
+
+@st.fragment(key="cmp_parallel")
+def parallel_section(rows: list[dict], flat: list[dict], differ: list[str]) -> None:
+    """Parallel coordinates: a WebGL chart, the browser's slowest (about 0.9 s of its main thread in
+    software rendering), so it too is drawn once the page is."""
+    if not painted.ready("cmp_parallel"):
+        placeholders(1, 1, C.PARALLEL_HEIGHT)
+        return
+    st.plotly_chart(C.parallel_figure(rows, flat, differ), key="cmp_parcoords", config=ui.PLOTLY_CONFIG)
+
+
 @st.fragment(key="cmp_charts")
 def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> None:
     """The charts of the run records ``recs``, redrawn by the server's push thread
@@ -74,6 +92,9 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
     of them is live, at most every REDRAW_EVERY_S. A redraw lists no runs (the records' config and
     meta come from the page's run; a rerun of this fragment alone keeps them) and reads only the
     metrics lines added since the last one."""
+    if not painted.ready("cmp_charts"):  # the controls above are drawn first (app/dashboard/painted.py)
+        placeholders(2 if any(run_kind(r["config"] or {}, r.get("status")) != DEEPFACTO for r in recs) else 1)
+        return
     dirs = [r["dir"] for r in recs]
     stamp = _stamp(dirs)
     nets, faces = [], []  # DeepFacto runs get their own charts: verification accuracy, per epoch
@@ -249,7 +270,7 @@ def main() -> None:
     if len(chosen) < 2 or not differ:
         st.caption("Pick two or more runs whose settings differ to see them in parallel coordinates.")
     else:
-        st.plotly_chart(C.parallel_figure(rows, flat, differ), key="cmp_parcoords", config=ui.PLOTLY_CONFIG)
+        parallel_section(rows, flat, differ)
 
 
 main()
