@@ -1,0 +1,251 @@
+"""When does a dashboard page become usable in the browser, and what holds it back (issue #36)?
+
+A probe beside ``thousand_runs.py``: the same runs folder (``--finished`` copied runs, ``--live``
+real workers) served by ``streamlit run app/serve.py``, each page opened ``--tabs`` times in
+headless Chromium. A script injected before the page's own records, in the page's clock:
+
+- ``dom``: when the page's controls (or first chart) entered the document;
+- ``painted``: the first animation frame after that (the browser can draw it then, no sooner);
+- ``frames``: gaps between animation frames over 150 ms (the main thread busy, nothing drawn);
+- the plotly code's fetch (Streamlit's PlotlyChart chunk, or plotly.min.js in the live charts' iframe).
+
+Each ``--server NAME=VALUE,…`` is one server's environment, measured in turn on the same runs, so
+settings are compared under the same load in one run.
+
+    python experiments/first_paint.py --finished 1000 --live 4 --tabs 3 --server '' --server NAME=VALUE
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import thousand_runs as T  # noqa: E402
+
+PROBE = r"""
+(() => {
+  const t = {dom: {}, painted: {}, gaps: [], plotly: null, ws: []};
+  window.__probe = t;
+  const WS = window.WebSocket;
+  window.WebSocket = function (...a) {
+    const s = new WS(...a);
+    s.addEventListener("message", (m) => {
+      const n = m.data.size || m.data.byteLength || m.data.length || 0;
+      if (t.ws.length < 400) t.ws.push([Math.round(performance.now()), n]);
+    });
+    return s;
+  };
+  window.WebSocket.prototype = WS.prototype;
+  Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+  const label = (el, text) => [...el.querySelectorAll("[data-testid='stWidgetLabel'] p")].some(p => p.textContent.trim() === text);
+  const find = {
+    picker: () => [...document.querySelectorAll("[data-testid='stMultiSelect']")].find(e => label(e, "Runs")),
+    menu: () => [...document.querySelectorAll("[data-testid='stSelectbox']")].find(e => label(e, "Run")),
+    model: () => [...document.querySelectorAll("[data-testid='stSelectbox']")].find(e => label(e, "DeepFacto model")),
+    table: () => document.querySelector("[data-testid='stDataFrame'] canvas"),
+    chart: () => document.querySelector(".js-plotly-plot") ||
+      [...document.querySelectorAll("iframe")].map(f => {
+        try { return f.contentDocument.querySelector(".js-plotly-plot"); } catch (e) { return null; }
+      }).find(Boolean),
+  };
+  const seen = () => {
+    for (const [k, f] of Object.entries(find)) {
+      if (t.dom[k] !== undefined) continue;
+      const el = f();
+      if (el && el.getBoundingClientRect().height > 0) {
+        t.dom[k] = performance.now();
+        requestAnimationFrame(() => { t.painted[k] = performance.now(); });
+      }
+    }
+  };
+  let last = null;
+  const frame = (now) => {
+    if (last !== null && now - last > 150) t.gaps.push([Math.round(last), Math.round(now - last)]);
+    last = now;
+    seen();
+    requestAnimationFrame(frame);
+  };
+  requestAnimationFrame(frame);
+  document.addEventListener("DOMContentLoaded", () => new MutationObserver(seen).observe(document.body, {childList: true, subtree: true}));
+})();
+"""
+
+COLLECT = r"""
+() => {
+  const t = window.__probe;
+  const res = [...performance.getEntriesByType("resource")];
+  for (const f of document.querySelectorAll("iframe")) {  // the live charts load plotly.min.js in their iframe
+    try {
+      const p = f.contentWindow.performance, d = p.timeOrigin - performance.timeOrigin;
+      res.push(...p.getEntriesByType("resource").map(e => ({name: e.name, startTime: e.startTime + d, responseEnd: e.responseEnd + d})));
+    } catch (e) {}
+  }
+  const p = res.find(e => /PlotlyChart|plotly\.min\.js/.test(e.name));
+  return {dom: t.dom, painted: t.painted, gaps: t.gaps, ws: t.ws, plotly: p ? [Math.round(p.startTime), Math.round(p.responseEnd)] : null};
+}
+"""
+
+PAGES = {
+    "compare": ("/compare", "picker"),
+    "train": ("/", "menu"),
+    "runs": ("/runs", "table"),
+    "heatmaps": ("/heatmaps", "model"),
+}
+
+
+def probe(urls: list[str], pages: list[str], tabs: int, wait_s: float) -> list[dict]:
+    """Each page opened ``tabs`` times on each server, the servers taking turns tab by tab (so they
+    share the same load); one new tab per page, in one browser context (caches warm after the first)."""
+    from playwright.sync_api import sync_playwright
+
+    out = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=T.chromium_path(), args=T.chromium_args(), headless=True)
+        try:
+            ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
+            ctx.add_init_script(PROBE)
+            for url in urls:  # each server's first page pays its imports; the browser's caches fill
+                warm = ctx.new_page()
+                warm.goto(url + "/runs")
+                warm.wait_for_timeout(wait_s * 1000 / 3)
+                warm.close()
+            for i in range(tabs):
+                for server, url in enumerate(urls):
+                    for name in pages:
+                        path, control = PAGES[name]
+                        page = ctx.new_page()
+                        page.goto(url + path)
+                        deadline = time.monotonic() + wait_s
+                        r = {}
+                        while time.monotonic() < deadline:
+                            page.wait_for_timeout(500)
+                            r = page.evaluate(COLLECT)
+                            if control in r["painted"] and ("chart" in r["painted"] or name in ("runs", "heatmaps")):
+                                page.wait_for_timeout(300)
+                                r = page.evaluate(COLLECT)
+                                break
+                        out.append(r | {"server": server, "page": name, "tab": i, "control": control})
+                        page.close()
+        finally:
+            browser.close()
+    return out
+
+
+def _s(ms) -> str:
+    return "—" if ms is None else f"{ms / 1000:.2f}"
+
+
+def detail(rows: list[dict], labels: list[str]) -> str:
+    """One line per tab: when the messages came, the controls entered the page and were painted,
+    the plotly code was fetched, the chart was painted, and where the main thread was busy."""
+    head = "| server | page | tab | first message (s) | messages > 200 B (s, count) | controls in DOM (s) | controls painted (s) "
+    head += "| plotly fetched (s) | chart painted (s) | frame gaps > 150 ms (start s: length s) |"
+    lines = [head, "|" + "---|" * 10]
+    for r in rows:
+        c, ws, p = r["control"], r.get("ws") or [], r["plotly"]
+        big = [w for w in ws if w[1] > 200]
+        span = f"{big[0][0] / 1000:.2f}–{big[-1][0] / 1000:.2f} ({len(big)})" if big else "—"
+        gaps = ", ".join(f"{a / 1000:.1f}: {b / 1000:.2f}" for a, b in r["gaps"][:6])
+        pf = "—" if not p else f"{p[0] / 1000:.2f}–{p[1] / 1000:.2f}"
+        lines.append(
+            f"| {labels[r['server']]} | {r['page']} | {r['tab']} | {_s(ws[0][0] if ws else None)} | {span} "
+            f"| {_s(r['dom'].get(c))} | {_s(r['painted'].get(c))} | {pf} | {_s(r['painted'].get('chart'))} | {gaps} |"
+        )
+    return "\n".join(lines)
+
+
+def summary(rows: list[dict], labels: list[str]) -> str:
+    """Per server setting and page: the median (min–max) time until the controls were painted and
+    until the first chart was."""
+    lines = ["| server setting | page | tabs | controls painted, median (min–max) s | first chart painted, median s |"]
+    lines.append("|---|---|---|---|---|")
+    for server, label in enumerate(labels):
+        for page in dict.fromkeys(r["page"] for r in rows):
+            rs = [r for r in rows if r["server"] == server and r["page"] == page]
+            ctl = [r["painted"].get(r["control"], float("inf")) for r in rs]
+            ch = [r["painted"]["chart"] for r in rs if "chart" in r["painted"]]
+            med = statistics.median(ctl)
+            mark = " ✓" if med <= 2000 else " ✗"
+            lines.append(
+                f"| {label} | {page} | {len(rs)} | {_s(med)}{mark} ({_s(min(ctl))}–{_s(max(ctl))}) "
+                f"| {_s(statistics.median(ch)) if ch else '—'} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--finished", type=int, default=1000)
+    p.add_argument("--live", type=int, default=4)
+    p.add_argument("--tabs", type=int, default=3)
+    p.add_argument("--pages", default="compare,train")
+    p.add_argument("--wait", type=float, default=30.0)
+    p.add_argument(
+        "--server",
+        action="append",
+        help="one server's environment, NAME=VALUE[,NAME=VALUE…] ('' for none); the servers take turns",
+    )
+    p.add_argument("--markdown", help="write the summary into this file between the first-paint markers")
+    p.add_argument("--root", help="a runs folder to keep (its finished runs are made once, reused after)")
+    a = p.parse_args(argv)
+    tmp = None if a.root else tempfile.mkdtemp(prefix="first-paint-")
+    root = Path(a.root or tmp)
+    os.environ["ADMM_RUNS"] = str(root)
+    from app.dashboard import workers as W
+
+    root.mkdir(parents=True, exist_ok=True)
+    have = a.root and any(root.iterdir())
+    lives = T.make_runs(root, 0 if have else a.finished, a.live)  # a kept folder: only the live runs are new
+    procs = []
+    try:
+        time.sleep(5 if lives else 0)
+        specs = a.server or [""]
+        labels = [spec or "defaults" for spec in specs]
+        urls = []
+        for i, spec in enumerate(specs):
+            saved = dict(os.environ)
+            os.environ.update(dict(kv.split("=", 1) for kv in spec.split(",") if kv))
+            try:
+                proc, url = T.start_server(root, root.parent / f"{root.name}-{i}.log")
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+            procs.append(proc)
+            urls.append(url)
+        load0 = open("/proc/loadavg").read().split()[:3]
+        live = sum(r["status"].get("state") in ("running", "starting") for r in W.runs(root))
+        rows = probe(urls, a.pages.split(","), a.tabs, a.wait)
+        text = (
+            f"{len(W.runs(root)) - live} finished runs + {live} live ones; `python experiments/first_paint.py "
+            f"{shlex.join(argv if argv is not None else sys.argv[1:])}`. Machine: {T.machine_line()} "
+            f"(at the start: {' '.join(load0)}). The servers took turns tab by tab; each page was opened "
+            f"{a.tabs} times per server in a new tab of one browser (caches warm after the first).\n\n"
+            + summary(rows, labels)
+        )
+        print(text)
+        print("\n" + detail(rows, labels))
+        if a.markdown:
+            T.write_block(Path(a.markdown), "first-paint", text)
+    finally:
+        for proc in procs:
+            T.stop_server(proc)
+        for d in lives:
+            W.stop_run(d)
+        if tmp:
+            time.sleep(2)
+            shutil.rmtree(tmp, ignore_errors=True)
+            for f in Path(tmp).parent.glob(f"{Path(tmp).name}-*.log"):
+                f.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
