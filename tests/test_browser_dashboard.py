@@ -326,32 +326,6 @@ def test_huge_widths_show_the_memory_message_without_allocating(server, browser)
         page.close()
 
 
-def test_folded_settings_open_keep_their_value_and_close(server, browser):
-    """ "More block-admm settings" sends its widgets only when opened (app/views/train.py, folded);
-    a value typed there is still there after closing and opening it again."""
-    url, _, _ = server
-    page = browser.new_page(viewport={"width": 1280, "height": 1400})
-    page.set_default_timeout(TIMEOUT_MS)
-    try:
-        page.goto(f"{url}/?preset=digits-mlp&method=block-admm")
-        page.get_by_role("button", name=re.compile("Start run")).wait_for()
-        box = page.get_by_role("textbox", name="dual_lr")
-        assert box.count() == 0  # closed: not in the page at all
-        header = page.get_by_text(re.compile(r"More block-admm settings \(\d+\)"))
-        header.click()
-        box.wait_for()
-        box.fill("0.25")
-        box.press("Enter")
-        page.wait_for_timeout(1500)
-        header.click()
-        box.wait_for(state="detached")
-        header.click()
-        box.wait_for()
-        assert box.input_value() == "0.25"
-    finally:
-        page.close()
-
-
 LOG_TICKS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')]
     .filter(d => d.layout && d.layout.yaxis && d.layout.yaxis.type === 'log')
     .map(d => ({title: (d.layout.title && d.layout.title.text) || '',

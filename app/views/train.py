@@ -245,26 +245,6 @@ def form_section(slots: dict) -> object:
     return diagram
 
 
-def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
-    """An expander whose widgets exist only while it is open: the container to draw them in, or None.
-
-    Closed, its widgets are not sent at all (the Train page's run menu came 0.2 s sooner without the
-    50 elements of the two closed expanders, docs/reliability.md "First paint"). Streamlit drops the
-    value of a widget that a run does not draw, so the closed expander's values (``widget_keys``)
-    are set again as plain session state, which Streamlit keeps, and the widgets take them back when
-    they are drawn. An expander with a message for one of its fields (``has_message``) is opened.
-    """
-    if has_message:
-        ss[key] = True
-    box = st.expander(label, key=key, on_change="rerun")
-    if box.open is False:
-        for k in widget_keys:
-            if k in ss:
-                ss[k] = ss[k]
-        return None
-    return box
-
-
 def method_section(slots: dict) -> None:
     """Method, training settings and the method's own settings (the rest in expanders)."""
     groups = F.groups()
@@ -286,34 +266,18 @@ def method_section(slots: dict) -> None:
         st.markdown("**Method and training**")
         field_row(groups["method"] + groups["train"], read_form(), slots, datasets)
         more = [f for g, fields in groups.items() if g not in known for f in fields]  # a new group lands here
-        box = folded(
-            f"More training settings ({len(more)})",
-            "train_more_open",
-            [K + f.key for f in more],
-            any(f.key in pre_errors for f in more),
-        )
-        if box is not None:
-            with box:
-                grid = st.columns(4)
-                for i, ff in enumerate(more):
-                    with grid[i % 4]:
-                        field_widget(ff, read_form(), slots, datasets)
+        with st.expander(f"More training settings ({len(more)})", expanded=any(f.key in pre_errors for f in more)):
+            grid = st.columns(4)
+            for i, ff in enumerate(more):
+                with grid[i % 4]:
+                    field_widget(ff, read_form(), slots, datasets)
         st.caption(f"**{method}** — {cls.summary}" + ("" if cls.uses_blocks else " (end-to-end: the split is ignored)"))
         grid = st.columns(4)
-        more_grid, drawn = grid, settings
+        more_grid = grid
         if more_settings:
-            box = folded(
-                f"More {method} settings ({len(more_settings)})",
-                f"mp_more_open.{method}",
-                [wkey(F.MP + s["name"], method) for s in more_settings],
-                more_open,
-            )
-            if box is None:
-                drawn = settings[:MAIN_SETTINGS]
-            else:
-                with box:
-                    more_grid = st.columns(4)
-        for i, s in enumerate(drawn):
+            with st.expander(f"More {method} settings ({len(more_settings)})", expanded=more_open):
+                more_grid = st.columns(4)
+        for i, s in enumerate(settings):
             key = wkey(F.MP + s["name"], method)
             cols = grid if i < MAIN_SETTINGS else more_grid
             with cols[(i if i < MAIN_SETTINGS else i - MAIN_SETTINGS) % 4]:
