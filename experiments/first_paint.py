@@ -27,8 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import thousand_runs as T  # noqa: E402
+import thousand_runs as T  # its sibling: a script's own folder is first on sys.path
 
 PROBE = r"""
 (() => {
