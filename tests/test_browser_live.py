@@ -242,29 +242,40 @@ def _open(browser, url: str, run: str, *, width: int = 1280):
 
 
 def test_idle_tab_on_a_finished_run_costs_almost_nothing(live_server, browser):
-    """Server CPU (from /proc) and websocket bytes for one tab on a finished run, once drawn."""
+    """Server CPU (from /proc) and websocket bytes for one tab on a finished run, once drawn,
+    against the same server's CPU with no tab open, measured right after. The server alone is
+    not free: Streamlit polls its config files and uvicorn ticks (2.7-5.4 % of a core on the
+    2-core test machine), so only the tab's share is bounded."""
     url, root, pid = live_server
     page = _open(browser, url, TEMPLATE)
     frames = []
     page.on("websocket", lambda ws: ws.on("framereceived", lambda f: frames.append((time.time(), len(f)))))
+    window = 20.0
+
+    def cpu_over_window() -> float:
+        c0, t0 = _cpu_s(pid), time.time()
+        time.sleep(window)
+        return 100 * (_cpu_s(pid) - c0) / (time.time() - t0)
+
     try:
         page.reload()  # the websocket listener sees the session's socket from its start
         assert _wait(lambda: _acc_points(page, TEMPLATE) >= 40, TIMEOUT_MS / 1000)
         page.wait_for_timeout(4000)  # settle: fonts, the last deltas
-        window = 20.0
-        c0, t0 = _cpu_s(pid), time.time()
-        time.sleep(window)
-        cpu = 100 * (_cpu_s(pid) - c0) / (time.time() - t0)
+        t0 = time.time()
+        cpu = cpu_over_window()
         sent = sum(n for t, n in frames if t >= t0)
-        print(
-            f"\nidle tab on a finished run: server CPU {cpu:.1f}% of a core over {window:.0f} s, "
-            f"{sent / window:.0f} B/s to the browser ({sum(1 for t, _ in frames if t >= t0)} frames); "
-            f"loadavg {_loadavg()}"
-        )
-        assert cpu <= 5.0, cpu
-        assert sent / window < 2000, sent  # the figures (~36 KB a redraw) are not re-sent
+        n_frames = sum(1 for t, _ in frames if t >= t0)
     finally:
         page.close()
+    time.sleep(3)  # the push thread drops the closed tab's subscriptions within a second
+    base = cpu_over_window()
+    print(
+        f"\nidle tab on a finished run: server CPU {cpu:.1f}% of a core over {window:.0f} s, "
+        f"{base:.1f}% with no tab; {sent / window:.0f} B/s to the browser ({n_frames} frames); "
+        f"loadavg {_loadavg()}"
+    )
+    assert cpu - base <= 4.0, (cpu, base)  # a tab polled at 4 Hz costs 24-57 % of a core
+    assert sent / window < 2000, sent  # the figures (~36 KB a redraw) are not re-sent
 
 
 # installed in each tab before the page loads: when a point of a run's accuracy chart first

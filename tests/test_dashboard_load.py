@@ -75,6 +75,48 @@ def test_compare_figure_draws_at_most_max_points_per_curve():
     assert all(len(t.x) <= 1600 for t in grouped.data)
 
 
+def test_push_asks_a_quiet_stamp_less_often(monkeypatch):
+    """A stamp that has not changed for 40 s (a tab on a finished run) is asked about once a
+    second; one drawn just now every tick (0.1 s), and its change is pushed at once."""
+    import time
+
+    from app.dashboard import push as P
+
+    monkeypatch.setattr(P, "_alive", lambda sid: True)
+
+    class Loop:
+        calls = 0
+
+        def call_soon_threadsafe(self, fn, *args):
+            Loop.calls += 1
+
+    asked = {"quiet": 0, "fresh": 0}
+
+    def sub(name, drawn):
+        def stamp_fn():
+            asked[name] += 1
+            return (0,)  # unchanged
+
+        s = {"fid": "f", "stamp_fn": stamp_fn, "stamp": (0,), "loop": Loop(), "every": 0.0, "drawn": drawn}
+        s["session"] = type("Session", (), {"_scriptrunner": None})()
+        return s
+
+    now = time.monotonic()
+    with P._lock:
+        P._subs[("test-quiet", "k")] = sub("quiet", now - 40.0)
+        P._subs[("test-fresh", "k")] = sub("fresh", now)
+        P._ensure_thread()
+    try:
+        time.sleep(1.5)
+    finally:
+        with P._lock:
+            P._subs.pop(("test-quiet", "k"), None)
+            P._subs.pop(("test-fresh", "k"), None)
+    assert 1 <= asked["quiet"] <= 2, asked
+    assert asked["fresh"] >= 6, asked  # 14 at 0.1 s on an idle machine, fewer under load
+    assert Loop.calls == 0  # nothing changed: nothing rerun
+
+
 def test_push_asks_no_stamp_and_reruns_nothing_sooner_than_every_after_a_draw(monkeypatch):
     """The push thread with a subscription whose stamp changes on every call (a live run writing
     lines all the time): with every=0.6 s it asks nothing for 0.6 s after the draw, then reruns
