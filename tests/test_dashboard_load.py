@@ -106,6 +106,7 @@ def test_push_asks_a_quiet_stamp_less_often(monkeypatch):
         P._subs[("test-quiet", "k")] = sub("quiet", now - 40.0)
         P._subs[("test-fresh", "k")] = sub("fresh", now)
         P._ensure_thread()
+    P._wake.set()  # as subscribe does
     try:
         time.sleep(1.5)
     finally:
@@ -159,6 +160,7 @@ def test_push_asks_no_stamp_and_reruns_nothing_sooner_than_every_after_a_draw(mo
         P._subs[("test-slow", "k")] = slow
         P._subs[("test-fast", "k")] = fast
         P._ensure_thread()
+    P._wake.set()  # as subscribe does
     assert isinstance(P._thread, threading.Thread)
     try:
         time.sleep(0.45)
