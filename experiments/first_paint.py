@@ -10,7 +10,9 @@ headless Chromium. A script injected before the page's own records, in the page'
 - the plotly code's fetch (Streamlit's PlotlyChart chunk, or plotly.min.js in the live charts' iframe).
 
 Each ``--server NAME=VALUE,…`` is one server's environment, measured in turn on the same runs, so
-settings are compared under the same load in one run.
+settings are compared under the same load in one run. ``--live-only`` adds a server on copies of
+the live runs alone (what the finished runs cost), ``--fresh`` opens each tab with a new profile,
+``--dump`` keeps what a tab showed when its controls never did.
 
     python experiments/first_paint.py --finished 1000 --live 4 --tabs 3 --server '' --server NAME=VALUE
 """
@@ -18,6 +20,7 @@ settings are compared under the same load in one run.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -100,17 +103,26 @@ PAGES = {
 }
 
 
-def probe(urls: list[str], pages: list[str], tabs: int, wait_s: float) -> list[dict]:
+def probe(
+    urls: list[str], pages: list[str], tabs: int, wait_s: float, fresh: bool = False, dump: str | None = None
+) -> list[dict]:
     """Each page opened ``tabs`` times on each server, the servers taking turns tab by tab (so they
-    share the same load); one new tab per page, in one browser context (caches warm after the first)."""
+        share the same load); one new tab per page, in one browser context (caches warm after the first),
+        or with ``fresh`` each tab in a new context (a new profile: nothing cached). A tab whose controls
+    never showed leaves a screenshot, its text and its timings in ``dump``."""
     from playwright.sync_api import sync_playwright
 
     out = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=T.chromium_path(), args=T.chromium_args(), headless=True)
         try:
-            ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
-            ctx.add_init_script(PROBE)
+
+            def new_context():
+                c = browser.new_context(viewport={"width": 1440, "height": 1000})
+                c.add_init_script(PROBE)
+                return c
+
+            ctx = new_context()
             for url in urls:  # each server's first page pays its imports; the browser's caches fill
                 warm = ctx.new_page()
                 warm.goto(url + "/runs")
@@ -120,7 +132,8 @@ def probe(urls: list[str], pages: list[str], tabs: int, wait_s: float) -> list[d
                 for server, url in enumerate(urls):
                     for name in pages:
                         path, control = PAGES[name]
-                        page = ctx.new_page()
+                        tab_ctx = new_context() if fresh else ctx
+                        page = tab_ctx.new_page()
                         page.goto(url + path)
                         deadline = time.monotonic() + wait_s
                         r = {}
@@ -131,8 +144,16 @@ def probe(urls: list[str], pages: list[str], tabs: int, wait_s: float) -> list[d
                                 page.wait_for_timeout(300)
                                 r = page.evaluate(COLLECT)
                                 break
+                        if dump and control not in r.get("painted", {}):  # never shown: keep what the tab showed
+                            stem = Path(dump) / f"s{server}-{name}-{i}"
+                            Path(dump).mkdir(parents=True, exist_ok=True)
+                            page.screenshot(path=f"{stem}.png", full_page=True)
+                            Path(f"{stem}.txt").write_text(page.evaluate("document.body.innerText"))
+                            Path(f"{stem}.json").write_text(json.dumps(r))
                         out.append(r | {"server": server, "page": name, "tab": i, "control": control})
                         page.close()
+                        if fresh:
+                            tab_ctx.close()
         finally:
             browser.close()
     return out
@@ -192,6 +213,14 @@ def main(argv=None) -> int:
         action="append",
         help="one server's environment, NAME=VALUE[,NAME=VALUE…] ('' for none); the servers take turns",
     )
+    p.add_argument("--fresh", action="store_true", help="each tab in a new browser context (nothing cached)")
+    p.add_argument(
+        "--live-only",
+        action="store_true",
+        help="one more server, on a folder holding copies of the live runs only (their workers still "
+        "write to the originals): what the finished runs cost the pages, under the same load",
+    )
+    p.add_argument("--dump", help="a folder for what a tab showed when its controls never did")
     p.add_argument("--markdown", help="write the summary into this file between the first-paint markers")
     p.add_argument("--root", help="a runs folder to keep (its finished runs are made once, reused after)")
     a = p.parse_args(argv)
@@ -219,14 +248,29 @@ def main(argv=None) -> int:
                 os.environ.update(saved)
             procs.append(proc)
             urls.append(url)
+        if a.live_only:
+            # a copy of a live run keeps its worker's pid in status.json, so it is listed as running
+            live_root = root.parent / f"{root.name}-live-only"
+            shutil.rmtree(live_root, ignore_errors=True)
+            for d in lives or [r["dir"] for r in W.runs(root) if r["status"].get("state") == "running"]:
+                shutil.copytree(d, live_root / Path(d).name, ignore=shutil.ignore_patterns("*.tmp", "checkpoint.pt"))
+            proc, url = T.start_server(live_root, root.parent / f"{root.name}-live-only.log")
+            procs.append(proc)
+            urls.append(url)
+            labels.append(f"{len(W.runs(live_root))} live runs only (copies)")
         load0 = open("/proc/loadavg").read().split()[:3]
         live = sum(r["status"].get("state") in ("running", "starting") for r in W.runs(root))
-        rows = probe(urls, a.pages.split(","), a.tabs, a.wait)
+        rows = probe(urls, a.pages.split(","), a.tabs, a.wait, a.fresh, a.dump)
         text = (
             f"{len(W.runs(root)) - live} finished runs + {live} live ones; `python experiments/first_paint.py "
             f"{shlex.join(argv if argv is not None else sys.argv[1:])}`. Machine: {T.machine_line()} "
             f"(at the start: {' '.join(load0)}). The servers took turns tab by tab; each page was opened "
-            f"{a.tabs} times per server in a new tab of one browser (caches warm after the first).\n\n"
+            f"{a.tabs} times per server in a new tab "
+            + (
+                "with a new profile (nothing cached).\n\n"
+                if a.fresh
+                else "of one browser (caches warm after the first).\n\n"
+            )
             + summary(rows, labels)
         )
         print(text)
@@ -238,6 +282,8 @@ def main(argv=None) -> int:
             T.stop_server(proc)
         for d in lives:
             W.stop_run(d)
+        if a.live_only:
+            shutil.rmtree(root.parent / f"{root.name}-live-only", ignore_errors=True)
         if tmp:
             time.sleep(2)
             shutil.rmtree(tmp, ignore_errors=True)
