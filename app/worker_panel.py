@@ -37,7 +37,7 @@ def _stamp(root: str, box: dict, watched: str | None, open_: bool) -> tuple:
     return (run, W.state_of(run_dir).get("state"), file_stamp(run_dir / "system.jsonl") if open_ else None)
 
 
-STAMP_EVERY_S = 0.5  # the push thread asks every 0.1 s; a notice half a second later is soon enough
+STAMP_EVERY_S = 0.5  # the push thread asks up to every 0.1 s; a notice half a second later is soon enough
 
 
 def _watch(drawn: tuple) -> None:

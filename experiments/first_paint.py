@@ -107,8 +107,8 @@ def probe(
     urls: list[str], pages: list[str], tabs: int, wait_s: float, fresh: bool = False, dump: str | None = None
 ) -> list[dict]:
     """Each page opened ``tabs`` times on each server, the servers taking turns tab by tab (so they
-        share the same load); one new tab per page, in one browser context (caches warm after the first),
-        or with ``fresh`` each tab in a new context (a new profile: nothing cached). A tab whose controls
+    share the same load); one new tab per page, in one browser context (caches warm after the first),
+    or with ``fresh`` each tab in a new context (a new profile: nothing cached). A tab whose controls
     never showed leaves a screenshot, its text and its timings in ``dump``."""
     from playwright.sync_api import sync_playwright
 

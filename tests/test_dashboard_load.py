@@ -77,25 +77,26 @@ def test_compare_figure_draws_at_most_max_points_per_curve():
 
 def test_push_asks_a_quiet_stamp_less_often(monkeypatch):
     """A stamp that has not changed for 40 s (a tab on a finished run) is asked about once a
-    second; one drawn just now every tick (0.1 s), and its change is pushed at once."""
+    second, and a change of it is still pushed within about a second; one drawn just now is asked
+    every tick (0.1 s)."""
     import time
 
     from app.dashboard import push as P
 
     monkeypatch.setattr(P, "_alive", lambda sid: True)
+    calls = []
 
     class Loop:
-        calls = 0
-
         def call_soon_threadsafe(self, fn, *args):
-            Loop.calls += 1
+            calls.append(time.monotonic())
 
     asked = {"quiet": 0, "fresh": 0}
+    changed_at = [float("inf")]
 
     def sub(name, drawn):
         def stamp_fn():
             asked[name] += 1
-            return (0,)  # unchanged
+            return (int(name == "quiet" and time.monotonic() >= changed_at[0]),)
 
         s = {"fid": "f", "stamp_fn": stamp_fn, "stamp": (0,), "loop": Loop(), "every": 0.0, "drawn": drawn}
         s["session"] = type("Session", (), {"_scriptrunner": None})()
@@ -109,13 +110,38 @@ def test_push_asks_a_quiet_stamp_less_often(monkeypatch):
     P._wake.set()  # as subscribe does
     try:
         time.sleep(1.5)
+        assert 1 <= asked["quiet"] <= 2, asked
+        assert asked["fresh"] >= 6, asked  # 14 at 0.1 s on an idle machine, fewer under load
+        assert not calls  # nothing changed: nothing rerun
+        changed_at[0] = time.monotonic()
+        time.sleep(1.6)
     finally:
         with P._lock:
             P._subs.pop(("test-quiet", "k"), None)
             P._subs.pop(("test-fresh", "k"), None)
-    assert 1 <= asked["quiet"] <= 2, asked
-    assert asked["fresh"] >= 6, asked  # 14 at 0.1 s on an idle machine, fewer under load
-    assert Loop.calls == 0  # nothing changed: nothing rerun
+    assert len(calls) == 1 and calls[0] - changed_at[0] <= 1.3, (calls, changed_at)
+
+
+def test_throttled_serves_a_fresh_value_to_an_ask_every_seconds_after_the_last():
+    """The push thread asks a quiet stamp once a second, and the Runs page throttles its stamp to
+    1 s: timed from after a slow ``fn``, every second ask got the old value (a change seen ~2 s
+    late). Timed from before ``fn``, an ask ``every`` s after the previous one calls ``fn``."""
+    import time
+
+    from app.dashboard import push as P
+
+    values = iter(range(100))
+
+    def slow():
+        time.sleep(0.06)  # a thousand stats
+        return next(values)
+
+    stamp = P.throttled(slow, 0.3)
+    t0 = time.monotonic()
+    assert stamp() == 0
+    assert stamp() == 0  # at once: the last value
+    time.sleep(max(0.0, t0 + 0.3 - time.monotonic()))
+    assert stamp() == 1
 
 
 def test_push_asks_no_stamp_and_reruns_nothing_sooner_than_every_after_a_draw(monkeypatch):

@@ -20,10 +20,12 @@ import threading
 import time
 from collections.abc import Callable
 
-TICK_S = 0.1  # how often the thread compares the stamps (stat calls only)
-# A stamp unchanged for q seconds is next asked after QUIET_FRACTION * q (at least TICK_S, at most
-# QUIET_MAX_S): a tab on a run that writes every second is still asked every 0.1 s, one on a
-# finished run once a second, so its extra delay is at most 5 % of the time it had been quiet.
+TICK_S = 0.1  # how often the thread compares a stamp that changed lately (stat calls only)
+# A stamp unchanged for q seconds (since its fragment's last draw) is next asked after
+# QUIET_FRACTION * q, at least TICK_S, at most QUIET_MAX_S: one whose fragment redraws every second
+# is still asked every 0.1 s, a tab on a finished run (or on a live Train run whose charts fetch
+# their own lines, so its stamp moves only with the state) once a second; a change is seen at most
+# 5 % of the quiet time late, and never more than 1 s.
 QUIET_FRACTION = 0.05
 QUIET_MAX_S = 1.0
 
@@ -35,12 +37,13 @@ _wake = threading.Event()  # set by subscribe: a new subscription is asked at th
 
 def throttled(fn: Callable[[], tuple], every: float) -> Callable[[], tuple]:
     """``fn`` called at most every ``every`` s, its last value in between: the push thread asks a
-    stamp every 0.1 s, and a stamp may read status files, check a pid or stat a thousand runs."""
+    stamp up to every 0.1 s, and a stamp may read status files, check a pid or stat a thousand runs."""
     last = [float("-inf"), None]
 
     def call():
-        if time.monotonic() - last[0] >= every:
-            last[1], last[0] = fn(), time.monotonic()
+        t = time.monotonic()  # taken before fn: an ask ``every`` s after the last one is not served stale
+        if t - last[0] >= every - TICK_S / 2:
+            last[1], last[0] = fn(), t
         return last[1]
 
     return call
@@ -116,6 +119,7 @@ def _run() -> None:
                 gone = not _alive(key[0])
                 now = None if gone else sub["stamp_fn"]()
             except Exception:  # noqa: BLE001 - a vanished folder etc.: try again next tick
+                sub["next"] = t + TICK_S
                 continue
             if gone:
                 with _lock:
@@ -170,5 +174,6 @@ def _rerun_fragment(sub: dict, session, fid: str) -> None:
     )
     if session._scriptrunner is not None:
         sub["stamp"], sub["next"] = None, 0.0  # busy now: the thread's next tick asks again
+        _wake.set()
         return
     session._create_scriptrunner(data)
