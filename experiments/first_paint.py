@@ -224,8 +224,11 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", help="write the summary into this file between the first-paint markers")
     p.add_argument("--root", help="a runs folder to keep (its finished runs are made once, reused after)")
     a = p.parse_args(argv)
+    if a.live_only and a.live < 1:
+        p.error("--live-only copies the live runs: give --live 1 or more")
     tmp = None if a.root else tempfile.mkdtemp(prefix="first-paint-")
     root = Path(a.root or tmp)
+    live_root = root.parent / f"{root.name}-live-only"  # --live-only: copies of the live runs
     os.environ["ADMM_RUNS"] = str(root)
     from app.dashboard import workers as W
 
@@ -250,9 +253,8 @@ def main(argv=None) -> int:
             urls.append(url)
         if a.live_only:
             # a copy of a live run keeps its worker's pid in status.json, so it is listed as running
-            live_root = root.parent / f"{root.name}-live-only"
             shutil.rmtree(live_root, ignore_errors=True)
-            for d in lives or [r["dir"] for r in W.runs(root) if r["status"].get("state") == "running"]:
+            for d in lives:
                 shutil.copytree(d, live_root / Path(d).name, ignore=shutil.ignore_patterns("*.tmp", "checkpoint.pt"))
             proc, url = T.start_server(live_root, root.parent / f"{root.name}-live-only.log")
             procs.append(proc)
@@ -283,7 +285,7 @@ def main(argv=None) -> int:
         for d in lives:
             W.stop_run(d)
         if a.live_only:
-            shutil.rmtree(root.parent / f"{root.name}-live-only", ignore_errors=True)
+            shutil.rmtree(live_root, ignore_errors=True)
         if tmp:
             time.sleep(2)
             shutil.rmtree(tmp, ignore_errors=True)

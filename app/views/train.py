@@ -585,8 +585,8 @@ def live_panel():
 
     The panel has no timer. The server's push thread (:mod:`dashboard.push`) compares
     :func:`dashboard.live.live_stamp` every 0.1–1 s (less often the longer it is unchanged) and
-    reruns this fragment of this tab on a change, so an unchanged or ended run costs nothing and sends nothing; a resume from another
-    tab or the CLI is still seen. Without push (other Streamlit internals) a nested watcher
+    reruns this fragment of this tab on a change, so an unchanged or ended run costs nothing and
+    sends nothing; a resume from another tab or the CLI is still seen. Without push (other Streamlit internals) a nested watcher
     fragment polled by the browser does the same, every REFRESH_S while the run is live and every
     IDLE_REFRESH_S once it has ended. The page script :data:`ui.KEEP_VIEW_JS` keeps each chart's
     zoom, pan and hidden legend entries across redraws.
