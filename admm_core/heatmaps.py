@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from functools import lru_cache
@@ -214,17 +215,19 @@ def grid(argv=None) -> int:
     return 0
 
 
-def serve(inp=None, out=None) -> int:
-    """``python -m admm_core.heatmaps serve``: the dashboard's scorer process (``app/dashboard/scorer.py``),
-    so the server never imports torch. One JSON request a line on stdin, one JSON reply a line on stdout:
+def serve(inp=None, out=None, scratch: str | None = None) -> int:
+    """``python -m admm_core.heatmaps serve [SCRATCH]``: the dashboard's scorer process (``app/dashboard/scorer.py``),
+        so the server never imports torch. One JSON request a line on stdin, one JSON reply a line on stdout:
 
-        {"op": "info", "ref": R}                             -> {"rank": r, "order": [k, …]}
-        {"op": "maps", "ref": R, "face": NPY, "components": [k, …], "out": NPZ}
-                                                             -> {"ok": true}; NPZ holds crop, maps
-        a failure                                            -> {"error": message, "type": class name}
+            {"op": "info", "ref": R}                             -> {"rank": r, "order": [k, …]}
+            {"op": "maps", "ref": R, "face": NPY, "components": [k, …], "out": NPZ}
+                                                                 -> {"ok": true}; NPZ holds crop, maps
+            a failure                                            -> {"error": message, "type": class name}
 
-    R is what :func:`load_model` takes; NPY an (H, W, 3) uint8 face (read without pickle). Models stay
-    loaded between requests (:func:`load_model`'s cache). Ends at the end of stdin (the server went)."""
+        R is what :func:`load_model` takes; NPY an (H, W, 3) uint8 face (read without pickle). Models stay
+        loaded between requests (:func:`load_model`'s cache). Ends at the end of stdin (the server closed it,
+    or went: a server killed with SIGKILL closes it too) and then removes SCRATCH, the server's private
+    folder for the arrays, which a killed server cannot remove itself."""
     inp = inp or sys.stdin
     out = out or sys.stdout
     sys.stdout = sys.stderr  # a stray print must not break the replies
@@ -245,10 +248,12 @@ def serve(inp=None, out=None) -> int:
             reply = {"error": str(e), "type": type(e).__name__}
         out.write(json.dumps(reply) + "\n")
         out.flush()
+    if scratch and Path(scratch).name.startswith("admm-scorer-"):  # never anything but such a folder
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["serve"]:
-        raise SystemExit("usage: python -m admm_core.heatmaps serve")
-    sys.exit(serve())
+    if sys.argv[1:2] != ["serve"] or len(sys.argv) > 3:
+        raise SystemExit("usage: python -m admm_core.heatmaps serve [SCRATCH]")
+    sys.exit(serve(scratch=(sys.argv[2:] or [None])[0]))

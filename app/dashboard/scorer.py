@@ -6,6 +6,9 @@ that otherwise holds about 200 MB with a thousand runs (docs/reliability.md). So
 child process (``python -m admm_core.heatmaps serve``, one JSON line each way, arrays through
 files in a private temporary folder, read without pickle), started on the first request, kept
 while it is used (models stay loaded there) and ended after :data:`IDLE_S` seconds without one.
+The folder goes with the process: the server removes it when it ends the scorer, the scorer
+removes it when its stdin ends (a server killed with SIGKILL), and a server starting a scorer
+removes the folders of servers that are gone (the folder's name carries the server's pid).
 A request that fails comes back as the engine's own exception; a process that died or hung is
 started afresh on the next request.
 """
@@ -51,11 +54,12 @@ class Scorer:
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
     def _start(self) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="admm-scorer-"))
+        _remove_orphans()
+        self._dir = Path(tempfile.mkdtemp(prefix=f"admm-scorer-{os.getpid()}-"))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         with open(self._dir / "stderr.txt", "wb") as err:  # the child keeps its own descriptor
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "admm_core.heatmaps", "serve"],
+                [sys.executable, "-m", "admm_core.heatmaps", "serve", str(self._dir)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
@@ -137,6 +141,25 @@ class Scorer:
             self._ask({**req, "out": str(out_path)})
             with np.load(out_path, allow_pickle=False) as z:
                 return z["crop"], list(z["maps"])
+
+
+def _remove_orphans() -> None:
+    """Remove ``admm-scorer-<pid>-*`` folders whose server is gone (both it and its scorer were
+    killed at once, e.g. a process group): nothing of a live server's is touched."""
+    for d in Path(tempfile.gettempdir()).glob("admm-scorer-*-*"):
+        pid = d.name.split("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: another user's process
+        return True
+    return True
 
 
 _SCORER: Scorer | None = None
