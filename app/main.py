@@ -11,7 +11,7 @@ Runs live in $ADMM_RUNS (default ./runs); data sets come from $ADMM_DATA.
 import streamlit as st
 
 from app import ui
-from app.dashboard import workers
+from app.dashboard import painted, workers
 
 st.set_page_config(page_title="Block-ADMM workbench", page_icon=":material/view_column:", layout="wide")
 
@@ -22,6 +22,7 @@ pages = [
     st.Page("views/runs.py", title="Runs", icon=":material/folder_open:", url_path="runs"),
     st.Page("views/sweeps.py", title="Sweeps", icon=":material/tune:", url_path="sweeps"),
 ]
+ui.stacks_on_usr1()
 nav = st.navigation(pages)
 
 with st.sidebar:
@@ -39,3 +40,4 @@ with st.sidebar:
     ui.explain_refused_uploads()  # a file the uploader refuses in the browser is named, with why
 
 nav.run()
+painted.gate()  # pushed redraws wait until the browser has drawn this page (app/dashboard/push.py)

@@ -14,7 +14,10 @@ import os
 import streamlit as st
 from starlette.routing import Route
 
+from app import ui
 from app.dashboard import tail
+
+ui.stacks_on_usr1()  # as soon as the server starts (app/main.py does it too, for `streamlit run app/main.py`)
 
 os.environ[tail.ENV] = tail.ROUTE  # read by the pages (same process): the route is mounted
 

@@ -8,6 +8,8 @@ The stop / resume / load callbacks here are the only ones; Train and Runs both u
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 from pathlib import Path
 
 import streamlit as st
@@ -20,6 +22,17 @@ from app.dashboard import meta as M
 from app.dashboard import workers
 
 ss = st.session_state
+_STACKS = []  # set once the SIGUSR1 handler is in place
+
+
+def stacks_on_usr1() -> None:
+    """``kill -USR1 <server pid>`` writes every thread's Python stack to the server's log (once per
+    process): a tab that never finishes drawing can be told from a script run stuck in the server.
+    The browser tests send it when one of them fails (tests/conftest.py)."""
+    if not _STACKS and hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        _STACKS.append(True)
+
 
 STATE_COLOURS = {
     "running": "green",

@@ -24,6 +24,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -34,7 +35,7 @@ import thousand_runs as T  # its sibling: a script's own folder is first on sys.
 
 PROBE = r"""
 (() => {
-  const t = {dom: {}, painted: {}, gaps: [], plotly: null, ws: []};
+  const t = {dom: {}, painted: {}, gaps: [], plotly: null, ws: [], raw: []};
   window.__probe = t;
   const WS = window.WebSocket;
   window.WebSocket = function (...a) {
@@ -42,6 +43,11 @@ PROBE = r"""
     s.addEventListener("message", (m) => {
       const n = m.data.size || m.data.byteLength || m.data.length || 0;
       if (t.ws.length < 400) t.ws.push([Math.round(performance.now()), n]);
+      if (t.raw.length < 400 && m.data instanceof ArrayBuffer) {  // the messages, for a dump (decoded in Python)
+        let b = "";
+        for (const c of new Uint8Array(m.data)) b += String.fromCharCode(c);
+        t.raw.push(btoa(b));
+      }
     });
     return s;
   };
@@ -53,6 +59,7 @@ PROBE = r"""
     menu: () => [...document.querySelectorAll("[data-testid='stSelectbox']")].find(e => label(e, "Run")),
     model: () => [...document.querySelectorAll("[data-testid='stSelectbox']")].find(e => label(e, "DeepFacto model")),
     table: () => document.querySelector("[data-testid='stDataFrame'] canvas"),
+    start: () => [...document.querySelectorAll("button")].find(b => b.textContent.trim().endsWith("Start run")),
     chart: () => document.querySelector(".js-plotly-plot") ||
       [...document.querySelectorAll("iframe")].map(f => {
         try { return f.contentDocument.querySelector(".js-plotly-plot"); } catch (e) { return null; }
@@ -104,12 +111,19 @@ PAGES = {
 
 
 def probe(
-    urls: list[str], pages: list[str], tabs: int, wait_s: float, fresh: bool = False, dump: str | None = None
+    urls: list[str],
+    pages: list[str],
+    tabs: int,
+    wait_s: float,
+    fresh: bool = False,
+    dump: str | None = None,
+    pids: list[int] | None = None,
 ) -> list[dict]:
     """Each page opened ``tabs`` times on each server, the servers taking turns tab by tab (so they
     share the same load); one new tab per page, in one browser context (caches warm after the first),
     or with ``fresh`` each tab in a new context (a new profile: nothing cached). A tab whose controls
-    never showed leaves a screenshot, its text and its timings in ``dump``."""
+    never showed leaves a screenshot, its text and its timings in ``dump``, and its server (of
+    ``pids``) writes its threads' stacks into its log (app/serve.py's SIGUSR1 handler)."""
     from playwright.sync_api import sync_playwright
 
     out = []
@@ -134,22 +148,38 @@ def probe(
                         path, control = PAGES[name]
                         tab_ctx = new_context() if fresh else ctx
                         page = tab_ctx.new_page()
+                        console: list[str] = []  # the tab's errors and warnings, kept with a dump
+                        page.on("pageerror", lambda e, console=console: console.append(f"pageerror: {e}"))
+                        page.on(
+                            "console",
+                            lambda m, console=console: (
+                                console.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None
+                            ),
+                        )
                         page.goto(url + path)
                         deadline = time.monotonic() + wait_s
                         r = {}
                         while time.monotonic() < deadline:
                             page.wait_for_timeout(500)
                             r = page.evaluate(COLLECT)
-                            if control in r["painted"] and ("chart" in r["painted"] or name in ("runs", "heatmaps")):
+                            done = "chart" in r["painted"] or name in ("runs", "heatmaps")
+                            if control in r["painted"] and done and (name != "train" or "start" in r["painted"]):
                                 page.wait_for_timeout(300)
                                 r = page.evaluate(COLLECT)
                                 break
-                        if dump and control not in r.get("painted", {}):  # never shown: keep what the tab showed
+                        shown = set(r.get("painted", {}))
+                        if dump and (
+                            control not in shown or (name == "train" and "start" not in shown)
+                        ):  # keep what it showed
                             stem = Path(dump) / f"s{server}-{name}-{i}"
                             Path(dump).mkdir(parents=True, exist_ok=True)
                             page.screenshot(path=f"{stem}.png", full_page=True)
                             Path(f"{stem}.txt").write_text(page.evaluate("document.body.innerText"))
-                            Path(f"{stem}.json").write_text(json.dumps(r))
+                            raw = page.evaluate("window.__probe.raw")
+                            Path(f"{stem}.json").write_text(json.dumps(r | {"console": console, "raw": raw}))
+                            if pids and pids[server]:
+                                os.kill(pids[server], signal.SIGUSR1)
+                            print(f"controls never shown: {stem}.*", file=sys.stderr, flush=True)
                         out.append(r | {"server": server, "page": name, "tab": i, "control": control})
                         page.close()
                         if fresh:
@@ -183,21 +213,54 @@ def detail(rows: list[dict], labels: list[str]) -> str:
 
 
 def summary(rows: list[dict], labels: list[str]) -> str:
-    """Per server setting and page: the median (min–max) time until the controls were painted and
-    until the first chart was."""
-    lines = ["| server setting | page | tabs | controls painted, median (min–max) s | first chart painted, median s |"]
-    lines.append("|---|---|---|---|---|")
+    """Per server setting and page: the median (min–max) time until the controls were painted, until
+    the Train form's Start run button was (the whole form above it drawn), and until the first chart was."""
+    lines = [
+        "| server setting | page | tabs | controls painted, median (min–max) s "
+        "| Start run painted (Train), median s | first chart painted, median s |"
+    ]
+    lines.append("|---|---|---|---|---|---|")
     for server, label in enumerate(labels):
         for page in dict.fromkeys(r["page"] for r in rows):
             rs = [r for r in rows if r["server"] == server and r["page"] == page]
             ctl = [r["painted"].get(r["control"], float("inf")) for r in rs]
             ch = [r["painted"]["chart"] for r in rs if "chart" in r["painted"]]
+            go = [r["painted"].get("start", float("inf")) for r in rs]
             med = statistics.median(ctl)
             mark = " ✓" if med <= 2000 else " ✗"
             lines.append(
                 f"| {label} | {page} | {len(rs)} | {_s(med)}{mark} ({_s(min(ctl))}–{_s(max(ctl))}) "
-                f"| {_s(statistics.median(ch)) if ch else '—'} |"
+                f"| {_s(statistics.median(go)) if page == 'train' else '—'} | {_s(statistics.median(ch)) if ch else '—'} |"
             )
+    return "\n".join(lines)
+
+
+def decode(path: str) -> str:
+    """A dump's websocket messages (``--dump``), one line each: when (page clock, ms), the message's
+    kind, and for a delta its path, fragment and label; for a run's start its page and fragments."""
+    import base64
+
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    r = json.loads(Path(path).read_text())
+    lines = [f"console: {c.splitlines()[0]}" for c in r.get("console", [])]
+    for (ms, _), raw in zip(r["ws"], r.get("raw", [])):
+        m = ForwardMsg()
+        m.ParseFromString(base64.b64decode(raw))
+        kind, text = m.WhichOneof("type"), ""
+        if kind == "delta":
+            d = m.delta
+            what = d.WhichOneof("type")
+            sub = getattr(d, what).WhichOneof("type") if what in ("new_element", "add_block") else ""
+            el = getattr(d.new_element, sub) if what == "new_element" else None
+            label = getattr(el, "label", "") if el is not None and hasattr(el, "label") else ""
+            text = f"{what}:{sub} path={list(m.metadata.delta_path)} fragment={d.fragment_id[:8]} {label!r}"
+        elif kind == "new_session":
+            run = m.metadata.run
+            text = f"page={m.new_session.page_script_hash[:8]} run={run.script_run_id[:6]} fragments={list(run.fragment_ids)}"
+        elif kind == "script_finished":
+            text = ForwardMsg.ScriptFinishedStatus.Name(m.script_finished)
+        lines.append(f"{ms} {kind} {text}")
     return "\n".join(lines)
 
 
@@ -211,7 +274,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--server",
         action="append",
-        help="one server's environment, NAME=VALUE[,NAME=VALUE…] ('' for none); the servers take turns",
+        help="one server's environment, NAME=VALUE[,NAME=VALUE…] ('' for none; APP=…/app/serve.py serves "
+        "another checkout, e.g. a git worktree of the code before a change); the servers take turns",
     )
     p.add_argument("--fresh", action="store_true", help="each tab in a new browser context (nothing cached)")
     p.add_argument(
@@ -223,7 +287,11 @@ def main(argv=None) -> int:
     p.add_argument("--dump", help="a folder for what a tab showed when its controls never did")
     p.add_argument("--markdown", help="write the summary into this file between the first-paint markers")
     p.add_argument("--root", help="a runs folder to keep (its finished runs are made once, reused after)")
+    p.add_argument("--decode", metavar="DUMP_JSON", help="print a dumped tab's console and messages, and stop")
     a = p.parse_args(argv)
+    if a.decode:
+        print(decode(a.decode))
+        return 0
     if a.live_only and a.live < 1:
         p.error("--live-only copies the live runs: give --live 1 or more")
     tmp = None if a.root else tempfile.mkdtemp(prefix="first-paint-")
@@ -243,9 +311,11 @@ def main(argv=None) -> int:
         urls = []
         for i, spec in enumerate(specs):
             saved = dict(os.environ)
-            os.environ.update(dict(kv.split("=", 1) for kv in spec.split(",") if kv))
+            env = dict(kv.split("=", 1) for kv in spec.split(",") if kv)
+            script = Path(env.pop("APP", T.ROOT / "app" / "serve.py"))
+            os.environ.update(env)
             try:
-                proc, url = T.start_server(root, root.parent / f"{root.name}-{i}.log")
+                proc, url = T.start_server(root, root.parent / f"{root.name}-{i}.log", script)
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
@@ -262,7 +332,9 @@ def main(argv=None) -> int:
             labels.append(f"{len(W.runs(live_root))} live runs only (copies)")
         load0 = open("/proc/loadavg").read().split()[:3]
         live = sum(r["status"].get("state") in ("running", "starting") for r in W.runs(root))
-        rows = probe(urls, a.pages.split(","), a.tabs, a.wait, a.fresh, a.dump)
+        # only this checkout's servers dump their threads on SIGUSR1 (it ends an older one): 0 = none
+        pids = [0 if "APP=" in spec else p.pid for spec, p in zip(specs + [""], procs)]
+        rows = probe(urls, a.pages.split(","), a.tabs, a.wait, a.fresh, a.dump, pids)
         text = (
             f"{len(W.runs(root)) - live} finished runs + {live} live ones; `python experiments/first_paint.py "
             f"{shlex.join(argv if argv is not None else sys.argv[1:])}`. Machine: {T.machine_line()} "

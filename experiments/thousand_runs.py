@@ -306,9 +306,10 @@ def start_server(root: Path, log: Path, script: Path = ROOT / "app" / "serve.py"
     cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", "127.0.0.1"]
     cmd += ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     cmd += ["--server.fileWatcherType", "none", "--global.developmentMode", "false"]
-    env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
+    base = Path(script).resolve().parents[1]  # the checkout the script belongs to (another one: an A/B)
+    env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(base)}
     out = open(log, "wb")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=base, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:

@@ -13,6 +13,19 @@ os.environ.setdefault("ADMM_RUNS", f"/tmp/admm-test-runs{'-' + _WORKER if _WORKE
 os.environ.setdefault("ADMM_CACHE", "/tmp/admm-test-cache")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test with a dashboard running gets the server's threads in its report: a page that
+    never drew (a rare Train tab, issue 36) can be told from a script run stuck in the server."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call" and rep.failed:
+        from helpers import SERVERS, server_stacks
+
+        if SERVERS:
+            rep.sections.append(("dashboard threads at the failure (SIGUSR1)", server_stacks()))
+
+
 @pytest.fixture(scope="module")
 def browser():
     """A headless system Chromium through Playwright (skips where Playwright is missing)."""

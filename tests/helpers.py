@@ -156,6 +156,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SERVERS: dict[int, Path] = {}  # pid -> log of the running dashboards of this checkout (helpers.dashboard)
+
+
+def server_stacks() -> str:
+    """Every running dashboard's threads, as its SIGUSR1 handler writes them into its log (app/ui.py's
+    stacks_on_usr1): what a failed browser test adds to its report (tests/conftest.py)."""
+    out = []
+    for pid, log in list(SERVERS.items()):
+        try:
+            start = log.stat().st_size
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            continue
+        wait(lambda log=log, start=start: log.stat().st_size > start, 3.0, 0.1)
+        time.sleep(0.3)  # the rest of the dump
+        with open(log, "rb") as f:
+            f.seek(start)
+            out.append(f"server {pid} ({log}):\n" + f.read()[-20000:].decode(errors="replace"))
+    return "\n".join(out)
+
+
 @contextlib.contextmanager
 def dashboard(env: dict, log_path: Path, checkout: Path = ROOT, health_timeout: float = 60, entry: str = "serve.py"):
     """The dashboard of ``checkout`` on 127.0.0.1:<free port> (headless, no file watcher, its own
@@ -182,8 +203,11 @@ def dashboard(env: dict, log_path: Path, checkout: Path = ROOT, health_timeout: 
             wait(healthy, health_timeout, 0.2)
             if proc.poll() is not None:
                 pytest.fail("streamlit did not start:\n" + Path(log_path).read_text())
+            if checkout == ROOT:  # this code's servers dump their threads on SIGUSR1
+                SERVERS[proc.pid] = Path(log_path)
             yield url, proc
         finally:
+            SERVERS.pop(proc.pid, None)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:

@@ -139,3 +139,50 @@ def test_train_tab_notices_the_end_and_charts_the_worker(server, browser):
         assert cpu <= 5.0, cpu
     finally:
         page.close()
+
+
+GATE_JS = """
+(() => {
+  const g = window.__gate = {added: [], removed: []};
+  const scan = (nodes, into) => nodes.forEach(n => {
+    const frames = n.tagName === "IFRAME" ? [n] : (n.querySelectorAll ? [...n.querySelectorAll("iframe")] : []);
+    frames.filter(f => (f.src || "").includes("admm_painted")).forEach(() => into.push(performance.now()));
+  });
+  document.addEventListener("DOMContentLoaded", () => new MutationObserver(ms => ms.forEach(m => {
+    scan([...m.addedNodes], g.added);
+    scan([...m.removedNodes], g.removed);
+  })).observe(document.body, {childList: true, subtree: true}));
+})();
+"""
+
+
+def test_a_page_holds_its_pushes_until_the_browser_has_drawn_it(server, browser):
+    """A push into a tab still drawing the page it was just sent blanked the tab (Streamlit's
+    "Bad delta path" error, issue 36), so each page's first run holds the tab's pushes until a
+    sentinel answers from the drawn page (app/dashboard/painted.py gate). In Chromium the sentinel
+    comes with the page and goes once it has answered (the answer reruns the gate, which then draws
+    nothing), for a new tab and again after a move to another page; the pushed redraw still comes."""
+    url, root, _, _ = server
+    ctx = browser.new_context(viewport={"width": 1280, "height": 1200})
+    ctx.add_init_script(GATE_JS)
+    page = ctx.new_page()
+    page.set_default_timeout(TIMEOUT_S * 1000)
+    try:
+        page.goto(f"{url}/runs?run={FIRST}", wait_until="domcontentloaded")
+        page.get_by_text("Details of run").first.wait_for()
+        page.wait_for_function("window.__gate.removed.length >= 1", timeout=60_000)
+        g = page.evaluate("window.__gate")
+        assert len(g["added"]) == 1 and g["removed"][0] > g["added"][0], g
+        print(f"\nRuns: the sentinel answered and went {(g['removed'][0] - g['added'][0]) / 1000:.2f} s after it came")
+        page.get_by_role("link", name="Train").first.click()  # another page, same session: a new gate
+        page.get_by_role("button", name="Start run").first.wait_for()
+        page.wait_for_function("window.__gate.removed.length >= 2", timeout=60_000)
+        g = page.evaluate("window.__gate")
+        assert len(g["added"]) == 2 and g["removed"][1] > g["added"][1], g
+        # released: a new run in the folder reaches the open Train tab's run menu by push
+        shutil.copytree(root / FIRST, root / "20260101-000003-gate")
+        page.get_by_text("Live").first.wait_for()
+        page.get_by_role("combobox").last.click()
+        page.get_by_text("20260101-000003-gate").first.wait_for(timeout=30_000)
+    finally:
+        ctx.close()

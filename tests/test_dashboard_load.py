@@ -122,6 +122,56 @@ def test_push_asks_a_quiet_stamp_less_often(monkeypatch):
     assert len(calls) == 1 and calls[0] - changed_at[0] <= 1.3, (calls, changed_at)
 
 
+def test_push_waits_for_the_browser_to_draw_a_page_before_rerunning_into_it(monkeypatch):
+    """A rerun pushed while the browser is still drawing a page it was just sent blanked the tab
+    (the frontend's "Bad delta path" error, issue 36). After ``hold`` (a session's first run of a
+    page) a changed stamp is not rerun; ``release`` (the browser has drawn it) lets it go at once,
+    and a hold whose answer never comes ends after ``max_s``."""
+    import time
+
+    from app.dashboard import push as P
+
+    monkeypatch.setattr(P, "_alive", lambda sid: True)
+    sid = ["test-held"]
+    monkeypatch.setattr(P, "_session_id", lambda: sid[0])
+
+    class Loop:
+        def call_soon_threadsafe(self, fn, sub, *args):
+            sub["calls"].append(time.monotonic())
+
+    def sub():  # a stamp that changes at every ask
+        s = {"fid": "f", "stamp_fn": lambda: (time.monotonic(),), "stamp": (0,), "loop": Loop(), "every": 0.0}
+        s["session"] = type("Session", (), {"_scriptrunner": None})()
+        return s | {"drawn": time.monotonic(), "calls": []}
+
+    assert P.hold()
+    first, second = sub(), sub()
+    with P._lock:
+        P._subs[("test-held", "k")] = first
+        P._ensure_thread()
+    P._wake.set()
+    try:
+        time.sleep(0.8)
+        assert not first["calls"]  # changed at every ask, and held
+        t = time.monotonic()
+        P.release()
+        time.sleep(0.5)
+        assert first["calls"] and first["calls"][0] - t <= 0.3, first["calls"]  # released: rerun at once
+        sid[0] = "test-held-2"
+        assert P.hold(max_s=0.6)
+        t = time.monotonic()
+        with P._lock:
+            P._subs[("test-held-2", "k")] = second
+        P._wake.set()
+        time.sleep(1.2)
+        assert second["calls"] and 0.5 <= second["calls"][0] - t <= 1.0, (second["calls"], t)  # after max_s
+    finally:
+        with P._lock:
+            for k in ("test-held", "test-held-2"):
+                P._subs.pop((k, "k"), None)
+                P._held.pop(k, None)
+
+
 def test_throttled_serves_a_fresh_value_to_an_ask_every_seconds_after_the_last():
     """The push thread asks a quiet stamp once a second, and the Runs page throttles its stamp to
     1 s: timed from after a slow ``fn``, every second ask got the old value (a change seen ~2 s

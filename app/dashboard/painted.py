@@ -74,3 +74,30 @@ def ready(fragment_key: str) -> bool:
         return True
     sentinel()(key=answer, default=False)
     return False
+
+
+_GATE = "paint_gate"  # session state: {"page": the page hash whose drawing was acknowledged, "n": sentinels used}
+
+
+@st.fragment
+def gate() -> None:
+    """Hold the tab's pushes (:func:`app.dashboard.push.hold`) from a run of a page it has not drawn
+    yet (a new tab, another page) until a sentinel here answers (the browser has drawn the page),
+    then release them. Called at the end of every full run (app/main.py); the answer reruns only this
+    fragment, and once the page is drawn it draws nothing. Without push (AppTest,
+    ``ADMM_DASH_PUSH=0``) it does nothing."""
+    if os.environ.get("ADMM_DASH_PUSH", "1") == "0":
+        return
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+    page = get_script_run_ctx().page_script_hash
+    state = st.session_state.setdefault(_GATE, {"page": None, "n": 0})
+    if state["page"] == page:
+        return
+    key = f"{_GATE}.{state['n']}"
+    if st.session_state.get(key):  # the answer: drawn
+        state["page"], state["n"] = page, state["n"] + 1  # the next page needs a sentinel of its own
+        P.release()
+        return
+    if P.hold():
+        sentinel()(key=key, default=False)

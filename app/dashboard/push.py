@@ -29,8 +29,18 @@ TICK_S = 0.1  # how often the thread compares a stamp that changed lately (stat 
 QUIET_FRACTION = 0.05
 QUIET_MAX_S = 1.0
 
+# A rerun pushed into a tab whose browser has not yet drawn the page it was just sent blanks the tab
+# (issue 36): Streamlit's frontend compares a run's new_session with React state that is not yet
+# committed, takes the fragment run for a new page and clears the page, and the fragment's next
+# delta then fails ("Bad delta path index 7 (should be between [0, 6])"), which unmounts the whole
+# app. A run the browser asks for itself cannot meet this: it asks after drawing. So after a
+# session's first run of a page, its pushes wait until its browser has drawn it
+# (:func:`app.dashboard.painted.gate` calls :func:`hold`, then :func:`release` on the sentinel's answer).
+HOLD_MAX_S = 10.0  # a browser that never answers (no script) gets its pushes after this long
+
 _lock = threading.Lock()
 _subs: dict[tuple[str, str], dict] = {}  # (session id, fragment key) -> {fid, stamp_fn, stamp}
+_held: dict[str, float] = {}  # session id -> until when (monotonic) its pushes wait for its browser
 _thread: threading.Thread | None = None
 _wake = threading.Event()  # set by subscribe: a new subscription is asked at the next tick
 
@@ -83,6 +93,46 @@ def subscribe(fragment_key: str, stamp_fn: Callable[[], tuple], stamp: tuple, ev
     return True
 
 
+def _session_id() -> str | None:
+    """The calling session's id where push can reach it (as in :func:`subscribe`), else None."""
+    try:
+        from streamlit.runtime import Runtime
+        from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+        sid = get_script_run_ctx().session_id
+        Runtime.instance()._session_mgr.get_active_session_info(sid).session  # noqa: B018 - the check
+        return sid
+    except Exception:  # noqa: BLE001 - no runtime (AppTest) or moved internals: nothing is pushed
+        return None
+
+
+def hold(max_s: float = HOLD_MAX_S) -> bool:
+    """Push nothing into the calling session until :func:`release` (its browser has drawn the page
+    it is being sent) or ``max_s`` from now. False where there is no session (nothing is pushed)."""
+    sid = _session_id()
+    if sid is None:
+        return False
+    t = time.monotonic()
+    with _lock:
+        for k in [k for k, until in _held.items() if until <= t]:  # ended sessions' holds
+            del _held[k]
+        _held[sid] = t + max_s
+    return True
+
+
+def release() -> None:
+    """The calling session's browser has drawn its page: pushes into it may go on."""
+    sid = _session_id()
+    with _lock:
+        _held.pop(sid, None)
+    _wake.set()
+
+
+def _is_held(sid: str, t: float) -> bool:
+    with _lock:
+        return _held.get(sid, t) > t
+
+
 def unsubscribe(fragment_key: str) -> None:
     """Stop pushing to the calling session's ``fragment_key`` (e.g. nothing watched)."""
     try:
@@ -113,6 +163,9 @@ def _run() -> None:
         for key, sub in items:
             t = time.monotonic()
             if t < _next_ask(sub):
+                continue
+            if _is_held(key[0], t):  # its browser is still drawing the page: ask again at the next tick
+                sub["next"] = t + TICK_S
                 continue
             sub["next"] = t + min(QUIET_MAX_S, max(TICK_S, QUIET_FRACTION * (t - sub.get("drawn", t))))
             try:

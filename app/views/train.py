@@ -194,8 +194,15 @@ ON_CHANGE = {"preset": on_preset, "method": on_method, "arch": on_shape, "hidden
 WEIGHT = {"select": 1.2, "radio": 0.9, "split": 2.0, "widths": 1.2, "check": 0.6, "int": 0.8, "float": 0.8}
 
 
-def field_widget(ff: F.FormField, form: dict, slots: dict, datasets: list[str]) -> None:
-    """The widget of one config field, as its metadata declares it; its message slot below."""
+def note(notes: dict, field: str) -> None:
+    """The field's message (from the validation that ran before the form was drawn), under its widget."""
+    if field in notes:
+        kind, msg = notes.pop(field)
+        (st.error if kind == "error" else st.warning)(msg, icon="⚠️")
+
+
+def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) -> None:
+    """The widget of one config field, as its metadata declares it; its message below."""
     key = K + ff.key
     kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form), "on_change": ON_CHANGE.get(ff.key)}
     if ff.kind in ("select", "radio"):
@@ -223,54 +230,66 @@ def field_widget(ff: F.FormField, form: dict, slots: dict, datasets: list[str]) 
         st.number_input(ff.label, step=num(ff.step or 1), **(bounds if inside else {}), **kw)
     else:
         st.text_input(ff.label, **kw)
-    slots[ff.key] = st.empty()
+    note(notes, ff.key)
 
 
-def field_row(fields: list[F.FormField], form: dict, slots: dict, datasets: list[str]) -> None:
+def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
     for col, ff in zip(st.columns([WEIGHT.get(f.kind, 1.0) for f in fields]), fields):
         with col:
-            field_widget(ff, form, slots, datasets)
+            field_widget(ff, form, notes, datasets)
 
 
-def form_section(slots: dict) -> object:
-    """Data set, network and split, from the config's fields; returns the diagram's slot."""
-    datasets = available(kind=NETWORK)
+def validate(datasets: list[str]) -> tuple[dict, RunConfig | None, dict, dict]:
+    """The form as the widgets will show it, checked before any widget is drawn, so each message is
+    drawn under its field as the form goes (no placeholder per field: ~40 fewer elements for the
+    browser, issue 36). Returns (form, config or None, errors, notes: field -> (kind, message))."""
+    method = ss[K + "method"]
+    for s in METHODS[method].settings():  # a method's settings default to its own
+        key = wkey(F.MP + s["name"], method)
+        if key not in ss:
+            ss[key] = F.method_fields(method)[F.MP + s["name"]]
+    form = read_form()
+    split = next(f for f in F.FIELDS if f.kind == "split")
+    opts = F.choices(split, form, datasets)  # the split keeps only layers of the network shown
+    ss[K + split.key] = [s for s in (ss.get(K + split.key) or []) if s in opts]
+    form = _ordered_form()
+    cfg, errors = F.config_from_form(form, datasets)
+    # allowed, but said: an absurd learning rate / step size ends the run 'diverged'
+    warnings = F.step_size_warnings(cfg) if cfg is not None else {}
+    notes = {k: ("warning", m) for k, m in warnings.items()} | {k: ("error", m) for k, m in errors.items()}
+    return form, cfg, errors, notes
+
+
+def form_section(form: dict, cfg: RunConfig | None, errors: dict, notes: dict, datasets: list[str]) -> None:
+    """Data set, network and split, from the config's fields, then the block diagram."""
     groups = F.groups()
     with st.container(border=True):
         st.markdown("**Data and network**")
-        field_row(groups["data"], read_form(), slots, datasets)
-        field_row(groups["network"], read_form(), slots, datasets)
-        diagram = st.empty()
-        slots["memory"] = st.empty()
-    return diagram
+        field_row(groups["data"], form, notes, datasets)
+        field_row(groups["network"], form, notes, datasets)
+        draw_blocks(form, cfg, errors, METHODS[form["method"]].uses_blocks)
+        note(notes, "memory")
 
 
-def method_section(slots: dict) -> None:
+def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
     """Method, training settings and the method's own settings (the rest in expanders)."""
     groups = F.groups()
-    datasets = available(kind=NETWORK)
     known = {"data", "network", "method", "train"}
     method = ss[K + "method"]
     cls = METHODS[method]
     settings = cls.settings()
     more_settings = settings[MAIN_SETTINGS:]
-    for s in settings:
-        key = wkey(F.MP + s["name"], method)
-        if key not in ss:
-            ss[key] = F.method_fields(method)[F.MP + s["name"]]
     # open an expander when one of its fields is wrong or warned about, so its message is seen
-    pre_cfg, pre_errors = F.config_from_form(read_form(), datasets)
-    pre_errors = {**pre_errors, **(F.step_size_warnings(pre_cfg) if pre_cfg is not None else {})}
-    more_open = any(F.MP + s["name"] in pre_errors for s in more_settings)
+    more_open = any(F.MP + s["name"] in notes for s in more_settings)
     with st.container(border=True):
         st.markdown("**Method and training**")
-        field_row(groups["method"] + groups["train"], read_form(), slots, datasets)
+        field_row(groups["method"] + groups["train"], form, notes, datasets)
         more = [f for g, fields in groups.items() if g not in known for f in fields]  # a new group lands here
-        with st.expander(f"More training settings ({len(more)})", expanded=any(f.key in pre_errors for f in more)):
+        with st.expander(f"More training settings ({len(more)})", expanded=any(f.key in notes for f in more)):
             grid = st.columns(4)
             for i, ff in enumerate(more):
                 with grid[i % 4]:
-                    field_widget(ff, read_form(), slots, datasets)
+                    field_widget(ff, form, notes, datasets)
         st.caption(f"**{method}** — {cls.summary}" + ("" if cls.uses_blocks else " (end-to-end: the split is ignored)"))
         grid = st.columns(4)
         more_grid = grid
@@ -296,10 +315,10 @@ def method_section(slots: dict) -> None:
                         help=help_text
                         + ("; one value per block, comma-separated, is allowed" if s["name"] == "beta" else ""),
                     )
-                slots[F.MP + s["name"]] = st.empty()
+                note(notes, F.MP + s["name"])
 
 
-def draw_blocks(diagram, form: dict, cfg: RunConfig | None, errors: dict, uses_blocks: bool) -> None:
+def draw_blocks(form: dict, cfg: RunConfig | None, errors: dict, uses_blocks: bool) -> None:
     """The block diagram with parameter counts and the memory estimate, by arithmetic on the config."""
     if {"hidden", "split", "data", "arch", "width"} & set(errors):
         return
@@ -307,18 +326,17 @@ def draw_blocks(diagram, form: dict, cfg: RunConfig | None, errors: dict, uses_b
         hidden = F.parse_widths(form["hidden"]) if form["arch"] == "mlp" else ()
         blocks = F.describe_blocks(form["arch"], hidden, form["split"], form["data"], form.get("width", 64))
     except (ConfigError, DataError, OSError) as e:  # a diagram is a nicety; never a traceback
-        diagram.caption(f"(no block diagram: {e})")
+        st.caption(f"(no block diagram: {e})")
         return
-    with diagram.container():
-        dark = (st.context.theme.type or "light") == "dark"  # the diagram's lines follow the theme
-        st.graphviz_chart(F.block_diagram_dot(blocks, uses_blocks, dark), width="content")
-        if cfg is not None:
-            mem = F.memory_of(cfg)
-            st.caption(
-                f"{sum(b['params'] for b in blocks):,} parameters ({human_bytes(mem['param_bytes'])}); "
-                f"Z/U state {human_bytes(mem['state_bytes'])}; about {human_bytes(mem['total_bytes'])} to train "
-                f"(limit {human_bytes(F.max_run_bytes())})."
-            )
+    dark = (st.context.theme.type or "light") == "dark"  # the diagram's lines follow the theme
+    st.graphviz_chart(F.block_diagram_dot(blocks, uses_blocks, dark), width="content")
+    if cfg is not None:
+        mem = F.memory_of(cfg)
+        st.caption(
+            f"{sum(b['params'] for b in blocks):,} parameters ({human_bytes(mem['param_bytes'])}); "
+            f"Z/U state {human_bytes(mem['state_bytes'])}; about {human_bytes(mem['total_bytes'])} to train "
+            f"(limit {human_bytes(F.max_run_bytes())})."
+        )
 
 
 def start_section(cfg: RunConfig | None, errors: dict) -> None:
@@ -726,6 +744,13 @@ def main() -> None:
         format_func={"network": "A network (Block-ADMM and baselines)", D.MODE: "DeepFacto (LFWA faces)"}.get,
         required=True,
     )
+    _form_part()
+    live_panel()
+    worker_panel()  # the end-of-run notice and the worker's CPU / memory (app/worker_panel.py)
+
+
+def _form_part() -> None:
+    """What to train, and how: the network form or DeepFacto's, the Start button, the URL mirror."""
     if ss["train_mode"] == D.MODE:
         query = deepfacto_section()
         if ui.watched():
@@ -733,31 +758,21 @@ def main() -> None:
         if st.query_params.to_dict() != query:
             st.query_params.from_dict(query)
         ui.show_notice()
-        live_panel()
-        worker_panel()
         return
-    slots: dict = {}
-    diagram = form_section(slots)
-    method_section(slots)
-    # validate, mirror into the URL, draw the blocks
-    form = _ordered_form()
-    cfg, errors = F.config_from_form(form, available(kind=NETWORK))
+    datasets = available(kind=NETWORK)
+    form, cfg, errors, notes = validate(datasets)
     ss["train_form"] = form
-    for field, msg in errors.items():
-        (slots.get(field) or st).error(msg, icon="⚠️")
-    # allowed, but said: an absurd learning rate / step size ends the run 'diverged'
-    for field, msg in (F.step_size_warnings(cfg) if cfg is not None else {}).items():
-        (slots.get(field) or st).warning(msg, icon="⚠️")
+    form_section(form, cfg, errors, notes, datasets)
+    method_section(form, notes, datasets)
+    for field in list(notes):  # a field without a widget of its own
+        note(notes, field)
     query = F.to_query(form)
     if ui.watched():
         query["run"] = ui.watched()
     if st.query_params.to_dict() != query:
         st.query_params.from_dict(query)
-    draw_blocks(diagram, form, cfg, errors, METHODS[form["method"]].uses_blocks)
     start_section(cfg, errors)
     ui.show_notice()
-    live_panel()
-    worker_panel()  # the end-of-run notice and the worker's CPU / memory (app/worker_panel.py)
 
 
 main()
