@@ -40,6 +40,24 @@ def server(tmp_path_factory):
         yield url, root, proc.pid, tmp
 
 
+def _cpu_percent(pid: int, window: float) -> float:
+    """The server's CPU over the next ``window`` s, in % of a core (from /proc)."""
+    c0, t0 = _cpu_s(pid), time.time()
+    time.sleep(window)
+    return 100 * (_cpu_s(pid) - c0) / (time.time() - t0)
+
+
+def _idle_share(pid: int, cpu: float, window: float, what: str) -> float:
+    """The tab's share of ``cpu``: the same server measured again with no tab open. The server alone
+    is not free (Streamlit polls its config files, uvicorn ticks: 2.7-5.4 % of a core on the 2-core
+    test machine), so a bound on the total failed by chance (5.7 % once, for a tab costing ~1 %)."""
+    time.sleep(3)  # the push thread drops the closed tab's subscriptions within a second
+    base = _cpu_percent(pid, window)
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    print(f"\n{what}: server CPU {cpu:.1f}% of a core over {window:.0f} s, {base:.1f}% with no tab; loadavg {load}")
+    return cpu - base
+
+
 def test_idle_runs_tab_costs_almost_nothing_and_sees_new_runs(server, browser):
     url, root, pid, _ = server
     page = browser.new_page(viewport={"width": 1280, "height": 1200})
@@ -49,11 +67,7 @@ def test_idle_runs_tab_costs_almost_nothing_and_sees_new_runs(server, browser):
         page.get_by_text("Details of run").first.wait_for()
         page.wait_for_timeout(5000)  # settle: fonts, the table's canvas, the last deltas
         window = 15.0
-        c0, t0 = _cpu_s(pid), time.time()
-        time.sleep(window)
-        cpu = 100 * (_cpu_s(pid) - c0) / (time.time() - t0)
-        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-        print(f"\nidle Runs tab: server CPU {cpu:.1f}% of a core over {window:.0f} s; loadavg {load}")
+        cpu = _cpu_percent(pid, window)
         # a new run in the folder reaches the page (its run menu lists it) without a reload
         shutil.copytree(root / FIRST, root / "20260101-000001-second")
         t1 = time.time()
@@ -68,9 +82,10 @@ def test_idle_runs_tab_costs_almost_nothing_and_sees_new_runs(server, browser):
 
         assert _wait(listed, 30, every=0.5), "the new run never reached the Runs page"
         print(f"a new run listed {time.time() - t1:.1f} s after it appeared")
-        assert cpu <= 5.0, cpu  # it re-ran every 2 s before: 9-11 % of a core here, 24 % in the issue
     finally:
         page.close()
+    share = _idle_share(pid, cpu, window, "idle Runs tab")
+    assert share <= 4.0, share  # it re-ran every 2 s before: 9-11 % of a core here, 24 % in the issue
 
 
 def test_a_refused_upload_is_named_and_clears_the_previous_message(server, browser):
@@ -129,16 +144,11 @@ def test_train_tab_notices_the_end_and_charts_the_worker(server, browser):
         chart = page.locator(".js-plotly-plot").filter(has_text="Worker: CPU and memory")
         chart.first.wait_for(timeout=60_000)
         page.wait_for_timeout(4000)
-        c0, t1 = _cpu_s(pid), time.time()
-        time.sleep(10)
-        cpu = 100 * (_cpu_s(pid) - c0) / (time.time() - t1)
-        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-        print(
-            f"idle Train tab on the finished run, worker section open: server CPU {cpu:.1f}% of a core; loadavg {load}"
-        )
-        assert cpu <= 5.0, cpu
+        cpu = _cpu_percent(pid, 10.0)
     finally:
         page.close()
+    share = _idle_share(pid, cpu, 10.0, "idle Train tab on the finished run, worker section open")
+    assert share <= 4.0, share
 
 
 GATE_JS = """
@@ -168,21 +178,28 @@ def test_a_page_holds_its_pushes_until_the_browser_has_drawn_it(server, browser)
     page = ctx.new_page()
     page.set_default_timeout(TIMEOUT_S * 1000)
     try:
-        page.goto(f"{url}/runs?run={FIRST}", wait_until="domcontentloaded")
-        page.get_by_text("Details of run").first.wait_for()
+        page.goto(f"{url}/", wait_until="domcontentloaded")
+        page.get_by_role("button", name="Start run").first.wait_for()
         page.wait_for_function("window.__gate.removed.length >= 1", timeout=60_000)
         g = page.evaluate("window.__gate")
         assert len(g["added"]) == 1 and g["removed"][0] > g["added"][0], g
-        print(f"\nRuns: the sentinel answered and went {(g['removed'][0] - g['added'][0]) / 1000:.2f} s after it came")
-        page.get_by_role("link", name="Train").first.click()  # another page, same session: a new gate
-        page.get_by_role("button", name="Start run").first.wait_for()
+        print(f"\nTrain: the sentinel answered and went {(g['removed'][0] - g['added'][0]) / 1000:.2f} s after it came")
+        page.get_by_role("link", name="Runs").first.click()  # another page, same session: a new gate
+        page.get_by_text("Details of run").first.wait_for()
         page.wait_for_function("window.__gate.removed.length >= 2", timeout=60_000)
         g = page.evaluate("window.__gate")
         assert len(g["added"]) == 2 and g["removed"][1] > g["added"][1], g
-        # released: a new run in the folder reaches the open Train tab's run menu by push
+        # released: a new run in the folder reaches the open Runs tab's run menu by push
         shutil.copytree(root / FIRST, root / "20260101-000003-gate")
-        page.get_by_text("Live").first.wait_for()
-        page.get_by_role("combobox").last.click()
-        page.get_by_text("20260101-000003-gate").first.wait_for(timeout=30_000)
+        menu = page.get_by_role("combobox").last  # the "Details of run" menu
+
+        def listed():
+            menu.click()
+            page.wait_for_timeout(300)
+            seen = page.get_by_role("option", name="20260101-000003-gate").count() > 0
+            page.keyboard.press("Escape")
+            return seen
+
+        assert _wait(listed, 30, every=0.5), "the new run never reached the Runs page"
     finally:
         ctx.close()
