@@ -40,4 +40,4 @@ with st.sidebar:
     ui.explain_refused_uploads()  # a file the uploader refuses in the browser is named, with why
 
 nav.run()
-painted.gate()  # pushed redraws wait until the browser has drawn this page (app/dashboard/push.py)
+painted.gate(nav.url_path)  # pushed redraws wait until the browser has drawn this page (dashboard/push.py)

@@ -76,27 +76,27 @@ def ready(fragment_key: str) -> bool:
     return False
 
 
-_GATE = "paint_gate"  # session state: {"page": the page hash whose drawing was acknowledged, "n": sentinels used}
+_GATE = "paint_gate"  # session state: {"page": the page of the last full run, "acked": drawn, "n": sentinels used}
 
 
 @st.fragment
-def gate() -> None:
-    """Hold the tab's pushes (:func:`app.dashboard.push.hold`) from a run of a page it has not drawn
-    yet (a new tab, another page) until a sentinel here answers (the browser has drawn the page),
-    then release them. Called at the end of every full run (app/main.py); the answer reruns only this
-    fragment, and once the page is drawn it draws nothing. Without push (AppTest,
+def gate(page: str) -> None:
+    """Hold the tab's pushes (:func:`app.dashboard.push.hold`) from a full run of a page the tab
+    has not drawn yet (a new tab; a move to another page, or back) until a sentinel here answers
+    (the browser has drawn the page), then release them. ``page``: the page's URL path. Called at
+    the end of every full run (app/main.py); the answer reruns only this fragment (with the same
+    ``page``), and once the page is drawn it draws nothing. Without push (AppTest,
     ``ADMM_DASH_PUSH=0``) it does nothing."""
     if os.environ.get("ADMM_DASH_PUSH", "1") == "0":
         return
-    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
-
-    page = get_script_run_ctx().page_script_hash
-    state = st.session_state.setdefault(_GATE, {"page": None, "n": 0})
-    if state["page"] == page:
+    state = st.session_state.setdefault(_GATE, {"page": None, "acked": False, "n": 0})
+    if state["page"] != page:  # a sentinel of its own: an answer for the page before is not this one's
+        state.update(page=page, acked=False, n=state["n"] + 1)
+    if state["acked"]:
         return
     key = f"{_GATE}.{state['n']}"
     if st.session_state.get(key):  # the answer: drawn
-        state["page"], state["n"] = page, state["n"] + 1  # the next page needs a sentinel of its own
+        state["acked"] = True
         P.release()
         return
     if P.hold():
