@@ -307,3 +307,38 @@ def test_a_probe_only_gpu_deep_call_times_each_speed_option_and_still_packs_its_
         assert info["chosen"][method] == min(times, key=lambda k: times[k]["epoch_s"])
         assert all(t["epoch_s"] > 0 and t["warmup_s"] > 0 for t in times.values())
     assert (out / "runs.tar.gz").exists()
+
+
+def test_first_paint_decode_reads_a_dumped_tabs_console_and_messages(tmp_path, monkeypatch):
+    """``first_paint.py --decode`` turns a dump's base64 websocket messages back into Streamlit's
+    ForwardMsgs: what showed the blank tab's cause (a pushed fragment run naming another page hash
+    than the full run before it, then the frontend's "Bad delta path" error)."""
+    import base64
+
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))  # its sibling thousand_runs
+    fp = load("first_paint")
+    start = ForwardMsg()
+    start.new_session.page_script_hash = "df30ea3b" + "0" * 24
+    start.metadata.run.script_run_id = "566ae9-run"
+    start.metadata.run.fragment_ids.append("1b8ce504ddbc")
+    block = ForwardMsg()
+    block.delta.add_block.flex_container.SetInParent()
+    block.delta.fragment_id = "1b8ce504ddbc"
+    block.metadata.delta_path.extend([0, 6])
+    done = ForwardMsg()
+    done.script_finished = ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY
+    raw = [base64.b64encode(m.SerializeToString()).decode() for m in (start, block, done)]
+    dump = tmp_path / "tab.json"
+    dump.write_text(
+        json.dumps(
+            {"ws": [[2441, 1], [2442, 1], [2446, 1]], "raw": raw, "console": ["pageerror: Bad delta path\nat x"]}
+        )
+    )
+    assert fp.decode(str(dump)).splitlines() == [
+        "console: pageerror: Bad delta path",
+        "2441 new_session page=df30ea3b run=566ae9 fragments=['1b8ce504ddbc']",
+        "2442 delta add_block:flex_container path=[0, 6] fragment=1b8ce504 ''",
+        "2446 script_finished FINISHED_FRAGMENT_RUN_SUCCESSFULLY",
+    ]
