@@ -107,40 +107,59 @@ class Scorer:
     def _ask(self, req: dict) -> dict:
         self._running()
         self._last = time.monotonic()
+        timed_out = False
         try:
             self._proc.stdin.write(json.dumps(req) + "\n")
             self._proc.stdin.flush()
             ready, _, _ = select.select([self._proc.stdout], [], [], self.timeout_s)
+            timed_out = not ready
             line = self._proc.stdout.readline() if ready else ""
-        except OSError:
+        except OSError:  # its stdin closed: it ended
             line = ""
         self._last = time.monotonic()
         if not line:  # it died, or hung past the timeout: say why, start afresh next time
             tail = (self._dir / "stderr.txt").read_text(errors="replace")[-600:] if self._dir else ""
             self._close()
-            raise RuntimeError(f"the scorer process ended without an answer{': ' + tail.strip() if tail else ''}")
+            why = f"the scorer process {'hung' if timed_out else 'ended'} without an answer"
+            raise (RuntimeError if timed_out else _Ended)(why + (f": {tail.strip()}" if tail else ""))
         reply = json.loads(line)
         if "error" in reply:
             raise ERRORS.get(reply.get("type"), RuntimeError)(reply["error"])
         return reply
 
+    def _twice(self, ask):
+        """``ask()``, once more in a new process if the scorer ended without answering (killed, or
+        still dying from a kill when asked); a hang past the timeout is not asked again."""
+        try:
+            return ask()
+        except _Ended:
+            return ask()
+
     def info(self, ref: str) -> tuple[int, list[int]]:
         """(rank r, the components by mean score over the training faces, most used first) of a model."""
         with self._lock:
-            reply = self._ask({"op": "info", "ref": str(ref)})
+            reply = self._twice(lambda: self._ask({"op": "info", "ref": str(ref)}))
         return int(reply["rank"]), [int(k) for k in reply["order"]]
 
     def maps(self, ref: str, face: np.ndarray, components: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
         """(the face as the model crops it, one (H, W) map in [0, 1] per component): what
         :func:`admm_core.heatmaps.crop_image` and :func:`~admm_core.heatmaps.heatmaps` return."""
-        with self._lock:
-            folder = self._running()
+
+        def ask():
+            folder = self._running()  # a new process has a new folder: the face is written there
             face_path, out_path = folder / "face.npy", folder / "maps.npz"
             np.save(face_path, np.ascontiguousarray(face, dtype=np.uint8), allow_pickle=False)
             req = {"op": "maps", "ref": str(ref), "face": str(face_path), "components": [int(k) for k in components]}
             self._ask({**req, "out": str(out_path)})
             with np.load(out_path, allow_pickle=False) as z:
                 return z["crop"], list(z["maps"])
+
+        with self._lock:
+            return self._twice(ask)
+
+
+class _Ended(RuntimeError):
+    """The scorer process ended without an answer."""
 
 
 def _remove_orphans() -> None:
