@@ -58,6 +58,21 @@ def _idle_share(pid: int, cpu: float, window: float, what: str) -> float:
     return cpu - base
 
 
+def _runs_menu_lists(page, run: str, timeout: float = 30) -> bool:
+    """Whether the open Runs tab's "Details of run" menu lists ``run`` within ``timeout`` s (pushed,
+    no reload)."""
+    menu = page.get_by_role("combobox").last
+
+    def listed():
+        menu.click()
+        page.wait_for_timeout(300)
+        seen = page.get_by_role("option", name=run).count() > 0
+        page.keyboard.press("Escape")
+        return seen
+
+    return _wait(listed, timeout, every=0.5)
+
+
 def test_idle_runs_tab_costs_almost_nothing_and_sees_new_runs(server, browser):
     url, root, pid, _ = server
     page = browser.new_page(viewport={"width": 1280, "height": 1200})
@@ -71,16 +86,7 @@ def test_idle_runs_tab_costs_almost_nothing_and_sees_new_runs(server, browser):
         # a new run in the folder reaches the page (its run menu lists it) without a reload
         shutil.copytree(root / FIRST, root / "20260101-000001-second")
         t1 = time.time()
-        menu = page.get_by_role("combobox").last  # the "Details of run" menu
-
-        def listed():
-            menu.click()
-            page.wait_for_timeout(300)
-            seen = page.get_by_role("option", name="20260101-000001-second").count() > 0
-            page.keyboard.press("Escape")
-            return seen
-
-        assert _wait(listed, 30, every=0.5), "the new run never reached the Runs page"
+        assert _runs_menu_lists(page, "20260101-000001-second"), "the new run never reached the Runs page"
         print(f"a new run listed {time.time() - t1:.1f} s after it appeared")
     finally:
         page.close()
@@ -191,15 +197,6 @@ def test_a_page_holds_its_pushes_until_the_browser_has_drawn_it(server, browser)
         assert len(g["added"]) == 2 and g["removed"][1] > g["added"][1], g
         # released: a new run in the folder reaches the open Runs tab's run menu by push
         shutil.copytree(root / FIRST, root / "20260101-000003-gate")
-        menu = page.get_by_role("combobox").last  # the "Details of run" menu
-
-        def listed():
-            menu.click()
-            page.wait_for_timeout(300)
-            seen = page.get_by_role("option", name="20260101-000003-gate").count() > 0
-            page.keyboard.press("Escape")
-            return seen
-
-        assert _wait(listed, 30, every=0.5), "the new run never reached the Runs page"
+        assert _runs_menu_lists(page, "20260101-000003-gate"), "the new run never reached the Runs page"
     finally:
         ctx.close()
