@@ -9,7 +9,6 @@ fragment when opened), so it adds nothing to an idle tab.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import streamlit as st
@@ -23,7 +22,7 @@ from app.dashboard.live import file_stamp
 ss = st.session_state
 KEY = "worker"  # the fragment's key
 OPEN_KEY = "worker_open"  # the expander's state
-PUSH = os.environ.get("ADMM_DASH_PUSH", "1") != "0"
+PUSH = P.ENABLED  # ADMM_DASH_PUSH=0: the browser polls a watcher fragment instead
 POLL_S = 2.0  # without push: the browser polls a watcher this often
 
 

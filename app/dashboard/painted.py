@@ -87,7 +87,7 @@ def gate(page: str) -> None:
     the end of every full run (app/main.py); the answer reruns only this fragment (with the same
     ``page``), and once the page is drawn it draws nothing. Without push (AppTest,
     ``ADMM_DASH_PUSH=0``) it does nothing."""
-    if os.environ.get("ADMM_DASH_PUSH", "1") == "0":
+    if not P.ENABLED:
         return
     state = st.session_state.setdefault(_GATE, {"page": None, "acked": False, "n": 0})
     if state["page"] != page:  # a sentinel of its own: an answer for the page before is not this one's

@@ -16,6 +16,7 @@ falls back to a browser-polled watcher fragment.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ QUIET_MAX_S = 1.0
 # app. A run the browser asks for itself cannot meet this: it asks after drawing. So after a
 # session's first run of a page, its pushes wait until its browser has drawn it
 # (:func:`app.dashboard.painted.gate` calls :func:`hold`, then :func:`release` on the sentinel's answer).
+ENABLED = os.environ.get("ADMM_DASH_PUSH", "1") != "0"  # 0: the pages' browser-polled fallbacks instead
 HOLD_MAX_S = 10.0  # a browser that never answers (no script) gets its pushes after this long
 
 _lock = threading.Lock()

@@ -219,7 +219,7 @@ def _file_bytes(path: Path) -> bytes:
 
 
 KEY = "runs_panel"  # the fragment's key
-PUSH = os.environ.get("ADMM_DASH_PUSH", "1") != "0"
+PUSH = P.ENABLED  # ADMM_DASH_PUSH=0: the browser polls a watcher fragment instead
 STAMP_EVERY_S = 1.0  # the stamp is recomputed at most this often (a stat per run)
 REDRAW_EVERY_S = 1.0  # and the panel redrawn at most this often after its last draw (live rows change every epoch)
 POLL_S = 2.0  # without push: the browser polls a watcher this often

@@ -40,7 +40,7 @@ from app.worker_panel import worker_panel
 
 REFRESH_S = float(os.environ.get("ADMM_DASH_REFRESH", "0.5"))  # live watcher's poll period while the run is live, s
 IDLE_REFRESH_S = float(os.environ.get("ADMM_DASH_IDLE_REFRESH", "5"))  # ... once it has ended (a stat, no redraw), s
-PUSH = os.environ.get("ADMM_DASH_PUSH", "1") != "0"  # 0: the browser polls a watcher fragment instead
+PUSH = P.ENABLED  # ADMM_DASH_PUSH=0: the browser polls a watcher fragment instead
 LIVE_KEY = "live"  # the live panel's fragment key (its watcher reruns it by this name)
 START_DEDUP_S = 3.0  # the same config started again within this many seconds is the same click
 K = "f."  # prefix of the form's widget keys
