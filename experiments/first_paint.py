@@ -118,12 +118,15 @@ def probe(
     fresh: bool = False,
     dump: str | None = None,
     pids: list[int] | None = None,
+    before_tab=None,
+    dump_all: bool = False,
 ) -> list[dict]:
     """Each page opened ``tabs`` times on each server, the servers taking turns tab by tab (so they
     share the same load); one new tab per page, in one browser context (caches warm after the first),
     or with ``fresh`` each tab in a new context (a new profile: nothing cached). A tab whose controls
     never showed leaves a screenshot, its text and its timings in ``dump``, and its server (of
-    ``pids``) writes its threads' stacks into its log (app/serve.py's SIGUSR1 handler)."""
+    ``pids``) writes its threads' stacks into its log (app/serve.py's SIGUSR1 handler).
+    ``dump_all`` keeps every tab's (no stacks). ``before_tab(turn)`` is called before each tab of the ``turn``-th url (``--worker-nice``)."""
     from playwright.sync_api import sync_playwright
 
     out = []
@@ -146,6 +149,8 @@ def probe(
                 for server, url in enumerate(urls):
                     for name in pages:
                         path, control = PAGES[name]
+                        if before_tab:
+                            before_tab(server)
                         tab_ctx = new_context() if fresh else ctx
                         page = tab_ctx.new_page()
                         console: list[str] = []  # the tab's errors and warnings, kept with a dump
@@ -169,7 +174,7 @@ def probe(
                                 break
                         shown = set(r.get("painted", {}))
                         if dump and (
-                            control not in shown or (name == "train" and "start" not in shown)
+                            dump_all or control not in shown or (name == "train" and "start" not in shown)
                         ):  # keep what it showed
                             stem = Path(dump) / f"s{server}-{name}-{i}"
                             Path(dump).mkdir(parents=True, exist_ok=True)
@@ -177,9 +182,10 @@ def probe(
                             Path(f"{stem}.txt").write_text(page.evaluate("document.body.innerText"))
                             raw = page.evaluate("window.__probe.raw")
                             Path(f"{stem}.json").write_text(json.dumps(r | {"console": console, "raw": raw}))
-                            if pids and pids[server]:
+                            if pids and pids[server] and not dump_all:
                                 os.kill(pids[server], signal.SIGUSR1)
-                            print(f"controls never shown: {stem}.*", file=sys.stderr, flush=True)
+                            if control not in shown or (name == "train" and "start" not in shown):
+                                print(f"controls never shown: {stem}.*", file=sys.stderr, flush=True)
                         out.append(r | {"server": server, "page": name, "tab": i, "control": control})
                         page.close()
                         if fresh:
@@ -284,7 +290,13 @@ def main(argv=None) -> int:
         help="one more server, on a folder holding copies of the live runs only (their workers still "
         "write to the originals): what the finished runs cost the pages, under the same load",
     )
+    p.add_argument(
+        "--worker-nice",
+        help="comma list, e.g. 5,19: the live workers' autogroup niceness, set before each tab and taken in "
+        "turns tab by tab like the servers (each server is measured at each niceness); needs root to lower it",
+    )
     p.add_argument("--dump", help="a folder for what a tab showed when its controls never did")
+    p.add_argument("--dump-all", action="store_true", help="keep every tab's in --dump (read with --decode)")
     p.add_argument("--markdown", help="write the summary into this file between the first-paint markers")
     p.add_argument("--root", help="a runs folder to keep (its finished runs are made once, reused after)")
     p.add_argument("--decode", metavar="DUMP_JSON", help="print a dumped tab's console and messages, and stop")
@@ -334,7 +346,27 @@ def main(argv=None) -> int:
         live = sum(r["status"].get("state") in ("running", "starting") for r in W.runs(root))
         # only this checkout's servers dump their threads on SIGUSR1 (it ends an older one): 0 = none
         pids = [0 if "APP=" in spec else p.pid for spec, p in zip(specs + [""], procs)]
-        rows = probe(urls, a.pages.split(","), a.tabs, a.wait, a.fresh, a.dump, pids)
+        nices = [int(n) for n in a.worker_nice.split(",")] if a.worker_nice else [None]
+        if a.worker_nice:  # every (server, niceness) pair is one turn
+            urls = [u for u in urls for _ in nices]
+            pids = [p for p in pids for _ in nices]
+            labels = [f"{lab} · workers' autogroup niceness {n}" for lab in labels for n in nices]
+
+        def before_tab(turn: int) -> None:
+            for d in lives:  # the worker's session is its autogroup: one write renices all its threads
+                Path(f"/proc/{W.worker_pid(d)}/autogroup").write_text(str(nices[turn % len(nices)]))
+
+        rows = probe(
+            urls,
+            a.pages.split(","),
+            a.tabs,
+            a.wait,
+            a.fresh,
+            a.dump,
+            pids,
+            before_tab if a.worker_nice else None,
+            a.dump_all,
+        )
         text = (
             f"{len(W.runs(root)) - live} finished runs + {live} live ones; `python experiments/first_paint.py "
             f"{shlex.join(argv if argv is not None else sys.argv[1:])}`. Machine: {T.machine_line()} "

@@ -25,7 +25,7 @@ from streamlit.testing.v1 import AppTest
 from admm_core.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from admm_core.data import available
 from admm_core.errors import ConfigError
-from admm_core.methods import names_for
+from admm_core.methods import METHODS, names_for
 from admm_core.models import archs_for
 from admm_core.presets import PRESETS, preset_config
 from admm_core.runs import read_json, train, write_json
@@ -93,6 +93,14 @@ def form_errors(at: AppTest) -> list[str]:
 
 def widget(at, kind, key):
     return getattr(at, kind)(key=key)
+
+
+def unfold(at, method: str | None = None):
+    """Open the Train form's "More … settings" expanders: their widgets exist only while open."""
+    at.session_state["train_more_open"] = True
+    if method:
+        at.session_state[f"mp_more_open.{method}"] = True
+    return at.run()
 
 
 def runs_sel(at):
@@ -312,6 +320,7 @@ def test_train_widgets_map_to_the_config(env_runs, monkeypatch):
     widget(at, "number_input", "f.train_limit").set_value(500).run()
     widget(at, "selectbox", "f.loss").set_value("ce").run()
     widget(at, "selectbox", "f.device").set_value("cpu").run()
+    unfold(at, "online-admm")
     widget(at, "text_input", "f.mp.online-admm.beta").set_value("2,0.5").run()
     widget(at, "selectbox", "f.mp.online-admm.dual").set_value("damped").run()
     assert not form_errors(at), form_errors(at)
@@ -349,6 +358,7 @@ def test_preset_through_the_page_starts_exactly_the_preset(preset, env_runs, mon
     widget(at, "selectbox", "f.preset").set_value(preset).run()
     no_exceptions(at)
     assert widget(at, "number_input", "f.width").value == cfg.model.width
+    unfold(at)
     kinds = ("selectbox", "number_input", "checkbox", "text_input", "multiselect", "radio")
     shown = {w.key for kind in kinds for w in getattr(at, kind)}
     assert {f"f.{f.key}" for f in F.FIELDS if f.kind != "hidden"} <= shown  # a widget for every config field
@@ -1379,14 +1389,43 @@ def test_a_watched_run_that_ends_gives_one_notice(tmp_path, monkeypatch):
     assert [s.value for s in at.success if s.value.startswith("Run live finished")]  # the line stays
 
 
+def test_folded_settings_keep_their_values_and_are_not_sent_while_closed(env_runs, monkeypatch):
+    """The Train form's "More … settings" expanders send their widgets only while open; a value
+    set there stays while the expander is closed (runs of the page in between), reaches the
+    started run's config and is shown again when the expander opens."""
+    at = app().run()
+    kinds = ("selectbox", "number_input", "checkbox", "text_input")
+    closed = {w.key for kind in kinds for w in getattr(at, kind)}
+    unfold(at, "block-admm")
+    folded = {w.key for kind in kinds for w in getattr(at, kind)} - closed  # sent only while open
+    settings = {f"f.mp.block-admm.{s['name']}" for s in METHODS["block-admm"].settings()}
+    assert {"f.mp.block-admm.dual_lr", "f.precision", "f.channels_last"} <= folded and len(folded & settings) >= 20
+    widget(at, "text_input", "f.mp.block-admm.dual_lr").set_value("0.25").run()
+    widget(at, "selectbox", "f.precision").set_value("bf16").run()
+    at.session_state["mp_more_open.block-admm"] = False
+    at.session_state["train_more_open"] = False
+    at.run()
+    at.run()
+    keys = {w.key for kind in ("selectbox", "text_input") for w in getattr(at, kind)}
+    assert "f.mp.block-admm.dual_lr" not in keys and "f.precision" not in keys
+    cfg = _start_and_capture(at, monkeypatch)
+    assert cfg.method_params["dual_lr"] == 0.25 and cfg.train.precision == "bf16"
+    unfold(at, "block-admm")
+    assert widget(at, "text_input", "f.mp.block-admm.dual_lr").value == "0.25"
+
+
 def test_an_absurd_learning_rate_is_warned_not_refused(env_runs):
     """lr = 1e9 (and a step size in "More settings") gets a warning naming the field and the
     value; Start stays enabled (the run would end 'diverged')."""
     at = app().run()
     assert not [w for w in at.warning if "very large" in w.value]
     widget(at, "text_input", "f.mp.block-admm.lr").set_value("1e9").run()
+    unfold(at, "block-admm")
     widget(at, "text_input", "f.mp.block-admm.dual_lr").set_value("50").run()
+    at.session_state["mp_more_open.block-admm"] = False  # closed by the user: opened again, its field is warned about
+    at.run()
     no_exceptions(at)
+    assert widget(at, "text_input", "f.mp.block-admm.dual_lr").value == "50"
     warned = [w.value for w in at.warning if "very large" in w.value]
     assert any(w.startswith("block-admm.lr = 1e+09") for w in warned), warned
     assert any(w.startswith("block-admm.dual_lr = 50") for w in warned), warned

@@ -271,32 +271,66 @@ def form_section(form: dict, cfg: RunConfig | None, errors: dict, notes: dict, d
         note(notes, "memory")
 
 
+def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
+    """An expander whose widgets exist only while it is open: the container to draw them in, or None.
+
+    Closed, its widgets are not sent at all: ~40 elements fewer for the browser to lay out on a new
+    Train tab (issue 36, docs/reliability.md "First paint"). Streamlit drops the value of a widget a
+    run does not draw, so a closed expander's values (``widget_keys``) are set again as plain session
+    state, which Streamlit keeps; the widgets take them back when drawn. An expander with a message
+    for one of its fields (``has_message``) is opened, so the message is seen.
+    """
+    if has_message:
+        ss[key] = True
+    box = st.expander(label, key=key, on_change="rerun")
+    if not box.open:
+        for k in widget_keys:
+            if k in ss:
+                ss[k] = ss[k]
+        return None
+    return box
+
+
 def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
-    """Method, training settings and the method's own settings (the rest in expanders)."""
+    """Method, training settings and the method's own settings (the rest in folded expanders)."""
     groups = F.groups()
     known = {"data", "network", "method", "train"}
     method = ss[K + "method"]
     cls = METHODS[method]
     settings = cls.settings()
     more_settings = settings[MAIN_SETTINGS:]
-    # open an expander when one of its fields is wrong or warned about, so its message is seen
-    more_open = any(F.MP + s["name"] in notes for s in more_settings)
     with st.container(border=True):
         st.markdown("**Method and training**")
         field_row(groups["method"] + groups["train"], form, notes, datasets)
         more = [f for g, fields in groups.items() if g not in known for f in fields]  # a new group lands here
-        with st.expander(f"More training settings ({len(more)})", expanded=any(f.key in notes for f in more)):
-            grid = st.columns(4)
-            for i, ff in enumerate(more):
-                with grid[i % 4]:
-                    field_widget(ff, form, notes, datasets)
+        box = folded(
+            f"More training settings ({len(more)})",
+            "train_more_open",
+            [K + f.key for f in more],
+            any(f.key in notes for f in more),
+        )
+        if box is not None:
+            with box:
+                grid = st.columns(4)
+                for i, ff in enumerate(more):
+                    with grid[i % 4]:
+                        field_widget(ff, form, notes, datasets)
         st.caption(f"**{method}** — {cls.summary}" + ("" if cls.uses_blocks else " (end-to-end: the split is ignored)"))
         grid = st.columns(4)
-        more_grid = grid
+        more_grid, drawn = grid, settings
         if more_settings:
-            with st.expander(f"More {method} settings ({len(more_settings)})", expanded=more_open):
-                more_grid = st.columns(4)
-        for i, s in enumerate(settings):
+            box = folded(
+                f"More {method} settings ({len(more_settings)})",
+                f"mp_more_open.{method}",
+                [wkey(F.MP + s["name"], method) for s in more_settings],
+                any(F.MP + s["name"] in notes for s in more_settings),
+            )
+            if box is None:
+                drawn = settings[:MAIN_SETTINGS]
+            else:
+                with box:
+                    more_grid = st.columns(4)
+        for i, s in enumerate(drawn):
             key = wkey(F.MP + s["name"], method)
             cols = grid if i < MAIN_SETTINGS else more_grid
             with cols[(i if i < MAIN_SETTINGS else i - MAIN_SETTINGS) % 4]:
