@@ -33,60 +33,6 @@ from pathlib import Path
 
 import thousand_runs as T  # its sibling: a script's own folder is first on sys.path
 
-PROBE = r"""
-(() => {
-  const t = {dom: {}, painted: {}, gaps: [], plotly: null, ws: [], raw: []};
-  window.__probe = t;
-  const WS = window.WebSocket;
-  window.WebSocket = function (...a) {
-    const s = new WS(...a);
-    s.addEventListener("message", (m) => {
-      const n = m.data.size || m.data.byteLength || m.data.length || 0;
-      if (t.ws.length < 400) t.ws.push([Math.round(performance.now()), n]);
-      if (t.raw.length < 400 && m.data instanceof ArrayBuffer) {  // the messages, for a dump (decoded in Python)
-        let b = "";
-        for (const c of new Uint8Array(m.data)) b += String.fromCharCode(c);
-        t.raw.push(btoa(b));
-      }
-    });
-    return s;
-  };
-  window.WebSocket.prototype = WS.prototype;
-  Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
-  const label = (el, text) => [...el.querySelectorAll("[data-testid='stWidgetLabel'] p")].some(p => p.textContent.trim() === text);
-  const find = {
-    picker: () => [...document.querySelectorAll("[data-testid='stMultiSelect']")].find(e => label(e, "Runs")),
-    menu: () => [...document.querySelectorAll("[data-testid='stSelectbox']")].find(e => label(e, "Run")),
-    model: () => [...document.querySelectorAll("[data-testid='stSelectbox']")].find(e => label(e, "DeepFacto model")),
-    table: () => document.querySelector("[data-testid='stDataFrame'] canvas"),
-    start: () => [...document.querySelectorAll("button")].find(b => b.textContent.trim().endsWith("Start run")),
-    chart: () => document.querySelector(".js-plotly-plot") ||
-      [...document.querySelectorAll("iframe")].map(f => {
-        try { return f.contentDocument.querySelector(".js-plotly-plot"); } catch (e) { return null; }
-      }).find(Boolean),
-  };
-  const seen = () => {
-    for (const [k, f] of Object.entries(find)) {
-      if (t.dom[k] !== undefined) continue;
-      const el = f();
-      if (el && el.getBoundingClientRect().height > 0) {
-        t.dom[k] = performance.now();
-        requestAnimationFrame(() => { t.painted[k] = performance.now(); });
-      }
-    }
-  };
-  let last = null;
-  const frame = (now) => {
-    if (last !== null && now - last > 150) t.gaps.push([Math.round(last), Math.round(now - last)]);
-    last = now;
-    seen();
-    requestAnimationFrame(frame);
-  };
-  requestAnimationFrame(frame);
-  document.addEventListener("DOMContentLoaded", () => new MutationObserver(seen).observe(document.body, {childList: true, subtree: true}));
-})();
-"""
-
 COLLECT = r"""
 () => {
   const t = window.__probe;
@@ -136,7 +82,7 @@ def probe(
 
             def new_context():
                 c = browser.new_context(viewport={"width": 1440, "height": 1000})
-                c.add_init_script(PROBE)
+                c.add_init_script(T.PAINT_PROBE.replace("KEEP_RAW = false", f"KEEP_RAW = {str(bool(dump)).lower()}"))
                 return c
 
             ctx = new_context()
