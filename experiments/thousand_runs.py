@@ -261,7 +261,7 @@ PAINT_PROBE = r"""
     if (last !== null && now - last > 150) t.gaps.push([Math.round(last), Math.round(now - last)]);
     last = now;
     seen();
-    if (now < 60000) requestAnimationFrame(frame);  // a minute is enough; an open tab then costs nothing
+    if (now < 130000) requestAnimationFrame(frame);  // past the longest wait (120 s); an open tab then costs nothing
   };
   requestAnimationFrame(frame);
   document.addEventListener("DOMContentLoaded", () => new MutationObserver(seen).observe(document.body, {childList: true, subtree: true}));
