@@ -1094,15 +1094,19 @@ def test_compare_sends_its_charts_after_the_browser_has_drawn_the_controls(env_r
     no_exceptions(at)
     assert widget(at, "multiselect", "cmp_runs").value == ["r1-digits-block-admm", "r2-digits-sgd"]
     assert not at.get("plotly_chart"), "charts sent with the controls"
+    assert not at.dataframe, "the data grid sent with the controls"
     assert sum("Drawing the chart" in c.value for c in at.caption) == 5  # 4 charts + parallel coordinates
-    assert set(asked) == {"cmp_charts", "cmp_parallel"} and asked["cmp_parallel"]() == "wait"
+    assert sum("Drawing the table" in c.value for c in at.caption) == 1
+    assert set(asked) == {"cmp_charts", "cmp_parallel", "cmp_table_section"}
+    assert asked["cmp_parallel"]() == asked["cmp_table_section"]() == "wait"
     at.run()  # a rerun before any answer (a filter changed): still waiting
-    assert not at.get("plotly_chart")
+    assert not at.get("plotly_chart") and not at.dataframe
     at.session_state["painted.cmp_charts.answer"] = True  # what the charts' sentinel sends
     at.run()
     assert len(at.get("plotly_chart")) == 5 and '"parcoords"' in at.get("plotly_chart")[-1].proto.spec
-    assert asked["cmp_parallel"]() == "draw"  # the push thread would rerun that fragment alone too
-    assert {"cmp_charts", "cmp_parallel"} <= set(off)
+    assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 2  # the table of the 2 runs
+    assert asked["cmp_parallel"]() == asked["cmp_table_section"]() == "draw"  # the push thread reruns them too
+    assert {"cmp_charts", "cmp_parallel", "cmp_table_section"} <= set(off)
     n = len(asked)
     at.run()
     assert len(at.get("plotly_chart")) == 5 and len(asked) == n  # drawn at once from now on, nothing asked

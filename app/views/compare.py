@@ -66,6 +66,7 @@ def _stamp(dirs: list) -> tuple:
 # 2 of 5 earlier runs; 5 s: 6.2 s twice; docs/reliability.md). Compare compares; the Train page follows live.
 REDRAW_EVERY_S = 5.0
 MAX_POINTS = 1500  # points drawn per curve (charts.thin: each bucket's first, lowest, highest); the CSV has all
+TABLE_PLACEHOLDER_PX = 250  # about the data grid of the default 6 runs, so the page does not jump
 
 
 def placeholders(rows: int, cols: int = 2, height: int = C.OVERLAY_HEIGHT) -> None:
@@ -83,6 +84,46 @@ def parallel_section(rows: list[dict], flat: list[dict], differ: list[str]) -> N
         placeholders(1, 1, C.PARALLEL_HEIGHT)
         return
     st.plotly_chart(C.parallel_figure(rows, flat, differ), key="cmp_parcoords", config=ui.PLOTLY_CONFIG)
+
+
+@st.fragment(key="cmp_table_section")
+def table_section(rows: list[dict], differ: list[str]) -> None:
+    """The runs' table (``rows``, with their ⚙ columns: the settings that differ) and its CSV. Streamlit's data grid
+    is a heavy chunk: drawn with the controls it put the picker 0.2 s later on a new tab (2.49 against
+    2.27 s, docs/reliability.md), so it too comes once the page is drawn."""
+    if not painted.ready("cmp_table_section"):
+        st.container(height=TABLE_PLACEHOLDER_PX, border=True).caption("Drawing the table…")
+        return
+    table = pd.DataFrame(rows)
+    lead = ["run", "name", "method", "final test %", "paper test %", "Δ vs paper", "paper"]
+    order = lead + [f"⚙ {k}" for k in differ] + [k for k in table.columns if k not in lead and not k.startswith("⚙ ")]
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        key="cmp_table",
+        column_order=order,
+        column_config={
+            "paper test %": st.column_config.NumberColumn(
+                help="final test accuracy the paper reports for this preset and method; only for a run with the "
+                "preset's data, sample limits, network, epochs and loss"
+            ),
+            "paper": st.column_config.TextColumn(help="whether this run's setup is the paper's, and what differs"),
+        },
+    )
+    st.caption(
+        f"⚙ columns: the settings that differ between the selected runs ({len(differ)}); click a header to sort. "
+        "Paper figures (admm_core.bench.PAPER) are shown only for a run whose setup is the paper's. "
+        "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
+    )
+    st.download_button(
+        "Download table (CSV)",
+        table[order].to_csv(index=False).encode(),
+        icon=":material/download:",
+        file_name="compare.csv",
+        mime="text/csv",
+        key="cmp_csv",
+    )
 
 
 @st.fragment(key="cmp_charts")
@@ -236,36 +277,7 @@ def main() -> None:
         for k in differ:
             v = f.get(k)
             row[f"⚙ {k}"] = v if v is None or isinstance(v, (int, float, str)) else str(v)
-    table = pd.DataFrame(rows)
-    lead = ["run", "name", "method", "final test %", "paper test %", "Δ vs paper", "paper"]
-    order = lead + [f"⚙ {k}" for k in differ] + [k for k in table.columns if k not in lead and not k.startswith("⚙ ")]
-    st.dataframe(
-        table,
-        hide_index=True,
-        width="stretch",
-        key="cmp_table",
-        column_order=order,
-        column_config={
-            "paper test %": st.column_config.NumberColumn(
-                help="final test accuracy the paper reports for this preset and method; only for a run with the "
-                "preset's data, sample limits, network, epochs and loss"
-            ),
-            "paper": st.column_config.TextColumn(help="whether this run's setup is the paper's, and what differs"),
-        },
-    )
-    st.caption(
-        f"⚙ columns: the settings that differ between the selected runs ({len(differ)}); click a header to sort. "
-        "Paper figures (admm_core.bench.PAPER) are shown only for a run whose setup is the paper's. "
-        "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
-    )
-    st.download_button(
-        "Download table (CSV)",
-        table[order].to_csv(index=False).encode(),
-        icon=":material/download:",
-        file_name="compare.csv",
-        mime="text/csv",
-        key="cmp_csv",
-    )
+    table_section(rows, differ)
     st.subheader("Settings against final accuracy")
     if len(chosen) < 2 or not differ:
         st.caption("Pick two or more runs whose settings differ to see them in parallel coordinates.")
