@@ -205,11 +205,6 @@ def table(rows: list[dict], cold: float, rss: tuple, finished: int, live: int) -
 
 # per page two CSS selectors: its controls (the page is usable: the issue's "first render") and its
 # first chart (Compare always, Train while a run is live; drawn after Streamlit's 4.7 MB plotly bundle)
-RUN_MENU = "[data-testid='stSelectbox']:has([data-testid='stWidgetLabel'] p:text-is('Run'))"
-RUN_PICKER = "[data-testid='stMultiSelect']:has([data-testid='stWidgetLabel'] p:text-is('Runs'))"
-CHART = ".js-plotly-plot"
-TABLE = "[data-testid='stDataFrame'] canvas"
-MODEL_MENU = "[data-testid='stSelectbox']:has([data-testid='stWidgetLabel'] p:text-is('DeepFacto model'))"
 # Injected before a page's own scripts: in the page's clock (ms from its navigation start), when each
 # known control entered the document (``dom``) and the animation frame after that (``painted``, the
 # first moment the browser can show it), frame gaps over 150 ms, and the websocket's messages.
@@ -268,19 +263,17 @@ PAINT_PROBE = r"""
 })();
 """
 
-BROWSER_PAGES = (  # (row, path, controls, chart, what the chart needs: a live run / LFW / nothing)
-    ("Runs", "/runs", TABLE, None, None),
-    ("Compare", "/compare", RUN_PICKER, CHART, None),
-    ("Train (run menu; the newest live run watched)", "/", RUN_MENU, CHART, "live"),
-    ("Heatmaps (a held-out face's maps, from the scorer process)", "/heatmaps", MODEL_MENU, CHART, "lfw"),
+BROWSER_PAGES = (  # (row, path, controls, chart: PAINT_PROBE's names; what the chart needs: a live run / LFW / nothing)
+    ("Runs", "/runs", "table", None, None),
+    ("Compare", "/compare", "picker", "chart", None),
+    ("Train (run menu; the newest live run watched)", "/", "menu", "chart", "live"),
+    ("Heatmaps (a held-out face's maps, from the scorer process)", "/heatmaps", "model", "chart", "lfw"),
 )
 
 
-PAINTED = {TABLE: "table", RUN_PICKER: "picker", RUN_MENU: "menu", MODEL_MENU: "model", CHART: "chart"}  # PAINT_PROBE's
-
-
 def time_page(page, url: str, controls: str, chart: str | None, timeout_s: float) -> dict:
-    """One navigation: s until its controls and its first chart (None: no chart asked) were painted,
+    """One navigation: s until its ``controls`` and its first ``chart`` (PAINT_PROBE's names, e.g.
+    "menu", "chart"; None: no chart asked) were painted,
     by the page's own clock from its navigation start (``usable``, ``chart``: PAINT_PROBE), and s
     until this harness had that time (``usable_seen``, ``chart_seen``: from before ``page.goto``, the
     page asked every 200 ms); inf for what did not show within ``timeout_s``. The harness's time adds
@@ -290,7 +283,7 @@ def time_page(page, url: str, controls: str, chart: str | None, timeout_s: float
     out = {"usable": inf, "usable_seen": inf, "chart": None, "chart_seen": None}
     t0 = time.perf_counter()
     page.goto(url)
-    for what, key in (("usable", PAINTED[controls]), ("chart", PAINTED.get(chart))):
+    for what, key in (("usable", controls), ("chart", chart)):
         if key is None:
             break
         try:
@@ -450,10 +443,10 @@ def measure_control(
     root: Path,
     timeout_s: float,
     app: str = CONTROL_APP,
-    selector: str = ".js-plotly-plot",
+    control: str = "chart",
     draws: int = 3,
 ) -> tuple[list[float], list[float]]:
-    """(new-profile tabs, warm tabs): :func:`time_page` of the control page until its ``selector``
+    """(new-profile tabs, warm tabs): :func:`time_page` of the control page until its ``control``
     (its chart) shows, ``draws`` of each."""
     script = root.parent / f"{root.name}-control.py"
     script.write_text(app)
@@ -461,7 +454,7 @@ def measure_control(
 
     def draw(page) -> dict:
         try:
-            return time_page(page, url, selector, None, timeout_s)
+            return time_page(page, url, control, None, timeout_s)
         finally:
             page.close()
 
@@ -542,7 +535,7 @@ def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120
                 mem = proc_mem_mb(proc.pid)
                 scorer = scorer_mem_mb(proc.pid)
                 control = measure_control(browser, root, timeout_s, draws=draws)
-                control_menu = measure_control(browser, root, timeout_s, CONTROL_MENU_APP, RUN_MENU, draws)
+                control_menu = measure_control(browser, root, timeout_s, CONTROL_MENU_APP, "menu", draws)
             finally:
                 browser.close()
         with open(f"/proc/{proc.pid}/maps") as f:
