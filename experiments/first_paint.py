@@ -66,13 +66,16 @@ def probe(
     pids: list[int] | None = None,
     before_tab=None,
     dump_all: bool = False,
+    trace: str | None = None,
 ) -> list[dict]:
     """Each page opened ``tabs`` times on each server, the servers taking turns tab by tab (so they
     share the same load); one new tab per page, in one browser context (caches warm after the first),
     or with ``fresh`` each tab in a new context (a new profile: nothing cached). A tab whose controls
     never showed leaves a screenshot, its text and its timings in ``dump``, and its server (of
     ``pids``) writes its threads' stacks into its log (app/serve.py's SIGUSR1 handler).
-    ``dump_all`` keeps every tab's (no stacks). ``before_tab(turn)`` is called before each tab of the ``turn``-th url (``--worker-nice``)."""
+    ``dump_all`` keeps every tab's (no stacks). ``before_tab(turn)`` is called before each tab of the ``turn``-th url (``--worker-nice``).
+    ``trace``: a folder for each tab's Chromium trace; the tab's row gets ``busy``, its renderer's main-thread
+    work until the control was painted (:func:`main_thread_profile`)."""
     from playwright.sync_api import sync_playwright
 
     out = []
@@ -107,6 +110,8 @@ def probe(
                                 console.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None
                             ),
                         )
+                        if trace:
+                            browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
                         page.goto(url + path)
                         deadline = time.monotonic() + wait_s
                         r = {}
@@ -119,6 +124,11 @@ def probe(
                                 r = page.evaluate(COLLECT)
                                 break
                         shown = set(r.get("painted", {}))
+                        if trace:
+                            stem = Path(trace) / f"s{server}-{name}-{i}.json"
+                            stem.parent.mkdir(parents=True, exist_ok=True)
+                            stem.write_bytes(browser.stop_tracing())
+                            r["busy"] = main_thread_profile(json.loads(stem.read_text()), r["painted"].get(control))
                         if dump and (
                             dump_all or control not in shown or (name == "train" and "start" not in shown)
                         ):  # keep what it showed
@@ -141,6 +151,100 @@ def probe(
     return out
 
 
+TRACE_CATEGORIES = [
+    "devtools.timeline",
+    "disabled-by-default-devtools.timeline",
+    "blink.user_timing",
+    "loading",
+    "toplevel",
+    "v8.execute",
+]
+# trace events named for what the main thread did; the others count as "other" under their name
+_KIND = {
+    "EvaluateScript": "script",
+    "v8.evaluateModule": "script",
+    "FunctionCall": "script",
+    "TimerFire": "script",
+    "FireAnimationFrame": "script",
+    "EventDispatch": "script",
+    "v8.compile": "compile",
+    "v8.compileModule": "compile",
+    "v8.produceCache": "compile",
+    "v8.produceModuleCache": "compile",
+    "CacheScript": "compile",
+    "ParseHTML": "parse HTML",
+    "ParseAuthorStyleSheet": "style",
+    "UpdateLayoutTree": "style",
+    "RecalculateStyles": "style",
+    "Layout": "layout",
+    "PrePaint": "paint",
+    "Paint": "paint",
+    "Layerize": "paint",
+    "UpdateLayer": "paint",
+    "Commit": "paint",
+    "MajorGC": "GC",
+    "MinorGC": "GC",
+    "V8.GCScavenger": "GC",
+    "BlinkGC.AtomicPhase": "GC",
+}
+
+
+def main_thread_profile(trace: dict, until_ms: float | None) -> dict:
+    """Where the tab's renderer main thread spent the time from the navigation to ``until_ms`` (page
+    clock): self time in ms per kind (script, compile, style, layout, paint, parse HTML, GC, other),
+    script and compile split by the file they ran (its last path part; iframes share the thread), and
+    ``idle`` (no task running). Self time: an event's length less that of the events nested in it."""
+    ev = trace["traceEvents"] if isinstance(trace, dict) else trace
+    names = {
+        (e["pid"], e["tid"]): e["args"].get("name") for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
+    nav = [
+        e
+        for e in ev
+        if e.get("name") == "navigationStart"
+        and e.get("args", {}).get("data", {}).get("isLoadingMainFrame")
+        and e["args"]["data"]
+        .get("documentLoaderURL", "")
+        .startswith("http")  # not about:blank, not the browser's own pages
+    ]
+    if not nav:
+        return {}
+    nav = nav[0]  # the tab's page; its iframes' navigations are not the main frame's
+    main = (nav["pid"], nav["tid"])
+    if names.get(main) != "CrRendererMain":
+        return {}
+    end = nav["ts"] + (until_ms if until_ms is not None else 30_000) * 1000
+    xs = sorted(
+        (e for e in ev if (e["pid"], e["tid"]) == main and e.get("ph") == "X" and nav["ts"] <= e["ts"] < end),
+        key=lambda e: (e["ts"], -e.get("dur", 0)),
+    )
+    out: dict[str, float] = {}
+    stack: list[list] = []  # [event, end, child time, url]
+    top = 0.0
+
+    def close(item):
+        e, _, child, url = item
+        kind = _KIND.get(e["name"], f"other: {e['name']}")
+        if kind in ("script", "compile") and url:
+            kind = f"{kind}: {url.rsplit('/', 1)[-1].split('?')[0][:48]}"
+        out[kind] = out.get(kind, 0.0) + max(e.get("dur", 0) - child, 0) / 1000
+
+    for e in xs:
+        while stack and e["ts"] >= stack[-1][1]:
+            close(stack.pop())
+        data = e.get("args", {}).get("data", {}) or {}
+        url = data.get("url") or data.get("scriptName") or (stack[-1][3] if stack else "")
+        if stack:
+            stack[-1][2] += e.get("dur", 0)
+        else:
+            top += min(e["ts"] + e.get("dur", 0), end) - e["ts"]
+        stack.append([e, e["ts"] + e.get("dur", 0), 0, url])
+    while stack:
+        close(stack.pop())
+    out["idle"] = (end - nav["ts"] - top) / 1000
+    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
 def _s(ms) -> str:
     return "—" if ms is None else f"{ms / 1000:.2f}"
 
@@ -161,6 +265,28 @@ def detail(rows: list[dict], labels: list[str]) -> str:
             f"| {labels[r['server']]} | {r['page']} | {r['tab']} | {_s(ws[0][0] if ws else None)} | {span} "
             f"| {_s(r['dom'].get(c))} | {_s(r['painted'].get(c))} | {pf} | {_s(r['painted'].get('chart'))} | {gaps} |"
         )
+    return "\n".join(lines)
+
+
+def busy_table(rows: list[dict], labels: list[str], top: int = 14) -> str:
+    """Per server and page: the main thread's mean time (ms) per kind of work until the control was
+    painted (``--trace``), the ``top`` largest."""
+    lines = [
+        "| server setting | page | tabs | until painted (ms) | main thread, mean ms per kind of work |",
+        "|---|---|---|---|---|",
+    ]
+    for server, label in enumerate(labels):
+        for page in dict.fromkeys(r["page"] for r in rows):
+            rs = [r["busy"] for r in rows if r["server"] == server and r["page"] == page and r.get("busy")]
+            if not rs:
+                continue
+            kinds: dict[str, float] = {}
+            for b in rs:
+                for k, v in b.items():
+                    kinds[k] = kinds.get(k, 0.0) + v / len(rs)
+            total = sum(kinds.values())
+            parts = ", ".join(f"{k} {v:.0f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])[:top])
+            lines.append(f"| {label} | {page} | {len(rs)} | {total:.0f} | {parts} |")
     return "\n".join(lines)
 
 
@@ -243,6 +369,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--dump", help="a folder for what a tab showed when its controls never did")
     p.add_argument("--dump-all", action="store_true", help="keep every tab's in --dump (read with --decode)")
+    p.add_argument("--trace", help="a folder for each tab's Chromium trace; prints where the main thread went")
     p.add_argument("--markdown", help="write the summary into this file between the first-paint markers")
     p.add_argument("--root", help="a runs folder to keep (its finished runs are made once, reused after)")
     p.add_argument("--decode", metavar="DUMP_JSON", help="print a dumped tab's console and messages, and stop")
@@ -312,6 +439,7 @@ def main(argv=None) -> int:
             pids,
             before_tab if a.worker_nice else None,
             a.dump_all,
+            a.trace,
         )
         text = (
             f"{len(W.runs(root)) - live} finished runs + {live} live ones; `python experiments/first_paint.py "
@@ -327,6 +455,8 @@ def main(argv=None) -> int:
         )
         print(text)
         print("\n" + detail(rows, labels))
+        if a.trace:
+            print("\n" + busy_table(rows, labels))
         if a.markdown:
             T.write_block(Path(a.markdown), "first-paint", text)
     finally:

@@ -375,7 +375,12 @@ def start_server(root: Path, log: Path, script: Path = ROOT / "app" / "serve.py"
     cmd += ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     cmd += ["--server.fileWatcherType", "none", "--global.developmentMode", "false"]
     base = Path(script).resolve().parents[1]  # the checkout the script belongs to (another one: an A/B)
-    env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(base)}
+    # the checkout first; a PYTHONPATH given (e.g. first_paint.py's --server PYTHONPATH=…) after it
+    env = {
+        **os.environ,
+        "ADMM_RUNS": str(root),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(base), os.environ.get("PYTHONPATH")])),
+    }
     out = open(log, "wb")
     proc = subprocess.Popen(cmd, cwd=base, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -539,7 +544,10 @@ def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120
             finally:
                 browser.close()
         with open(f"/proc/{proc.pid}/maps") as f:
-            torch_loaded = any("libtorch" in ln for ln in f)  # PyTorch's own libraries mapped into the server
+            maps = f.read()
+        torch_loaded = "libtorch" in maps  # PyTorch's own libraries mapped into the server
+        # uvicorn parses HTTP with httptools and Streamlit runs uvloop when they are installed (requirements.txt)
+        fast = {m: f"/{m}/" in maps for m in ("httptools", "uvloop")}
     finally:
         stop_server(proc)
     return {
@@ -550,6 +558,7 @@ def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120
         "scorer": scorer,
         "hwm": mem["VmHWM"],
         "torch": torch_loaded,
+        "fast": fast,
         "control": control,
         "control_menu": control_menu,
     }
@@ -612,7 +621,9 @@ def browser_table(res: dict, finished: int, live: int, window: float) -> str:
         "",
         f"Server memory with {finished} + {live} runs, after all pages: **{res['rss']:.0f} MB resident (VmRSS),"
         f" peak {res['hwm']:.0f} MB (VmHWM)**, target ≤ {TARGETS['rss_mb']:g} MB {ok}; PyTorch loaded in the server:"
-        f" {'yes' if res['torch'] else 'no'} (libtorch in /proc/<pid>/maps). "
+        f" {'yes' if res['torch'] else 'no'} (libtorch in /proc/<pid>/maps); its HTTP parser: "
+        f"{'httptools' if res['fast'].get('httptools') else 'h11 (pure Python)'}, its event loop: "
+        f"{'uvloop' if res['fast'].get('uvloop') else 'asyncio'}. "
         + (
             f"The Heatmaps page's scorer process (torch and the model; it ends after 10 min unused):"
             f" {res['scorer']:.0f} MB resident. "
