@@ -189,24 +189,22 @@ _KIND = {
 }
 
 
+def _page_load(data: dict) -> bool:
+    """A navigation of a tab's main frame to a served page (not about:blank, not the browser's own pages)."""
+    return bool(data.get("isLoadingMainFrame")) and data.get("documentLoaderURL", "").startswith("http")
+
+
 def main_thread_profile(trace: dict, until_ms: float | None) -> dict:
     """Where the tab's renderer main thread spent the time from the navigation to ``until_ms`` (page
     clock): self time in ms per kind (script, compile, style, layout, paint, parse HTML, GC, other),
     script and compile split by the file they ran (its last path part; iframes share the thread), and
-    ``idle`` (no task running). Self time: an event's length less that of the events nested in it."""
+    ``idle`` (no task running); they add up to ``until_ms``. Self time: an event's length (up to ``until_ms``)
+    less that of the events nested in it."""
     ev = trace["traceEvents"] if isinstance(trace, dict) else trace
     names = {
         (e["pid"], e["tid"]): e["args"].get("name") for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"
     }
-    nav = [
-        e
-        for e in ev
-        if e.get("name") == "navigationStart"
-        and e.get("args", {}).get("data", {}).get("isLoadingMainFrame")
-        and e["args"]["data"]
-        .get("documentLoaderURL", "")
-        .startswith("http")  # not about:blank, not the browser's own pages
-    ]
+    nav = [e for e in ev if e.get("name") == "navigationStart" and _page_load(e.get("args", {}).get("data") or {})]
     if not nav:
         return {}
     nav = nav[0]  # the tab's page; its iframes' navigations are not the main frame's
@@ -223,22 +221,23 @@ def main_thread_profile(trace: dict, until_ms: float | None) -> dict:
     top = 0.0
 
     def close(item):
-        e, _, child, url = item
+        e, stop, child, url = item
         kind = _KIND.get(e["name"], f"other: {e['name']}")
         if kind in ("script", "compile") and url:
             kind = f"{kind}: {url.rsplit('/', 1)[-1].split('?')[0][:48]}"
-        out[kind] = out.get(kind, 0.0) + max(e.get("dur", 0) - child, 0) / 1000
+        out[kind] = out.get(kind, 0.0) + max(stop - e["ts"] - child, 0) / 1000
 
     for e in xs:
         while stack and e["ts"] >= stack[-1][1]:
             close(stack.pop())
         data = e.get("args", {}).get("data", {}) or {}
         url = data.get("url") or data.get("scriptName") or (stack[-1][3] if stack else "")
+        stop = min(e["ts"] + e.get("dur", 0), end)  # cut at the paint: the kinds and idle add up to until_ms
         if stack:
-            stack[-1][2] += e.get("dur", 0)
+            stack[-1][2] += stop - e["ts"]
         else:
-            top += min(e["ts"] + e.get("dur", 0), end) - e["ts"]
-        stack.append([e, e["ts"] + e.get("dur", 0), 0, url])
+            top += stop - e["ts"]
+        stack.append([e, stop, 0, url])
     while stack:
         close(stack.pop())
     out["idle"] = (end - nav["ts"] - top) / 1000

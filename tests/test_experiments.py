@@ -342,3 +342,47 @@ def test_first_paint_decode_reads_a_dumped_tabs_console_and_messages(tmp_path, m
         "2442 delta add_block:flex_container path=[0, 6] fragment=1b8ce504 ''",
         "2446 script_finished FINISHED_FRAGMENT_RUN_SUCCESSFULLY",
     ]
+
+
+def test_first_paint_main_thread_profile_counts_self_time_per_kind_and_the_idle_rest(monkeypatch):
+    """``first_paint.py --trace``: a hand-built trace of one tab. The page's main thread (its first
+    navigation to a served page; about:blank and an iframe's navigation ignored) runs a task of 100 ms
+    holding a module's evaluation (50 ms, inside it 20 ms of layout) and a style pass (10 ms); then a
+    60-ms task of which 30 ms fall before the paint. Another thread's work and events after the
+    paint are not counted."""
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    fp = load("first_paint")
+    main, other = {"pid": 7, "tid": 1}, {"pid": 7, "tid": 2}
+
+    def x(name, ts_ms, dur_ms, where=main, **data):
+        return {**where, "ph": "X", "name": name, "ts": 1_000_000 + ts_ms * 1000, "dur": dur_ms * 1000} | (
+            {"args": {"data": data}} if data else {}
+        )
+
+    def nav(ts_ms, url, main_frame=True):
+        data = {"isLoadingMainFrame": main_frame, "documentLoaderURL": url}
+        return {**main, "ph": "R", "name": "navigationStart", "ts": 1_000_000 + ts_ms * 1000, "args": {"data": data}}
+
+    events = [
+        {**main, "ph": "M", "name": "thread_name", "args": {"name": "CrRendererMain"}},
+        nav(-50, ""),  # about:blank
+        nav(0, "http://127.0.0.1:8501/"),
+        nav(150, "http://127.0.0.1:8501/component/x/index.html", main_frame=False),
+        x("RunTask", 100, 100),
+        x("v8.evaluateModule", 110, 50, url="http://127.0.0.1:8501/static/js/react-dom.abc.js?v=1"),
+        x("Layout", 120, 20),
+        x("UpdateLayoutTree", 170, 10),
+        x("RunTask", 300, 60),
+        x("RunTask", 120, 500, where=other),
+        x("Paint", 400, 5),
+    ]
+    got = fp.main_thread_profile({"traceEvents": events}, until_ms=330)
+    assert got == {
+        "idle": 200.0,  # 330 ms less the 100-ms task and the 30 ms of the second before the paint
+        "other: RunTask": 70.0,  # 40 ms of the first task's own, 30 of the second
+        "script: react-dom.abc.js": 30.0,
+        "layout": 20.0,
+        "style": 10.0,
+    }
+    assert sum(got.values()) == 330
+    assert fp.main_thread_profile({"traceEvents": events[:2]}, until_ms=330) == {}  # no page load traced
