@@ -12,7 +12,9 @@ headless Chromium. A script injected before the page's own records, in the page'
 Each ``--server NAME=VALUE,…`` is one server's environment, measured in turn on the same runs, so
 settings are compared under the same load in one run. ``--live-only`` adds a server on copies of
 the live runs alone (what the finished runs cost), ``--fresh`` opens each tab with a new profile,
-``--dump`` keeps what a tab showed when its controls never did.
+``--dump`` keeps what a tab showed when its controls never did, ``--trace DIR`` each tab's Chromium
+trace, with a table of where the page's main thread spent the time until the paint (and how long it
+had nothing to do: waiting for the server).
 
     python experiments/first_paint.py --finished 1000 --live 4 --tabs 3 --server '' --server NAME=VALUE
 """
