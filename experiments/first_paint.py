@@ -50,12 +50,8 @@ COLLECT = r"""
 }
 """
 
-PAGES = {
-    "compare": ("/compare", "picker"),
-    "train": ("/", "menu"),
-    "runs": ("/runs", "table"),
-    "heatmaps": ("/heatmaps", "model"),
-}
+# --pages names (the first word of thousand_runs' row, lower case) -> (path, the control's probe name)
+PAGES = {row.split()[0].lower(): (path, control) for row, path, control, *_ in T.BROWSER_PAGES}
 
 
 def probe(
@@ -129,8 +125,9 @@ def probe(
                         if trace:
                             stem = Path(trace) / f"s{server}-{name}-{i}.json"
                             stem.parent.mkdir(parents=True, exist_ok=True)
-                            stem.write_bytes(browser.stop_tracing())
-                            r["busy"] = main_thread_profile(json.loads(stem.read_text()), r["painted"].get(control))
+                            trace_json = browser.stop_tracing()
+                            stem.write_bytes(trace_json)
+                            r["busy"] = main_thread_profile(json.loads(trace_json), r["painted"].get(control))
                         if dump and (
                             dump_all or control not in shown or (name == "train" and "start" not in shown)
                         ):  # keep what it showed

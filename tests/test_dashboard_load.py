@@ -262,9 +262,12 @@ def test_the_dashboard_server_parses_http_with_httptools_and_runs_uvloop():
     later (docs/reliability.md, "The server's HTTP parser and event loop"). Fails without the two
     pins in requirements.txt."""
     from streamlit.web import bootstrap
+    from streamlit.web.server.starlette.starlette_server import _get_uvicorn_config_kwargs
     from uvicorn.config import Config
 
-    cfg = Config(app=lambda scope, receive, send: None, http="auto")  # Streamlit passes no http= (auto)
+    cfg = Config(
+        app=lambda scope, receive, send: None, **_get_uvicorn_config_kwargs()
+    )  # as Streamlit's server builds it
     cfg.load()
     assert cfg.http_protocol_class.__module__ == "uvicorn.protocols.http.httptools_impl"
     assert bootstrap._get_uvloop_loop_factory() is not None
