@@ -67,6 +67,10 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         ch["model__hidden"] = _ints(a.hidden)
     if a.width is not None:
         ch["model__width"] = a.width
+    if a.init is not None or a.init_std is not None:  # --init-std alone means the normal initialisation
+        ch["model__init"] = a.init or "normal"
+    if a.init_std is not None:
+        ch["model__init_std"] = a.init_std
     ch.update(augment_changes(a.augment, a.augment_pad, a.no_flip))
     if a.split is not None:
         ch["model__split"] = tuple(s for s in a.split.split(",") if s) if a.split != "default" else None
@@ -395,6 +399,12 @@ def make_parser() -> argparse.ArgumentParser:
         help="split points, e.g. fc1,fc2 (MLP) or conv3_x (ResNet-18); 'default' for the default (see: archs)",
     )
     t.add_argument("--width", type=int, help="ResNet-18 base width (64 = standard, 16 = CPU-sized)")
+    t.add_argument(
+        "--init",
+        choices=["default", "normal"],
+        help="Θ's initialisation: the framework's, or normal (N(0, σ²) weights, zero biases)",
+    )
+    t.add_argument("--init-std", type=float, metavar="σ", help="σ of --init normal (implies it)")
     t.add_argument(
         "--augment", action="store_true", help="random crop (4-px padding) + flip of images, one view per epoch"
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,7 @@ def augment_changes(augment: bool = False, pad: int | None = None, no_flip: bool
 
 
 LOSSES = ("mse", "ce")
+INITS = ("default", "normal")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -193,6 +195,24 @@ class ModelConfig:
         step=8,
         disabled_if={"arch": "mlp"},
     )
+    init: str = option(
+        "default",
+        "Θ's initial values: the framework's (PyTorch's layer defaults; torchvision's for ResNet-18), or normal: "
+        "every Linear and convolution weight drawn from N(0, σ²) and every bias 0 (the paper's 'normal "
+        "distribution'; a small σ makes a deep MLP's signals vanish).",
+        group="network",
+        label="Initialisation",
+        choices=INITS,
+    )
+    init_std: float = option(
+        0.01,
+        "σ of the normal initialisation (init = normal)",
+        group="network",
+        label="Init σ",
+        min=0.0,
+        step=0.005,
+        enabled_if={"init": "normal"},
+    )
 
     def __post_init__(self):
         check(
@@ -216,6 +236,11 @@ class ModelConfig:
             self.width,
             "must be a positive integer",
         )
+        ok = isinstance(self.init, str) and self.init in INITS
+        check(ok, "model.init", self.init, f"choose from {list(INITS)}")
+        std = self.init_std
+        ok = isinstance(std, (int, float)) and not isinstance(std, bool) and math.isfinite(std) and std > 0
+        check(ok, "model.init_std", std, "must be a positive number")
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,8 @@
 - ``face-resnet18s``, DeepFacto's face backbone, is registered by :mod:`admm_core.faces.backbone`
   (its network lives there).
 
-Weights keep PyTorch's default initialisation (seeded). Its variance shrinks activations
-layer by layer, which is exactly what makes deep plain MLPs hard for backprop (the
-paper's vanishing-gradient experiment).
+Weights keep PyTorch's default initialisation (seeded) unless ``model.init = 'normal'``
+(N(0, σ²) weights, zero biases: :func:`init_layers`), the paper's vanishing-gradient regime.
 """
 
 from __future__ import annotations
@@ -167,7 +166,34 @@ def register_arch(name: str, arch: Arch) -> Arch:
 
 
 def build_layers(cfg: ModelConfig, in_shape: tuple[int, ...], n_out: int) -> "OrderedDict[str, nn.Module]":
-    return ARCHS[cfg.arch].build(in_shape, cfg, n_out)
+    """The architecture's named layers, initialised as ``cfg.init`` says (:func:`init_layers`)."""
+    layers = ARCHS[cfg.arch].build(in_shape, cfg, n_out)
+    init_layers(layers, cfg.init, cfg.init_std)
+    return layers
+
+
+def init_layers(layers: "OrderedDict[str, nn.Module]", init: str = "default", std: float = 0.01) -> int:
+    """Re-initialise ``layers`` in place; returns how many weights were drawn.
+
+    ``default``: as built (PyTorch's layer defaults, torchvision's for ResNet-18), nothing drawn.
+    ``normal``: every Linear and convolution weight ~ N(0, σ²), every bias of those layers 0, from
+    torch's global generator (seeded by the caller); normalisation layers keep γ = 1, β = 0. The
+    paper initialises "using the normal distribution" without a σ; with width n and ReLU each layer
+    scales a signal by about σ√(n/2), so a small σ makes a deep MLP's forward pass and gradients
+    vanish (docs/results/deep-networks.md, "The paper's regime").
+    """
+    if init == "default":
+        return 0
+    if init != "normal":
+        raise ConfigError(f"model.init = {init!r}: choose from ['default', 'normal']")
+    drawn = 0
+    for m in nn.ModuleList(layers.values()).modules():
+        if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)):
+            nn.init.normal_(m.weight, 0.0, std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+            drawn += 1
+    return drawn
 
 
 def layer_names(cfg: ModelConfig, in_shape: tuple[int, ...] = (3, 32, 32), n_out: int = 10) -> list[str]:
