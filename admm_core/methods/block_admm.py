@@ -74,11 +74,19 @@ from .base import (
     set_epoch_lr,
     setting,
     tensor_bytes,
-    z_step_setting,
 )
 from .lipschitz import lipschitz_estimates, lipschitz_vectors, loss_curvature, loss_grad, z_step_sizes
 from .probes import backprop_grads, block_update_grads, cosines, probe_rows
-from .zsweep import ZRows, adam_z_step, forward_start, minibatches, norm_mode, reverse_z_sweep, theta_step
+from .zsweep import (
+    ZRows,
+    adam_z_step,
+    forward_start,
+    minibatches,
+    newton_direction,
+    norm_mode,
+    reverse_z_sweep,
+    theta_step,
+)
 
 
 def free_bytes(device: torch.device) -> int:
@@ -171,6 +179,8 @@ class BlockADMMState(MethodState):
     lip_vecs: list = field(default_factory=list)  # warm-start vectors of the power iterations
     lips: list[float] = field(default_factory=list)  # L_t at the last Z sweep
     lip_calls: int = 0  # Z-updates that asked for ζ_t,eff (power_every counts them)
+    z_moves: list = field(default_factory=list)  # this epoch's [Σ‖Z_t-step‖², Σ‖Z_t‖², rows] per block
+    theta_moves: list[float] = field(default_factory=list)  # ‖ΔΘ_t‖/‖Θ_t‖ over the last epoch
 
 
 @dataclass(frozen=True)
@@ -187,7 +197,20 @@ class BlockADMM(MethodBase):
     lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
     z_lr: float = setting(0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True)
-    z_step: str = z_step_setting("fixed")
+    z_step: str = setting(
+        "fixed",
+        "Z step: ζ as is (fixed), ζ/(β_t + β_{t+1}L²_{t+1}) (scaled, stable as ‖W‖ grows), or ζ × the Newton "
+        "direction of P_t + P_{t+1} with the next block linearised (newton: ζ = 1 is that sub-problem's minimiser)",
+        choices=("fixed", "scaled", "newton"),
+    )
+    newton_steps: int = setting(5, "conjugate-gradient steps per row behind z_step='newton'")
+    z_sweeps: int = setting(1, "Z_T-step + reverse sweeps per Z-update of a minibatch's rows (minibatch schedule)")
+    z_norm: str = setting(
+        "off",
+        "each Z_t-step rescaled to the RMS of the Z_T-step of the same rows (top), so a signal keeps its size "
+        "block by block, as a β_{t+1}/β_t chosen per block would; off: as computed",
+        choices=("off", "top"),
+    )
     power_steps: int = power_steps_setting()
     power_every: int = power_every_setting()
     z_optimizer: str = setting(
@@ -233,6 +256,12 @@ class BlockADMM(MethodBase):
         choices=("sweep", "minibatch"),
     )
     dual_lr: float = setting(1.0, "α: the dual step U_t ← U_t + α (Z_t − block_t(Z_{t−1})) (Alg. 1: 1)")
+    dual_start: int = setting(0, "epochs with U held at 0 before the dual steps begin (0: from the start)", min=0)
+    dual_reset: int = setting(0, "U ← 0 at the start of every this-many-th epoch (0: never)", min=0)
+    beta_growth: float = setting(
+        1.0,
+        "β_t ← g·β_t after every epoch, U_t ← U_t/g (λ = βU unchanged); a fixed ζ_t ← ζ_t/g (ζβ unchanged)",
+    )
     dual_theta: str = setting(
         "new",
         "the dual step's block_t(Z_{t−1}): after the Θ-step (new, Alg. 1) or the Θ-step's own forward pass "
@@ -341,6 +370,10 @@ class BlockADMM(MethodBase):
             for name, plain in (("z_start", "previous"), ("dual_theta", "new"), ("theta_input", "new")):
                 value = getattr(self, name)
                 check(value == plain, f"{self.name}.{name}", value, "needs z_schedule='minibatch'")
+        if self.z_schedule != "minibatch":
+            check(self.z_sweeps == 1, f"{self.name}.z_sweeps", self.z_sweeps, "needs z_schedule='minibatch'")
+            check(self.z_step != "newton", f"{self.name}.z_step", self.z_step, "needs z_schedule='minibatch'")
+            check(self.z_norm == "off", f"{self.name}.z_norm", self.z_norm, "needs z_schedule='minibatch'")
         check(
             self.theta_input == "new" or self.z_start == "forward",
             f"{self.name}.theta_input",
@@ -355,14 +388,44 @@ class BlockADMM(MethodBase):
             return self.primal_steps
         return min(max(self.primal_steps, self.primal_steps_max), self.primal_steps + iteration // self.primal_growth)
 
+    def duals_on(self, state: BlockADMMState) -> bool:
+        """Whether this epoch's dual steps move U (gotmare: never; ``dual_start``: not yet)."""
+        return self.uses_duals and state.epoch >= self.dual_start
+
     def run_epoch(self, net, state: BlockADMMState, batch: TrainBatch, progress=None) -> dict:
+        if self.dual_reset and state.epoch > 0 and state.epoch % self.dual_reset == 0:
+            for u in state.u:
+                u.zero_()  # the per-sample memory of old epochs' signals is dropped
+        before = [torch.cat([p.detach().flatten() for p in b.parameters()]) for b in net.blocks]
+        state.z_moves = [[0.0, 0.0, 0] for _ in range(net.T)]
         if self.z_schedule == "minibatch":
             self._epoch_by_minibatch(net, state, batch, progress)
         else:
             self._epoch_by_sweeps(net, state, batch, progress)
         batch.shard.sync_blocks(net)  # blocks split over processes: every rank gets the whole network
+        state.theta_moves = [
+            float((torch.cat([p.detach().flatten() for p in b.parameters()]) - v).norm() / v.norm().clamp_min(1e-30))
+            for b, v in zip(net.blocks, before)
+        ]
         state.epoch += 1
+        if self.beta_growth != 1.0:
+            self.grow_penalty(state, self.beta_growth)
         return {}
+
+    def grow_penalty(self, state: BlockADMMState, g: float) -> None:
+        """β_t ← gβ_t with λ_t = β_t U_t unchanged (U_t ← U_t/g) and, for a fixed Z step, ζ_tβ_t unchanged."""
+        for t, b in enumerate(state.beta):
+            state.u[t].mul_(1.0 / g)
+            if self.z_step == "fixed":
+                state.z_lr[t] /= g
+            state.beta[t] = b * g
+
+    def _record_moves(self, state: BlockADMMState, t: int, step: torch.Tensor, z: torch.Tensor) -> None:
+        acc = state.z_moves[t] if t < len(state.z_moves) else None
+        if acc is not None:
+            acc[0] += float(step.double().pow(2).sum())
+            acc[1] += float(z.double().pow(2).sum())
+            acc[2] += int(z.shape[0])
 
     def _epoch_by_sweeps(self, net, state: BlockADMMState, batch: TrainBatch, progress=None) -> None:
         """Alg. 1 as printed: each iteration sweeps Z over every row, then a share of the epoch's
@@ -449,7 +512,7 @@ class BlockADMM(MethodBase):
 
             def dual(t, out, zs=zs, us=us):
                 r = zs[t] - out
-                if self.uses_duals:
+                if self.duals_on(state):
                     us[t].add_(r, alpha=self.dual_lr)  # U-update (Alg. 1), before Z_t moves
                 sq[t] += float(r.pow(2).sum())
 
@@ -471,6 +534,7 @@ class BlockADMM(MethodBase):
                     objective_grad=loss_grad(batch.loss, y),
                 )
             for t in range(T):
+                self._record_moves(state, t, new[t] - state.z[t][rows], new[t])
                 state.z[t][rows] = new[t]
         state.z_steps += 1
         if with_dual:
@@ -508,7 +572,7 @@ class BlockADMM(MethodBase):
                         out = net.blocks[t](inp)
                     r = z - out.detach()
                     if with_dual:
-                        if self.uses_duals:
+                        if self.duals_on(state):
                             u.add_(r, alpha=self.dual_lr)  # U-update (Alg. 1), before Z_t moves
                         sq[t] += float(r.pow(2).sum())
                     g = state.beta[t] * (r + u)  # ∇_{Z_t} P_t, closed form
@@ -609,13 +673,36 @@ class BlockADMM(MethodBase):
         if state.z_m is not None:
             moments = [[m[rows] for m in state.z_m], [v[rows] for v in state.z_v]]
 
+        top = [None]
+
         def z_step(t, z, g):
             if moments is None:
-                return z - z_lrs[t] * g
-            return adam_z_step(z, g, moments[0][t], moments[1][t], step, z_lrs[t])
+                new = z - z_lrs[t] * g
+            else:
+                new = adam_z_step(z, g, moments[0][t], moments[1][t], step, z_lrs[t])
+            if self.z_norm == "off":
+                return new
+            # z_norm='top': the step keeps the Z_T-step's RMS (a per-block β_{t+1}/β_t that holds
+            # the signal's size; the direction is the computed one)
+            d = new - z
+            size = d.double().pow(2).mean().sqrt()
+            if t == T - 1:
+                top[0] = size
+                return new
+            return z + d * (top[0] / size).to(d.dtype) if size > 0 else new
+
+        solve = None
+        if self.z_step == "newton":
+            c = loss_curvature(batch.loss)
+
+            def solve(t, g, inp, out):
+                if inp is None:  # Z_T: J + P_T has curvature c_J + β_T along every direction
+                    return g / (c + state.beta[T - 1])
+                return newton_direction(g, inp, out, state.beta[t], state.beta[t + 1], self.newton_steps)
 
         y = batch.y[rows]
         offsets = [None] * T
+        graphs = given is not None and len(given) > 1
         with norm_mode(net, self.bn_mode):
             new = reverse_z_sweep(
                 net.blocks,
@@ -628,9 +715,25 @@ class BlockADMM(MethodBase):
                 forwards=forwards,
                 own_grad=lambda t, r: state.beta[t] * (r + us[t]),  # ∇_Z P_t in closed form
                 offsets=offsets if forwards is not None else None,
-                keep_graphs=given is not None and len(given) > 1,
+                keep_graphs=graphs,
                 objective_grad=loss_grad(batch.loss, y),
+                solve=solve,
             )
+            for _ in range(self.z_sweeps - 1):  # more Z-steps on the same rows before the Θ-step
+                new = reverse_z_sweep(
+                    net.blocks,
+                    x,
+                    new,
+                    lambda z: batch.loss(z, y),
+                    couplings,
+                    z_step,
+                    jacobi=self.z_sweep == "jacobi",
+                    own_grad=lambda t, r: state.beta[t] * (r + us[t]),
+                    objective_grad=loss_grad(batch.loss, y),
+                    solve=solve,
+                )
+                if forwards is not None:  # still held as the forward start + its displacement
+                    offsets = [z - out.detach() for z, (_, out) in zip(new, forwards)]
         if forwards is None:
             return ZRows(None, [z.to(state.z[t].dtype) for t, z in enumerate(new)]), moments
         return ZRows([out.detach() for _, out in forwards], offsets, given), moments
@@ -643,7 +746,11 @@ class BlockADMM(MethodBase):
         with phase("z_sweep"):
             zr, moments = self.sweep_rows(net, state, batch, rows, step, first, for_theta=True)
         for t in range(net.T):
-            state.z[t][rows] = zr.z(t).to(state.z[t].dtype)
+            z = zr.z(t)
+            # the Z-step: the displacement from the forward start, or from the stored Z
+            move = zr.delta[t] if zr.base is not None and first else z - state.z[t][rows]
+            self._record_moves(state, t, move, z)
+            state.z[t][rows] = z.to(state.z[t].dtype)
             if moments is not None:
                 state.z_m[t][rows] = moments[0][t]
                 state.z_v[t][rows] = moments[1][t]
@@ -668,7 +775,7 @@ class BlockADMM(MethodBase):
             for t, block in enumerate(net.blocks):
                 z = zr.z(t)
                 r = zr.residual(t, block(inp) if outs is None else outs[t])
-                if self.uses_duals:
+                if self.duals_on(state):
                     state.u[t][rows] += self.dual_lr * r.to(state.u[t].dtype)
                 sq[t] += r.double().pow(2).sum()
                 inp = z
@@ -720,7 +827,7 @@ class BlockADMM(MethodBase):
                     if not batch.shard.owns(t):  # another process's block
                         continue
                     r = state.z[t][rows] - block(batch.inputs(rows) if t == 0 else state.z[t - 1][rows])
-                    if self.uses_duals:
+                    if self.duals_on(state):
                         state.u[t][rows] += self.dual_lr * r
                     sq[t] += float(r.pow(2).sum())
         self._after_dual(state, sq, batch)
@@ -759,6 +866,10 @@ class BlockADMM(MethodBase):
             ),
             "backprop_cosine": self.backprop_cosine(net, state, batch),
             "iteration": state.iteration,
+            # the last epoch's Z-steps (RMS per row) and their size against Z's, and ‖ΔΘ_t‖/‖Θ_t‖
+            "z_step_rms": [math.sqrt(a / max(1, n)) for a, _, n in state.z_moves],
+            "z_step_rel": [math.sqrt(a / b) if b > 0 else 0.0 for a, b, _ in state.z_moves],
+            "theta_step_rel": list(state.theta_moves),
         }
 
     def backprop_cosine(self, net, state: BlockADMMState, batch: TrainBatch) -> list[float]:

@@ -177,6 +177,7 @@ def reverse_z_sweep(
     offsets: list | None = None,
     keep_graphs: bool = False,
     objective_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    solve: Callable | None = None,
 ) -> list[torch.Tensor]:
     """One Z-update pass of Alg. 1/2 on some rows: Z_T first, then t = T−1 … 1.
 
@@ -205,6 +206,9 @@ def reverse_z_sweep(
     small step deep in a network is not lost to float32 rounding (ζ^{T−t} shrinks it per block).
     ``offsets`` (a list of T Nones) then receives the final δ_t; the return is still Z_t = out + δ_t.
     ``keep_graphs``: keep the blocks' graphs after the vjps (a Θ-step will backpropagate through them).
+    ``solve(t, g, inp, out)``: the direction handed to ``z_step`` instead of the gradient g, given
+    block_{t+1}'s (input, output) pair with its graph (None for Z_T): e.g. the Newton direction of
+    the linearised sub-problem (:func:`newton_direction`).
     """
     T = len(blocks)
     zs = list(zs)
@@ -255,25 +259,73 @@ def reverse_z_sweep(
             else:
                 zT = zs[T - 1].detach().requires_grad_()
                 g_obj = torch.autograd.grad(objective(zT), zT)[0]
-            step(T - 1, g_obj + own(T - 1, out))
+            g = g_obj + own(T - 1, out)
+            step(T - 1, g if solve is None else solve(T - 1, g, None, None))
         # Z-update, reverse sweep (Alg. 1, t = T−1 … 1)
         for t in range(T - 2, -1, -1):
             with phase(f"z_sweep.block{t + 1}"):
                 # P_{t+1} at the new Z_{t+1}, differentiated through block_{t+1} only
+                keep = keep_graphs or solve is not None
                 if own_grad is not None:  # a vjp with ∇_out P_{t+1} = −∇_r P_{t+1}
                     g_out = -own_grad(t + 1, residual(t + 1, out.detach(), new=not jacobi))
-                    g_next = torch.autograd.grad(out, inp, g_out, retain_graph=keep_graphs)[0]
+                    g_next = torch.autograd.grad(out, inp, g_out, retain_graph=keep)[0]
                 else:
                     g_next = torch.autograd.grad(
-                        couplings[t + 1](residual(t + 1, out, new=not jacobi)), inp, retain_graph=keep_graphs
+                        couplings[t + 1](residual(t + 1, out, new=not jacobi)), inp, retain_graph=keep
                     )[0]
+                nxt = (inp, out)
                 inp, out = forward(t)
-                step(t, own(t, out) + g_next)
+                g = own(t, out) + g_next
+                step(t, g if solve is None else solve(t, g, *nxt))
+                del nxt
     if forwards is None:
         return [z.detach() for z in zs]
     if offsets is not None:
         offsets[:] = [d.detach() for d in deltas]
     return [(out.detach() + d).detach() for (_, out), d in zip(forwards, deltas)]
+
+
+def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Σ over every dimension but the first: one inner product per row, shaped to broadcast."""
+    return (a * b).flatten(1).sum(1).view(-1, *[1] * (a.dim() - 1))
+
+
+def newton_direction(
+    g: torch.Tensor, inp: torch.Tensor, out: torch.Tensor, beta_t: float, beta_next: float, iters: int
+) -> torch.Tensor:
+    """A⁻¹g for A = β_t I + β_{t+1} JᵀJ, J = ∂block_{t+1}/∂Z_t at ``inp`` (its graph to ``out``), by
+    ``iters`` conjugate-gradient steps per row (the rows' systems are independent).
+
+    A is the Hessian of P_t + P_{t+1} in Z_t with block_{t+1} linearised (Gauss–Newton), so
+    Z_t − A⁻¹g is that sub-problem's minimiser: for a linear next block W it is
+    (β_t I + β_{t+1}WᵀW)⁻¹(β_t block_t(Z_{t−1}) − β_t U_t + β_{t+1}Wᵀ(Z_{t+1} + U_{t+1} − b)). Along a
+    singular direction s of J a gradient step moves Z_t by β_{t+1}s × the next residual, which
+    shrinks block by block when s < 1; the Newton step moves it by β_{t+1}s/(β_t + β_{t+1}s²), which
+    tends to 1/s (the least-squares inverse, a target-propagation target) as β_{t+1}/β_t grows.
+    Jv comes from the vjp's own graph (∂(Jᵀw)/∂w · v), so any differentiable block serves.
+    """
+    with torch.enable_grad():
+        w = torch.zeros_like(out, requires_grad=True)
+        jt_w = torch.autograd.grad(out, inp, w, create_graph=True, retain_graph=True)[0]
+
+        def a_op(v: torch.Tensor) -> torch.Tensor:
+            jv = torch.autograd.grad(jt_w, w, v, retain_graph=True)[0]
+            return beta_t * v + beta_next * torch.autograd.grad(out, inp, jv, retain_graph=True)[0]
+
+        g = g.detach()
+        x = torch.zeros_like(g)
+        r, p = g.clone(), g.clone()
+        rs = _rowdot(r, r)
+        for _ in range(iters):
+            ap = a_op(p).detach()
+            den = _rowdot(p, ap)
+            alpha = torch.where(den > 0, rs / den.clamp_min(1e-300 if g.dtype == torch.float64 else 1e-38), 0.0)
+            x = x + alpha * p
+            r = r - alpha * ap
+            rs_new = _rowdot(r, r)
+            p = r + torch.where(rs > 0, rs_new / rs.clamp_min(1e-38), 0.0) * p
+            rs = rs_new
+    return x
 
 
 def adam_z_step(z, g, m, v, step: int, lr: float, b1=0.9, b2=0.999, eps=1e-8):
