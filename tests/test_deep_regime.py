@@ -20,7 +20,7 @@ from admm_core.methods.zsweep import newton_direction
 
 # --- the sanity test ---------------------------------------------------------------------------
 
-DEPTH, WIDTH, SIGMA, N = 20, 32, 0.02, 64
+DEPTH, WIDTH, SIGMA, N = 14, 32, 0.02, 64
 # from a forward start with ζβ = 1 and U = 0, Θ stepped at the start's inputs, one minibatch = the set
 FORWARD = {"z_schedule": "minibatch", "z_start": "forward", "theta_input": "start", "primal_steps": 1}
 FORWARD = {**FORWARD, "z_lr": 1.0, "beta": 1.0, "theta_optimizer": "sgd", "dual_theta": "old"}
@@ -33,7 +33,7 @@ HAS_SIGNAL = {"z_norm=top"}
 
 
 def vanishing_mlp(dtype=torch.float32):
-    """784-free stand-in of mnist-deep20 at the paper's normal init: 64 → 19 × 32 → 10, N(0, σ²) weights,
+    """784-free stand-in of the deep MLPs at the paper's normal init: 64 → 13 × 32 → 10, N(0, σ²) weights,
     zero biases (each layer scales a signal by about σ√(n/2) = 0.08), and N random samples."""
     cfg = ModelConfig("mlp", (WIDTH,) * (DEPTH - 1), init="normal", init_std=SIGMA)
     net = build_blocknet(cfg, (64,), 10, seed=0).to(dtype)
