@@ -249,3 +249,34 @@ def test_settings_that_need_the_minibatch_schedule_say_so():
 def test_copying_a_method_keeps_its_new_settings():
     m = make_method("block-admm", {**MB, "z_norm": "top", "z_sweeps": 3, "beta_growth": 1.5, "dual_reset": 2})
     assert copy.deepcopy(m) == m
+
+
+def _displacements(settings, sigma):
+    cfg = ModelConfig("mlp", (16,) * 5, init="normal", init_std=sigma)
+    net = build_blocknet(cfg, (8,), 4, seed=1).double()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(32, 8, generator=g, dtype=torch.float64), torch.randint(0, 4, (32,), generator=g)
+    batch = TrainBatch(x, y, get_loss("mse"), batch_size=32)
+    method = make_method("block-admm", {**FORWARD, **settings})
+    state = method.init_state(net, batch, torch.Generator().manual_seed(0))
+    zr, _ = method.sweep_rows(net, state, batch, torch.arange(32), step=1)
+    return [float(d.pow(2).sum().div(32).sqrt()) for d in zr.delta]
+
+
+def test_z_norm_top_gives_every_block_the_top_steps_size_and_up_only_raises_small_ones():
+    off, top, up = (_displacements({"z_norm": v}, 0.05) for v in ("off", "top", "up"))  # shrinking signals
+    assert top[-1] == off[-1] == up[-1]  # Z_T's own step is never rescaled
+    assert max(off[:-1]) < 0.2 * off[-1]
+    assert top[:-1] == pytest.approx([top[-1]] * 5, rel=1e-9) and up[:-1] == pytest.approx(top[:-1], rel=1e-9)
+    off, top, up = (_displacements({"z_norm": v}, 1.0) for v in ("off", "top", "up"))  # growing signals
+    assert off[-2] > 1.5 * off[-1]
+    assert up[-2] == pytest.approx(off[-2], rel=1e-12)  # a step above the top's size is left as computed
+    assert top[-2] == pytest.approx(off[-1], rel=1e-9)  # … and brought down to it by 'top'
+
+
+def test_the_adam_eps_settings_reach_the_optimizers():
+    net, batch = tiny_net_and_batch()
+    state = make_method("block-admm", {"eps": 1e-30}).init_state(net, batch, torch.Generator().manual_seed(0))
+    assert state.opt.param_groups[0]["eps"] == 1e-30
+    bp = make_method("adam", {"eps": 1e-20}).init_state(net, batch, torch.Generator().manual_seed(0))
+    assert bp.opt.param_groups[0]["eps"] == 1e-20

@@ -94,10 +94,11 @@ class Adam(Backprop):
     lr: float = setting(1e-3, "η: learning rate")
     lr_decay: float = lr_decay_setting()
     fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
+    eps: float = setting(1e-8, "ε of Adam's denominator √v + ε (PyTorch's 1e-8 hides gradients far below it)")
 
     def theta_moments(self) -> int:
         return 2
 
     def make_optimizer(self, params):
         impl = {"fused": True} if self.fused else {}
-        return torch.optim.Adam(params, lr=self.lr, **impl)
+        return torch.optim.Adam(params, lr=self.lr, eps=self.eps, **impl)

@@ -196,6 +196,7 @@ class BlockADMM(MethodBase):
 
     lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
     theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
+    eps: float = setting(1e-8, "ε of the Θ-Adam's denominator √v + ε (PyTorch's 1e-8 hides gradients far below it)")
     z_lr: float = setting(0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True)
     z_step: str = setting(
         "fixed",
@@ -207,9 +208,10 @@ class BlockADMM(MethodBase):
     z_sweeps: int = setting(1, "Z_T-step + reverse sweeps per Z-update of a minibatch's rows (minibatch schedule)")
     z_norm: str = setting(
         "off",
-        "each Z_t-step rescaled to the RMS of the Z_T-step of the same rows (top), so a signal keeps its size "
-        "block by block, as a β_{t+1}/β_t chosen per block would; off: as computed",
-        choices=("off", "top"),
+        "each Z_t-step rescaled to the size (RMS over rows of a row's norm) of the Z_T-step of the same rows "
+        "(top), or only where it is smaller (up), so a signal keeps its size block by block, as a β_{t+1}/β_t "
+        "chosen per block would; off: as computed",
+        choices=("off", "top", "up"),
     )
     power_steps: int = power_steps_setting()
     power_every: int = power_every_setting()
@@ -318,7 +320,7 @@ class BlockADMM(MethodBase):
             u=u,
             beta=per_block(self.beta, T, f"{self.name}.beta"),
             z_lr=per_block(self.z_lr, T, f"{self.name}.z_lr"),
-            opt=make_theta_optimizer(net, self.theta_optimizer, self.lr, self.fused),
+            opt=make_theta_optimizer(net, self.theta_optimizer, self.lr, self.fused, self.eps),
             gen=gen,
             rho_bound=self.rho_bound,
             residuals=[0.0] * T,
@@ -685,11 +687,13 @@ class BlockADMM(MethodBase):
             # z_norm='top': the step keeps the Z_T-step's RMS (a per-block β_{t+1}/β_t that holds
             # the signal's size; the direction is the computed one)
             d = new - z
-            size = d.double().pow(2).mean().sqrt()
+            size = d.double().pow(2).sum().div(d.shape[0]).sqrt()  # RMS over rows of ‖row‖
             if t == T - 1:
                 top[0] = size
                 return new
-            return z + d * (top[0] / size).to(d.dtype) if size > 0 else new
+            if size == 0 or (self.z_norm == "up" and size >= top[0]):
+                return new
+            return z + d * (top[0] / size).to(d.dtype)
 
         solve = None
         if self.z_step == "newton":
