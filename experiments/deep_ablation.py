@@ -396,6 +396,49 @@ STUDIES["paper10-full"] = {
     },
 }
 
+# Issue 51, defaults by measurement: per MLP preset, block-admm and online-admm as the preset had them (Alg. 1's
+# sweep schedule; online with L_t every minibatch), the minibatch recipe of speed.md (mnist-final's mb-start,
+# online-pe10-start), and the paper's Alg. 1 / Alg. 2 as printed (recipe = paper); Adam beside them.
+MB_START = {**MNIST_MB, "lr": 2e-3, "theta_input": "start"}
+ONLINE_START = {"power_every": 10, "dual_theta": "old", "theta_input": "start"}
+# the presets' settings before issue 51, written out in full (a row stays the same run whatever the presets say)
+_SWEEP_KEYS = {"z_schedule": "sweep", "z_start": "previous", "dual_theta": "new", "theta_input": "new"}
+_ONLINE_KEYS = {"power_every": 1, "dual_theta": "new", "theta_input": "new"}
+_OLD = {  # preset: (epochs, block-admm, online-admm)
+    "digits-mlp": (30, {**MNIST_SWEEP, "iters_per_epoch": 3}, {"lr": 1e-3, "z_lr": 0.5}),
+    "mnist5k-mlp": (30, {**MNIST_SWEEP, "iters_per_epoch": 3}, {"lr": 1e-3, "z_lr": 0.5}),
+    "mnist-500-ce": (5, MNIST_SWEEP, {"lr": 1e-3, "z_lr": 1.0, "z_step": "scaled", "lr_decay": 0.93}),
+    "fmnist-mlp-ce": (5, {**MNIST_SWEEP, "z_lr": 0.3}, {"lr": 1e-3, "z_lr": 0.3}),
+    "mnist-deep10": (4, MNIST_SWEEP, {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled"}),
+}
+for _preset, (_epochs, _block, _online) in _OLD.items():
+    STUDIES[f"defaults-{_preset}"] = {
+        "args": ["--preset", _preset, "--epochs", str(_epochs)],
+        "rows": {
+            "adam": ("adam", {}, "backprop, Adam (the preset's η)"),
+            "block-preset": (
+                "block-admm",
+                {**_block, **_SWEEP_KEYS},
+                "block-admm as the preset had it (Alg. 1's sweep)",
+            ),
+            "block-mb-start": ("block-admm", MB_START, "block-admm, the minibatch recipe (speed.md's mb-start)"),
+            "block-paper": ("block-admm", {"recipe": "paper"}, "block-admm, Alg. 1 as printed (recipe = paper)"),
+            "online-preset": ("online-admm", {**_online, **_ONLINE_KEYS}, "online-admm as the preset had it"),
+            "online-start": (
+                "online-admm",
+                {**_online, **ONLINE_START},
+                "online-admm, L_t every 10 minibatches, Θ at the start's inputs",
+            ),
+            "online-paper": ("online-admm", {"recipe": "paper"}, "online-admm, Alg. 2 as printed (recipe = paper)"),
+        },
+    }
+STUDIES["defaults-mnist-deep10"]["rows"]["block-deep"] = (
+    "block-admm",
+    DEEP,
+    "block-admm, the deep20 recipe (batch 64)",
+    ["--batch-size", "64"],
+)
+
 
 def row_config(study: str, name: str, out: Path) -> tuple[list[str], Path]:
     method, settings, _, *extra = STUDIES[study]["rows"][name]

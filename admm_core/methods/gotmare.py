@@ -24,6 +24,7 @@ methods differ only in the multiplier. The seed paper trains this baseline with 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..errors import check
 from .block_admm import BlockADMM, BlockADMMState
@@ -37,6 +38,7 @@ class Gotmare(BlockADMM):
     summary = "Gotmare et al. 2018: blocks glued by a quadratic penalty, no duals (Block-ADMM with U ≡ 0)"
     uses_duals = False  # Block-ADMM's dual steps then only measure ‖Z_t − block_t(Z_{t−1})‖
     live_metrics = ("residuals", "backprop_cosine", "betas")  # no dual norms: U ≡ 0
+    PAPER: ClassVar[dict] = {**BlockADMM.PAPER, "u_init": "zero"}  # the seed paper's Alg. 1 with U ≡ 0
 
     def __post_init__(self):
         super().__post_init__()
