@@ -43,13 +43,13 @@ def vanishing_mlp(dtype=torch.float32):
     return net, TrainBatch(x, y, get_loss("mse"), batch_size=N)
 
 
-def bottom_signal(variant) -> torch.Tensor:
+def bottom_signal(variant, name="block-admm") -> torch.Tensor:
     """The gradient block 1's Θ is handed at its first step (float32): backprop's ∇_{Θ_1} J, or
-    block-admm's ∇_{Θ_1} P_1 (captured at the optimizer's step)."""
+    the method's ∇_{Θ_1} P_1 (captured at the optimizer's step)."""
     net, batch = vanishing_mlp()
     if variant is None:
         return backprop_grads(net, batch.x, batch.y, batch.loss)[0]
-    method = make_method("block-admm", variant)
+    method = make_method(name, variant)
     state = method.init_state(net, batch, torch.Generator().manual_seed(0))
     seen = []
     step = state.opt.step
@@ -96,6 +96,13 @@ def test_block_admms_bottom_block_gets_a_signal_of_ordinary_size_where_backprop_
     # the property holds for the variants that normalise the Z-step per block, and fails (so the check
     # can fail) for backprop and for the gradient-scaled step whose signal is backprop's, block by block
     assert got == (name in HAS_SIGNAL), name
+
+
+@pytest.mark.parametrize("z_norm,has", [("top", True), ("off", False)])
+def test_online_admm_gets_the_same_bottom_signal_with_z_norm(z_norm, has, regime):
+    theta, ref = regime
+    online = {"z_lr": 1.0, "z_step": "fixed", "theta_input": "start", "theta_optimizer": "sgd", "z_norm": z_norm}
+    assert has_ordinary_bottom_signal(bottom_signal(online, "online-admm"), ref, theta) == has
 
 
 # --- the knobs, against independent computations ---------------------------------------------------

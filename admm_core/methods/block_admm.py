@@ -85,6 +85,7 @@ from .zsweep import (
     minibatches,
     newton_direction,
     norm_mode,
+    normalised_steps,
     reverse_z_sweep,
     theta_step,
 )
@@ -710,25 +711,13 @@ class BlockADMM(MethodBase):
         if state.z_m is not None:
             moments = [[m[rows] for m in state.z_m], [v[rows] for v in state.z_v]]
 
-        top = [None]
-
-        def z_step(t, z, g):
+        def plain_step(t, z, g):
             if moments is None:
-                new = z - z_lrs[t] * g
-            else:
-                new = adam_z_step(z, g, moments[0][t], moments[1][t], step, z_lrs[t])
-            if self.z_norm == "off":
-                return new
-            # z_norm='top': the step keeps the Z_T-step's RMS (a per-block β_{t+1}/β_t that holds
-            # the signal's size; the direction is the computed one)
-            d = new - z
-            size = d.double().pow(2).sum().div(d.shape[0]).sqrt()  # RMS over rows of ‖row‖
-            if t == T - 1:
-                top[0] = size
-                return new
-            if size == 0 or (self.z_norm == "up" and size >= top[0]):
-                return new
-            return z + d * (top[0] / size).to(d.dtype)
+                return z - z_lrs[t] * g
+            return adam_z_step(z, g, moments[0][t], moments[1][t], step, z_lrs[t])
+
+        # Deviation (z_norm, not in the paper): each Z_t-step given the Z_T-step's size (issue 51)
+        z_step = normalised_steps(plain_step, self.z_norm, T)
 
         solve = None
         if self.z_step == "newton":

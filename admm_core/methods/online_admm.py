@@ -77,6 +77,7 @@ from .zsweep import (
     forward_start,
     minibatches,
     norm_mode,
+    normalised_steps,
     reverse_z_sweep,
     set_mode,
     theta_step,
@@ -128,6 +129,7 @@ class OnlineADMM(MethodBase):
         "primal_steps": 1,
         "dual_theta": "new",
         "theta_input": "new",
+        "z_norm": "off",
     }
     recipe: str = setting(
         "measured",
@@ -169,6 +171,12 @@ class OnlineADMM(MethodBase):
         "Z-update started from (start: the Θ-step reuses that pass and runs no forward of its own; "
         "primal_steps = 1 only)",
         choices=("new", "start"),
+    )
+    z_norm: str = setting(
+        "off",
+        "each z_t-step rescaled to the size of the z_T-step of the same rows (top), or only where it is "
+        "smaller (up), so a signal keeps its size block by block; off: as computed",
+        choices=("off", "top", "up"),
     )
     bn_mode: str = setting(
         "train",
@@ -324,10 +332,12 @@ class OnlineADMM(MethodBase):
             state.lips = lips
         for p in range(self.primal_steps if step_theta else 1):
             # Z-update (Alg. 2): z_T-step, then reverse sweep
-            def z_step(t, zt, g, p=p):
+            def plain_step(t, zt, g, p=p):
                 if moments is None:
                     return zt - z_lrs[t] * g
                 return adam_z_step(zt, g, moments[t][0], moments[t][1], p + 1, z_lrs[t])
+
+            z_step = normalised_steps(plain_step, self.z_norm, net.T)  # z_norm: not in the paper (issue 51)
 
             first = p == 0  # the first sweep reuses the forward start and steps displacements from it
             offsets = [None] * net.T

@@ -285,6 +285,33 @@ def reverse_z_sweep(
     return [(out.detach() + d).detach() for (_, out), d in zip(forwards, deltas)]
 
 
+def normalised_steps(z_step: Callable, mode: str, T: int) -> Callable:
+    """``z_step`` with each Z_t-step (t < T) rescaled to the size of the Z_T-step of the same rows
+    (``mode='top'``), or only where it is smaller (``'up'``); ``'off'``: ``z_step`` itself.
+
+    Size: the RMS over rows of a row's norm. From a forward start with ζβ = 1 the reverse sweep is
+    backprop's adjoint recursion, so each block's step shrinks by about ‖J_{t+1}‖ per block; the rescale
+    keeps its direction and gives it the top step's size, as choosing β_{t+1}/β_t per block so that the
+    coupling passes the signal on undiminished would. The sweep visits Z_T first, so its size is known.
+    """
+    if mode == "off":
+        return z_step
+    top = [None]
+
+    def step(t, z, g):
+        new = z_step(t, z, g)
+        d = new - z
+        size = d.double().pow(2).sum().div(max(1, d.shape[0])).sqrt()
+        if t == T - 1:
+            top[0] = size
+            return new
+        if size == 0 or (mode == "up" and size >= top[0]):
+            return new
+        return z + d * (top[0] / size).to(d.dtype)
+
+    return step
+
+
 def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Σ over every dimension but the first: one inner product per row, shaped to broadcast."""
     return (a * b).flatten(1).sum(1).view(-1, *[1] * (a.dim() - 1))
