@@ -59,6 +59,8 @@ PAPER = {
     },
     "mnist-deep10": {"block-admm": 94.43, "sgd": 10.28, "adam": 58.0},
     "mnist-deep20": {"block-admm": 91.75},
+    "mnist-deep10-paper": {"block-admm": 94.43, "sgd": 10.28, "adam": 58.0},
+    "mnist-deep20-paper": {"block-admm": 91.75},
     "fmnist-mlp-ce": {"block-admm": 90.39, "dladmm": 84.67},
     # paper supp. fig. "CIFAR-10", on the original (lossless) images
     "cifar10-resnet18": {"block-admm": 89.66, "gotmare": 87.12, "sgd": 92.70},

@@ -101,6 +101,34 @@ _DEEP_BLOCK = {
     "dual_lr": 0.1,
 }
 
+# The paper's vanishing-gradient regime (issue 51; docs/results/deep-networks.md, "The paper's regime"): every
+# Linear weight ~ N(0, σ²), biases 0. At σ = 0.01 Adam and SGD backprop stay at chance on all 60,000 images
+# (the σ sweep there). Block-ADMM learns it when each block's Z-step keeps the top step's size (z_norm = up):
+# from the forward start its direction is backprop's per block, its size no longer shrinks by ‖J_{t+1}‖ per
+# block, so the bottom blocks' Θ-gradients are no longer below Adam's ε (with z_norm off it stays at chance).
+PAPER_SIGMA = 0.01
+_DEEP_PAPER_BLOCK = {**_DEEP_BLOCK, "z_norm": "up"}
+_DEEP_PAPER_ONLINE = {"lr": 1e-3, "z_lr": 1.0, "z_step": "fixed", "theta_input": "start", "z_norm": "up", "fused": True}
+_DEEP_PAPER_METHODS = {
+    "block-admm": _DEEP_PAPER_BLOCK,
+    "gotmare": _DEEP_PAPER_BLOCK,
+    "online-admm": _DEEP_PAPER_ONLINE,
+    "sgd": {"lr": 5e-3, "fused": True},
+    "adam": {"lr": 1e-3, "fused": True},
+}
+
+
+def _deep_paper(depth: int) -> dict:
+    return {
+        "help": f"paper §vanishing gradient, its regime: {depth} fully connected layers (width 128), weights "
+        f"N(0, {PAPER_SIGMA}²) and zero biases, MSE, one block per layer, batch 64, 20 epochs",
+        "data": DataConfig("mnist"),
+        "model": ModelConfig("mlp", (128,) * (depth - 1), init="normal", init_std=PAPER_SIGMA),
+        "train": TrainConfig(epochs=20, batch_size=64, loss="mse"),
+        "method_params": _DEEP_PAPER_METHODS,
+    }
+
+
 PRESETS: dict[str, dict] = {
     "digits-mlp": {
         "help": "fast: scikit-learn 8×8 digits, 64-128-128-10, MSE, three one-layer blocks (offline default)",
@@ -192,6 +220,8 @@ PRESETS: dict[str, dict] = {
             "gotmare": _DEEP_BLOCK,
         },
     },
+    "mnist-deep10-paper": _deep_paper(10),
+    "mnist-deep20-paper": _deep_paper(20),
     "fmnist-mlp-ce": {
         "help": "paper supp.: Fashion-MNIST, 784-1000-1000-10, cross-entropy, batch 128, β = 1, 3 primal steps",
         "data": DataConfig("fashion-mnist"),
