@@ -292,6 +292,25 @@ STUDIES["resnet-duals-small"] = {
     },
 }
 
+# … and three seeds each of the screened variants on the cifar10-resnet18-cpu proxy, gotmare beside them.
+DUAL_VARIANTS = {
+    "gotmare": ("gotmare", GOT, "gotmare (U ≡ 0), the recipe"),
+    "beta-grow": ("block-admm", {**RECIPE, "beta_growth": 1.5}, "block-admm, the recipe, β × 1.5 an epoch"),
+    "zsweeps3": ("block-admm", {**RECIPE, "z_sweeps": 3}, "block-admm, the recipe, 3 Z sweeps per visit"),
+    "reset": ("block-admm", {**RECIPE, "dual_reset": 1, "dual_lr": 1.0}, "block-admm, U ← 0 every epoch, α = 1"),
+    "block": ("block-admm", RECIPE, "block-admm, the recipe (α = 0.01)"),
+}
+STUDIES["resnet-duals"] = {
+    "args": ["--preset", "cifar10-resnet18-cpu"],
+    "epochs": 8,
+    "rows": {
+        f"{k}-s{seed}": (m, p, f"{what}, seed {seed}", ["--seed", str(seed)])
+        for seed in (0, 1, 2)
+        for k, (m, p, what) in DUAL_VARIANTS.items()
+    },
+    "groups": {what: [f"{k}-s{seed}" for seed in (0, 1, 2)] for k, (_, _, what) in DUAL_VARIANTS.items()},
+}
+
 # Issue 51: the paper's regime. Every Linear weight ~ N(0, σ²), biases 0 (model.init = normal), all 60,000
 # MNIST images, 20 epochs at a constant η (the -paper presets' length): where does Adam backprop sit near
 # the paper's 58% on the 10-layer MLP while SGD stays at chance?
@@ -384,6 +403,22 @@ STUDIES["paper10"] = {
             "block-admm",
             {**DEEP_UP, "z_step": "newton", "beta": [10.0 ** (t - _T10 + 1) for t in range(_T10)]},
             "z_norm = up, Newton Z-step with β_{t+1}/β_t = 10",
+        ),
+    },
+}
+
+STUDIES["paper20"] = {
+    "args": ["--preset", "mnist-deep20", *PROXY10[2:]],
+    "steps": True,
+    "rows": {
+        "adam": ("adam", {"lr": 1e-3, "fused": True}, "backprop, Adam η = 1e-3"),
+        "adam-eps": ("adam", {"lr": 1e-3, "fused": True, "eps": 1e-30}, "backprop, Adam with ε = 1e-30"),
+        "fwd": ("block-admm", DEEP, "block-admm, the deep20 recipe (Adam backprop block by block)"),
+        "up": ("block-admm", DEEP_UP, "… with z_norm = up"),
+        "online-up": (
+            "online-admm",
+            {"lr": 1e-3, "z_lr": 1.0, "z_step": "fixed", "theta_input": "start", "z_norm": "up", "fused": True},
+            "online-admm, fixed ζ = 1, Θ at the start's inputs, z_norm = up",
         ),
     },
 }
@@ -528,6 +563,36 @@ def table(study: str, names: list[str], out: Path) -> str:
     return "\n".join(lines)
 
 
+def seeds_table(study: str, out: Path) -> str:
+    """Per configuration of ``STUDIES[study]['groups']`` ({label: [row names, one per seed]}): each seed's
+    final test accuracy, their mean ± sample standard deviation and range, and the mean's difference from
+    the first group's (the baseline)."""
+    rows, base = [], None
+    lines = [
+        "| configuration | final test accuracy per seed (%) | mean ± std | range | Δ mean vs the first row |",
+        "|---|---|---|---|---|",
+    ]
+    for label, names in STUDIES[study]["groups"].items():
+        accs = []
+        for name in names:
+            ms = read_metrics(row_config(study, name, out)[1]) if row_config(study, name, out)[1].exists() else []
+            done = ms and ms[-1]["epoch"] == STUDIES[study].get("epochs", ms[-1]["epoch"])
+            accs.append(100 * ms[-1]["test_accuracy"] if done else None)
+        got = [a for a in accs if a is not None]
+        cells = ", ".join("—" if a is None else f"{a:.1f}" for a in accs)
+        if len(got) < 2:
+            lines.append(f"| {label} | {cells} | — | — | — |")
+            continue
+        mean = sum(got) / len(got)
+        std = (sum((a - mean) ** 2 for a in got) / (len(got) - 1)) ** 0.5
+        base = mean if base is None else base
+        rows.append(mean)
+        lines.append(
+            f"| {label} | {cells} | **{mean:.2f} ± {std:.2f}** | {min(got):.1f}–{max(got):.1f} | {mean - base:+.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study", choices=list(STUDIES))
@@ -548,6 +613,8 @@ def main(argv=None) -> int:
             for name, how in zip(names, pool.map(lambda n: run_row(*row_config(a.study, n, out)), names)):
                 print(f"{name}: {how}", flush=True)
     text = table(a.study, names, out)
+    if STUDIES[a.study].get("groups"):
+        text += "\n\nOver seeds:\n\n" + seeds_table(a.study, out)
     print(text)
     if a.markdown:
         cmd = command_line(argv, prog="python experiments/deep_ablation.py")
