@@ -460,9 +460,9 @@ class BlockADMM(MethodBase):
 
     def _record_moves(self, state: BlockADMMState, t: int, step: torch.Tensor, z: torch.Tensor) -> None:
         acc = state.z_moves[t] if t < len(state.z_moves) else None
-        if acc is not None:
-            acc[0] += float(step.double().pow(2).sum())
-            acc[1] += float(z.double().pow(2).sum())
+        if acc is not None:  # tensors on the data's device: no sync per minibatch
+            acc[0] = acc[0] + step.detach().double().pow(2).sum()
+            acc[1] = acc[1] + z.detach().double().pow(2).sum()
             acc[2] += int(z.shape[0])
 
     def _epoch_by_sweeps(self, net, state: BlockADMMState, batch: TrainBatch, progress=None) -> None:
@@ -895,8 +895,8 @@ class BlockADMM(MethodBase):
             "backprop_cosine": self.backprop_cosine(net, state, batch),
             "iteration": state.iteration,
             # the last epoch's Z-steps (RMS per row) and their size against Z's, and ‖ΔΘ_t‖/‖Θ_t‖
-            "z_step_rms": [math.sqrt(a / max(1, n)) for a, _, n in state.z_moves],
-            "z_step_rel": [math.sqrt(a / b) if b > 0 else 0.0 for a, b, _ in state.z_moves],
+            "z_step_rms": [math.sqrt(float(a) / max(1, n)) for a, _, n in state.z_moves],
+            "z_step_rel": [math.sqrt(float(a) / float(b)) if float(b) > 0 else 0.0 for a, b, _ in state.z_moves],
             "theta_step_rel": list(state.theta_moves),
         }
 
