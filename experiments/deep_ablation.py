@@ -298,7 +298,6 @@ DUAL_VARIANTS = {
     "beta-grow": ("block-admm", {**RECIPE, "beta_growth": 1.5}, "block-admm, the recipe, β × 1.5 an epoch"),
     "zsweeps3": ("block-admm", {**RECIPE, "z_sweeps": 3}, "block-admm, the recipe, 3 Z sweeps per visit"),
     "reset": ("block-admm", {**RECIPE, "dual_reset": 1, "dual_lr": 1.0}, "block-admm, U ← 0 every epoch, α = 1"),
-    "block": ("block-admm", RECIPE, "block-admm, the recipe (α = 0.01)"),
 }
 STUDIES["resnet-duals"] = {
     "args": ["--preset", "cifar10-resnet18-cpu"],
