@@ -121,10 +121,10 @@ _DEEP_PAPER_METHODS = {
 def _deep_paper(depth: int) -> dict:
     return {
         "help": f"paper §vanishing gradient, its regime: {depth} fully connected layers (width 128), weights "
-        f"N(0, {PAPER_SIGMA}²) and zero biases, MSE, one block per layer, batch 64, 20 epochs",
+        f"N(0, {PAPER_SIGMA}²) and zero biases, MSE, one block per layer, batch 64, 10 epochs",
         "data": DataConfig("mnist"),
         "model": ModelConfig("mlp", (128,) * (depth - 1), init="normal", init_std=PAPER_SIGMA),
-        "train": TrainConfig(epochs=20, batch_size=64, loss="mse"),
+        "train": TrainConfig(epochs=10, batch_size=64, loss="mse"),
         "method_params": _DEEP_PAPER_METHODS,
     }
 
