@@ -350,6 +350,7 @@ PAPER_ALG1 = {
 }
 DEEP_NORM = {**DEEP, "z_norm": "top"}
 DEEP_UP = {**DEEP, "z_norm": "up"}
+DEEP_SIGNAL = {**DEEP, "z_norm": "signal"}
 _T10 = 10
 PROXY10 = [
     *("--preset", "mnist-deep10", "--init-std", "0.01", "--train-limit", "10000", "--test-limit", "2000"),
@@ -398,6 +399,7 @@ STUDIES["paper10"] = {
         "up-dualstart4": ("block-admm", {**DEEP_UP, "dual_start": 4}, "z_norm = up, duals from epoch 5 on"),
         "up-bgrow1.2": ("block-admm", {**DEEP_UP, "beta_growth": 1.2}, "z_norm = up, β × 1.2 an epoch"),
         "up-eps": ("block-admm", {**DEEP_UP, "eps": 1e-30}, "z_norm = up, the Θ-Adam's ε = 1e-30"),
+        "signal": ("block-admm", DEEP_SIGNAL, "block-admm, z_norm = signal: only block t+1's pull raised (U cancels)"),
         "up-newton-b10": (
             "block-admm",
             {**DEEP_UP, "z_step": "newton", "beta": [10.0 ** (t - _T10 + 1) for t in range(_T10)]},
@@ -419,6 +421,9 @@ STUDIES["paper20"] = {
             {"lr": 1e-3, "z_lr": 1.0, "z_step": "fixed", "theta_input": "start", "z_norm": "up", "fused": True},
             "online-admm, fixed ζ = 1, Θ at the start's inputs, z_norm = up",
         ),
+        "gotmare-up": ("gotmare", DEEP_UP, "gotmare (U ≡ 0) with z_norm = up"),
+        "signal": ("block-admm", DEEP_SIGNAL, "block-admm, z_norm = signal: only block t+1's pull raised (U cancels)"),
+        "up-a0.01": ("block-admm", {**DEEP_UP, "dual_lr": 0.01}, "… z_norm = up, α = 0.01"),
     },
 }
 

@@ -28,8 +28,9 @@ VARIANTS = {
     "backprop": None,
     "gradient-scaled Z step (ζβ = 1: Adam backprop block by block)": {**FORWARD},
     "z_norm=top": {**FORWARD, "z_norm": "top"},
+    "z_norm=signal": {**FORWARD, "z_norm": "signal"},
 }
-HAS_SIGNAL = {"z_norm=top"}
+HAS_SIGNAL = {"z_norm=top", "z_norm=signal"}
 
 
 def vanishing_mlp(dtype=torch.float32):
@@ -287,3 +288,22 @@ def test_the_adam_eps_settings_reach_the_optimizers():
     assert state.opt.param_groups[0]["eps"] == 1e-30
     bp = make_method("adam", {"eps": 1e-20}).init_state(net, batch, torch.Generator().manual_seed(0))
     assert bp.opt.param_groups[0]["eps"] == 1e-20
+
+
+def test_with_z_norm_signal_the_duals_still_cancel_out_of_the_targets():
+    """ζβ = 1 from a forward start: δ_t = −U_t − (signal), so r_t = δ_t + U_t does not depend on U when only
+    the signal is rescaled (z_norm = signal); rescaling the whole step (up) lets U leak into the targets."""
+    net, batch = vanishing_mlp(torch.float64)
+
+    def residuals(mode, scale):
+        m = make_method("block-admm", {**FORWARD, "z_norm": mode})
+        state = m.init_state(copy.deepcopy(net), batch, torch.Generator().manual_seed(0))
+        g = torch.Generator().manual_seed(4)
+        state.u = [torch.randn(u.shape, generator=g, dtype=u.dtype) * scale for u in state.u]
+        zr, _ = m.sweep_rows(net, state, batch, torch.arange(N), step=1)
+        return [zr.delta[t] + state.u[t] for t in range(DEPTH)]
+
+    a, b = residuals("signal", 0.0), residuals("signal", 0.3)
+    assert all(torch.allclose(x, y, rtol=1e-9, atol=1e-12) for x, y in zip(a, b))
+    a, b = residuals("up", 0.0), residuals("up", 0.3)
+    assert not all(torch.allclose(x, y, rtol=1e-3) for x, y in zip(a, b))

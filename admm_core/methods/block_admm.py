@@ -246,8 +246,9 @@ class BlockADMM(MethodBase):
         "off",
         "each Z_t-step rescaled to the size (RMS over rows of a row's norm) of the Z_T-step of the same rows "
         "(top), or only where it is smaller (up), so a signal keeps its size block by block, as a β_{t+1}/β_t "
-        "chosen per block would; off: as computed",
-        choices=("off", "top", "up"),
+        "chosen per block would; signal: only the part from block t+1, raised to the size of ∇J(Z_T) where it "
+        "is smaller (Z_t's own term, with U_t, as computed: U still cancels at ζβ = 1); off: as computed",
+        choices=("off", "top", "up", "signal"),
     )
     power_steps: int = power_steps_setting()
     power_every: int = power_every_setting()
@@ -717,7 +718,7 @@ class BlockADMM(MethodBase):
             return adam_z_step(z, g, moments[0][t], moments[1][t], step, z_lrs[t])
 
         # Deviation (z_norm, not in the paper): each Z_t-step given the Z_T-step's size (issue 51)
-        z_step = normalised_steps(plain_step, self.z_norm, T)
+        z_step = normalised_steps(plain_step, "off" if self.z_norm == "signal" else self.z_norm, T)
 
         solve = None
         if self.z_step == "newton":
@@ -746,6 +747,7 @@ class BlockADMM(MethodBase):
                 keep_graphs=graphs,
                 objective_grad=loss_grad(batch.loss, y),
                 solve=solve,
+                signal_norm=self.z_norm == "signal",
             )
             for _ in range(self.z_sweeps - 1):  # more Z-steps on the same rows before the Θ-step
                 new = reverse_z_sweep(
@@ -759,6 +761,7 @@ class BlockADMM(MethodBase):
                     own_grad=lambda t, r: state.beta[t] * (r + us[t]),
                     objective_grad=loss_grad(batch.loss, y),
                     solve=solve,
+                    signal_norm=self.z_norm == "signal",
                 )
                 if forwards is not None:  # still held as the forward start + its displacement
                     offsets = [z - out.detach() for z, (_, out) in zip(new, forwards)]

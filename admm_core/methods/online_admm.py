@@ -175,8 +175,9 @@ class OnlineADMM(MethodBase):
     z_norm: str = setting(
         "off",
         "each z_t-step rescaled to the size of the z_T-step of the same rows (top), or only where it is "
-        "smaller (up), so a signal keeps its size block by block; off: as computed",
-        choices=("off", "top", "up"),
+        "smaller (up), so a signal keeps its size block by block; signal: only the part from block t+1, raised "
+        "to the size of ∇J(z_T) where it is smaller; off: as computed",
+        choices=("off", "top", "up", "signal"),
     )
     bn_mode: str = setting(
         "train",
@@ -337,7 +338,9 @@ class OnlineADMM(MethodBase):
                     return zt - z_lrs[t] * g
                 return adam_z_step(zt, g, moments[t][0], moments[t][1], p + 1, z_lrs[t])
 
-            z_step = normalised_steps(plain_step, self.z_norm, net.T)  # z_norm: not in the paper (issue 51)
+            z_step = normalised_steps(
+                plain_step, "off" if self.z_norm == "signal" else self.z_norm, net.T
+            )  # z_norm: not in the paper (issue 51)
 
             first = p == 0  # the first sweep reuses the forward start and steps displacements from it
             offsets = [None] * net.T
@@ -354,6 +357,7 @@ class OnlineADMM(MethodBase):
                     offsets=offsets if first else None,
                     keep_graphs=given is not None and len(given) > 1,
                     objective_grad=loss_grad(batch.loss, y),
+                    signal_norm=self.z_norm == "signal",
                 )
             zr = ZRows([out.detach() for _, out in forwards], offsets) if first else ZRows(None, z)
             if step_theta:  # Θ-update (Alg. 2)

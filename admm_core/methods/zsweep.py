@@ -178,6 +178,7 @@ def reverse_z_sweep(
     keep_graphs: bool = False,
     objective_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
     solve: Callable | None = None,
+    signal_norm: bool = False,
 ) -> list[torch.Tensor]:
     """One Z-update pass of Alg. 1/2 on some rows: Z_T first, then t = T−1 … 1.
 
@@ -209,6 +210,9 @@ def reverse_z_sweep(
     ``solve(t, g, inp, out)``: the direction handed to ``z_step`` instead of the gradient g, given
     block_{t+1}'s (input, output) pair with its graph (None for Z_T): e.g. the Newton direction of
     the linearised sub-problem (:func:`newton_direction`).
+    ``signal_norm``: the signal from block_{t+1} (the vjp above) is raised to the size of ∇J(Z_T)
+    where it is smaller (``z_norm='signal'``); Z_t's own term β_t(r_t + U_t) keeps its size, so
+    with ζβ = 1 from a forward start U_t still cancels out of the residual.
     """
     T = len(blocks)
     zs = list(zs)
@@ -260,6 +264,7 @@ def reverse_z_sweep(
                 zT = zs[T - 1].detach().requires_grad_()
                 g_obj = torch.autograd.grad(objective(zT), zT)[0]
             g = g_obj + own(T - 1, out)
+            top = _size(g_obj) if signal_norm else None  # the objective's pull, the signal that travels down
             step(T - 1, g if solve is None else solve(T - 1, g, None, None))
         # Z-update, reverse sweep (Alg. 1, t = T−1 … 1)
         for t in range(T - 2, -1, -1):
@@ -273,6 +278,10 @@ def reverse_z_sweep(
                     g_next = torch.autograd.grad(
                         couplings[t + 1](residual(t + 1, out, new=not jacobi)), inp, retain_graph=keep
                     )[0]
+                if signal_norm:
+                    size = _size(g_next)
+                    if 0 < size < top:
+                        g_next = g_next * (top / size).to(g_next.dtype)
                 nxt = (inp, out)
                 inp, out = forward(t)
                 g = own(t, out) + g_next
@@ -283,6 +292,11 @@ def reverse_z_sweep(
     if offsets is not None:
         offsets[:] = [d.detach() for d in deltas]
     return [(out.detach() + d).detach() for (_, out), d in zip(forwards, deltas)]
+
+
+def _size(d: torch.Tensor) -> torch.Tensor:
+    """RMS over rows of a row's norm (float64)."""
+    return d.detach().double().pow(2).sum().div(max(1, d.shape[0])).sqrt()
 
 
 def normalised_steps(z_step: Callable, mode: str, T: int) -> Callable:
@@ -301,7 +315,7 @@ def normalised_steps(z_step: Callable, mode: str, T: int) -> Callable:
     def step(t, z, g):
         new = z_step(t, z, g)
         d = new - z
-        size = d.double().pow(2).sum().div(max(1, d.shape[0])).sqrt()
+        size = _size(d)
         if t == T - 1:
             top[0] = size
             return new
