@@ -103,12 +103,21 @@ _DEEP_BLOCK = {
 
 # The paper's vanishing-gradient regime (issue 51; docs/results/deep-networks.md, "The paper's regime"): every
 # Linear weight ~ N(0, σ²), biases 0. At σ = 0.01 Adam and SGD backprop stay at chance on all 60,000 images
-# (the σ sweep there). Block-ADMM learns it when each block's Z-step keeps the top step's size (z_norm = up):
-# from the forward start its direction is backprop's per block, its size no longer shrinks by ‖J_{t+1}‖ per
-# block, so the bottom blocks' Θ-gradients are no longer below Adam's ε (with z_norm off it stays at chance).
+# (the σ sweep there). Block-ADMM learns it when the signal each block passes down keeps the size of ∇J
+# (z_norm = signal): from the forward start with ζβ = 1 its direction is backprop's per block, its size no
+# longer shrinks by ‖J_{t+1}‖ per block, so the bottom blocks' Θ-gradients are no longer below Adam's ε (with
+# z_norm off: chance). U still cancels out of every target there, so gotmare and online-admm (additive dual)
+# take the same steps in exact arithmetic.
 PAPER_SIGMA = 0.01
-_DEEP_PAPER_BLOCK = {**_DEEP_BLOCK, "z_norm": "up"}
-_DEEP_PAPER_ONLINE = {"lr": 1e-3, "z_lr": 1.0, "z_step": "fixed", "theta_input": "start", "z_norm": "up", "fused": True}
+_DEEP_PAPER_BLOCK = {**_DEEP_BLOCK, "z_norm": "signal"}
+_DEEP_PAPER_ONLINE = {
+    "lr": 1e-3,
+    "z_lr": 1.0,
+    "z_step": "fixed",
+    "theta_input": "start",
+    "z_norm": "signal",
+    "fused": True,
+}
 _DEEP_PAPER_METHODS = {
     "block-admm": _DEEP_PAPER_BLOCK,
     "gotmare": _DEEP_PAPER_BLOCK,
