@@ -287,8 +287,14 @@ STUDIES["resnet-duals-small"] = {
         "beta-grow-a1": ("block-admm", {**RECIPE, "beta_growth": 1.5, "dual_lr": 1.0}, "… β × 1.5 an epoch, α = 1"),
         "zsweeps3": ("block-admm", {**RECIPE, "z_sweeps": 3}, "… 3 Z sweeps per visit"),
         "zsweeps3-a1": ("block-admm", {**RECIPE, "z_sweeps": 3, "dual_lr": 1.0}, "… 3 Z sweeps per visit, α = 1"),
+        # a row's U is read once an epoch, before its dual step: a reset every epoch is gotmare exactly
         "reset-a1": ("block-admm", {**RECIPE, "dual_reset": 1, "dual_lr": 1.0}, "… U ← 0 every epoch, α = 1"),
-        "reset-a0.1": ("block-admm", {**RECIPE, "dual_reset": 1, "dual_lr": 0.1}, "… U ← 0 every epoch, α = 0.1"),
+        "reset2-a1": ("block-admm", {**RECIPE, "dual_reset": 2, "dual_lr": 1.0}, "… U ← 0 every 2nd epoch, α = 1"),
+        "reset2-a0.1": (
+            "block-admm",
+            {**RECIPE, "dual_reset": 2, "dual_lr": 0.1},
+            "… U ← 0 every 2nd epoch, α = 0.1",
+        ),
     },
 }
 
@@ -297,7 +303,7 @@ DUAL_VARIANTS = {
     "gotmare": ("gotmare", GOT, "gotmare (U ≡ 0), the recipe"),
     "beta-grow": ("block-admm", {**RECIPE, "beta_growth": 1.5}, "block-admm, the recipe, β × 1.5 an epoch"),
     "zsweeps3": ("block-admm", {**RECIPE, "z_sweeps": 3}, "block-admm, the recipe, 3 Z sweeps per visit"),
-    "reset": ("block-admm", {**RECIPE, "dual_reset": 1, "dual_lr": 1.0}, "block-admm, U ← 0 every epoch, α = 1"),
+    "reset": ("block-admm", {**RECIPE, "dual_reset": 2, "dual_lr": 1.0}, "block-admm, U ← 0 every 2nd epoch, α = 1"),
 }
 STUDIES["resnet-duals"] = {
     "args": ["--preset", "cifar10-resnet18-cpu"],
