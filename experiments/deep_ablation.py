@@ -36,7 +36,9 @@ from pathlib import Path
 
 from admm_core.config import RunConfig
 from admm_core.docs import code_version, command_line, write_section
-from admm_core.rundir import read_json, read_metrics
+from admm_core.rundir import read_json, read_metrics, write_json
+
+LOAD_FILE = "ablation_load.json"  # the machine's load average while a row trained (rows from before: none)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -533,7 +535,10 @@ def run_row(args: list[str], run_dir: Path) -> str:
         return "reused"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "admm_core", "train", *args, "--out", str(run_dir), "--quiet"]
+    load = os.getloadavg()[0]
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    if run_dir.exists():  # the machine's 1-minute load average at the row's start and end, beside its seconds
+        write_json(run_dir / LOAD_FILE, {"load": (load + os.getloadavg()[0]) / 2})
     return "trained" if r.returncode == 0 else f"failed: {r.stderr.strip().splitlines()[-1:]}"
 
 
@@ -570,6 +575,8 @@ def table(study: str, names: list[str], out: Path) -> str:
             for m in shown
         )
         per_epoch = last["wall_time_s"] / max(1, last["epoch"])
+        load = (read_json(run_dir / LOAD_FILE, {}) or {}).get("load")
+        at = "" if load is None else f" (load {load:.0f})"
         cell = ""
         if target:
             hit = next((m["wall_time_s"] for m in ms if m["test_accuracy"] >= target), None)
@@ -578,7 +585,7 @@ def table(study: str, names: list[str], out: Path) -> str:
             cell += f" {fmt(last.get('z_step_rel'))} | {fmt(last.get('theta_step_rel'))} |"
         lines.append(
             f"| {name} | {what} | {accs} | **{100 * last['test_accuracy']:.1f}**{ended} | {fmt(last.get('residuals'))} | "
-            f"{fmt(last.get('dual_norms'))} | {fmt(last.get('backprop_cosine'))} | {per_epoch:.{1 if per_epoch < 10 else 0}f} |{cell}"
+            f"{fmt(last.get('dual_norms'))} | {fmt(last.get('backprop_cosine'))} | {per_epoch:.{1 if per_epoch < 10 else 0}f}{at} |{cell}"
         )
     return "\n".join(lines)
 
