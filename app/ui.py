@@ -14,10 +14,11 @@ from pathlib import Path
 
 import streamlit as st
 
-from admm_core.deepfacto.config import STATE_FILE, DeepFactoConfig
+from admm_core import status as status_mod
 from admm_core.errors import ConfigError
-from admm_core.kinds import DEEPFACTO, run_kind
 from admm_core.rundir import read_json, read_metrics_cached
+from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
+from admm_core.spec.kinds import DEEPFACTO, run_kind
 from app.dashboard import meta as M
 from app.dashboard import workers
 
@@ -44,7 +45,7 @@ STATE_COLOURS = {
     "unknown": "gray",
 }
 FAILED = ("crashed", "diverged")  # shown with their error message
-ACTIVE = ("running", "starting")
+ACTIVE = status_mod.ACTIVE  # the one list of live states (admm_core.status)
 TRAIN_PAGE = "views/train.py"
 HEATMAPS_PAGE = "views/heatmaps.py"
 
@@ -314,13 +315,8 @@ def watch(name: str | None) -> None:
 
 
 def done_epochs(run_dir: Path, status: dict) -> int:
-    """Epochs the run has completed: the status, else its last evaluation (a resumed run is 'starting')."""
-    done = int(status.get("epoch") or 0)
-    if status.get("state") == "starting" or not done:
-        ms = read_metrics_cached(run_dir)
-        if ms:
-            done = max(done, int(ms[-1].get("epoch") or 0))
-    return done
+    """Epochs the run has completed (:func:`admm_core.status.done_epochs`, its metrics read if needed)."""
+    return status_mod.done_epochs(status, lambda: read_metrics_cached(run_dir))
 
 
 def on_stop(name: str) -> None:

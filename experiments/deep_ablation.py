@@ -34,9 +34,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from admm_core.config import RunConfig
 from admm_core.docs import code_version, command_line, write_section
 from admm_core.rundir import read_json, read_metrics
+from admm_core.spec.config import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ OLD_ONLINE = {"lr": 1e-3, "z_lr": 1.0, "z_step": "scaled", "bn_mode": "eval"}
 MB = {**OLD, "z_schedule": "minibatch", "bn_mode": "train"}
 FWD_SCALED = {**MB, "z_start": "forward", "z_step": "scaled", "z_lr": 1.0}
 SMALL = ["--preset", "cifar10-resnet18-small", "--width", "8", "--train-limit", "5000", "--test-limit", "2000"]
-# The recipe the presets now use (admm_core.presets._RESNET_BLOCK), and its ablations on the CPU proxy.
+# The recipe the presets now use (admm_core.spec.presets._RESNET_BLOCK), and its ablations on the CPU proxy.
 RECIPE = {
     **FWD_SCALED,
     "iters_per_epoch": 7,  # unused by the minibatch schedule (the default)
@@ -70,7 +70,7 @@ RECIPE = {
     "dual_lr": 0.01,
 }
 
-# The 20-layer MLP's recipe (admm_core.presets._DEEP_BLOCK), written out in full.
+# The 20-layer MLP's recipe (admm_core.spec.presets._DEEP_BLOCK), written out in full.
 DEEP = {
     "fused": True,
     "lr": 1e-3,
@@ -284,7 +284,8 @@ def row_config(study: str, name: str, out: Path) -> tuple[list[str], Path]:
 
 
 def wanted_config(args: list[str]) -> RunConfig:
-    from admm_core.cli import config_from_args, make_parser
+    from admm_core.cli import make_parser
+    from admm_core.cli.train import config_from_args
 
     return config_from_args(make_parser().parse_args(["train", *args]))
 
@@ -295,7 +296,7 @@ def same_run(have: RunConfig, want: RunConfig) -> bool:
     parts = ("method", "data", "model", "train")
     if any(getattr(have, k) != getattr(want, k) for k in parts if k != "train"):
         return False
-    return have.train == want.train and have.build_method() == want.build_method()
+    return have.train == want.train and have.method_settings == want.method_settings
 
 
 def run_row(args: list[str], run_dir: Path) -> str:

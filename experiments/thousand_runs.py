@@ -58,8 +58,8 @@ def rss_mb() -> float:
 
 def make_runs(root: Path, finished: int, live: int) -> list[Path]:
     """``finished`` copies of three finished runs (distinct ids) and ``live`` live workers; returns the live ones."""
-    from admm_core.presets import preset_config
     from admm_core.rundir import write_json
+    from admm_core.spec.presets import preset_config
     from app.dashboard import workers as W
 
     seeds = []
@@ -333,7 +333,7 @@ def proc_mem_mb(pid: int) -> dict:
 
 def have_lfw() -> bool:
     from admm_core.errors import DataError
-    from admm_core.faces import find_lfw
+    from admm_core.spec.faces import find_lfw
 
     try:
         return find_lfw() is not None

@@ -22,13 +22,13 @@ from helpers import digits_cfg
 from helpers import wait as _wait
 from streamlit.testing.v1 import AppTest
 
-from admm_core.config import DataConfig, ModelConfig, RunConfig, TrainConfig
-from admm_core.data import available
 from admm_core.errors import ConfigError
-from admm_core.methods import METHODS, names_for
-from admm_core.models import archs_for
-from admm_core.presets import PRESETS, preset_config
 from admm_core.runs import read_json, train, write_json
+from admm_core.spec.archs import archs_for
+from admm_core.spec.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from admm_core.spec.datasets import available
+from admm_core.spec.methods import METHODS, names_for
+from admm_core.spec.presets import PRESETS, preset_config
 from app.dashboard import faces
 from app.dashboard import form as F
 from app.dashboard import workers as W
@@ -67,7 +67,7 @@ def same_config(a: RunConfig, b: RunConfig) -> bool:
     da, db = a.to_dict(), b.to_dict()
     da.pop("method_params"), db.pop("method_params")
     assert da == db
-    assert a.build_method() == b.build_method(), (a.build_method(), b.build_method())
+    assert a.method_settings == b.method_settings, (a.method_settings, b.method_settings)
     return True
 
 
@@ -121,7 +121,7 @@ def test_form_round_trip_reproduces_every_preset(preset):
     """config -> form -> URL -> form -> config gives back the preset's config, every field equal
     (split None stays None, method settings the preset leaves at their defaults stay out), for
     every method; the full validation (preflight) accepts it wherever the engine would."""
-    from admm_core.resources import preflight_problems as preflight
+    from admm_core.spec.resources import preflight_problems as preflight
 
     for method in NETWORK_METHODS:
         cfg = preset_config(preset, method)
@@ -175,7 +175,7 @@ def test_form_round_trip_of_a_saved_run_and_of_every_field(tmp_path):
         assert {f.key for f in F.FIELDS} <= set(form)
 
 
-def test_form_fields_come_from_the_config_dataclasses():
+def test_form_fields_come_from_the_config_dataclasses(monkeypatch):
     """Each settings-dataclass field is a form field with its help; the fields missing before
     (model.width, data.test_limit, train.precision ...) are there; form keys are unique."""
     import dataclasses
@@ -187,21 +187,22 @@ def test_form_fields_come_from_the_config_dataclasses():
     shown = {f.path: f for f in F.FIELDS if f.kind != "hidden"}
     assert {"model.width", "data.test_limit", "train.precision", "train.diverge_factor"} <= set(shown)
     assert all(f.label and f.help for f in shown.values())
-    assert shown["model.arch"].choices == archs_for("network") and shown["data.name"].kind == "select"
+    assert F.choices(shown["model.arch"]) == list(archs_for("network")) and shown["data.name"].kind == "select"
     assert shown["data.test_limit"].none == 0 and shown["model.hidden"].kind == "widths"
     form = F.form_from_config(preset_config("cifar10-resnet18-small"))
     assert (form["width"], form["test_limit"], form["train_limit"]) == (16, 1000, 1000)
-    # a new settings field becomes a form field from its type and metadata alone
-    from admm_core.config import ui
+    # a new settings field becomes a form field from its type and rules alone (its layout, where given)
+    from admm_core.spec.settings import setting
 
     @dataclasses.dataclass(frozen=True)
     class Extra:
-        warmup: int = dataclasses.field(default=3, metadata=ui("warm-up epochs", group="train", label="Warm-up", min=0))
+        warmup: int = setting(3, "warm-up epochs", min=0)
         tag: str | None = None
         ratio: float = 0.5
         on: bool = False
-        mode: str = dataclasses.field(default="a", metadata=ui("a or b", choices=("a", "b")))
+        mode: str = setting("a", "a or b", choices=("a", "b"))
 
+    monkeypatch.setitem(F.LAYOUT, "train.warmup", {"group": "train", "label": "Warm-up"})
     got = {f.key: f for f in F._fields_of(Extra, "train.")}
     assert (got["warmup"].kind, got["warmup"].label, got["warmup"].min, got["warmup"].group) == (
         "int",
@@ -301,7 +302,11 @@ def _start_and_capture(at, monkeypatch) -> RunConfig:
     no_exceptions(at)
     assert len(launched) == 1, form_errors(at)
     args, run_dir = launched[0]
-    assert args[:2] == ["--config", str(run_dir / "config.json")] and args[2:] == ["--out", str(run_dir)]
+    assert args[:2] == ["--config", str(run_dir / "config.json")] and args[2:] == [
+        "--out",
+        str(run_dir),
+        "--preflighted",
+    ]
     cfg = RunConfig.from_json((run_dir / "config.json").read_text())
     import shutil
 
@@ -343,7 +348,7 @@ def test_train_widgets_map_to_the_config(env_runs, monkeypatch):
         },
     )
     assert same_config(cfg, expected)
-    assert cfg.build_method().beta == (2.0, 0.5)
+    assert cfg.method_settings.beta == (2.0, 0.5)
 
 
 @pytest.mark.parametrize("preset", ["cifar10-resnet18-small", "mnist5k-mlp"])
@@ -500,8 +505,7 @@ def test_runs_page_resumes_a_stopped_run(tmp_path, monkeypatch):
 def test_runs_page_resumes_a_deepfacto_run_stopped_in_its_evaluation(tmp_path, monkeypatch):
     """A DeepFacto run stopped during its SVMs (all iterations done) offers to finish them, launches
     that resume, and refuses a length that would re-label done iterations, before touching its status."""
-    from admm_core.deepfacto import DeepFactoConfig
-    from admm_core.deepfacto.config import run_config_dict
+    from admm_core.spec.deepfacto import DeepFactoConfig, run_config_dict
 
     root = tmp_path / "runs"
     run = root / "faces"
@@ -586,8 +590,8 @@ def test_compare_page_table_and_csv(env_runs):
 
 def test_compare_rows_carry_the_paper_figures(runs_root):
     cfg = json.loads((runs_root / "r1-digits-block-admm" / "config.json").read_text())
-    from admm_core.bench import PAPER
     from admm_core.runs import read_metrics
+    from admm_core.spec.presets import PAPER
     from app.dashboard.charts import run_row
 
     metrics = read_metrics(runs_root / "r1-digits-block-admm")
@@ -626,7 +630,9 @@ def test_heatmaps_page_works_out_of_the_box_with_the_shipped_models(env_runs, mo
     mean training face gets r score maps drawn."""
     monkeypatch.setenv("ADMM_DATA", str(tmp_path / "no-data"))
     monkeypatch.chdir(tmp_path)  # ./data is searched too
-    monkeypatch.setattr("admm_core.data.PROJECT_ROOT", tmp_path)  # and so is ../shared/data beside the checkout
+    monkeypatch.setattr(
+        "admm_core.spec.datasets.PROJECT_ROOT", tmp_path
+    )  # and so is ../shared/data beside the checkout
     at = app().run()
     at.switch_page("views/heatmaps.py").run()
     no_exceptions(at)
@@ -662,7 +668,7 @@ def test_heatmaps_page_lists_deepfacto_runs_and_checks_uploads(tmp_path, monkeyp
     warnings = " ".join(w.value for w in at.warning)
     assert "no usable DeepFacto model" in warnings or "held-out people" in warnings, warnings
     if faces.lfw_folder() is not None:  # the people offered are the run's own test identities
-        from admm_core.deepfacto import test_people
+        from admm_core.deepfacto.heldout import test_people
 
         assert widget(at, "selectbox", "hm_person").options == sorted(test_people(root / "df1"))
     widget(at, "radio", "hm_source").set_value("Upload a photo").run()
@@ -792,13 +798,13 @@ def test_chart_helpers():
 
 
 def test_layer_arithmetic_matches_the_built_network():
-    """Parameter counts and Z sizes by the engine's arithmetic (admm_core.resources.layer_table, which the
+    """Parameter counts and Z sizes by the engine's arithmetic (admm_core.spec.resources.layer_table, which the
     diagram and the memory estimate use) equal those of the real layers (MLP and ResNet-18)."""
     import torch
 
-    from admm_core.config import ModelConfig
     from admm_core.models import build_layers
-    from admm_core.resources import layer_table
+    from admm_core.spec.config import ModelConfig
+    from admm_core.spec.resources import layer_table
 
     for arch, hidden, shape in [
         ("mlp", (33, 7, 5), (1, 8, 8)),
@@ -819,7 +825,7 @@ def test_layer_arithmetic_matches_the_built_network():
 def test_memory_estimate_refuses_absurd_sizes_without_building_them():
     import resource
 
-    from admm_core.resources import estimate_memory, split_of
+    from admm_core.spec.resources import estimate_memory, split_of
 
     blocks = F.describe_blocks("mlp", (100000, 100000), ["fc1", "fc2"], "digits")
     params = 64 * 100000 + 100000 + 100000 * 100000 + 100000 + 100000 * 10 + 10
@@ -837,7 +843,7 @@ def test_memory_estimate_refuses_absurd_sizes_without_building_them():
     assert mem == estimate_memory(ok)
     blocks = F.describe_blocks(ok.model.arch, ok.model.hidden, list(split_of(ok)), ok.data.name)
     assert mem["param_bytes"] == 4 * sum(b["params"] for b in blocks)
-    z_copies = 4 if ok.build_method().z_optimizer == "adam" else 2
+    z_copies = 4 if ok.method_settings.z_optimizer == "adam" else 2
     assert mem["state_bytes"] == 1347 * sum(b["out"] for b in blocks) * z_copies * 4
 
 
@@ -970,8 +976,8 @@ def test_processes_field_starts_the_worker_under_torchrun(env_runs, monkeypatch)
 def test_preflight_returns_every_problem_by_field():
     """preflight gives one message per field (not the first problem only); the CLI's wrapper
     raises the first of them, naming the field and the value."""
-    from admm_core.resources import preflight as raising
-    from admm_core.resources import preflight_problems as preflight
+    from admm_core.spec.resources import preflight as raising
+    from admm_core.spec.resources import preflight_problems as preflight
 
     cfg = preset_config("digits-mlp", "sgd").replace(data__name="mnist", data__augment=True)
     assert preflight(cfg, datasets=["mnist"]) == {}  # images, a method that reads inputs through the batch
@@ -991,8 +997,8 @@ def test_processes_field_refuses_what_the_workers_would_fail_on(monkeypatch):
     """Before launch (the engine's preflight, given the process count): under parallel = 'blocks'
     the engine's own check (at most one process per block, the Jacobi sweep), and one GPU per
     process when the run would use CUDA."""
-    from admm_core import device as device_mod
-    from admm_core.resources import preflight_problems as preflight
+    from admm_core.spec import device as device_mod
+    from admm_core.spec.resources import preflight_problems as preflight
 
     def pe(n, method="block-admm", parallel="samples", device="cpu", n_gpus=0, z_sweep="jacobi"):
         cfg = preset_config("digits-mlp", method).replace(
@@ -1154,7 +1160,7 @@ def test_image_decoding_16bit_alpha_gray_and_large():
 
 
 def test_deepfacto_form_validates_each_field_and_round_trips_the_url():
-    from admm_core.deepfacto.config import DeepFactoConfig
+    from admm_core.spec.deepfacto import DeepFactoConfig
     from app.dashboard import deepfacto_form as D
 
     values = D.default_values()
@@ -1191,7 +1197,7 @@ def test_deepfacto_backbone_upload_keeps_only_plain_weights(tmp_path, monkeypatc
 
     import torch
 
-    from admm_core.faces import FaceBackbone
+    from admm_core.faces.backbone import FaceBackbone
     from app.dashboard import deepfacto_form as D
 
     monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
@@ -1216,7 +1222,7 @@ def test_deepfacto_backbone_upload_keeps_only_plain_weights(tmp_path, monkeypatc
 
 
 def test_train_page_deepfacto_messages_and_start(env_runs, monkeypatch, tmp_path):
-    from admm_core.faces import find_lfw
+    from admm_core.spec.faces import find_lfw
 
     at = app({"mode": "deepfacto", "df.rank": "0"}).run()
     no_exceptions(at)
@@ -1253,7 +1259,7 @@ def test_train_page_deepfacto_messages_and_start(env_runs, monkeypatch, tmp_path
 def test_cli_runs_a_deepfacto_config_file_through_its_own_loop(tmp_path, monkeypatch):
     from admm_core import cli
     from admm_core.deepfacto import commands
-    from admm_core.deepfacto.config import DeepFactoConfig, run_config_dict
+    from admm_core.spec.deepfacto import DeepFactoConfig, run_config_dict
 
     seen = []
     monkeypatch.setattr(commands, "cli_train", lambda a: seen.append(commands.config_from_cli(a)) or 0)

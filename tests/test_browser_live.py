@@ -129,8 +129,8 @@ def live_server(tmp_path_factory):
     """The dashboard on 127.0.0.1 over a runs folder holding one finished tiny digits run."""
     import torch
 
-    from admm_core.presets import preset_config
     from admm_core.runs import train
+    from admm_core.spec.presets import preset_config
 
     root = tmp_path_factory.mktemp("live-runs")
     threads = torch.get_num_threads()
@@ -578,8 +578,8 @@ def test_train_light_dark_and_compare_seed_bands(live_server, browser):
     the screenshots go to $ADMM_SCREENSHOTS (the docs' assets/) or the test's folder."""
     import torch
 
-    from admm_core.presets import preset_config
     from admm_core.runs import train
+    from admm_core.spec.presets import preset_config
 
     url, root, _ = live_server
     shots = _shots_dir(root)

@@ -11,10 +11,11 @@ import torch
 from helpers import cli_call, cli_proc, digits_cfg
 
 from admm_core.blocks import build_blocknet
-from admm_core.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
-from admm_core.methods import make_method, names_for
-from admm_core.presets import PRESETS, preset_config
+from admm_core.methods import make_method
 from admm_core.runs import build, read_json, read_metrics, train
+from admm_core.spec.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+from admm_core.spec.methods import names_for
+from admm_core.spec.presets import PRESETS, preset_config
 
 NETWORK_METHODS = names_for("network")  # deepfacto runs with its own task
 

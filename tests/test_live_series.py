@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from admm_core import runs
-from admm_core.config import RunConfig
 from admm_core.runs import read_metrics, train
+from admm_core.spec.config import RunConfig
 from app.dashboard import charts as C
 from app.dashboard import tail as T
 

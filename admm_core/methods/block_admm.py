@@ -58,23 +58,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError, check
-from ..lazy import no_grad, torch
+import torch
+
+from ..errors import ConfigError
 from ..profile import phase
+from ..spec.methods.base import per_block
+from ..spec.methods.block_admm import BlockADMMSettings
 from .base import (
-    FLOAT_BYTES,
-    MethodBase,
     MethodState,
-    StateSizes,
     TrainBatch,
     make_theta_optimizer,
-    per_block,
-    power_every_setting,
-    power_steps_setting,
     set_epoch_lr,
-    setting,
     tensor_bytes,
-    z_step_setting,
 )
 from .lipschitz import lipschitz_estimates, lipschitz_vectors, loss_curvature, loss_grad, z_step_sizes
 from .probes import backprop_grads, block_update_grads, cosines, probe_rows
@@ -95,7 +90,7 @@ def free_bytes(device: torch.device) -> int:
     return 1 << 62  # unknown: do not block
 
 
-@no_grad
+@torch.no_grad()
 def calibrate_batchnorm(net: torch.nn.Module, x: torch.Tensor, chunk: int) -> int:
     """Running mean/variance of every BatchNorm layer := their average over train-mode passes of
     ``x`` in chunks (weights untouched; each layer's momentum restored). Returns how many layers."""
@@ -121,7 +116,7 @@ def check_state_fits(name: str, net, batch: TrainBatch, copies: int = 2, headroo
     raises ConfigError at once when they exceed ``headroom`` × the device's free memory.
 
     A small local check before the allocation (the generic estimate of a whole run is
-    ``admm_core.resources``). Shapes come from a forward pass of one sample: at the paper's
+    ``admm_core.spec.resources``). Shapes come from a forward pass of one sample: at the paper's
     CIFAR-10 split, Z_1 is (128, 16, 16) per sample, so Z and U of 50,000 samples take
     50,000 · (32,768 + 10) · 4 B · 2 ≈ 13.1 GB.
     """
@@ -173,93 +168,12 @@ class BlockADMMState(MethodState):
     lip_calls: int = 0  # Z-updates that asked for ζ_t,eff (power_every counts them)
 
 
-@dataclass(frozen=True)
-class BlockADMM(MethodBase):
-    """Batch Stochastic Block-ADMM (Alg. 1). See the module docstring for the math."""
-
-    name = "block-admm"
-    summary = "Batch Stochastic Block-ADMM (paper Alg. 1): per-sample Z and U kept across iterations"
-    uses_duals = True  # False: the dual step only measures residuals (U ≡ 0, a pure penalty method)
-    supports_augment = True  # every read of X goes through TrainBatch.inputs (one view per epoch)
-    supports_lr_schedule = True
-    live_metrics = ("residuals", "backprop_cosine", "dual_norms", "betas")
-
-    lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
-    theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
-    z_lr: float = setting(0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True)
-    z_step: str = z_step_setting("fixed")
-    power_steps: int = power_steps_setting()
-    power_every: int = power_every_setting()
-    z_optimizer: str = setting(
-        "sgd",
-        "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)",
-        choices=("sgd", "adam"),
-    )
-    beta: float = setting(1.0, "β: penalty weight of the coupling terms (one value, or one per block)", per_block=True)
-    primal_steps: int = setting(3, "k: Z/Θ passes between two dual steps")
-    iters_per_epoch: int = setting(7, "dual steps per epoch (Z is swept primal_steps times in each)")
-    u_init: str = setting(
-        "zero", "initial duals U: zeros, or uniform in [0, u_init_scale)", choices=("zero", "uniform")
-    )
-    u_init_scale: float = setting(1e-3, "scale of the uniform dual initialisation")
-    adaptive_rho: bool = setting(False, "adaptive penalty: β ← β/c whenever ‖h‖ exceeds a shrinking bound")
-    rho_c: float = setting(0.5, "c in ρ ← cρ (0 < c < 1)", max=0.999999)
-    rho_bound: float = setting(1.0, "η_0: initial bound on the constraint violation ‖h‖ (RMS per sample)")
-    rho_bound_decay: float = setting(0.9, "η_{k+1} = decay · η_k", max=1.0)
-    beta_max: float = setting(10.0, "cap on β of the adaptive penalty (digits: 10 kept accuracy, 30 lost 1.7 points)")
-    primal_growth: int = setting(
-        0, "add one primal pass every this many dual steps (Prop. 1's ε_k → 0; 0: fixed k)", min=0
-    )
-    primal_steps_max: int = setting(10, "most primal passes per dual step when they grow")
-    chunk_size: int = setting(8192, "rows per chunk in Z sweeps (memory bound only; results do not depend on it)")
-    z_sweep: str = setting(
-        "gauss-seidel",
-        "Z-update order: reverse Gauss–Seidel (Alg. 1: Z_t sees the new Z_{t+1}) or Jacobi (all Z_t from the previous iterate)",
-        choices=("gauss-seidel", "jacobi"),
-    )
-    parallel: str = setting(
-        "samples",
-        "under torchrun: shard Z/U rows over processes (samples) or the blocks, each process its own (blocks, needs z_sweep=jacobi)",
-        choices=("samples", "blocks"),
-    )
-    fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)")
-    bn_calibrate: bool = setting(
-        True, "set BatchNorm running statistics by a pass over the inputs before Z's forward-pass start"
-    )
-    z_schedule: str = setting(
-        "sweep",
-        "when Z moves: every row, iters_per_epoch × k times an epoch between Θ-passes (sweep, Alg. 1 as printed), "
-        "or the rows of each minibatch just before its Θ-step, then their dual step (minibatch)",
-        choices=("sweep", "minibatch"),
-    )
-    dual_lr: float = setting(1.0, "α: the dual step U_t ← U_t + α (Z_t − block_t(Z_{t−1})) (Alg. 1: 1)")
-    dual_theta: str = setting(
-        "new",
-        "the dual step's block_t(Z_{t−1}): after the Θ-step (new, Alg. 1) or the Θ-step's own forward pass "
-        "before it stepped (old: one forward pass fewer). Minibatch schedule only",
-        choices=("new", "old"),
-    )
-    theta_input: str = setting(
-        "new",
-        "block t's input in its Θ-step: Z_{t−1} after the Z-update (new, Alg. 1) or the forward pass the "
-        "Z-update started from (start: the Θ-step reuses that pass, no forward of its own). z_start=forward only",
-        choices=("new", "start"),
-    )
-    z_start: str = setting(
-        "previous",
-        "where a minibatch's Z-update starts: its rows' stored Z (previous, Alg. 1) or a forward pass "
-        "of the current Θ (forward; U still persists per sample). Minibatch schedule only",
-        choices=("previous", "forward"),
-    )
-    bn_mode: str = setting(
-        "eval",
-        "BatchNorm in Z sweeps and dual steps: running statistics (eval) or the statistics of the rows "
-        "swept together, as the Θ-steps see them (train)",
-        choices=("eval", "train"),
-    )
+class BlockADMM(BlockADMMSettings):
+    """Batch Stochastic Block-ADMM (Alg. 1). See the module docstring for the math; the settings
+    and their checks are the record's (:class:`~admm_core.spec.methods.block_admm.BlockADMMSettings`)."""
 
     # --- initialisation --------------------------------------------------------------
-    @no_grad
+    @torch.no_grad()
     def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> BlockADMMState:
         T = net.T
         self.check_world(batch.shard, T)
@@ -313,15 +227,8 @@ class BlockADMM(MethodBase):
 
     def check_world(self, world, T: int) -> None:
         """ConfigError unless this method's settings can run with ``world``'s split of the blocks."""
-        if not world.shards_blocks:
-            return
-        if self.z_sweep != "jacobi":
-            raise ConfigError(
-                f"{self.name}.z_sweep = {self.z_sweep!r}: parallel = 'blocks' updates the blocks at once, "
-                "a Jacobi sweep; set z_sweep=jacobi"
-            )
-        if self.z_schedule != "sweep":
-            raise ConfigError(f"{self.name}.z_schedule = {self.z_schedule!r}: parallel = 'blocks' needs 'sweep'")
+        if world.shards_blocks:
+            self.check_blocks(world.world, T)
 
     def _uniform_rows(self, zt: torch.Tensor, batch: TrainBatch, gen: torch.Generator) -> torch.Tensor:
         """U(0, scale) draws for this shard's rows, drawn over the global rows in fixed chunks
@@ -335,19 +242,6 @@ class BlockADMM(MethodBase):
         return (torch.cat(parts) * self.u_init_scale).to(zt.device)
 
     # --- one epoch -------------------------------------------------------------------
-    def __post_init__(self):
-        super().__post_init__()
-        if self.z_schedule != "minibatch":  # these read a minibatch's own Z-update
-            for name, plain in (("z_start", "previous"), ("dual_theta", "new"), ("theta_input", "new")):
-                value = getattr(self, name)
-                check(value == plain, f"{self.name}.{name}", value, "needs z_schedule='minibatch'")
-        check(
-            self.theta_input == "new" or self.z_start == "forward",
-            f"{self.name}.theta_input",
-            self.theta_input,
-            "'start' needs z_start='forward' (the Θ-step reuses that forward pass)",
-        )
-
     def primal_passes(self, iteration: int) -> int:
         """k for the dual step numbered ``iteration`` (0-based): primal_steps, growing by one every
         ``primal_growth`` dual steps up to ``primal_steps_max`` (Prop. 1: ε_k → 0)."""
@@ -656,7 +550,7 @@ class BlockADMM(MethodBase):
         start = self.theta_input == "start" and zr.base is not None
         return [x, *(zr.base[:-1] if start else zr.zs()[:-1])]
 
-    @no_grad
+    @torch.no_grad()
     def dual_rows(
         self, net, state: BlockADMMState, batch: TrainBatch, rows: torch.Tensor, sq: list, zr: ZRows, outs=None
     ) -> None:
@@ -709,7 +603,7 @@ class BlockADMM(MethodBase):
             theta_step(net, state.opt, inputs, coupling, reduce_grads=reduce, given=zr.given, blocks=own)
         shard.average_buffers(net)
 
-    @no_grad
+    @torch.no_grad()
     def dual_step(self, net, state: BlockADMMState, batch: TrainBatch) -> None:
         """U_t ← U_t + Z_t − block_t(Z_{t−1}) for every sample; records the residuals."""
         sq = [0.0] * net.T
@@ -793,10 +687,3 @@ class BlockADMM(MethodBase):
 
     def state_bytes(self, state: BlockADMMState) -> int:
         return tensor_bytes([*state.z, *state.u, *(state.z_m or []), *(state.z_v or [])])
-
-    def estimate_state_bytes(self, s: StateSizes) -> int:
-        # Z and U of every row (Gotmare keeps U allocated at zero), plus Adam moments of Z
-        return s.n * sum(s.block_out) * FLOAT_BYTES * (4 if self.z_optimizer == "adam" else 2)
-
-    def theta_moments(self) -> int:
-        return 2 if self.theta_optimizer == "adam" else 0

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..lazy import nn, torch
+import torch
+from torch import nn
 
 
 @dataclass

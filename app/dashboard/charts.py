@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from admm_core import kinds
+from admm_core.spec import kinds
 
 COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f", "#7c3aed", "#0f766e"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
@@ -196,7 +196,7 @@ def live_spec(method: str | None = None) -> dict[str, dict]:
     the registry without torch: ``live_metrics`` (which charts), ``live_unit`` (the x axis),
     ``live_accuracy`` and ``live_charts`` (titles, per-block names, multi-line charts).
     ``method`` None or unknown: every per-block chart below, by epoch."""
-    from admm_core.methods import METHODS
+    from admm_core.spec.methods import METHODS
 
     cls = METHODS.get(method) if method else None
     unit = cls.live_unit if cls is not None else "epoch"
@@ -240,7 +240,7 @@ BLOCK_CHARTS = {
 def method_live_metrics(method: str | None) -> tuple[str, ...]:
     """The per-block live metrics ``method`` declares (admm_core.methods imports no torch); every
     known chart for None or a name the registry lacks (a run of a method since removed)."""
-    from admm_core.methods import METHODS
+    from admm_core.spec.methods import METHODS
 
     cls = METHODS.get(method) if method else None
     return tuple(BLOCK_CHARTS) if cls is None else tuple(cls.live_metrics)
@@ -357,7 +357,7 @@ def live_figures(
     """The Train page's charts (:func:`live_spec`) over ``metrics``; ``run`` is recorded in each
     figure's layout.meta. ``log_residuals`` sets the residual, dual and NMF charts' axes (the loss
     is always log). The charts are those ``method`` declares (:func:`live_spec`): the caller passes
-    the run's method as the run recorded it (:func:`admm_core.kinds.run_method`)."""
+    the run's method as the run recorded it (:func:`admm_core.spec.kinds.run_method`)."""
     spec = live_spec(method)
     out = {}
     for name, chart in spec.items():
@@ -551,7 +551,7 @@ def paper_setup(cfg: dict) -> tuple[bool, str]:
     It does when its preset has a figure in the paper and data set, sample limits, network,
     epochs and loss are the preset's (the full data, all epochs).
     """
-    from admm_core.presets import PRESETS, preset_config
+    from admm_core.spec.presets import PRESETS, preset_config
 
     preset, method = cfg.get("preset"), cfg.get("method")
     if not preset or preset not in PRESETS:
@@ -648,7 +648,7 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
 
 def run_kind(cfg: dict) -> str:
     """What a run is, for Compare's menus and labels: the method that trained it as the run recorded
-    it (:func:`admm_core.kinds.run_method`: 'deepfacto' for a DeepFacto run, also one saved when its
+    it (:func:`admm_core.spec.kinds.run_method`: 'deepfacto' for a DeepFacto run, also one saved when its
     config said block-admm), '?' when unknown."""
     return kinds.run_method(cfg) or "?"
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from admm_core.bench import PAPER
-from admm_core.kinds import DEEPFACTO, run_kind
+from admm_core.rundir import file_stamp
 from admm_core.rundir import read_metrics_cached as read_metrics
+from admm_core.spec.kinds import DEEPFACTO, run_kind
+from admm_core.spec.presets import PAPER
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import meta as M
@@ -51,14 +52,10 @@ def _group_of(r: dict, group_by: str) -> str:
 
 def _stamp(dirs: list) -> tuple:
     """The shown runs' metrics files (size, mtime) and states: the charts change only with them."""
-    out = []
-    for d in dirs:
-        try:
-            s = (d / "metrics.jsonl").stat()
-            out.append((s.st_size, s.st_mtime_ns, W.state_of(d).get("state")))
-        except OSError:
-            out.append(None)
-    return tuple(out)
+    stamps = [file_stamp(d / "metrics.jsonl") for d in dirs]
+    return tuple(
+        None if s == (0, 0) else (*s, W.state_of(d).get("state")) for s, d in zip(stamps, dirs)
+    )  # (0, 0): none
 
 
 # A live chart is redrawn at most this often. 1 s starved a slow browser: it got new figures before it had
@@ -113,7 +110,7 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
     )
     st.caption(
         f"⚙ columns: the settings that differ between the selected runs ({len(differ)}); click a header to sort. "
-        "Paper figures (admm_core.bench.PAPER) are shown only for a run whose setup is the paper's. "
+        "Paper figures (admm_core.spec.presets.PAPER) are shown only for a run whose setup is the paper's. "
         "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
     )
     st.download_button(

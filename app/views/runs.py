@@ -16,8 +16,8 @@ import pandas as pd
 import streamlit as st
 
 from admm_core.errors import ConfigError
-from admm_core.resources import human as human_bytes
-from admm_core.rundir import read_metrics_cached
+from admm_core.rundir import file_stamp, read_metrics_cached
+from admm_core.spec.resources import human as human_bytes
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import meta as M
@@ -225,14 +225,6 @@ REDRAW_EVERY_S = 1.0  # and the panel redrawn at most this often after its last 
 POLL_S = 2.0  # without push: the browser polls a watcher this often
 
 
-def _st(p: str | Path) -> tuple | None:
-    try:
-        s = os.stat(p)
-        return (s.st_size, s.st_mtime_ns)
-    except OSError:
-        return None
-
-
 def runs_stamp(root: str | Path, live: frozenset) -> tuple:
     """What the Runs page shows, cheaply: the runs folder's listing and, per run directory, its
     mtime (an atomic rewrite of status.json or meta.json, a new file, changes it) — except for the
@@ -247,7 +239,7 @@ def runs_stamp(root: str | Path, live: frozenset) -> tuple:
             names = sorted(e.name for e in it)
     except OSError:
         return (root, None)
-    out: list = [root, _st(root)]
+    out: list = [root, file_stamp(root)]
     for n in names:
         d = os.path.join(root, n)
         if n in live:
@@ -259,11 +251,11 @@ def runs_stamp(root: str | Path, live: frozenset) -> tuple:
                     ui.done_epochs(Path(d), status),
                     _last_eval(Path(d)),
                     status.get("error"),
-                    _st(os.path.join(d, "meta.json")),
+                    file_stamp(os.path.join(d, "meta.json")),
                 )
             )
         else:
-            out.append((n, _st(d)))
+            out.append((n, file_stamp(d)))
     return tuple(out)
 
 

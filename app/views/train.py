@@ -17,16 +17,16 @@ from pathlib import Path
 
 import streamlit as st
 
-from admm_core.config import RunConfig
-from admm_core.data import available
-from admm_core.deepfacto.config import DeepFactoConfig
 from admm_core.errors import CheckpointError, ConfigError, DataError
-from admm_core.faces import find_lfw
-from admm_core.kinds import DEEPFACTO, NETWORK, run_kind, run_method
-from admm_core.methods import METHODS
-from admm_core.resources import human as human_bytes
-from admm_core.resources import split_of
 from admm_core.rundir import read_metrics
+from admm_core.spec.config import RunConfig
+from admm_core.spec.datasets import available
+from admm_core.spec.deepfacto import DeepFactoConfig
+from admm_core.spec.faces import find_lfw
+from admm_core.spec.kinds import DEEPFACTO, NETWORK, run_kind, run_method
+from admm_core.spec.methods import METHODS
+from admm_core.spec.resources import human as human_bytes
+from admm_core.spec.resources import split_of
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import deepfacto_form as D
@@ -95,10 +95,10 @@ def on_method():
 
 def on_shape():
     try:
-        hidden = F.parse_widths(ss[K + "hidden"])
+        network = F.network_of({k: ss[K + k] for k in ("arch", "hidden", "width") if K + k in ss})
     except ConfigError:
         return  # the field shows the message
-    ss[K + "split"] = F.split_options(ss[K + "arch"], hidden, ss.get(K + "width", 64))[1]
+    ss[K + "split"] = F.split_options(*network)[1]
     ss[K + F.GIVEN] = [k for k in ss.get(K + F.GIVEN) or [] if k != "split"]  # the default split again
 
 
@@ -110,7 +110,8 @@ def on_start():
         ss["notice"] = f"Not started: fix {len(errors)} field(s)."
         return
     n = int(form.get("processes", 1))  # > 1: the worker runs under torchrun (sample-sharded Z/U)
-    launch_once(f"{cfg.to_json()}\nprocesses={n}", lambda: W.start_run(cfg, ui.runs_root(), processes=n))
+    # the form's check above was the preflight of this start: the launch does not run it again
+    launch_once(f"{cfg.to_json()}\nprocesses={n}", lambda: W.start_run(cfg, ui.runs_root(), n, checked=True))
 
 
 def launch_once(text: str, launch) -> None:
@@ -155,10 +156,8 @@ def _ordered_form() -> dict:
     """The form with the split in layer order."""
     form = read_form()
     try:
-        allowed, _ = F.split_options(
-            form.get("arch", "mlp"), F.parse_widths(form.get("hidden", "")), form.get("width", 64)
-        )
-    except ConfigError:
+        allowed, _ = F.split_options(*F.network_of(form))
+    except (ConfigError, KeyError):
         allowed = []
     form["split"] = sorted(form.get("split") or [], key=lambda s: allowed.index(s) if s in allowed else 99)
     return form
@@ -207,7 +206,7 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
     kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form), "on_change": ON_CHANGE.get(ff.key)}
     if ff.kind in ("select", "radio"):
         opts = F.choices(ff, form, datasets)
-        fmt = (lambda v: (ff.labels or {}).get(v, v)) if ff.labels else str
+        fmt = lambda v: F.label_of(ff, v)
         if ff.kind == "radio":
             st.radio(ff.label, opts, horizontal=True, format_func=fmt, **kw)
         else:
@@ -357,8 +356,8 @@ def draw_blocks(form: dict, cfg: RunConfig | None, errors: dict, uses_blocks: bo
     if {"hidden", "split", "data", "arch", "width"} & set(errors):
         return
     try:
-        hidden = F.parse_widths(form["hidden"]) if form["arch"] == "mlp" else ()
-        blocks = F.describe_blocks(form["arch"], hidden, form["split"], form["data"], form.get("width", 64))
+        arch, hidden, width = F.network_of(form)
+        blocks = F.describe_blocks(arch, hidden, form["split"], form["data"], width)
     except (ConfigError, DataError, OSError) as e:  # a diagram is a nicety; never a traceback
         st.caption(f"(no block diagram: {e})")
         return
@@ -390,7 +389,7 @@ def start_section(cfg: RunConfig | None, errors: dict) -> None:
         else:
             cls = METHODS[cfg.method]
             T = len(split_of(cfg)) + 1 if cls.uses_blocks else 1
-            arch = f"{cfg.model.arch} {'-'.join(map(str, cfg.model.hidden)) if cfg.model.arch == 'mlp' else ''}"
+            arch = F.network_caption(cfg.model)
             st.caption(
                 f"{cfg.data.name} · {arch} · T = {T} block(s) · {cfg.method} · {cfg.train.epochs} epochs. "
                 "The page URL holds this setup."
