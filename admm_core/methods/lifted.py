@@ -39,6 +39,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..losses import mse_sum
+from ..spec.archs import linear_chains
 from ..spec.methods.lifted import ClosedFormADMMSettings, LiftedSettings
 from .base import TrainBatch, tensor_bytes
 
@@ -64,13 +65,13 @@ def mlp_linears(net: nn.Module, method: str) -> list[nn.Linear]:
             continue
         else:
             raise ConfigError(
-                f"method = {method!r}: needs a plain MLP of Linear + ReLU layers (model.arch = 'mlp'); "
+                f"method = {method!r}: needs a plain MLP of Linear + ReLU layers (model.arch = {linear_chains()}); "
                 f"this network has a {type(m).__name__} layer"
             )
     want = "LR" * (len(linears) - 1) + "L"
     if not linears or "".join(pattern) != want:
         raise ConfigError(
-            f"method = {method!r}: needs Linear, ReLU, …, Linear layers (model.arch = 'mlp'); got {''.join(pattern) or 'no Linear layer'}"
+            f"method = {method!r}: needs Linear, ReLU, …, Linear layers (model.arch = {linear_chains()}); got {''.join(pattern) or 'no Linear layer'}"
         )
     return linears
 

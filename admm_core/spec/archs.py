@@ -147,6 +147,12 @@ def archs_for(kind: str) -> tuple[str, ...]:
     return tuple(name for name, a in ARCHS.items() if a.kind == kind)
 
 
+def linear_chains(kind: str = "network") -> str:
+    """The architectures of ``kind`` whose layers are Linear (+ ReLU) only, as a message names them
+    (``'mlp'``): what the lifted baselines train."""
+    return " or ".join(repr(name) for name in archs_for(kind) if ARCHS[name].linear_chain)
+
+
 def register_arch(name: str, arch: Arch) -> Arch:
     """Add an architecture to the registry (the one line a new architecture needs); the name must be new."""
     if name in ARCHS:

@@ -27,7 +27,7 @@ from pathlib import Path
 from ..errors import ConfigError, DataError, DeviceError, check
 from . import datasets as data_mod
 from . import device as device_mod
-from .archs import ARCHS, archs_for, validate_split
+from .archs import ARCHS, archs_for, linear_chains, validate_split
 from .config import ModelConfig, RunConfig
 from .methods import METHODS
 from .methods.base import FLOAT_BYTES, StateSizes, per_block
@@ -235,9 +235,8 @@ def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
     if layers is not None:
         attempt("model.split", validate_split, cfg.model, [name for name, _, _ in layers], split)
     if method_cls.needs_linear_chain and not arch.linear_chain:  # closed-form layer solves
-        chains = " or ".join(repr(a) for a in archs_for(kind) if ARCHS[a].linear_chain)
         out["method"] = ConfigError(
-            f"method = {cfg.method!r}: needs a plain MLP (model.arch = {chains}), not {cfg.model.arch!r}"
+            f"method = {cfg.method!r}: needs a plain MLP (model.arch = {linear_chains(kind)}), not {cfg.model.arch!r}"
         )
     T = len(split) + 1
     method = cfg.method_settings
