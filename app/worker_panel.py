@@ -34,7 +34,7 @@ def _stamp(root: str, box: dict, watched: str | None, open_: bool) -> tuple:
     return (run, W.state_of(run_dir).get("state"), file_stamp(run_dir / "system.jsonl") if open_ else None)
 
 
-ASK_EVERY_S = 1.0  # how often the page asks for the stamp: a notice a second late is soon enough
+ASK_EVERY_S = 0.5  # how often the page asks for the stamp (as the push thread did): a notice soon after the end
 
 
 @st.fragment(key=KEY)

@@ -19,7 +19,8 @@ page (a rerun pushed from the server into a tab still drawing blanked it: docs/r
 it: Compare draws its charts and its table after its controls (docs/reliability.md, "First paint").
 
 Where the routes are not mounted (AppTest, ``streamlit run app/main.py``), :func:`available` is
-False: nothing follows, and :func:`after_paint` says "now".
+False: nothing follows, and :func:`after_paint` says "now". Streamlit is imported only by the
+functions a page calls (the package's rule: its modules import without Streamlit).
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-import streamlit as st
 
 from app.dashboard import tail
 from app.dashboard.live import digest
@@ -80,6 +79,8 @@ def component():
 
 def grant(key: str, stamp_fn: Callable[[], object]) -> str:
     """This tab's token for fragment ``key``, now standing for ``stamp_fn`` (called in the route)."""
+    import streamlit as st
+
     token = st.session_state.setdefault(_TOKENS, {}).setdefault(key, secrets.token_urlsafe(16))
     register(token, stamp_fn)
     return token
@@ -147,6 +148,8 @@ def after_paint(key: str) -> bool:
     ``ADMM_DASH_CHARTS_AFTER_PAINT=0`` (the ablation row of experiments/first_paint.py): True."""
     if not available() or os.environ.get("ADMM_DASH_CHARTS_AFTER_PAINT") == "0":
         return True
+    import streamlit as st
+
     done = st.session_state.setdefault(_PAINTED, set())
     answer_key = f"follow.{key}.painted"
     if key in done or st.session_state.get(answer_key):
