@@ -167,3 +167,29 @@ def test_the_dashboard_server_parses_http_with_httptools_and_runs_uvloop():
     cfg.load()
     assert cfg.http_protocol_class.__module__ == "uvicorn.protocols.http.httptools_impl"
     assert bootstrap._get_uvloop_loop_factory() is not None
+
+
+def test_the_dashboard_uses_streamlits_public_api_only():
+    """Issue 52: the pages follow the runs on Streamlit's documented API (``st.*``, ``st.App``,
+    ``streamlit.components.v1``). No module of app/ imports another part of Streamlit, or reaches
+    for a private name of it (the push thread drove ``Runtime.instance()._session_mgr``,
+    ``session._event_loop``, ``_create_scriptrunner`` and rebuilt ``RerunData``; it failed this)."""
+    import ast
+    import re
+
+    public = {"streamlit", "streamlit.components.v1"}
+    private = re.compile(r"_session_mgr|_create_scriptrunner|RerunData|_event_loop|_scriptrunner|script_run_context")
+    app = Path(__file__).resolve().parents[1] / "app"
+    seen = set()
+    for path in sorted(app.rglob("*.py")):
+        text = path.read_text()
+        assert not private.search(text), (path, private.search(text).group())
+        for node in ast.walk(ast.parse(text)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                if name.split(".")[0] == "streamlit":
+                    assert name in public, (path.name, name)
+                    seen.add(name)
+    assert seen == public  # the check saw the imports it is about

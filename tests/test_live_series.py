@@ -280,3 +280,38 @@ def test_a_run_launched_but_not_reporting_is_starting_and_the_answer_carries_the
     runs.append_metrics(run, {"epoch": 1, "test_accuracy": 0.5})
     third = json.loads(T.body(tok, 0, second["gen"]))
     assert third["stamp"] == second["stamp"] and len(third["lines"]) == 1  # a line: the page draws it itself
+
+
+def test_the_panel_draws_the_digest_the_route_answers_until_the_state_changes(tmp_path, monkeypatch):
+    """The Train page's live panel hands its charts the digest of what it drew, computed as the route
+    computes it: equal while nothing the panel shows changed (no rerun; a mismatch would rerun the
+    panel every few seconds), different once the run's state changes (the page reruns the panel)."""
+    from streamlit.testing.v1 import AppTest
+
+    from app.dashboard import follow as FL
+
+    root = tmp_path / "runs"
+    run = root / "20260101-000000-live"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(RunConfig().to_dict()))
+    status = {"state": "running", "pid": os.getpid(), "epoch": 1, "epochs": 30, "progress": 0.03}
+    (run / "status.json").write_text(json.dumps(status))
+    runs.append_metrics(run, {"epoch": 1, "test_accuracy": 0.5, "time": 1.0})
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    monkeypatch.setenv(FL.ENV, "1")
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "main.py"), default_timeout=120)
+    at.query_params["run"] = run.name
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    charts = [json.loads(c.proto.json_args) for c in at.get("component_instance")]
+    args = next(a for a in charts if a.get("run") == run.name)
+    assert args["live"]["route"] == T.ROUTE and args["style"] == C.STYLE
+    answer = json.loads(T.body(args["live"]["token"], 0, 0))
+    assert answer["stamp"] == args["drawn"] and answer["status"]["state"] == "running"
+    runs.append_metrics(run, {"epoch": 2, "test_accuracy": 0.6, "time": 2.0})  # a new line: the page's own
+    assert json.loads(T.body(args["live"]["token"], 1, answer["gen"]))["stamp"] == args["drawn"]
+    (run / "status.json").write_text(json.dumps({**status, "state": "finished"}))
+    assert json.loads(T.body(args["live"]["token"], 2, answer["gen"]))["stamp"] != args["drawn"]  # told
+    at.run()
+    again = next(a for a in map(lambda c: json.loads(c.proto.json_args), at.get("component_instance")) if "run" in a)
+    assert again["drawn"] == json.loads(T.body(again["live"]["token"], 2, answer["gen"]))["stamp"] != args["drawn"]
