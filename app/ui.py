@@ -293,7 +293,7 @@ def watched() -> str | None:
 
 
 WATCH_GEN = "watch_gen"  # bumped by every watch(): the generation in the run menus' widget keys
-WATCH_BOX = "watch_box"  # {"id": the watched run}: a plain dict a server thread may read (session state may not)
+WATCH_BOX = "watch_box"  # {"id": the watched run}: a plain dict a route's thread may read (session state may not)
 
 
 def watch(name: str | None) -> None:
@@ -304,7 +304,7 @@ def watch(name: str | None) -> None:
     """
     ss["watch"] = name
     ss[WATCH_GEN] = ss.get(WATCH_GEN, 0) + 1
-    ss.setdefault(WATCH_BOX, {})["id"] = name  # read by the push thread (worker panel's stamp)
+    ss.setdefault(WATCH_BOX, {})["id"] = name  # read by the worker panel's stamp, in the route's thread
     if name:
         st.query_params["run"] = name
     elif "run" in st.query_params:
@@ -408,32 +408,16 @@ def follow_goto() -> None:
         st.switch_page(TRAIN_PAGE, query_params={"run": ss.get("watch") or ""})
 
 
-def rerun_fragment(key: str) -> None:
-    """Rerun the fragment declared with ``@st.fragment(key=key)`` from another fragment's body.
-
-    Streamlit's ``st.rerun(key)`` is only allowed in widget callbacks; the live panel's watcher
-    (a tiny nested fragment polled by the browser) needs it from its body, so this queues the
-    same request st.rerun builds (Streamlit 1.67's RerunData) and yields. Any change in those
-    internals falls back to a full rerun of the page: slower, never wrong.
-    """
-    try:
-        from streamlit.commands.execution_control import _force_yield_point
-        from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
-        from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
-
-        ctx = get_script_run_ctx()
-        data = RerunData(
-            query_string=ctx.query_string,
-            page_script_hash=ctx.page_script_hash,
-            fragment_id_queue=ctx.fragment_storage.resolve_target(key),
-            is_fragment_scoped_rerun=True,
-            cached_message_hashes=ctx.cached_message_hashes,
-            context_info=ctx.context_info,
-        )
-        ctx.script_requests.request_rerun(data)
-    except Exception:  # noqa: BLE001 - private API moved: the public full rerun still works
-        st.rerun()
-    _force_yield_point()
+def scroll_into_view(anchor: str) -> None:
+    """Scroll the page to the element with id ``anchor`` (a header's anchor), once: a page script drawn
+    in this run only (each with its own number, so a second one in a row runs again)."""
+    n = ss["scrolls"] = ss.get("scrolls", 0) + 1
+    script = (
+        f"<script>/* {n} */ (() => {{ let tries = 0; const go = () => {{ const el = document.getElementById({anchor!r}); "
+        "if (el) el.scrollIntoView({block: 'start', behavior: 'smooth'}); else if (tries++ < 50) setTimeout(go, 100); }; "
+        "setTimeout(go, 0); })();</script>"
+    )
+    st.html(script, unsafe_allow_javascript=True, width="content")
 
 
 def show_notice() -> None:

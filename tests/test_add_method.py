@@ -121,7 +121,7 @@ def test_a_method_in_one_module_plus_one_registry_call_trains_estimates_and_char
     # the live charts are those it declares, drawn from its logged metrics
     spec = C.live_spec(method="toy-penalty")
     assert list(spec) == ["accuracy", "loss", "seconds", "residuals", "z_norms"]
-    figs = C.live_figures(ms, method="toy-penalty")
+    figs = {n: C.figure_from_spec(c, ms) for n, c in spec.items()}
     assert len(figs["z_norms"].data) == 3 and len(figs["residuals"].data) == 3  # one line per block (T = 3)
 
 

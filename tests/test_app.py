@@ -779,7 +779,8 @@ def test_chart_helpers():
         for e in range(4)
     ]
     assert C.seconds_per_epoch(ms) == ([1, 2, 3], [2.0, 2.0, 2.0])
-    figs = C.live_figures(ms)
+    spec = C.live_spec()
+    figs = {n: C.figure_from_spec(spec[n], ms) for n in ("residuals", "accuracy")}
     assert [len(figs["residuals"].data), len(figs["accuracy"].data)] == [2, 2]
     assert figs["accuracy"].data[1].y == (40.0, 40.0, 40.0, 40.0)
     assert C.smooth([1.0, None, 3.0], 0.5) == [1.0, None, 2.0]
@@ -864,7 +865,8 @@ def test_log_ticks_keep_every_decade():
     assert text == ["0.2", "0.3", "0.4", "0.5", "0.6"]
     vals, text = C.log_ticks([1e-6, 1e3])
     assert len(vals) <= 8 and vals == sorted(vals) and text[0] == "1e-6"
-    fig = C.loss_figure([{"epoch": e, "train_loss": 0.5 / (e + 1), "test_loss": 0.6 / (e + 1)} for e in range(25)])
+    ms = [{"epoch": e, "train_loss": 0.5 / (e + 1), "test_loss": 0.6 / (e + 1)} for e in range(25)]
+    fig = C.figure_from_spec(C.live_spec()["loss"], ms)
     assert fig.layout.yaxis.type == "log" and list(fig.layout.yaxis.ticktext)[:2] == ["0.02", "0.05"]
     assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0  # legend below, never on the title
     assert "<br>" in C.wrap("Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block")
@@ -874,9 +876,10 @@ def test_backprop_cosine_is_plotted_when_present():
     from app.dashboard import charts as C
 
     ms = [{"epoch": e, "residuals": [0.1, 0.2], "backprop_cosine": [0.9, -0.2]} for e in range(3)]
-    figs = C.live_figures(ms)
+    spec = C.live_spec()
+    figs = {n: C.figure_from_spec(c, ms) for n, c in spec.items()}
     assert len(figs["backprop_cosine"].data) == 2 and figs["backprop_cosine"].data[1].y == (-0.2, -0.2, -0.2)
-    assert "backprop_cosine" not in C.live_figures([{k: v for k, v in m.items() if k != "backprop_cosine"} for m in ms])
+    assert spec["backprop_cosine"]["when"] == "backprop_cosine"  # drawn once a line carries it (live_series.js shown)
     # every live title fits one line (plotly drew a wrapped title's lines over the plot); the
     # math is on the y axis
     assert all("<br>" not in f.layout.title.text for f in figs.values()), [f.layout.title.text for f in figs.values()]
@@ -1082,47 +1085,39 @@ def test_compare_settings_columns_and_url_selection(env_runs):
 
 
 def test_compare_sends_its_charts_after_the_browser_has_drawn_the_controls(env_runs, monkeypatch):
-    """With push (a real server), a tab's first Compare draw sends the picker and placeholders, not
-    plotly charts; one sentinel's answer draws its fragment and releases the other (the push thread
-    reruns it); without any answer the backstop does; from then on the tab draws at once."""
-    from app.dashboard import painted
-    from app.dashboard import push as P
+    """Served with the routes (app/serve.py), a tab's first Compare draw sends the picker and
+    placeholders, not plotly charts, and one sentinel per waiting fragment; each sentinel's answer
+    (the browser has painted the page) draws its fragment; from then on the tab draws at once."""
+    from app.dashboard import follow as FL
 
-    def page():
-        asked, off = {}, []
-        monkeypatch.setattr(P, "subscribe", lambda key, fn, stamp, every=0.0: asked.update({key: fn}) or True)
-        monkeypatch.setattr(P, "unsubscribe", off.append)
-        at = AppTest.from_file(str(APP / "views" / "compare.py"), default_timeout=TIMEOUT)
-        at.query_params["runs"] = "r1-digits-block-admm,r2-digits-sgd"
-        return at.run(), asked, off
-
-    at, asked, off = page()
+    monkeypatch.setenv(FL.ENV, "1")
+    at = AppTest.from_file(str(APP / "views" / "compare.py"), default_timeout=TIMEOUT)
+    at.query_params["runs"] = "r1-digits-block-admm,r2-digits-sgd"
+    at.run()
     no_exceptions(at)
     assert widget(at, "multiselect", "cmp_runs").value == ["r1-digits-block-admm", "r2-digits-sgd"]
     assert not at.get("plotly_chart"), "charts sent with the controls"
     assert not at.dataframe, "the data grid sent with the controls"
     assert sum("Drawing the chart" in c.value for c in at.caption) == 5  # 4 charts + parallel coordinates
     assert sum("Drawing the table" in c.value for c in at.caption) == 1
-    assert set(asked) == {"cmp_charts", "cmp_parallel", "cmp_table_section"}
-    assert asked["cmp_parallel"]() == asked["cmp_table_section"]() == "wait"
+    sentinels = {"cmp_charts", "cmp_parallel", "cmp_table_section"}
+    assert {k for k in sentinels if f"follow.{k}.painted" in at.session_state} == sentinels  # drawn, not answered
     at.run()  # a rerun before any answer (a filter changed): still waiting
     assert not at.get("plotly_chart") and not at.dataframe
-    at.session_state["painted.cmp_charts.answer"] = True  # what the charts' sentinel sends
+    at.session_state["follow.cmp_charts.painted"] = {"stamp": "painted", "count": 1}  # what its sentinel sends
+    at.run()
+    assert len(at.get("plotly_chart")) == 4 and not at.dataframe  # the others wait for their own answers
+    for k in ("cmp_parallel", "cmp_table_section"):
+        at.session_state[f"follow.{k}.painted"] = {"stamp": "painted", "count": 1}
     at.run()
     assert len(at.get("plotly_chart")) == 5 and '"parcoords"' in at.get("plotly_chart")[-1].proto.spec
     assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 2  # the table of the 2 runs
-    assert asked["cmp_parallel"]() == asked["cmp_table_section"]() == "draw"  # the push thread reruns them too
-    assert {"cmp_charts", "cmp_parallel", "cmp_table_section"} <= set(off)
-    n = len(asked)
     at.run()
-    assert len(at.get("plotly_chart")) == 5 and len(asked) == n  # drawn at once from now on, nothing asked
-
-    at, asked, off = page()  # a tab whose sentinels never answer
-    assert not at.get("plotly_chart") and asked["cmp_charts"]() == "wait"
-    monkeypatch.setattr(painted, "BACKSTOP_S", 0.0)
-    assert asked["cmp_charts"]() == "draw" and asked["cmp_parallel"]() == "draw"
-    at.run()
-    assert len(at.get("plotly_chart")) == 5
+    assert len(at.get("plotly_chart")) == 5  # drawn at once from now on
+    monkeypatch.delenv(FL.ENV)
+    at = AppTest.from_file(str(APP / "views" / "compare.py"), default_timeout=TIMEOUT)  # no routes: at once
+    at.query_params["runs"] = "r1-digits-block-admm,r2-digits-sgd"
+    assert len(at.run().get("plotly_chart")) == 5
 
 
 def _png16(arr: np.ndarray) -> bytes:
@@ -1270,32 +1265,35 @@ def test_cli_runs_a_deepfacto_config_file_through_its_own_loop(tmp_path, monkeyp
 
 
 def test_live_stamp_changes_only_with_what_the_panel_shows(tmp_path):
-    """The live panel redraws when its stamp changes: a new metrics line, a new state or epoch, a
-    run added to the folder; not when the worker rewrites status.json with a few % more progress."""
+    """The live panel redraws when its stamp changes: the run launched (before its worker reports),
+    its state, its name (meta.json), a run added to the folder; not when the worker rewrites
+    status.json with more progress or appends a metrics line (the live charts fetch those)."""
     from app.dashboard.live import live_stamp
 
     root = tmp_path / "runs"
     run = root / "20260101-000001-a"
     run.mkdir(parents=True)
+    s_none = live_stamp(root, run.name)
+    write_json(run / "launch.json", {"pid": os.getpid(), "cmd": [], "launched": 0.0})  # launched, not reporting
+    s_launched = live_stamp(root, run.name)
+    assert s_launched != s_none and s_launched[-1] == "starting"  # issue 53: it read 'unknown' here
     status = {"state": "running", "pid": os.getpid(), "epoch": 1, "epochs": 10, "progress": 0.10}
     write_json(run / "status.json", status)
-    (run / "metrics.jsonl").write_text('{"epoch": 0}\n')
     s0 = live_stamp(root, run.name)
+    assert s0 != s_launched and s0[-1] == "running"
     assert live_stamp(root, run.name) == s0  # nothing changed: no redraw
-    write_json(run / "status.json", {**status, "progress": 0.12})  # within the same 5 % step
-    assert live_stamp(root, run.name) == s0
-    write_json(run / "status.json", {**status, "progress": 0.16})
-    s1 = live_stamp(root, run.name)
-    assert s1 != s0
+    write_json(run / "status.json", {**status, "epoch": 2, "progress": 0.2})
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"epoch": 1}\n')
-    s2 = live_stamp(root, run.name)
-    assert s2 != s1
+    assert live_stamp(root, run.name) == s0  # progress and lines: the charts' page has them
+    write_json(run / "meta.json", {"name": "mine"})
+    s1 = live_stamp(root, run.name)
+    assert s1 != s0
     write_json(run / "status.json", {**status, "progress": 0.16, "state": "finished"})
-    s3 = live_stamp(root, run.name)
-    assert s3 != s2
+    s2 = live_stamp(root, run.name)
+    assert s2 != s1 and s2[-1] == "finished"
     (root / "20260101-000002-b").mkdir()  # a new run: the menu lists it
-    assert live_stamp(root, run.name) != s3
+    assert live_stamp(root, run.name) != s2
     assert live_stamp(root, None) != live_stamp(root, run.name)
 
 

@@ -274,11 +274,13 @@ def test_real_dashboard_answers_on_loopback_only(tmp_path):
             assert proc.poll() is None, "the dashboard exited"
             time.sleep(0.5)
         assert _answers("127.0.0.1", port), "no answer on 127.0.0.1"
-        # the live charts' route serves granted run directories only: a path or an unknown token is refused
-        for bad in ("nope", "..%2F..%2Fetc%2Fpasswd", "../../etc/passwd"):
-            with pytest.raises(urllib.error.HTTPError) as e:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/admm/live/{bad}?n=0&gen=0", timeout=10)
-            assert e.value.code in (400, 404), bad  # 400: Streamlit's own path check refuses encoded ../
+        # the routes serve granted tokens only (the live charts' run directories, the pages' stamps): a
+        # path or an unknown token is refused
+        for route in ("/api/admm/live", "/api/admm/stamp"):
+            for bad in ("nope", "..%2F..%2Fetc%2Fpasswd", "../../etc/passwd"):
+                with pytest.raises(urllib.error.HTTPError) as e:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}{route}/{bad}?n=0&gen=0", timeout=10)
+                assert e.value.code in (400, 404), (route, bad)  # 400: Streamlit's own path check refuses encoded ../
         with pytest.raises(OSError):  # connection refused: nothing listens on that address
             socket.create_connection((other, port), timeout=3).close()
         assert not _answers(other, port)
