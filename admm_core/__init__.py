@@ -16,8 +16,12 @@ Notation used everywhere in this package (paper symbol -> code name):
     η_t  -> ``lr``       step size of the Θ-update
     k    -> ``primal_steps``  Z/Θ passes between two dual steps
 
-The package is pure compute: it never imports streamlit, and plotting (matplotlib, for the sweep
-report's PNG and ``plots.py``) only inside the functions that draw.
+Two layers: :mod:`admm_core.spec` declares what a run is (configs, the architecture, data-set and
+method records, presets, the memory estimate and preflight) and imports no torch; the rest is the
+engine, which imports torch and reads its facts from the spec. The run-file readers
+(:mod:`admm_core.rundir`, :mod:`admm_core.status`) import neither. The package never imports
+streamlit, and plotting (matplotlib, for the sweep report's PNG and ``plots.py``) only inside the
+functions that draw.
 """
 
 
@@ -42,7 +46,3 @@ def _version() -> str:
 
 
 __version__ = _version()
-
-# DeepFacto's registry entries (the method, the face backbone, LFWA) come from its own modules, which
-# import the registries; importing them here makes every registry complete whatever is imported first
-from .deepfacto import method as _deepfacto_method  # noqa: E402, F401

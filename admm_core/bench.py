@@ -33,38 +33,19 @@ import signal
 import sys
 from pathlib import Path
 
-from .config import augment_changes, parse_sets
+import torch
+
 from .device import machine
 from .docs import code_version, command_line, write_section
-from .lazy import torch
 from .network import summarize, train
-from .presets import preset_config
-from .resources import human
 from .rundir import read_json, read_metrics, write_json
+from .spec.presets import PAPER, preset_config
+from .spec.resources import human
+from .spec.settings import parse_sets
 from .status import install_stop_handlers, run_status
 
 # a trained run's mean 1-minute load average (sampled at its start and after each epoch; this run counts 1)
 LOAD_FILE = "bench_load.json"
-
-# Final test accuracy (%) reported in the paper, per preset and method.
-PAPER = {
-    "mnist-mlp-mse": {
-        "block-admm": 97.61,
-        "online-admm": 93.88,
-        "admm-closed": 95.02,
-        "taylor": 87.52,
-        "dladmm": 83.89,
-        "bcd": 83.28,
-        "sgd": 95.29,
-    },
-    "mnist-deep10": {"block-admm": 94.43, "sgd": 10.28, "adam": 58.0},
-    "mnist-deep20": {"block-admm": 91.75},
-    "mnist-deep10-paper": {"block-admm": 94.43, "sgd": 10.28, "adam": 58.0},
-    "mnist-deep20-paper": {"block-admm": 91.75},
-    "fmnist-mlp-ce": {"block-admm": 90.39, "dladmm": 84.67},
-    # paper supp. fig. "CIFAR-10", on the original (lossless) images
-    "cifar10-resnet18": {"block-admm": 89.66, "gotmare": 87.12, "sgd": 92.70},
-}
 
 # Said beside every table of these presets (the data here differ from the paper's).
 NOTES = {
@@ -133,9 +114,8 @@ def run_jobs(a, jobs, out: Path, per_method: dict, vary_name, should_stop) -> li
         cfg = cfg.shortened(per_method.get(method) or a.epochs, a.train_limit, a.test_limit)
         if a.data_root:
             cfg = cfg.replace(data__root=a.data_root)
-        aug = augment_changes(pad=a.augment_pad, no_flip=a.no_flip)
-        if aug:
-            cfg = cfg.replace(**aug)
+        aug = a.augment_pad is not None or a.no_flip
+        cfg = cfg.augmented(pad=a.augment_pad, flip=False if a.no_flip else None)
         extra = parse_sets(s.split(":", 1)[1] for s in a.set if s.split(":", 1)[0] == method)
         label = method
         if value is not None:

@@ -11,8 +11,9 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from .config import ModelConfig
-from .models import build_layers, default_split, validate_split  # noqa: F401 - validate_split: re-exported
+from .models import build_layers
+from .spec.archs import default_split, validate_split  # noqa: F401 - validate_split: re-exported
+from .spec.config import ModelConfig
 
 
 class BlockNet(nn.Module):

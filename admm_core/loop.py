@@ -1,4 +1,4 @@
-"""The one run loop: every run, of every kind (:mod:`admm_core.kinds`), lives through :func:`run_loop`.
+"""The one run loop: every run, of every kind (:mod:`admm_core.spec.kinds`), lives through :func:`run_loop`.
 
 The loop owns the run's life: the claim and ``status.json`` (:class:`~admm_core.status.RunStatus`:
 running → finished / stopped / diverged / crashed), ``config.json`` and ``metrics.jsonl``, the stop
@@ -43,7 +43,7 @@ class Diverged(Exception):
 class Task:
     """What a run trains; the defaults are those of a task with nothing to add at that step."""
 
-    kind = "network"  # admm_core.kinds.KINDS: recorded in status.json
+    kind = "network"  # admm_core.spec.kinds.KINDS: recorded in status.json
     unit = "epoch"  # what one step of the loop is called in messages
     epochs = 1  # steps in all
     eval_every = 1  # a metrics line every this many steps (and after the last)

@@ -15,16 +15,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from . import data as data_mod
 from . import distributed as dist_mod
+from .blocks import build_blocknet
 from .checkpoint import load_checkpoint, save_checkpoint
-from .config import RunConfig
 from .device import machine, resolve_device
 from .errors import check
-from .lazy import torch
 from .loop import Task, run_loop
 from .losses import get_loss
+from .methods import make_method
 from .methods.base import TrainBatch
+from .spec.config import RunConfig
 from .status import RunStatus
 
 TRAIN_EVAL_LIMIT = 10_000  # train loss/accuracy are measured on the first 10k training samples
@@ -121,10 +124,8 @@ def build(cfg: RunConfig) -> Session:
     keep_freed_memory()
     torch.manual_seed(cfg.train.seed)
     ds = data_mod.load(cfg.data.name, cfg.data.root, train_limit=cfg.data.train_limit, test_limit=cfg.data.test_limit)
-    from .blocks import build_blocknet  # BlockNet is an nn.Module: torch, imported on use
-
     net = build_blocknet(cfg.model, ds.input_shape, ds.n_classes, seed=cfg.train.seed).to(device)
-    method = cfg.build_method()
+    method = make_method(cfg.method, cfg.method_settings)  # the run's one method object
     gen = torch.Generator().manual_seed(cfg.train.seed)
     x_train = ds.x_train.to(device)
     if cfg.train.channels_last:

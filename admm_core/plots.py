@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from .bench import PAPER  # paper figures (%), drawn as ticks on the right edge
+from .spec.presets import PAPER  # paper figures (%), drawn as ticks on the right edge
 
 
 def load_curves(folder: Path) -> dict[str, list[tuple[float, float]]]:

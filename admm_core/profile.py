@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 
-from .lazy import torch
+import torch
 
 
 class PhaseTimes:

@@ -22,18 +22,38 @@ import shutil
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from itertools import count
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
-    from .config import RunConfig
+    from .spec.config import RunConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def default_runs_dir() -> Path:
     return Path(os.environ.get("ADMM_RUNS", PROJECT_ROOT / "runs"))
+
+
+MANIFEST = "checkpoint-manifest.json"  # a multi-process checkpoint's manifest (admm_core.distributed)
+
+
+def read_checkpoint_manifest(run_dir: Path) -> dict | None:
+    """The manifest of a run's multi-process checkpoint (world size, epoch, rank files), or None."""
+    try:
+        return json.loads((Path(run_dir) / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def checkpoint_world(run_dir: Path) -> int | None:
+    """World size of the run directory's last checkpoint (None: there is none)."""
+    m = read_checkpoint_manifest(run_dir)
+    if m is not None:
+        return int(m["world_size"])
+    return 1 if (Path(run_dir) / "checkpoint.pt").exists() else None
 
 
 def unique_run_dir(name: str, root: Path | None = None) -> Path:
@@ -59,21 +79,43 @@ def new_run_dir(cfg: "RunConfig", root: Path | None = None) -> Path:
     return unique_run_dir(f"{cfg.preset or cfg.data.name}-{cfg.method}-s{cfg.train.seed}", root)
 
 
-def write_text_atomic(path: Path, text: str, durable: bool = True) -> None:
-    """Atomic write: a temporary beside ``path``, flushed, fsynced (``durable``) and renamed over it.
+def _temp_of(path: Path) -> Path:
+    """The temporary a writer of ``path`` writes first: beside it, one per process and thread."""
+    return path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
 
-    Readers never see half a file (a dashboard reading config.json while a worker rewrites it),
-    concurrent writers never share a temporary, and a full disk leaves the previous file whole:
-    the error names ``path`` (not the temporary) and the temporary is removed.
-    """
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+
+def _write_temp(path: Path, write: Callable[[BinaryIO], None], durable: bool) -> Path:
+    """``write(f)`` into :func:`_temp_of` ``path``, flushed and (``durable``) fsynced: the temporary.
+    An OSError names ``path`` (not the temporary) and leaves no temporary behind."""
+    tmp = _temp_of(path)
     try:
-        with open(tmp, "w") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            write(f)
             f.flush()
             if durable:
                 os.fsync(f.fileno())
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def write_atomic(path: Path, write: Callable[[BinaryIO], None], durable: bool = True, check=None) -> None:
+    """The one atomic writer: ``write(f)`` into a temporary beside ``path``, flushed, fsynced
+    (``durable``), ``check(temporary)`` (a read-back, when given), then renamed over ``path``.
+
+    Readers never see half a file (a dashboard reading config.json while a worker rewrites it),
+    concurrent writers never share a temporary, and a kill, a full disk or a failed check leaves the
+    previous file whole: an OSError names ``path`` (not the temporary), and the temporary is removed.
+    """
+    path = Path(path)
+    tmp = _write_temp(path, write, durable)
+    try:
+        if check is not None:
+            check(tmp)
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
@@ -83,6 +125,11 @@ def write_text_atomic(path: Path, text: str, durable: bool = True) -> None:
         raise
 
 
+def write_text_atomic(path: Path, text: str, durable: bool = True) -> None:
+    """:func:`write_atomic` of ``text`` (UTF-8)."""
+    write_atomic(path, lambda f: f.write(text.encode()), durable)
+
+
 def write_files_atomic(files: dict) -> None:
     """Replace several files together ({path: text}): every temporary is written and fsynced
     first, then all are renamed. A full disk while writing any of them changes none of them
@@ -90,16 +137,7 @@ def write_files_atomic(files: dict) -> None:
     tmps = []
     try:
         for path, text in files.items():
-            path = Path(path)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-            tmps.append((tmp, path))
-            try:
-                with open(tmp, "w") as f:
-                    f.write(text)
-                    f.flush()
-                    os.fsync(f.fileno())
-            except OSError as e:
-                raise OSError(e.errno, e.strerror, str(path)) from None
+            tmps.append((_write_temp(Path(path), lambda f, t=text: f.write(t.encode()), True), Path(path)))
         for tmp, path in tmps:
             os.replace(tmp, path)
     finally:
@@ -129,6 +167,15 @@ def os_error_line(e: BaseException) -> str:
 def write_json(path: Path, obj, durable: bool = True) -> None:
     """Atomic JSON write (:func:`write_text_atomic`)."""
     write_text_atomic(path, json.dumps(obj, indent=2), durable=durable)
+
+
+def file_stamp(path: Path) -> tuple[int, int]:
+    """(size, mtime ns) of ``path``; (0, 0) when it is missing: a change means it was written."""
+    try:
+        s = os.stat(path)
+        return (s.st_size, s.st_mtime_ns)
+    except OSError:
+        return (0, 0)
 
 
 def read_json(path: Path, default=None):

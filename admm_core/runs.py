@@ -6,7 +6,7 @@
 - :mod:`admm_core.device`     the device a config names, the machine line beside every timing
 - :mod:`admm_core.loop`       the one run loop (:func:`~admm_core.loop.run_loop`), StopRun, Diverged
 - :mod:`admm_core.network`    the engine's runs as a task of that loop: build, Session, train
-- :mod:`admm_core.kinds`      what kind of run a run directory holds
+- :mod:`admm_core.spec.kinds`      what kind of run a run directory holds
 
 New code imports from those modules. Replacing a name here (``monkeypatch.setattr(runs, ...)``)
 does not reach the code that uses it: patch the module that defines it.
@@ -23,15 +23,7 @@ from .checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from .device import (
-    cuda_device_count,
-    device_name,
-    machine,
-    resolve_device,
-)
-from .kinds import (
-    run_kind,
-)
+from .device import machine, resolve_device
 from .loop import (
     Diverged,
     StopRun,
@@ -77,6 +69,8 @@ from .rundir import (
     write_json,
     write_text_atomic,
 )
+from .spec.device import cuda_device_count, device_name
+from .spec.kinds import run_kind
 from .status import (
     _INDEX,
     HEARTBEAT_S,

@@ -9,9 +9,18 @@ run loop.
 
 from __future__ import annotations
 
+import argparse
+import tempfile
+from pathlib import Path
+
 import torch
 
+from .device import machine
+from .docs import code_version, command_line, write_section
+from .network import train
 from .profile import PhaseTimes, profiling
+from .spec.presets import preset_config
+from .spec.settings import parse_sets
 
 # Phases in the order the table lists them (others follow, by time), with what each covers.
 PHASES = {
@@ -64,16 +73,6 @@ def phase_table(results: dict[str, tuple["PhaseTimes", int]]) -> str:
 
 def main(argv=None) -> int:
     """``admm profile``: train each method a few epochs with profiling on; print where the time went."""
-    import argparse
-    import tempfile
-    from pathlib import Path
-
-    from .config import parse_sets
-    from .device import machine
-    from .docs import code_version, command_line, write_section
-    from .network import train
-    from .presets import preset_config
-
     p = argparse.ArgumentParser(prog="python -m admm_core profile", description=main.__doc__)
     p.add_argument("--preset", default="mnist-mlp-mse")
     p.add_argument("--methods", default="block-admm,online-admm,adam")

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -16,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ConfigError
-from .lazy import torch
 from .rundir import default_runs_dir, os_error_line, read_json_dict, read_json_stamped, write_json
 
 HEARTBEAT_S = 5.0  # a live worker touches RUN/heartbeat this often, whatever phase it is in
@@ -69,7 +69,8 @@ class SystemSampler:
         rec["cpu_percent"] = round(100.0 * max(0.0, cpu - self._last[1]) / dt, 1) if dt >= 0.2 else None
         self._last = (now, cpu)
         rec["rss_bytes"] = _rss_bytes()
-        if torch.cuda.is_initialized():  # a CPU run never initialises CUDA, and neither does this
+        torch = sys.modules.get("torch")  # the worker's torch; this module never imports it (run files only)
+        if torch is not None and torch.cuda.is_initialized():  # a CPU run never initialises CUDA, nor does this
             rec["gpu_allocated_bytes"] = torch.cuda.memory_allocated()
             rec["gpu_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
             rec["gpu_reserved_bytes"] = torch.cuda.memory_reserved()
@@ -354,7 +355,23 @@ def record_exit(run_dir: Path, pid: int, returncode: int | None, detail: str = "
     return st
 
 
+ACTIVE = ("running", "starting")  # the states of a run that a worker trains, or is about to
+
+
+def done_epochs(status: dict, metrics) -> int:
+    """Epochs the run has completed: its status's, else its last evaluation's (a resumed run is
+    'starting' again). ``metrics``: its metrics lines, or a function that reads them (called only
+    when the status does not say)."""
+    done = int(status.get("epoch") or 0)
+    if status.get("state") == "starting" or not done:
+        lines = metrics() if callable(metrics) else metrics
+        if lines:
+            done = max(done, int(lines[-1].get("epoch") or 0))
+    return done
+
+
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not; another user's process does)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

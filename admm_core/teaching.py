@@ -17,11 +17,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from .network import train
+from .rundir import default_runs_dir, read_metrics
+
 SMALL = os.environ.get("ADMM_SMALL", "").strip().lower() not in ("", "0", "false", "no")
 
 if SMALL:
-    import torch
-
     # Small mode trains tiny networks: handing such small matrices to several threads costs more
     # than it saves, and on a busy 2-core machine (CI) extra threads spin and slow everything
     # down by up to 10× (measured). Full mode keeps PyTorch's default.
@@ -41,8 +44,6 @@ def runs_root(notebook: str) -> Path:
         path = Path(tempfile.mkdtemp(prefix=f"admm-nb{notebook}-"))
         atexit.register(shutil.rmtree, path, ignore_errors=True)  # removed when the kernel exits
         return path
-    from admm_core.rundir import default_runs_dir
-
     path = default_runs_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -57,9 +58,6 @@ def run(cfg, root: Path, name: str, time_budget_s: float | None = None, quiet: b
     status "diverged" (the error in status.json names the epoch and quantity); its metrics
     stay on disk.
     """
-    from admm_core.network import train
-    from admm_core.rundir import read_metrics
-
     run_dir = Path(root) / name
     t0 = time.time()
     clock = {"start": None, "epochs": 0}

@@ -1,6 +1,9 @@
-"""Block-ADMM workbench dashboard.  Run from the project root:
+"""Block-ADMM workbench dashboard: the pages. Run from the project root:
 
-    streamlit run app/main.py
+    streamlit run app/serve.py
+
+(app/serve.py serves these pages with the dashboard's routes, through which the pages follow the
+runs; ``streamlit run app/main.py`` draws them too, but nothing then follows a run.)
 
 Pages: Train (configure, launch, watch live), Compare (overlay runs, table vs the paper),
 Sweeps (Optuna studies over settings), Heatmaps (DeepFacto NMF score maps over faces),
@@ -11,7 +14,7 @@ Runs live in $ADMM_RUNS (default ./runs); data sets come from $ADMM_DATA.
 import streamlit as st
 
 from app import ui
-from app.dashboard import painted, workers
+from app.dashboard import follow, workers
 
 st.set_page_config(page_title="Block-ADMM workbench", page_icon=":material/view_column:", layout="wide")
 
@@ -36,8 +39,9 @@ with st.sidebar:
     )
     if problem := ui.runs_root_problem():
         st.error(problem)  # the one message; pages then show no runs
+    if not follow.available():
+        st.warning("Started without app/serve.py: pages show the runs as they were when drawn (reload to update).")
     ui.keep_chart_views()  # charts keep their zoom and hidden legend entries across redraws
     ui.explain_refused_uploads()  # a file the uploader refuses in the browser is named, with why
 
 nav.run()
-painted.gate(nav.url_path)  # pushed redraws wait until the browser has drawn this page (dashboard/push.py)

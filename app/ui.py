@@ -14,10 +14,11 @@ from pathlib import Path
 
 import streamlit as st
 
-from admm_core.deepfacto.config import STATE_FILE, DeepFactoConfig
+from admm_core import status as status_mod
 from admm_core.errors import ConfigError
-from admm_core.kinds import DEEPFACTO, run_kind
 from admm_core.rundir import read_json, read_metrics_cached
+from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
+from admm_core.spec.kinds import DEEPFACTO, run_kind
 from app.dashboard import meta as M
 from app.dashboard import workers
 
@@ -44,7 +45,7 @@ STATE_COLOURS = {
     "unknown": "gray",
 }
 FAILED = ("crashed", "diverged")  # shown with their error message
-ACTIVE = ("running", "starting")
+ACTIVE = status_mod.ACTIVE  # the one list of live states (admm_core.status)
 TRAIN_PAGE = "views/train.py"
 HEATMAPS_PAGE = "views/heatmaps.py"
 
@@ -292,7 +293,7 @@ def watched() -> str | None:
 
 
 WATCH_GEN = "watch_gen"  # bumped by every watch(): the generation in the run menus' widget keys
-WATCH_BOX = "watch_box"  # {"id": the watched run}: a plain dict a server thread may read (session state may not)
+WATCH_BOX = "watch_box"  # {"id": the watched run}: a plain dict a route's thread may read (session state may not)
 
 
 def watch(name: str | None) -> None:
@@ -303,7 +304,7 @@ def watch(name: str | None) -> None:
     """
     ss["watch"] = name
     ss[WATCH_GEN] = ss.get(WATCH_GEN, 0) + 1
-    ss.setdefault(WATCH_BOX, {})["id"] = name  # read by the push thread (worker panel's stamp)
+    ss.setdefault(WATCH_BOX, {})["id"] = name  # read by the worker panel's stamp, in the route's thread
     if name:
         st.query_params["run"] = name
     elif "run" in st.query_params:
@@ -314,13 +315,8 @@ def watch(name: str | None) -> None:
 
 
 def done_epochs(run_dir: Path, status: dict) -> int:
-    """Epochs the run has completed: the status, else its last evaluation (a resumed run is 'starting')."""
-    done = int(status.get("epoch") or 0)
-    if status.get("state") == "starting" or not done:
-        ms = read_metrics_cached(run_dir)
-        if ms:
-            done = max(done, int(ms[-1].get("epoch") or 0))
-    return done
+    """Epochs the run has completed (:func:`admm_core.status.done_epochs`, its metrics read if needed)."""
+    return status_mod.done_epochs(status, lambda: read_metrics_cached(run_dir))
 
 
 def on_stop(name: str) -> None:
@@ -412,32 +408,16 @@ def follow_goto() -> None:
         st.switch_page(TRAIN_PAGE, query_params={"run": ss.get("watch") or ""})
 
 
-def rerun_fragment(key: str) -> None:
-    """Rerun the fragment declared with ``@st.fragment(key=key)`` from another fragment's body.
-
-    Streamlit's ``st.rerun(key)`` is only allowed in widget callbacks; the live panel's watcher
-    (a tiny nested fragment polled by the browser) needs it from its body, so this queues the
-    same request st.rerun builds (Streamlit 1.67's RerunData) and yields. Any change in those
-    internals falls back to a full rerun of the page: slower, never wrong.
-    """
-    try:
-        from streamlit.commands.execution_control import _force_yield_point
-        from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
-        from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
-
-        ctx = get_script_run_ctx()
-        data = RerunData(
-            query_string=ctx.query_string,
-            page_script_hash=ctx.page_script_hash,
-            fragment_id_queue=ctx.fragment_storage.resolve_target(key),
-            is_fragment_scoped_rerun=True,
-            cached_message_hashes=ctx.cached_message_hashes,
-            context_info=ctx.context_info,
-        )
-        ctx.script_requests.request_rerun(data)
-    except Exception:  # noqa: BLE001 - private API moved: the public full rerun still works
-        st.rerun()
-    _force_yield_point()
+def scroll_into_view(anchor: str) -> None:
+    """Scroll the page to the element with id ``anchor`` (a header's anchor), once: a page script drawn
+    in this run only (each with its own number, so a second one in a row runs again)."""
+    n = ss["scrolls"] = ss.get("scrolls", 0) + 1
+    script = (
+        f"<script>/* {n} */ (() => {{ let tries = 0; const go = () => {{ const el = document.getElementById({anchor!r}); "
+        "if (el) el.scrollIntoView({block: 'start', behavior: 'smooth'}); else if (tries++ < 50) setTimeout(go, 100); }; "
+        "setTimeout(go, 0); })();</script>"
+    )
+    st.html(script, unsafe_allow_javascript=True, width="content")
 
 
 def show_notice() -> None:

@@ -1,10 +1,10 @@
 """Under the Train page's live panel: a notice when the watched run ends, and the worker's CPU
 and memory as a chart ("Worker: CPU, memory"), in a fragment of its own.
 
-Redrawn like the live panel, by the server's push thread (:mod:`app.dashboard.push`) when its
-stamp changes: the watched run, its state and, only while the section is open, the size and
-mtime of ``system.jsonl``. A closed section builds and sends no figure (its expander reruns the
-fragment when opened), so it adds nothing to an idle tab.
+Redrawn when its stamp changes (the follow component asks the dashboard's route for it:
+:mod:`app.dashboard.follow`): the watched run, its state and, only while the section is open, the
+size and mtime of ``system.jsonl``. A closed section builds and sends no figure (its expander reruns
+the fragment when opened), so it adds nothing to an idle tab.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import ui
-from app.dashboard import push as P
+from app.dashboard import follow as FL
 from app.dashboard import system as S
 from app.dashboard import workers as W
 from app.dashboard.live import file_stamp
@@ -22,13 +22,11 @@ from app.dashboard.live import file_stamp
 ss = st.session_state
 KEY = "worker"  # the fragment's key
 OPEN_KEY = "worker_open"  # the expander's state
-PUSH = P.ENABLED  # ADMM_DASH_PUSH=0: the browser polls a watcher fragment instead
-POLL_S = 2.0  # without push: the browser polls a watcher this often
 
 
 def _stamp(root: str, box: dict, watched: str | None, open_: bool) -> tuple:
-    """Cheap: the watched run (as the push thread sees it now), its state, and system.jsonl
-    (size, mtime) while the section is open."""
+    """Cheap: the watched run (as the live panel set it last, which may be after this panel's last
+    drawing), its state, and system.jsonl (size, mtime) while the section is open."""
     run = box.get("id", watched)
     if not run:
         return (run,)
@@ -36,13 +34,7 @@ def _stamp(root: str, box: dict, watched: str | None, open_: bool) -> tuple:
     return (run, W.state_of(run_dir).get("state"), file_stamp(run_dir / "system.jsonl") if open_ else None)
 
 
-STAMP_EVERY_S = 0.5  # the push thread asks up to every 0.1 s; a notice half a second later is soon enough
-
-
-def _watch(drawn: tuple) -> None:
-    """Fallback where push is unavailable: rerun the panel only on a change; draws nothing."""
-    if _stamp(*drawn[0]) != drawn[1]:
-        ui.rerun_fragment(KEY)
+ASK_EVERY_S = 0.5  # how often the page asks for the stamp (as the push thread did): a notice soon after the end
 
 
 @st.fragment(key=KEY)
@@ -88,8 +80,4 @@ def worker_panel() -> None:
                     st.caption(
                         "No samples: the worker writes `system.jsonl` (runs from before this dashboard have none)."
                     )
-    drawn = ((root, box, watched, open_), stamp)
-    if PUSH and P.subscribe(KEY, P.throttled(lambda: _stamp(*drawn[0]), STAMP_EVERY_S), stamp):
-        return
-    live = watched is not None and stamp[1] in ui.ACTIVE
-    st.fragment(run_every=POLL_S if live else 5 * POLL_S)(_watch)(drawn)
+    FL.follow(KEY, lambda: _stamp(root, box, watched, open_), stamp, every=ASK_EVERY_S)

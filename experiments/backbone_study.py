@@ -29,21 +29,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from admm_core.deepfacto import attribute_svms, majority_baseline
+from admm_core.deepfacto.attributes import attribute_svms, majority_baseline
 from admm_core.device import resolve_device
-from admm_core.faces import (
-    FaceSet,
-    backbone_widths,
-    embed_all,
-    load_backbone,
-    load_lfwa,
-    pack_faces,
-    save_backbone,
-    train_backbone,
-    unpack_faces,
-    verification_accuracy,
-    verification_pairs,
-)
+from admm_core.faces.backbone import load_backbone, save_backbone, train_backbone
+from admm_core.faces.lfw import FaceSet, load_lfwa, pack_faces, unpack_faces
+from admm_core.faces.verification import embed_all, verification_accuracy, verification_pairs
+from admm_core.spec.faces import backbone_widths
 
 
 def score(net, faces: FaceSet, tr: np.ndarray, te: np.ndarray, device, seed: int = 0, svm_c: float = 0.01) -> dict:

@@ -34,9 +34,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from admm_core.config import RunConfig
 from admm_core.docs import code_version, command_line, write_section
 from admm_core.rundir import read_json, read_metrics, write_json
+from admm_core.spec.config import RunConfig
 
 LOAD_FILE = "ablation_load.json"  # the machine's load average while a row trained (rows from before: none)
 
@@ -62,7 +62,7 @@ OLD_ONLINE = {"lr": 1e-3, "z_lr": 1.0, "z_step": "scaled", "bn_mode": "eval"}
 MB = {**OLD, "z_schedule": "minibatch", "bn_mode": "train"}
 FWD_SCALED = {**MB, "z_start": "forward", "z_step": "scaled", "z_lr": 1.0}
 SMALL = ["--preset", "cifar10-resnet18-small", "--width", "8", "--train-limit", "5000", "--test-limit", "2000"]
-# The recipe the presets now use (admm_core.presets._RESNET_BLOCK), and its ablations on the CPU proxy.
+# The recipe the presets now use (admm_core.spec.presets._RESNET_BLOCK), and its ablations on the CPU proxy.
 RECIPE = {
     **FWD_SCALED,
     "iters_per_epoch": 7,  # unused by the minibatch schedule (the default)
@@ -72,7 +72,7 @@ RECIPE = {
     "dual_lr": 0.01,
 }
 
-# The 20-layer MLP's recipe (admm_core.presets._DEEP_BLOCK), written out in full.
+# The 20-layer MLP's recipe (admm_core.spec.presets._DEEP_BLOCK), written out in full.
 DEEP = {
     "fused": True,
     "lr": 1e-3,
@@ -88,7 +88,18 @@ DEEP = {
 }
 # MNIST (issue 35): Alg. 1's sweep schedule as the mnist-mlp-mse preset has it, and the minibatch schedule
 # from a forward start that made ResNet-18 learn (no BatchNorm here); settings written out in full.
-MNIST_SWEEP = {"lr": 5e-4, "z_lr": 0.5, "beta": 1.0, "primal_steps": 3, "iters_per_epoch": 7}
+# (The preset's defaults are now the measured minibatch recipe, so the sweep schedule is spelled out too.)
+MNIST_SWEEP = {
+    "lr": 5e-4,
+    "z_lr": 0.5,
+    "beta": 1.0,
+    "primal_steps": 3,
+    "iters_per_epoch": 7,
+    "z_schedule": "sweep",
+    "z_start": "previous",
+    "dual_theta": "new",
+    "theta_input": "new",
+}
 MNIST_MB = {
     **MNIST_SWEEP,
     "primal_steps": 1,
@@ -96,9 +107,18 @@ MNIST_MB = {
     "z_start": "forward",
     "dual_theta": "old",
 }
+# online-admm as the preset had it before issue 51 (its defaults are now the "online-pe10-start" row)
+MNIST_ONLINE = {
+    "lr": 1e-3,
+    "z_lr": 0.1,
+    "z_step": "scaled",
+    "power_every": 1,
+    "dual_theta": "new",
+    "theta_input": "new",
+}
 MNIST_ROWS = {
     "adam": ("adam", {"lr": 1e-3}, "backprop, Adam η = 1e-3, batch 64 (the preset)"),
-    "sweep": ("block-admm", MNIST_SWEEP, "block-admm as the preset has it: 7 × 3 sweeps an epoch, batch 256"),
+    "sweep": ("block-admm", MNIST_SWEEP, "block-admm as the preset had it: 7 × 3 sweeps an epoch, batch 256"),
     "mb": ("block-admm", MNIST_MB, "minibatch schedule, forward start, dual residual off the Θ-step, batch 256"),
     "mb-start-lr5e-4": (
         "block-admm",
@@ -117,20 +137,20 @@ MNIST_ROWS = {
         "the same, seed 1",
         ["--seed", "1"],
     ),
-    "online": ("online-admm", {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled"}, "online-admm as the preset has it"),
+    "online": ("online-admm", MNIST_ONLINE, "online-admm as the preset had it"),
     "online-pe10": (
         "online-admm",
-        {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled", "power_every": 10},
+        {**MNIST_ONLINE, "power_every": 10},
         "… L_t re-estimated every 10 minibatches",
     ),
     "online-pe10-old": (
         "online-admm",
-        {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled", "power_every": 10, "dual_theta": "old"},
+        {**MNIST_ONLINE, "power_every": 10, "dual_theta": "old"},
         "… and the dual residual read off the Θ-step's forward pass (additive dual: the same training)",
     ),
     "online-pe10-start": (
         "online-admm",
-        {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled", "power_every": 10, "dual_theta": "old", "theta_input": "start"},
+        {**MNIST_ONLINE, "power_every": 10, "dual_theta": "old", "theta_input": "start"},
         "… and the Θ-steps at the forward pass's inputs (no forward pass of their own)",
     ),
 }
@@ -512,7 +532,8 @@ def row_config(study: str, name: str, out: Path) -> tuple[list[str], Path]:
 
 
 def wanted_config(args: list[str]) -> RunConfig:
-    from admm_core.cli import config_from_args, make_parser
+    from admm_core.cli import make_parser
+    from admm_core.cli.train import config_from_args
 
     return config_from_args(make_parser().parse_args(["train", *args]))
 
@@ -523,7 +544,7 @@ def same_run(have: RunConfig, want: RunConfig) -> bool:
     parts = ("method", "data", "model", "train")
     if any(getattr(have, k) != getattr(want, k) for k in parts if k != "train"):
         return False
-    return have.train == want.train and have.build_method() == want.build_method()
+    return have.train == want.train and have.method_settings == want.method_settings
 
 
 def run_row(args: list[str], run_dir: Path) -> str:

@@ -28,12 +28,14 @@ import numpy as np
 import torch
 
 from admm_core import nmf
-from admm_core.deepfacto.config import read_run_config
 from admm_core.deepfacto.run import run_indices
 from admm_core.deepfacto.trainer import DeepFactoState, DeepFactoTrainer
 from admm_core.device import machine
 from admm_core.docs import code_version, command_line, write_section
-from admm_core.faces import load_backbone, load_lfwa, verification_accuracy
+from admm_core.faces.backbone import load_backbone
+from admm_core.faces.lfw import load_lfwa
+from admm_core.faces.verification import verification_accuracy
+from admm_core.spec.deepfacto import read_run_config
 
 
 def fixed_s_trainer(cfg, backbone, f, identity, m, s, device) -> DeepFactoTrainer:

@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 from unittest import mock
 
-from admm_core.config import parse_sets
-from admm_core.faces import load_lfwa, pack_faces, unpack_faces
+from admm_core.faces.lfw import load_lfwa, pack_faces, unpack_faces
+from admm_core.spec.settings import parse_sets
 
 KEEP = ("config.json", "summary.json", "metrics.jsonl", "status.json", "checkpoint.pt", "attributes.json")
 
@@ -57,7 +57,7 @@ def run(a) -> int:
     import torch
 
     from admm_core.deepfacto import run as df_run
-    from admm_core.deepfacto.config import DeepFactoConfig
+    from admm_core.spec.deepfacto import DeepFactoConfig
 
     t0 = time.time()
     faces = unpack_faces(Path(a.pack))

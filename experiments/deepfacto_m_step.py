@@ -26,11 +26,13 @@ import numpy as np
 import torch
 
 from admm_core import nmf
-from admm_core.deepfacto.config import read_run_config
 from admm_core.deepfacto.run import run_indices
 from admm_core.device import machine
 from admm_core.docs import code_version, command_line, write_section
-from admm_core.faces import embed_all, load_backbone, load_lfwa
+from admm_core.faces.backbone import load_backbone
+from admm_core.faces.lfw import load_lfwa
+from admm_core.faces.verification import embed_all
+from admm_core.spec.deepfacto import read_run_config
 
 
 def alternation(f: torch.Tensor, r: int, update: str, rounds: int, tol: float, max_iter: int, seed: int = 0) -> dict:

@@ -30,16 +30,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from admm_core.faces import (
+from admm_core.faces.backbone import (
     FaceBackbone,
     backbone_loss,
     identity_batches,
     load_backbone,
-    load_lfwa,
     people_with_pairs,
     save_backbone,
-    to_tensor,
 )
+from admm_core.faces.lfw import load_lfwa
+from admm_core.faces.tensors import to_tensor
 
 
 @torch.no_grad()

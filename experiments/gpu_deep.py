@@ -58,9 +58,10 @@ import torch
 
 from admm_core import network, runs
 from admm_core.bench import machine, table
-from admm_core.data import CIFAR_PACK, candidate_roots, pack_cifar10
+from admm_core.data import pack_cifar10
 from admm_core.docs import add_collect_parser, write_section
-from admm_core.presets import preset_config
+from admm_core.spec.datasets import CIFAR_PACK, candidate_roots
+from admm_core.spec.presets import preset_config
 
 PART = 15 * 2**20  # bytes per returned state part (the limit is 16 MiB per file)
 RETURN_BYTES = 56 * 2**20  # state parts in all (64 MiB minus the small files)

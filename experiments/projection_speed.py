@@ -39,7 +39,8 @@ PACK = "projection.pt"
 
 def pack(run_dir: Path, out: Path, n_faces: int, seed: int) -> dict:
     from admm_core.deepfacto.inference import load_inference_model
-    from admm_core.faces import load_lfwa, to_tensor
+    from admm_core.faces.lfw import load_lfwa
+    from admm_core.faces.tensors import to_tensor
 
     model = load_inference_model(run_dir)
     faces = load_lfwa(model.cfg.data_root, size=model.cfg.image_size)

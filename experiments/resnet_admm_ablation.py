@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 
 from admm_core import runs
-from admm_core.config import parse_sets
 from admm_core.methods import block_admm
-from admm_core.presets import preset_config
+from admm_core.spec.presets import preset_config
+from admm_core.spec.settings import parse_sets
 
 
 def reanchor_z1_on_new_views() -> None:

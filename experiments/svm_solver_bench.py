@@ -31,7 +31,9 @@ import torch
 from admm_core.deepfacto.attributes import _fit_many, _fit_many_newton, _standardise, choose_c, pooled_features
 from admm_core.device import machine
 from admm_core.docs import code_version, command_line, write_section
-from admm_core.faces import FaceBackbone, backbone_widths, load_lfwa
+from admm_core.faces.backbone import FaceBackbone
+from admm_core.faces.lfw import load_lfwa
+from admm_core.spec.faces import backbone_widths
 
 CS = (1e-4, 1e-3, 1e-2)
 

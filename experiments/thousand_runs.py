@@ -19,8 +19,8 @@ tab, so a new session), measuring:
   a run is live), wall time in the browser (s), and the server's CPU time meanwhile (s);
 - refresh: the server's CPU time (utime + stime from /proc/<pid>/stat) over ``--window`` seconds
   with only that tab open, per second and per refresh: the reruns are counted from the tab's
-  websocket (each ends with Streamlit's ``script_finished`` message; the push thread reruns a
-  page's live fragment when what it shows changed). The Train tab watches the newest live run,
+  websocket (each ends with Streamlit's ``script_finished`` message; a page's live fragment is
+  rerun when its component finds that what it shows changed, app/dashboard/follow.py). The Train tab watches the newest live run,
   so its figure includes its live panel's redraws;
 - memory: the server's VmRSS and VmHWM (peak) from /proc/<pid>/status, after all pages;
 - two controls: a page with one menu and nothing else, and one with one two-point chart, served and
@@ -58,8 +58,8 @@ def rss_mb() -> float:
 
 def make_runs(root: Path, finished: int, live: int) -> list[Path]:
     """``finished`` copies of three finished runs (distinct ids) and ``live`` live workers; returns the live ones."""
-    from admm_core.presets import preset_config
     from admm_core.rundir import write_json
+    from admm_core.spec.presets import preset_config
     from app.dashboard import workers as W
 
     seeds = []
@@ -333,7 +333,7 @@ def proc_mem_mb(pid: int) -> dict:
 
 def have_lfw() -> bool:
     from admm_core.errors import DataError
-    from admm_core.faces import find_lfw
+    from admm_core.spec.faces import find_lfw
 
     try:
         return find_lfw() is not None

@@ -88,7 +88,7 @@ SLOW = {
     "test_deep_networks.py::test_one_epoch_of_each_method_on_real_cifar",
     "test_deepfacto.py::test_attribute_svms_and_majority",
     "test_deepfacto.py::test_block2_trains_on_the_s_that_inference_reproduces",
-    "test_deepfacto.py::test_old_module_spelling_still_runs",
+    "test_deepfacto.py::test_the_deepfacto_commands_are_the_cli_s",
     "test_deepfacto.py::test_pooled_features_match_pooling_each_grid_separately",
     "test_deepfacto.py::test_run_stopped_during_its_evaluation_resumes_to_the_end",
     "test_deepfacto.py::test_runs_sharing_a_backbone_fit_its_svms_once",
@@ -175,7 +175,7 @@ SLOW = {
     "test_shipped.py::test_export_gives_the_runs_own_scores_and_a_new_run_starts_from_it",
     "test_reliability_load.py::test_a_worker_touches_its_heartbeat_while_it_trains",
     "test_reliability_load.py::test_thousand_runs_script_writes_its_table_between_the_markers",
-    "test_reliability_load.py::test_runs_compare_and_train_pages_never_import_torch",
+    "test_reliability_load.py::test_every_page_never_imports_torch",
     # over ~4.5 s each in a fast-tier run (-n 2, load ~10, 2026-11-28): training to a loss or accuracy,
     # the CLI in a subprocess, LFW backbones, a real dashboard, every method's checkpoint
     "test_deepfacto.py::test_backbone_training_pulls_same_person_together",

@@ -22,9 +22,9 @@ import torch
 
 from admm_core import cli, status
 from admm_core.blocks import BlockNet
-from admm_core.config import RunConfig
 from admm_core.models import mlp_layers
-from admm_core.presets import preset_config
+from admm_core.spec.config import RunConfig
+from admm_core.spec.presets import preset_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

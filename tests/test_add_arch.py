@@ -1,6 +1,7 @@
-"""docs/extending.md's examples, as printed there: a new architecture is a module plus one entry of
-``models.ARCHS``, a new data set a loader plus one ``DatasetSpec`` of ``data.DATASETS``; nothing else
-is edited, and the run loop, the memory estimate, the command line and the form all take them."""
+"""docs/extending.md's examples, as printed there: a new architecture is a module plus one
+``register_arch`` line, a new data set a loader plus one ``DatasetSpec`` record; nothing else is edited
+(no test case either: tests/test_archs.py takes the record's own), and the run loop, the memory
+estimate, the command line and the form's menus (read when drawn) all take them."""
 
 from __future__ import annotations
 
@@ -12,15 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import cli_call
-from test_archs import built_table
+from test_archs import built_table, check_table
 
-from admm_core import data, models
-from admm_core.config import ModelConfig, RunConfig
-from admm_core.data import Dataset, DatasetSpec, load_digits
+from admm_core import data
+from admm_core.data import Dataset, load_digits
 from admm_core.errors import ConfigError
-from admm_core.models import Arch
-from admm_core.resources import DATA_SHAPES, estimate_memory, preflight
+from admm_core.models import build_layers
 from admm_core.runs import read_metrics, train
+from admm_core.spec import archs, datasets
+from admm_core.spec.config import ModelConfig, RunConfig
+from admm_core.spec.datasets import DatasetSpec
+from admm_core.spec.resources import estimate_memory, preflight
 from app.dashboard import form as F
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
@@ -35,27 +38,28 @@ def _blocks(after: str) -> list[str]:
 @pytest.fixture
 def registered(monkeypatch):
     """The two examples registered by their own registry lines (undone after the test)."""
-    module_code, arch_entry = _blocks("An architecture")
+    module_code, arch_line = _blocks("An architecture")
     mod = types.ModuleType("admm_core.tiny_cnn")
     mod.__package__ = "admm_core"
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    exec(compile(module_code, "docs/extending.md", "exec"), mod.__dict__)
-    ns = {"Arch": Arch, "tiny_cnn": mod}
-    exec(compile(arch_entry, "docs/extending.md", "exec"), ns)  # ARCHS = {"tiny-cnn": Arch(...)}
-    ((name, arch),) = ns["ARCHS"].items()
-    monkeypatch.setitem(models.ARCHS, name, arch)
+    before = dict(archs.ARCHS)
+    exec(compile(module_code + "\n" + arch_line, "docs/extending.md", "exec"), mod.__dict__)  # the module's end
+    (name,) = set(archs.ARCHS) - set(before)
 
     loader_code, spec_entry = _blocks("A data set")
     ns = {"Dataset": Dataset, "load_digits": load_digits}
-    exec(compile(loader_code, "docs/extending.md", "exec"), ns)
+    exec(compile(loader_code, "docs/extending.md", "exec"), ns)  # "in admm_core/data.py"
+    monkeypatch.setattr(data, "load_digits_images", ns["load_digits_images"], raising=False)
     specs = []
     exec(
         compile(spec_entry, "docs/extending.md", "exec"),
-        {**ns, "DatasetSpec": DatasetSpec, "register_dataset": specs.append},
+        {"DatasetSpec": DatasetSpec, "register_dataset": specs.append, "_D": "admm_core.data:"},
     )
     (spec,) = specs
-    monkeypatch.setitem(data.DATASETS, spec.name, spec)
-    return name, spec.name
+    datasets.register_dataset(spec)
+    yield name, spec.name
+    archs.ARCHS.pop(name, None)
+    datasets.DATASETS.pop(spec.name, None)
 
 
 def cfg_of(arch: str, data_name: str, **kw) -> RunConfig:
@@ -67,16 +71,23 @@ def cfg_of(arch: str, data_name: str, **kw) -> RunConfig:
 def test_the_data_set_record_matches_its_loader(registered):
     _, ds_name = registered
     ds = data.load(ds_name)
-    assert DATA_SHAPES[ds_name] == (ds.input_shape, ds.n_classes, len(ds.y_train), len(ds.y_test))
-    assert ds_name in data.available("/nonexistent")  # bundled: present whatever the data root
+    s = datasets.DATASETS[ds_name]
+    assert (s.input_shape, s.n_classes, s.n_train, s.n_test) == (
+        ds.input_shape,
+        ds.n_classes,
+        len(ds.y_train),
+        len(ds.y_test),
+    )
+    assert ds_name in datasets.available("/nonexistent")  # bundled: present whatever the data root
     assert torch.equal(ds.x_train.flatten(1), data.load("digits").x_train)  # the same pixels and split
 
 
 def test_the_architecture_table_equals_its_built_network(registered):
     arch, _ = registered
+    assert check_table(arch) == 2  # the record's default cases (it gives no examples)
     for shape, width in (((1, 8, 8), 4), ((3, 32, 32), 16), ((1, 28, 28), 8)):
         cfg = ModelConfig(arch, (), width=width)
-        assert models.ARCHS[arch].table(shape, cfg, 10) == built_table(shape, cfg, 10)
+        assert archs.ARCHS[arch].table(shape, cfg, 10) == built_table(shape, cfg, 10)
 
 
 def test_the_new_pair_trains_one_epoch_with_a_memory_estimate_of_the_real_network(registered, tmp_path):
@@ -86,7 +97,7 @@ def test_the_new_pair_trains_one_epoch_with_a_memory_estimate_of_the_real_networ
     summary = train(cfg, tmp_path / "run")
     assert summary["status"] == "finished" and summary["epochs"] == 1
     assert [m["epoch"] for m in read_metrics(tmp_path / "run")] == [0, 1]
-    layers = models.build_layers(cfg.model, (1, 8, 8), 10)
+    layers = build_layers(cfg.model, (1, 8, 8), 10)
     n_params = sum(p.numel() for layer in layers.values() for p in layer.parameters())
     assert est["param_bytes"] == 4 * n_params
     # the default split (after conv2): Z_1 = conv2's 8×2×2 output, Z_2 = the 10 outputs; Z and U per sample
@@ -111,3 +122,17 @@ def test_the_command_line_and_the_form_list_them(registered):
     assert F.split_options(arch, ()) == (["conv1", "conv2"], ["conv2"])
     blocks = F.describe_blocks(arch, (), ["conv2"], ds_name)  # the form's diagram, at the default width 64
     assert [(b["layers"], b["out"]) for b in blocks] == [(["conv1", "conv2"], 128 * 2 * 2), (["head"], 10)]
+
+
+def test_the_form_s_menus_read_the_registries_when_drawn(registered):
+    """Registered after every module was imported, both are in the Train form's menus; the record's
+    label is what the menu shows, and its ``sizes`` say which size fields the form enables."""
+    arch, ds_name = registered
+    field = {f.path: f for f in F.FIELDS}
+    assert arch in F.choices(field["model.arch"]) and F.label_of(field["model.arch"], arch) == "Tiny CNN"
+    assert ds_name in F.choices(field["data.name"])
+    form = F.default_form()
+    assert field["model.hidden"].enabled(form) and not field["model.width"].enabled(form)  # mlp reads hidden
+    form["arch"] = arch
+    assert field["model.width"].enabled(form) and not field["model.hidden"].enabled(form)
+    assert F.choices(field["model.split"], form) == ["conv1", "conv2"]

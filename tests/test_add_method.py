@@ -26,8 +26,9 @@ TOY = textwrap.dedent(
 
     import torch
 
-    from admm_core.methods.base import MethodBase, MethodState, setting, tensor_bytes
+    from admm_core.methods.base import MethodState, tensor_bytes
     from admm_core.methods.zsweep import minibatches, reverse_z_sweep, theta_step
+    from admm_core.spec.methods.base import MethodBase, setting
 
 
     @dataclass
@@ -89,7 +90,7 @@ TOY = textwrap.dedent(
 
 @pytest.fixture
 def toy(tmp_path):
-    from admm_core.methods import METHODS, register_method
+    from admm_core.spec.methods import METHODS, register_method
 
     path = tmp_path / "toy_method.py"
     path.write_text(TOY)
@@ -104,9 +105,9 @@ def toy(tmp_path):
 
 
 def test_a_method_in_one_module_plus_one_registry_call_trains_estimates_and_charts(toy, tmp_path):
-    from admm_core.presets import preset_config
-    from admm_core.resources import estimate_memory, preflight
     from admm_core.runs import read_metrics, train
+    from admm_core.spec.presets import preset_config
+    from admm_core.spec.resources import estimate_memory, preflight
     from app.dashboard import charts as C
 
     cfg = preset_config("digits-mlp", "toy-penalty").replace(train__epochs=2, train__device="cpu")
@@ -120,15 +121,29 @@ def test_a_method_in_one_module_plus_one_registry_call_trains_estimates_and_char
     # the live charts are those it declares, drawn from its logged metrics
     spec = C.live_spec(method="toy-penalty")
     assert list(spec) == ["accuracy", "loss", "seconds", "residuals", "z_norms"]
-    figs = C.live_figures(ms, method="toy-penalty")
+    figs = {n: C.figure_from_spec(c, ms) for n, c in spec.items()}
     assert len(figs["z_norms"].data) == 3 and len(figs["residuals"].data) == 3  # one line per block (T = 3)
+
+
+def test_a_method_registered_after_import_is_in_the_form_s_menu(toy):
+    """The Train form's method menu and its settings are read from the registry when drawn."""
+    from app.dashboard import form as F
+
+    method = next(f for f in F.FIELDS if f.path == "method")
+    assert "toy-penalty" in F.choices(method)
+    form = F.default_form(method="toy-penalty")
+    assert {k for k in form if k.startswith(F.MP)} == {"mp.lr", "mp.z_lr", "mp.beta"}
+    cfg, errors = F.read_config(form)
+    assert errors == {} and cfg.method == "toy-penalty"
 
 
 def test_register_method_refuses_a_taken_name():
     from dataclasses import dataclass
 
-    from admm_core.config import ConfigError
-    from admm_core.methods import METHODS, BlockADMM, register_method
+    from admm_core.methods.block_admm import BlockADMM
+    from admm_core.spec.config import ConfigError
+    from admm_core.spec.methods import METHODS, register_method
+    from admm_core.spec.methods.block_admm import BlockADMMSettings
 
     @dataclass(frozen=True)
     class Impostor(BlockADMM):
@@ -136,7 +151,9 @@ def test_register_method_refuses_a_taken_name():
 
     with pytest.raises(ConfigError, match="already registered"):
         register_method(Impostor)
-    assert register_method(BlockADMM) is BlockADMM and METHODS["block-admm"] is BlockADMM
+    with pytest.raises(ConfigError, match="already registered"):  # the engine's class is not the record
+        register_method(BlockADMM)
+    assert register_method(BlockADMMSettings) is BlockADMMSettings and METHODS["block-admm"] is BlockADMMSettings
 
 
 def test_charts_read_the_declarations_without_torch():

@@ -22,13 +22,13 @@ from helpers import digits_cfg
 from helpers import wait as _wait
 from streamlit.testing.v1 import AppTest
 
-from admm_core.config import DataConfig, ModelConfig, RunConfig, TrainConfig
-from admm_core.data import available
 from admm_core.errors import ConfigError
-from admm_core.methods import METHODS, names_for
-from admm_core.models import archs_for
-from admm_core.presets import PRESETS, preset_config
 from admm_core.runs import read_json, train, write_json
+from admm_core.spec.archs import archs_for
+from admm_core.spec.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from admm_core.spec.datasets import available
+from admm_core.spec.methods import METHODS, names_for
+from admm_core.spec.presets import PRESETS, preset_config
 from app.dashboard import faces
 from app.dashboard import form as F
 from app.dashboard import workers as W
@@ -67,7 +67,7 @@ def same_config(a: RunConfig, b: RunConfig) -> bool:
     da, db = a.to_dict(), b.to_dict()
     da.pop("method_params"), db.pop("method_params")
     assert da == db
-    assert a.build_method() == b.build_method(), (a.build_method(), b.build_method())
+    assert a.method_settings == b.method_settings, (a.method_settings, b.method_settings)
     return True
 
 
@@ -121,7 +121,7 @@ def test_form_round_trip_reproduces_every_preset(preset):
     """config -> form -> URL -> form -> config gives back the preset's config, every field equal
     (split None stays None, method settings the preset leaves at their defaults stay out), for
     every method; the full validation (preflight) accepts it wherever the engine would."""
-    from admm_core.resources import preflight_problems as preflight
+    from admm_core.spec.resources import preflight_problems as preflight
 
     for method in NETWORK_METHODS:
         cfg = preset_config(preset, method)
@@ -175,7 +175,7 @@ def test_form_round_trip_of_a_saved_run_and_of_every_field(tmp_path):
         assert {f.key for f in F.FIELDS} <= set(form)
 
 
-def test_form_fields_come_from_the_config_dataclasses():
+def test_form_fields_come_from_the_config_dataclasses(monkeypatch):
     """Each settings-dataclass field is a form field with its help; the fields missing before
     (model.width, data.test_limit, train.precision ...) are there; form keys are unique."""
     import dataclasses
@@ -187,21 +187,22 @@ def test_form_fields_come_from_the_config_dataclasses():
     shown = {f.path: f for f in F.FIELDS if f.kind != "hidden"}
     assert {"model.width", "data.test_limit", "train.precision", "train.diverge_factor"} <= set(shown)
     assert all(f.label and f.help for f in shown.values())
-    assert shown["model.arch"].choices == archs_for("network") and shown["data.name"].kind == "select"
+    assert F.choices(shown["model.arch"]) == list(archs_for("network")) and shown["data.name"].kind == "select"
     assert shown["data.test_limit"].none == 0 and shown["model.hidden"].kind == "widths"
     form = F.form_from_config(preset_config("cifar10-resnet18-small"))
     assert (form["width"], form["test_limit"], form["train_limit"]) == (16, 1000, 1000)
-    # a new settings field becomes a form field from its type and metadata alone
-    from admm_core.config import ui
+    # a new settings field becomes a form field from its type and rules alone (its layout, where given)
+    from admm_core.spec.settings import setting
 
     @dataclasses.dataclass(frozen=True)
     class Extra:
-        warmup: int = dataclasses.field(default=3, metadata=ui("warm-up epochs", group="train", label="Warm-up", min=0))
+        warmup: int = setting(3, "warm-up epochs", min=0)
         tag: str | None = None
         ratio: float = 0.5
         on: bool = False
-        mode: str = dataclasses.field(default="a", metadata=ui("a or b", choices=("a", "b")))
+        mode: str = setting("a", "a or b", choices=("a", "b"))
 
+    monkeypatch.setitem(F.LAYOUT, "train.warmup", {"group": "train", "label": "Warm-up"})
     got = {f.key: f for f in F._fields_of(Extra, "train.")}
     assert (got["warmup"].kind, got["warmup"].label, got["warmup"].min, got["warmup"].group) == (
         "int",
@@ -301,7 +302,11 @@ def _start_and_capture(at, monkeypatch) -> RunConfig:
     no_exceptions(at)
     assert len(launched) == 1, form_errors(at)
     args, run_dir = launched[0]
-    assert args[:2] == ["--config", str(run_dir / "config.json")] and args[2:] == ["--out", str(run_dir)]
+    assert args[:2] == ["--config", str(run_dir / "config.json")] and args[2:] == [
+        "--out",
+        str(run_dir),
+        "--preflighted",
+    ]
     cfg = RunConfig.from_json((run_dir / "config.json").read_text())
     import shutil
 
@@ -343,7 +348,7 @@ def test_train_widgets_map_to_the_config(env_runs, monkeypatch):
         },
     )
     assert same_config(cfg, expected)
-    assert cfg.build_method().beta == (2.0, 0.5)
+    assert cfg.method_settings.beta == (2.0, 0.5)
 
 
 @pytest.mark.parametrize("preset", ["cifar10-resnet18-small", "mnist5k-mlp"])
@@ -500,8 +505,7 @@ def test_runs_page_resumes_a_stopped_run(tmp_path, monkeypatch):
 def test_runs_page_resumes_a_deepfacto_run_stopped_in_its_evaluation(tmp_path, monkeypatch):
     """A DeepFacto run stopped during its SVMs (all iterations done) offers to finish them, launches
     that resume, and refuses a length that would re-label done iterations, before touching its status."""
-    from admm_core.deepfacto import DeepFactoConfig
-    from admm_core.deepfacto.config import run_config_dict
+    from admm_core.spec.deepfacto import DeepFactoConfig, run_config_dict
 
     root = tmp_path / "runs"
     run = root / "faces"
@@ -586,8 +590,8 @@ def test_compare_page_table_and_csv(env_runs):
 
 def test_compare_rows_carry_the_paper_figures(runs_root):
     cfg = json.loads((runs_root / "r1-digits-block-admm" / "config.json").read_text())
-    from admm_core.bench import PAPER
     from admm_core.runs import read_metrics
+    from admm_core.spec.presets import PAPER
     from app.dashboard.charts import run_row
 
     metrics = read_metrics(runs_root / "r1-digits-block-admm")
@@ -626,7 +630,9 @@ def test_heatmaps_page_works_out_of_the_box_with_the_shipped_models(env_runs, mo
     mean training face gets r score maps drawn."""
     monkeypatch.setenv("ADMM_DATA", str(tmp_path / "no-data"))
     monkeypatch.chdir(tmp_path)  # ./data is searched too
-    monkeypatch.setattr("admm_core.data.PROJECT_ROOT", tmp_path)  # and so is ../shared/data beside the checkout
+    monkeypatch.setattr(
+        "admm_core.spec.datasets.PROJECT_ROOT", tmp_path
+    )  # and so is ../shared/data beside the checkout
     at = app().run()
     at.switch_page("views/heatmaps.py").run()
     no_exceptions(at)
@@ -662,7 +668,7 @@ def test_heatmaps_page_lists_deepfacto_runs_and_checks_uploads(tmp_path, monkeyp
     warnings = " ".join(w.value for w in at.warning)
     assert "no usable DeepFacto model" in warnings or "held-out people" in warnings, warnings
     if faces.lfw_folder() is not None:  # the people offered are the run's own test identities
-        from admm_core.deepfacto import test_people
+        from admm_core.deepfacto.heldout import test_people
 
         assert widget(at, "selectbox", "hm_person").options == sorted(test_people(root / "df1"))
     widget(at, "radio", "hm_source").set_value("Upload a photo").run()
@@ -773,7 +779,8 @@ def test_chart_helpers():
         for e in range(4)
     ]
     assert C.seconds_per_epoch(ms) == ([1, 2, 3], [2.0, 2.0, 2.0])
-    figs = C.live_figures(ms)
+    spec = C.live_spec()
+    figs = {n: C.figure_from_spec(spec[n], ms) for n in ("residuals", "accuracy")}
     assert [len(figs["residuals"].data), len(figs["accuracy"].data)] == [2, 2]
     assert figs["accuracy"].data[1].y == (40.0, 40.0, 40.0, 40.0)
     assert C.smooth([1.0, None, 3.0], 0.5) == [1.0, None, 2.0]
@@ -792,13 +799,13 @@ def test_chart_helpers():
 
 
 def test_layer_arithmetic_matches_the_built_network():
-    """Parameter counts and Z sizes by the engine's arithmetic (admm_core.resources.layer_table, which the
+    """Parameter counts and Z sizes by the engine's arithmetic (admm_core.spec.resources.layer_table, which the
     diagram and the memory estimate use) equal those of the real layers (MLP and ResNet-18)."""
     import torch
 
-    from admm_core.config import ModelConfig
     from admm_core.models import build_layers
-    from admm_core.resources import layer_table
+    from admm_core.spec.config import ModelConfig
+    from admm_core.spec.resources import layer_table
 
     for arch, hidden, shape in [
         ("mlp", (33, 7, 5), (1, 8, 8)),
@@ -819,7 +826,7 @@ def test_layer_arithmetic_matches_the_built_network():
 def test_memory_estimate_refuses_absurd_sizes_without_building_them():
     import resource
 
-    from admm_core.resources import estimate_memory, split_of
+    from admm_core.spec.resources import estimate_memory, split_of
 
     blocks = F.describe_blocks("mlp", (100000, 100000), ["fc1", "fc2"], "digits")
     params = 64 * 100000 + 100000 + 100000 * 100000 + 100000 + 100000 * 10 + 10
@@ -837,7 +844,7 @@ def test_memory_estimate_refuses_absurd_sizes_without_building_them():
     assert mem == estimate_memory(ok)
     blocks = F.describe_blocks(ok.model.arch, ok.model.hidden, list(split_of(ok)), ok.data.name)
     assert mem["param_bytes"] == 4 * sum(b["params"] for b in blocks)
-    z_copies = 4 if ok.build_method().z_optimizer == "adam" else 2
+    z_copies = 4 if ok.method_settings.z_optimizer == "adam" else 2
     assert mem["state_bytes"] == 1347 * sum(b["out"] for b in blocks) * z_copies * 4
 
 
@@ -858,7 +865,8 @@ def test_log_ticks_keep_every_decade():
     assert text == ["0.2", "0.3", "0.4", "0.5", "0.6"]
     vals, text = C.log_ticks([1e-6, 1e3])
     assert len(vals) <= 8 and vals == sorted(vals) and text[0] == "1e-6"
-    fig = C.loss_figure([{"epoch": e, "train_loss": 0.5 / (e + 1), "test_loss": 0.6 / (e + 1)} for e in range(25)])
+    ms = [{"epoch": e, "train_loss": 0.5 / (e + 1), "test_loss": 0.6 / (e + 1)} for e in range(25)]
+    fig = C.figure_from_spec(C.live_spec()["loss"], ms)
     assert fig.layout.yaxis.type == "log" and list(fig.layout.yaxis.ticktext)[:2] == ["0.02", "0.05"]
     assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0  # legend below, never on the title
     assert "<br>" in C.wrap("Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block")
@@ -868,9 +876,10 @@ def test_backprop_cosine_is_plotted_when_present():
     from app.dashboard import charts as C
 
     ms = [{"epoch": e, "residuals": [0.1, 0.2], "backprop_cosine": [0.9, -0.2]} for e in range(3)]
-    figs = C.live_figures(ms)
+    spec = C.live_spec()
+    figs = {n: C.figure_from_spec(c, ms) for n, c in spec.items()}
     assert len(figs["backprop_cosine"].data) == 2 and figs["backprop_cosine"].data[1].y == (-0.2, -0.2, -0.2)
-    assert "backprop_cosine" not in C.live_figures([{k: v for k, v in m.items() if k != "backprop_cosine"} for m in ms])
+    assert spec["backprop_cosine"]["when"] == "backprop_cosine"  # drawn once a line carries it (live_series.js shown)
     # every live title fits one line (plotly drew a wrapped title's lines over the plot); the
     # math is on the y axis
     assert all("<br>" not in f.layout.title.text for f in figs.values()), [f.layout.title.text for f in figs.values()]
@@ -970,8 +979,8 @@ def test_processes_field_starts_the_worker_under_torchrun(env_runs, monkeypatch)
 def test_preflight_returns_every_problem_by_field():
     """preflight gives one message per field (not the first problem only); the CLI's wrapper
     raises the first of them, naming the field and the value."""
-    from admm_core.resources import preflight as raising
-    from admm_core.resources import preflight_problems as preflight
+    from admm_core.spec.resources import preflight as raising
+    from admm_core.spec.resources import preflight_problems as preflight
 
     cfg = preset_config("digits-mlp", "sgd").replace(data__name="mnist", data__augment=True)
     assert preflight(cfg, datasets=["mnist"]) == {}  # images, a method that reads inputs through the batch
@@ -991,8 +1000,8 @@ def test_processes_field_refuses_what_the_workers_would_fail_on(monkeypatch):
     """Before launch (the engine's preflight, given the process count): under parallel = 'blocks'
     the engine's own check (at most one process per block, the Jacobi sweep), and one GPU per
     process when the run would use CUDA."""
-    from admm_core import device as device_mod
-    from admm_core.resources import preflight_problems as preflight
+    from admm_core.spec import device as device_mod
+    from admm_core.spec.resources import preflight_problems as preflight
 
     def pe(n, method="block-admm", parallel="samples", device="cpu", n_gpus=0, z_sweep="jacobi"):
         cfg = preset_config("digits-mlp", method).replace(
@@ -1076,47 +1085,39 @@ def test_compare_settings_columns_and_url_selection(env_runs):
 
 
 def test_compare_sends_its_charts_after_the_browser_has_drawn_the_controls(env_runs, monkeypatch):
-    """With push (a real server), a tab's first Compare draw sends the picker and placeholders, not
-    plotly charts; one sentinel's answer draws its fragment and releases the other (the push thread
-    reruns it); without any answer the backstop does; from then on the tab draws at once."""
-    from app.dashboard import painted
-    from app.dashboard import push as P
+    """Served with the routes (app/serve.py), a tab's first Compare draw sends the picker and
+    placeholders, not plotly charts, and one sentinel per waiting fragment; each sentinel's answer
+    (the browser has painted the page) draws its fragment; from then on the tab draws at once."""
+    from app.dashboard import follow as FL
 
-    def page():
-        asked, off = {}, []
-        monkeypatch.setattr(P, "subscribe", lambda key, fn, stamp, every=0.0: asked.update({key: fn}) or True)
-        monkeypatch.setattr(P, "unsubscribe", off.append)
-        at = AppTest.from_file(str(APP / "views" / "compare.py"), default_timeout=TIMEOUT)
-        at.query_params["runs"] = "r1-digits-block-admm,r2-digits-sgd"
-        return at.run(), asked, off
-
-    at, asked, off = page()
+    monkeypatch.setenv(FL.ENV, "1")
+    at = AppTest.from_file(str(APP / "views" / "compare.py"), default_timeout=TIMEOUT)
+    at.query_params["runs"] = "r1-digits-block-admm,r2-digits-sgd"
+    at.run()
     no_exceptions(at)
     assert widget(at, "multiselect", "cmp_runs").value == ["r1-digits-block-admm", "r2-digits-sgd"]
     assert not at.get("plotly_chart"), "charts sent with the controls"
     assert not at.dataframe, "the data grid sent with the controls"
     assert sum("Drawing the chart" in c.value for c in at.caption) == 5  # 4 charts + parallel coordinates
     assert sum("Drawing the table" in c.value for c in at.caption) == 1
-    assert set(asked) == {"cmp_charts", "cmp_parallel", "cmp_table_section"}
-    assert asked["cmp_parallel"]() == asked["cmp_table_section"]() == "wait"
+    sentinels = {"cmp_charts", "cmp_parallel", "cmp_table_section"}
+    assert {k for k in sentinels if f"follow.{k}.painted" in at.session_state} == sentinels  # drawn, not answered
     at.run()  # a rerun before any answer (a filter changed): still waiting
     assert not at.get("plotly_chart") and not at.dataframe
-    at.session_state["painted.cmp_charts.answer"] = True  # what the charts' sentinel sends
+    at.session_state["follow.cmp_charts.painted"] = {"stamp": "painted", "count": 1}  # what its sentinel sends
+    at.run()
+    assert len(at.get("plotly_chart")) == 4 and not at.dataframe  # the others wait for their own answers
+    for k in ("cmp_parallel", "cmp_table_section"):
+        at.session_state[f"follow.{k}.painted"] = {"stamp": "painted", "count": 1}
     at.run()
     assert len(at.get("plotly_chart")) == 5 and '"parcoords"' in at.get("plotly_chart")[-1].proto.spec
     assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 2  # the table of the 2 runs
-    assert asked["cmp_parallel"]() == asked["cmp_table_section"]() == "draw"  # the push thread reruns them too
-    assert {"cmp_charts", "cmp_parallel", "cmp_table_section"} <= set(off)
-    n = len(asked)
     at.run()
-    assert len(at.get("plotly_chart")) == 5 and len(asked) == n  # drawn at once from now on, nothing asked
-
-    at, asked, off = page()  # a tab whose sentinels never answer
-    assert not at.get("plotly_chart") and asked["cmp_charts"]() == "wait"
-    monkeypatch.setattr(painted, "BACKSTOP_S", 0.0)
-    assert asked["cmp_charts"]() == "draw" and asked["cmp_parallel"]() == "draw"
-    at.run()
-    assert len(at.get("plotly_chart")) == 5
+    assert len(at.get("plotly_chart")) == 5  # drawn at once from now on
+    monkeypatch.delenv(FL.ENV)
+    at = AppTest.from_file(str(APP / "views" / "compare.py"), default_timeout=TIMEOUT)  # no routes: at once
+    at.query_params["runs"] = "r1-digits-block-admm,r2-digits-sgd"
+    assert len(at.run().get("plotly_chart")) == 5
 
 
 def _png16(arr: np.ndarray) -> bytes:
@@ -1154,7 +1155,7 @@ def test_image_decoding_16bit_alpha_gray_and_large():
 
 
 def test_deepfacto_form_validates_each_field_and_round_trips_the_url():
-    from admm_core.deepfacto.config import DeepFactoConfig
+    from admm_core.spec.deepfacto import DeepFactoConfig
     from app.dashboard import deepfacto_form as D
 
     values = D.default_values()
@@ -1191,7 +1192,7 @@ def test_deepfacto_backbone_upload_keeps_only_plain_weights(tmp_path, monkeypatc
 
     import torch
 
-    from admm_core.faces import FaceBackbone
+    from admm_core.faces.backbone import FaceBackbone
     from app.dashboard import deepfacto_form as D
 
     monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
@@ -1216,7 +1217,7 @@ def test_deepfacto_backbone_upload_keeps_only_plain_weights(tmp_path, monkeypatc
 
 
 def test_train_page_deepfacto_messages_and_start(env_runs, monkeypatch, tmp_path):
-    from admm_core.faces import find_lfw
+    from admm_core.spec.faces import find_lfw
 
     at = app({"mode": "deepfacto", "df.rank": "0"}).run()
     no_exceptions(at)
@@ -1253,7 +1254,7 @@ def test_train_page_deepfacto_messages_and_start(env_runs, monkeypatch, tmp_path
 def test_cli_runs_a_deepfacto_config_file_through_its_own_loop(tmp_path, monkeypatch):
     from admm_core import cli
     from admm_core.deepfacto import commands
-    from admm_core.deepfacto.config import DeepFactoConfig, run_config_dict
+    from admm_core.spec.deepfacto import DeepFactoConfig, run_config_dict
 
     seen = []
     monkeypatch.setattr(commands, "cli_train", lambda a: seen.append(commands.config_from_cli(a)) or 0)
@@ -1264,32 +1265,35 @@ def test_cli_runs_a_deepfacto_config_file_through_its_own_loop(tmp_path, monkeyp
 
 
 def test_live_stamp_changes_only_with_what_the_panel_shows(tmp_path):
-    """The live panel redraws when its stamp changes: a new metrics line, a new state or epoch, a
-    run added to the folder; not when the worker rewrites status.json with a few % more progress."""
+    """The live panel redraws when its stamp changes: the run launched (before its worker reports),
+    its state, its name (meta.json), a run added to the folder; not when the worker rewrites
+    status.json with more progress or appends a metrics line (the live charts fetch those)."""
     from app.dashboard.live import live_stamp
 
     root = tmp_path / "runs"
     run = root / "20260101-000001-a"
     run.mkdir(parents=True)
+    s_none = live_stamp(root, run.name)
+    write_json(run / "launch.json", {"pid": os.getpid(), "cmd": [], "launched": 0.0})  # launched, not reporting
+    s_launched = live_stamp(root, run.name)
+    assert s_launched != s_none and s_launched[-1] == "starting"  # issue 53: it read 'unknown' here
     status = {"state": "running", "pid": os.getpid(), "epoch": 1, "epochs": 10, "progress": 0.10}
     write_json(run / "status.json", status)
-    (run / "metrics.jsonl").write_text('{"epoch": 0}\n')
     s0 = live_stamp(root, run.name)
+    assert s0 != s_launched and s0[-1] == "running"
     assert live_stamp(root, run.name) == s0  # nothing changed: no redraw
-    write_json(run / "status.json", {**status, "progress": 0.12})  # within the same 5 % step
-    assert live_stamp(root, run.name) == s0
-    write_json(run / "status.json", {**status, "progress": 0.16})
-    s1 = live_stamp(root, run.name)
-    assert s1 != s0
+    write_json(run / "status.json", {**status, "epoch": 2, "progress": 0.2})
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"epoch": 1}\n')
-    s2 = live_stamp(root, run.name)
-    assert s2 != s1
+    assert live_stamp(root, run.name) == s0  # progress and lines: the charts' page has them
+    write_json(run / "meta.json", {"name": "mine"})
+    s1 = live_stamp(root, run.name)
+    assert s1 != s0
     write_json(run / "status.json", {**status, "progress": 0.16, "state": "finished"})
-    s3 = live_stamp(root, run.name)
-    assert s3 != s2
+    s2 = live_stamp(root, run.name)
+    assert s2 != s1 and s2[-1] == "finished"
     (root / "20260101-000002-b").mkdir()  # a new run: the menu lists it
-    assert live_stamp(root, run.name) != s3
+    assert live_stamp(root, run.name) != s2
     assert live_stamp(root, None) != live_stamp(root, run.name)
 
 

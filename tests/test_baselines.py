@@ -9,14 +9,15 @@ import torch
 from helpers import cli_call, digits_cfg
 
 from admm_core.blocks import build_blocknet
-from admm_core.config import ConfigError, ModelConfig
 from admm_core.losses import mse_sum
-from admm_core.methods import METHODS, make_method
+from admm_core.methods import make_method
 from admm_core.methods.base import TrainBatch
 from admm_core.methods.dladmm import _backtrack
 from admm_core.methods.lifted import Solver, cross, gram, linear, mlp_linears, read_weights, relu_argmin, solve_weights
 from admm_core.methods.zsweep import minibatches
 from admm_core.runs import build, read_metrics, train
+from admm_core.spec.config import ConfigError, ModelConfig
+from admm_core.spec.methods import METHODS
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 BASELINES = ["admm-closed", "taylor", "dladmm", "bcd", "gotmare"]

@@ -52,16 +52,15 @@ def test_collect_names_the_machine_each_run_recorded(tmp_path, capsys):
 
 def test_augment_flags_map_to_the_same_config_in_train_and_bench():
     """--augment / --augment-pad N / --no-flip: one mapping; either of the last two turns augmentation on."""
-    from admm_core.cli import config_from_args, make_parser
-    from admm_core.config import augment_changes
+    from admm_core.cli import make_parser
+    from admm_core.cli.train import config_from_args
+    from admm_core.spec.config import RunConfig
 
-    assert augment_changes() == {}
-    assert augment_changes(pad=2, no_flip=True) == {
-        "data__augment": True,
-        "data__augment_pad": 2,
-        "data__augment_flip": False,
-    }
-    assert augment_changes(augment=True) == {"data__augment": True}
+    cfg = RunConfig()
+    assert cfg.augmented() is cfg
+    got = cfg.augmented(pad=2, flip=False).data
+    assert (got.augment, got.augment_pad, got.augment_flip) == (True, 2, False)
+    assert cfg.augmented(on=True).data == cfg.data.__class__(augment=True)
     a = make_parser().parse_args(["train", "--preset", "cifar10-resnet18-small", "--augment-pad", "3"])
     got = config_from_args(a).data
     assert (got.augment, got.augment_pad, got.augment_flip) == (True, 3, True)

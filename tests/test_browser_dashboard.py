@@ -363,6 +363,8 @@ FIRST_PAINT_JS = """(() => {
       requestAnimationFrame(() => { t.pickerPainted = performance.now(); });
     }
     if (t.chartDom === undefined && document.querySelector(".js-plotly-plot")) t.chartDom = performance.now();
+    if (t.allDom === undefined && document.querySelectorAll(".js-plotly-plot").length >= 5
+        && document.querySelector("[data-testid='stDataFrame']")) t.allDom = performance.now();
   };
   document.addEventListener("DOMContentLoaded", () =>
     new MutationObserver(look).observe(document.body, {childList: true, subtree: true}));
@@ -371,7 +373,7 @@ FIRST_PAINT_JS = """(() => {
 
 def test_compare_settings_columns_and_parallel_coordinates(server, browser):
     """Compare from a link (?runs=…): the run picker is painted before any chart enters the page
-    (app/dashboard/painted.py); ⚙ columns, paper column, parallel coordinates; saves the screenshot."""
+    (follow.after_paint); ⚙ columns, paper column, parallel coordinates; saves the screenshot."""
     url, root, _ = server
     runs = [_fixture_run(root, m) for m in ("block-admm", "adam", "sgd")]
     page = browser.new_page(viewport={"width": 1440, "height": 2300})
@@ -382,6 +384,12 @@ def test_compare_settings_columns_and_parallel_coordinates(server, browser):
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 5")
         t = page.evaluate("() => window.__firstPaint")
         assert t["pickerPainted"] < t["chartDom"], t  # the page's controls were shown before plotly was loaded
+        page.wait_for_function("() => window.__firstPaint.allDom !== undefined")
+        t = page.evaluate("() => window.__firstPaint")
+        print(
+            f"\ncompare (page clock): picker painted {t['pickerPainted'] / 1000:.2f} s, first chart in the page "
+            f"{t['chartDom'] / 1000:.2f} s, all five charts and the table {t['allDom'] / 1000:.2f} s"
+        )
         types = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].map(d => d.data[0].type)")
         assert "parcoords" in types, types
         dims = page.evaluate(

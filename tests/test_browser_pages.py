@@ -1,8 +1,8 @@
 """Runs and Heatmaps in a real Chromium (issue 33).
 
-- The Runs page is redrawn by push when the runs folder changes, not every 2 s: an idle Runs
-  tab costs the server almost no CPU (from /proc), and a run added to the folder still appears
-  without a reload.
+- The Runs page is redrawn when the runs folder changes, not every 2 s (its follow component asks
+  the stamp route and reruns the panel on a change): an idle Runs tab costs the server almost no
+  CPU (from /proc), and a run added to the folder still appears without a reload.
 - A rejected upload on Heatmaps gets one message naming the file and why, and the previous
   file's message goes: a photo over the page's limit (it reaches the page), and a file over
   Streamlit's own limit (refused in the browser, named by the page script ui.REFUSED_UPLOAD_JS).
@@ -51,7 +51,7 @@ def _idle_share(pid: int, cpu: float, window: float, what: str) -> float:
     """The tab's share of ``cpu``: the same server measured again with no tab open. The server alone
     is not free (Streamlit polls its config files, uvicorn ticks: 2.7-5.4 % of a core on the 2-core
     test machine), so a bound on the total failed by chance (5.7 % once, for a tab costing ~1 %)."""
-    time.sleep(3)  # the push thread drops the closed tab's subscriptions within a second
+    time.sleep(3)  # the closed tab's last requests
     base = _cpu_percent(pid, window)
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     print(f"\n{what}: server CPU {cpu:.1f}% of a core over {window:.0f} s, {base:.1f}% with no tab; loadavg {load}")
@@ -59,7 +59,7 @@ def _idle_share(pid: int, cpu: float, window: float, what: str) -> float:
 
 
 def _runs_menu_lists(page, run: str, timeout: float = 30) -> bool:
-    """Whether the open Runs tab's "Details of run" menu lists ``run`` within ``timeout`` s (pushed,
+    """Whether the open Runs tab's "Details of run" menu lists ``run`` within ``timeout`` s (followed,
     no reload)."""
     menu = page.get_by_role("combobox").last
 
@@ -120,7 +120,7 @@ def test_a_refused_upload_is_named_and_clears_the_previous_message(server, brows
 
 
 def test_train_tab_notices_the_end_and_charts_the_worker(server, browser):
-    """A watched run going running → finished: one toast and a line in the tab, pushed (no
+    """A watched run going running → finished: one toast and a line in the tab, followed (no
     reload); the "Worker: CPU, memory" section draws system.jsonl when opened; the idle tab then
     costs the server almost nothing."""
     import json
@@ -155,48 +155,3 @@ def test_train_tab_notices_the_end_and_charts_the_worker(server, browser):
         page.close()
     share = _idle_share(pid, cpu, 10.0, "idle Train tab on the finished run, worker section open")
     assert share <= 4.0, share
-
-
-GATE_JS = """
-(() => {
-  const g = window.__gate = {added: [], removed: []};
-  const scan = (nodes, into) => nodes.forEach(n => {
-    const frames = n.tagName === "IFRAME" ? [n] : (n.querySelectorAll ? [...n.querySelectorAll("iframe")] : []);
-    frames.filter(f => (f.src || "").includes("admm_painted")).forEach(() => into.push(performance.now()));
-  });
-  document.addEventListener("DOMContentLoaded", () => new MutationObserver(ms => ms.forEach(m => {
-    scan([...m.addedNodes], g.added);
-    scan([...m.removedNodes], g.removed);
-  })).observe(document.body, {childList: true, subtree: true}));
-})();
-"""
-
-
-def test_a_page_holds_its_pushes_until_the_browser_has_drawn_it(server, browser):
-    """A push into a tab still drawing the page it was just sent blanked the tab (Streamlit's
-    "Bad delta path" error, issue 36), so each page's first run holds the tab's pushes until a
-    sentinel answers from the drawn page (app/dashboard/painted.py gate). In Chromium the sentinel
-    comes with the page and goes once it has answered (the answer reruns the gate, which then draws
-    nothing), for a new tab and again after a move to another page; the pushed redraw still comes."""
-    url, root, _, _ = server
-    ctx = browser.new_context(viewport={"width": 1280, "height": 1200})
-    ctx.add_init_script(GATE_JS)
-    page = ctx.new_page()
-    page.set_default_timeout(TIMEOUT_S * 1000)
-    try:
-        page.goto(f"{url}/", wait_until="domcontentloaded")
-        page.get_by_role("button", name="Start run").first.wait_for()
-        page.wait_for_function("window.__gate.removed.length >= 1", timeout=60_000)
-        g = page.evaluate("window.__gate")
-        assert len(g["added"]) == 1 and g["removed"][0] > g["added"][0], g
-        print(f"\nTrain: the sentinel answered and went {(g['removed'][0] - g['added'][0]) / 1000:.2f} s after it came")
-        page.get_by_role("link", name="Runs").first.click()  # another page, same session: a new gate
-        page.get_by_text("Details of run").first.wait_for()
-        page.wait_for_function("window.__gate.removed.length >= 2", timeout=60_000)
-        g = page.evaluate("window.__gate")
-        assert len(g["added"]) == 2 and g["removed"][1] > g["added"][1], g
-        # released: a new run in the folder reaches the open Runs tab's run menu by push
-        shutil.copytree(root / FIRST, root / "20260101-000003-gate")
-        assert _runs_menu_lists(page, "20260101-000003-gate"), "the new run never reached the Runs page"
-    finally:
-        ctx.close()

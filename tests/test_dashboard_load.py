@@ -7,8 +7,6 @@ import json
 import os
 from pathlib import Path
 
-from helpers import wait as _wait
-
 from admm_core import runs
 from admm_core.runs import append_metrics
 from app.dashboard import charts as C
@@ -77,181 +75,79 @@ def test_compare_figure_draws_at_most_max_points_per_curve():
     assert all(len(t.x) <= 1600 for t in grouped.data)
 
 
-def test_push_asks_a_quiet_stamp_less_often(monkeypatch):
-    """A stamp that has not changed for 40 s (a tab on a finished run) is asked about once a
-    second, and a change of it is still pushed within about a second; one drawn just now is asked
-    every tick (0.1 s)."""
-    import time
+def test_the_stamp_route_answers_digests_and_forgets_tokens_nobody_asks_for(tmp_path, monkeypatch):
+    """app/dashboard/follow.py's route, through Starlette's test client on the routes app/serve.py
+    mounts: a granted token answers the digest of its stamp function now (what the page compares with
+    the one it drew), an unknown token is a 404, a stamp that raises is a 503 (the page asks again),
+    and a token not asked for FORGET_S is dropped (a closed tab)."""
+    import asyncio
 
-    from app.dashboard import push as P
+    import httpx
+    from starlette.applications import Starlette
 
-    monkeypatch.setattr(P, "_alive", lambda sid: True)
-    calls = []
+    from app.dashboard import follow as FL
+    from app.dashboard.live import digest
 
-    class Loop:
-        def call_soon_threadsafe(self, fn, *args):
-            calls.append(time.monotonic())
+    monkeypatch.delenv(FL.ENV, raising=False)
+    assert not FL.available()
+    app = Starlette(routes=FL.routes())
+    assert FL.available()  # mounting the routes says so to the pages (same process)
+    monkeypatch.delenv(FL.ENV)
 
-    asked = {"quiet": 0, "fresh": 0}
-    changed_at = [float("inf")]
+    class Client:  # the route as a browser asks it, in this process (httpx's ASGI transport)
+        def get(self, path):
+            async def ask():
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+                    return await c.get(path)
 
-    def sub(name, drawn):
-        def stamp_fn():
-            asked[name] += 1
-            return (int(name == "quiet" and time.monotonic() >= changed_at[0]),)
+            return asyncio.run(ask())
 
-        s = {"fid": "f", "stamp_fn": stamp_fn, "stamp": (0,), "loop": Loop(), "every": 0.0, "drawn": drawn}
-        s["session"] = type("Session", (), {"_scriptrunner": None})()
-        return s
-
-    now = time.monotonic()
-    with P._lock:
-        P._subs[("test-quiet", "k")] = sub("quiet", now - 40.0)
-        P._subs[("test-fresh", "k")] = sub("fresh", now)
-        P._ensure_thread()
-    P._wake.set()  # as subscribe does
-    try:
-        time.sleep(1.5)
-        assert 1 <= asked["quiet"] <= 2, asked
-        assert asked["fresh"] >= 6, asked  # 14 at 0.1 s on an idle machine, fewer under load
-        assert not calls  # nothing changed: nothing rerun
-        changed_at[0] = time.monotonic()
-        time.sleep(1.6)
-    finally:
-        with P._lock:
-            P._subs.pop(("test-quiet", "k"), None)
-            P._subs.pop(("test-fresh", "k"), None)
-    assert len(calls) == 1 and calls[0] - changed_at[0] <= 1.3, (calls, changed_at)
+    client = Client()
+    state = {"n": 0}
+    FL.register("tok-a", lambda: ("runs", state["n"]))
+    r = client.get(FL.ROUTE + "/tok-a")
+    assert (
+        r.status_code == 200 and r.json() == {"stamp": digest(("runs", 0))} and r.headers["cache-control"] == "no-store"
+    )
+    state["n"] = 1
+    assert client.get(FL.ROUTE + "/tok-a").json()["stamp"] == digest(("runs", 1)) != digest(("runs", 0))
+    assert client.get(FL.ROUTE + "/nope").status_code == 404
+    FL.register("tok-b", lambda: 1 / 0)
+    assert client.get(FL.ROUTE + "/tok-b").status_code == 503
+    monkeypatch.setattr(FL, "FORGET_S", 0.0)
+    FL.register("tok-c", lambda: 0)  # the sweep at this grant drops every token not asked since
+    assert client.get(FL.ROUTE + "/tok-a").status_code == 404 and "tok-c" in FL._stamps
 
 
-def test_push_waits_for_the_browser_to_draw_a_page_before_rerunning_into_it(monkeypatch):
-    """A rerun pushed while the browser is still drawing a page it was just sent blanked the tab
-    (the frontend's "Bad delta path" error, issue 36). After ``hold`` (a session's first run of a
-    page) a changed stamp is not rerun; ``release`` (the browser has drawn it) lets it go at once,
-    and a hold whose answer never comes ends after ``max_s``."""
-    import time
+def test_a_page_follows_the_runs_folder_through_the_stamp_route(tmp_path, monkeypatch):
+    """With the routes mounted, the Runs page ends its panel with the follow component, whose token
+    answers the digest of what the panel drew; a new run in the folder changes the answer (then the
+    page reruns the panel), and a page drawn again draws the same token and the new digest."""
+    from streamlit.testing.v1 import AppTest
 
-    from app.dashboard import push as P
+    from app.dashboard import follow as FL
+    from app.dashboard.live import digest
 
-    monkeypatch.setattr(P, "_alive", lambda sid: True)
-    sid = ["test-held"]
-    monkeypatch.setattr(P, "_session_id", lambda: sid[0])
-
-    class Loop:
-        def call_soon_threadsafe(self, fn, sub, *args):
-            sub["calls"].append(time.monotonic())
-
-    def sub():  # a stamp that changes at every ask
-        s = {"fid": "f", "stamp_fn": lambda: (time.monotonic(),), "stamp": (0,), "loop": Loop(), "every": 0.0}
-        s["session"] = type("Session", (), {"_scriptrunner": None})()
-        return s | {"drawn": time.monotonic(), "calls": []}
-
-    assert P.hold()
-    first, second = sub(), sub()
-    with P._lock:
-        P._subs[("test-held", "k")] = first
-        P._ensure_thread()
-    P._wake.set()
-    try:
-        time.sleep(0.8)
-        assert not first["calls"]  # changed at every ask, and held
-        t = time.monotonic()
-        P.release()
-        time.sleep(0.5)
-        assert first["calls"] and first["calls"][0] - t <= 0.3, first["calls"]  # released: rerun at once
-        sid[0] = "test-held-2"
-        assert P.hold(max_s=0.6)
-        t = time.monotonic()
-        with P._lock:
-            P._subs[("test-held-2", "k")] = second
-        P._wake.set()
-        time.sleep(1.2)
-        assert second["calls"] and 0.5 <= second["calls"][0] - t <= 1.0, (second["calls"], t)  # after max_s
-    finally:
-        with P._lock:
-            for k in ("test-held", "test-held-2"):
-                P._subs.pop((k, "k"), None)
-                P._held.pop(k, None)
-
-
-def test_throttled_serves_a_fresh_value_to_an_ask_every_seconds_after_the_last():
-    """The push thread asks a quiet stamp once a second, and the Runs page throttles its stamp to
-    1 s: timed from after a slow ``fn``, every second ask got the old value (a change seen ~2 s
-    late). Timed from before ``fn``, an ask ``every`` s after the previous one calls ``fn``."""
-    import time
-
-    from app.dashboard import push as P
-
-    values = iter(range(100))
-
-    def slow():
-        time.sleep(0.06)  # a thousand stats
-        return next(values)
-
-    stamp = P.throttled(slow, 0.3)
-    t0 = time.monotonic()
-    assert stamp() == 0
-    assert stamp() == 0  # at once: the last value
-    time.sleep(max(0.0, t0 + 0.3 - time.monotonic()))
-    assert stamp() == 1
-
-
-def test_push_asks_no_stamp_and_reruns_nothing_sooner_than_every_after_a_draw(monkeypatch):
-    """The push thread with a subscription whose stamp changes on every call (a live run writing
-    lines all the time): with every=0.6 s it asks nothing for 0.6 s after the draw, then reruns
-    the fragment once; without ``every`` it reruns at the thread's first tick."""
-    import threading
-    import time
-
-    from app.dashboard import push as P
-
-    class Loop:
-        def __init__(self):
-            self.calls = []
-
-        def call_soon_threadsafe(self, fn, *args):
-            self.calls.append(time.monotonic())
-
-    class Session:
-        _scriptrunner = None
-
-    monkeypatch.setattr(P, "_alive", lambda sid: True)
-
-    def sub(every):
-        asked = []
-
-        def stamp_fn():
-            asked.append(time.monotonic())
-            return (len(asked),)  # new on every call
-
-        return {
-            "fid": "f",
-            "stamp_fn": stamp_fn,
-            "stamp": (0,),
-            "session": Session(),
-            "loop": Loop(),
-            "every": every,
-            "drawn": time.monotonic(),
-            "asked": asked,  # the test's own record (the thread ignores unknown keys)
-        }
-
-    slow, fast = sub(0.6), sub(0.0)
-    with P._lock:
-        P._subs[("test-slow", "k")] = slow
-        P._subs[("test-fast", "k")] = fast
-        P._ensure_thread()
-    P._wake.set()  # as subscribe does
-    assert isinstance(P._thread, threading.Thread)
-    try:
-        # judged by the times of the asks and reruns, not by when this thread wakes (a loaded CI
-        # machine overslept a 0.45 s sleep, and the plain subscription's later asks were counted)
-        assert _wait(lambda: fast["loop"].calls and slow["loop"].calls, 10)
-        assert slow["asked"] and min(slow["asked"]) - slow["drawn"] >= 0.6  # its stamp not asked sooner
-        assert slow["loop"].calls[0] - slow["drawn"] >= 0.6
-    finally:
-        with P._lock:
-            P._subs.pop(("test-slow", "k"), None)
-            P._subs.pop(("test-fast", "k"), None)
+    root = tmp_path / "runs"
+    done = root / "20260101-000000-done"
+    done.mkdir(parents=True)
+    runs.write_json(done / "status.json", {"state": "finished"})
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    monkeypatch.setenv(FL.ENV, "1")
+    app = Path(__file__).resolve().parents[1] / "app" / "views" / "runs.py"
+    at = AppTest.from_file(str(app), default_timeout=60).run()
+    assert not at.exception
+    args = json.loads(at.get("component_instance")[-1].proto.json_args)
+    assert args["route"] == FL.ROUTE and args["every_ms"] == 1000
+    assert FL.answer(args["token"]) == json.dumps({"stamp": args["drawn"]}).encode()  # nothing changed
+    (root / "20260101-000001-new").mkdir()
+    assert json.loads(FL.answer(args["token"]))["stamp"] != args["drawn"]  # the page is told
+    at.run()
+    again = json.loads(at.get("component_instance")[-1].proto.json_args)
+    assert (
+        again["token"] == args["token"] and FL.answer(again["token"]) == json.dumps({"stamp": again["drawn"]}).encode()
+    )
+    assert again["drawn"] != args["drawn"] and digest(None) != again["drawn"]
 
 
 def test_the_dashboard_server_parses_http_with_httptools_and_runs_uvloop():
@@ -271,3 +167,29 @@ def test_the_dashboard_server_parses_http_with_httptools_and_runs_uvloop():
     cfg.load()
     assert cfg.http_protocol_class.__module__ == "uvicorn.protocols.http.httptools_impl"
     assert bootstrap._get_uvloop_loop_factory() is not None
+
+
+def test_the_dashboard_uses_streamlits_public_api_only():
+    """Issue 52: the pages follow the runs on Streamlit's documented API (``st.*``, ``st.App``,
+    ``streamlit.components.v1``). No module of app/ imports another part of Streamlit, or reaches
+    for a private name of it (the push thread drove ``Runtime.instance()._session_mgr``,
+    ``session._event_loop``, ``_create_scriptrunner`` and rebuilt ``RerunData``; it failed this)."""
+    import ast
+    import re
+
+    public = {"streamlit", "streamlit.components.v1"}
+    private = re.compile(r"_session_mgr|_create_scriptrunner|RerunData|_event_loop|_scriptrunner|script_run_context")
+    app = Path(__file__).resolve().parents[1] / "app"
+    seen = set()
+    for path in sorted(app.rglob("*.py")):
+        text = path.read_text()
+        assert not private.search(text), (path, private.search(text).group())
+        for node in ast.walk(ast.parse(text)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                if name.split(".")[0] == "streamlit":
+                    assert name in public, (path.name, name)
+                    seen.add(name)
+    assert seen == public  # the check saw the imports it is about

@@ -11,6 +11,7 @@ from PIL import Image
 
 from admm_core import data
 from admm_core.data import DataError
+from admm_core.spec import datasets
 
 SHARED = Path(os.environ.get("ADMM_DATA", ""))
 HAS_MNIST = (SHARED / "MNIST" / "raw" / "train-images-idx3-ubyte").exists()
@@ -91,9 +92,9 @@ def test_corrupt_cifar_tar_is_one_clear_error(tmp_path):
 
 
 def test_available_lists_bundled_sets_everywhere(tmp_path):
-    assert data.available(str(tmp_path)) == ["digits", "mnist-5k"]
+    assert datasets.available(str(tmp_path)) == ["digits", "mnist-5k"]
     if HAS_MNIST:
-        assert "mnist" in data.available(str(SHARED))
+        assert "mnist" in datasets.available(str(SHARED))
 
 
 def test_the_records_the_listing_and_the_sweeps_import_no_torch_nor_plotting(tmp_path):
@@ -103,8 +104,8 @@ def test_the_records_the_listing_and_the_sweeps_import_no_torch_nor_plotting(tmp
     import sys
 
     code = (
-        "import sys; from admm_core import data, resources, sweep, plots; "
-        f"names = data.available({str(tmp_path)!r}); shapes = dict(resources.DATA_SHAPES); "
+        "import sys; from admm_core import sweep, plots; from admm_core.spec import datasets, resources; "
+        f"names = datasets.available({str(tmp_path)!r}); shapes = dict(datasets.DATASETS); resources.human(1); "
         "bad = [m for m in ('torch', 'matplotlib') if m in sys.modules]; print(names, bad); "
         "sys.exit(bool(bad) or names != ['digits', 'mnist-5k'] or len(shapes) < 5)"
     )
@@ -117,7 +118,7 @@ def test_a_set_is_available_where_one_of_its_files_is(tmp_path):
     (tmp_path / "cifar10-jpeg").mkdir()
     (tmp_path / "cifar10-jpeg" / "test.tar").write_bytes(b"")
     (tmp_path / "FashionMNIST" / "raw").mkdir(parents=True)
-    assert data.available(str(tmp_path)) == ["digits", "mnist-5k", "cifar10"]  # a folder alone is not a set
+    assert datasets.available(str(tmp_path)) == ["digits", "mnist-5k", "cifar10"]  # a folder alone is not a set
     with pytest.raises(DataError, match="unknown data set 'nope'.*cifar10"):
         data.load("nope")
 
@@ -125,9 +126,9 @@ def test_a_set_is_available_where_one_of_its_files_is(tmp_path):
 @pytest.mark.parametrize("name", ["mnist", "fashion-mnist"])
 def test_the_record_of_a_set_on_disk_matches_its_loader(name):
     """The sizes the memory estimate reads are the loader's (bundled sets: tests/test_reliability.py)."""
-    if name not in data.available(str(SHARED)):
+    if name not in datasets.available(str(SHARED)):
         pytest.skip(f"{name} not found under ADMM_DATA={SHARED}")
-    s, ds = data.DATASETS[name], data.load(name, str(SHARED))
+    s, ds = datasets.DATASETS[name], data.load(name, str(SHARED))
     assert (s.input_shape, s.n_classes, s.n_train, s.n_test) == (
         ds.input_shape,
         ds.n_classes,

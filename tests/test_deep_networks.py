@@ -13,14 +13,15 @@ import torch.nn.functional as F
 from admm_core import data as data_mod
 from admm_core import runs
 from admm_core.blocks import build_blocknet
-from admm_core.config import ModelConfig
 from admm_core.errors import ConfigError
 from admm_core.methods import block_admm
 from admm_core.methods.base import TrainBatch
-from admm_core.presets import preset_config
+from admm_core.spec import datasets
+from admm_core.spec.config import ModelConfig
+from admm_core.spec.presets import preset_config
 
 CIFAR_DIR = next(
-    (r / "cifar10-jpeg" for r in data_mod.candidate_roots(None) if (r / "cifar10-jpeg" / "test.tar").exists()), None
+    (r / "cifar10-jpeg" for r in datasets.candidate_roots(None) if (r / "cifar10-jpeg" / "test.tar").exists()), None
 )
 needs_cifar = pytest.mark.skipif(CIFAR_DIR is None, reason="CIFAR-10 JPEG tars (../shared/data/cifar10-jpeg) absent")
 
@@ -67,7 +68,7 @@ def test_crop_without_flip_is_a_pure_shift():
     "field,value", [("augment_pad", -1), ("augment_pad", 17), ("augment_pad", 2.5), ("augment_flip", "no")]
 )
 def test_bad_augmentation_settings_name_the_field(field, value):
-    from admm_core.config import DataConfig
+    from admm_core.spec.config import DataConfig
 
     with pytest.raises(ConfigError, match=f"data.{field}"):
         DataConfig("mnist", **{field: value})

@@ -10,9 +10,13 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as hs
 
-from admm_core import faces as faces_mod
-from admm_core.deepfacto import DeepFactoConfig, DeepFactoTrainer, attribute_svms, majority_baseline
-from admm_core.faces import FaceBackbone, identity_batches, identity_split, triplet_loss
+from admm_core.deepfacto.attributes import attribute_svms, majority_baseline
+from admm_core.deepfacto.trainer import DeepFactoTrainer
+from admm_core.faces import lfw as faces_mod
+from admm_core.faces import tensors
+from admm_core.faces.backbone import FaceBackbone, identity_batches, triplet_loss
+from admm_core.faces.lfw import identity_split
+from admm_core.spec.deepfacto import DeepFactoConfig
 
 DATA = Path(os.environ.get("ADMM_DATA", "")) / "lfw"
 HAVE_LFW = (DATA / "lfw-deepfunneled-160").is_dir() and (DATA / "lfwa_att_40.csv").is_file()
@@ -132,7 +136,7 @@ def test_svm_c_cross_validation_over_test_people():
     from sklearn.preprocessing import StandardScaler
     from sklearn.svm import LinearSVC
 
-    from admm_core.deepfacto import attribute_svms_cv, identity_holdout
+    from admm_core.deepfacto.attributes import attribute_svms_cv, identity_holdout
 
     rng = np.random.default_rng(1)
     x = rng.normal(size=(260, 40))
@@ -250,7 +254,7 @@ def test_a_stop_ends_an_svm_set_between_svms(monkeypatch, n_jobs):
 
 def test_pooled_grid_matches_hand_windows():
     """3 × 3 pooling of an 8 × 8 map: windows rows/cols [0,3), [2,6), [5,8), flattened channel-major."""
-    from admm_core.deepfacto import pooled
+    from admm_core.deepfacto.attributes import pooled
 
     s = torch.rand(2, 3, 64)
     got = pooled(s, 3)
@@ -268,8 +272,9 @@ def test_pooled_grid_matches_hand_windows():
 
 def test_pooled_features_match_pooling_each_grid_separately():
     """One chunked forward pass pooled on several grids = the full maps pooled grid by grid."""
-    from admm_core.deepfacto import pooled, pooled_features
-    from admm_core.faces import backbone_widths, embed_all
+    from admm_core.deepfacto.attributes import pooled, pooled_features
+    from admm_core.faces.verification import embed_all
+    from admm_core.spec.faces import backbone_widths
 
     torch.manual_seed(0)
     net = FaceBackbone(widths=backbone_widths(8)).eval()
@@ -399,20 +404,22 @@ def test_admm_dual_v_settles_at_its_fixed_point_instead_of_growing():
     assert float((tr.state.v - fixed).norm() / fixed.norm()) < 0.1 and norms[-1] < 2 * norms[4]
 
 
-def test_old_module_spelling_still_runs():
-    """`python -m admm_core.deepfacto` (the README's older spelling) reaches `admm deepfacto`."""
+def test_the_deepfacto_commands_are_the_cli_s():
+    """`python -m admm_core deepfacto` is the spelling (the library package has no ``__main__`` of its
+    own that would import the command line back: ``admm_core.deepfacto`` is not runnable)."""
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parent.parent
     r = subprocess.run(
-        [sys.executable, "-m", "admm_core.deepfacto"], cwd=root, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "admm_core", "deepfacto"], cwd=root, capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 2 and "usage: admm deepfacto" in r.stderr
+    assert not (root / "admm_core" / "deepfacto" / "__main__.py").exists()
 
 
 def test_config_validation_names_field():
-    from admm_core.config import ConfigError
+    from admm_core.spec.config import ConfigError
 
     with pytest.raises(ConfigError, match="deepfacto.rank"):
         DeepFactoConfig(rank=0)
@@ -472,7 +479,7 @@ def test_smoke_run_through_the_cli(tmp_path):
     img = DATA / "lfw-deepfunneled-160" / "Aaron_Eckhart" / "Aaron_Eckhart_0001.jpg"
     maps = heatmaps(run, str(img))
     assert len(maps) == 4 and maps[0].shape == (160, 160)
-    from admm_core.deepfacto import load_inference_model
+    from admm_core.deepfacto.inference import load_inference_model
 
     model = load_inference_model(run)
     faces_small = faces_mod.load_lfwa(size=32, limit=160)
@@ -517,9 +524,10 @@ def test_smoke_run_through_the_cli(tmp_path):
 def test_stopped_run_resumes_to_the_same_result(tmp_path):
     """A run stopped after iteration 1 and resumed through the CLI ends where an unbroken run ends."""
     from admm_core.cli import main
-    from admm_core.config import ConfigError
-    from admm_core.deepfacto import STATE_FILE, DeepFactoConfig, train_deepfacto
+    from admm_core.deepfacto.run import train_deepfacto
     from admm_core.runs import read_json, read_metrics
+    from admm_core.spec.config import ConfigError
+    from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
 
     cfg = DeepFactoConfig(
         rank=4,
@@ -545,7 +553,7 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path):
     with pytest.raises(ConfigError, match="warmup_epochs"):
         train_deepfacto(cfg.replace(warmup_epochs=0), part, resume=True, log=lambda m: None)
     # as if saved before the renames (train_limit, warmup_iters, …): config.json and state.pt resume all the same
-    from admm_core.deepfacto.config import RENAMED
+    from admm_core.spec.deepfacto import RENAMED
 
     def old_names(d: dict) -> dict:
         return {next((o for o, n in RENAMED.items() if n == k), k): v for k, v in d.items()}
@@ -568,8 +576,8 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path):
 
 def test_resumed_to_keeps_the_phase_of_every_iteration_done():
     """Resume lengths, by hand: the warm-up takes the change while it lasts, the fine-tune after."""
-    from admm_core.config import ConfigError
-    from admm_core.deepfacto import DeepFactoConfig
+    from admm_core.spec.config import ConfigError
+    from admm_core.spec.deepfacto import DeepFactoConfig
 
     cfg = DeepFactoConfig(warmup_epochs=12, finetune_epochs=1)
     assert cfg.resumed_to(13, 5) is cfg
@@ -588,8 +596,8 @@ def test_resumed_to_keeps_the_phase_of_every_iteration_done():
 @given(w=hs.integers(0, 20), f=hs.integers(0, 5), done=hs.integers(0, 25), target=hs.integers(0, 40))
 def test_resumed_to_fuzz(w, f, done, target):
     """Any accepted length runs to ``target`` iterations and gives every done iteration its phase."""
-    from admm_core.config import ConfigError
-    from admm_core.deepfacto import DeepFactoConfig
+    from admm_core.spec.config import ConfigError
+    from admm_core.spec.deepfacto import DeepFactoConfig
 
     assume(done <= w + f)
     cfg = DeepFactoConfig(warmup_epochs=w, finetune_epochs=f)
@@ -605,9 +613,10 @@ def test_resumed_to_fuzz(w, f, done, target):
 def test_run_stopped_during_its_evaluation_resumes_to_the_end(tmp_path, monkeypatch):
     """Stopped after its last iteration (in the SVMs): the resume skips the loop, evaluates, and
     ends as the unbroken run; it starts from the run's own backbone.pt."""
-    from admm_core.deepfacto import STATE_FILE, DeepFactoConfig, train_deepfacto
     from admm_core.deepfacto import run as run_mod
+    from admm_core.deepfacto.run import train_deepfacto
     from admm_core.runs import read_json, read_metrics
+    from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
 
     cfg = DeepFactoConfig(
         rank=4, data_limit=160, image_size=32, backbone_epochs=1, warmup_epochs=1, finetune_epochs=1,
@@ -634,7 +643,7 @@ def test_run_stopped_during_its_evaluation_resumes_to_the_end(tmp_path, monkeypa
 
 
 def _synthetic_faces(n_people=6, per=6, size=32, seed=0, noise=20.0):
-    from admm_core.faces import FaceSet
+    from admm_core.faces.lfw import FaceSet
 
     rng = np.random.default_rng(seed)
     base = rng.integers(0, 256, size=(n_people, 4, 4, 3))
@@ -657,7 +666,8 @@ def test_backbone_training_pulls_same_person_together():
     """train_backbone on synthetic 'people' (a colour pattern each, heavy noise): the loss falls for
     triplet-only and triplet + identity softmax; with the softmax the same-person / other-person
     distance ratio drops well below an untrained net's (≈ 0.8–0.9 here), and below triplet-only's."""
-    from admm_core.faces import embed_all, train_backbone
+    from admm_core.faces.backbone import train_backbone
+    from admm_core.faces.verification import embed_all
 
     fs = _synthetic_faces(noise=90.0)
     imgs, ident = fs.images, fs.identity
@@ -679,8 +689,9 @@ def test_backbone_training_pulls_same_person_together():
 
 
 def test_backbone_width_reaches_the_network_and_the_cache_name(tmp_path):
-    from admm_core.deepfacto import backbone_cache_path
-    from admm_core.faces import backbone_widths, load_backbone, save_backbone, train_backbone
+    from admm_core.deepfacto.backbone import backbone_cache_path
+    from admm_core.faces.backbone import load_backbone, save_backbone, train_backbone
+    from admm_core.spec.faces import backbone_widths
 
     fs = _synthetic_faces()
     net, _ = train_backbone(fs, np.arange(fs.n), epochs=1, batch_size=12, widths=backbone_widths(8), log=lambda m: None)
@@ -688,7 +699,7 @@ def test_backbone_width_reaches_the_network_and_the_cache_name(tmp_path):
     save_backbone(tmp_path / "b.pt", net, {"epochs": 1})
     back, meta = load_backbone(tmp_path / "b.pt")  # the file carries its widths
     back.eval()
-    x = faces_mod.to_tensor(fs.images[:4])
+    x = tensors.to_tensor(fs.images[:4])
     assert back.arch == net.arch and meta["epochs"] == 1 and torch.allclose(back(x), net(x), atol=1e-6)
     # the cache name follows every backbone setting and the training images (not only the width)
     names = ["a/a_0001.jpg", "b/b_0001.jpg"]
@@ -709,7 +720,7 @@ def test_backbone_study_pack_round_trip(tmp_path):
     """The face pack that carries LFW to a GPU machine: labels exact, pixels within JPEG-95 error."""
     import cv2
 
-    from admm_core.faces import pack_faces, unpack_faces
+    from admm_core.faces.lfw import pack_faces, unpack_faces
 
     fs = _synthetic_faces(noise=0.0)
     # smooth images (JPEG drops pixel noise and sharp colour edges; real 64 px faces: mean error 2.0 / 255)

@@ -12,17 +12,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from admm_core import data, kinds
-from admm_core.config import RunConfig
-from admm_core.deepfacto.config import DeepFactoConfig, run_config_dict
-from admm_core.deepfacto.method import DeepFacto, records
 from admm_core.deepfacto.trainer import DeepFactoState
 from admm_core.errors import ConfigError
-from admm_core.faces.backbone import FACE_ARCH, FACE_FEATURES
-from admm_core.methods import METHODS, make_method, names_for
-from admm_core.methods.base import StateSizes
-from admm_core.models import ARCHS, archs_for
-from admm_core.resources import estimate_memory, preflight_problems
+from admm_core.spec import datasets as data
+from admm_core.spec import kinds
+from admm_core.spec.archs import ARCHS, archs_for
+from admm_core.spec.config import RunConfig
+from admm_core.spec.deepfacto import DeepFactoConfig, records, run_config_dict
+from admm_core.spec.faces import FACE_ARCH, FACE_FEATURES
+from admm_core.spec.methods import METHODS, make_settings, names_for
+from admm_core.spec.methods.base import StateSizes
+from admm_core.spec.methods.deepfacto import DeepFacto
+from admm_core.spec.resources import estimate_memory, preflight_problems
 from app.dashboard import charts as C
 from app.dashboard import form as F
 from tests.helpers import cli_call
@@ -43,9 +44,10 @@ def test_each_record_says_the_kind_of_run_it_serves():
 
 def test_the_network_menus_leave_deepfacto_out():
     fields = {f.path: f for f in F.FIELDS}
-    assert "deepfacto" not in fields["method"].choices and "block-admm" in fields["method"].choices
-    assert FACE_ARCH not in fields["model.arch"].choices and "resnet18" in fields["model.arch"].choices
-    assert "lfwa" not in fields["data.name"].choices
+    menu = {path: F.choices(fields[path]) for path in ("method", "model.arch", "data.name")}
+    assert "deepfacto" not in menu["method"] and "block-admm" in menu["method"]
+    assert FACE_ARCH not in menu["model.arch"] and "resnet18" in menu["model.arch"]
+    assert "lfwa" not in menu["data.name"]
     rc, _, err = cli_call(["train", "--arch", FACE_ARCH])
     assert rc == 2 and "invalid choice" in err
 
@@ -62,7 +64,8 @@ def test_the_command_line_lists_the_deepfacto_records():
 
 def test_the_lfwa_record_matches_the_labels_and_the_split():
     """The record's sizes are the default identity split of the labelled faces (labels only: no pixels)."""
-    from admm_core.faces.lfw import LFWA_SEED, LFWA_TEST_FRACTION, load_lfwa
+    from admm_core.faces.lfw import load_lfwa
+    from admm_core.spec.faces import LFWA_SEED, LFWA_TEST_FRACTION
 
     if "lfwa" not in data.available(str(SHARED)):
         pytest.skip(f"LFWA not found under {SHARED}")
@@ -83,7 +86,7 @@ def test_the_state_estimate_is_the_state_deepfacto_keeps():
     big = (n, FACE_FEATURES, hw)
     state = DeepFactoState(z(*big), z(*big), z(*big), z(*big), z(n, rank, hw), z(FACE_FEATURES, rank), z(n, d), z(n, d))
     sizes = StateSizes(n, 32, (FACE_FEATURES * hw, d), ())
-    assert method.estimate_state_bytes(sizes) == method.state_bytes(state)
+    assert method.estimate_state_bytes(sizes) == state.nbytes()
 
 
 def _face_run(**kw) -> RunConfig:
@@ -147,8 +150,8 @@ def test_runs_saved_before_the_renames_still_load(tmp_path):
     """train_limit, warmup_iters and finetune_iters (the names before admm_images, warmup_epochs and
     finetune_epochs) load from a saved config.json, the Train form and a link; typed anew they are refused
     with the new name."""
-    from admm_core.deepfacto.config import DeepFactoConfig, read_run_config
     from admm_core.errors import ConfigError
+    from admm_core.spec.deepfacto import DeepFactoConfig, read_run_config
     from app.dashboard import deepfacto_form as D
 
     old = {"rank": 4, "train_limit": 300, "warmup_iters": 5, "finetune_iters": 2, "seed": 3}
@@ -167,19 +170,19 @@ def test_runs_saved_before_the_renames_still_load(tmp_path):
 def test_deepfacto_settings_are_declared_once():
     """The method and a run's config share one declaration of the algorithm's settings: the same fields,
     defaults and help, and a bad value is refused by the same check in both."""
-    from admm_core.deepfacto.config import DeepFactoConfig, field_help
-    from admm_core.deepfacto.method import DeepFactoSettings
     from admm_core.errors import ConfigError
+    from admm_core.spec.deepfacto import DeepFactoConfig, field_help
+    from admm_core.spec.methods.deepfacto import DeepFactoSettings
 
     assert issubclass(DeepFactoConfig, DeepFactoSettings) and issubclass(DeepFacto, DeepFactoSettings)
     declared = {f.name: f for f in dataclasses.fields(DeepFactoSettings)}
     assert {f.name for f in dataclasses.fields(DeepFacto)} == set(declared)
     assert all(field_help()[n] == f.metadata["help"] for n, f in declared.items())
-    assert DeepFactoConfig().method == make_method("deepfacto") == DeepFacto()
+    assert DeepFactoConfig().method == make_settings("deepfacto") == DeepFacto()
     assert DeepFactoConfig(rank=8, gamma=2.0).method == DeepFacto(rank=8, gamma=2.0)
     for bad in ({"gamma": -1.0}, {"s_mode": "free"}, {"nmf_dual_step": 1.5}, {"emb_dim": 0}, {"rank": 0}):
         with pytest.raises(ConfigError) as a:
-            make_method("deepfacto", bad)
+            make_settings("deepfacto", bad)
         with pytest.raises(ConfigError) as b:
             DeepFactoConfig(**bad)
         assert str(a.value) == str(b.value) and f"deepfacto.{next(iter(bad))}" in str(a.value)
@@ -189,7 +192,7 @@ def test_every_deepfacto_setting_has_one_place_in_the_forms_groups():
     """'All DeepFacto settings' is grouped by what a setting sets; every field the form shows is in
     exactly one group (a new field must be placed: it would land in "Other"), and the algorithm's
     group is the method's own declaration."""
-    from admm_core.deepfacto.method import DeepFactoSettings
+    from admm_core.spec.methods.deepfacto import DeepFactoSettings
     from app.dashboard import deepfacto_form as D
 
     members = [n for names in D.GROUPS.values() for n in names]

@@ -18,9 +18,9 @@ import torch
 import torch.multiprocessing as mp
 
 from admm_core import distributed as D
-from admm_core.config import ConfigError
-from admm_core.presets import preset_config
 from admm_core.runs import read_metrics, train
+from admm_core.spec.config import ConfigError
+from admm_core.spec.presets import preset_config
 
 pytest.importorskip("sklearn")  # digits
 if not torch.distributed.is_gloo_available():
@@ -41,8 +41,8 @@ def free_port() -> int:
 
 
 def _worker(rank, world, port, cfg_json, run_dir, resume, die_mid_epoch, stop_rank0_at=None):
-    from admm_core.config import RunConfig
     from admm_core.runs import train
+    from admm_core.spec.config import RunConfig
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))

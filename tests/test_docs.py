@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from admm_core.config import ConfigError, parse_sets
 from admm_core.docs import write_section
+from admm_core.spec.config import ConfigError
+from admm_core.spec.settings import parse_sets
 
 
 def test_write_section_replaces_only_its_own_block(tmp_path):
@@ -47,16 +48,16 @@ def test_parse_sets_reads_json_values_and_names_bad_flags():
             parse_sets([bad])
 
 
-def test_the_backprop_method_example_registers_and_trains(tmp_path, monkeypatch):
+def test_the_backprop_method_example_registers_and_trains(tmp_path, monkeypatch, request):
     """docs/extending.md's backprop method example, as printed, is a working method."""
     import re
     import sys
     import types
     from pathlib import Path
 
-    import admm_core.methods as methods
-    from admm_core.config import RunConfig
     from admm_core.runs import train
+    from admm_core.spec import methods
+    from admm_core.spec.config import RunConfig
 
     readme = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
     code = re.search(r"```python\n(# admm_core/methods/rmsprop.py\n.*?)```", readme, re.S).group(1)
@@ -64,7 +65,8 @@ def test_the_backprop_method_example_registers_and_trains(tmp_path, monkeypatch)
     mod.__package__ = "admm_core.methods"
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
     exec(compile(code, "docs/extending.md", "exec"), mod.__dict__)
-    monkeypatch.setitem(methods.METHODS, "rmsprop", mod.RMSprop)  # the registry line
+    request.addfinalizer(lambda: methods.METHODS.pop("rmsprop", None))
+    methods.register_method(mod.RMSprop)  # the registry line
 
     cfg = RunConfig(method="rmsprop", method_params={"lr": 3e-3}).replace(train__epochs=3)
     summary = train(cfg, tmp_path / "run")

@@ -11,10 +11,11 @@ import torch
 from helpers import cli_call, cli_proc, digits_cfg
 
 from admm_core.blocks import build_blocknet
-from admm_core.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
-from admm_core.methods import make_method, names_for
-from admm_core.presets import PRESETS, preset_config
+from admm_core.methods import make_method
 from admm_core.runs import build, read_json, read_metrics, train
+from admm_core.spec.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+from admm_core.spec.methods import names_for
+from admm_core.spec.presets import PRESETS, preset_config
 
 NETWORK_METHODS = names_for("network")  # deepfacto runs with its own task
 
@@ -246,3 +247,28 @@ def _assert_same(a, b, where):
             _assert_same(x, y, f"{where}[{i}]")
     else:
         assert a == b or (a != a and b != b), where
+
+
+def test_every_record_names_the_engine_class_that_runs_it():
+    """A record (spec, no torch) and the engine's class of it: the class derives from the record, so
+    it has exactly the record's settings, checks and declarations; make_method builds it from the
+    record's settings; DeepFacto, a record of another kind of run, has no network class."""
+    import dataclasses
+
+    from admm_core.methods import implementation, make_method
+    from admm_core.spec.methods import METHODS, make_settings
+    from admm_core.spec.methods.base import MethodBase
+
+    for name, record in METHODS.items():
+        if record.kind != "network":
+            with pytest.raises(ConfigError, match="their own task"):
+                implementation(name)
+            assert not hasattr(record, "run_epoch")
+            continue
+        impl = implementation(name)
+        assert issubclass(impl, record) and issubclass(record, MethodBase) and impl.name == name
+        assert not hasattr(record, "run_epoch") and callable(impl.run_epoch)
+        settings = make_settings(name, {})
+        method = make_method(name, settings)
+        assert type(method) is impl
+        assert dataclasses.asdict(method) == dataclasses.asdict(settings)

@@ -31,7 +31,7 @@ def tiny_faces():
     """48 made-up 64 px faces of 8 people (each person one 4 × 4 colour pattern), 40 random attributes."""
     import numpy as np
 
-    from admm_core.faces import FaceSet
+    from admm_core.faces.lfw import FaceSet
 
     rng = np.random.default_rng(0)
     ident = np.repeat(np.arange(8), 6)
@@ -100,7 +100,7 @@ def test_m_step_alternation_reports_the_error_of_the_factors_it_returns():
 def test_widened_backbone_keeps_the_trained_stages_and_only_replaces_the_expansion_and_head():
     """deepfacto_wide_backbone.widen: stem and stages are the base's (same stage outputs, same
     weights), the expansion has C' outputs, and block 1 then ends in C' non-negative channels."""
-    from admm_core.faces import FaceBackbone
+    from admm_core.faces.backbone import FaceBackbone
 
     wb = load("deepfacto_wide_backbone")
     torch.manual_seed(1)
@@ -124,8 +124,8 @@ def test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here(tmp_
     import numpy as np
 
     from admm_core.deepfacto import run as run_mod
-    from admm_core.faces import pack_faces
-    from admm_core.faces import unpack_faces as unpack
+    from admm_core.faces.lfw import pack_faces
+    from admm_core.faces.lfw import unpack_faces as unpack
     from admm_core.runs import read_json
 
     monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
@@ -179,7 +179,7 @@ def test_the_next_device_call_script_trains_and_evaluates_each_rank_there(tmp_pa
     import subprocess
     import sys
 
-    from admm_core.faces import pack_faces
+    from admm_core.faces.lfw import pack_faces
 
     fs = tiny_faces()
     pack_faces(fs, tmp_path / "lfw.npz")
@@ -235,7 +235,7 @@ def test_gpu_deep_run_gives_every_cifar_method_the_same_epochs_on_the_cpu(tmp_pa
     table, plot and archive come back."""
     import pytest
 
-    from admm_core.data import candidate_roots
+    from admm_core.spec.datasets import candidate_roots
 
     if not any((r / "cifar10-jpeg" / "test.tar").exists() for r in candidate_roots(None)):
         pytest.skip("CIFAR-10 JPEG tars (../shared/data/cifar10-jpeg) absent")
@@ -263,7 +263,7 @@ def test_gpu_deep_run_gives_every_cifar_method_the_same_epochs_on_the_cpu(tmp_pa
 def test_every_deep_ablation_row_is_a_valid_run_and_reuse_compares_settings_not_spelling():
     """Each row's settings pass the method's validation, rows of a study are different runs, and a
     finished run counts as the row only if its training is the same (a default written out is)."""
-    from admm_core.config import RunConfig
+    from admm_core.spec.config import RunConfig
 
     abl = load("deep_ablation")
     for study, spec in abl.STUDIES.items():
@@ -271,14 +271,14 @@ def test_every_deep_ablation_row_is_a_valid_run_and_reuse_compares_settings_not_
         for name in spec["rows"]:
             args, _ = abl.row_config(study, name, Path("out"))
             configs[name] = abl.wanted_config(args)
-            configs[name].build_method()  # raises ConfigError on an invalid combination
+            assert configs[name].method_settings  # made (and checked) with the config: ConfigError otherwise
         names = list(configs)
         for i, a in enumerate(names):
             for b in names[i + 1 :]:
                 assert not abl.same_run(configs[a], configs[b]), (study, a, b)
     want = abl.wanted_config(abl.row_config("resnet-cpu", "block", Path("out"))[0])
     d = want.to_dict()
-    default_power_every = want.build_method().power_every
+    default_power_every = want.method_settings.power_every
     spelled = {**d, "method_params": {**d["method_params"], "power_every": default_power_every}}
     assert "power_every" not in d["method_params"]
     assert abl.same_run(RunConfig.from_dict(spelled), want)
@@ -291,7 +291,7 @@ def test_a_probe_only_gpu_deep_call_times_each_speed_option_and_still_packs_its_
     the fastest is chosen, and the call ends with its archive although no run was trained."""
     import pytest
 
-    from admm_core.data import candidate_roots
+    from admm_core.spec.datasets import candidate_roots
 
     if not any((r / "cifar10-jpeg" / "test.tar").exists() for r in candidate_roots(None)):
         pytest.skip("CIFAR-10 JPEG tars (../shared/data/cifar10-jpeg) absent")

@@ -28,10 +28,10 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from admm_core import network
-from admm_core.config import RunConfig
-from admm_core.data import DATASETS
-from admm_core.methods import METHODS, names_for
-from admm_core.presets import PRESETS
+from admm_core.spec.config import RunConfig
+from admm_core.spec.datasets import DATASETS
+from admm_core.spec.methods import METHODS, names_for
+from admm_core.spec.presets import PRESETS
 from app.dashboard import form as F
 from app.dashboard import workers as W
 
@@ -81,7 +81,7 @@ def cli_harness(tmp_root: Path):
     """The training call recorded, ADMM_RUNS = tmp_root (helpers.cli_call leaves signals alone)."""
     rec = Recorder()
     saved = (network.train, os.environ.get("ADMM_RUNS"))
-    network.train = rec  # the CLI imports train from admm_core.network when it runs
+    network.train = rec  # the CLI calls admm_core.network.train
     os.environ["ADMM_RUNS"] = str(tmp_root)
     try:
         yield rec
@@ -547,7 +547,7 @@ def test_fuzz_counts_are_reported():
 
 def test_shortened_replaces_only_the_values_given():
     """The one override of --epochs / --train-limit / --test-limit (train, bench and sweep use it)."""
-    from admm_core.presets import preset_config
+    from admm_core.spec.presets import preset_config
 
     cfg = preset_config("digits-mlp", "block-admm")
     assert cfg.shortened() is cfg and cfg.shortened(0, None, 0) is cfg

@@ -1,8 +1,17 @@
-"""The package's import graph has no cycles, and every module imports on its own.
+"""The package's import graph has no cycles and no import running back up, and every module imports
+on its own.
 
 The graph is static (ast): every ``import`` statement counts, at module level or inside a
 function, so a cycle hidden behind a late import still fails here. Imports under
 ``if TYPE_CHECKING:`` never run and are left out.
+
+Layers, from the bottom (a module imports only its own layer and those below):
+
+    0  admm_core (the package: its version), admm_core.errors
+    1  admm_core.spec.*: the records, configs, presets, preflight; the standard library only
+    2  the run-file readers: rundir, status, spawn, docs
+    3  the engine: models, data, methods, network, loop, checkpoint, faces, deepfacto, sweep, ...
+    4  the faces of the engine: cli.*, every __main__, the benchmark and profiling tools
 """
 
 from __future__ import annotations
@@ -103,12 +112,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_the_graph_sees_late_imports():
+def test_the_graph_sees_late_imports(tmp_path):
     """The checker itself: a function-level import is an edge, a cycle through it is found."""
     g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(g) == [["a", "b", "c"]]
-    assert "admm_core.errors" in import_graph()["admm_core.config"]
-    assert "admm_core.deepfacto" in import_graph()["admm_core.cli"]  # imported inside a function
+    assert "admm_core.errors" in import_graph()["admm_core.spec.config"]
+    late = tmp_path / "late.py"
+    late.write_text("def f():\n    from .spec import config\n    from .methods import base\n")
+    assert {"admm_core.spec.config", "admm_core.methods.base"} <= _targets("admm_core.late", late)
 
 
 def test_package_has_no_import_cycles():
@@ -118,6 +129,57 @@ def test_package_has_no_import_cycles():
 
 def test_errors_is_a_leaf():
     assert import_graph()["admm_core.errors"] == set()
+
+
+READERS = {"admm_core.rundir", "admm_core.status", "admm_core.spawn", "admm_core.docs"}
+TOOLS = {"admm_core.bench", "admm_core.speed", "admm_core.plots", "admm_core.teaching"}
+
+
+def layer(name: str) -> int:
+    if name in ("admm_core", "admm_core.errors"):
+        return 0
+    if name == "admm_core.spec" or name.startswith("admm_core.spec."):
+        return 1
+    if name in READERS:
+        return 2
+    if name in TOOLS or name.endswith(".__main__") or name == "admm_core.cli" or name.startswith("admm_core.cli."):
+        return 4
+    return 3
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{n} -> {t}" for n, ts in graph.items() for t in ts if layer(t) > layer(n))
+
+
+def test_the_checker_sees_an_upward_import():
+    assert upward({"admm_core.spec.resources": {"admm_core.distributed"}, "admm_core.network": {"admm_core.spec"}}) == [
+        "admm_core.spec.resources -> admm_core.distributed"
+    ]
+    assert layer("admm_core.deepfacto.__main__") == 4 and layer("admm_core.spec.methods.base") == 1
+
+
+def test_no_import_runs_back_up():
+    """The spec never imports the engine, the readers neither, and no library module imports the
+    command line (a ``__main__`` inside a library package that imports ``cli`` runs back up)."""
+    found = upward(import_graph())
+    assert not found, "imports running back up: " + "; ".join(found)
+
+
+def test_the_spec_layer_imports_the_standard_library_only():
+    """What the dashboard's server imports: no torch, numpy or any other third-party package."""
+    bad = []
+    for name, path in MODULES.items():
+        if layer(name) > 1:
+            continue
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                tops = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                tops = [(node.module or "").split(".")[0]]
+            else:
+                continue
+            bad += [f"{name}: {t}" for t in tops if t not in sys.stdlib_module_names and t != "admm_core"]
+    assert not bad, bad
 
 
 def test_every_module_imports_alone_in_a_fresh_interpreter():
@@ -147,3 +209,14 @@ def test_the_package_version_is_pyprojects():
 
     with open(PKG.parent / "pyproject.toml", "rb") as f:
         assert admm_core.__version__ == tomllib.load(f)["project"]["version"]
+
+
+def test_no_function_over_100_lines():
+    """A function longer than a screenful hides its steps: none in the engine is over 100 lines,
+    docstring included (the dashboard, app/, is held to it once its live panel is split)."""
+    long = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 100:
+                long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not long, long

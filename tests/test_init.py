@@ -10,8 +10,8 @@ import torch
 from helpers import cli_call, tiny
 
 from admm_core.blocks import build_blocknet
-from admm_core.config import ConfigError, ModelConfig, RunConfig
 from admm_core.models import init_layers, mlp_layers, resnet18_layers
+from admm_core.spec.config import ConfigError, ModelConfig, RunConfig
 
 
 def _weights(net):
@@ -83,7 +83,8 @@ def test_a_config_round_trips_its_init_and_an_old_run_file_loads_as_the_default(
 
 
 def test_the_cli_sets_the_init_and_a_sigma_alone_means_normal():
-    from admm_core.cli import config_from_args, make_parser
+    from admm_core.cli import make_parser
+    from admm_core.cli.train import config_from_args
 
     def cfg(*args):
         return config_from_args(make_parser().parse_args(["train", "--preset", "digits-mlp", *args]))

@@ -19,6 +19,7 @@ def test_asset_dir_is_made_once_from_the_installed_plotly(tmp_path):
     assert out is not None and out.parent == tmp_path / "cache"
     assert (out / "index.html").read_bytes() == LC.HTML.read_bytes()
     assert (out / "live_series.js").read_bytes() == LC.SERIES_JS.read_bytes()
+    assert (out / "follow.js").read_bytes() == LC.FOLLOW_JS.read_bytes()  # the follow component's own script
     assert (out / "plotly.min.js").stat().st_size == LC._plotly_js().stat().st_size  # no network, no copy in git
     assert LC.asset_dir([tmp_path / "cache"]) == out  # reused
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [out.name]  # no half-made folder left
@@ -27,13 +28,8 @@ def test_asset_dir_is_made_once_from_the_installed_plotly(tmp_path):
 def test_asset_dir_falls_through_to_a_writable_folder_or_none(tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
-    assert LC.asset_dir([blocked]) is None  # then the panel draws the server's figures
+    assert LC.asset_dir([blocked]) is None  # then the panel says why it draws no charts
     assert LC.asset_dir([blocked, tmp_path / "ok"]).parent == tmp_path / "ok"
-
-
-def test_server_figures_when_asked(monkeypatch):
-    monkeypatch.setenv("ADMM_DASH_LIVE_CHARTS", "server")
-    assert LC.component() is None
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed (scripts/test.sh installs it with apt)")

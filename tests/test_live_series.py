@@ -1,17 +1,20 @@
-"""The live charts drawn in the browser equal the server's (issue 33).
+"""The live charts drawn in the browser equal the server's rule (issue 33).
 
 ``app/dashboard/live_series.js`` builds the Train page's charts from the declarations
-(``charts.live_spec``) and raw metrics lines; ``charts.spec_traces`` / ``figure_from_spec`` is the
-reference. Both run here on the same lines (a real digits run's, DeepFacto-shaped lines and edge
-cases), the JavaScript in node, and every trace (type, name, colour, x, y) and the legend sizing
-must agree. Plus the data route's server half (``app/dashboard/tail.py``): incremental reads equal
-``read_metrics``, a half-written line waits, a truncated file starts over, tokens are the only key.
+(``charts.live_spec``), the style (``charts.STYLE``: it has no palette or legend sizes of its own)
+and raw metrics lines; ``charts.spec_traces`` / ``figure_from_spec`` is the reference. Both run here
+on the same lines (a real digits run's, DeepFacto-shaped lines and edge cases), the JavaScript in
+node, and every trace (type, name, colour, x, y) and the legend sizing must agree. Plus the data
+route's server half (``app/dashboard/tail.py``): incremental reads equal ``read_metrics``, a
+half-written line waits, a truncated file starts over, tokens are the only key, and a run launched
+but not yet reporting reads 'starting' (issue 53).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from admm_core import runs
-from admm_core.config import RunConfig
 from admm_core.runs import read_metrics, train
+from admm_core.spec.config import RunConfig
 from app.dashboard import charts as C
 from app.dashboard import tail as T
 
@@ -31,8 +34,8 @@ RUNNER = """
 const L = require(process.argv[1]);
 const cases = JSON.parse(require('fs').readFileSync(0, 'utf8'));
 const out = cases.map(c => {
-  const trs = L.traces(c.chart, c.lines, c.log);
-  return {traces: trs, layout: L.layout(c.frame, trs, c.chart.note), shown: L.shown(c.spec, Object.keys(c.spec), c.lines)};
+  const trs = L.traces(c.chart, c.lines, c.log, c.style);
+  return {traces: trs, layout: L.layout(c.frame, trs, c.chart.note, c.style), shown: L.shown(c.spec, Object.keys(c.spec), c.lines)};
 });
 process.stdout.write(JSON.stringify(out));
 """
@@ -101,7 +104,9 @@ def test_browser_traces_equal_the_servers(real_lines):
         for name, chart in spec.items():
             for log in (True, False):
                 frame = C.spec_frame(chart, "r")
-                cases.append({"chart": chart, "lines": lines, "log": log, "frame": frame, "spec": spec})
+                cases.append(
+                    {"chart": chart, "lines": lines, "log": log, "frame": frame, "spec": spec, "style": C.STYLE}
+                )
                 fig = C.figure_from_spec(chart, lines, "r", log_y=log).to_plotly_json()
                 shown = [n for n, c in spec.items() if not c.get("when") or any(m.get(c["when"]) for m in lines)]
                 want.append((name, log, fig, shown))
@@ -137,7 +142,7 @@ def test_edge_lines_really_exercise_the_rules():
     res = C.spec_traces(spec["residuals"], edge_lines(), True)
     assert len(res) == 3 and all(y is None for y in res[1]["y"])  # block 2 is 0 everywhere
     assert len(C.spec_traces(spec["betas"], edge_lines(), False)) == 3  # a number where a list belongs: a gap
-    assert C.live_figures(edge_lines()).keys() >= {"backprop_cosine"}
+    assert any(m.get(spec["backprop_cosine"]["when"]) for m in edge_lines())  # the cosine chart is shown
     assert C.spec_traces(spec["accuracy"], [], False)[0]["y"] == []  # a run with no line yet: empty series
 
 
@@ -239,15 +244,74 @@ def test_the_answer_that_says_ended_carries_every_line(tmp_path, monkeypatch):
     run.mkdir()
     write(run / "metrics.jsonl", [{"epoch": 1}])
     (run / "status.json").write_text(json.dumps({"state": "running", "epoch": 1, "epochs": 2}))
-    real = T.read_json_dict
+    real = T.state_of
 
     def worker_finishes_now(path):  # the worker's last two writes land exactly at the route's first read
-        if Path(path).name == "status.json" and not (run / "done").exists():
+        if not (run / "done").exists():
             (run / "done").touch()
             runs.append_metrics(run, {"epoch": 2})
             (run / "status.json").write_text(json.dumps({"state": "finished", "epoch": 2, "epochs": 2}))
         return real(path)
 
-    monkeypatch.setattr(T, "read_json_dict", worker_finishes_now)
+    monkeypatch.setattr(T, "state_of", worker_finishes_now)
     doc = json.loads(T.body(T.grant(run), 0, 0))
     assert not doc["status"]["live"] and [m["epoch"] for m in doc["lines"]] == [1, 2]
+
+
+def test_a_run_launched_but_not_reporting_is_starting_and_the_answer_carries_the_panels_stamp(tmp_path):
+    """Issue 53: the chart's first request can come before the new worker writes status.json. The
+    route reads the run's state as the dashboard does (launch.json with a live pid: 'starting'), so
+    the page keeps asking; and each answer carries the digest of what the panel draws, which
+    changes with the state (then the page reruns the panel), not with a new line."""
+    from app.dashboard.live import digest, live_stamp
+
+    run = tmp_path / "runs" / "20260101-000000-new"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"train": {"epochs": 30}}))
+    (run / "launch.json").write_text(json.dumps({"pid": os.getpid(), "cmd": [], "launched": 0.0}))
+    tok = T.grant(run)
+    first = json.loads(T.body(tok, 0, 0))
+    assert first["status"]["state"] == "starting" and first["status"]["live"], first["status"]
+    assert first["status"]["text"] == "starting · epoch 0/30 · 0%"
+    assert first["stamp"] == digest(live_stamp(run.parent, run.name))
+    (run / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid(), "epoch": 0, "epochs": 30}))
+    second = json.loads(T.body(tok, 0, first["gen"]))
+    assert second["status"]["state"] == "running" and second["stamp"] != first["stamp"]
+    runs.append_metrics(run, {"epoch": 1, "test_accuracy": 0.5})
+    third = json.loads(T.body(tok, 0, second["gen"]))
+    assert third["stamp"] == second["stamp"] and len(third["lines"]) == 1  # a line: the page draws it itself
+
+
+def test_the_panel_draws_the_digest_the_route_answers_until_the_state_changes(tmp_path, monkeypatch):
+    """The Train page's live panel hands its charts the digest of what it drew, computed as the route
+    computes it: equal while nothing the panel shows changed (no rerun; a mismatch would rerun the
+    panel every few seconds), different once the run's state changes (the page reruns the panel)."""
+    from streamlit.testing.v1 import AppTest
+
+    from app.dashboard import follow as FL
+
+    root = tmp_path / "runs"
+    run = root / "20260101-000000-live"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(RunConfig().to_dict()))
+    status = {"state": "running", "pid": os.getpid(), "epoch": 1, "epochs": 30, "progress": 0.03}
+    (run / "status.json").write_text(json.dumps(status))
+    runs.append_metrics(run, {"epoch": 1, "test_accuracy": 0.5, "time": 1.0})
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    monkeypatch.setenv(FL.ENV, "1")
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "main.py"), default_timeout=120)
+    at.query_params["run"] = run.name
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    charts = [json.loads(c.proto.json_args) for c in at.get("component_instance")]
+    args = next(a for a in charts if a.get("run") == run.name)
+    assert args["live"]["route"] == T.ROUTE and args["style"] == C.STYLE
+    answer = json.loads(T.body(args["live"]["token"], 0, 0))
+    assert answer["stamp"] == args["drawn"] and answer["status"]["state"] == "running"
+    runs.append_metrics(run, {"epoch": 2, "test_accuracy": 0.6, "time": 2.0})  # a new line: the page's own
+    assert json.loads(T.body(args["live"]["token"], 1, answer["gen"]))["stamp"] == args["drawn"]
+    (run / "status.json").write_text(json.dumps({**status, "state": "finished"}))
+    assert json.loads(T.body(args["live"]["token"], 2, answer["gen"]))["stamp"] != args["drawn"]  # told
+    at.run()
+    again = next(a for a in map(lambda c: json.loads(c.proto.json_args), at.get("component_instance")) if "run" in a)
+    assert again["drawn"] == json.loads(T.body(again["live"]["token"], 2, answer["gen"]))["stamp"] != args["drawn"]

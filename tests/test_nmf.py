@@ -190,8 +190,9 @@ def test_init_basis_non_negative():
 def tiny_run(tmp_path_factory):
     from torch import nn
 
-    from admm_core.deepfacto import DeepFactoConfig, save_inference
-    from admm_core.faces import FaceBackbone
+    from admm_core.deepfacto.inference import save_inference
+    from admm_core.faces.backbone import FaceBackbone
+    from admm_core.spec.deepfacto import DeepFactoConfig
 
     run = tmp_path_factory.mktemp("deepfacto-run")
     torch.manual_seed(0)

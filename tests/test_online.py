@@ -18,8 +18,8 @@ from admm_core.methods import make_method
 from admm_core.methods.base import TrainBatch
 from admm_core.methods.lipschitz import lipschitz_estimates, lipschitz_vectors, spectral_norm
 from admm_core.models import mlp_layers
-from admm_core.presets import preset_config
 from admm_core.runs import read_json, read_metrics, train
+from admm_core.spec.presets import preset_config
 
 N, D, H1, H2, C = 19, 7, 6, 5, 4
 EPS = 1e-8

@@ -7,15 +7,21 @@ import pytest
 import torch
 from helpers import digits_cfg
 
-from admm_core.methods import METHODS, make_method
-from admm_core.presets import PRESETS, preset_config
+from admm_core.methods import make_method
+from admm_core.spec.methods import METHODS
+from admm_core.spec.presets import PRESETS, preset_config
+
+
+def built(cfg):
+    """The engine's method object of ``cfg`` (what a run trains with)."""
+    return make_method(cfg.method, cfg.method_settings)
 
 
 def test_recipe_paper_puts_alg1_as_printed_in_place_of_a_presets_measured_settings():
     measured = preset_config("mnist-mlp-mse", "block-admm")
-    m = measured.build_method()
+    m = built(measured)
     assert m.recipe == "measured" and m.z_schedule == "minibatch"  # the preset's measured recipe stands
-    paper = measured.replace(method_params={**measured.method_params, "recipe": "paper"}).build_method()
+    paper = built(measured.replace(method_params={**measured.method_params, "recipe": "paper"}))
     # the paper's Alg. 1 and §MNIST: persistent Z swept between Θ-passes, Adam on Z and Θ, U uniform, β = 1, k = 3
     assert (paper.z_schedule, paper.z_start, paper.theta_input, paper.dual_theta) == ("sweep", "previous", "new", "new")
     assert (paper.z_optimizer, paper.theta_optimizer, paper.u_init) == ("adam", "adam", "uniform")
@@ -58,8 +64,8 @@ def test_every_paper_setting_is_a_setting_of_the_method(method):
 def test_every_presets_admm_defaults_build_and_the_paper_recipe_builds_beside_them(name):
     for method in ("block-admm", "online-admm"):
         cfg = preset_config(name, method)
-        assert cfg.build_method().recipe == "measured"
-        paper = cfg.replace(method_params={**cfg.method_params, "recipe": "paper"}).build_method()
+        assert built(cfg).recipe == "measured"
+        paper = built(cfg.replace(method_params={**cfg.method_params, "recipe": "paper"}))
         assert paper.recipe == "paper"
 
 

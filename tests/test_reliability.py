@@ -27,11 +27,8 @@ from helpers import wait as _wait
 from admm_core import data as data_mod
 from admm_core import network, runs
 from admm_core import status as status_mod
-from admm_core.config import RunConfig
 from admm_core.errors import CheckpointError, ConfigError
-from admm_core.methods import names_for
 from admm_core.methods.base import tensor_bytes
-from admm_core.resources import DATA_SHAPES, available_memory, check_fits, estimate_memory, preflight
 from admm_core.runs import (
     atomic_torch_save,
     list_runs,
@@ -41,6 +38,11 @@ from admm_core.runs import (
     unique_run_dir,
     verify_checkpoint,
 )
+from admm_core.spec import datasets
+from admm_core.spec.config import RunConfig
+from admm_core.spec.datasets import DATASETS
+from admm_core.spec.methods import names_for
+from admm_core.spec.resources import available_memory, check_fits, estimate_memory, preflight
 from app.dashboard import workers as W
 
 NETWORK_METHODS = names_for("network")  # deepfacto runs with its own task
@@ -79,19 +81,25 @@ def test_resnet_parameter_count_by_arithmetic(data):
     from admm_core.blocks import build_blocknet
 
     cfg = RunConfig().replace(model__arch="resnet18", data__name=data)
-    shape, n_out, _, _ = DATA_SHAPES[data]
+    shape, n_out = DATASETS[data].input_shape, DATASETS[data].n_classes
     net = build_blocknet(cfg.model, shape, n_out)
     assert estimate_memory(cfg)["param_bytes"] == sum(p.numel() * 4 for p in net.parameters())
     # Z_1 is conv3_x's output: 128 × ⌈H/2⌉ × ⌈W/2⌉ per sample; Z_2 the 10 logits
     h = -(-shape[1] // 2)
-    n = DATA_SHAPES[data][2]
+    n = DATASETS[data].n_train
     assert estimate_memory(cfg)["state_bytes"] == 2 * n * (128 * h * h + 10) * 4
 
 
-@pytest.mark.parametrize("name", data_mod.BUNDLED)
+@pytest.mark.parametrize("name", datasets.BUNDLED)
 def test_data_shapes_table_matches_the_loaders(name):
     ds = data_mod.load(name)
-    assert DATA_SHAPES[name] == (ds.input_shape, ds.n_classes, len(ds.y_train), len(ds.y_test))
+    s = DATASETS[name]
+    assert (s.input_shape, s.n_classes, s.n_train, s.n_test) == (
+        ds.input_shape,
+        ds.n_classes,
+        len(ds.y_train),
+        len(ds.y_test),
+    )
 
 
 def test_check_fits_names_estimate_and_what_is_available():
@@ -387,7 +395,7 @@ def test_preflight_checks_before_any_directory():
         (tiny().replace(model__arch="resnet18"), "model.arch"),
     ] + (
         [(tiny("taylor").replace(data__name="cifar10", model__arch="resnet18"), "taylor")]
-        if "cifar10" in data_mod.available()
+        if "cifar10" in datasets.available()
         else []
     ):
         with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

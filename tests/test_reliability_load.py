@@ -26,8 +26,8 @@ from test_browser_dashboard import ARGS, CHROMIUM, _free_port
 
 from admm_core import rundir, runs
 from admm_core import status as status_mod
-from admm_core.config import RunConfig
 from admm_core.runs import read_json, read_metrics, train, verify_checkpoint
+from admm_core.spec.config import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("ADMM_DATA", "")) / "lfw"
@@ -241,8 +241,10 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
     line naming the file (never left 'running'), state.pt of the last iteration is byte-identical,
     and once space is back the resume finishes with every iteration's line and a loadable model."""
     from admm_core import loop as loop_mod  # the one run loop writes config.json and the metrics
-    from admm_core.deepfacto import STATE_FILE, DeepFactoConfig, load_inference_model, train_deepfacto
     from admm_core.deepfacto import run as run_mod
+    from admm_core.deepfacto.inference import load_inference_model
+    from admm_core.deepfacto.run import train_deepfacto
+    from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
 
     cfg = DeepFactoConfig(
         rank=4, data_limit=160, image_size=32, backbone_epochs=1, warmup_epochs=1, finetune_epochs=1,
@@ -821,8 +823,9 @@ def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
     assert len(listed) == 30 and {r["status"]["state"] for r in listed} == {"finished"}
 
 
-# The pages, rendered in a fresh interpreter (this one has torch already), with a run picked in
-# each (its charts, config and live panel drawn): prints, per page, whether torch got imported.
+# Every page, rendered in a fresh interpreter (this one has torch already), with a run picked in
+# each (its charts, config and live panel drawn): prints, per page, whether torch got imported, and
+# which modules of the package the server holds at the end.
 NO_TORCH_PAGES = """
 import json, sys
 from streamlit.testing.v1 import AppTest
@@ -830,7 +833,7 @@ from streamlit.testing.v1 import AppTest
 main, run = sys.argv[1], sys.argv[2]
 import app.ui, app.dashboard.workers, app.dashboard.form, app.dashboard.deepfacto_form  # noqa: E401,F401
 seen = {"imports": "torch" in sys.modules}
-for page in ("views/train.py", "views/runs.py", "views/compare.py"):
+for page in ("views/train.py", "views/runs.py", "views/compare.py", "views/sweeps.py", "views/heatmaps.py"):
     at = AppTest.from_file(main, default_timeout=120)
     at.query_params["run"] = run
     at.query_params["runs"] = run
@@ -840,17 +843,43 @@ for page in ("views/train.py", "views/runs.py", "views/compare.py"):
     at.run()  # a refresh
     assert not at.exception, [e.value for e in at.exception]
     seen[page] = "torch" in sys.modules
+seen["modules"] = sorted(m for m in sys.modules if m == "admm_core" or m.startswith("admm_core."))
 print(json.dumps(seen))
 """
+# What the server may import of the package: the spec layer, the run-file readers, and the readers of
+# DeepFacto's files (its shipped models' manifest, a run's held-out people, LFW's labels) and of sweep
+# studies (Optuna's storage); none of them imports torch.
+SERVER_MODULES = {
+    "admm_core",
+    "admm_core.errors",
+    "admm_core.rundir",
+    "admm_core.status",
+    "admm_core.spawn",
+    "admm_core.deepfacto",
+    "admm_core.deepfacto.shipped",
+    "admm_core.deepfacto.heldout",
+    "admm_core.faces",
+    "admm_core.faces.lfw",
+    "admm_core.sweep",
+    "admm_core.sweep.launcher",
+    "admm_core.sweep.report",
+    "admm_core.sweep.space",
+    "admm_core.sweep.study",
+}
 
 
-def test_runs_compare_and_train_pages_never_import_torch(tmp_path):
+def test_every_page_never_imports_torch(tmp_path):
     """The server's memory target (≤ 500 MB, docs/reliability.md): ``import torch`` alone is ~500 MB
-    resident, so the Runs, Compare and Train pages (a run picked, a refresh) must not import it;
-    the engine names torch through admm_core.lazy and imports its nn.Module classes on use."""
+    resident, so no page (a run picked, a refresh) may import it; the server holds the spec layer
+    (:mod:`admm_core.spec`) and the readers of run files, nothing else of the package."""
     root = tmp_path / "runs"
     train(tiny("block-admm", epochs=1), root / "20260101-000000-digits-block-admm-s0")
     seen = fresh_python_json(
         NO_TORCH_PAGES, ROOT / "app" / "main.py", "20260101-000000-digits-block-admm-s0", runs_root=root
     )
-    assert seen == {"imports": False, "views/train.py": False, "views/runs.py": False, "views/compare.py": False}, seen
+    modules = set(seen.pop("modules"))
+    pages = ("train", "runs", "compare", "sweeps", "heatmaps")
+    assert seen == {"imports": False} | {f"views/{p}.py": False for p in pages}, seen
+    outside = sorted(m for m in modules if not m.startswith("admm_core.spec") and m not in SERVER_MODULES)
+    assert not outside, outside
+    assert {"admm_core.spec.config", "admm_core.spec.resources", "admm_core.rundir"} <= modules  # it read them

@@ -1,4 +1,4 @@
-"""The one run loop (admm_core.loop) and the run's kind (admm_core.kinds), issue 34: both kinds of
+"""The one run loop (admm_core.loop) and the run's kind (admm_core.spec.kinds), issue 34: both kinds of
 run go through run_loop, the run records its kind, and runs saved before that are read by the old rule."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from admm_core import kinds, loop
-from admm_core.kinds import run_kind
+from admm_core import loop
 from admm_core.rundir import read_json, read_metrics, write_json
+from admm_core.spec import kinds
+from admm_core.spec.kinds import run_kind
 from admm_core.status import list_runs
 
 # --- the kind ---------------------------------------------------------------------------------------
@@ -43,7 +44,7 @@ def test_run_method_is_read_off_what_the_run_recorded():
 
 
 def test_a_deepfacto_config_records_its_kind():
-    from admm_core.deepfacto.config import DeepFactoConfig, run_config_dict
+    from admm_core.spec.deepfacto import DeepFactoConfig, run_config_dict
 
     d = run_config_dict(DeepFactoConfig())
     assert d["kind"] == "deepfacto" and run_kind(d) == "deepfacto"
@@ -68,7 +69,7 @@ def test_an_old_layout_deepfacto_run_dir_is_listed_with_its_kind(tmp_path):
     (rec,) = list_runs(tmp_path)
     assert "kind" not in rec["config"] and "kind" not in rec["status"]
     assert run_kind(rec["config"], rec["status"]) == "deepfacto"
-    from admm_core.deepfacto.config import read_run_config
+    from admm_core.spec.deepfacto import read_run_config
 
     assert read_run_config(old).rank == 4
 
@@ -153,9 +154,9 @@ def test_divergence_and_crash_end_the_status(tmp_path):
 def test_both_kinds_of_run_go_through_the_one_loop(monkeypatch, tmp_path):
     """train (the engine) and train_deepfacto hand their task to loop.run_loop: no second loop."""
     from admm_core import network
-    from admm_core.config import RunConfig
     from admm_core.deepfacto import run as df_run
-    from admm_core.deepfacto.config import DeepFactoConfig
+    from admm_core.spec.config import RunConfig
+    from admm_core.spec.deepfacto import DeepFactoConfig
 
     got = []
     fake = lambda task, run_dir, **kw: got.append((type(task).__name__, task.kind)) or {}  # noqa: E731
@@ -177,10 +178,10 @@ def test_deepfacto_state_is_a_method_state_and_reads_the_old_state_pt_layout():
     import numpy as np
     import torch
 
-    from admm_core.deepfacto import DeepFactoConfig, DeepFactoTrainer
-    from admm_core.deepfacto.trainer import DeepFactoState
-    from admm_core.faces import FaceBackbone
+    from admm_core.deepfacto.trainer import DeepFactoState, DeepFactoTrainer
+    from admm_core.faces.backbone import FaceBackbone
     from admm_core.methods.base import MethodState
+    from admm_core.spec.deepfacto import DeepFactoConfig
 
     def trainer():
         torch.manual_seed(0)

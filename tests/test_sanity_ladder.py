@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from admm_core.blocks import build_blocknet
-from admm_core.config import ModelConfig
 from admm_core.losses import get_loss
 from admm_core.methods import make_method
 from admm_core.methods.base import TrainBatch
 from admm_core.methods.probes import backprop_grads, cosines
+from admm_core.spec.config import ModelConfig
 
 N = 24
 

@@ -29,10 +29,10 @@ from helpers import cli_run
 from helpers import free_port as _free_port
 
 from admm_core import runs
-from admm_core.config import RunConfig
 from admm_core.errors import CheckpointError, ConfigError
-from admm_core.methods import names_for
 from admm_core.runs import load_checkpoint, safe_load, save_checkpoint
+from admm_core.spec.config import RunConfig
+from admm_core.spec.methods import names_for
 from app.dashboard import workers as W
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def test_a_code_payload_as_checkpoint_is_refused_and_runs_nothing(run_copy, tmp_
 
 
 def test_a_code_payload_as_backbone_weights_is_refused(tmp_path):
-    from admm_core.faces import load_backbone
+    from admm_core.faces.backbone import load_backbone
 
     marker = tmp_path / "marker"
     for wrap in (False, True):
@@ -92,7 +92,7 @@ def test_a_code_payload_as_backbone_weights_is_refused(tmp_path):
 
 def test_a_code_payload_as_deepfacto_checkpoint_is_refused(tmp_path):
     """The Heatmaps page loads a DeepFacto run's checkpoint.pt (load_inference_model)."""
-    from admm_core.deepfacto import load_inference_model
+    from admm_core.deepfacto.inference import load_inference_model
 
     marker = tmp_path / "marker"
     evil_file(tmp_path / "checkpoint.pt", marker, wrap=False)
@@ -118,7 +118,7 @@ def test_our_checkpoints_load_with_weights_only(method, tmp_path):
 
 
 def test_backbone_weights_round_trip_with_weights_only(tmp_path):
-    from admm_core.faces import FaceBackbone, load_backbone, save_backbone
+    from admm_core.faces.backbone import FaceBackbone, load_backbone, save_backbone
 
     net = FaceBackbone(widths=(4, 4, 4, 4), out_channels=8, emb_dim=4)
     save_backbone(tmp_path / "bb.pt", net, {"trained_on": "test", "epochs": 1})
@@ -274,11 +274,13 @@ def test_real_dashboard_answers_on_loopback_only(tmp_path):
             assert proc.poll() is None, "the dashboard exited"
             time.sleep(0.5)
         assert _answers("127.0.0.1", port), "no answer on 127.0.0.1"
-        # the live charts' route serves granted run directories only: a path or an unknown token is refused
-        for bad in ("nope", "..%2F..%2Fetc%2Fpasswd", "../../etc/passwd"):
-            with pytest.raises(urllib.error.HTTPError) as e:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/admm/live/{bad}?n=0&gen=0", timeout=10)
-            assert e.value.code in (400, 404), bad  # 400: Streamlit's own path check refuses encoded ../
+        # the routes serve granted tokens only (the live charts' run directories, the pages' stamps): a
+        # path or an unknown token is refused
+        for route in ("/api/admm/live", "/api/admm/stamp"):
+            for bad in ("nope", "..%2F..%2Fetc%2Fpasswd", "../../etc/passwd"):
+                with pytest.raises(urllib.error.HTTPError) as e:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}{route}/{bad}?n=0&gen=0", timeout=10)
+                assert e.value.code in (400, 404), (route, bad)  # 400: Streamlit's own path check refuses encoded ../
         with pytest.raises(OSError):  # connection refused: nothing listens on that address
             socket.create_connection((other, port), timeout=3).close()
         assert not _answers(other, port)

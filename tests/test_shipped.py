@@ -47,7 +47,7 @@ def test_the_shipped_models_verify_and_draw_maps_without_data(monkeypatch, tmp_p
         tensors, _ = shipped.load(name, REPO_MODELS)
         total += e["bytes"]
         assert e["command"] and e["code_version"] and len(e["sha256"]) == 64
-        assert all(np.isfinite(v.float().numpy()).all() for v in tensors.values())
+        assert all(np.isfinite(v.astype(np.float64)).all() for v in tensors.values())
     assert total < 12e6  # "a few MB in all"
     face = shipped.mean_face(root=REPO_MODELS)
     assert face.shape == (160, 160, 3) and face.dtype == np.uint8 and 60 < face.mean() < 200
@@ -155,9 +155,9 @@ def tiny_run(tmp_path_factory):
 def test_export_gives_the_runs_own_scores_and_a_new_run_starts_from_it(tiny_run, tmp_path, monkeypatch):
     from admm_core.cli import main
     from admm_core.deepfacto import backbone as bb
-    from admm_core.deepfacto import load_inference_model
-    from admm_core.deepfacto.config import read_run_config
-    from admm_core.faces import load_lfwa
+    from admm_core.deepfacto.inference import load_inference_model
+    from admm_core.faces.lfw import load_lfwa
+    from admm_core.spec.deepfacto import read_run_config
 
     out = tmp_path / "models"
     assert main(["deepfacto", "ship", "--run", str(tiny_run), "--out", str(out)]) == 0
@@ -175,8 +175,10 @@ def test_export_gives_the_runs_own_scores_and_a_new_run_starts_from_it(tiny_run,
     ck, ship = safe_load(tiny_run / "checkpoint.pt"), shipped.inference_checkpoint("deepfacto-r4", out)
     for part in ("backbone", "fc"):
         for k, v in ck[part].items():
-            assert torch.equal(ship[part][k], v), (part, k)
-    assert torch.equal(ship["m"], ck["m"]) and torch.equal(ship["order"], ck["order"])
+            assert torch.equal(torch.from_numpy(ship[part][k]), v), (part, k)
+    assert torch.equal(torch.from_numpy(ship["m"]), ck["m"]) and torch.equal(
+        torch.from_numpy(ship["order"]), ck["order"]
+    )
     np.testing.assert_allclose(s_ship, s_run, rtol=1e-4, atol=1e-5)
     assert json.loads((tiny_run / "config.json").read_text())["deepfacto"]["backbone_source"] == "train"
 
@@ -192,9 +194,9 @@ def test_export_gives_the_runs_own_scores_and_a_new_run_starts_from_it(tiny_run,
     monkeypatch.setattr(bb, "train_backbone", no_training)
     net, meta = bb.get_backbone(cfg, faces, tr, "cpu", log=lambda *_: None)
     assert meta["source"] == "shipped:lfw-backbone-w16" and meta["trained_here_s"] == 0.0
-    ref, _ = shipped.backbone("lfw-backbone-w16", out)
+    ref, _ = bb.shipped_backbone_net("lfw-backbone-w16", out)
     x = faces.images[tr[:4]]
-    from admm_core.faces import to_tensor
+    from admm_core.faces.tensors import to_tensor
 
     np.testing.assert_array_equal(net.features(to_tensor(x)).detach(), ref.features(to_tensor(x)).detach())
     # other settings (another split) or backbone_source=train: the shipped one is not used

@@ -9,10 +9,10 @@ import torch
 
 from admm_core import profile
 from admm_core.blocks import build_blocknet
-from admm_core.config import ModelConfig
 from admm_core.losses import get_loss
 from admm_core.methods import make_method
 from admm_core.methods.base import TrainBatch
+from admm_core.spec.config import ModelConfig
 
 RECIPE = {
     "z_schedule": "minibatch",

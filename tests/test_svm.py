@@ -8,9 +8,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sklearn.svm import LinearSVC
 
-from admm_core.deepfacto import DeepFactoConfig
 from admm_core.deepfacto import attributes as df
 from admm_core.deepfacto.svm import predict, squared_hinge_svms
+from admm_core.spec.deepfacto import DeepFactoConfig
 
 
 def objective(x, y, c, w, b):
@@ -142,7 +142,7 @@ def test_the_solver_is_part_of_the_svm_cache_key(monkeypatch, tmp_path):
 
 
 def test_svm_solver_is_validated():
-    from admm_core.config import ConfigError
+    from admm_core.spec.config import ConfigError
 
     with pytest.raises(ConfigError, match="deepfacto.svm_solver.*'lbfgs'"):
         DeepFactoConfig(svm_solver="lbfgs")
@@ -153,7 +153,7 @@ def test_a_run_saved_before_the_solver_field_reads_back_as_liblinear(tmp_path):
     resume, inference, the dashboard's Load into Train) keeps that, whatever today's default is."""
     import json
 
-    from admm_core.deepfacto.config import read_run_config
+    from admm_core.spec.deepfacto import read_run_config
     from app.dashboard import deepfacto_form as D
 
     old = {k: v for k, v in DeepFactoConfig().to_dict().items() if k != "svm_solver"}

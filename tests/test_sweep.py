@@ -21,8 +21,9 @@ from streamlit.testing.v1 import AppTest
 
 from admm_core import sweep as S
 from admm_core.errors import ConfigError
-from admm_core.presets import preset_config
 from admm_core.runs import read_json, read_metrics
+from admm_core.spec.presets import preset_config
+from admm_core.sweep.worker import run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACE = ["beta=log:0.1:10", "z_lr=log:0.01:1", "split=choice:fc1|fc1,fc2"]
@@ -37,7 +38,7 @@ def spec(name, trials=6, epochs=2, space=SPACE, **kw):
 def study_root(tmp_path_factory):
     """A finished 6-trial, 2-epoch study (run in this process)."""
     root = tmp_path_factory.mktemp("sweeps")
-    study, _ = S.run_sweep(spec("six"), "six", None, root, log=lambda m: None)
+    study, _ = run_sweep(spec("six"), "six", None, root, log=lambda m: None)
     return root, study
 
 
@@ -78,7 +79,7 @@ def test_six_trials_in_the_database_equal_the_runs(study_root):
 def test_pruned_trial_stops_early_and_its_run_says_so(tmp_path, monkeypatch):
     # a pruner that prunes everything below 99% after epoch 1
     monkeypatch.setattr(S.study, "make_pruner", lambda name, epochs: optuna.pruners.ThresholdPruner(lower=0.99))
-    study, _ = S.run_sweep(spec("pr", trials=2, epochs=4), "pr", None, tmp_path, log=lambda m: None)
+    study, _ = run_sweep(spec("pr", trials=2, epochs=4), "pr", None, tmp_path, log=lambda m: None)
     for t in study.get_trials():
         assert t.state == TrialState.PRUNED
         run = Path(t.user_attrs["run_dir"])
@@ -185,7 +186,7 @@ def test_space_values_reach_the_config():
     base = preset_config("digits-mlp")
     cfg = S.apply_params(base, {"split": "fc1", "hidden": "64,32", "loss": "ce", "beta": "1,2", "primal_steps": 2})
     assert cfg.model.split == ("fc1",) and cfg.model.hidden == (64, 32) and cfg.train.loss == "ce"
-    assert cfg.build_method().beta == (1.0, 2.0) and cfg.build_method().primal_steps == 2
+    assert cfg.method_settings.beta == (1.0, 2.0) and cfg.method_settings.primal_steps == 2
     dims = S.parse_space(["split=choice:fc1|fc1,fc2", "lr=log:1e-4:1e-2", "batch_size=int:16:64"], base)
     assert S.preset_values(base, dims) == {"split": "fc1,fc2", "lr": 5e-4, "batch_size": 32}
 

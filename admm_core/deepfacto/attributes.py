@@ -21,9 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..faces import FaceSet, cache_dir, embed_all
+from ..faces.lfw import FaceSet
+from ..faces.verification import embed_all
 from ..loop import StopRun
-from .config import DeepFactoConfig
+from ..rundir import write_atomic
+from ..spec.datasets import cache_dir
+from ..spec.deepfacto import DeepFactoConfig
+from .svm import predict, squared_hinge_svms
 
 
 def attribute_svms(
@@ -133,8 +137,6 @@ def _fit_many_newton(xtr, a_tr, xte, a_te, jobs, device, should_stop=None, chunk
     """:func:`_fit_many` by :func:`.svm.squared_hinge_svms`: ``chunk`` SVMs at a time share every
     product with the features (float64, on ``device``). A one-class attribute predicts its class, as
     in :func:`_one_svm`; ``should_stop()`` is asked between chunks."""
-    from .svm import predict, squared_hinge_svms
-
     dev = torch.device(device)
     x, xt = (torch.as_tensor(v, dtype=torch.float64, device=dev) for v in (xtr, xte))
     out = []
@@ -219,12 +221,10 @@ def _svm_cached(key: str, fit) -> tuple[tuple, bool]:
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):  # absent, cut short or unreadable: refit
         pass
     acc, chosen = _SVM_MEMO[key] = fit()
-    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
     try:
-        np.savez(tmp, accuracy=acc, chosen_c=chosen)
-        os.replace(tmp, path)
+        write_atomic(path, lambda f: np.savez(f, accuracy=acc, chosen_c=chosen), durable=False)
     except OSError:  # a read-only or full cache folder costs only the reuse
-        tmp.unlink(missing_ok=True)
+        pass
     return (acc, chosen), False
 
 

@@ -1,5 +1,5 @@
 """Block 1 of DeepFacto: the face backbone a run starts from: a given file, the cached one for this
-split, or one trained here (:func:`admm_core.faces.train_backbone`) and cached."""
+split, or one trained here (:func:`admm_core.faces.backbone.train_backbone`) and cached."""
 
 from __future__ import annotations
 
@@ -9,10 +9,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from ..faces import FaceBackbone, FaceSet, backbone_widths, cache_dir, load_backbone, save_backbone, train_backbone
+from ..errors import CheckpointError
+from ..faces.backbone import FaceBackbone, load_backbone, save_backbone, train_backbone
+from ..faces.lfw import FaceSet
+from ..spec.datasets import cache_dir
+from ..spec.deepfacto import DeepFactoConfig
+from ..spec.faces import backbone_widths
 from . import shipped
-from .config import DeepFactoConfig
 
 # the settings that shape a backbone trained here: all go into its cache name
 BACKBONE_FIELDS = (
@@ -61,7 +66,7 @@ def get_backbone(
         return net.to(device).eval(), meta
     path = backbone_cache_path(cfg, [faces.files[i] for i in train_idx], faces.images[train_idx])
     if cfg.backbone_source == "shipped":
-        found = shipped.shipped_backbone(path.name)  # checksum and shapes verified
+        found = shipped_backbone(path.name)  # checksum and shapes verified
         if found is not None:
             net, e = found
             log(f"backbone: shipped {shipped.path_of(e)} (backbone_source=train trains one here instead)")
@@ -101,3 +106,26 @@ def get_backbone(
     }
     save_backbone(path, net, meta)
     return net.eval(), {**meta, "source": str(path), "trained_here_s": wall}
+
+
+def shipped_backbone_net(name: str = "lfw-backbone-w16", root: Path | None = None) -> tuple[FaceBackbone, dict]:
+    """A shipped backbone as a FaceBackbone (eval mode) and its manifest entry (verified: :func:`shipped.load`)."""
+    arrays, e = shipped.load(name, root)
+    net = FaceBackbone(**{k: tuple(v) if isinstance(v, list) else v for k, v in e["arch"].items()})
+    try:
+        net.load_state_dict({k: torch.from_numpy(v) for k, v in shipped.strip(arrays, "backbone.").items()})
+    except RuntimeError as err:
+        raise CheckpointError(
+            f"{shipped.path_of(e, root)}: does not fit the face backbone ({str(err).splitlines()[0]})"
+        ) from None
+    return net.eval(), e
+
+
+def shipped_backbone(cache_name: str, root: Path | None = None) -> tuple[FaceBackbone, dict] | None:
+    """The shipped backbone whose cache name is ``cache_name`` (see :func:`backbone_cache_path`: the
+    name digests every backbone setting, the training images' names and pixels), or None when none
+    was trained for exactly that."""
+    for e in shipped.entries("face-backbone", root):
+        if e.get("cache_name") == cache_name:
+            return shipped_backbone_net(e["name"], root)
+    return None

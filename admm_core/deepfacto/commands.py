@@ -17,13 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import parse_sets
 from ..docs import write_section
 from ..errors import ConfigError, check
-from ..kinds import DEEPFACTO, run_kind
 from ..rundir import read_json, read_metrics, unique_run_dir
+from ..spec.deepfacto import DeepFactoConfig, run_dir_name, saved_names
+from ..spec.kinds import DEEPFACTO, run_kind
+from ..spec.settings import parse_sets
 from ..status import install_stop_handlers
-from .config import PRESET, DeepFactoConfig, saved_names
+from .run import EVAL_FIELDS, evaluate_run, train_deepfacto
+from .ship import export
+from .shipped import models_dir
 
 
 def config_from_cli(a) -> DeepFactoConfig:
@@ -60,7 +63,6 @@ def config_from_cli(a) -> DeepFactoConfig:
 
 def cli_train(a) -> int:
     """The CLI's ``train --preset lfwa-deepfacto`` (dispatched from admm_core.cli)."""
-    from .run import train_deepfacto  # the trainer and torch: imported by the commands that train
 
     if getattr(a, "resume", None):
         run_dir = Path(a.resume)
@@ -82,13 +84,12 @@ def cli_train(a) -> int:
 
 
 def new_run_dir(cfg: DeepFactoConfig, root=None) -> Path:
-    return unique_run_dir(f"{PRESET}-r{cfg.rank}-s{cfg.seed}", root)
+    return unique_run_dir(run_dir_name(cfg), root)
 
 
 def bench(argv=None) -> int:
     """`admm deepfacto bench`: one run per rank, then the markdown table (``--out``/table.md and,
     with ``--markdown FILE``, a section of FILE the command rewrites: only its own block)."""
-    from .run import train_deepfacto
 
     p = argparse.ArgumentParser(
         prog="admm deepfacto bench", description="DeepFacto on LFWA for several ranks: attribute accuracy table"
@@ -187,7 +188,6 @@ def bench_table(rows: list[dict]) -> str:
 
 def evaluate(argv=None) -> int:
     """`admm deepfacto evaluate --run DIR [--set svm_c=...]`."""
-    from .run import EVAL_FIELDS, evaluate_run
 
     p = argparse.ArgumentParser(
         prog="admm deepfacto evaluate", description="redo the attribute SVMs of finished DeepFacto runs (no training)"
@@ -209,8 +209,6 @@ def evaluate(argv=None) -> int:
 def ship(argv=None) -> int:
     """`admm deepfacto ship --run DIR [--run DIR] [--out assets/models]`: export finished runs
     (and the backbone they started from) as the shipped, checksummed safetensors models."""
-    from .ship import export
-    from .shipped import models_dir
 
     p = argparse.ArgumentParser(
         prog="admm deepfacto ship", description="export finished DeepFacto runs as the project's shipped models"

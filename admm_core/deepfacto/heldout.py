@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..faces import load_lfwa
+from ..faces.lfw import load_lfwa
+from ..spec.deepfacto import DeepFactoConfig, read_run_config
 from . import shipped
-from .config import DeepFactoConfig, read_run_config
 
 
 def model_config(run_dir) -> DeepFactoConfig:

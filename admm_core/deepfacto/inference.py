@@ -12,9 +12,12 @@ from torch import nn
 
 from .. import nmf
 from ..checkpoint import atomic_torch_save, safe_load
-from ..faces import FaceBackbone, crop_face, to_tensor
+from ..errors import CheckpointError
+from ..faces.backbone import FaceBackbone
+from ..faces.lfw import crop_face
+from ..faces.tensors import to_tensor
+from ..spec.deepfacto import DeepFactoConfig
 from . import shipped
-from .config import DeepFactoConfig
 
 
 def save_inference(
@@ -80,11 +83,19 @@ class InferenceModel:
         return torch.nn.functional.normalize(e, dim=1).numpy()
 
 
+def _tensors(v):
+    """A shipped checkpoint's numpy arrays (alone or in a dict of them) as tensors; other values as they are."""
+    if isinstance(v, np.ndarray):
+        return torch.from_numpy(v)
+    if isinstance(v, dict):
+        return {k: _tensors(x) for k, x in v.items()}
+    return v
+
+
 def load_shipped_model(name: str, root: Path | None = None) -> InferenceModel:
     """A shipped DeepFacto model (assets/models, verified: :func:`shipped.load`) for new images."""
-    from ..errors import CheckpointError
-
     ck = shipped.inference_checkpoint(name, root)
+    ck = {k: _tensors(v) for k, v in ck.items()}
     try:
         return InferenceModel(ck)
     except (RuntimeError, KeyError) as err:

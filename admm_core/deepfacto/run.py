@@ -3,7 +3,7 @@
 The run loop and run directory are the engine's (:func:`admm_core.loop.run_loop` with
 :class:`DeepFactoTask`: ``status.json``, ``summary.json``, the crash record ``error.txt``,
 ``metrics.jsonl``): ``config.json`` (``kind`` "deepfacto"; the top-level key ``deepfacto`` holds
-:class:`DeepFactoConfig`; runs saved before the kind are read by :func:`admm_core.kinds.run_kind`), ``metrics.jsonl``
+:class:`DeepFactoConfig`; runs saved before the kind are read by :func:`admm_core.spec.kinds.run_kind`), ``metrics.jsonl``
 (per iteration: epoch, phase, train_loss, test_accuracy = face-verification accuracy on
 ``eval_images`` held-out faces, residuals [‖Z_1 − block_1(X)‖, ‖Z_1 − MS‖, ‖Z_2 − block_2(S)‖] RMS
 per sample, dual_norms, nmf_residual ‖Z_1 − MS‖/‖Z_1‖, nmf_residual_backbone
@@ -32,24 +32,17 @@ from .. import nmf
 from ..checkpoint import atomic_torch_save, safe_load
 from ..device import machine, resolve_device
 from ..errors import ConfigError, check
-from ..faces import (
-    FaceSet,
-    embed_all,
-    load_backbone,
-    load_lfwa,
-    save_backbone,
-    triplet_loss,
-    verification_accuracy,
-    verification_pairs,
-)
+from ..faces.backbone import load_backbone, save_backbone, triplet_loss
+from ..faces.lfw import FaceSet, load_lfwa
+from ..faces.verification import embed_all, verification_accuracy, verification_pairs
 from ..loop import STALE as STALE_FILES
 from ..loop import StopRun, Task, run_loop
 from ..rundir import read_json, write_files_atomic, write_json
+from ..spec.deepfacto import PAPER_MEAN, PRESET, STATE_FILE, DeepFactoConfig, records, run_config_dict, saved_names
+from ..spec.methods.deepfacto import DeepFacto
 from .attributes import attribute_evaluation, pooled_features
 from .backbone import get_backbone
-from .config import PAPER_MEAN, PRESET, STATE_FILE, DeepFactoConfig, run_config_dict, saved_names
 from .inference import load_inference_model, save_inference
-from .method import DeepFacto, records
 from .trainer import DeepFactoTrainer, relative
 
 STALE = (*STALE_FILES, "attributes.json")  # files of an earlier end of the run

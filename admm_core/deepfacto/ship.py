@@ -10,8 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import save as safetensors_bytes
 
+from ..checkpoint import safe_load
 from ..errors import ConfigError
+from ..faces.backbone import load_backbone
+from ..faces.lfw import FACE_CROP, load_lfwa, read_face
+from ..rundir import read_json, write_atomic
+from ..spec.deepfacto import read_run_config
+from .backbone import backbone_cache_path
 from .shipped import DATA_TERMS, FORMAT, MANIFEST, PROJECT_ROOT, sha256
 
 
@@ -34,13 +41,14 @@ def _code_version() -> str:
 
 
 def _write(tensors: dict[str, torch.Tensor], path: Path, meta: dict) -> dict:
-    from safetensors.torch import save_file
-
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata={k: json.dumps(v) for k, v in meta.items()})
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    data = safetensors_bytes(tensors, metadata={k: json.dumps(v) for k, v in meta.items()})
+
+    def write(f) -> None:
+        os.fchmod(f.fileno(), 0o644)  # read by anyone, as files in git are
+        f.write(data)
+
+    write_atomic(path, write)
     return {
         "file": path.name,
         "bytes": path.stat().st_size,
@@ -52,12 +60,6 @@ def _write(tensors: dict[str, torch.Tensor], path: Path, meta: dict) -> dict:
 def export(run_dirs: list[Path], out: Path, command: str) -> dict:
     """Write the backbone the runs started from and each run's network into ``out`` with a
     manifest (replacing it). The runs must share one backbone cache file (same settings)."""
-    from ..checkpoint import safe_load
-    from ..faces import FACE_CROP, load_backbone, load_lfwa, read_face
-    from ..rundir import read_json
-    from .backbone import backbone_cache_path
-    from .config import read_run_config
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     version = _code_version()

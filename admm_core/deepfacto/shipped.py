@@ -5,12 +5,14 @@ commands and exported by ``admm deepfacto ship`` (:mod:`admm_core.deepfacto.ship
 safetensors file (tensors only: loading it runs no code) listed in ``manifest.json`` with its
 SHA-256, its size, every tensor's shape, its config, the command that made it and the code
 version. :func:`load` checks all of that before a tensor is used, so a damaged, truncated or
-swapped file gives one error naming the file and what is wrong.
+swapped file gives one error naming the file and what is wrong. Arrays only (numpy): this module
+reads the files (the dashboard's server lists and draws from it); the networks are built from them
+by :mod:`admm_core.deepfacto.backbone` and :mod:`admm_core.deepfacto.inference`.
 
 What ships:
 
     lfw-backbone-w16     block 1 as trained by the default lfwa-deepfacto settings (seed 0): it
-                         stands in for the backbone cache (:func:`shipped_backbone`) whenever a
+                         stands in for the backbone cache (:func:`admm_core.deepfacto.backbone.shipped_backbone`) whenever a
                          run asks for exactly those settings and training images
     deepfacto-r4, -r32   whole DeepFacto networks (fine-tuned backbone, M, FC, component scales):
                          what the Heatmaps page and ``admm_core.heatmaps`` need for new images
@@ -25,16 +27,12 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
 
 from ..errors import CheckpointError, ConfigError
-
-if TYPE_CHECKING:
-    import torch
-
-    from ..faces import FaceBackbone
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = "manifest.json"
@@ -92,17 +90,9 @@ def path_of(e: dict, root: Path | None = None) -> Path:
     return Path(root or models_dir()) / e["file"]
 
 
-def load(name: str, root: Path | None = None, as_numpy: bool = False) -> tuple[dict[str, torch.Tensor], dict]:
-    """(tensors, manifest entry) of shipped model ``name``, verified: size, SHA-256, then the name
-    and shape of every tensor against the manifest. Raises CheckpointError naming the file.
-    ``as_numpy``: numpy arrays instead of torch tensors (torch is then never imported)."""
-    from safetensors import SafetensorError
-
-    if as_numpy:
-        from safetensors.numpy import load_file
-    else:
-        from safetensors.torch import load_file
-
+def load(name: str, root: Path | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """(arrays, manifest entry) of shipped model ``name``, verified: size, SHA-256, then the name
+    and shape of every tensor against the manifest. Raises CheckpointError naming the file."""
     e = entry(name, root)
     path = path_of(e, root)
     redo = "re-create it with scripts/make_shipped_models.sh, or restore it from git"
@@ -129,44 +119,21 @@ def load(name: str, root: Path | None = None, as_numpy: bool = False) -> tuple[d
     return tensors, e
 
 
-def _strip(tensors: dict, prefix: str) -> dict:
+def strip(tensors: dict, prefix: str) -> dict:
+    """The arrays whose names start with ``prefix`` (``backbone.``), the prefix removed."""
     return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-
-
-def backbone(name: str = "lfw-backbone-w16", root: Path | None = None) -> tuple[FaceBackbone, dict]:
-    """A shipped backbone as a FaceBackbone (eval mode) and its manifest entry."""
-    from ..faces import FaceBackbone  # torch: only where a network is built (the manifest needs none)
-
-    tensors, e = load(name, root)
-    net = FaceBackbone(**{k: tuple(v) if isinstance(v, list) else v for k, v in e["arch"].items()})
-    try:
-        net.load_state_dict(_strip(tensors, "backbone."))
-    except RuntimeError as err:
-        raise CheckpointError(
-            f"{path_of(e, root)}: does not fit the face backbone ({str(err).splitlines()[0]})"
-        ) from None
-    return net.eval(), e
 
 
 def mean_face(name: str = "lfw-backbone-w16", root: Path | None = None) -> np.ndarray:
     """The mean of the backbone's training faces, (160, 160, 3) uint8: a face to draw maps over
     on a machine without LFW."""
-    tensors, _ = load(name, root, as_numpy=True)  # no torch: the dashboard's server shows it
+    tensors, _ = load(name, root)
     return tensors["mean_face"]
 
 
-def shipped_backbone(cache_name: str, root: Path | None = None) -> tuple[FaceBackbone, dict] | None:
-    """The shipped backbone whose cache name is ``cache_name`` (see
-    :func:`admm_core.deepfacto.backbone_cache_path`: the name digests every backbone setting,
-    the training images' names and pixels), or None when none was trained for exactly that."""
-    for e in entries("face-backbone", root):
-        if e.get("cache_name") == cache_name:
-            return backbone(e["name"], root)
-    return None
-
-
 def inference_checkpoint(name: str, root: Path | None = None) -> dict:
-    """A shipped DeepFacto model as the dict ``checkpoint.pt`` holds (:func:`save_inference`)."""
+    """A shipped DeepFacto model as the dict ``checkpoint.pt`` holds (:func:`save_inference`), with
+    numpy arrays for its tensors."""
     tensors, e = load(name, root)
     if e.get("kind") != "deepfacto":
         raise ConfigError(f"shipped model = {name!r}: a {e.get('kind')}, not a DeepFacto model")
@@ -174,8 +141,8 @@ def inference_checkpoint(name: str, root: Path | None = None) -> dict:
         "format": "deepfacto-v1",
         "config": e["config"],
         "backbone_arch": e["arch"],
-        "backbone": _strip(tensors, "backbone."),
-        "fc": _strip(tensors, "fc."),
+        "backbone": strip(tensors, "backbone."),
+        "fc": strip(tensors, "fc."),
         "m": tensors["m"],
         "scale": tensors["scale"],
         "order": tensors["order"],

@@ -65,10 +65,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import nmf
-from ..faces import FaceBackbone, embed_all, identity_batches, to_tensor, triplet_loss
+from ..faces.backbone import FaceBackbone, identity_batches, triplet_loss
+from ..faces.tensors import to_tensor
+from ..faces.verification import embed_all
 from ..loop import StopRun
 from ..methods.base import MethodState
-from .config import DeepFactoConfig
+from ..spec.deepfacto import DeepFactoConfig
 
 
 @dataclass
@@ -87,6 +89,12 @@ class DeepFactoState(MethodState):
     u2: torch.Tensor  # U_2 (N, d)
     iteration: int = 0
     residuals: list = dataclasses.field(default_factory=list)
+
+    def nbytes(self) -> int:
+        """Bytes of the variables (what the record's ``estimate_state_bytes`` predicts by arithmetic)."""
+        return sum(
+            t.numel() * t.element_size() for t in (self.f, self.z1, self.u1, self.v, self.s, self.m, self.z2, self.u2)
+        )
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:

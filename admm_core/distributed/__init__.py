@@ -35,13 +35,15 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
 from ..errors import ConfigError
-from ..lazy import dist, torch
 from ..methods.base import TrainBatch, evaluate
 from ..methods.block_admm import BlockADMM
 from ..methods.world import World
-
-MANIFEST = "checkpoint-manifest.json"
+from ..rundir import MANIFEST, checkpoint_world, read_checkpoint_manifest, write_text_atomic
+from ..spec.methods import METHODS
 
 
 # --- the process group ---------------------------------------------------------------
@@ -131,10 +133,9 @@ def distribute(method, batch: TrainBatch, net) -> tuple[object, TrainBatch]:
     w = world_size()
     if w == 1:
         return method, batch
-    if not isinstance(method, BlockADMM):
-        raise ConfigError(
-            f"method = {method.name!r}: only block-admm and gotmare run on several processes (world size {w})"
-        )
+    if not method.multi_process:  # the record's answer (the preflight asks it too)
+        multi = " and ".join(m for m, c in METHODS.items() if c.multi_process)
+        raise ConfigError(f"method = {method.name!r}: only {multi} run on several processes (world size {w})")
     if method.parallel == "blocks":
         return method, dataclasses.replace(batch, shard=block_world(method, rank(), w, net.T))
     r = rank()
@@ -151,14 +152,9 @@ def distribute(method, batch: TrainBatch, net) -> tuple[object, TrainBatch]:
 
 def block_world(method: BlockADMM, r: int, w: int, T: int) -> World:
     """Rank ``r``'s share of ``parallel='blocks'``: the contiguous blocks shard_range(T, r, w)."""
-    if w > T:
-        raise ConfigError(
-            f"{method.name}.parallel = 'blocks': at most one process per block, T = {T} blocks but world size {w}"
-        )
+    method.check_blocks(w, T)  # the settings' own check: its size, the sweep it needs
     owner = tuple(i for i in range(w) for _ in range(*shard_range(T, i, w)))
-    world = World(rank=r, world=w, owner=owner)
-    method.check_world(world, T)
-    return world
+    return World(rank=r, world=w, owner=owner)
 
 
 class _GlobalRows:
@@ -211,21 +207,6 @@ def extra_metrics(method, state) -> dict:
 
 
 # --- checkpoints ------------------------------------------------------------------------
-def checkpoint_world(run_dir: Path) -> int | None:
-    """World size of the run directory's last checkpoint (None: there is none)."""
-    m = _read_manifest(run_dir)
-    if m is not None:
-        return int(m["world_size"])
-    return 1 if (Path(run_dir) / "checkpoint.pt").exists() else None
-
-
-def _read_manifest(run_dir: Path) -> dict | None:
-    try:
-        return json.loads((Path(run_dir) / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def _rank_file(run_dir: Path, r: int, epoch: int) -> Path:
     return Path(run_dir) / f"checkpoint-rank{r}-epoch{epoch}.pt"
 
@@ -250,9 +231,8 @@ def save(run_dir: Path, payload: dict, epoch: int, write: Callable[[dict, Path],
     dist.barrier()
     if r == 0:
         files = [_rank_file(run_dir, i, epoch).name for i in range(w)]
-        tmp = Path(run_dir) / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps({"world_size": w, "epoch": epoch, "files": files}, indent=2))
-        os.replace(tmp, Path(run_dir) / MANIFEST)
+        manifest = {"world_size": w, "epoch": epoch, "files": files}
+        write_text_atomic(Path(run_dir) / MANIFEST, json.dumps(manifest, indent=2))
     dist.barrier()
     for old in Path(run_dir).glob(f"checkpoint-rank{r}-epoch*.pt"):
         if old.name != _rank_file(run_dir, r, epoch).name:
@@ -266,7 +246,7 @@ def load(run_dir: Path, device, read: Callable[[Path], dict] | None = None) -> d
     default is ``torch.load(..., weights_only=True)``: a checkpoint never runs code.
     """
     check_world(run_dir)
-    m = _read_manifest(run_dir)
+    m = read_checkpoint_manifest(run_dir)
     path = Path(run_dir) / m["files"][rank()]
     ck = read(path) if read else torch.load(path, map_location=device, weights_only=True)
     if ck.get("epoch") != m["epoch"]:

@@ -23,12 +23,14 @@ import time
 from pathlib import Path
 
 import torch
+import torchvision
+from torch import nn
 
 from ..blocks import build_blocknet
-from ..config import ModelConfig
 from ..docs import code_version, command_line, write_section
-from ..resources import human
 from ..rundir import PROJECT_ROOT, read_metrics
+from ..spec.config import ModelConfig
+from ..spec.resources import human
 from . import shard_range
 
 RANKS = (1, 8, 64)
@@ -46,9 +48,6 @@ def _z_floats_per_sample(blocks, in_shape) -> list[int]:
 
 
 def memory_rows() -> list[dict]:
-    import torchvision
-    from torch import nn
-
     mnist = build_blocknet(ModelConfig("mlp", (128, 128)), (1, 28, 28), 10)
     cifar = build_blocknet(ModelConfig("resnet18", split=("conv3_x",)), (3, 32, 32), 10)
     # ImageNet-sized: torchvision's ResNet-18 as it is (7×7 stride-2 stem, max-pool, 224×224), cut after layer2 (conv3_x)

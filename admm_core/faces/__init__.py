@@ -19,74 +19,9 @@ That non-negative (C, 8, 8) map is Z_1, the activation DeepFacto factors. For th
 backbone's own training a head (global average pool, Linear, L2 normalisation) gives a
 face embedding trained with the batch-hard triplet loss (Hermans et al. 2017).
 
-The package, by job: :mod:`.lfw` (images, labels, split, cache, packs), :mod:`.backbone` (the
-network, its weights files, its training), :mod:`.verification` (pairs and accuracy).
+The package, by job: :mod:`.lfw` (images, labels, split, cache, packs: arrays, no torch),
+:mod:`.tensors` (faces as tensors, LFWA's loader), :mod:`.backbone` (the network, its weights
+files, its training), :mod:`.verification` (pairs and accuracy). The records (the backbone's
+table, LFWA's shape and sizes, where LFW lives) are :mod:`admm_core.spec.faces`'. Import the
+names from the module that defines them.
 """
-
-from __future__ import annotations
-
-from .backbone import (
-    _face_backbone_class,
-    augment,
-    backbone_loss,
-    backbone_widths,
-    identity_batches,
-    load_backbone,
-    people_with_pairs,
-    save_backbone,
-    train_backbone,
-    triplet_loss,
-)
-from .lfw import (
-    FACE_CROP,
-    LFW_IMAGES,
-    LFWA_LABELS,
-    FaceSet,
-    cache_dir,
-    crop_face,
-    find_lfw,
-    identity_split,
-    load_lfwa,
-    pack_faces,
-    read_face,
-    read_labels,
-    to_tensor,
-    unpack_faces,
-)
-from .verification import embed_all, verification_accuracy, verification_pairs
-
-
-def __getattr__(name: str):  # PEP 562: ``from admm_core.faces import FaceBackbone`` defines the class
-    if name == "FaceBackbone":
-        return _face_backbone_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [
-    "FACE_CROP",
-    "LFW_IMAGES",
-    "LFWA_LABELS",
-    "FaceSet",
-    "augment",
-    "backbone_loss",
-    "backbone_widths",
-    "cache_dir",
-    "crop_face",
-    "embed_all",
-    "find_lfw",
-    "identity_batches",
-    "identity_split",
-    "load_backbone",
-    "load_lfwa",
-    "pack_faces",
-    "people_with_pairs",
-    "read_face",
-    "read_labels",
-    "save_backbone",
-    "to_tensor",
-    "train_backbone",
-    "triplet_loss",
-    "unpack_faces",
-    "verification_accuracy",
-    "verification_pairs",
-]

@@ -3,167 +3,117 @@ weights files, and its training: batch-hard triplet loss on identity-balanced ba
 
 from __future__ import annotations
 
-import functools
-import os
 import pickle
 import time
 from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchvision.models.resnet import BasicBlock
 
-from ..errors import CheckpointError, ConfigError
-from ..lazy import F, nn, torch
-from ..models import Arch, basic_block_params, register_arch
-from .lfw import FaceSet, to_tensor
+from ..checkpoint import atomic_torch_save
+from ..errors import CheckpointError
+from ..spec.archs import needs_image
+from ..spec.faces import FACE_ARCH, FACE_FEATURES, backbone_widths
+from .lfw import FaceSet
+from .tensors import to_tensor
 
 # --- backbone --------------------------------------------------------------------------------
 
-FACE_FEATURES = 256  # C, channels of the backbone's feature map Z_1 (what the NMF module factors)
-FACE_ARCH = "face-resnet18s"  # its name in the architecture registry (admm_core.models.ARCHS)
-
-
-def backbone_widths(width: int) -> tuple[int, int, int, int]:
-    """Stage widths of a FaceBackbone with base width ``width``: (w, 2w, 4w, 4w)."""
-    return (width, 2 * width, 4 * width, 4 * width)
-
-
-def _check_image_shape(in_shape: tuple[int, ...]) -> None:
-    if len(in_shape) != 3:
-        raise ConfigError(f"model.arch = {FACE_ARCH!r}: needs image inputs (C, H, W), got shape {in_shape}")
-
 
 def face_backbone_layers(in_shape: tuple[int, ...], cfg, n_out: int) -> OrderedDict:
-    """The registry's builder (``cfg``: a ModelConfig, its ``width`` the base width w): a new
-    FaceBackbone for ``in_shape`` faces as named layers, ``n_out`` the size of its embedding."""
-    _check_image_shape(in_shape)
+    """The ``face-resnet18s`` record's builder (``cfg``: a ModelConfig, its ``width`` the base width
+    w): a new FaceBackbone for ``in_shape`` faces as named layers, ``n_out`` the size of its embedding.
+    Its table by arithmetic is :func:`admm_core.spec.faces.face_backbone_table`."""
+    needs_image(FACE_ARCH, in_shape)
     return face_backbone(backbone_widths(cfg.width), FACE_FEATURES, n_out, in_shape[0]).layers()
 
 
-def face_backbone_table(in_shape: tuple[int, ...], cfg, n_out: int) -> list:
-    """:func:`face_backbone_layers` by arithmetic, without torch: a 3×3 stride-2 stem, BasicBlock
-    stages of widths (w, 2w, 4w, 4w) at strides (1, 2, 2, 1) (a stride 2 gives ⌈H/2⌉), a 1×1
-    conv + BN to C channels (Z_1), and a linear head on the spatial mean."""
-    _check_image_shape(in_shape)
-    c, h, w = in_shape
-    ws = backbone_widths(cfg.width)
-    h, w = -(-h // 2), -(-w // 2)
-    out = [("stem", (ws[0], h, w), c * ws[0] * 9 + 2 * ws[0])]
-    cin = ws[0]
-    for name, cout, stride in zip(("conv2_x", "conv3_x", "conv4_x", "conv5_x"), ws, (1, 2, 2, 1)):
-        if stride == 2:
-            h, w = -(-h // 2), -(-w // 2)
-        out.append((name, (cout, h, w), basic_block_params(cin, cout, stride) + basic_block_params(cout, cout, 1)))
-        cin = cout
-    out.append(("expand", (FACE_FEATURES, h, w), cin * FACE_FEATURES + 2 * FACE_FEATURES))
-    out.append(("head", (n_out,), FACE_FEATURES * n_out + n_out))
-    return out
-
-
-register_arch(
-    FACE_ARCH,
-    Arch(
-        build=face_backbone_layers,
-        table=face_backbone_table,
-        splits=("expand",),
-        default_split=lambda names: ("expand",),  # block 1 = the backbone up to Z_1, as DeepFacto cuts it
-        label="Face ResNet-18 (narrow; DeepFacto's block 1)",
-        image_input=True,
-        kind="deepfacto",
-    ),
-)
-
-
 def face_backbone(widths=(16, 32, 64, 64), out_channels: int = FACE_FEATURES, emb_dim: int = 128, in_channels: int = 3):
-    """A new FaceBackbone (the class is defined on first use)."""
-    return _face_backbone_class()(widths, out_channels, emb_dim, in_channels)
+    """A new FaceBackbone."""
+    return FaceBackbone(widths, out_channels, emb_dim, in_channels)
 
 
-@functools.cache
-def _face_backbone_class() -> type:
-    """FaceBackbone, defined on first use: an ``nn.Module`` subclass needs the real torch, and
-    the dashboard reads face paths (``find_lfw``, ``cache_dir``) from this module without it."""
+class Standardize(nn.Module):
+    """(x − mean) / std with the backbone's own buffers (the first step of its ``features``)."""
 
-    class Standardize(nn.Module):
-        """(x − mean) / std with the backbone's own buffers (the first step of its ``features``)."""
+    def __init__(self, mean, std):
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
 
-        def __init__(self, mean, std):
-            super().__init__()
-            self.register_buffer("mean", mean)
-            self.register_buffer("std", std)
+    def forward(self, x):
+        return (x - self.mean) / self.std
 
-        def forward(self, x):
-            return (x - self.mean) / self.std
 
-    class UnitNorm(nn.Module):
-        def forward(self, x):
-            return F.normalize(x, dim=1)
+class UnitNorm(nn.Module):
+    def forward(self, x):
+        return F.normalize(x, dim=1)
 
-    class FaceBackbone(nn.Module):
-        """ResNet-18 layout (2-2-2-2 BasicBlocks), narrow, last stage at stride 1; ``features`` = Z_1 ≥ 0."""
 
-        def __init__(
-            self, widths=(16, 32, 64, 64), out_channels: int = FACE_FEATURES, emb_dim: int = 128, in_channels: int = 3
-        ):
-            super().__init__()
-            from torchvision.models.resnet import BasicBlock
+class FaceBackbone(nn.Module):
+    """ResNet-18 layout (2-2-2-2 BasicBlocks), narrow, last stage at stride 1; ``features`` = Z_1 ≥ 0."""
 
-            self.arch = {
-                "widths": list(widths),
-                "out_channels": out_channels,
-                "emb_dim": emb_dim,
-                "in_channels": in_channels,
-            }
-            self.stem = nn.Sequential(
-                nn.Conv2d(in_channels, widths[0], 3, 2, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True)
-            )
-            stages, c_in = [], widths[0]
-            for w, stride in zip(widths, (1, 2, 2, 1)):
-                down = None
-                if stride != 1 or c_in != w:
-                    down = nn.Sequential(nn.Conv2d(c_in, w, 1, stride, bias=False), nn.BatchNorm2d(w))
-                stages.append(nn.Sequential(BasicBlock(c_in, w, stride, down), BasicBlock(w, w)))
-                c_in = w
-            self.stages = nn.Sequential(*stages)
-            self.expand = nn.Sequential(
-                nn.Conv2d(c_in, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True)
-            )
-            self.head = nn.Linear(out_channels, emb_dim)
-            self.register_buffer("mean", torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1)[:, :in_channels])
-            self.register_buffer("std", torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1)[:, :in_channels])
+    def __init__(
+        self, widths=(16, 32, 64, 64), out_channels: int = FACE_FEATURES, emb_dim: int = 128, in_channels: int = 3
+    ):
+        super().__init__()
+        self.arch = {
+            "widths": list(widths),
+            "out_channels": out_channels,
+            "emb_dim": emb_dim,
+            "in_channels": in_channels,
+        }
+        self.stem = nn.Sequential(
+            nn.Conv2d(in_channels, widths[0], 3, 2, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True)
+        )
+        stages, c_in = [], widths[0]
+        for w, stride in zip(widths, (1, 2, 2, 1)):
+            down = None
+            if stride != 1 or c_in != w:
+                down = nn.Sequential(nn.Conv2d(c_in, w, 1, stride, bias=False), nn.BatchNorm2d(w))
+            stages.append(nn.Sequential(BasicBlock(c_in, w, stride, down), BasicBlock(w, w)))
+            c_in = w
+        self.stages = nn.Sequential(*stages)
+        self.expand = nn.Sequential(
+            nn.Conv2d(c_in, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True)
+        )
+        self.head = nn.Linear(out_channels, emb_dim)
+        self.register_buffer("mean", torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1)[:, :in_channels])
+        self.register_buffer("std", torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1)[:, :in_channels])
 
-        def features(self, x: torch.Tensor) -> torch.Tensor:
-            """x (N, 3, S, S) in [0, 1] -> Z_1 (N, C, S/8, S/8), non-negative (after ReLU)."""
-            return self.expand(self.stages(self.stem((x - self.mean) / self.std)))
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """x (N, 3, S, S) in [0, 1] -> Z_1 (N, C, S/8, S/8), non-negative (after ReLU)."""
+        return self.expand(self.stages(self.stem((x - self.mean) / self.std)))
 
-        def embed_features(self, z: torch.Tensor) -> torch.Tensor:
-            return F.normalize(self.head(z.mean(dim=(2, 3))), dim=1)
+    def embed_features(self, z: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.head(z.mean(dim=(2, 3))), dim=1)
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            """Unit-norm face embedding (the backbone's own triplet head)."""
-            return self.embed_features(self.features(x))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Unit-norm face embedding (the backbone's own triplet head)."""
+        return self.embed_features(self.features(x))
 
-        def layers(self) -> OrderedDict:
-            """The same modules as named layers (the registry record ``face-resnet18s``,
-            :data:`admm_core.models.ARCHS`): composing them is ``forward``; through ``expand`` it is ``features``."""
-            names = ("conv2_x", "conv3_x", "conv4_x", "conv5_x")
-            return OrderedDict(
-                stem=nn.Sequential(Standardize(self.mean, self.std), self.stem),
-                **dict(zip(names, self.stages)),
-                expand=self.expand,
-                head=nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), self.head, UnitNorm()),
-            )
-
-    FaceBackbone.__qualname__ = "FaceBackbone"
-    return FaceBackbone
+    def layers(self) -> OrderedDict:
+        """The same modules as named layers (the registry record ``face-resnet18s``,
+        :data:`admm_core.spec.archs.ARCHS`): composing them is ``forward``; through ``expand`` it is ``features``."""
+        names = ("conv2_x", "conv3_x", "conv4_x", "conv5_x")
+        return OrderedDict(
+            stem=nn.Sequential(Standardize(self.mean, self.std), self.stem),
+            **dict(zip(names, self.stages)),
+            expand=self.expand,
+            head=nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), self.head, UnitNorm()),
+        )
 
 
 def save_backbone(path, net: nn.Module, meta: dict) -> None:  # net: a FaceBackbone
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"format": "admm-face-backbone-v1", "arch": net.arch, "state_dict": net.state_dict(), "meta": meta}, tmp)
-    os.replace(tmp, path)
+    atomic_torch_save(
+        {"format": "admm-face-backbone-v1", "arch": net.arch, "state_dict": net.state_dict(), "meta": meta}, path
+    )
 
 
 def load_backbone(path, map_location="cpu") -> tuple[nn.Module, dict]:  # (FaceBackbone, meta)
@@ -184,10 +134,10 @@ def load_backbone(path, map_location="cpu") -> tuple[nn.Module, dict]:  # (FaceB
             f"--backbone-weights {path}: not a PyTorch weights file ({type(e).__name__}: {first})"
         ) from None
     if isinstance(ck, dict) and ck.get("format") == "admm-face-backbone-v1":
-        net = _face_backbone_class()(**{k: tuple(v) if isinstance(v, list) else v for k, v in ck["arch"].items()})
+        net = FaceBackbone(**{k: tuple(v) if isinstance(v, list) else v for k, v in ck["arch"].items()})
         state, meta = ck["state_dict"], dict(ck.get("meta", {}))
     else:
-        net, state, meta = _face_backbone_class()(), ck, {}
+        net, state, meta = FaceBackbone(), ck, {}
     try:
         net.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as e:
@@ -313,7 +263,7 @@ def train_backbone(
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     device = torch.device(device)
-    net = _face_backbone_class()(widths=tuple(widths)).to(device)
+    net = FaceBackbone(widths=tuple(widths)).to(device)
     use, ident, ident_cls, n_classes = people_with_pairs(faces.identity, train_idx)
     classifier = nn.Linear(net.arch["emb_dim"], n_classes, bias=False).to(device)
     params = list(net.parameters()) + (list(classifier.parameters()) if id_weight > 0 else [])

@@ -1,32 +1,23 @@
 """LFW / LFWA: the images, the attribute labels, the identity-disjoint split and the decoded cache
-(the layout is in :mod:`admm_core.faces`)."""
+(the layout is in :mod:`admm_core.faces`; where LFW lives, :func:`admm_core.spec.faces.find_lfw`).
+Arrays only (numpy, OpenCV): the tensors are :mod:`.tensors`'."""
 
 from __future__ import annotations
 
 import csv
 import hashlib
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..data import Dataset, DatasetSpec, candidate_roots, register_dataset
 from ..errors import DataError, ImageError
-from ..lazy import torch
+from ..rundir import write_atomic
+from ..spec.datasets import cache_dir
+from ..spec.faces import find_lfw
 
-LFW_IMAGES = Path("lfw") / "lfw-deepfunneled-160"
-LFWA_LABELS = Path("lfw") / "lfwa_att_40.csv"
-LFWA_SIZE = 64  # pixels per side of a face as DeepFacto reads it by default (the 160×160 crop resized)
-LFWA_SEED, LFWA_TEST_FRACTION = 0, 0.2  # the default identity-disjoint split (DeepFacto's defaults)
 FACE_CROP = 160  # LFW deep-funneled face crop (the shared copy's size)
-
-
-def cache_dir() -> Path:
-    p = Path(os.environ.get("ADMM_CACHE", Path.home() / ".cache" / "admm_core"))
-    p.mkdir(parents=True, exist_ok=True)
-    return p
 
 
 # --- images ----------------------------------------------------------------------------------
@@ -110,26 +101,6 @@ def identity_split(people: list[str], seed: int = 0, test_fraction: float = 0.2)
     return {order[i] for i in perm[:n_test]}
 
 
-def find_lfw(root=None, image_dir=None, labels=None) -> tuple[Path, Path]:
-    """(image folder, label CSV). Looks under the data root(s) unless given explicitly."""
-    looked = []
-    if image_dir is None or labels is None:
-        for r in candidate_roots(root):
-            img, lab = r / LFW_IMAGES, r / LFWA_LABELS
-            looked.append(r / "lfw")
-            if (image_dir is not None or img.is_dir()) and (labels is not None or lab.is_file()):
-                image_dir = image_dir if image_dir is not None else img
-                labels = labels if labels is not None else lab
-                break
-    if image_dir is None or labels is None or not Path(image_dir).is_dir() or not Path(labels).is_file():
-        places = ", ".join(str(p) for p in looked) or f"{image_dir}, {labels}"
-        raise DataError(
-            f"data set 'lfwa' not found (looked in: {places}). Put LFW deep-funneled faces in <root>/{LFW_IMAGES}/<Person>/*.jpg "
-            f"and the LFWA labels in <root>/{LFWA_LABELS} (set --data-root or ADMM_DATA), or pass --image-dir/--labels"
-        )
-    return Path(image_dir), Path(labels)
-
-
 def read_labels(labels: Path) -> tuple[list[str], list[str], np.ndarray]:
     """(image names, attribute names, (N, A) uint8) from the LFWA CSV."""
     with open(labels, newline="") as f:
@@ -177,16 +148,9 @@ def load_lfwa(
                 images[i] = read_face(image_dir / nm, size)
                 if progress and (i % 1000 == 0):
                     progress(f"decoding faces {i}/{len(names)} ({time.time() - t0:.0f}s)")
-            if cache:
-                tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")  # one per writer: processes may race
-                np.save(tmp, images)
-                os.replace(tmp, path)
+            if cache:  # one temporary per writer: processes may race
+                write_atomic(path, lambda f: np.save(f, images), durable=False)
     return FaceSet.labelled(names, attrs, attr_names, images, image_dir)
-
-
-def to_tensor(images: np.ndarray) -> torch.Tensor:
-    """(N, S, S, 3) uint8 -> (N, 3, S, S) float32 in [0, 1]."""
-    return torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div_(255.0)
 
 
 def pack_faces(faces: FaceSet, out: Path, quality: int = 95) -> None:
@@ -226,31 +190,3 @@ def unpack_faces(path: Path) -> FaceSet:
         np.ascontiguousarray(imgs),
         path,
     )
-
-
-def load_lfwa_set(root=None, download=False) -> Dataset:
-    """LFWA as a :class:`~admm_core.data.Dataset` (the registry record's loader): faces (N, 3, 64, 64)
-    in [0, 1], y = the 40 attributes (N, 40) 0/1, split by identity (seed 0, a fifth of the people
-    held out). DeepFacto reads the same faces with their identities (:func:`load_lfwa`)."""
-    if download:
-        raise DataError("data set 'lfwa' cannot be downloaded here; put it under <root>/lfw (see --data-root)")
-    faces = load_lfwa(root, size=LFWA_SIZE)
-    tr, te = faces.split(LFWA_SEED, LFWA_TEST_FRACTION)
-    y = torch.from_numpy(faces.attributes.astype(np.int64))
-    return Dataset("lfwa", to_tensor(faces.images[tr]), y[tr], to_tensor(faces.images[te]), y[te], y.shape[1])
-
-
-# the record (sizes: the default split of the 13,143 labelled faces; tests/test_data.py checks them)
-register_dataset(
-    DatasetSpec(
-        "lfwa",
-        load_lfwa_set,
-        (3, LFWA_SIZE, LFWA_SIZE),
-        40,
-        10502,
-        2641,
-        files=(str(LFWA_LABELS),),
-        labels="attributes",
-        kind="deepfacto",
-    )
-)

@@ -4,12 +4,12 @@ of a distance threshold chosen on one set of pairs and applied to another."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 
-from ..lazy import no_grad, torch
-from .lfw import to_tensor
+from .tensors import to_tensor
 
 
-@no_grad
+@torch.no_grad()
 def embed_all(fn, x_uint8: np.ndarray, idx: np.ndarray, device, chunk: int = 256) -> torch.Tensor:
     """fn(batch float tensor on device) for the samples ``idx``, concatenated on the CPU."""
     out = []

@@ -1,13 +1,18 @@
-"""Training methods behind one protocol, chosen by name from :data:`METHODS`.
+"""Training methods behind one protocol: the engine's class of each method record.
 
-Adding a method is one module with a settings dataclass (see :mod:`.base`) and one
-:func:`register_method` line here (docs/extending.md): the CLI, the dashboard's form and live
-charts, the memory estimate and the run loop read everything else from the class.
+A method's record (its settings, checks and declarations) is the spec layer's
+(:data:`admm_core.spec.methods.METHODS`); the class here derives from it and adds the protocol
+calls (:mod:`.base`). :func:`make_method` builds the one method object a run uses. Adding a method
+is one module and one ``register_method`` line (docs/extending.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import ConfigError
+from ..spec.methods import make_settings, record
+from ..spec.refs import resolve
 from .admm_closed import ADMMClosed
 from .backprop import SGD, Adam
 from .bcd import BCD
@@ -17,44 +22,35 @@ from .gotmare import Gotmare
 from .online_admm import OnlineADMM
 from .taylor import Taylor
 
-METHODS: dict[str, type] = {}
+BUILT_IN = (BlockADMM, OnlineADMM, SGD, Adam, ADMMClosed, Taylor, DLADMM, BCD, Gotmare)
 
 
-def register_method(cls: type) -> type:
-    """Add method class ``cls`` to :data:`METHODS` under ``cls.name`` (usable as a decorator).
-
-    Registering the same class again is a no-op; another class under a taken name is refused."""
-    name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not name or name == "?":
-        raise ConfigError(f"register_method: {cls.__name__} has no name (set the class attribute name = '...')")
-    if METHODS.get(name, cls) is not cls:
-        raise ConfigError(f"register_method: a method named {name!r} is already registered ({METHODS[name].__name__})")
-    METHODS[name] = cls
-    return cls
-
-
-for _cls in (BlockADMM, OnlineADMM, SGD, Adam, ADMMClosed, Taylor, DLADMM, BCD, Gotmare):
-    register_method(_cls)
-# DeepFacto, a method of its own kind of run, registers itself: admm_core.deepfacto.method
-
-
-def names_for(kind: str) -> tuple[str, ...]:
-    """The registered methods whose runs are of ``kind`` (:data:`admm_core.kinds.KINDS`): the
-    network methods are the CLI's and the Train form's choices; deepfacto runs with its own task."""
-    return tuple(name for name, cls in METHODS.items() if getattr(cls, "kind", "network") == kind)
+def implementation(name: str) -> type:
+    """The engine class that runs method ``name``: its record itself when it defines the protocol
+    calls (a plugin's one module), else the class the record names (``implementation``)."""
+    cls = record(name)
+    if callable(getattr(cls, "run_epoch", None)):
+        return cls
+    if cls.implementation is None:
+        raise ConfigError(
+            f"method = {name!r}: runs of kind {cls.kind!r} run with their own task, not the network loop"
+            + (" (admm train --preset lfwa-deepfacto)" if cls.kind == "deepfacto" else "")
+        )
+    impl = resolve(cls.implementation, f"method = {name!r}")
+    if not (isinstance(impl, type) and issubclass(impl, cls)):
+        raise ConfigError(f"method = {name!r}: {cls.implementation!r} is not a class deriving from its record")
+    return impl
 
 
 def make_method(name: str, params: dict | None = None):
-    """Settings object of method ``name``; unknown or bad settings raise ConfigError."""
-    if name not in METHODS:
-        raise ConfigError(f"method = {name!r}: unknown method; choose from {sorted(METHODS)}")
-    cls = METHODS[name]
-    params = dict(params or {})
-    known = {s["name"] for s in cls.settings()}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise ConfigError(f"{name}: no setting {', '.join(map(repr, unknown))} (settings: {', '.join(sorted(known))})")
-    try:
-        return cls(**params)
-    except TypeError as e:
-        raise ConfigError(f"{name}: {e}") from None
+    """The method object of ``name`` with settings ``params`` (checked by its record; unknown or bad
+    settings raise ConfigError): the object whose protocol calls train a network."""
+    settings = params if isinstance(params, record(name)) else make_settings(name, params)
+    impl = implementation(name)
+    if type(settings) is impl:
+        return settings
+    # dataclasses.fields, not __dataclass_fields__: that also lists ClassVar pseudo-fields (a record's PAPER)
+    return impl(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)})
+
+
+__all__ = ["BUILT_IN", "implementation", "make_method"]

@@ -36,10 +36,10 @@ Implementation notes / deviations:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import torch
 
-from ..lazy import no_grad, torch
-from .base import TrainBatch, setting
+from ..spec.methods.lifted import ADMMClosedSettings
+from .base import TrainBatch
 from .lifted import (
     ClosedFormADMM,
     LiftedState,
@@ -55,18 +55,8 @@ from .lifted import (
 )
 
 
-@dataclass(frozen=True)
-class ADMMClosed(ClosedFormADMM):
+class ADMMClosed(ADMMClosedSettings, ClosedFormADMM):
     """Standard ADMM with closed-form updates (supplement Alg. 3). See the module docstring."""
-
-    name = "admm-closed"
-    summary = "Standard ADMM (paper supp. Alg. 3): full-batch closed-form W, Z, A updates, multipliers U, V on every constraint"
-    dual_vars = ("u", "v")
-
-    def extra_floats(self, widths) -> int:
-        return sum(widths) + sum(widths[:-1])  # a dual U_l per layer, V_l per hidden layer
-
-    weight_decay: float = setting(5e-5, "λ: weight decay λ‖W‖² (paper: 5e-5)", positive=False)
 
     def init_vars(self, net, lins, x, batch: TrainBatch, gen):
         z, a = self.start_vars(lins, x, gen)
@@ -124,7 +114,7 @@ class ADMMClosed(ClosedFormADMM):
             state.scalars["residuals"] = [(q / n) ** 0.5 for q in res]
             state.scalars["act_residuals"] = [(q / n) ** 0.5 for q in act]
 
-    @no_grad
+    @torch.no_grad()
     def dual_step(self, lins, state: LiftedState, x: torch.Tensor) -> None:
         """U_ℓ ← U_ℓ + Z_ℓ − A_{ℓ−1}W_ℓᵀ − b_ℓ;  V_ℓ ← V_ℓ + A_ℓ − relu(Z_ℓ)  (Alg. 3, end of sweep)."""
         z, a, u, v = (state.vars[k] for k in ("z", "a", "u", "v"))
@@ -135,7 +125,7 @@ class ADMMClosed(ClosedFormADMM):
                 v[l] += a[l] - torch.relu(z[l])
         self.record_residuals(lins, state, x)
 
-    @no_grad
+    @torch.no_grad()
     def lagrangian(self, lins, state: LiftedState, x: torch.Tensor, batch: TrainBatch) -> float:
         """The augmented Lagrangian L(W, Z, A, U, V) above, in float64."""
         z, a, u, v = (state.vars[k] for k in ("z", "a", "u", "v"))

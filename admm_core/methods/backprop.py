@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..lazy import torch
+import torch
+
 from ..profile import phase
-from .base import MethodBase, MethodState, TrainBatch, lr_decay_setting, set_epoch_lr, setting
+from ..spec.methods.backprop import AdamSettings, BackpropSettings, SGDSettings
+from .base import MethodState, TrainBatch, set_epoch_lr
 from .zsweep import minibatches
 
 
@@ -22,18 +24,9 @@ class BackpropState(MethodState):
     epoch: int = 0  # epochs done: this epoch's step size is η·γ^epoch
 
 
-@dataclass(frozen=True)
-class Backprop(MethodBase):
+class Backprop(BackpropSettings):
     """End-to-end backprop on the whole network; a subclass names its optimizer (see SGD, Adam)
-    and may give ``lr`` its own default."""
-
-    lr: float = setting(1e-3, "η: learning rate")
-    lr_decay: float = lr_decay_setting()
-
-    uses_blocks = False
-    supports_augment = True
-    supports_lr_schedule = True
-    live_metrics = ()  # no blocks: nothing per block to chart
+    and may give ``lr`` its own default (its settings: :class:`~admm_core.spec.methods.backprop.BackpropSettings`)."""
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -66,38 +59,16 @@ class Backprop(MethodBase):
         return 0  # no auxiliary variables; optimizer moments are O(|Θ|)
 
 
-@dataclass(frozen=True)
-class SGD(Backprop):
+class SGD(SGDSettings, Backprop):
     """Minibatch SGD with backpropagation through the whole network."""
-
-    name = "sgd"
-    summary = "End-to-end backprop, minibatch SGD"
-    lr: float = setting(5e-3, "η: learning rate (paper: 5e-3)")
-    momentum: float = setting(0.0, "heavy-ball momentum", positive=False, max=0.999)
-    weight_decay: float = setting(0.0, "L2 weight decay", positive=False)
-    fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
-
-    def theta_moments(self) -> int:
-        return 1 if self.momentum > 0 else 0
 
     def make_optimizer(self, params):
         impl = {"fused": True} if self.fused else {}
         return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay, **impl)
 
 
-@dataclass(frozen=True)
-class Adam(Backprop):
+class Adam(AdamSettings, Backprop):
     """Adam with backpropagation through the whole network."""
-
-    name = "adam"
-    summary = "End-to-end backprop, Adam"
-    lr: float = setting(1e-3, "η: learning rate")
-    lr_decay: float = lr_decay_setting()
-    fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
-    eps: float = setting(1e-8, "ε of Adam's denominator √v + ε (PyTorch's 1e-8 hides gradients far below it)")
-
-    def theta_moments(self) -> int:
-        return 2
 
     def make_optimizer(self, params):
         impl = {"fused": True} if self.fused else {}

@@ -30,10 +30,10 @@ re-implementation does too); residuals report Z − A W̃ᵀ and A − relu(Z) p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import torch
 
-from ..lazy import torch
-from .base import TrainBatch, setting
+from ..spec.methods.lifted import BCDSettings
+from .base import TrainBatch
 from .lifted import (
     LiftedMethod,
     LiftedState,
@@ -50,21 +50,8 @@ from .lifted import (
 )
 
 
-@dataclass(frozen=True)
-class BCD(LiftedMethod):
+class BCD(BCDSettings, LiftedMethod):
     """Block coordinate descent (Zeng et al. 2019, Alg. 1). See the module docstring."""
-
-    name = "bcd"
-    summary = "BCD (Zeng et al. 2019): proximal block coordinate descent on the lifted ReLU network, no multipliers"
-
-    gamma: float = setting(1.0, "γ: weight of A_ℓ = relu(Z_ℓ) (and A_L = Z_L) (their code: 1)")
-    rho: float = setting(1.0, "ρ: weight of Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (their code: 1)")
-    alpha: float = setting(5.0, "α: proximal weight keeping each block near its previous value (their code: 5)")
-    init_std: float = setting(0.01, "W ~ init_std·N(0, 1) (their code: 0.01)")
-    init_bias: float = setting(0.1, "b = init_bias (their code: 0.1)", positive=False)
-    iters_per_epoch: int = setting(1, "outer iterations (backward sweeps) per epoch")
-    solve_eps: float = setting(1e-7, "relative jitter of linear solves (× mean diagonal)", positive=False)
-    chunk_size: int = setting(16384, "rows per chunk in products (memory bound only)")
 
     def init_vars(self, net, lins, x, batch: TrainBatch, gen):
         normal_init(lins, self.init_std, self.init_bias, gen)

@@ -57,23 +57,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
 
-from ..errors import ConfigError, check
-from ..lazy import no_grad, torch
+import torch
+
+from ..errors import ConfigError
 from ..profile import phase
+from ..spec.methods.base import per_block
+from ..spec.methods.block_admm import BlockADMMSettings
 from .base import (
-    FLOAT_BYTES,
-    MethodBase,
     MethodState,
-    StateSizes,
     TrainBatch,
     make_theta_optimizer,
-    per_block,
-    power_every_setting,
-    power_steps_setting,
     set_epoch_lr,
-    setting,
     tensor_bytes,
 )
 from .lipschitz import lipschitz_estimates, lipschitz_vectors, loss_curvature, loss_grad, z_step_sizes
@@ -105,7 +100,7 @@ def free_bytes(device: torch.device) -> int:
     return 1 << 62  # unknown: do not block
 
 
-@no_grad
+@torch.no_grad()
 def calibrate_batchnorm(net: torch.nn.Module, x: torch.Tensor, chunk: int) -> int:
     """Running mean/variance of every BatchNorm layer := their average over train-mode passes of
     ``x`` in chunks (weights untouched; each layer's momentum restored). Returns how many layers."""
@@ -131,7 +126,7 @@ def check_state_fits(name: str, net, batch: TrainBatch, copies: int = 2, headroo
     raises ConfigError at once when they exceed ``headroom`` × the device's free memory.
 
     A small local check before the allocation (the generic estimate of a whole run is
-    ``admm_core.resources``). Shapes come from a forward pass of one sample: at the paper's
+    ``admm_core.spec.resources``). Shapes come from a forward pass of one sample: at the paper's
     CIFAR-10 split, Z_1 is (128, 16, 16) per sample, so Z and U of 50,000 samples take
     50,000 · (32,768 + 10) · 4 B · 2 ≈ 13.1 GB.
     """
@@ -185,149 +180,12 @@ class BlockADMMState(MethodState):
     theta_moves: list[float] = field(default_factory=list)  # ‖ΔΘ_t‖/‖Θ_t‖ over the last epoch
 
 
-@dataclass(frozen=True)
-class BlockADMM(MethodBase):
-    """Batch Stochastic Block-ADMM (Alg. 1). See the module docstring for the math."""
-
-    name = "block-admm"
-    summary = "Batch Stochastic Block-ADMM (paper Alg. 1): per-sample Z and U kept across iterations"
-    uses_duals = True  # False: the dual step only measures residuals (U ≡ 0, a pure penalty method)
-    supports_augment = True  # every read of X goes through TrainBatch.inputs (one view per epoch)
-    supports_lr_schedule = True
-    live_metrics = ("residuals", "backprop_cosine", "dual_norms", "betas")
-
-    # Alg. 1 as the paper prints it and its §MNIST describes it: Z initialised by a forward pass and kept for
-    # every row, every row swept between Θ-passes, Adam on Z and on Θ, U uniform at the start, β = 1, 3 primal
-    # steps, the full dual step. The paper gives no ζ for Adam on Z: 0.01 (its ablation rows use it).
-    PAPER: ClassVar[dict] = {
-        "z_schedule": "sweep",
-        "z_start": "previous",
-        "dual_theta": "new",
-        "theta_input": "new",
-        "z_optimizer": "adam",
-        "z_lr": 0.01,
-        "z_step": "fixed",
-        "z_norm": "off",
-        "z_sweeps": 1,
-        "z_sweep": "gauss-seidel",
-        "theta_optimizer": "adam",
-        "eps": 1e-8,
-        "beta": 1.0,
-        "beta_growth": 1.0,
-        "adaptive_rho": False,
-        "primal_steps": 3,
-        "primal_growth": 0,
-        "u_init": "uniform",
-        "dual_lr": 1.0,
-        "dual_start": 0,
-        "dual_reset": 0,
-        "bn_mode": "eval",
-    }
-    recipe: str = setting(
-        "measured",
-        "measured: the settings as given (a preset gives its best measured recipe; docs/deviations.md); paper: "
-        "Alg. 1 as printed (persistent Z swept between Θ-passes, Adam on Z with ζ = 0.01 and on Θ, U uniform "
-        "at the start, β = 1, 3 primal steps, α = 1) in place of the given values of those settings",
-        choices=("measured", "paper"),
-    )
-    lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
-    theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
-    eps: float = setting(1e-8, "ε of the Θ-Adam's denominator √v + ε (PyTorch's 1e-8 hides gradients far below it)")
-    z_lr: float = setting(0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True)
-    z_step: str = setting(
-        "fixed",
-        "Z step: ζ as is (fixed), ζ/(β_t + β_{t+1}L²_{t+1}) (scaled, stable as ‖W‖ grows), or ζ × the Newton "
-        "direction of P_t + P_{t+1} with the next block linearised (newton: ζ = 1 is that sub-problem's minimiser)",
-        choices=("fixed", "scaled", "newton"),
-    )
-    newton_steps: int = setting(5, "conjugate-gradient steps per row behind z_step='newton'")
-    z_sweeps: int = setting(1, "Z_T-step + reverse sweeps per Z-update of a minibatch's rows (minibatch schedule)")
-    z_norm: str = setting(
-        "off",
-        "each Z_t-step rescaled to the size (RMS over rows of a row's norm) of the Z_T-step of the same rows "
-        "(top), or only where it is smaller (up), so a signal keeps its size block by block, as a β_{t+1}/β_t "
-        "chosen per block would; signal: only the part from block t+1, raised to the size of ∇J(Z_T) where it "
-        "is smaller (Z_t's own term, with U_t, as computed: U still cancels at ζβ = 1); off: as computed",
-        choices=("off", "top", "up", "signal"),
-    )
-    power_steps: int = power_steps_setting()
-    power_every: int = power_every_setting()
-    z_optimizer: str = setting(
-        "sgd",
-        "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)",
-        choices=("sgd", "adam"),
-    )
-    beta: float = setting(1.0, "β: penalty weight of the coupling terms (one value, or one per block)", per_block=True)
-    primal_steps: int = setting(3, "k: Z/Θ passes between two dual steps")
-    iters_per_epoch: int = setting(7, "dual steps per epoch (Z is swept primal_steps times in each)")
-    u_init: str = setting(
-        "zero", "initial duals U: zeros, or uniform in [0, u_init_scale)", choices=("zero", "uniform")
-    )
-    u_init_scale: float = setting(1e-3, "scale of the uniform dual initialisation")
-    adaptive_rho: bool = setting(False, "adaptive penalty: β ← β/c whenever ‖h‖ exceeds a shrinking bound")
-    rho_c: float = setting(0.5, "c in ρ ← cρ (0 < c < 1)", max=0.999999)
-    rho_bound: float = setting(1.0, "η_0: initial bound on the constraint violation ‖h‖ (RMS per sample)")
-    rho_bound_decay: float = setting(0.9, "η_{k+1} = decay · η_k", max=1.0)
-    beta_max: float = setting(10.0, "cap on β of the adaptive penalty (digits: 10 kept accuracy, 30 lost 1.7 points)")
-    primal_growth: int = setting(
-        0, "add one primal pass every this many dual steps (Prop. 1's ε_k → 0; 0: fixed k)", min=0
-    )
-    primal_steps_max: int = setting(10, "most primal passes per dual step when they grow")
-    chunk_size: int = setting(8192, "rows per chunk in Z sweeps (memory bound only; results do not depend on it)")
-    z_sweep: str = setting(
-        "gauss-seidel",
-        "Z-update order: reverse Gauss–Seidel (Alg. 1: Z_t sees the new Z_{t+1}) or Jacobi (all Z_t from the previous iterate)",
-        choices=("gauss-seidel", "jacobi"),
-    )
-    parallel: str = setting(
-        "samples",
-        "under torchrun: shard Z/U rows over processes (samples) or the blocks, each process its own (blocks, needs z_sweep=jacobi)",
-        choices=("samples", "blocks"),
-    )
-    fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)")
-    bn_calibrate: bool = setting(
-        True, "set BatchNorm running statistics by a pass over the inputs before Z's forward-pass start"
-    )
-    z_schedule: str = setting(
-        "sweep",
-        "when Z moves: every row, iters_per_epoch × k times an epoch between Θ-passes (sweep, Alg. 1 as printed), "
-        "or the rows of each minibatch just before its Θ-step, then their dual step (minibatch)",
-        choices=("sweep", "minibatch"),
-    )
-    dual_lr: float = setting(1.0, "α: the dual step U_t ← U_t + α (Z_t − block_t(Z_{t−1})) (Alg. 1: 1)")
-    dual_start: int = setting(0, "epochs with U held at 0 before the dual steps begin (0: from the start)", min=0)
-    dual_reset: int = setting(0, "U ← 0 at the start of every this-many-th epoch (0: never)", min=0)
-    beta_growth: float = setting(
-        1.0,
-        "β_t ← g·β_t after every epoch, U_t ← U_t/g (λ = βU unchanged); a fixed ζ_t ← ζ_t/g (ζβ unchanged)",
-    )
-    dual_theta: str = setting(
-        "new",
-        "the dual step's block_t(Z_{t−1}): after the Θ-step (new, Alg. 1) or the Θ-step's own forward pass "
-        "before it stepped (old: one forward pass fewer). Minibatch schedule only",
-        choices=("new", "old"),
-    )
-    theta_input: str = setting(
-        "new",
-        "block t's input in its Θ-step: Z_{t−1} after the Z-update (new, Alg. 1) or the forward pass the "
-        "Z-update started from (start: the Θ-step reuses that pass, no forward of its own). z_start=forward only",
-        choices=("new", "start"),
-    )
-    z_start: str = setting(
-        "previous",
-        "where a minibatch's Z-update starts: its rows' stored Z (previous, Alg. 1) or a forward pass "
-        "of the current Θ (forward; U still persists per sample). Minibatch schedule only",
-        choices=("previous", "forward"),
-    )
-    bn_mode: str = setting(
-        "eval",
-        "BatchNorm in Z sweeps and dual steps: running statistics (eval) or the statistics of the rows "
-        "swept together, as the Θ-steps see them (train)",
-        choices=("eval", "train"),
-    )
+class BlockADMM(BlockADMMSettings):
+    """Batch Stochastic Block-ADMM (Alg. 1). See the module docstring for the math; the settings
+    and their checks are the record's (:class:`~admm_core.spec.methods.block_admm.BlockADMMSettings`)."""
 
     # --- initialisation --------------------------------------------------------------
-    @no_grad
+    @torch.no_grad()
     def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> BlockADMMState:
         T = net.T
         self.check_world(batch.shard, T)
@@ -381,15 +239,8 @@ class BlockADMM(MethodBase):
 
     def check_world(self, world, T: int) -> None:
         """ConfigError unless this method's settings can run with ``world``'s split of the blocks."""
-        if not world.shards_blocks:
-            return
-        if self.z_sweep != "jacobi":
-            raise ConfigError(
-                f"{self.name}.z_sweep = {self.z_sweep!r}: parallel = 'blocks' updates the blocks at once, "
-                "a Jacobi sweep; set z_sweep=jacobi"
-            )
-        if self.z_schedule != "sweep":
-            raise ConfigError(f"{self.name}.z_schedule = {self.z_schedule!r}: parallel = 'blocks' needs 'sweep'")
+        if world.shards_blocks:
+            self.check_blocks(world.world, T)
 
     def _uniform_rows(self, zt: torch.Tensor, batch: TrainBatch, gen: torch.Generator) -> torch.Tensor:
         """U(0, scale) draws for this shard's rows, drawn over the global rows in fixed chunks
@@ -403,23 +254,6 @@ class BlockADMM(MethodBase):
         return (torch.cat(parts) * self.u_init_scale).to(zt.device)
 
     # --- one epoch -------------------------------------------------------------------
-    def __post_init__(self):
-        super().__post_init__()
-        if self.z_schedule != "minibatch":  # these read a minibatch's own Z-update
-            for name, plain in (("z_start", "previous"), ("dual_theta", "new"), ("theta_input", "new")):
-                value = getattr(self, name)
-                check(value == plain, f"{self.name}.{name}", value, "needs z_schedule='minibatch'")
-        if self.z_schedule != "minibatch":
-            check(self.z_sweeps == 1, f"{self.name}.z_sweeps", self.z_sweeps, "needs z_schedule='minibatch'")
-            check(self.z_step != "newton", f"{self.name}.z_step", self.z_step, "needs z_schedule='minibatch'")
-            check(self.z_norm == "off", f"{self.name}.z_norm", self.z_norm, "needs z_schedule='minibatch'")
-        check(
-            self.theta_input == "new" or self.z_start == "forward",
-            f"{self.name}.theta_input",
-            self.theta_input,
-            "'start' needs z_start='forward' (the Θ-step reuses that forward pass)",
-        )
-
     def primal_passes(self, iteration: int) -> int:
         """k for the dual step numbered ``iteration`` (0-based): primal_steps, growing by one every
         ``primal_growth`` dual steps up to ``primal_steps_max`` (Prop. 1: ε_k → 0)."""
@@ -712,23 +546,7 @@ class BlockADMM(MethodBase):
         if state.z_m is not None:
             moments = [[m[rows] for m in state.z_m], [v[rows] for v in state.z_v]]
 
-        def plain_step(t, z, g):
-            if moments is None:
-                return z - z_lrs[t] * g
-            return adam_z_step(z, g, moments[0][t], moments[1][t], step, z_lrs[t])
-
-        # Deviation (z_norm, not in the paper): each Z_t-step given the Z_T-step's size (issue 51)
-        z_step = normalised_steps(plain_step, "off" if self.z_norm == "signal" else self.z_norm, T)
-
-        solve = None
-        if self.z_step == "newton":
-            c = loss_curvature(batch.loss)
-
-            def solve(t, g, inp, out):
-                if inp is None:  # Z_T: J + P_T has curvature c_J + β_T along every direction
-                    return g / (c + state.beta[T - 1])
-                return newton_direction(g, inp, out, state.beta[t], state.beta[t + 1], self.newton_steps)
-
+        z_step, solve = self._z_steps(state, batch, z_lrs, moments, step, T)
         y = batch.y[rows]
         offsets = [None] * T
         graphs = given is not None and len(given) > 1
@@ -769,6 +587,28 @@ class BlockADMM(MethodBase):
             return ZRows(None, [z.to(state.z[t].dtype) for t, z in enumerate(new)]), moments
         return ZRows([out.detach() for _, out in forwards], offsets, given), moments
 
+    def _z_steps(self, state: BlockADMMState, batch: TrainBatch, z_lrs, moments, step: int, T: int):
+        """(z_step, solve) of :func:`reverse_z_sweep` for these settings: a gradient or Adam step of ζ_t,
+        rescaled per ``z_norm``, and the Newton direction of ``z_step='newton'`` (else None)."""
+
+        def plain_step(t, z, g):
+            if moments is None:
+                return z - z_lrs[t] * g
+            return adam_z_step(z, g, moments[0][t], moments[1][t], step, z_lrs[t])
+
+        # Deviation (z_norm, not in the paper): each Z_t-step given the Z_T-step's size (issue 51)
+        z_step = normalised_steps(plain_step, "off" if self.z_norm == "signal" else self.z_norm, T)
+        if self.z_step != "newton":
+            return z_step, None
+        c = loss_curvature(batch.loss)
+
+        def solve(t, g, inp, out):
+            if inp is None:  # Z_T: J + P_T has curvature c_J + β_T along every direction
+                return g / (c + state.beta[T - 1])
+            return newton_direction(g, inp, out, state.beta[t], state.beta[t + 1], self.newton_steps)
+
+        return z_step, solve
+
     def z_update_rows(
         self, net, state: BlockADMMState, batch: TrainBatch, rows: torch.Tensor, step: int, first: bool = True
     ) -> ZRows:
@@ -794,7 +634,7 @@ class BlockADMM(MethodBase):
         start = self.theta_input == "start" and zr.base is not None
         return [x, *(zr.base[:-1] if start else zr.zs()[:-1])]
 
-    @no_grad
+    @torch.no_grad()
     def dual_rows(
         self, net, state: BlockADMMState, batch: TrainBatch, rows: torch.Tensor, sq: list, zr: ZRows, outs=None
     ) -> None:
@@ -847,7 +687,7 @@ class BlockADMM(MethodBase):
             theta_step(net, state.opt, inputs, coupling, reduce_grads=reduce, given=zr.given, blocks=own)
         shard.average_buffers(net)
 
-    @no_grad
+    @torch.no_grad()
     def dual_step(self, net, state: BlockADMMState, batch: TrainBatch) -> None:
         """U_t ← U_t + Z_t − block_t(Z_{t−1}) for every sample; records the residuals."""
         sq = [0.0] * net.T
@@ -935,10 +775,3 @@ class BlockADMM(MethodBase):
 
     def state_bytes(self, state: BlockADMMState) -> int:
         return tensor_bytes([*state.z, *state.u, *(state.z_m or []), *(state.z_v or [])])
-
-    def estimate_state_bytes(self, s: StateSizes) -> int:
-        # Z and U of every row (Gotmare keeps U allocated at zero), plus Adam moments of Z
-        return s.n * sum(s.block_out) * FLOAT_BYTES * (4 if self.z_optimizer == "adam" else 2)
-
-    def theta_moments(self) -> int:
-        return 2 if self.theta_optimizer == "adam" else 0

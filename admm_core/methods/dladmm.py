@@ -34,10 +34,11 @@ the training loss for the schedule is J of the straight-through forward pass (me
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from ..lazy import torch
-from .base import TrainBatch, setting
+import torch
+
+from ..spec.methods.lifted import DLADMMSettings
+from .base import TrainBatch
 from .lifted import (
     LiftedMethod,
     LiftedState,
@@ -61,23 +62,8 @@ def _backtrack(start: float, needed: float) -> float:
     return t
 
 
-@dataclass(frozen=True)
-class DLADMM(LiftedMethod):
+class DLADMM(DLADMMSettings, LiftedMethod):
     """dlADMM (Wang et al. 2019). See the module docstring."""
-
-    name = "dladmm"
-    summary = "dlADMM (Wang et al. 2019): backward-then-forward sweeps, linearised W/A steps with backtracking, dual on the last layer"
-    dual_vars = ("u",)
-    solve_eps = 0.0  # dlADMM solves no linear systems (not a setting)
-
-    rho: float = setting(1e-6, "ρ (= ν): initial penalty (their code: 1e-6)")
-    rho_max: float = setting(0.1, "upper bound of the ρ schedule (their code: 0.1)")
-    rho_factor: float = setting(10.0, "ρ ← factor·ρ when the training loss rose three times in a row")
-    theta: float = setting(1.0, "θ: initial backtracking constant of the W steps")
-    tau: float = setting(1.0, "τ: initial backtracking constant of the A steps")
-    init_std: float = setting(0.1, "W, b ~ N(0, init_std²) (their code: 0.1)")
-    iters_per_epoch: int = setting(1, "outer iterations (backward + forward sweep) per epoch")
-    chunk_size: int = setting(16384, "rows per chunk in products (memory bound only)")
 
     def init_vars(self, net, lins, x, batch: TrainBatch, gen):
         normal_init(lins, self.init_std, None, gen)

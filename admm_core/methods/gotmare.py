@@ -23,26 +23,13 @@ methods differ only in the multiplier. The seed paper trains this baseline with 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
-from ..errors import check
+from ..spec.methods.block_admm import GotmareSettings
 from .block_admm import BlockADMM, BlockADMMState
 
 
-@dataclass(frozen=True)
-class Gotmare(BlockADMM):
-    """Block-ADMM with the duals frozen at zero (quadratic-penalty gluing, Gotmare et al. 2018)."""
-
-    name = "gotmare"
-    summary = "Gotmare et al. 2018: blocks glued by a quadratic penalty, no duals (Block-ADMM with U ≡ 0)"
-    uses_duals = False  # Block-ADMM's dual steps then only measure ‖Z_t − block_t(Z_{t−1})‖
-    live_metrics = ("residuals", "backprop_cosine", "betas")  # no dual norms: U ≡ 0
-    PAPER: ClassVar[dict] = {**BlockADMM.PAPER, "u_init": "zero"}  # the seed paper's Alg. 1 with U ≡ 0
-
-    def __post_init__(self):
-        super().__post_init__()
-        check(self.u_init == "zero", f"{self.name}.u_init", self.u_init, "this method has no duals (U ≡ 0)")
+class Gotmare(GotmareSettings, BlockADMM):
+    """Block-ADMM with the duals frozen at zero (quadratic-penalty gluing, Gotmare et al. 2018): the
+    record's ``uses_duals = False`` turns Block-ADMM's dual step into a measurement."""
 
     def state_bytes(self, state: BlockADMMState) -> int:
         # U is identically zero and not a variable of this method: count Z (and its moments)

@@ -34,10 +34,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import torch
+from torch import nn
+
 from ..errors import ConfigError
-from ..lazy import nn, no_grad, torch
 from ..losses import mse_sum
-from .base import MethodBase, TrainBatch, setting, tensor_bytes
+from ..spec.archs import linear_chains
+from ..spec.methods.lifted import ClosedFormADMMSettings, LiftedSettings
+from .base import TrainBatch, tensor_bytes
 
 # --------------------------------------------------------------------------------------
 # the network
@@ -61,13 +65,13 @@ def mlp_linears(net: nn.Module, method: str) -> list[nn.Linear]:
             continue
         else:
             raise ConfigError(
-                f"method = {method!r}: needs a plain MLP of Linear + ReLU layers (model.arch = 'mlp'); "
+                f"method = {method!r}: needs a plain MLP of Linear + ReLU layers (model.arch = {linear_chains()}); "
                 f"this network has a {type(m).__name__} layer"
             )
     want = "LR" * (len(linears) - 1) + "L"
     if not linears or "".join(pattern) != want:
         raise ConfigError(
-            f"method = {method!r}: needs Linear, ReLU, …, Linear layers (model.arch = 'mlp'); got {''.join(pattern) or 'no Linear layer'}"
+            f"method = {method!r}: needs Linear, ReLU, …, Linear layers (model.arch = {linear_chains()}); got {''.join(pattern) or 'no Linear layer'}"
         )
     return linears
 
@@ -82,7 +86,7 @@ def read_weights(lin: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
     return lin.weight.detach(), b
 
 
-@no_grad
+@torch.no_grad()
 def write_weights(lin: nn.Linear, w: torch.Tensor, b: torch.Tensor) -> None:
     lin.weight.copy_(w)
     if lin.bias is not None:
@@ -293,26 +297,12 @@ class LiftedState:
         self.cache.clear()
 
 
-class LiftedMethod(MethodBase):
+class LiftedMethod(LiftedSettings):
     """Protocol glue for full-batch lifted methods. Subclasses implement ``init_vars`` and ``sweep``.
 
     An *epoch* is ``iters_per_epoch`` outer iterations, each one sweep over every variable
     of every layer on the full training set (default 1: one epoch = one outer iteration).
     """
-
-    uses_blocks = False  # the constraints are per layer whatever the split
-    dual_vars: tuple[str, ...] = ()  # names in state.vars that are multipliers (for diagnostics)
-    live_metrics = ("residuals", "dual_norms", "betas")
-
-    def estimate_state_bytes(self, s) -> int:
-        """Z_l for every layer and A_l for every hidden layer (N rows each), plus :meth:`extra_floats`
-        (closed-form Θ-updates: no optimizer moments)."""
-        w = s.layer_out
-        return s.n * (sum(w) + sum(w[:-1]) + self.extra_floats(w)) * 4
-
-    def extra_floats(self, widths) -> int:
-        """Per row: one output dual (Taylor, dlADMM) or output activation (BCD)."""
-        return widths[-1]
 
     # subclasses: init_vars(net, lins, x, batch, gen) -> (vars, scalars); sweep(net, lins, state, batch)
 
@@ -353,7 +343,7 @@ class LiftedMethod(MethodBase):
     def layer_gram(self, state: LiftedState, x: torch.Tensor, a_in: torch.Tensor, layer: int) -> torch.Tensor:
         return self.x_gram(state, x) if layer == 0 else gram(a_in, self.chunk_size)
 
-    @no_grad
+    @torch.no_grad()
     def record_residuals(self, lins, state: LiftedState, x: torch.Tensor) -> None:
         """RMS per sample of Z_ℓ − (A_{ℓ−1}W_ℓᵀ + b_ℓ) and of A_ℓ − relu(Z_ℓ), from the current state."""
         z, a = state.vars["z"], state.vars["a"]
@@ -434,7 +424,7 @@ def normal_init(lins, std: float, bias: float | None, gen: torch.Generator) -> N
         write_weights(lin, w.to(lin.weight.device), b.to(lin.weight.device))
 
 
-@no_grad
+@torch.no_grad()
 def forward_vars(lins, x: torch.Tensor, chunk: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(Z_1..Z_L, A_1..A_{L−1}) of a forward pass."""
     z, a = [], []
@@ -449,23 +439,9 @@ def forward_vars(lins, x: torch.Tensor, chunk: int) -> tuple[list[torch.Tensor],
     return z, a
 
 
-@dataclass(frozen=True)
-class ClosedFormADMM(LiftedMethod):
-    """The settings and the start shared by the closed-form ADMM baselines (admm-closed, taylor):
-    penalties β (linear constraints) and γ (activation constraints), and W, b ~ U(0, init_scale)
+class ClosedFormADMM(ClosedFormADMMSettings, LiftedMethod):
+    """The start shared by the closed-form ADMM baselines (admm-closed, taylor): W, b ~ U(0, init_scale)
     then one forward pass for Z, A (the seed paper's init for both)."""
-
-    beta: float = setting(10.0, "β: penalty of the linear constraints Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (paper: 10)")
-    gamma: float = setting(10.0, "γ: penalty of the activation constraints A_ℓ = relu(Z_ℓ) (paper: 10)")
-    init: str = setting(
-        "uniform",
-        "initial W, b: U(0, init_scale) as in the paper, or the network's own init",
-        choices=("uniform", "net"),
-    )
-    init_scale: float = setting(1e-4, "upper end of the uniform init (paper: 1e-4)")
-    iters_per_epoch: int = setting(1, "outer iterations (full sweeps) per epoch")
-    solve_eps: float = setting(1e-7, "relative jitter added to every linear solve (× mean diagonal)", positive=False)
-    chunk_size: int = setting(16384, "rows per chunk in products (memory bound only)")
 
     def start_vars(self, lins, x: torch.Tensor, gen: torch.Generator) -> tuple[list, list]:
         """(Z_1..Z_L, A_1..A_{L−1}) of the forward pass after the init."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..lazy import nn, no_grad, torch
+import torch
+from torch import nn
 
 
 # Leaf modules whose Lipschitz constant is ≤ 1 (element-wise, in eval mode): a block made of
@@ -21,7 +22,7 @@ def _unit(v: torch.Tensor) -> torch.Tensor:
     return v / v.norm().clamp_min(1e-30)
 
 
-@no_grad
+@torch.no_grad()
 def spectral_norm(w: torch.Tensor, v: torch.Tensor, steps: int) -> tuple[float, torch.Tensor]:
     """σ_max(W) by ``steps`` power-iteration steps on WᵀW from the (warm) unit vector v.
 

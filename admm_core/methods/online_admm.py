@@ -38,24 +38,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
 
-from ..errors import check
-from ..lazy import torch
+import torch
+
 from ..profile import phase
+from ..spec.methods.base import per_block
+from ..spec.methods.online_admm import OnlineADMMSettings
 from .base import (
-    MethodBase,
     MethodState,
     TrainBatch,
-    lr_decay_setting,
     make_theta_optimizer,
-    per_block,
-    power_every_setting,
-    power_steps_setting,
     set_epoch_lr,
-    setting,
     tensor_bytes,
-    z_step_setting,
 )
 from .lipschitz import (
     lipschitz_estimates,
@@ -98,103 +92,9 @@ class OnlineADMMState(MethodState):
     batch_bytes: int = 0  # bytes of the largest minibatch's z (and Adam moments)
 
 
-@dataclass(frozen=True)
-class OnlineADMM(MethodBase):
-    """Online Stochastic Block-ADMM (Alg. 2). See the module docstring for the math."""
-
-    name = "online-admm"
-    supports_augment = True  # every training read of X goes through TrainBatch.inputs
-    supports_lr_schedule = True
-    live_metrics = ("residuals", "backprop_cosine", "dual_norms", "betas")
-
-    def estimate_state_bytes(self, s) -> int:
-        # one minibatch of Z (and its Adam moments); a scalar dual per block
-        rows = min(s.batch_size, s.n)
-        return rows * sum(s.block_out) * 4 * (3 if self.z_optimizer == "adam" else 1) + 8 * len(s.block_out)
-
-    def theta_moments(self) -> int:
-        return 2 if self.theta_optimizer == "adam" else 0
-
-    summary = "Online Stochastic Block-ADMM (paper Alg. 2): Z per minibatch, O(d) duals, O(batch) memory"
-
-    # Alg. 2 as printed: z from a forward pass every minibatch, Adam on z (restarted each minibatch) and on Θ,
-    # the scalar dual u_t ← u_t + ‖r_t‖ inside the square, β = 1. ζ for Adam on z is not given: 0.01.
-    PAPER: ClassVar[dict] = {
-        "dual": "literal",
-        "z_optimizer": "adam",
-        "z_lr": 0.01,
-        "z_step": "fixed",
-        "theta_optimizer": "adam",
-        "beta": 1.0,
-        "primal_steps": 1,
-        "dual_theta": "new",
-        "theta_input": "new",
-        "z_norm": "off",
-    }
-    recipe: str = setting(
-        "measured",
-        "measured: the settings as given (a preset gives its best measured recipe; docs/deviations.md); paper: "
-        "Alg. 2 as printed (Adam on z with ζ = 0.01 and on Θ, the scalar dual inside the square, β = 1, one "
-        "primal pass) in place of the given values of those settings",
-        choices=("measured", "paper"),
-    )
-    lr: float = setting(1e-3, "η: step size of the Θ-updates")
-    lr_decay: float = lr_decay_setting()
-    theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
-    z_lr: float = setting(1.0, "ζ: step size of the Z-updates (scaled: in units of 1/curvature, < 2)")
-    z_step: str = z_step_setting("scaled")
-    power_steps: int = power_steps_setting()
-    power_every: int = power_every_setting()
-    z_optimizer: str = setting(
-        "sgd", "Z-update rule (Adam restarts every minibatch: sign steps)", choices=("sgd", "adam")
-    )
-    beta: float = setting(1.0, "β: penalty weight of the coupling terms (one value, or one per block)", per_block=True)
-    primal_steps: int = setting(1, "Z/Θ passes per minibatch before the dual step")
-    dual: str = setting(
-        "additive",
-        "dual form: additive (= backprop direction), feature (per-feature u_t ∈ R^d), literal (Alg. 2 as printed), damped",
-        choices=("additive", "feature", "literal", "damped"),
-    )
-    dual_decay: float = setting(0.9, "δ of the damped dual u ← δu + ‖r‖", positive=False, max=0.999999)
-    eps: float = setting(1e-8, "ε guarding ‖r‖ at r = 0")
-    fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)")
-    dual_theta: str = setting(
-        "new",
-        "the dual step's block_t(z_{t−1}): after the Θ-step (new, Alg. 2) or the Θ-step's own forward pass "
-        "before it stepped (old: one forward pass fewer; with dual='additive' only the recorded u and "
-        "residuals change, not the training)",
-        choices=("new", "old"),
-    )
-    theta_input: str = setting(
-        "new",
-        "block t's input in its Θ-step: z_{t−1} after the Z-update (new, Alg. 2) or the forward pass the "
-        "Z-update started from (start: the Θ-step reuses that pass and runs no forward of its own; "
-        "primal_steps = 1 only)",
-        choices=("new", "start"),
-    )
-    z_norm: str = setting(
-        "off",
-        "each z_t-step rescaled to the size of the z_T-step of the same rows (top), or only where it is "
-        "smaller (up), so a signal keeps its size block by block; signal: only the part from block t+1, raised "
-        "to the size of ∇J(z_T) where it is smaller; off: as computed",
-        choices=("off", "top", "up", "signal"),
-    )
-    bn_mode: str = setting(
-        "train",
-        "BatchNorm in the forward-pass start, the Z sweep and the dual step: the minibatch's statistics, "
-        "as the Θ-step sees them (train), or running statistics (eval: the Θ-step then fits train-mode "
-        "outputs to eval-mode targets; did not learn ResNet-18)",
-        choices=("train", "eval"),
-    )
-
-    def __post_init__(self):
-        super().__post_init__()
-        check(
-            self.theta_input == "new" or self.primal_steps == 1,
-            f"{self.name}.theta_input",
-            self.theta_input,
-            "'start' needs primal_steps = 1 (later Θ-steps have no forward start to reuse)",
-        )
+class OnlineADMM(OnlineADMMSettings):
+    """Online Stochastic Block-ADMM (Alg. 2). See the module docstring for the math; the settings and
+    their checks are the record's (:class:`~admm_core.spec.methods.online_admm.OnlineADMMSettings`)."""
 
     def init_state(self, net, batch: TrainBatch, gen: torch.Generator) -> OnlineADMMState:
         T = net.T

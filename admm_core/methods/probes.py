@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..lazy import torch
+import torch
 
 
 def block_update_grads(net, inputs: Sequence[torch.Tensor], coupling_losses, blocks=None) -> list:

@@ -34,10 +34,10 @@ Deviations, stated:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import torch
 
-from ..lazy import torch
-from .base import TrainBatch, setting
+from ..spec.methods.lifted import TaylorSettings
+from .base import TrainBatch
 from .lifted import (
     ClosedFormADMM,
     LiftedState,
@@ -53,17 +53,8 @@ from .lifted import (
 )
 
 
-@dataclass(frozen=True)
-class Taylor(ClosedFormADMM):
+class Taylor(TaylorSettings, ClosedFormADMM):
     """Taylor et al. 2016 (Alg. 1). See the module docstring."""
-
-    name = "taylor"
-    summary = "Taylor et al. 2016: closed-form ADMM, Bregman multiplier on the output layer only, warm start"
-    dual_vars = ("u",)
-
-    warm_start_iters: int = setting(
-        10, "first outer iterations without the multiplier update (Taylor et al. §6 warm start)", min=0
-    )
 
     def init_vars(self, net, lins, x, batch: TrainBatch, gen):
         z, a = self.start_vars(lins, x, gen)

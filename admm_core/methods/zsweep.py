@@ -9,7 +9,9 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..lazy import nn, torch
+import torch
+from torch import nn
+
 from ..profile import phase
 
 _MODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -214,84 +216,95 @@ def reverse_z_sweep(
     where it is smaller (``z_norm='signal'``); Z_t's own term β_t(r_t + U_t) keeps its size, so
     with ζβ = 1 from a forward start U_t still cancels out of the residual.
     """
+    sweep = _Sweep(blocks, z0, zs, couplings, z_step, on_forward, forwards, own_grad)
     T = len(blocks)
-    zs = list(zs)
-    z_old = list(zs)
-    if forwards is not None:
-        deltas = [torch.zeros_like(out, dtype=zs[t].dtype) for t, (_, out) in enumerate(forwards)]
-        old_deltas = list(deltas)
-
-    def forward(t: int):
-        """(input, output) of block t (0-based), input tracking grad unless it is Z_0."""
-        if forwards is not None:
-            inp, out = forwards[t]
-        elif t == 0:
-            with torch.no_grad():
-                inp, out = z0, blocks[0](z0)
-        else:
-            inp = zs[t - 1].detach().requires_grad_()
-            out = blocks[t](inp)
-        if on_forward is not None:
-            on_forward(t, out.detach())
-        return inp, out
-
-    def residual(t: int, out: torch.Tensor, new: bool = True) -> torch.Tensor:
-        """Z_t − out (displacement form: δ_t, exact, as out is the forward pass Z_t started from)."""
-        if forwards is not None:
-            return (deltas if new else old_deltas)[t] + (forwards[t][1].detach() - out)
-        return (zs if new else z_old)[t].detach() - out
-
-    def own(t: int, out: torch.Tensor) -> torch.Tensor:
-        r = residual(t, out.detach())
-        if own_grad is not None:
-            return own_grad(t, r)
-        r = r.requires_grad_()
-        return torch.autograd.grad(couplings[t](r), r)[0]
-
-    def step(t: int, g: torch.Tensor) -> None:
-        if forwards is not None:
-            deltas[t] = z_step(t, deltas[t], g)
-        else:
-            zs[t] = z_step(t, zs[t], g)
-
     with torch.enable_grad():
         with phase(f"z_sweep.block{T}"):
-            inp, out = forward(T - 1)
+            inp, out = sweep.forward(T - 1)
             # Z_T-step (Alg. 1, line 1): ∇ (J + P_T)
             if objective_grad is not None:
-                g_obj = objective_grad(zs[T - 1].detach())
+                g_obj = objective_grad(sweep.zs[T - 1].detach())
             else:
-                zT = zs[T - 1].detach().requires_grad_()
+                zT = sweep.zs[T - 1].detach().requires_grad_()
                 g_obj = torch.autograd.grad(objective(zT), zT)[0]
-            g = g_obj + own(T - 1, out)
+            g = g_obj + sweep.own(T - 1, out)
             top = _size(g_obj) if signal_norm else None  # the objective's pull, the signal that travels down
-            step(T - 1, g if solve is None else solve(T - 1, g, None, None))
+            sweep.step(T - 1, g if solve is None else solve(T - 1, g, None, None))
+        keep = keep_graphs or solve is not None  # solve differentiates block_{t+1} again
         # Z-update, reverse sweep (Alg. 1, t = T−1 … 1)
         for t in range(T - 2, -1, -1):
             with phase(f"z_sweep.block{t + 1}"):
-                # P_{t+1} at the new Z_{t+1}, differentiated through block_{t+1} only
-                keep = keep_graphs or solve is not None
+                # P_{t+1} at the new Z_{t+1} (Jacobi: the old one), differentiated through block_{t+1} only
+                r_next = sweep.residual(t + 1, out.detach() if own_grad is not None else out, new=not jacobi)
                 if own_grad is not None:  # a vjp with ∇_out P_{t+1} = −∇_r P_{t+1}
-                    g_out = -own_grad(t + 1, residual(t + 1, out.detach(), new=not jacobi))
-                    g_next = torch.autograd.grad(out, inp, g_out, retain_graph=keep)[0]
+                    g_next = torch.autograd.grad(out, inp, -own_grad(t + 1, r_next), retain_graph=keep)[0]
                 else:
-                    g_next = torch.autograd.grad(
-                        couplings[t + 1](residual(t + 1, out, new=not jacobi)), inp, retain_graph=keep
-                    )[0]
-                if signal_norm:
+                    g_next = torch.autograd.grad(couplings[t + 1](r_next), inp, retain_graph=keep)[0]
+                if signal_norm:  # z_norm='signal' (not in the paper): the signal keeps ∇J's size
                     size = _size(g_next)
                     if 0 < size < top:
                         g_next = g_next * (top / size).to(g_next.dtype)
                 nxt = (inp, out)
-                inp, out = forward(t)
-                g = own(t, out) + g_next
-                step(t, g if solve is None else solve(t, g, *nxt))
+                inp, out = sweep.forward(t)
+                g = sweep.own(t, out) + g_next
+                sweep.step(t, g if solve is None else solve(t, g, *nxt))
                 del nxt
-    if forwards is None:
-        return [z.detach() for z in zs]
-    if offsets is not None:
-        offsets[:] = [d.detach() for d in deltas]
-    return [(out.detach() + d).detach() for (_, out), d in zip(forwards, deltas)]
+    return sweep.result(offsets)
+
+
+class _Sweep:
+    """The rows' Z_t during one :func:`reverse_z_sweep`: Z_t itself, or its displacement δ_t from the
+    forward pass the sweep started at (``forwards``), and the values the sweep started from."""
+
+    def __init__(self, blocks, z0, zs, couplings, z_step, on_forward, forwards, own_grad):
+        self.blocks, self.z0, self.couplings, self.z_step = blocks, z0, couplings, z_step
+        self.on_forward, self.forwards, self.own_grad = on_forward, forwards, own_grad
+        self.zs, self.z_old = list(zs), list(zs)
+        if forwards is not None:
+            self.deltas = [torch.zeros_like(out, dtype=zs[t].dtype) for t, (_, out) in enumerate(forwards)]
+            self.old_deltas = list(self.deltas)
+
+    def forward(self, t: int):
+        """(input, output) of block t (0-based), input tracking grad unless it is Z_0."""
+        if self.forwards is not None:
+            inp, out = self.forwards[t]
+        elif t == 0:
+            with torch.no_grad():
+                inp, out = self.z0, self.blocks[0](self.z0)
+        else:
+            inp = self.zs[t - 1].detach().requires_grad_()
+            out = self.blocks[t](inp)
+        if self.on_forward is not None:
+            self.on_forward(t, out.detach())
+        return inp, out
+
+    def residual(self, t: int, out: torch.Tensor, new: bool = True) -> torch.Tensor:
+        """Z_t − out (displacement form: δ_t, exact, as out is the forward pass Z_t started from)."""
+        if self.forwards is not None:
+            return (self.deltas if new else self.old_deltas)[t] + (self.forwards[t][1].detach() - out)
+        return (self.zs if new else self.z_old)[t].detach() - out
+
+    def own(self, t: int, out: torch.Tensor) -> torch.Tensor:
+        """∇ of block t's own coupling term P_t in Z_t (closed form when given, else autograd)."""
+        r = self.residual(t, out.detach())
+        if self.own_grad is not None:
+            return self.own_grad(t, r)
+        r = r.requires_grad_()
+        return torch.autograd.grad(self.couplings[t](r), r)[0]
+
+    def step(self, t: int, g: torch.Tensor) -> None:
+        if self.forwards is not None:
+            self.deltas[t] = self.z_step(t, self.deltas[t], g)
+        else:
+            self.zs[t] = self.z_step(t, self.zs[t], g)
+
+    def result(self, offsets: list | None) -> list[torch.Tensor]:
+        """The new Z_t (and, into ``offsets``, the final δ_t of a forward start)."""
+        if self.forwards is None:
+            return [z.detach() for z in self.zs]
+        if offsets is not None:
+            offsets[:] = [d.detach() for d in self.deltas]
+        return [(out.detach() + d).detach() for (_, out), d in zip(self.forwards, self.deltas)]
 
 
 def _size(d: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,9 @@ and the run directory says ``pruned`` (status.json state and summary.json status
 One module a job: :mod:`.space` (the search space), :mod:`.study` (a study's record, storage,
 sampler and pruner), :mod:`.worker` (the objective and the workers), :mod:`.report` (reading a
 study back, the Markdown report and its PNG), :mod:`.launcher` (the dashboard's background launch).
-Their public names are re-exported here: ``from admm_core.sweep import X`` keeps working.
+Their public names are re-exported here, but for the worker's (it trains, so it imports torch):
+the dashboard's Sweeps page reads and launches studies without torch; the trials run in worker
+processes (``from admm_core.sweep.worker import run_sweep``).
 """
 
 from .launcher import launch
@@ -72,13 +74,12 @@ from .study import (
     study_names,
     worker_study,
 )
-from .worker import BudgetClaim, Interrupted, make_objective, run_sweep, run_worker
 
 __all__ = [
     "KINDS", "STRUCTURAL", "Dim", "apply_params", "convert", "parse_dim", "parse_space", "preset_values",
     "space_names", "HEARTBEAT_S", "OBJECTIVES", "PRUNERS", "SweepSpec", "counts", "create_or_resume",
     "default_storage", "fail_dead_trials", "load_study", "make_pruner", "open_storage", "remaining",
-    "study_names", "worker_study", "BudgetClaim", "Interrupted", "make_objective", "run_sweep", "run_worker",
+    "study_names", "worker_study",
     "best_config", "importance_png", "importances", "markdown_report", "trial_time_s", "trials_table",
     "wall_time_s", "launch",
     "fmt_value",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from ..config import RunConfig
+from ..spec.config import RunConfig
 from .space import apply_params, fmt_value, preset_values
 from .study import SweepSpec, counts
 

@@ -7,10 +7,11 @@ import json
 import math
 from dataclasses import dataclass
 
-from ..config import RunConfig
 from ..errors import ConfigError, check
-from ..methods import METHODS
-from ..models import default_split, layer_names, validate_split
+from ..spec.archs import default_split, layer_names, validate_split
+from ..spec.config import RunConfig
+from ..spec.methods import METHODS
+from ..spec.settings import parse_widths
 
 KINDS = ("float", "log", "int", "logint", "choice")
 # settings outside the method's own: name -> the RunConfig field it replaces
@@ -104,10 +105,7 @@ def convert(name: str, value):
     if name == "split":
         return None if value == "default" else tuple(s.strip() for s in value.split(",") if s.strip())
     if name == "hidden":
-        try:
-            return tuple(int(w) for w in value.split(","))
-        except ValueError:
-            raise ConfigError(f"hidden = {value!r}: widths are integers separated by ','") from None
+        return parse_widths(value, "hidden")
     if "," in value:  # a per-block value such as beta=choice:1|1,2,4
         return [_json(v) for v in value.split(",")]
     return _json(value)
@@ -162,7 +160,7 @@ def _check_split(cfg: RunConfig) -> None:
 
 def preset_values(base: RunConfig, dims: list[Dim]) -> dict:
     """The base config's value of every dimension that contains it."""
-    method = base.build_method()
+    method = base.method_settings
     out = {}
     for d in dims:
         if d.name == "split":

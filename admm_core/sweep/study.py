@@ -8,10 +8,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..config import RunConfig
 from ..errors import ConfigError, check
-from ..presets import preset_config
 from ..rundir import default_runs_dir, read_json, write_json
+from ..spec.config import RunConfig
+from ..spec.presets import preset_config
 from ..status import pid_alive
 from .space import Dim, parse_space, preset_values
 

@@ -1,6 +1,6 @@
 """Helpers of the Streamlit dashboard that need no Streamlit (so tests import them directly).
 
-- :mod:`.form`    Train form values <-> :class:`admm_core.config.RunConfig` <-> URL query
+- :mod:`.form`    Train form values <-> :class:`admm_core.spec.config.RunConfig` <-> URL query
 - :mod:`.workers` launch / stop / resume / delete worker processes and read their run dirs
 - :mod:`.charts`  plotly figures from metrics.jsonl lines
 - :mod:`.faces`   image upload checks, face detection and crop, heatmap overlays

@@ -8,11 +8,21 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from admm_core import kinds
+from admm_core.spec import kinds
 
 COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f", "#7c3aed", "#0f766e"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 LIVE_HEIGHT = 250
+# The legend's own band under the x axis: rows of about ROW_PX, each entry CHAR_PX a character + ENTRY_PX.
+LEGEND = {"char_px": 6.5, "entry_px": 40, "row_px": 450, "row_height": 22, "bottom": 48}
+# Log-axis ticks: 1-2-5 per decade, decades only past MAX, finer ladders under a decade (log_ticks).
+TICKS = {
+    "max": 8,
+    "ladder": [1, 2, 5],
+    "finer": [[1, 1.5, 2, 3, 4, 5, 6, 8], [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9]],
+}
+# What the live charts' page draws with (live_series.js, live_charts.html): these, not copies of them.
+STYLE = {"colours": COLOURS, "legend": LEGEND, "ticks": TICKS}
 
 
 def wrap(title: str, width: int = 38) -> str:
@@ -28,7 +38,7 @@ def wrap(title: str, width: int = 38) -> str:
     return "<br>".join(lines)
 
 
-def log_ticks(values, max_ticks: int = 8) -> tuple[list[float], list[str]]:
+def log_ticks(values, max_ticks: int = TICKS["max"]) -> tuple[list[float], list[str]]:
     """Tick positions and full labels for a log axis over ``values`` (positive ones).
 
     1-2-5 per decade (…, 0.02, 0.05, 0.1, 0.2, …); when the data span less than a few of
@@ -51,11 +61,11 @@ def log_ticks(values, max_ticks: int = 8) -> tuple[list[float], list[str]]:
                     out.append(v)
         return out
 
-    ticks = ladder((1, 2, 5))
+    ticks = ladder(TICKS["ladder"])
     if len(ticks) > max_ticks:  # many decades: decades only, every n-th
         ticks = ladder((1,))
         ticks = ticks[:: math.ceil(len(ticks) / max_ticks)]
-    for finer in ((1, 1.5, 2, 3, 4, 5, 6, 8), (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
+    for finer in TICKS["finer"]:
         if len(ticks) >= 3:
             break
         ticks = ladder(finer)
@@ -129,10 +139,11 @@ def _figure(
         y = {"type": "linear", "hoverformat": ".2f", "exponentformat": "none"}
     layout["yaxis"] = {"title": {"text": ytitle}, **y, **(yaxis or {})}
     shown = [tr.get("name") or "" for tr in traces if tr.get("showlegend") is not False]
-    if len(shown) > 1:  # room for the legend row(s) under the x axis title (~450 px per row)
-        rows = math.ceil(sum(len(n) * 6.5 + 40 for n in shown) / 450)
-        layout["height"] += 22 * rows
-        layout["margin"]["b"] = 48 + 22 * rows
+    if len(shown) > 1:  # room for the legend row(s) under the x axis title
+        band = LEGEND
+        rows = math.ceil(sum(len(n) * band["char_px"] + band["entry_px"] for n in shown) / band["row_px"])
+        layout["height"] += band["row_height"] * rows
+        layout["margin"]["b"] = band["bottom"] + band["row_height"] * rows
     else:
         layout["showlegend"] = False
     if run:  # the page script (ui.KEEP_VIEW_JS) links the x axes of one run's charts
@@ -146,9 +157,9 @@ def _figure(
 
 # --- the live charts, declared once -----------------------------------------------------------
 # The Train page's charts are data: a title, axis titles and the series read from each metrics line.
-# The server builds a figure from a declaration with :func:`figure_from_spec` (the fallback charts,
-# Runs, tests); the browser builds the same figure from the same declaration and the raw lines
-# (``live_series.js``, tested against this file by node), so a new point costs the server nothing.
+# The browser builds them from a declaration and the raw lines (``live_series.js``, handed STYLE too),
+# so a new point costs the server nothing; :func:`figure_from_spec` is the same rule on the server,
+# for the Runs page's chart and as the reference the browser's is tested against (node).
 # Series: {"key", "name", "scale"}: one value per line; {"key", "per": True, "names"}: one trace per
 # entry of a per-block list; {"seconds": True}: bars of training seconds per epoch. A scalar series
 # with no data is left out unless "keep_empty" (then only while the run has no line yet).
@@ -196,7 +207,7 @@ def live_spec(method: str | None = None) -> dict[str, dict]:
     the registry without torch: ``live_metrics`` (which charts), ``live_unit`` (the x axis),
     ``live_accuracy`` and ``live_charts`` (titles, per-block names, multi-line charts).
     ``method`` None or unknown: every per-block chart below, by epoch."""
-    from admm_core.methods import METHODS
+    from admm_core.spec.methods import METHODS
 
     cls = METHODS.get(method) if method else None
     unit = cls.live_unit if cls is not None else "epoch"
@@ -240,16 +251,10 @@ BLOCK_CHARTS = {
 def method_live_metrics(method: str | None) -> tuple[str, ...]:
     """The per-block live metrics ``method`` declares (admm_core.methods imports no torch); every
     known chart for None or a name the registry lacks (a run of a method since removed)."""
-    from admm_core.methods import METHODS
+    from admm_core.spec.methods import METHODS
 
     cls = METHODS.get(method) if method else None
     return tuple(BLOCK_CHARTS) if cls is None else tuple(cls.live_metrics)
-
-
-def live_rows(spec: dict) -> list[tuple[str, ...]]:
-    """The charts of ``spec`` three to a row, in declared order."""
-    names = list(spec)
-    return [tuple(names[i : i + 3]) for i in range(0, len(names), 3)]
 
 
 def _col(metrics: list[dict], key: str, scale: float = 1.0) -> list:
@@ -339,33 +344,6 @@ def spec_frame(chart: dict, run: str | None = None) -> dict:
 def accuracy_figure(metrics: list[dict], title: str = "Accuracy (%)", xtitle: str = "epoch", run=None) -> go.Figure:
     """Train and test accuracy; a series the run never logs (DeepFacto: train) is left out."""
     return figure_from_spec(_acc(title, xtitle), metrics, run)
-
-
-def loss_figure(
-    metrics: list[dict], log_y: bool = True, smoothing: float = 0.0, xtitle: str = "epoch", run=None
-) -> go.Figure:
-    return figure_from_spec(_loss(xtitle), metrics, run, log_y, smoothing)
-
-
-def live_figures(
-    metrics: list[dict],
-    log_residuals: bool = True,
-    run: str | None = None,
-    smoothing: float = 0.0,
-    method: str | None = None,
-) -> dict[str, go.Figure]:
-    """The Train page's charts (:func:`live_spec`) over ``metrics``; ``run`` is recorded in each
-    figure's layout.meta. ``log_residuals`` sets the residual, dual and NMF charts' axes (the loss
-    is always log). The charts are those ``method`` declares (:func:`live_spec`): the caller passes
-    the run's method as the run recorded it (:func:`admm_core.kinds.run_method`)."""
-    spec = live_spec(method)
-    out = {}
-    for name, chart in spec.items():
-        if chart.get("when") and not any(m.get(chart["when"]) for m in metrics):
-            continue
-        log = chart["log"] and (log_residuals or name == "loss")
-        out[name] = figure_from_spec(chart, metrics, run, log, smoothing)
-    return out
 
 
 def measured_seconds_per_epoch(metrics: list[dict], since: float | None = None) -> float | None:
@@ -551,7 +529,7 @@ def paper_setup(cfg: dict) -> tuple[bool, str]:
     It does when its preset has a figure in the paper and data set, sample limits, network,
     epochs and loss are the preset's (the full data, all epochs).
     """
-    from admm_core.presets import PRESETS, preset_config
+    from admm_core.spec.presets import PRESETS, preset_config
 
     preset, method = cfg.get("preset"), cfg.get("method")
     if not preset or preset not in PRESETS:
@@ -648,7 +626,7 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
 
 def run_kind(cfg: dict) -> str:
     """What a run is, for Compare's menus and labels: the method that trained it as the run recorded
-    it (:func:`admm_core.kinds.run_method`: 'deepfacto' for a DeepFacto run, also one saved when its
+    it (:func:`admm_core.spec.kinds.run_method`: 'deepfacto' for a DeepFacto run, also one saved when its
     config said block-admm), '?' when unknown."""
     return kinds.run_method(cfg) or "?"
 

@@ -15,17 +15,13 @@ import json
 import re
 from pathlib import Path
 
-from admm_core.config import ConfigError, parse_sets
-from admm_core.deepfacto.config import (
-    BACKBONE_SOURCES,
-    RENAMED,
-    SVM_SOLVERS,
-    DeepFactoConfig,
-    field_help,
-    saved_fields,
-)
-from admm_core.deepfacto.method import DeepFactoSettings
-from admm_core.faces import cache_dir, load_backbone
+from admm_core.rundir import write_atomic
+from admm_core.spec.config import ConfigError
+from admm_core.spec.datasets import cache_dir
+from admm_core.spec.deepfacto import BACKBONE_SOURCES, RENAMED, SVM_SOLVERS, DeepFactoConfig, field_help, saved_fields
+from admm_core.spec.methods.deepfacto import DeepFactoSettings
+from admm_core.spec.settings import parse_sets
+from app.dashboard import workers as W
 
 MODE = "deepfacto"  # ?mode=deepfacto opens the Train page on this form
 PREFIX = "df."  # widget keys and URL keys: df.<field>
@@ -220,19 +216,19 @@ def save_upload(name: str, data: bytes) -> Path:
     """Keep an uploaded backbone file if it loads as plain tensors into the face backbone.
 
     It is written under a name made from its content (never the uploader's name), loaded with
-    ``weights_only=True`` and removed again when it is refused; raises ValueError with the reason.
+    ``weights_only=True`` (in a subprocess: :func:`~app.dashboard.workers.check_backbone`) and
+    removed again when it is refused; raises ValueError with the reason.
     """
     if len(data) > UPLOAD_LIMIT:
         raise ValueError(f"{name}: {len(data) / 10**6:.0f} MB, over the {UPLOAD_LIMIT // 10**6} MB limit")
     path = uploads_dir() / f"{hashlib.sha256(data).hexdigest()[:16]}.pt"
-    if not path.exists():
-        tmp = path.with_suffix(".part")
-        tmp.write_bytes(data)
+
+    def check(tmp: Path) -> None:
         try:
-            load_backbone(tmp)
+            W.check_backbone(tmp)
         except Exception as e:  # noqa: BLE001 - whatever the file is, it is refused with its reason
-            tmp.unlink(missing_ok=True)
-            reason = str(e).replace(str(tmp), name)
-            raise ValueError(reason) from None
-        tmp.replace(path)
+            raise ValueError(str(e).replace(str(tmp), name)) from None
+
+    if not path.exists():  # the temporary is checked, then renamed (removed when refused)
+        write_atomic(path, lambda f: f.write(data), durable=False, check=check)
     return path

@@ -181,7 +181,7 @@ def face_from_upload(data: bytes, detector=None) -> tuple[np.ndarray, tuple[int,
 
 def lfw_folder(root: str | None = None) -> Path | None:
     """<data root>/lfw/lfw-deepfunneled-160 if present."""
-    from admm_core.data import candidate_roots
+    from admm_core.spec.datasets import candidate_roots
 
     for r in candidate_roots(root):
         p = r / "lfw" / "lfw-deepfunneled-160"

@@ -1,10 +1,13 @@
 """The Train form as plain data, generated from the config: form values <-> RunConfig <-> URL.
 
-Every field of :class:`admm_core.config.RunConfig` and of its ``data``, ``model`` and ``train``
-settings is a form field (:data:`FIELDS`), described by the dataclass field itself: its type,
-default, ``help`` and the layout hints in its metadata (group, label, widget, choices, min,
-step, the widget value that stands for None; see :func:`admm_core.config.ui`). A new config
-field therefore appears in the form, the URL and the validation without editing this module.
+Every field of :class:`admm_core.spec.config.RunConfig` and of its ``data``, ``model`` and
+``train`` settings is a form field (:data:`FIELDS`), described by the dataclass field itself (its
+type, default, ``help`` and rules: choices, min, max) and laid out by :data:`LAYOUT` (group, label,
+widget, step, the widget value that stands for None). A new config field therefore appears in the
+form (in "more", under its name), the URL and the validation without editing this module. The
+menus of registered things (data sets, architectures, methods, presets) and which size fields an
+architecture reads are looked up in the registries when the form is drawn, so a record registered
+after import is in them.
 A *form* is the flat dict of what the widgets hold, keyed by each field's form key (its name,
 or the ``key`` hint: ``data`` for ``data.name``), plus ``processes`` (worker processes under
 torchrun: how a run is launched, not part of its config), ``mp.<setting>`` for each setting of
@@ -13,7 +16,7 @@ the method settings (and ``split``) the loaded config gave explicitly, so that r
 back gives the same config, field for field.
 
 :func:`config_from_form` validates each field on its own (so every wrong field gets its own
-message), then the engine's :func:`admm_core.resources.preflight_problems`, and returns the messages keyed
+message), then the spec's :func:`admm_core.spec.resources.preflight_problems`, and returns the messages keyed
 by form field, so the page can show each one next to its widget.
 """
 
@@ -26,20 +29,21 @@ import os
 import types
 import typing
 from dataclasses import dataclass
-from functools import lru_cache
 
-from admm_core import data as data_mod
-from admm_core import resources
-from admm_core.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
-from admm_core.kinds import NETWORK
-from admm_core.methods import METHODS, make_method
-from admm_core.models import ARCHS
-from admm_core.presets import PRESETS, preset_config
-from admm_core.resources import DATA_SHAPES, MAX_PROCESSES, estimate_memory, preflight_problems
+from admm_core.spec import archs, resources
+from admm_core.spec import datasets as data_mod
+from admm_core.spec.archs import ARCHS, SIZE_FIELDS, archs_for
+from admm_core.spec.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+from admm_core.spec.device import device_name
+from admm_core.spec.kinds import NETWORK
+from admm_core.spec.methods import DEFAULT_METHOD, METHODS, make_settings
+from admm_core.spec.methods import names_for as methods_for
+from admm_core.spec.presets import PRESETS, preset_config
+from admm_core.spec.resources import MAX_PROCESSES, estimate_memory, preflight_problems
+from admm_core.spec.settings import parse_numbers, parse_widths
 
 NO_PRESET = "none"
 DEFAULT_PRESET = "digits-mlp"
-DEFAULT_METHOD = "block-admm"
 MP = "mp."  # prefix of method-setting fields
 GIVEN = "_given"  # the method settings and split a loaded config gave explicitly (not a widget)
 __all__ = ["FIELDS", "FormField", "MAX_PROCESSES", "config_from_form", "form_from_config", "default_form"]
@@ -52,6 +56,9 @@ class FormField:
     ``kind``: select, radio, split (a multiselect of layer names), check, int, float, widths
     (comma-separated integers as text) or hidden (carried, not shown). ``none``: the widget value
     that stands for None (0 for "all samples"). ``enabled_if`` / ``disabled_if``: {form key: value}.
+    ``menu``: the registry whose names are its choices (:func:`choices`, read when drawn).
+    A size field of the network (``model.hidden``, ``model.width``) is enabled when the form's
+    architecture reads it (its record's ``sizes``).
     """
 
     key: str
@@ -62,7 +69,7 @@ class FormField:
     help: str = ""
     default: typing.Any = None  # as the widget holds it
     choices: tuple | None = None
-    labels: dict | None = None  # choice -> what the menu shows
+    menu: str | None = None  # "presets", "datasets", "archs", "methods": choices from that registry
     min: float | None = None
     max: float | None = None
     step: float | None = None
@@ -71,14 +78,54 @@ class FormField:
     disabled_if: dict | None = None
 
     def enabled(self, form: dict) -> bool:
+        if self.path in SIZE_PATHS:  # the architecture's record says which size fields it reads
+            arch = ARCHS.get(form.get("arch"))
+            return arch is not None and self.path.split(".", 1)[1] in arch.sizes
         on = all(form.get(k) == v for k, v in (self.enabled_if or {}).items())
         return on and not any(form.get(k) == v for k, v in (self.disabled_if or {}).items())
 
 
-def _kind(tp, hints: dict) -> str:
+SIZE_PATHS = {f"model.{f}" for f in SIZE_FIELDS}
+
+# How the form lays each config field out, by its path: group (a row of the form; "more" folds),
+# label, widget, the widget's step (and min, where the widget's differs from the field's rule), the
+# widget value that stands for None, the form key (when not the field's name), enabled_if
+# {form key: value}, the registry a menu reads. Fields not here are
+# shown in "more" under their name; HIDDEN ones are carried through unchanged.
+LAYOUT: dict[str, dict] = {
+    "preset": dict(group="data", label="Preset", widget="select", none=NO_PRESET, menu="presets"),
+    "data.name": dict(group="data", label="Data set", key="data", widget="select", menu="datasets"),
+    "data.train_limit": dict(group="data", label="Training samples (0 = all)", none=0, min=0, step=100),
+    "data.test_limit": dict(group="data", label="Test samples (0 = all)", none=0, min=0, step=100),
+    "data.augment": dict(group="data", label="Augment"),
+    "data.augment_pad": dict(group="data", label="Shift ± pixels", step=1, enabled_if={"augment": True}),
+    "data.augment_flip": dict(group="data", label="Flip", enabled_if={"augment": True}),
+    "model.arch": dict(group="network", label="Network", widget="radio", menu="archs"),
+    "model.hidden": dict(group="network", label="MLP hidden widths"),
+    "model.split": dict(group="network", label="Split after layers (block boundaries)", widget="split"),
+    "model.width": dict(group="network", label="Base width", step=8),
+    "model.init": dict(group="network", label="Initialisation"),
+    "model.init_std": dict(group="network", label="Init σ", step=0.005, enabled_if={"init": "normal"}),
+    "method": dict(group="method", label="Method", widget="select", menu="methods"),
+    "train.epochs": dict(group="train", label="Epochs", step=1),
+    "train.batch_size": dict(group="train", label="Batch size", step=1),
+    "train.loss": dict(group="train", label="Loss"),
+    "train.seed": dict(group="train", label="Seed", step=1),
+    "train.device": dict(group="train", label="Device"),
+    "train.eval_every": dict(group="train", label="Evaluate every", step=1),
+    "train.checkpoint_every": dict(group="train", label="Checkpoint every", step=1),
+    "train.lr_schedule": dict(group="train", label="Θ schedule"),
+    "train.precision": dict(group="more", label="Precision"),
+    "train.channels_last": dict(group="more", label="channels_last"),
+    "train.diverge_factor": dict(group="more", label="Diverge factor", step=10.0),
+}
+HIDDEN = {"data.root"}  # carried through unchanged (method_params is the mp.* fields)
+
+
+def _kind(tp, hints: dict, rules) -> str:
     if hints.get("widget"):
         return hints["widget"]
-    if hints.get("choices") is not None:
+    if rules.get("choices") is not None:
         return "select"
     union = typing.get_origin(tp) in (typing.Union, types.UnionType)
     base = {a for a in typing.get_args(tp) if a is not type(None)} if union else {tp}
@@ -98,30 +145,28 @@ def _fields_of(klass, prefix: str) -> list[FormField]:
     out = []
     types = typing.get_type_hints(klass)
     for f in dataclasses.fields(klass):
-        hints = f.metadata.get("form", {})
         if f.name == "method_params" or f.type in ("DataConfig", "ModelConfig", "TrainConfig"):
             continue
         path = f"{prefix}{f.name}"
         default = f.default if f.default is not dataclasses.MISSING else None
-        if hints is False:
+        if path in HIDDEN:
             out.append(FormField(f.name, path, "hidden", default=default))
             continue
-        kind = _kind(types[f.name], hints)
+        hints, rules = LAYOUT.get(path, {}), f.metadata
         ff = FormField(
             key=hints.get("key", f.name),
             path=path,
-            kind=kind,
+            kind=_kind(types[f.name], hints, rules),
             group=hints.get("group", "more"),
             label=hints.get("label", f.name),
-            help=f.metadata.get("help", ""),
-            choices=tuple(hints["choices"]) if hints.get("choices") is not None else None,
-            labels=hints.get("labels"),
-            min=hints.get("min"),
-            max=hints.get("max"),
+            help=rules.get("help", ""),
+            choices=tuple(rules["choices"]) if rules.get("choices") is not None else None,
+            menu=hints.get("menu"),
+            min=hints.get("min", rules.get("min")),
+            max=rules.get("max"),
             step=hints.get("step"),
             none=hints.get("none"),
             enabled_if=hints.get("enabled_if"),
-            disabled_if=hints.get("disabled_if"),
         )
         out.append(dataclasses.replace(ff, default=_to_widget(ff, default)))
     return out
@@ -154,19 +199,50 @@ def choices(ff: FormField, form: dict | None = None, available: list[str] | None
     the form's own, so validation can say why it is missing), the split points of the form's
     network; else the field's declared choices."""
     form = form or {}
-    if ff.key == "preset":
+    if ff.menu == "presets":
         return [NO_PRESET, *PRESETS]
-    if ff.path == "data.name":
+    if ff.menu == "datasets":
         here = list(data_mod.available(kind=NETWORK) if available is None else available)
         cur = form.get(ff.key)
         return here + ([cur] if cur is not None and cur not in here else [])
+    if ff.menu == "archs":
+        return list(archs_for(NETWORK))  # the face backbone is DeepFacto's block 1
+    if ff.menu == "methods":
+        return list(methods_for(NETWORK))  # deepfacto runs with its own task and form
     if ff.kind == "split":
         try:
-            hidden = parse_widths(form.get("hidden", "")) if form.get("arch", "mlp") == "mlp" else (128,)
-            return split_options(form.get("arch", "mlp"), hidden, form.get("width", 64))[0]
+            return split_options(*network_of(form))[0]
         except (ConfigError, KeyError, TypeError):
             return list(form.get(ff.key) or [])
     return list(ff.choices or ())
+
+
+def label_of(ff: FormField, value) -> str:
+    """What a menu shows for ``value``: an architecture's label from its record, else the value."""
+    if ff.menu == "archs" and value in ARCHS:
+        return ARCHS[value].label or str(value)
+    return str(value)
+
+
+def network_caption(model: ModelConfig) -> str:
+    """The network in a few words: its name and the sizes its record reads (``mlp 128-128``,
+    ``resnet18 width 16``)."""
+    sizes = [
+        "-".join(map(str, v)) if k == "hidden" else f"{k} {v}"
+        for k in ARCHS[model.arch].sizes
+        for v in [getattr(model, k)]
+    ]
+    return " ".join([model.arch, *sizes])
+
+
+def network_of(form: dict) -> tuple[str, tuple[int, ...], int]:
+    """(architecture, hidden widths, base width) of the form, with the size fields its
+    architecture does not read at their defaults (a stale text there is no error)."""
+    arch = form.get("arch", ModelConfig.arch)
+    sizes = ARCHS[arch].sizes if arch in ARCHS else ()
+    hidden = parse_widths(form.get("hidden", "")) if "hidden" in sizes else ModelConfig.hidden
+    width = form.get("width", ModelConfig.width) if "width" in sizes else ModelConfig.width
+    return arch, hidden, width
 
 
 def groups() -> dict[str, list[FormField]]:
@@ -185,30 +261,6 @@ def max_run_bytes() -> int:
 
 
 # --- small parsers -----------------------------------------------------------------------
-
-
-def parse_widths(text: str, name: str = "model.hidden") -> tuple[int, ...]:
-    """'128, 128' -> (128, 128); raises ConfigError naming the field."""
-    parts = [p.strip() for p in str(text).replace(";", ",").split(",") if p.strip()]
-    try:
-        vals = tuple(int(p) for p in parts)
-    except ValueError:
-        raise ConfigError(f"{name} = {text!r}: write positive integers separated by commas, e.g. 128,128") from None
-    if any(v <= 0 for v in vals):
-        raise ConfigError(f"{name} = {text!r}: widths must be positive integers")
-    return vals
-
-
-def parse_number(text: str, name: str):
-    """'5e-4' -> 0.0005; '1, 0.5' -> [1.0, 0.5] (per-block); raises ConfigError."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    try:
-        vals = [float(p) for p in parts]
-    except ValueError:
-        raise ConfigError(f"{name} = {text!r}: not a number") from None
-    if not vals:
-        raise ConfigError(f"{name} = {text!r}: give a number")
-    return vals[0] if len(vals) == 1 else vals
 
 
 def fmt_number(v) -> str:
@@ -267,36 +319,29 @@ if len({f.key for f in FIELDS}) != len(FIELDS):
 
 
 def layer_names(arch: str, hidden: tuple[int, ...], width: int = 64) -> list[str]:
-    """Named layers of the network, from the engine's architecture record (no layer is built)."""
-    from admm_core.models import layer_names as names
-
-    return names(ModelConfig(arch, tuple(hidden), width=width))
+    """Named layers of the network, from its architecture record (no layer is built)."""
+    return archs.layer_names(ModelConfig(arch, tuple(hidden), width=width))
 
 
 def split_options(arch: str, hidden: tuple[int, ...], width: int = 64) -> tuple[list[str], list[str]]:
-    """(allowed split points, default split) from the engine's architecture registry (``ARCHS``)."""
-    from admm_core.models import default_split, split_points
-
+    """(allowed split points, default split) from the architecture registry (``ARCHS``)."""
     names = layer_names(arch, hidden, width)
     cfg = ModelConfig(arch, tuple(hidden), width=width)
-    return list(split_points(cfg, names)), list(default_split(cfg, names))
+    return list(archs.split_points(cfg, names)), list(archs.default_split(cfg, names))
 
 
-@lru_cache(maxsize=8)
 def data_shape(name: str) -> tuple[tuple[int, ...], int, int]:
-    """(input shape, classes, training samples) of a data set: the engine's table, else loaded once."""
-    if name in DATA_SHAPES:
-        return DATA_SHAPES[name][:3]
-    ds = data_mod.load(name)
-    return ds.input_shape, ds.n_classes, len(ds.x_train)
+    """(input shape, classes, training samples) of a data set, from its record."""
+    s = data_mod.spec(name)
+    return s.input_shape, s.n_classes, s.n_train
 
 
 def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: str, width: int = 64) -> list[dict]:
     """[{block, layers, params, out}] of the split network, by the architecture record's arithmetic
     (``ARCHS[arch].table``; no layer is built). ``out`` is the size of Z_t per sample."""
     shape, n_out, _ = data_shape(data)
-    if arch != "mlp" and len(shape) != 3:
-        raise ConfigError(f"model.arch = {arch!r}: needs image inputs (C, H, W), got shape {shape}")
+    if ARCHS[arch].image_input:
+        archs.needs_image(arch, shape)
     rows = ARCHS[arch].table(tuple(shape), ModelConfig(arch, tuple(hidden), width=width), n_out)
     blocks, cur = [], []
     for r in rows:
@@ -414,14 +459,14 @@ def _method_params(form: dict, method: str, errors: dict) -> dict:
         v = form[key]
         if s["choices"] is None and s["type"] == "float":
             try:
-                v = parse_number(v, f"{method}.{s['name']}")
+                v = parse_numbers(v, f"{method}.{s['name']}")
             except ConfigError as e:
                 errors.setdefault(key, str(e))
                 continue
         if key in given or v != s["default"]:
             params[s["name"]] = v
     try:
-        make_method(method, params)
+        make_settings(method, params)
     except ConfigError as e:
         errors.setdefault(_key_of(str(e), method), str(e))
     return params
@@ -477,7 +522,7 @@ def read_config(form: dict) -> tuple[RunConfig | None, dict[str, str]]:
 def config_from_form(form: dict, available: list[str] | None = None) -> tuple[RunConfig | None, dict[str, str]]:
     """Validate ``form`` -> (RunConfig or None, {form field: message}).
 
-    :func:`read_config`, then the engine's :func:`admm_core.resources.preflight_problems` (data set present,
+    :func:`read_config`, then the engine's :func:`admm_core.spec.resources.preflight_problems` (data set present,
     split, per-block values, augmentation, processes, memory free here), then the page's memory
     limit. ``available``: the data sets present (default: looked up under the data root).
     """
@@ -494,8 +539,6 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
     mem = memory_of(cfg)
     if mem["total_bytes"] > max_run_bytes():
         errors["memory"] = memory_message(cfg, mem)
-    from admm_core.device import device_name
-
     if not errors and processes > 1 and device_name(cfg.train.device) == "cpu":
         errors.update(processes_memory_errors(processes, mem))
     return (None if errors else cfg), errors
@@ -520,22 +563,16 @@ def processes_memory_errors(n_proc: int, mem: dict, free: int | None = None) -> 
 
 
 def memory_of(cfg: RunConfig) -> dict:
-    """The engine's estimate (:func:`admm_core.resources.estimate_memory`) of a valid config."""
+    """The engine's estimate (:func:`admm_core.spec.resources.estimate_memory`) of a valid config."""
     return estimate_memory(cfg)
 
 
 def memory_message(cfg: RunConfig, mem: dict) -> str:
     n = min(cfg.data.train_limit or data_shape(cfg.data.name)[2], data_shape(cfg.data.name)[2])
-    what = (
-        f"model.hidden = {','.join(map(str, cfg.model.hidden))!r}"
-        if cfg.model.arch == "mlp"
-        else f"model.arch = {cfg.model.arch!r}"
-    )
-    advice = (
-        "Use fewer or narrower layers, or fewer training samples."
-        if cfg.model.arch == "mlp"
-        else "Use fewer training samples or a later split."
-    )
+    arch = ARCHS[cfg.model.arch]
+    what = arch.describe(cfg.model, lambda k, v: repr(_to_widget(BY_PATH[f"model.{k}"], v)))
+    smaller = " or ".join(f"a smaller model.{k}" for k in arch.sizes)
+    advice = f"Use {smaller + ', ' if smaller else ''}fewer training samples or a later split."
     return (
         f"{what}: this run needs about {resources.human(mem['total_bytes'])} (parameters {resources.human(mem['param_bytes'])}, "
         f"optimizer {resources.human(mem['optimizer_bytes'])}, Z/U {resources.human(mem['state_bytes'])} for {n:,} "
@@ -658,7 +695,7 @@ def step_size_warnings(cfg: RunConfig) -> dict[str, str]:
     setting of the method, as the method will use it) at or above :data:`STEP_WARN`: the run is
     allowed but would end 'diverged'. Keyed by form field (``mp.<name>``)."""
     try:
-        params = vars(cfg.build_method())
+        params = vars(cfg.method_settings)
     except Exception:  # noqa: BLE001 - an invalid config has its own messages
         return {}
     out = {}

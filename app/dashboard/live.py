@@ -1,16 +1,18 @@
 """What the live panel shows, as a cheap stamp, and its progress text (no Streamlit here).
 
-The Train page's live panel is redrawn only when :func:`live_stamp` changes: a nested watcher
-fragment compares it every few tenths of a second (a handful of ``stat`` calls and one small
-JSON read), so an unchanged or ended run costs the server almost nothing and sends no figure.
+The Train page's live panel is redrawn only when :func:`live_stamp` changes: its live charts ask the
+dashboard's route for the run's new lines and this stamp (:mod:`app.dashboard.tail`) and tell the
+page when the stamp is not the one it drew with (:mod:`app.dashboard.follow`). A handful of ``stat``
+calls and one small JSON read, so an unchanged or ended run costs the server almost nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
-from admm_core.rundir import read_json_dict
 from app.dashboard import charts as C
+from app.dashboard.workers import state_of
 
 
 def file_stamp(path: Path) -> tuple:
@@ -22,27 +24,26 @@ def file_stamp(path: Path) -> tuple:
         return (0, 0)
 
 
-def live_stamp(root: str | Path, watched: str | None, lines: bool = True) -> tuple:
-    """What the live panel shows, cheaply: the runs folder's listing (runs added or deleted), the
-    watched run's launch and meta files (size, mtime) and its state. With ``lines`` also its
-    metrics file and, from status.json, the epoch and the progress in 5 % steps (the worker
-    rewrites it every 0.5 s; redrawing seven charts for each write would cost more than the
-    charts' news). Without: the live charts fetch new lines and progress themselves
-    (:mod:`app.dashboard.tail`), and the panel is redrawn only when the run's state changes.
+def digest(stamp: object) -> str:
+    """A short text standing for ``stamp`` (tuples of strings and numbers): what a page and a route
+    compare (the same stamp gives the same text in any process)."""
+    return hashlib.blake2b(repr(stamp).encode(), digest_size=8).hexdigest()
 
-    The push thread (or the fallback watcher) compares it and redraws only on a change.
-    """
+
+def live_stamp(root: str | Path, watched: str | None, state: str | None = None) -> tuple:
+    """What the live panel draws itself, cheaply: the runs folder's listing (runs added or deleted:
+    its run menu), the watched run's launch and meta files (size, mtime: a Resume, a new name) and
+    its state as the dashboard reads it (:func:`workers.state_of`: 'starting' from the moment a
+    worker is launched, before it writes status.json). The progress, the ETA and the lines are the
+    live charts' own (they fetch them), so the worker's status rewrites every 0.5 s redraw nothing.
+    ``state``: the watched run's, where the caller has just read it."""
     root = Path(root)
-
     out = [str(root), watched, file_stamp(root)]
     if watched:
         run_dir = root / watched
-        status = read_json_dict(run_dir / "status.json")
-        out += [file_stamp(run_dir / f) for f in ("launch.json", "meta.json")] + [status.get("state")]
-        if lines:
-            progress = status.get("progress")
-            out += [file_stamp(run_dir / "metrics.jsonl"), status.get("epoch")]
-            out += [int(20 * progress) if isinstance(progress, float) else None]
+        out += [file_stamp(run_dir / f) for f in ("launch.json", "meta.json")] + [
+            state or state_of(run_dir).get("state")
+        ]
     return tuple(out)
 
 

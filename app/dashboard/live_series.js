@@ -1,15 +1,14 @@
-// The live charts' traces from raw metrics lines, in the browser: the same declarations
-// (charts.live_spec) and the same rules as charts.spec_traces / charts._figure on the server, so a
-// new metrics line is drawn without the server building a figure. tests/test_live_series.py runs
-// this file in node against the Python builder on real and edge-case lines.
+// The live charts' traces from raw metrics lines, in the browser, so a new metrics line is drawn
+// without the server building a figure. What to draw comes from the server: the declarations
+// (charts.live_spec) and the style (charts.STYLE: palette, legend band, log ticks), written once in
+// Python; the rules are charts.spec_traces / charts._figure's, and tests/test_live_series.py runs
+// this file in node against them on real and edge-case lines.
 "use strict";
 (function (root, factory) {
   const api = factory();
   if (typeof module === "object" && module.exports) module.exports = api;
   else root.AdmmLive = api;
 })(typeof self !== "undefined" ? self : this, function () {
-  const COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f", "#7c3aed", "#0f766e"];
-
   const finite = v => typeof v === "number" && isFinite(v);
   function col(lines, key, scale) {  // charts._col
     return lines.map(m => (finite(m[key]) ? m[key] * (scale === undefined ? 1 : scale) : null));
@@ -32,8 +31,8 @@
   const scatter = (x, y, name, colour) => ({type: "scatter", x, y, name, mode: "lines+markers", line: {color: colour}});
 
   // charts.spec_traces, unsmoothed (the page smooths): with logY values <= 0 are gaps
-  function traces(chart, lines, logY) {
-    const ep = col(lines, "epoch"), out = [];
+  function traces(chart, lines, logY, style) {
+    const COLOURS = style.colours, ep = col(lines, "epoch"), out = [];
     chart.series.forEach((s, i) => {
       if (s.seconds) {
         const [xs, ys] = secondsPerEpoch(lines);
@@ -56,13 +55,13 @@
   }
 
   // charts._figure's parts that depend on the traces: the legend band under the plot, the note
-  function layout(frame, trs, note) {
-    const L = JSON.parse(JSON.stringify(frame));
+  function layout(frame, trs, note, style) {
+    const L = JSON.parse(JSON.stringify(frame)), band = style.legend;
     const shown = trs.filter(t => t.showlegend !== false).map(t => t.name || "");
     if (shown.length > 1) {
-      const rows = Math.ceil(shown.reduce((a, n) => a + n.length * 6.5 + 40, 0) / 450);
-      L.height += 22 * rows;
-      L.margin = Object.assign({}, L.margin, {b: 48 + 22 * rows});
+      const rows = Math.ceil(shown.reduce((a, n) => a + n.length * band.char_px + band.entry_px, 0) / band.row_px);
+      L.height += band.row_height * rows;
+      L.margin = Object.assign({}, L.margin, {b: band.bottom + band.row_height * rows});
       delete L.showlegend;
     } else L.showlegend = false;
     if (!trs.length && note) L.annotations = [{text: note, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}];
@@ -88,5 +87,5 @@
     };
   }
 
-  return {COLOURS, traces, layout, shown, xs, secondsPerEpoch};
+  return {traces, layout, shown, xs, secondsPerEpoch};
 });

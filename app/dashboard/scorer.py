@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from admm_core.errors import CheckpointError, ConfigError, DataError, ImageError
+from admm_core.status import pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 IDLE_S = 600.0  # an unused scorer ends after this long (its memory goes back)
@@ -167,18 +168,8 @@ def _remove_orphans() -> None:
     killed at once, e.g. a process group): nothing of a live server's is touched."""
     for d in Path(tempfile.gettempdir()).glob("admm-scorer-*-*"):
         pid = d.name.split("-")[2]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: another user's process
-        return True
-    return True
 
 
 _SCORER: Scorer | None = None

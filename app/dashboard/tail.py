@@ -3,19 +3,22 @@
 Pushing each new point through Streamlit cost a fragment rerun per open tab per point (figures
 built, the whole series re-sent, the component re-rendered): with eight tabs on a 2-core machine
 the points were 9–11 s behind the disk. Here the live charts' page asks ``GET {ROUTE}/{token}?n=&gen=``
-twice a second and gets only the lines it does not have; Streamlit does nothing until the run's
-state changes.
+twice a second while the run is live (every 2 s once it has ended) and gets only the lines it does
+not have, the panel's status, and the digest of :func:`app.dashboard.live.live_stamp`: when that is
+not the one the panel was drawn with, the page reruns the panel (:mod:`app.dashboard.follow`).
+Streamlit does nothing per point.
 
 - The lines come from the engine's one incremental reader (:func:`admm_core.rundir.metrics_since`),
   shared by every tab and every page: it keeps the complete lines read so far and the byte offset,
   so a request reads only what was appended since (a replaced, truncated or rewritten file starts
   a new generation, and the page starts over).
+- The state is the dashboard's (:func:`app.dashboard.workers.state_of`): 'starting' from the moment
+  a worker is launched, before it writes status.json, so a page asking then keeps asking (issue 53:
+  it read no status.json, took the run for ended and never asked again).
 - The page never names a path: the Streamlit page :func:`grant`\\ s a random token for the run
   directory it shows, and the route serves that directory's ``metrics.jsonl`` and status, nothing
   else (an unknown token is a 404).
-- The route is mounted by ``app/serve.py`` (``streamlit run app/serve.py``, Streamlit's ``st.App``),
-  which sets ``ADMM_LIVE_ROUTE``; where it is not (``streamlit run app/main.py``, AppTest) the panel
-  passes the lines in the component's arguments and redraws on each change, as before.
+- The route is mounted by ``app/serve.py`` (:func:`app.dashboard.follow.routes`).
 
 No Streamlit here.
 """
@@ -24,25 +27,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
 import threading
 import time
 from pathlib import Path
 
 from admm_core.rundir import metrics_since, read_json_dict
+from app.dashboard.live import digest, live_stamp
+from app.dashboard.workers import state_of
 
 ROUTE = "/api/admm/live"
-ENV = "ADMM_LIVE_ROUTE"  # set by app/serve.py: the route is mounted in this process
 
 _lock = threading.Lock()
 _tokens: dict[str, str] = {}  # token -> run dir
 _token_of: dict[str, str] = {}  # run dir -> token
-
-
-def route() -> str | None:
-    """The route's path when it is served by this process, else None (then the page pushes)."""
-    return os.environ.get(ENV) or None
 
 
 def _clean(v):
@@ -76,12 +74,12 @@ def done_epochs(status: dict, lines: list[dict]) -> int:
 
 def panel_status(run_dir: Path, lines: list[dict], status: dict | None = None) -> dict:
     """What the panel shows beside the charts: state, the progress bar's fraction and text, the
-    latest test accuracy (None before the first line). ``status``: status.json as already read."""
+    latest test accuracy (None before the first line). ``status``: :func:`state_of` as already read."""
     from app.dashboard import charts as C
     from app.dashboard.live import progress_text
 
     if status is None:
-        status = read_json_dict(Path(run_dir) / "status.json")
+        status = state_of(run_dir)
     state = status.get("state", "unknown")
     epochs = status.get("epochs")
     if not epochs:
@@ -102,14 +100,16 @@ def panel_status(run_dir: Path, lines: list[dict], status: dict | None = None) -
 def body(token: str, n: int, gen: int) -> bytes | None:
     """The route's answer for ``token``: the lines from ``n`` on (all of them when ``gen`` is not
     the reader's generation, e.g. after a rewrite) and the panel's status, as strict JSON; None for
-    an unknown token. Only complete lines: the page counts what it was given."""
+    an unknown token. Only complete lines: the page counts what it was given. ``stamp``: the digest
+    of what the panel around the charts draws (:func:`live_stamp`)."""
     with _lock:
         run_dir = _tokens.get(token)
     if run_dir is None:
         return None
     # the status before the lines: a worker appends its last line, then writes 'finished', and the
     # page stops asking once it reads an ended state, so the lines it gets with it must be complete
-    st = read_json_dict(Path(run_dir) / "status.json")
+    st = state_of(run_dir)
+    stamp = digest(live_stamp(Path(run_dir).parent, Path(run_dir).name, st.get("state")))
     g, _, lines = metrics_since(Path(run_dir), 0, None, partial=False)  # all: the status reads the last
     start = n if gen == g and 0 <= n <= len(lines) else 0
     status = panel_status(Path(run_dir), lines, st)
@@ -118,12 +118,13 @@ def body(token: str, n: int, gen: int) -> bytes | None:
         text = json.dumps(new, allow_nan=False)
     except ValueError:  # NaN or ±inf in a line: null for the browser's JSON.parse
         text = json.dumps(_clean(new))
-    head = json.dumps({"gen": g, "start": start, "status": status, "now": time.time()})
+    head = json.dumps({"gen": g, "start": start, "status": status, "stamp": stamp, "now": time.time()})
     return (head[:-1] + ',"lines":' + text + "}").encode()
 
 
 async def endpoint(request):
-    """Starlette handler for ``GET {ROUTE}/{token}?n=&gen=``."""
+    """Starlette handler for ``GET {ROUTE}/{token}?n=&gen=``: the files are read off the event loop."""
+    from starlette.concurrency import run_in_threadpool
     from starlette.responses import Response
 
     def arg(name: str) -> int:
@@ -132,7 +133,7 @@ async def endpoint(request):
         except ValueError:
             return -1
 
-    out = body(request.path_params["token"], arg("n"), arg("gen"))
+    out = await run_in_threadpool(body, request.path_params["token"], arg("n"), arg("gen"))
     if out is None:
         return Response("unknown run", status_code=404, media_type="text/plain")
     return Response(out, media_type="application/json", headers={"Cache-Control": "no-store"})

@@ -15,21 +15,28 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from admm_core.config import ConfigError, RunConfig
-from admm_core.deepfacto.commands import new_run_dir as deepfacto_run_dir
-from admm_core.deepfacto.config import DeepFactoConfig, run_config_dict
-from admm_core.device import resolve_device
-from admm_core.distributed import checkpoint_world
-from admm_core.faces import find_lfw, load_backbone
-from admm_core.resources import preflight
-from admm_core.rundir import default_runs_dir, new_run_dir, read_json_dict, write_text_atomic
-from admm_core.spawn import spawn_detached
-from admm_core.status import list_runs, pid_alive, record_exit, run_busy, run_status
+from admm_core.errors import CheckpointError
+from admm_core.rundir import (
+    checkpoint_world,
+    default_runs_dir,
+    new_run_dir,
+    read_json_dict,
+    unique_run_dir,
+    write_text_atomic,
+)
+from admm_core.spawn import PROJECT_ROOT, spawn_detached
+from admm_core.spec.config import ConfigError, RunConfig
+from admm_core.spec.deepfacto import DeepFactoConfig, run_config_dict, run_dir_name
+from admm_core.spec.device import device_name
+from admm_core.spec.faces import find_lfw
+from admm_core.spec.resources import preflight
+from admm_core.status import ACTIVE, list_runs, pid_alive, record_exit, run_busy, run_status
 
 
 def runs_root(root: str | Path | None = None) -> Path:
@@ -132,18 +139,22 @@ def _spawn(args: list[str], run_dir: Path, processes: int = 1) -> int:
     return proc.pid
 
 
-def start_run(cfg: RunConfig, root: str | Path | None = None, processes: int = 1) -> Path:
+def start_run(cfg: RunConfig, root: str | Path | None = None, processes: int = 1, checked: bool = False) -> Path:
     """Write RUN/config.json and launch a worker training it; returns the run directory.
 
-    The engine's preflight (device, data, split, memory estimate) runs first: a configuration
-    that cannot run raises ConfigError / DataError and leaves no directory behind.
-    ``processes`` > 1 starts that many processes through torchrun (block-admm / gotmare only).
+    The preflight (device, data, split, memory estimate) runs once per start, before anything is
+    written: here, unless the caller ran it on ``cfg`` already (``checked``: the Train page's
+    Start, whose form check is the preflight); a configuration that cannot run raises ConfigError /
+    DataError and leaves no directory behind. The worker is told (``--preflighted``) and does not
+    check again. ``processes`` > 1 starts that many processes through torchrun (block-admm /
+    gotmare only).
     """
     worker_command([], processes)  # bad value: ValueError before anything is written
-    preflight(cfg)
+    if not checked:
+        preflight(cfg, processes=processes)
     run_dir = new_run_dir(cfg, runs_root(root))  # created atomically, unique even for starts in the same second
     write_text_atomic(run_dir / "config.json", cfg.to_json())
-    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir, processes)
+    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir), "--preflighted"], run_dir, processes)
     return run_dir
 
 
@@ -154,14 +165,40 @@ def start_deepfacto(cfg: DeepFactoConfig, root: str | Path | None = None) -> Pat
     Checked first, so a bad start leaves no directory: LFWA is found (DataError naming where it
     looked) and a given backbone file loads as plain tensors (CheckpointError / ValueError).
     """
-    resolve_device(cfg.device)
+    device_name(cfg.device)
     find_lfw(cfg.data_root)
     if cfg.backbone_weights:
-        load_backbone(cfg.backbone_weights)
-    run_dir = deepfacto_run_dir(cfg, runs_root(root))
+        check_backbone(cfg.backbone_weights)
+    run_dir = unique_run_dir(run_dir_name(cfg), runs_root(root))
     write_text_atomic(run_dir / "config.json", json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
     _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir)
     return run_dir
+
+
+# the worker's own check of a backbone file (admm_core.faces.backbone.load_backbone), in a process of its own
+_CHECK_BACKBONE = """import sys
+from admm_core.faces.backbone import load_backbone
+try:
+    load_backbone(sys.argv[1])
+except Exception as e:  # noqa: BLE001 - the parent raises it again
+    print(type(e).__name__, str(e), sep="\\n", end="")
+    sys.exit(1)
+"""
+_RAISED = {"FileNotFoundError": FileNotFoundError, "CheckpointError": CheckpointError}
+
+
+def check_backbone(path: str | Path) -> None:
+    """Raise what loading the backbone file ``path`` raises (FileNotFoundError, CheckpointError, else
+    ValueError; the message names the file and why), asked of a short subprocess: the server never
+    imports torch."""
+    cmd = [sys.executable, "-c", _CHECK_BACKBONE, str(path)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode == 0:
+        return
+    kind, _, message = done.stdout.partition("\n")
+    last = (done.stderr.strip().splitlines() or [f"{path}: cannot be checked"])[-1]
+    raise _RAISED.get(kind, ValueError)(message or last)
 
 
 def resume_run(run_dir: str | Path, epochs: int | None = None, processes: int | None = None) -> None:
@@ -179,7 +216,7 @@ def resume_run(run_dir: str | Path, epochs: int | None = None, processes: int | 
     # two servers): the second Resume waits here, then sees the first one's worker 'starting'
     with open(run_dir / "launch.lock", "a") as claim:
         fcntl.flock(claim, fcntl.LOCK_EX)
-        if state_of(run_dir)["state"] in ("running", "starting") or run_busy(run_dir):
+        if state_of(run_dir)["state"] in ACTIVE or run_busy(run_dir):
             raise RuntimeError(f"{run_dir.name} is still running")
         # the last worker's pid goes first: with status.json gone, a reader would take that dead pid
         # for a new worker that ended before it reported ('crashed', seen by a second dashboard)
@@ -305,7 +342,7 @@ def _walk_size(path: Path) -> int:
 def delete_run(run_dir: str | Path) -> None:
     """Remove a run directory: only a real directory (no symlink) strictly inside the allowed root."""
     run_dir = confine_run_dir(run_dir)
-    if state_of(run_dir)["state"] in ("running", "starting"):
+    if state_of(run_dir)["state"] in ACTIVE:
         raise RuntimeError(f"{run_dir.name} is running; stop it first")
     if not ((run_dir / "config.json").exists() or (run_dir / "status.json").exists()):
         raise RuntimeError(f"{run_dir} is not a run directory")

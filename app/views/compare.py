@@ -9,14 +9,14 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from admm_core.bench import PAPER
-from admm_core.kinds import DEEPFACTO, run_kind
+from admm_core.rundir import file_stamp
 from admm_core.rundir import read_metrics_cached as read_metrics
+from admm_core.spec.kinds import DEEPFACTO, run_kind
+from admm_core.spec.presets import PAPER
 from app import ui
 from app.dashboard import charts as C
+from app.dashboard import follow as FL
 from app.dashboard import meta as M
-from app.dashboard import painted
-from app.dashboard import push as P
 from app.dashboard import workers as W
 
 ss = st.session_state
@@ -51,14 +51,10 @@ def _group_of(r: dict, group_by: str) -> str:
 
 def _stamp(dirs: list) -> tuple:
     """The shown runs' metrics files (size, mtime) and states: the charts change only with them."""
-    out = []
-    for d in dirs:
-        try:
-            s = (d / "metrics.jsonl").stat()
-            out.append((s.st_size, s.st_mtime_ns, W.state_of(d).get("state")))
-        except OSError:
-            out.append(None)
-    return tuple(out)
+    stamps = [file_stamp(d / "metrics.jsonl") for d in dirs]
+    return tuple(
+        None if s == (0, 0) else (*s, W.state_of(d).get("state")) for s, d in zip(stamps, dirs)
+    )  # (0, 0): none
 
 
 # A live chart is redrawn at most this often. 1 s starved a slow browser: it got new figures before it had
@@ -80,7 +76,7 @@ def placeholders(rows: int, cols: int = 2, height: int = C.OVERLAY_HEIGHT) -> No
 def parallel_section(rows: list[dict], flat: list[dict], differ: list[str]) -> None:
     """Parallel coordinates: a WebGL chart, the browser's slowest (about 0.9 s of its main thread in
     software rendering), so it too is drawn once the page is."""
-    if not painted.ready("cmp_parallel"):
+    if not FL.after_paint("cmp_parallel"):
         placeholders(1, 1, C.PARALLEL_HEIGHT)
         return
     st.plotly_chart(C.parallel_figure(rows, flat, differ), key="cmp_parcoords", config=ui.PLOTLY_CONFIG)
@@ -91,7 +87,7 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
     """The runs' table (``rows``, with their ⚙ columns: the settings that differ) and its CSV. Streamlit's data grid
     is a heavy chunk: drawn with the controls it put the picker 0.2 s later on a new tab (2.49 against
     2.27 s, docs/reliability.md), so it too comes once the page is drawn."""
-    if not painted.ready("cmp_table_section"):
+    if not FL.after_paint("cmp_table_section"):
         st.container(height=TABLE_PLACEHOLDER_PX, border=True).caption("Drawing the table…")
         return
     table = pd.DataFrame(rows)
@@ -113,7 +109,7 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
     )
     st.caption(
         f"⚙ columns: the settings that differ between the selected runs ({len(differ)}); click a header to sort. "
-        "Paper figures (admm_core.bench.PAPER) are shown only for a run whose setup is the paper's. "
+        "Paper figures (admm_core.spec.presets.PAPER) are shown only for a run whose setup is the paper's. "
         "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
     )
     st.download_button(
@@ -128,12 +124,12 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
 
 @st.fragment(key="cmp_charts")
 def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> None:
-    """The charts of the run records ``recs``, redrawn by the server's push thread
-    (:mod:`dashboard.push`) when a shown run writes a new evaluation or changes state, while any
-    of them is live, at most every REDRAW_EVERY_S. A redraw lists no runs (the records' config and
+    """The charts of the run records ``recs``, redrawn when a shown run writes a new evaluation or
+    changes state, while any of them is live, at most every REDRAW_EVERY_S (the follow component
+    asks for the stamp: :mod:`dashboard.follow`). A redraw lists no runs (the records' config and
     meta come from the page's run; a rerun of this fragment alone keeps them) and reads only the
     metrics lines added since the last one."""
-    if not painted.ready("cmp_charts"):  # the controls above are drawn first (app/dashboard/painted.py)
+    if not FL.after_paint("cmp_charts"):  # the controls above are drawn first
         placeholders(2 if any(run_kind(r["config"] or {}, r.get("status")) != DEEPFACTO for r in recs) else 1)
         return
     dirs = [r["dir"] for r in recs]
@@ -192,9 +188,7 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
     live = any((s or (0, 0, None))[2] in ui.ACTIVE for s in stamp)
     if live:
         st.caption(f":green-badge[live] redrawn every {REDRAW_EVERY_S:g} s while a shown run writes new evaluations")
-        P.subscribe("cmp_charts", P.throttled(lambda: _stamp(dirs), 0.5), stamp, every=REDRAW_EVERY_S)
-    else:
-        P.unsubscribe("cmp_charts")
+        FL.follow("cmp_charts", lambda: _stamp(dirs), stamp, every=REDRAW_EVERY_S)
 
 
 def main() -> None:

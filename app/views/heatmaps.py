@@ -1,7 +1,7 @@
 """Heatmaps: NMF score maps of a DeepFacto model over LFW faces, an uploaded photo or the mean face.
 
 The models: those that ship with the project (assets/models, usable with no data root) and the
-DeepFacto runs (their recorded kind, :func:`admm_core.kinds.run_kind`). The score maps are
+DeepFacto runs (their recorded kind, :func:`admm_core.spec.kinds.run_kind`). The score maps are
 ``admm_core.heatmaps.heatmaps(ref, image, components)`` (ref: a run folder or "shipped:<name>"; one
 image, a path or (H, W, 3) uint8 -> a list of (H, W) maps, one per component, upsampled to the
 image), computed in the scorer process (:mod:`app.dashboard.scorer`): the server never imports torch.
@@ -15,7 +15,7 @@ import streamlit as st
 
 from admm_core.deepfacto import shipped
 from admm_core.errors import CheckpointError, ConfigError, DataError, ImageError
-from admm_core.kinds import DEEPFACTO, run_kind
+from admm_core.spec.kinds import DEEPFACTO, run_kind
 from app import ui
 from app.dashboard import faces
 from app.dashboard.scorer import scorer
@@ -38,7 +38,7 @@ def held_out_people(run_dir: str) -> dict[str, list[str]]:
 
 def lfw_problem() -> str | None:
     """None when LFW can be found (data root or the default places), else why not (a few stat calls)."""
-    from admm_core.faces import find_lfw
+    from admm_core.spec.faces import find_lfw
 
     try:
         find_lfw()

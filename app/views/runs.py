@@ -16,12 +16,12 @@ import pandas as pd
 import streamlit as st
 
 from admm_core.errors import ConfigError
-from admm_core.resources import human as human_bytes
-from admm_core.rundir import read_metrics_cached
+from admm_core.rundir import file_stamp, read_metrics_cached
+from admm_core.spec.resources import human as human_bytes
 from app import ui
 from app.dashboard import charts as C
+from app.dashboard import follow as FL
 from app.dashboard import meta as M
-from app.dashboard import push as P
 from app.dashboard import workers as W
 
 ss = st.session_state
@@ -219,18 +219,7 @@ def _file_bytes(path: Path) -> bytes:
 
 
 KEY = "runs_panel"  # the fragment's key
-PUSH = P.ENABLED  # ADMM_DASH_PUSH=0: the browser polls a watcher fragment instead
-STAMP_EVERY_S = 1.0  # the stamp is recomputed at most this often (a stat per run)
-REDRAW_EVERY_S = 1.0  # and the panel redrawn at most this often after its last draw (live rows change every epoch)
-POLL_S = 2.0  # without push: the browser polls a watcher this often
-
-
-def _st(p: str | Path) -> tuple | None:
-    try:
-        s = os.stat(p)
-        return (s.st_size, s.st_mtime_ns)
-    except OSError:
-        return None
+ASK_EVERY_S = 1.0  # the page asks for the stamp (a stat per run) this often, so it redraws at most this often
 
 
 def runs_stamp(root: str | Path, live: frozenset) -> tuple:
@@ -247,7 +236,7 @@ def runs_stamp(root: str | Path, live: frozenset) -> tuple:
             names = sorted(e.name for e in it)
     except OSError:
         return (root, None)
-    out: list = [root, _st(root)]
+    out: list = [root, file_stamp(root)]
     for n in names:
         d = os.path.join(root, n)
         if n in live:
@@ -259,26 +248,20 @@ def runs_stamp(root: str | Path, live: frozenset) -> tuple:
                     ui.done_epochs(Path(d), status),
                     _last_eval(Path(d)),
                     status.get("error"),
-                    _st(os.path.join(d, "meta.json")),
+                    file_stamp(os.path.join(d, "meta.json")),
                 )
             )
         else:
-            out.append((n, _st(d)))
+            out.append((n, file_stamp(d)))
     return tuple(out)
-
-
-def _watch(drawn: tuple) -> None:
-    """Fallback where push is unavailable: rerun the panel only when the stamp changed."""
-    if runs_stamp(*drawn[0]) != drawn[1]:
-        ui.rerun_fragment(KEY)
 
 
 @st.fragment(key=KEY)
 def runs_panel() -> None:
-    """The table and the picked run's details, redrawn when the runs folder changes (push): the
-    server's push thread compares :func:`runs_stamp` (at most every STAMP_EVERY_S) and reruns
-    this fragment of this tab on a change, at most every REDRAW_EVERY_S. An idle Runs tab costs a stat per run a second and
-    sends nothing (it re-ran every 2 s before: 24 % of a core, issue 33)."""
+    """The table and the picked run's details, redrawn when the runs folder changes: the follow
+    component asks the dashboard's route for :func:`runs_stamp` every ASK_EVERY_S and reruns this
+    fragment when it differs from the drawn one (:mod:`dashboard.follow`). An idle Runs tab costs a
+    stat per run a second and sends nothing (it re-ran every 2 s before: 24 % of a core, issue 33)."""
     root = str(ui.runs_root())
     before = ss.get("runs_live", frozenset())
     stamp = runs_stamp(root, before)  # before reading: a change while drawing redraws again
@@ -287,11 +270,8 @@ def runs_panel() -> None:
     ss["runs_live"] = live
     if live != before:  # a run started or ended: stamped by other files now, redraw once more
         stamp = None
-    args = (root, live)
-    stamp_fn = P.throttled(lambda: runs_stamp(*args), STAMP_EVERY_S)
-    if not (PUSH and P.subscribe(KEY, stamp_fn, stamp, every=REDRAW_EVERY_S)):
-        st.fragment(run_every=POLL_S)(_watch)((args, stamp))
     _runs_body(runs)
+    FL.follow(KEY, lambda: runs_stamp(root, live), stamp, every=ASK_EVERY_S)  # last: no gap above the table
 
 
 def _runs_body(runs: list[dict]) -> None:

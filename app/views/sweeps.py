@@ -16,9 +16,9 @@ import streamlit as st
 
 from admm_core import sweep as S
 from admm_core.errors import ConfigError
-from admm_core.kinds import NETWORK
-from admm_core.methods import names_for
-from admm_core.presets import PRESETS
+from admm_core.spec.kinds import NETWORK
+from admm_core.spec.methods import names_for
+from admm_core.spec.presets import PRESETS
 from app import ui
 from app.dashboard.storage import confine_storage_url
 

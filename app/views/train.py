@@ -11,41 +11,35 @@ callbacks of :mod:`app.ui`.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import streamlit as st
 
-from admm_core.config import RunConfig
-from admm_core.data import available
-from admm_core.deepfacto.config import DeepFactoConfig
 from admm_core.errors import CheckpointError, ConfigError, DataError
-from admm_core.faces import find_lfw
-from admm_core.kinds import DEEPFACTO, NETWORK, run_kind, run_method
-from admm_core.methods import METHODS
-from admm_core.resources import human as human_bytes
-from admm_core.resources import split_of
-from admm_core.rundir import read_metrics
+from admm_core.spec.config import RunConfig
+from admm_core.spec.datasets import available
+from admm_core.spec.deepfacto import DeepFactoConfig
+from admm_core.spec.faces import find_lfw
+from admm_core.spec.kinds import DEEPFACTO, NETWORK, run_kind, run_method
+from admm_core.spec.methods import METHODS
+from admm_core.spec.resources import human as human_bytes
+from admm_core.spec.resources import split_of
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import deepfacto_form as D
+from app.dashboard import follow as FL
 from app.dashboard import form as F
 from app.dashboard import live as L
 from app.dashboard import live_charts as LC
-from app.dashboard import push as P
 from app.dashboard import tail as T
 from app.dashboard import workers as W
 from app.worker_panel import worker_panel
 
-REFRESH_S = float(os.environ.get("ADMM_DASH_REFRESH", "0.5"))  # live watcher's poll period while the run is live, s
-IDLE_REFRESH_S = float(os.environ.get("ADMM_DASH_IDLE_REFRESH", "5"))  # ... once it has ended (a stat, no redraw), s
-PUSH = P.ENABLED  # ADMM_DASH_PUSH=0: the browser polls a watcher fragment instead
-LIVE_KEY = "live"  # the live panel's fragment key (its watcher reruns it by this name)
+LIVE_KEY = "live"  # the live panel's fragment key
 START_DEDUP_S = 3.0  # the same config started again within this many seconds is the same click
 K = "f."  # prefix of the form's widget keys
 MAIN_SETTINGS = 8  # method settings shown at once; the rest sit in an expander
-LIVE_SMOOTHING = 0.6  # EMA weight of the live "smooth" toggle
 ss = st.session_state
 
 
@@ -95,10 +89,10 @@ def on_method():
 
 def on_shape():
     try:
-        hidden = F.parse_widths(ss[K + "hidden"])
+        network = F.network_of({k: ss[K + k] for k in ("arch", "hidden", "width") if K + k in ss})
     except ConfigError:
         return  # the field shows the message
-    ss[K + "split"] = F.split_options(ss[K + "arch"], hidden, ss.get(K + "width", 64))[1]
+    ss[K + "split"] = F.split_options(*network)[1]
     ss[K + F.GIVEN] = [k for k in ss.get(K + F.GIVEN) or [] if k != "split"]  # the default split again
 
 
@@ -110,7 +104,8 @@ def on_start():
         ss["notice"] = f"Not started: fix {len(errors)} field(s)."
         return
     n = int(form.get("processes", 1))  # > 1: the worker runs under torchrun (sample-sharded Z/U)
-    launch_once(f"{cfg.to_json()}\nprocesses={n}", lambda: W.start_run(cfg, ui.runs_root(), processes=n))
+    # the form's check above was the preflight of this start: the launch does not run it again
+    launch_once(f"{cfg.to_json()}\nprocesses={n}", lambda: W.start_run(cfg, ui.runs_root(), n, checked=True))
 
 
 def launch_once(text: str, launch) -> None:
@@ -130,6 +125,7 @@ def launch_once(text: str, launch) -> None:
         return
     ss["last_start"] = {"config": text, "time": time.time(), "run": run_dir.name}
     ss["start_toast"] = f"Started {run_dir.name}"
+    ss["show_live"] = True  # the live panel scrolls into view
     ui.watch(run_dir.name)
 
 
@@ -155,10 +151,8 @@ def _ordered_form() -> dict:
     """The form with the split in layer order."""
     form = read_form()
     try:
-        allowed, _ = F.split_options(
-            form.get("arch", "mlp"), F.parse_widths(form.get("hidden", "")), form.get("width", 64)
-        )
-    except ConfigError:
+        allowed, _ = F.split_options(*F.network_of(form))
+    except (ConfigError, KeyError):
         allowed = []
     form["split"] = sorted(form.get("split") or [], key=lambda s: allowed.index(s) if s in allowed else 99)
     return form
@@ -207,7 +201,7 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
     kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form), "on_change": ON_CHANGE.get(ff.key)}
     if ff.kind in ("select", "radio"):
         opts = F.choices(ff, form, datasets)
-        fmt = (lambda v: (ff.labels or {}).get(v, v)) if ff.labels else str
+        fmt = lambda v: F.label_of(ff, v)
         if ff.kind == "radio":
             st.radio(ff.label, opts, horizontal=True, format_func=fmt, **kw)
         else:
@@ -357,8 +351,8 @@ def draw_blocks(form: dict, cfg: RunConfig | None, errors: dict, uses_blocks: bo
     if {"hidden", "split", "data", "arch", "width"} & set(errors):
         return
     try:
-        hidden = F.parse_widths(form["hidden"]) if form["arch"] == "mlp" else ()
-        blocks = F.describe_blocks(form["arch"], hidden, form["split"], form["data"], form.get("width", 64))
+        arch, hidden, width = F.network_of(form)
+        blocks = F.describe_blocks(arch, hidden, form["split"], form["data"], width)
     except (ConfigError, DataError, OSError) as e:  # a diagram is a nicety; never a traceback
         st.caption(f"(no block diagram: {e})")
         return
@@ -390,7 +384,7 @@ def start_section(cfg: RunConfig | None, errors: dict) -> None:
         else:
             cls = METHODS[cfg.method]
             T = len(split_of(cfg)) + 1 if cls.uses_blocks else 1
-            arch = f"{cfg.model.arch} {'-'.join(map(str, cfg.model.hidden)) if cfg.model.arch == 'mlp' else ''}"
+            arch = F.network_caption(cfg.model)
             st.caption(
                 f"{cfg.data.name} · {arch} · T = {T} block(s) · {cfg.method} · {cfg.train.epochs} epochs. "
                 "The page URL holds this setup."
@@ -574,104 +568,73 @@ def deepfacto_section() -> dict:
 
 # --- live view of one run ------------------------------------------------------------------------
 
-
-def _stamp(run_dir: Path) -> tuple:
-    """Size and mtime of metrics.jsonl: the figures only change when it does."""
-    try:
-        s = (run_dir / "metrics.jsonl").stat()
-        return (s.st_size, s.st_mtime_ns)
-    except OSError:
-        return (0, 0)
-
-
-@st.cache_resource(max_entries=32, show_spinner=False)
-def _cached_metrics(run_dir: str, stamp: tuple) -> list[dict]:
-    return read_metrics(Path(run_dir))
-
-
-@st.cache_resource(max_entries=32, show_spinner=False)
-def _figures(run_dir: str, stamp: tuple, log_res: bool, smoothing: float, method: str | None):
-    """The live figures (those ``method`` declares), rebuilt only when metrics.jsonl changed (polls stay cheap)."""
-    metrics = _cached_metrics(run_dir, stamp)
-    return C.live_figures(metrics, log_res, run=Path(run_dir).name, smoothing=smoothing, method=method)
-
-
-def _chart_args(r: dict, metrics: list[dict] | None) -> dict:
-    """The live charts component's arguments: the run, its charts' declarations (charts.live_spec)
-    and their empty layouts; then either the route and token through which the page fetches new
-    lines and the status itself (``metrics`` None), or all lines and the status (pushed on each
-    change, where the route is not served)."""
-    run_dir, name = r["dir"], r["name"]
-    out = dict(_chart_decl(run_method(r["config"], r.get("status")), name))
-    out["run"] = name
-    if metrics is None:
-        out["live"] = {"route": T.route(), "token": T.grant(run_dir)}
-    else:
-        out["lines"] = metrics
-        out["status"] = T.panel_status(run_dir, metrics)
-    return out
+NO_ROUTE = (
+    "This server has no live data route, so the panel does not follow the run: start the dashboard with "
+    "`scripts/run.sh` (`streamlit run app/serve.py`). A reload shows what is on disk now."
+)
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def _chart_decl(method: str | None, run: str) -> dict:
     spec = C.live_spec(method=method)
-    return {"spec": spec, "order": list(spec), "frames": {n: C.spec_frame(c, run) for n, c in spec.items()}}
+    frames = {n: C.spec_frame(c, run) for n, c in spec.items()}
+    return {"spec": spec, "order": list(spec), "frames": frames, "style": C.STYLE}
 
 
-def _fetching() -> bool:
-    """True when the live charts fetch their lines through the route (app/serve.py)."""
-    return T.route() is not None and LC.component() is not None
-
-
-def _watch_live() -> None:
-    """The fallback watcher (a nested fragment polled by the browser) where push is not available:
-    rerun the live panel only when its files changed; it draws nothing."""
-    drawn = ss.get("live_drawn")
-    if drawn is not None and L.live_stamp(*drawn[0]) != drawn[1]:
-        ui.rerun_fragment(LIVE_KEY)
+def _chart_args(r: dict, drawn: tuple | None) -> dict:
+    """The live charts component's arguments: the run, its charts' declarations and style
+    (charts.live_spec, charts.STYLE), the route and token through which its page fetches the lines
+    and the status, and the digest of what the panel drew (``drawn``; None: redraw once more)."""
+    out = dict(_chart_decl(run_method(r["config"], r.get("status")), r["name"]))
+    out["run"] = r["name"]
+    out["drawn"] = "" if drawn is None else L.digest(drawn)
+    out["live"] = (
+        {"route": T.ROUTE, "token": T.grant(r["dir"])} if FL.available() else {"route": None, "missing": NO_ROUTE}
+    )
+    return out
 
 
 @st.fragment(key=LIVE_KEY)
 def live_panel():
-    """The watched run, redrawn when its files change (push, not poll).
+    """The watched run, redrawn when what it shows changes: the browser asks, the page reruns.
 
-    The panel has no timer. The server's push thread (:mod:`dashboard.push`) compares
-    :func:`dashboard.live.live_stamp` every 0.1–1 s (less often the longer it is unchanged) and
-    reruns this fragment of this tab on a change, so an unchanged or ended run costs nothing and
-    sends nothing; a resume from another tab or the CLI is still seen. Without push (other Streamlit internals) a nested watcher
-    fragment polled by the browser does the same, every REFRESH_S while the run is live and every
-    IDLE_REFRESH_S once it has ended. The page script :data:`ui.KEEP_VIEW_JS` keeps each chart's
-    zoom, pan and hidden legend entries across redraws.
-    """
-    root, watched = str(ui.runs_root()), ui.watched()
-    lines = not _fetching()  # with the route the charts fetch new lines: a redraw only on a state change
-    stamp = L.live_stamp(root, watched, lines)  # before reading: a change while drawing redraws again
-    active = _live_body()
-    if ui.watched() != watched:  # picked in the menu while drawing: one more redraw
-        watched, stamp = ui.watched(), None
-    ss["live_drawn"] = ((root, watched, lines), stamp)
-    if PUSH and P.subscribe(LIVE_KEY, lambda: L.live_stamp(root, watched, lines), stamp):
-        return
-    st.fragment(run_every=REFRESH_S if active else IDLE_REFRESH_S)(_watch_live)()
-
-
-def _live_body() -> bool:
-    """Draw the live panel; True while the watched run (or, with none watched, any run) is live."""
+    No timer, and nothing in the server pushes a rerun. The live charts' page fetches the run's new
+    lines and the digest of :func:`dashboard.live.live_stamp` (the runs folder's listing, the run's
+    launch and meta files, its state) and reruns this fragment when it is not the one drawn here
+    (:mod:`dashboard.follow`); with no run watched, the follow component asks for the stamp alone.
+    So an unchanged or ended run costs one small answer per tab every 2 s and no redraw, and a
+    Resume from another tab or the CLI is still seen."""
+    root, before = ui.runs_root(), ui.watched()
+    drawn = L.live_stamp(root, before)  # before reading: a change while drawing redraws again
+    st.subheader("Live", anchor="live")
+    if ss.pop("show_live", False):  # just started: the panel is below the form (issue 53)
+        ui.scroll_into_view("live")
     runs = ui.list_runs()
-    st.subheader("Live")
+    picked = _watch_menu(runs)
+    watched = ui.watched()
+    if watched != before:  # picked, or a live run watched by itself, while drawing: once more
+        drawn = None
+    if picked is None:
+        FL.follow(LIVE_KEY, lambda: L.live_stamp(root, watched), drawn)
+        return
+    _run_panel(*picked, drawn)
+
+
+def _watch_menu(runs: list[dict]):
+    """The run menu; returns (the watched run's record, the row's columns) or None (then a line says why)."""
     if not runs:
         st.info("No runs yet — press **Start run** above (or start one with `python -m admm_core train ...`).")
-        return False
+        return None
     by_name = {r["name"]: r for r in runs}
     watched = ui.watched()
     names = ui.menu_names(runs, watched)  # live + newest, stable order (ids start with the launch time)
     if watched is None and (live := [n for n in names if by_name[n]["status"].get("state") in ui.ACTIVE]):
         ui.watch(live[0])  # a fresh tab while runs are going: the newest live one
         watched = live[0]
-    # the menu only mirrors the selection (by id). No on_change: a callback fired by the 0.5 s
-    # refreshes with stale values (2.5-5 s of them after Start) and the pick landed anywhere. Its key
-    # carries the selection's generation (ui.watch bumps it), so after Start / Load / Resume the
-    # menu is a new widget whose value is the new run, and a stale value of an old one is never read.
+    # the menu only mirrors the selection (by id). No on_change: a callback fired by a redraw with stale
+    # values (2.5-5 s of them after Start) put the pick anywhere. Its key carries the selection's
+    # generation (ui.watch bumps it), so after Start / Load / Resume the menu is a new widget whose
+    # value is the new run, and a stale value of an old one is never read.
     pick_key = f"watch_pick.{ss.get(ui.WATCH_GEN, 0)}"
     c = st.columns([3, 1.3, 1])
     with c[0]:
@@ -688,41 +651,30 @@ def _live_body() -> bool:
         watched = picked
     if watched is None:
         st.caption("Start a run above, or pick one to watch.")
-        return any(r["status"].get("state") in ui.ACTIVE for r in runs)
+        return None
     if watched not in by_name:
         st.warning(f"Run `{watched}` is not in `{ui.runs_root()}` (deleted or another folder). Pick another.")
-        return False
-    r = by_name[watched]
+        return None
+    return by_name[watched], c
+
+
+def _run_panel(r: dict, c: list, drawn: tuple | None) -> None:
+    """The watched run: Stop or Resume, its state, its error, and the live charts component, which
+    draws the progress bar and the charts and follows the run (it reruns this panel on a change)."""
     run_dir, status = r["dir"], r["status"]
     state = status.get("state", "unknown")
-    charts = LC.component()
-    fetch = charts is not None and T.route() is not None
-    # the charts' page fetches the lines, the progress and the latest accuracy itself: read nothing here
-    metrics = [] if fetch else _cached_metrics(str(run_dir), _stamp(run_dir))
     with c[1]:
         ui.resume_controls(r, "live")
     with c[2]:
         st.markdown(ui.state_md(state))
-        if charts is None and metrics and metrics[-1].get("test_accuracy") is not None:
-            st.caption(f"test {100 * metrics[-1]['test_accuracy']:.2f}% at epoch {metrics[-1].get('epoch', '?')}")
     ui.show_notice()
-    if charts is None:  # the component draws the progress bar above its charts
-        done = ui.done_epochs(run_dir, status)
-        epochs = status.get("epochs") or (r["config"].get("train") or {}).get("epochs") or 0
-        frac, text = L.progress_text(state, status, done, int(epochs), metrics)
-        st.progress(frac, text=text)
     if state in ui.FAILED:
         st.error(
             f"The worker {state}: {status.get('error')}"
             if state == "crashed"
             else f"The run diverged: {status.get('error')}"
         )
-        err = run_dir / "error.txt"
-        try:
-            tail = err.read_text(errors="replace")[-3000:] if err.exists() else W.log_tail(run_dir)
-        except OSError:
-            tail = ""
-        if tail:
+        if tail := W.error_tail(run_dir, 3000):
             with st.expander("Last error output"):
                 st.code(tail)
     if run_kind(r["config"], r.get("status")) == DEEPFACTO and state == "finished":
@@ -732,33 +684,18 @@ def _live_body() -> bool:
             icon=":material/face:",
             query_params={"run": r["name"]},
         )
-    if charts is not None:
-        # one iframe for all charts, kept across redraws (stable key): it builds them from the metrics
-        # lines (fetched, or pushed here), updates them in place and carries the controls (smoothing,
-        # x by epoch/step/wall time, linked x; log, CSV, PNG per chart) and the progress bar
-        charts(**_chart_args(r, None if fetch else metrics), key="live-charts", default=None)
-        st.caption(
-            f"{'new points fetched twice a second' if state in ui.ACTIVE else 'ended: no refresh'} · run dir `{run_dir}`"
-        )
-        return state in ui.ACTIVE
-    if not metrics:
-        st.caption("Waiting for the first evaluation…")
-        return state in ui.ACTIVE
-    # the server-rendered figures: ADMM_DASH_LIVE_CHARTS=server, or no folder for the component
-    t = st.columns([2.2, 1, 3])
-    log_res = t[0].toggle("log scale (residuals, dual norms)", value=True, key="live_log")
-    smooth = t[1].toggle("smooth", value=False, key="live_smooth", help=f"moving average, weight {LIVE_SMOOTHING}")
-    method = run_method(r["config"], r.get("status"))
-    figs = _figures(str(run_dir), _stamp(run_dir), log_res, LIVE_SMOOTHING if smooth else 0.0, method)
-    for row in C.live_rows(figs):
-        cols = st.columns(3)
-        for col, name in zip(cols, row):
-            col.plotly_chart(figs[name], key=f"live-{name}-{r['name']}", config=ui.PLOTLY_CONFIG)
+    charts = LC.component()
+    if charts is None:
+        st.warning(LC.NO_FOLDER)
+        return
+    # one iframe for all charts, kept across redraws (stable key): it fetches the lines and the progress,
+    # updates the charts in place, carries their controls (smoothing, x by epoch/step/wall time, linked
+    # x; log, CSV, PNG per chart) and reruns this panel when the run's state changes
+    charts(**_chart_args(r, drawn), key="live-charts", default=None)
     st.caption(
-        f"Last evaluation {time.time() - metrics[-1].get('time', time.time()):.1f} s ago · "
-        f"{'redrawn on each new evaluation' if state in ui.ACTIVE else 'ended: no refresh'} · run dir `{run_dir}`"
+        f"{'new points fetched twice a second' if state in ui.ACTIVE else 'ended: asked every 2 s for a Resume'}"
+        f" · run dir `{run_dir}`"
     )
-    return state in ui.ACTIVE
 
 
 def main() -> None:

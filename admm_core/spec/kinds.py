@@ -3,7 +3,7 @@
 A run records its kind: ``status.json["kind"]`` (written by the run loop when the run starts,
 :mod:`admm_core.loop`) and ``config.json["kind"]`` (written when the run is created, before any
 worker starts: the kind of its method, ``kind`` on the method class of
-:data:`admm_core.methods.METHODS`). Runs saved before the kind was recorded are read by the rule
+:data:`admm_core.spec.methods.METHODS`). Runs saved before the kind was recorded are read by the rule
 of their time: a top-level ``deepfacto`` key in config.json, or a preset whose name starts with
 ``lfwa``, is a DeepFacto run; anything else trained a network.
 

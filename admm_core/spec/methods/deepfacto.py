@@ -1,16 +1,12 @@
-"""DeepFacto as a method of the registry (:data:`admm_core.methods.METHODS` ``["deepfacto"]``).
+"""DeepFacto's record: the method of its own kind of run (:data:`admm_core.spec.kinds.KINDS` "deepfacto").
 
-Its settings are the algorithm's (rank r, γ, β, ζ, the NMF and Θ steps, the embedding); its state
-is :class:`~admm_core.deepfacto.trainer.DeepFactoState` (Z_1, U_1, V, S, M, Z_2, U_2); its iterations
-are :class:`~admm_core.deepfacto.trainer.DeepFactoTrainer`'s (the updates are in that module's
-docstring). It runs with its own task of the run loop, :class:`~admm_core.deepfacto.run.DeepFactoTask`
-(its data set and block 1 are the records of its kind: LFWA and the face backbone ``face-resnet18s``,
-:func:`records`), so its run kind is ``deepfacto`` (:data:`admm_core.kinds.KINDS`); the network
-methods' loop never runs it.
-
-The module registers the method (its last line); :mod:`admm_core` imports it, so the registries
-are complete whichever module a program imports first. No torch here: the dashboard reads the settings, the live charts and the memory rule of every
-method without it.
+Its settings are the algorithm's (rank r, γ, β, ζ, the NMF and Θ steps, the embedding); a run's
+:class:`~admm_core.spec.deepfacto.DeepFactoConfig` derives from them. It runs with its own task of
+the run loop, :class:`admm_core.deepfacto.run.DeepFactoTask` (its state is
+:class:`~admm_core.deepfacto.trainer.DeepFactoState`, its iterations
+:class:`~admm_core.deepfacto.trainer.DeepFactoTrainer`'s), on the records of its kind: LFWA and the face
+backbone ``face-resnet18s`` (:mod:`admm_core.spec.faces`). The network methods' loop never runs it: the
+record declares no implementation of the network protocol.
 """
 
 from __future__ import annotations
@@ -18,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..faces.backbone import FACE_FEATURES
-from ..faces.lfw import LFWA_SIZE  # noqa: F401 - registers LFWA (DeepFacto's data set) with the backbone
-from ..methods import register_method
-from ..methods.base import FLOAT_BYTES, MethodBase, StateSizes, setting
+from ..faces import FACE_FEATURES
+from ..kinds import DEEPFACTO
+from .base import FLOAT_BYTES, MethodBase, StateSizes, setting
 
 S_MODES = ("projection", "admm")
 M_UPDATES = ("gradient", "exact")
@@ -30,7 +25,7 @@ M_UPDATES = ("gradient", "exact")
 @dataclass(frozen=True)
 class DeepFactoSettings:
     """The algorithm's settings, declared once: the method (:class:`DeepFacto`) and a run's
-    :class:`~admm_core.deepfacto.config.DeepFactoConfig` both derive from this class."""
+    :class:`~admm_core.spec.deepfacto.DeepFactoConfig` both derive from this class."""
 
     rank: int = setting(32, "r: rank of the NMF module (paper: 4, 32, 256)")
     gamma: float = setting(1.0, "γ: weight of the NMF term γ/2‖Z_1 − MS + V‖²")
@@ -67,7 +62,7 @@ class DeepFacto(DeepFactoSettings, MethodBase):
 
     name = "deepfacto"
     summary = "DeepFacto: face backbone → NMF module (rank r) → triplet FC, by Block-ADMM (LFWA only)"
-    kind: ClassVar[str] = "deepfacto"  # admm_core.kinds: it runs with DeepFactoTask, not the network loop
+    kind: ClassVar[str] = DEEPFACTO  # admm_core.spec.kinds: it runs with DeepFactoTask, not the network loop
     uses_blocks = True
     # what its metrics lines carry (admm_core.deepfacto.run), drawn per epoch by the dashboard
     live_unit: ClassVar[str] = "epoch"  # one outer iteration over all admm_images (DeepFactoConfig)
@@ -99,28 +94,3 @@ class DeepFacto(DeepFactoSettings, MethodBase):
 
     def theta_moments(self) -> int:
         return 2  # Adam on Θ_1 and Θ_2
-
-    def _not_the_network_loop(self, *args, **kwargs):
-        raise NotImplementedError(
-            "deepfacto runs with its own task (admm_core.deepfacto.run.DeepFactoTask: LFWA faces with "
-            "identities, the face backbone), not the network loop; admm train --preset lfwa-deepfacto"
-        )
-
-    init_state = run_epoch = diagnostics = _not_the_network_loop
-
-    def state_bytes(self, state) -> int:
-        st = state
-        return sum(t.numel() * t.element_size() for t in (st.f, st.z1, st.u1, st.v, st.s, st.m, st.z2, st.u2))
-
-
-def records() -> tuple[str, str]:
-    """(data set, architecture) of DeepFacto's runs: the registry entries of its kind (their ``kind``
-    fields say so; one of each)."""
-    from ..data import names_for as datasets_for
-    from ..models import archs_for
-
-    (data,), (arch,) = datasets_for(DeepFacto.kind), archs_for(DeepFacto.kind)
-    return data, arch
-
-
-register_method(DeepFacto)

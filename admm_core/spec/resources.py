@@ -22,40 +22,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Mapping
 from pathlib import Path
 
-from . import data as data_mod
+from ..errors import ConfigError, DataError, DeviceError, check
+from . import datasets as data_mod
+from . import device as device_mod
+from .archs import ARCHS, archs_for, linear_chains, validate_split
 from .config import ModelConfig, RunConfig
-from .errors import ConfigError, DataError, check
 from .methods import METHODS
-from .methods.base import StateSizes
-from .models import ARCHS, archs_for
-
-FLOAT = 4  # float32 bytes
-
-
-class _DataShapes(Mapping):
-    """name -> (input shape, classes, training samples, test samples), read from the data-set
-    records (:class:`admm_core.data.DatasetSpec`) on every lookup, so a set registered later is
-    here too; kept for the callers of the old table."""
-
-    def __getitem__(self, name: str) -> tuple[tuple[int, ...], int, int, int]:
-        s = data_mod.DATASETS[name]
-        return s.input_shape, s.n_classes, s.n_train, s.n_test
-
-    def __iter__(self):
-        return iter(data_mod.DATASETS)
-
-    def __len__(self) -> int:
-        return len(data_mod.DATASETS)
-
-
-DATA_SHAPES: Mapping[str, tuple[tuple[int, ...], int, int, int]] = _DataShapes()
-
-
-def _numel(shape) -> int:
-    return int(math.prod(shape))
+from .methods.base import FLOAT_BYTES, StateSizes, per_block
 
 
 def layers_of(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], int]]:
@@ -100,17 +75,17 @@ def estimate_memory(cfg: RunConfig) -> dict:
     shapes = {name: s for name, s, _ in layers}
     n_params = sum(p for _, _, p in layers)
     n, n_test = _samples(cfg)
-    method = cfg.build_method()
+    method = cfg.method_settings
     # Z_t is the output of block t: of the layer before each split point, and of the last layer
-    block_out = [_numel(shapes[s]) for s in split_of(cfg) if s in shapes] + [_numel(layers[-1][1])]
-    sizes = StateSizes(n, cfg.train.batch_size, tuple(block_out), tuple(_numel(s) for _, s, _ in layers))
+    block_out = [math.prod(shapes[s]) for s in split_of(cfg) if s in shapes] + [math.prod(layers[-1][1])]
+    sizes = StateSizes(n, cfg.train.batch_size, tuple(block_out), tuple(math.prod(s) for _, s, _ in layers))
     state = method.estimate_state_bytes(sizes)  # each method declares its own (methods/base.py)
     moments = method.theta_moments()
     shape = data_mod.DATASETS[cfg.data.name].input_shape
-    data = (n + n_test) * (_numel(shape) * FLOAT + 8)  # float32 inputs + int64 labels
+    data = (n + n_test) * (math.prod(shape) * FLOAT_BYTES + 8)  # float32 inputs + int64 labels
     out = {
-        "param_bytes": n_params * FLOAT,
-        "optimizer_bytes": moments * n_params * FLOAT,
+        "param_bytes": n_params * FLOAT_BYTES,
+        "optimizer_bytes": moments * n_params * FLOAT_BYTES,
         "state_bytes": int(state),
         "data_bytes": data,
     }
@@ -135,10 +110,9 @@ def _cgroup_free() -> int | None:
 def available_memory(device: str = "cpu") -> tuple[int, str]:
     """(free bytes, what was measured) on ``device`` ('cpu' or 'cuda')."""
     if str(device).startswith("cuda"):
-        import torch
-
-        free, _ = torch.cuda.mem_get_info()
-        return int(free), "free GPU memory"
+        free = device_mod.cuda_free_bytes()
+        if free is not None:
+            return free, "free GPU memory"
     free = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -176,17 +150,11 @@ def physical_memory() -> int:
 
 def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict:
     """Raise ConfigError (estimate and what is available) unless ``cfg`` fits; returns the estimate."""
-    from .device import device_name
-
-    device = device_name(cfg.train.device).split(":")[0]
+    device = device_mod.device_name(cfg.train.device).split(":")[0]
     est = estimate_memory(cfg)
     free, what = available if available is not None else available_memory(device)
     if est["total_bytes"] > free:
-        size = (
-            f"model.hidden = {list(cfg.model.hidden)}"
-            if cfg.model.arch == "mlp"
-            else f"model.arch = {cfg.model.arch!r}"
-        )
+        size = ARCHS[cfg.model.arch].describe(cfg.model)
         n, _ = _samples(cfg)
         raise ConfigError(
             f"{size} on {cfg.data.name} ({n} training samples) with {cfg.method}: needs about "
@@ -230,11 +198,6 @@ def preflight_problems(
 
 def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=None, n_gpus=None) -> dict:
     """:func:`preflight_problems` with the exceptions themselves (ConfigError, DataError, DeviceError)."""
-    from .device import cuda_device_count, device_name
-    from .errors import DeviceError
-    from .methods.base import per_block
-    from .models import validate_split
-
     out: dict[str, Exception] = {}
 
     def attempt(key: str, fn, *args):
@@ -244,7 +207,7 @@ def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
             out.setdefault(key, e)
             return None
 
-    device = attempt("train.device", device_name, cfg.train.device)
+    device = attempt("train.device", device_mod.device_name, cfg.train.device)
     avail = data_mod.available(cfg.data.root) if datasets is None else datasets
     if cfg.data.name not in avail:
         roots = ", ".join(str(r) for r in data_mod.candidate_roots(cfg.data.root))
@@ -252,7 +215,7 @@ def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
             f"data.name = {cfg.data.name!r}: not found under the data root (looked in: {roots}); set ADMM_DATA or data.root"
         )
     method_cls = METHODS[cfg.method]
-    # a method trains the data sets and architectures of its own kind of run (admm_core.kinds)
+    # a method trains the data sets and architectures of its own kind of run (admm_core.spec.kinds)
     kind, ds, arch = method_cls.kind, data_mod.DATASETS[cfg.data.name], ARCHS[cfg.model.arch]
     if ds.kind != kind:
         sets = ", ".join(data_mod.names_for(kind))
@@ -266,19 +229,17 @@ def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
         )
     if ds.kind != kind or arch.kind != kind:
         return out  # the checks below would only restate the mismatch
-    shape = DATA_SHAPES[cfg.data.name][0]
+    shape = ds.input_shape
     layers = attempt("model.arch", layers_of, cfg)
     split = split_of(cfg) if layers is not None else ()
     if layers is not None:
         attempt("model.split", validate_split, cfg.model, [name for name, _, _ in layers], split)
-    from .methods.lifted import LiftedMethod  # closed-form layer solves: a plain MLP only
-
-    if issubclass(method_cls, LiftedMethod) and cfg.model.arch != "mlp":
+    if method_cls.needs_linear_chain and not arch.linear_chain:  # closed-form layer solves
         out["method"] = ConfigError(
-            f"method = {cfg.method!r}: needs a plain MLP (model.arch = 'mlp'), not {cfg.model.arch!r}"
+            f"method = {cfg.method!r}: needs a plain MLP (model.arch = {linear_chains(kind)}), not {cfg.model.arch!r}"
         )
     T = len(split) + 1
-    method = cfg.build_method()
+    method = cfg.method_settings
     if method_cls.uses_blocks and layers is not None:
         for f in dataclasses.fields(method):
             if f.metadata.get("per_block"):
@@ -292,7 +253,7 @@ def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
             out["data.augment"] = ConfigError(
                 f"data.augment = true: method {cfg.method!r} does not support augmentation"
             )
-    problem = _processes_problem(processes, cfg, method, T, device, n_gpus, cuda_device_count)
+    problem = _processes_problem(processes, cfg, method, T, device, n_gpus, device_mod.cuda_device_count)
     if problem:
         out["processes"] = ConfigError(problem)
     if not out:
@@ -302,24 +263,19 @@ def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
 
 def _processes_problem(n, cfg, method, T, device, n_gpus, gpu_count) -> str | None:
     """Why ``n`` worker processes cannot run ``cfg``, or None: what the workers would otherwise fail on."""
-    from .methods.block_admm import BlockADMM
-
     ok = isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_PROCESSES
     if not ok:
         return f"processes = {n!r}: must be a whole number from 1 to {MAX_PROCESSES}"
     if n == 1:
         return None
-    # the same test admm_core.distributed.distribute makes: only BlockADMM and its subclasses shard Z/U
-    if not isinstance(method, BlockADMM):
-        multi = [m for m, c in METHODS.items() if issubclass(c, BlockADMM)]
+    # the record's answer, which admm_core.distributed.distribute asks too
+    if not method.multi_process:
+        multi = [m for m, c in METHODS.items() if c.multi_process]
         return f"processes = {n}: only {' and '.join(multi)} run on several processes (method {cfg.method!r})"
-    if method.parallel == "blocks":
-        from .distributed import block_world
-
-        try:  # the engine's own check of a block-parallel world (its size, the sweep it needs)
-            block_world(method, 0, n, T)
-        except ConfigError as e:
-            return f"processes = {n}: {e}"
+    try:  # the settings' own check of n processes (block parallelism: its size, the sweep it needs)
+        method.check_processes(n, T)
+    except ConfigError as e:
+        return f"processes = {n}: {e}"
     if device is not None and device != "cpu":
         gpus = gpu_count() if n_gpus is None else n_gpus
         if n > gpus:
@@ -331,7 +287,6 @@ def _processes_problem(n, cfg, method, T, device, n_gpus, gpu_count) -> str | No
 
 
 __all__ = [
-    "DATA_SHAPES",
     "estimate_memory",
     "check_fits",
     "available_memory",

@@ -1,0 +1,34 @@
+"""``admm evaluate``: a run's checkpoint on its test set (and training set), as JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..checkpoint import load_checkpoint
+from ..network import build
+from ..spec.config import RunConfig
+
+NAME = "evaluate"
+
+
+def add_parser(sub) -> None:
+    e = sub.add_parser(NAME, help="evaluate a run's checkpoint")
+    e.add_argument("--run", required=True)
+    e.add_argument("--data-root")
+    e.set_defaults(func=run)
+
+
+def run(a) -> int:
+    run_dir = Path(a.run)
+    cfg = RunConfig.from_json((run_dir / "config.json").read_text())
+    if a.data_root:
+        cfg = cfg.replace(data__root=a.data_root)
+    sess = build(cfg)
+    epoch, _ = load_checkpoint(run_dir / "checkpoint.pt", sess)
+    with torch.no_grad():
+        m = sess.evaluate()
+    print(json.dumps({"epoch": epoch, **m}, indent=2))
+    return 0

@@ -1,0 +1,221 @@
+"""Batch Stochastic Block-ADMM's settings (paper Alg. 1) and Gotmare et al.'s, which are the same
+with U ≡ 0. The updates are :mod:`admm_core.methods.block_admm`'s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...errors import ConfigError, check
+from .base import (
+    FLOAT_BYTES,
+    MethodBase,
+    StateSizes,
+    power_every_setting,
+    power_steps_setting,
+    setting,
+)
+
+
+@dataclass(frozen=True)
+class BlockADMMSettings(MethodBase):
+    """Batch Stochastic Block-ADMM (Alg. 1): per-sample Z_t and U_t kept across iterations."""
+
+    name = "block-admm"
+    summary = "Batch Stochastic Block-ADMM (paper Alg. 1): per-sample Z and U kept across iterations"
+    implementation = "admm_core.methods.block_admm:BlockADMM"
+    uses_duals = True  # False: the dual step only measures residuals (U ≡ 0, a pure penalty method)
+    supports_augment = True  # every read of X goes through TrainBatch.inputs (one view per epoch)
+    supports_lr_schedule = True
+    multi_process = True  # Z/U rows sharded over processes, or the blocks (parallel)
+    live_metrics = ("residuals", "backprop_cosine", "dual_norms", "betas")
+
+    # Alg. 1 as the paper prints it and its §MNIST describes it: Z initialised by a forward pass and kept for
+    # every row, every row swept between Θ-passes, Adam on Z and on Θ, U uniform at the start, β = 1, 3 primal
+    # steps, the full dual step. The paper gives no ζ for Adam on Z: 0.01 (its ablation rows use it).
+    PAPER: ClassVar[dict] = {
+        "z_schedule": "sweep",
+        "z_start": "previous",
+        "dual_theta": "new",
+        "theta_input": "new",
+        "z_optimizer": "adam",
+        "z_lr": 0.01,
+        "z_step": "fixed",
+        "z_norm": "off",
+        "z_sweeps": 1,
+        "z_sweep": "gauss-seidel",
+        "theta_optimizer": "adam",
+        "eps": 1e-8,
+        "beta": 1.0,
+        "beta_growth": 1.0,
+        "adaptive_rho": False,
+        "primal_steps": 3,
+        "primal_growth": 0,
+        "u_init": "uniform",
+        "dual_lr": 1.0,
+        "dual_start": 0,
+        "dual_reset": 0,
+        "bn_mode": "eval",
+    }
+    lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
+    theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
+    z_lr: float = setting(0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True)
+    z_step: str = setting(
+        "fixed",
+        "Z step: ζ as is (fixed), ζ/(β_t + β_{t+1}L²_{t+1}) (scaled, stable as ‖W‖ grows), or ζ × the Newton "
+        "direction of P_t + P_{t+1} with the next block linearised (newton: ζ = 1 is that sub-problem's minimiser)",
+        choices=("fixed", "scaled", "newton"),
+    )
+    power_steps: int = power_steps_setting()
+    power_every: int = power_every_setting()
+    z_optimizer: str = setting(
+        "sgd",
+        "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)",
+        choices=("sgd", "adam"),
+    )
+    beta: float = setting(1.0, "β: penalty weight of the coupling terms (one value, or one per block)", per_block=True)
+    recipe: str = setting(
+        "measured",
+        "measured: the settings as given (a preset gives its best measured recipe; docs/deviations.md); paper: "
+        "Alg. 1 as printed (persistent Z swept between Θ-passes, Adam on Z with ζ = 0.01 and on Θ, U uniform "
+        "at the start, β = 1, 3 primal steps, α = 1) in place of the given values of those settings",
+        choices=("measured", "paper"),
+    )
+    eps: float = setting(1e-8, "ε of the Θ-Adam's denominator √v + ε (PyTorch's 1e-8 hides gradients far below it)")
+    newton_steps: int = setting(5, "conjugate-gradient steps per row behind z_step='newton'")
+    z_sweeps: int = setting(1, "Z_T-step + reverse sweeps per Z-update of a minibatch's rows (minibatch schedule)")
+    z_norm: str = setting(
+        "off",
+        "each Z_t-step rescaled to the size (RMS over rows of a row's norm) of the Z_T-step of the same rows "
+        "(top), or only where it is smaller (up), so a signal keeps its size block by block, as a β_{t+1}/β_t "
+        "chosen per block would; signal: only the part from block t+1, raised to the size of ∇J(Z_T) where it "
+        "is smaller (Z_t's own term, with U_t, as computed: U still cancels at ζβ = 1); off: as computed",
+        choices=("off", "top", "up", "signal"),
+    )
+    primal_steps: int = setting(3, "k: Z/Θ passes between two dual steps")
+    iters_per_epoch: int = setting(7, "dual steps per epoch (Z is swept primal_steps times in each)")
+    u_init: str = setting(
+        "zero", "initial duals U: zeros, or uniform in [0, u_init_scale)", choices=("zero", "uniform")
+    )
+    u_init_scale: float = setting(1e-3, "scale of the uniform dual initialisation")
+    adaptive_rho: bool = setting(False, "adaptive penalty: β ← β/c whenever ‖h‖ exceeds a shrinking bound")
+    rho_c: float = setting(0.5, "c in ρ ← cρ (0 < c < 1)", max=0.999999)
+    rho_bound: float = setting(1.0, "η_0: initial bound on the constraint violation ‖h‖ (RMS per sample)")
+    rho_bound_decay: float = setting(0.9, "η_{k+1} = decay · η_k", max=1.0)
+    beta_max: float = setting(10.0, "cap on β of the adaptive penalty (digits: 10 kept accuracy, 30 lost 1.7 points)")
+    primal_growth: int = setting(
+        0, "add one primal pass every this many dual steps (Prop. 1's ε_k → 0; 0: fixed k)", min=0
+    )
+    primal_steps_max: int = setting(10, "most primal passes per dual step when they grow")
+    chunk_size: int = setting(8192, "rows per chunk in Z sweeps (memory bound only; results do not depend on it)")
+    z_sweep: str = setting(
+        "gauss-seidel",
+        "Z-update order: reverse Gauss–Seidel (Alg. 1: Z_t sees the new Z_{t+1}) or Jacobi (all Z_t from the previous iterate)",
+        choices=("gauss-seidel", "jacobi"),
+    )
+    parallel: str = setting(
+        "samples",
+        "under torchrun: shard Z/U rows over processes (samples) or the blocks, each process its own (blocks, needs z_sweep=jacobi)",
+        choices=("samples", "blocks"),
+    )
+    fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)")
+    bn_calibrate: bool = setting(
+        True, "set BatchNorm running statistics by a pass over the inputs before Z's forward-pass start"
+    )
+    z_schedule: str = setting(
+        "sweep",
+        "when Z moves: every row, iters_per_epoch × k times an epoch between Θ-passes (sweep, Alg. 1 as printed), "
+        "or the rows of each minibatch just before its Θ-step, then their dual step (minibatch)",
+        choices=("sweep", "minibatch"),
+    )
+    dual_lr: float = setting(1.0, "α: the dual step U_t ← U_t + α (Z_t − block_t(Z_{t−1})) (Alg. 1: 1)")
+    dual_start: int = setting(0, "epochs with U held at 0 before the dual steps begin (0: from the start)", min=0)
+    dual_reset: int = setting(0, "U ← 0 at the start of every this-many-th epoch (0: never)", min=0)
+    beta_growth: float = setting(
+        1.0,
+        "β_t ← g·β_t after every epoch, U_t ← U_t/g (λ = βU unchanged); a fixed ζ_t ← ζ_t/g (ζβ unchanged)",
+    )
+    dual_theta: str = setting(
+        "new",
+        "the dual step's block_t(Z_{t−1}): after the Θ-step (new, Alg. 1) or the Θ-step's own forward pass "
+        "before it stepped (old: one forward pass fewer). Minibatch schedule only",
+        choices=("new", "old"),
+    )
+    theta_input: str = setting(
+        "new",
+        "block t's input in its Θ-step: Z_{t−1} after the Z-update (new, Alg. 1) or the forward pass the "
+        "Z-update started from (start: the Θ-step reuses that pass, no forward of its own). z_start=forward only",
+        choices=("new", "start"),
+    )
+    z_start: str = setting(
+        "previous",
+        "where a minibatch's Z-update starts: its rows' stored Z (previous, Alg. 1) or a forward pass "
+        "of the current Θ (forward; U still persists per sample). Minibatch schedule only",
+        choices=("previous", "forward"),
+    )
+    bn_mode: str = setting(
+        "eval",
+        "BatchNorm in Z sweeps and dual steps: running statistics (eval) or the statistics of the rows "
+        "swept together, as the Θ-steps see them (train)",
+        choices=("eval", "train"),
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.z_schedule != "minibatch":  # these read a minibatch's own Z-update
+            for name, plain in (("z_start", "previous"), ("dual_theta", "new"), ("theta_input", "new")):
+                value = getattr(self, name)
+                check(value == plain, f"{self.name}.{name}", value, "needs z_schedule='minibatch'")
+            check(self.z_sweeps == 1, f"{self.name}.z_sweeps", self.z_sweeps, "needs z_schedule='minibatch'")
+            check(self.z_step != "newton", f"{self.name}.z_step", self.z_step, "needs z_schedule='minibatch'")
+            check(self.z_norm == "off", f"{self.name}.z_norm", self.z_norm, "needs z_schedule='minibatch'")
+        check(
+            self.theta_input == "new" or self.z_start == "forward",
+            f"{self.name}.theta_input",
+            self.theta_input,
+            "'start' needs z_start='forward' (the Θ-step reuses that forward pass)",
+        )
+
+    def check_processes(self, n: int, T: int) -> None:
+        """Sample sharding runs on any number of processes; block parallelism: :meth:`check_blocks`."""
+        if self.parallel == "blocks":
+            self.check_blocks(n, T)
+
+    def check_blocks(self, n: int, T: int) -> None:
+        """ConfigError unless ``n`` processes can share the ``T`` blocks (``parallel='blocks'``): at
+        most one process per block, and a sweep that updates the blocks at once (Jacobi, the sweep
+        schedule)."""
+        if n > T:
+            raise ConfigError(
+                f"{self.name}.parallel = 'blocks': at most one process per block, T = {T} blocks but world size {n}"
+            )
+        if self.z_sweep != "jacobi":
+            raise ConfigError(
+                f"{self.name}.z_sweep = {self.z_sweep!r}: parallel = 'blocks' updates the blocks at once, "
+                "a Jacobi sweep; set z_sweep=jacobi"
+            )
+        if self.z_schedule != "sweep":
+            raise ConfigError(f"{self.name}.z_schedule = {self.z_schedule!r}: parallel = 'blocks' needs 'sweep'")
+
+    def estimate_state_bytes(self, s: StateSizes) -> int:
+        # Z and U of every row (Gotmare keeps U allocated at zero), plus Adam moments of Z
+        return s.n * sum(s.block_out) * FLOAT_BYTES * (4 if self.z_optimizer == "adam" else 2)
+
+    def theta_moments(self) -> int:
+        return 2 if self.theta_optimizer == "adam" else 0
+
+
+@dataclass(frozen=True)
+class GotmareSettings(BlockADMMSettings):
+    """Block-ADMM with the duals frozen at zero (quadratic-penalty gluing, Gotmare et al. 2018)."""
+
+    name = "gotmare"
+    summary = "Gotmare et al. 2018: blocks glued by a quadratic penalty, no duals (Block-ADMM with U ≡ 0)"
+    implementation = "admm_core.methods.gotmare:Gotmare"
+    uses_duals = False  # Block-ADMM's dual steps then only measure ‖Z_t − block_t(Z_{t−1})‖
+    live_metrics = ("residuals", "backprop_cosine", "betas")  # no dual norms: U ≡ 0
+    PAPER: ClassVar[dict] = {**BlockADMMSettings.PAPER, "u_init": "zero"}  # the seed paper's Alg. 1 with U ≡ 0
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.u_init == "zero", f"{self.name}.u_init", self.u_init, "this method has no duals (U ≡ 0)")
