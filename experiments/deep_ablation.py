@@ -387,6 +387,14 @@ STUDIES["sigma-deep10"]["rows"]["block-s0.01-seed1"] = (
     "block-admm (the preset's settings), σ = 0.01, seed 1",
     ["--init-std", "0.01", "--seed", "1"],
 )
+# below the edge: does Adam stay at chance on every seed, and does block-admm still learn?
+for _seed in (0, 1):
+    STUDIES["sigma-deep10"]["rows"]["adam-s0.005" + (f"-seed{_seed}" if _seed else "")] = (
+        "adam",
+        _BP["adam"][0],
+        f"{_BP['adam'][1]}, σ = 0.005" + (f", seed {_seed}" if _seed else ""),
+        ["--init-std", "0.005", "--seed", str(_seed)],
+    )
 # block-admm (the preset's settings) on either side of the preset's σ
 for _sig in (0.005, 0.015):
     STUDIES["sigma-deep10"]["rows"][f"block-s{_sig}"] = (
