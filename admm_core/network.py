@@ -215,6 +215,7 @@ class NetworkTask(Task):
         self.epochs = cfg.train.epochs
         self.eval_every = cfg.train.eval_every
         self.checkpoint_every = cfg.train.checkpoint_every
+        self.tensorboard = cfg.train.tensorboard
         self.lead = dist_mod.is_lead()  # under torchrun only rank 0 writes status, metrics and summary
         self.error_file = "error.txt" if self.lead else f"error-rank{dist_mod.rank()}.txt"
         self.factor = getattr(cfg.train, "diverge_factor", 100.0)

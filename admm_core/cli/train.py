@@ -75,6 +75,7 @@ def add_parser(sub) -> None:
         "--set", action="append", metavar="NAME=VALUE", help="any method setting, e.g. --set z_optimizer=adam"
     )
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files in the run folder")
     t.add_argument("--rank", type=int, help=f"{DEEPFACTO_PRESET}: NMF rank r (paper: 4, 32, 256)")
     t.add_argument(
         "--backbone-weights",
@@ -123,6 +124,8 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     if a.split is not None:
         ch["model__split"] = tuple(s for s in a.split.split(",") if s) if a.split != "default" else None
     ch.update({f"train__{k}": getattr(a, k) for k in TRAIN_FLAGS if getattr(a, k) is not None})
+    if getattr(a, "no_tensorboard", False):
+        ch["train__tensorboard"] = False
     mp = {k: conv(v) if isinstance(v, str) else v for k, conv in METHOD_FLAGS if (v := getattr(a, k)) is not None}
     mp.update(parse_sets(a.set))
     if mp:

@@ -124,6 +124,9 @@ class TrainConfig:
         "η over the run, the same for every method: constant, or cosine down to 0 at the last epoch",
         choices=LR_SCHEDULES,
     )
+    tensorboard: bool = setting(
+        True, "also write each metrics line as TensorBoard event files in the run folder (docs/tensorboard.md)"
+    )
 
     def __post_init__(self):
         check_fields(self, "train")
