@@ -15,8 +15,9 @@ from ..checkpoint import verify_checkpoint
 from ..deepfacto import commands as deepfacto
 from ..rundir import new_run_dir, read_json, read_json_dict, write_text_atomic
 from ..spec import datasets
-from ..spec.archs import archs_for
+from ..spec.archs import OWN, OWN_MESSAGE, archs_for
 from ..spec.config import DEVICES, LOSSES, ConfigError, RunConfig
+from ..spec.datasets import OWN_DATA
 from ..spec.deepfacto import PRESET as DEEPFACTO_PRESET
 from ..spec.kinds import DEEPFACTO, NETWORK, run_kind
 from ..spec.methods import DEFAULT_METHOD
@@ -166,6 +167,8 @@ def _resumed(a) -> tuple[RunConfig, Path]:
         cfg = RunConfig.from_json(text)
     except ConfigError as e:
         raise ConfigError(f"--resume {str(run_dir)!r}: config.json is damaged: {e}") from None
+    if cfg.model.arch == OWN or cfg.data.name == OWN_DATA:
+        raise ConfigError(f"--resume {str(run_dir)!r}: {OWN_MESSAGE}")
     if run_busy(run_dir):  # a live worker trains it (started from a dashboard, or another shell)
         raise RunBusy(f"--resume {str(run_dir)!r}: being trained already; stop it first")
     if (run_dir / "checkpoint.pt").exists():
