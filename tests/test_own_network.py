@@ -185,3 +185,24 @@ def test_bad_split_names_and_settings_are_named_at_once(tmp_path):
     with pytest.raises(ConfigError, match="method"):
         own.train(seq, ["1"], data, "no-such-method", test_data=data, epochs=1, out=tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+def test_the_docs_examples_run_as_printed(tmp_path, monkeypatch, capsys):
+    """docs/your-own-network.md's two examples, as printed: two methods on the digits CNN, then a resume."""
+    import re
+
+    from helpers import ROOT
+
+    text = (ROOT / "docs" / "your-own-network.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    monkeypatch.setenv("ADMM_RUNS", str(tmp_path / "runs"))
+    ns: dict = {"__name__": "docs_example"}
+    exec(compile(blocks[0], "docs/your-own-network.md", "exec"), ns)
+    runs = ns["runs"]
+    assert set(runs) == {"block-admm", "adam"} and all(r.summary["status"] == "finished" for r in runs.values())
+    assert all(r.dir.parent == tmp_path / "runs" for r in runs.values())
+    exec(compile(blocks[1], "docs/your-own-network.md", "exec"), ns)
+    assert ns["run"].summary["status"] == "finished" and ns["run"].summary["epochs"] == 3
+    assert [m["epoch"] for m in read_metrics(runs["adam"].dir)] == [0, 1, 2, 3]
+    assert "block-admm" in capsys.readouterr().out
