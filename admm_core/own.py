@@ -54,6 +54,7 @@ from .rundir import read_json, unique_run_dir, write_atomic, write_json
 from .spec.archs import OWN
 from .spec.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from .spec.datasets import DATASETS, OWN_DATA
+from .spec.methods import METHODS
 from .status import RunBusy, run_busy
 
 MODEL_FILE, WEIGHTS_FILE = "model.json", "weights.safetensors"
@@ -312,9 +313,14 @@ def train(
         train=TrainConfig(**train_settings),
         method_params=dict(settings or {}),
     )
+    net = BlockNet(layers, split)
+    if METHODS[cfg.method].needs_linear_chain:  # the lifted baselines' closed-form solves: refused before any file
+        from .methods.lifted import mlp_linears
+
+        mlp_linears(net, cfg.method)
     label = re.sub(r"[^A-Za-z0-9._-]+", "-", name or type(model).__name__.lower()).strip("-.")[:60] or "own"
     run_dir = Path(out) if out else unique_run_dir(f"{label}-{cfg.method}-s{cfg.train.seed}", runs_dir)
-    task = OwnTask(cfg, model, BlockNet(layers, split), dataset, rows)
+    task = OwnTask(cfg, model, net, dataset, rows)
     summary = run_loop(task, run_dir, should_stop=should_stop, on_progress=on_progress)
     return Run(run_dir, summary)
 

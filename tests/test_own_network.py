@@ -184,6 +184,10 @@ def test_bad_split_names_and_settings_are_named_at_once(tmp_path):
         own.train(seq, ["1"], data, "block-admm", epochs=1)
     with pytest.raises(ConfigError, match="method"):
         own.train(seq, ["1"], data, "no-such-method", test_data=data, epochs=1, out=tmp_path / "r")
+    cnn = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(8, 3))
+    images = (torch.randn(8, 1, 4, 4), torch.randint(0, 3, (8,)))
+    with pytest.raises(ConfigError, match="'admm-closed'.*Conv2d layer"):  # closed-form layer solves
+        own.train(cnn, ["0"], images, "admm-closed", test_data=images, epochs=1, out=tmp_path / "r")
     assert not (tmp_path / "r").exists()
 
 
@@ -206,3 +210,27 @@ def test_the_docs_examples_run_as_printed(tmp_path, monkeypatch, capsys):
     assert ns["run"].summary["status"] == "finished" and ns["run"].summary["epochs"] == 3
     assert [m["epoch"] for m in read_metrics(runs["adam"].dir)] == [0, 1, 2, 3]
     assert "block-admm" in capsys.readouterr().out
+
+
+def test_every_network_method_of_the_registry_trains_an_own_mlp(tmp_path):
+    """An nn.Sequential MLP on digits tensors, one epoch by each network method: each run finishes
+    with its metrics lines (the lifted baselines' closed-form solves take it too: Linear + ReLU only)."""
+    from sklearn.datasets import load_digits
+
+    from admm_core.spec.kinds import NETWORK
+    from admm_core.spec.methods import names_for
+
+    d = load_digits()
+    x, y = torch.tensor(d.data / 16.0, dtype=torch.float32), torch.tensor(d.target)
+    failed = {}
+    for method in names_for(NETWORK):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
+        run = own.train(
+            net, ["1"], (x[:200], y[:200]), method, test_data=(x[1500:1600], y[1500:1600]), epochs=1,
+            out=tmp_path / method, tensorboard=False,
+        )  # fmt: skip
+        lines = read_metrics(run.dir)
+        if run.summary["status"] != "finished" or [m["epoch"] for m in lines] != [0, 1]:
+            failed[method] = run.summary["status"]
+    assert not failed and len(names_for(NETWORK)) >= 8
