@@ -14,6 +14,7 @@ from helpers import cli_call
 from torch import nn
 
 from admm_core import own
+from admm_core.blocks import BlockNet
 from admm_core.errors import ConfigError
 from admm_core.rundir import read_json, read_metrics
 from admm_core.spec.datasets import available
@@ -234,3 +235,26 @@ def test_every_network_method_of_the_registry_trains_an_own_mlp(tmp_path):
         if run.summary["status"] != "finished" or [m["epoch"] for m in lines] != [0, 1]:
             failed[method] = run.summary["status"]
     assert not failed and len(names_for(NETWORK)) >= 8
+
+
+def test_torchvision_models_are_chains_by_the_flattening_rule():
+    """torchvision's ResNet-18 (with the CIFAR stem: 3×3 stride-1 first conv, no max-pool) and
+    MobileNetV2, random init: their children form a chain on 32×32 inputs, the flatten before the
+    classifier put in front of it; the chain computes what the model computes."""
+    import torchvision
+
+    torch.manual_seed(0)
+    resnet = torchvision.models.resnet18(num_classes=10)
+    resnet.conv1, resnet.maxpool = nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.Identity()
+    for model, names in (
+        (resnet, ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc"]),
+        (torchvision.models.mobilenet_v2(num_classes=10), ["features", "classifier"]),
+    ):
+        x = torch.randn(2, 3, 32, 32)
+        layers, rows = own.chain(model, x)
+        assert [r["name"] for r in rows] == names and [r["flatten_before"] for r in rows] == [False] * (
+            len(names) - 1
+        ) + [True]
+        net = BlockNet(layers, own.check_split(rows, [names[-2]])).eval()
+        with torch.no_grad():
+            assert torch.equal(net(x), model.eval()(x))
