@@ -107,6 +107,8 @@ def chain(model: nn.Module, probe: torch.Tensor) -> tuple[OrderedDict, list[dict
 
         return hook
 
+    param = next(model.parameters(), None)
+    probe = probe.to(param.device) if param is not None else probe  # where the user's module is
     handles = [h for n, c in children for h in (c.register_forward_pre_hook(pre(n)), c.register_forward_hook(post(n)))]
     was = model.training
     try:

@@ -114,6 +114,8 @@ def test_a_stopped_run_resumes_with_the_same_module_and_refuses_another(tmp_path
     assert read_json(run.dir / "config.json")["data"]["name"] == "own"
     rc, _, err = cli_call(["train", "--resume", str(run.dir)])  # the CLI has no module to rebuild it from
     assert rc == 2 and "admm_core.own.resume" in err and "Traceback" not in err
+    rc, _, err = cli_call(["evaluate", "--run", str(run.dir)])
+    assert rc == 2 and "admm_core.own.resume" in err and "Traceback" not in err
     with pytest.raises(ConfigError, match="pass the same data again"):
         own.resume(net, run.dir)
     with pytest.raises(
