@@ -105,6 +105,7 @@ SLOW = {
     "test_own_network.py::test_the_docs_examples_run_as_printed",
     "test_own_network.py::test_every_network_method_of_the_registry_trains_an_own_mlp",
     "test_own_network.py::test_torchvision_models_are_chains_by_the_flattening_rule",
+    "test_own_network.py::test_an_own_run_shows_on_the_runs_and_compare_pages",
     "test_tensorboard.py::test_a_resumed_run_keeps_one_value_per_epoch",
     "test_online.py::test_adaptive_penalty_is_capped_and_ends_near_the_fixed_run_with_lower_violation",
     "test_online.py::test_bench_writes_its_table_into_a_markdown_section",

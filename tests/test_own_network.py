@@ -260,3 +260,32 @@ def test_torchvision_models_are_chains_by_the_flattening_rule():
         net = BlockNet(layers, own.check_split(rows, [names[-2]])).eval()
         with torch.no_grad():
             assert torch.equal(net(x), model.eval()(x))
+
+
+def test_an_own_run_shows_on_the_runs_and_compare_pages(tmp_path, monkeypatch):
+    """The dashboard's pages (AppTest) on an own run: the Runs page's details draw its charts and
+    its config, Compare draws it beside a CLI-made run; no exception on either page."""
+    from helpers import ROOT, tiny
+    from streamlit.testing.v1 import AppTest
+
+    from admm_core.network import train as engine_train
+
+    (x, y), test = digits_images()
+    root = tmp_path / "runs"
+    torch.manual_seed(0)
+    run = own.train(SmallCNN(), ["conv2"], (x, y), "adam", test_data=test, epochs=1, runs_dir=root, name="cnn")
+    engine_train(tiny("adam", epochs=1), root / "cli-adam")
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=60).run()
+    at.switch_page("views/runs.py").run()
+    sel = next(s for s in at.selectbox if (s.key or "").startswith("runs_sel."))
+    assert run.dir.name in sel.options
+    sel.set_value(run.dir.name).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.get("plotly_chart")  # its accuracy chart
+    assert any('"arch":"own"' in str(j.proto.body).replace(" ", "") for j in at.get("json"))  # its config.json
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "compare.py"), default_timeout=60)
+    at.query_params["runs"] = f"{run.dir.name},cli-adam"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.get("plotly_chart") and len(at.dataframe[0].value) == 2
