@@ -77,7 +77,10 @@ class EventLog:
             self.writer.flush()
 
     def close(self) -> None:
-        self.writer.close()
+        try:
+            self.writer.close()
+        except OSError:  # a full disk at the very end: the run's own error (if any) is the one to report
+            pass
 
 
 def open_for_run(run_dir: Path, start: int) -> EventLog:
