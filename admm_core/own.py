@@ -4,6 +4,7 @@
     run = own.train(net, split_after=["conv2"], data="mnist", method="block-admm", epochs=3)
     run.dir, run.summary                      # an ordinary run directory: Runs, Compare, TensorBoard
     own.resume(net, run.dir)                  # after a kill: the same module again
+    own.evaluate(net, run.dir)                # its checkpoint on the test and training sets
 
 **The chain.** ``net``'s top-level children (``net.named_children()``, in the order they were
 assigned) are the network's layers, ``layer_1 … layer_L``; the network must compute
@@ -50,7 +51,7 @@ from .blocks import BlockNet
 from .errors import ConfigError
 from .loop import run_loop
 from .network import NetworkTask
-from .rundir import read_json, unique_run_dir, write_atomic, write_json
+from .rundir import read_json, unique_run_dir, write_atomic, write_json, write_text_atomic
 from .spec.archs import OWN
 from .spec.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from .spec.datasets import DATASETS, OWN_DATA
@@ -327,6 +328,33 @@ def train(
     return Run(run_dir, summary)
 
 
+def _reopen(model: nn.Module, run_dir: Path, data, test_data) -> tuple[RunConfig, OrderedDict, list, data_mod.Dataset]:
+    """A run of the API with ``model`` handed again: (config, layers, model.json rows, data), checked."""
+    d = read_json(run_dir / "config.json")
+    if not isinstance(d, dict):
+        raise ConfigError(f"run_dir = {str(run_dir)!r}: no readable config.json there")
+    cfg = RunConfig.from_dict(d)
+    if cfg.model.arch != OWN:
+        raise ConfigError(f"run_dir = {str(run_dir)!r}: not a run of the Python API (use admm train --resume)")
+    if cfg.data.name != OWN_DATA and data is not None:
+        raise ConfigError(f"data: the run trained on the registered set {cfg.data.name!r}; leave data out")
+    if cfg.data.name == OWN_DATA and data is None:
+        raise ConfigError("data: the run trained on tensors or a Dataset you passed; pass the same data again")
+    src = cfg.data.name if data is None else data
+    dataset, _ = dataset_of(src, test_data, cfg.data.train_limit, cfg.data.test_limit, cfg.data.root)
+    layers, rows = chain(model, dataset.x_train[:2])
+    recorded = (read_json(run_dir / MODEL_FILE, {}) or {}).get("layers", [])
+    now = [(r["name"], r["class"], r["params"]) for r in rows]
+    was = [(r.get("name"), r.get("class"), r.get("params")) for r in recorded]
+    if recorded and now != was:
+        diff = next(
+            (f"{a} against the run's {b}" for a, b in zip(now, was) if a != b),
+            f"{len(now)} children, the run's {len(was)}",
+        )
+        raise ConfigError(f"model: not the run's network (child, class, parameters): {diff}")
+    return cfg, layers, rows, dataset
+
+
 def resume(
     model: nn.Module,
     run_dir: str | Path,
@@ -341,41 +369,29 @@ def resume(
     the same children, of the same shapes). Its config comes from ``run_dir``; ``data`` again
     only where the run trained on tensors or a Dataset; ``epochs``: a new length."""
     run_dir = Path(run_dir)
-    d = read_json(run_dir / "config.json")
-    if not isinstance(d, dict):
-        raise ConfigError(f"run_dir = {str(run_dir)!r}: no readable config.json there")
-    cfg = RunConfig.from_dict(d)
-    if cfg.model.arch != OWN:
-        raise ConfigError(
-            f"run_dir = {str(run_dir)!r}: not a run of the Python API (resume it with admm train --resume)"
-        )
+    cfg, layers, rows, dataset = _reopen(model, run_dir, data, test_data)
     if run_busy(run_dir):
         raise RunBusy(f"run_dir = {str(run_dir)!r}: being trained already; stop it first")
-    if cfg.data.name != OWN_DATA and data is not None:
-        raise ConfigError(f"data: the run trained on the registered set {cfg.data.name!r}; leave data out")
-    if cfg.data.name == OWN_DATA and data is None:
-        raise ConfigError("data: the run trained on tensors or a Dataset you passed; pass the same data again")
-    dataset, _ = dataset_of(
-        cfg.data.name if data is None else data, test_data, cfg.data.train_limit, cfg.data.test_limit, cfg.data.root
-    )
-    layers, rows = chain(model, dataset.x_train[:2])
-    recorded = (read_json(run_dir / MODEL_FILE, {}) or {}).get("layers", [])
-    now = [(r["name"], r["class"], r["params"]) for r in rows]
-    was = [(r.get("name"), r.get("class"), r.get("params")) for r in recorded]
-    if recorded and now != was:
-        diff = next(
-            (f"{a} against the run's {b}" for a, b in zip(now, was) if a != b),
-            f"{len(now)} children, the run's {len(was)}",
-        )
-        raise ConfigError(f"model: not the run's network (child, class, parameters): {diff}")
     if epochs:
         cfg = cfg.replace(train__epochs=epochs)
-        from .rundir import write_text_atomic
-
         write_text_atomic(run_dir / "config.json", cfg.to_json())
     task = OwnTask(cfg, model, BlockNet(layers, cfg.model.split), dataset, rows)
     summary = run_loop(task, run_dir, resume=True, should_stop=should_stop, on_progress=on_progress)
     return Run(run_dir, summary)
+
+
+def evaluate(model: nn.Module, run_dir: str | Path, data=None, *, test_data=None) -> dict:
+    """What ``admm evaluate`` gives for the workbench's networks: the run's checkpoint loaded into
+    ``model`` (the same network), measured on its test set and training set: {"epoch", metrics…}."""
+    from .checkpoint import load_checkpoint
+    from .network import build
+
+    run_dir = Path(run_dir)
+    cfg, layers, _, dataset = _reopen(model, run_dir, data, test_data)
+    sess = build(cfg, net=BlockNet(layers, cfg.model.split), dataset=dataset)
+    epoch, _ = load_checkpoint(run_dir / "checkpoint.pt", sess)
+    with torch.no_grad():
+        return {"epoch": epoch, **sess.evaluate()}
 
 
 def load_weights(model: nn.Module, run_dir: str | Path) -> nn.Module:

@@ -123,7 +123,10 @@ def test_a_stopped_run_resumes_with_the_same_module_and_refuses_another(tmp_path
     ):
         own.resume(SmallCNN(c=8), run.dir, ds, test_data=test)
     done = own.resume(net, run.dir, ds, test_data=test)
-    assert done.summary["status"] == "finished" and [m["epoch"] for m in read_metrics(run.dir)] == [0, 1, 2, 3]
+    lines = read_metrics(run.dir)
+    assert done.summary["status"] == "finished" and [m["epoch"] for m in lines] == [0, 1, 2, 3]
+    again = own.evaluate(SmallCNN(), run.dir, ds, test_data=test)  # a fresh instance: the checkpoint's weights
+    assert again["epoch"] == 3 and again["test_accuracy"] == lines[-1]["test_accuracy"]
     assert (run.dir / "weights.safetensors").exists()
 
 

@@ -123,7 +123,8 @@ DEFAULT_ARCH = "mlp"  # ModelConfig's default
 OWN = "own"
 OWN_MESSAGE = (
     "this run trains a network handed to the Python API (model.arch = 'own'); resume or evaluate it "
-    "from Python with the same module: admm_core.own.resume(model, RUN_DIR) (docs/your-own-network.md)"
+    "from Python with the same module: admm_core.own.resume(model, RUN_DIR) or admm_core.own.evaluate(model, "
+    "RUN_DIR) (docs/your-own-network.md)"
 )
 ARCHS: dict[str, Arch] = {
     "mlp": Arch(
