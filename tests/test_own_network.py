@@ -58,7 +58,7 @@ def test_three_methods_train_a_cnn_from_this_file_and_the_dashboard_lists_them(t
             "mnist",
             method,
             settings=preset_config("cifar10-resnet18-small", method).method_params,  # the convnet recipe
-            train_limit=512,
+            train_limit=384,
             test_limit=256,
             epochs=2,
             loss="ce",
