@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, check
-from .archs import ARCHS, DEFAULT_ARCH
-from .datasets import DATASETS
+from .archs import ARCHS, DEFAULT_ARCH, OWN
+from .datasets import DATASETS, OWN_DATA
 from .kinds import KINDS
 from .methods import DEFAULT_METHOD, METHODS, make_settings
 from .methods.base import LR_SCHEDULES
@@ -52,7 +52,7 @@ class DataConfig:
 
     def __post_init__(self):
         check(
-            isinstance(self.name, str) and self.name in DATASETS,
+            isinstance(self.name, str) and (self.name in DATASETS or self.name == OWN_DATA),
             "data.name",
             self.name,
             f"unknown data set; choose from {sorted(DATASETS)}",
@@ -82,7 +82,7 @@ class ModelConfig:
 
     def __post_init__(self):
         check(
-            isinstance(self.arch, str) and self.arch in ARCHS,
+            isinstance(self.arch, str) and (self.arch in ARCHS or self.arch == OWN),
             "model.arch",
             self.arch,
             f"unknown architecture; choose from {sorted(ARCHS)}",
@@ -123,6 +123,9 @@ class TrainConfig:
         "constant",
         "η over the run, the same for every method: constant, or cosine down to 0 at the last epoch",
         choices=LR_SCHEDULES,
+    )
+    tensorboard: bool = setting(
+        True, "also write each metrics line as TensorBoard event files in the run folder (docs/tensorboard.md)"
     )
 
     def __post_init__(self):

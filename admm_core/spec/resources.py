@@ -27,8 +27,9 @@ from pathlib import Path
 from ..errors import ConfigError, DataError, DeviceError, check
 from . import datasets as data_mod
 from . import device as device_mod
-from .archs import ARCHS, archs_for, linear_chains, validate_split
+from .archs import ARCHS, OWN, OWN_MESSAGE, archs_for, linear_chains, validate_split
 from .config import ModelConfig, RunConfig
+from .datasets import OWN_DATA
 from .methods import METHODS
 from .methods.base import FLOAT_BYTES, StateSizes, per_block
 
@@ -199,6 +200,8 @@ def preflight_problems(
 def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=None, n_gpus=None) -> dict:
     """:func:`preflight_problems` with the exceptions themselves (ConfigError, DataError, DeviceError)."""
     out: dict[str, Exception] = {}
+    if cfg.model.arch == OWN or cfg.data.name == OWN_DATA:  # nothing here to rebuild it from
+        return {"model.arch" if cfg.model.arch == OWN else "data.name": ConfigError(OWN_MESSAGE)}
 
     def attempt(key: str, fn, *args):
         try:

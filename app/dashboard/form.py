@@ -113,6 +113,7 @@ LAYOUT: dict[str, dict] = {
     "train.eval_every": dict(group="train", label="Evaluate every", step=1),
     "train.checkpoint_every": dict(group="train", label="Checkpoint every", step=1),
     "train.lr_schedule": dict(group="train", label="Θ schedule"),
+    "train.tensorboard": dict(group="more", label="TensorBoard files"),
     "train.precision": dict(group="more", label="Precision"),
     "train.channels_last": dict(group="more", label="channels_last"),
     "train.diverge_factor": dict(group="more", label="Diverge factor", step=10.0),
