@@ -96,6 +96,16 @@ def on_shape():
     ss[K + F.GIVEN] = [k for k in ss.get(K + F.GIVEN) or [] if k != "split"]  # the default split again
 
 
+def on_split():
+    """The split's tags in network order, whatever order they were clicked in (unknown ones last)."""
+    key = K + "split"
+    try:
+        allowed = F.split_options(*F.network_of(read_form()))[0]
+    except (ConfigError, KeyError, TypeError):
+        return
+    ss[key] = sorted(ss.get(key) or [], key=lambda s: allowed.index(s) if s in allowed else len(allowed))
+
+
 def on_start():
     """Launch the form's run once per click: the same config again within START_DEDUP_S is the same click."""
     form = _ordered_form()
@@ -138,13 +148,13 @@ def _load_config(cfg: dict) -> None:
         ss["train_mode"] = D.MODE
         ss["form_notice"] = "Loaded the DeepFacto run's settings into the DeepFacto form."
         return
-    try:
-        form = F.form_from_config(RunConfig.from_dict(cfg))
-    except (ConfigError, DataError, KeyError, TypeError, ValueError) as e:  # an old or foreign config
-        ss["form_notice"] = f"Could not load that config into the form: {e}. The form is unchanged."
-        return
+    # valid or not: a wrong value goes into its field, whose message says why (Start waits for it);
+    # what no widget can hold is said here
+    form, problems = F.form_from_dict(cfg)
     set_form(form)
-    ss["form_notice"] = "Loaded the run's configuration into the form."
+    ss["form_notice"] = "Loaded the run's configuration into the form." + (
+        " Not loaded: " + " · ".join(problems) if problems else ""
+    )
 
 
 def _ordered_form() -> dict:
@@ -184,7 +194,7 @@ def init_form() -> None:
     ui.watched()  # ?run= in a link picks the watched run
 
 
-ON_CHANGE = {"preset": on_preset, "method": on_method, "arch": on_shape, "hidden": on_shape}
+ON_CHANGE = {"preset": on_preset, "method": on_method, "arch": on_shape, "hidden": on_shape, "split": on_split}
 WEIGHT = {"select": 1.2, "radio": 0.9, "split": 2.0, "widths": 1.2, "check": 0.6, "int": 0.8, "float": 0.8}
 
 
@@ -206,22 +216,15 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
             st.radio(ff.label, opts, horizontal=True, format_func=fmt, **kw)
         else:
             st.selectbox(ff.label, opts, format_func=fmt, **kw)
-    elif ff.kind == "split":
-        opts = F.choices(ff, form, datasets)
-        ss[key] = [s for s in (ss.get(key) or []) if s in opts]
-        st.multiselect(ff.label, opts, **kw)
+    elif ff.kind == "split":  # the options keep a wrong entry of a link or a loaded config: its message says why
+        st.multiselect(ff.label, F.choices(ff, form, datasets), **kw)
     elif ff.kind == "check":
         st.checkbox(ff.label, **kw)
     elif ff.kind in ("int", "float"):
+        # no min_value / max_value: a browser refuses a typed value outside them without telling the page
+        # (a red outline, the old value kept), so 0 epochs is sent as typed and the field's message says why
         num = int if ff.kind == "int" else float
-        v = ss.get(key)
-        # bounds only while the value is inside them: a link's 0 epochs is said by the message, not an exception
-        inside = isinstance(v, (int, float)) and (ff.min is None or v >= ff.min) and (ff.max is None or v <= ff.max)
-        bounds = {
-            "min_value": num(ff.min) if ff.min is not None else None,
-            "max_value": num(ff.max) if ff.max is not None else None,
-        }
-        st.number_input(ff.label, step=num(ff.step or 1), **(bounds if inside else {}), **kw)
+        st.number_input(ff.label, step=num(ff.step or 1), **kw)
     else:
         st.text_input(ff.label, **kw)
     note(notes, ff.key)
@@ -233,35 +236,31 @@ def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list
             field_widget(ff, form, notes, datasets)
 
 
-def validate(datasets: list[str]) -> tuple[dict, RunConfig | None, dict, dict]:
+def validate(datasets: list[str]) -> tuple[dict, F.FormCheck, dict]:
     """The form as the widgets will show it, checked before any widget is drawn, so each message is
     drawn under its field as the form goes (no placeholder per field: ~40 fewer elements for the
-    browser, issue 36). Returns (form, config or None, errors, notes: field -> (kind, message))."""
+    browser, issue 36). Returns (form, what :func:`dashboard.form.check_form` found, notes: field ->
+    (kind, message))."""
     method = ss[K + "method"]
     for s in METHODS[method].settings():  # a method's settings default to its own
         key = wkey(F.MP + s["name"], method)
         if key not in ss:
             ss[key] = F.method_fields(method)[F.MP + s["name"]]
-    form = read_form()
-    split = next(f for f in F.FIELDS if f.kind == "split")
-    opts = F.choices(split, form, datasets)  # the split keeps only layers of the network shown
-    ss[K + split.key] = [s for s in (ss.get(K + split.key) or []) if s in opts]
-    form = _ordered_form()
-    cfg, errors = F.config_from_form(form, datasets)
-    # allowed, but said: an absurd learning rate / step size ends the run 'diverged'
-    warnings = F.step_size_warnings(cfg) if cfg is not None else {}
-    notes = {k: ("warning", m) for k, m in warnings.items()} | {k: ("error", m) for k, m in errors.items()}
-    return form, cfg, errors, notes
+    form = _ordered_form()  # every value as given: a wrong one is said under its field, never dropped
+    got = F.check_form(form, datasets)
+    # allowed, but said: an absurd learning rate / step size, more processes than cores
+    notes = {k: ("warning", m) for k, m in got.warnings.items()} | {k: ("error", m) for k, m in got.errors.items()}
+    return form, got, notes
 
 
-def form_section(form: dict, cfg: RunConfig | None, errors: dict, notes: dict, datasets: list[str]) -> None:
+def form_section(form: dict, got: F.FormCheck, notes: dict, datasets: list[str]) -> None:
     """Data set, network and split, from the config's fields, then the block diagram."""
     groups = F.groups()
     with st.container(border=True):
         st.markdown("**Data and network**")
         field_row(groups["data"], form, notes, datasets)
         field_row(groups["network"], form, notes, datasets)
-        draw_blocks(form, cfg, errors, METHODS[form["method"]].uses_blocks)
+        draw_blocks(form, got, METHODS[form["method"]].uses_blocks)
         note(notes, "memory")
 
 
@@ -346,9 +345,10 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
                 note(notes, F.MP + s["name"])
 
 
-def draw_blocks(form: dict, cfg: RunConfig | None, errors: dict, uses_blocks: bool) -> None:
-    """The block diagram with parameter counts and the memory estimate, by arithmetic on the config."""
-    if {"hidden", "split", "data", "arch", "width"} & set(errors):
+def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
+    """The block diagram with parameter counts and the memory estimate, by arithmetic on the config
+    (while other fields are wrong too: the estimate does not depend on them)."""
+    if {"hidden", "split", "data", "arch", "width"} & set(got.errors):
         return
     try:
         arch, hidden, width = F.network_of(form)
@@ -358,8 +358,8 @@ def draw_blocks(form: dict, cfg: RunConfig | None, errors: dict, uses_blocks: bo
         return
     dark = (st.context.theme.type or "light") == "dark"  # the diagram's lines follow the theme
     st.graphviz_chart(F.block_diagram_dot(blocks, uses_blocks, dark), width="content")
-    if cfg is not None:
-        mem = F.memory_of(cfg)
+    if got.estimate is not None:
+        mem = F.memory_of(got.estimate)
         st.caption(
             f"{sum(b['params'] for b in blocks):,} parameters ({human_bytes(mem['param_bytes'])}); "
             f"Z/U state {human_bytes(mem['state_bytes'])}; about {human_bytes(mem['total_bytes'])} to train "
@@ -731,9 +731,10 @@ def _form_part() -> None:
         ui.show_notice()
         return
     datasets = available(kind=NETWORK)
-    form, cfg, errors, notes = validate(datasets)
+    form, got, notes = validate(datasets)
+    cfg, errors = got.cfg, got.errors
     ss["train_form"] = form
-    form_section(form, cfg, errors, notes, datasets)
+    form_section(form, got, notes, datasets)
     method_section(form, notes, datasets)
     for field in list(notes):  # a field without a widget of its own
         note(notes, field)
