@@ -141,7 +141,9 @@ def parse_widths(text: str, name: str = "model.hidden", min_value: int = 1) -> t
     if parts == [""]:
         raise ConfigError(f"{name} = {text!r}: empty; write at least one number, {example}")
     if "" in parts[:-1]:
-        raise ConfigError(f"{name} = {text!r}: an empty entry between commas; write numbers separated by commas, {example}")
+        raise ConfigError(
+            f"{name} = {text!r}: an empty entry between commas; write numbers separated by commas, {example}"
+        )
     parts = [p for p in parts if p]  # one trailing comma ('128,') is harmless
     try:
         vals = tuple(int(p) for p in parts)

@@ -1,0 +1,137 @@
+"""One rule for bad values on the dashboard (issue 53): typed, from a link, from a loaded config or
+a sweep's search space, every wrong field is named at once under its field, Start (Launch) waits
+for it, and nothing is silently dropped. AppTest pages on an empty runs folder (no run is trained)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from admm_core.spec.presets import preset_config
+from app.dashboard import form as F
+
+APP = Path(__file__).resolve().parent.parent / "app"
+BIG = "99999999999999999999"
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
+    return tmp_path
+
+
+def page(query: dict | None = None) -> AppTest:
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def messages(at) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def start(at):
+    return at.button(key="start")
+
+
+def summary(at) -> str:
+    return " ".join(c.value for c in at.caption)
+
+
+def test_typed_out_of_range_numbers_reach_the_page_and_are_all_said(runs):
+    """A browser keeps a number input's old value when the typed one is outside its min/max (a red
+    outline, nothing sent): so the form's numbers carry no bounds, and 0 epochs, seed -1 and
+    evaluate-every 0 are each named, the summary does not claim the old values, Start is off, and
+    the memory estimate (which none of them changes) stays."""
+    at = page()
+    bounded = [(n.key, n.min, n.max) for n in at.number_input if n.min is not None or n.max is not None]
+    assert bounded == [], bounded
+    at.number_input(key="f.epochs").set_value(0)
+    at.number_input(key="f.seed").set_value(-1)
+    at.number_input(key="f.eval_every").set_value(0).run()
+    got = messages(at)
+    for needle in ("train.epochs = 0", "train.seed = -1", "train.eval_every = 0"):
+        assert any(needle in m for m in got), (needle, got)
+    assert start(at).disabled
+    assert "Fix 3 field(s)" in summary(at) and " epochs." not in summary(at)
+    assert "to train (limit" in summary(at)  # the estimate is still shown
+    at.number_input(key="f.epochs").set_value(3)
+    at.number_input(key="f.seed").set_value(1)
+    at.number_input(key="f.eval_every").set_value(1).run()
+    assert not messages(at) and not start(at).disabled and "3 epochs" in summary(at)
+
+
+@pytest.mark.parametrize(
+    "split, kept, needle",
+    [
+        ("fc3", ["fc3"], "model.split = 'fc3': that is the last layer"),
+        ("fc9", ["fc9"], "model.split = 'fc9': no such layer"),
+        ("fc1,fc3", ["fc1", "fc3"], "model.split = 'fc3'"),
+    ],
+)
+def test_a_links_wrong_split_is_kept_and_named_not_dropped(runs, split, kept, needle):
+    at = page({"split": split})
+    assert at.multiselect(key="f.split").value == kept  # not one block, not fc1 alone
+    assert any(needle in m for m in messages(at)), messages(at)
+    assert start(at).disabled
+    at.multiselect(key="f.split").set_value(["fc1"]).run()  # the user fixes it
+    assert not messages(at) and not start(at).disabled
+
+
+def test_a_links_absurd_batch_size_and_two_wrong_fields_are_all_said(runs):
+    at = page({"batch_size": BIG})
+    assert any(f"train.batch_size = {BIG}" in m for m in messages(at)), messages(at)
+    assert start(at).disabled
+    at = page({"epochs": "0", "split": "fc3"})  # a wrong epoch count does not hide a wrong split
+    got = messages(at)
+    assert any("train.epochs = 0" in m for m in got) and any("model.split = 'fc3'" in m for m in got), got
+    at = page({"epochs": "0", "seed": "-1"})
+    assert len(messages(at)) == 2 and "to train (limit" in summary(at)
+
+
+@pytest.mark.parametrize("text", ["", "128,,128", ",128"])
+def test_empty_hidden_widths_are_an_error_naming_the_field(runs, text):
+    at = page()
+    at.text_input(key="f.hidden").set_value(text).run()
+    assert any(m.startswith(f"model.hidden = {text!r}") for m in messages(at)), messages(at)
+    assert start(at).disabled
+
+
+def test_more_processes_than_cores_on_a_cpu_is_a_warning(runs, monkeypatch):
+    monkeypatch.setattr(F, "cpu_cores", lambda: 2)
+    at = page({"method": "gotmare", "device": "cpu", "processes": "2"})
+    assert not [w for w in at.warning if "processes" in w.value] and not start(at).disabled
+    at.number_input(key="f.processes").set_value(4).run()
+    warned = [w.value for w in at.warning if "processes" in w.value]
+    assert any("processes = 4" in w and "2 CPU cores" in w for w in warned), warned
+    assert not messages(at) and not start(at).disabled  # allowed: the processes take turns
+
+
+def test_split_tags_follow_the_network_not_the_clicks(runs):
+    at = page({"hidden": "32,16,8"})
+    at.multiselect(key="f.split").set_value(["fc3", "fc1"]).run()
+    assert at.multiselect(key="f.split").value == ["fc1", "fc3"]
+
+
+def test_a_loaded_configs_wrong_fields_are_each_named_in_the_form(runs):
+    """Runs → Load into Train of a config with several wrong values: each goes into its field and is
+    named there (Start off); what no widget can hold is named in the notice, not dropped."""
+    d = preset_config("digits-mlp", "block-admm").to_dict()
+    d["train"].update(epochs=0, loss="hinge")
+    d["model"]["split"] = ["fc9"]
+    d["method_params"]["lr"] = -1
+    run = runs / "r-bad"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(d))
+    (run / "status.json").write_text(json.dumps({"state": "finished"}))
+    at = page({"load": "r-bad"})
+    got = messages(at)
+    for needle in ("train.epochs = 0", "model.split = 'fc9'", "block-admm.lr = -1"):
+        assert any(needle in m for m in got), (needle, got)
+    assert start(at).disabled
+    notice = " ".join(i.value for i in at.info)
+    assert "train.loss = 'hinge'" in notice, notice
