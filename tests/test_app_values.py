@@ -135,3 +135,41 @@ def test_a_loaded_configs_wrong_fields_are_each_named_in_the_form(runs):
     assert start(at).disabled
     notice = " ".join(i.value for i in at.info)
     assert "train.loss = 'hinge'" in notice, notice
+
+
+def sweeps(rows: list[dict] | None = None) -> AppTest:
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    if rows is not None:
+        at.session_state["sweeps_rows"] = rows  # the space table's first rows (AppTest cannot type in it)
+    at.switch_page("views/sweeps.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_sweep_budget_of_zero_is_said_as_typed_and_holds_launch(runs):
+    at = sweeps()
+    launch = lambda: at.button(key="sweeps_launch")  # noqa: E731
+    assert not messages(at) and not launch().disabled
+    assert all(n.min is None for n in at.number_input)  # a browser would keep the old value of a typed 0
+    at.number_input(key="sweeps_trials").set_value(0)
+    at.number_input(key="sweeps_epochs").set_value(0).run()
+    got = messages(at)
+    assert "Trials = 0: must be a positive integer" in got and "Epochs per trial = 0: must be a positive integer" in got
+    assert launch().disabled
+
+
+def test_every_bad_space_row_is_named_in_plain_words_before_launch(runs):
+    rows = [
+        {"setting": "beta", "kind": "log", "range": "abc"},
+        {"setting": "lr", "kind": "log", "range": "0:1"},
+        {"setting": "split", "kind": "choice", "range": "fc1|fc3"},
+        {"setting": "z_lr", "kind": "log", "range": "0.01:1"},
+    ]
+    at = sweeps(rows)
+    got = messages(at)
+    assert len(got) == 3, got
+    assert got[0].startswith("Row 1 (beta, log) = 'abc'") and "LOW:HIGH" in got[0]
+    assert got[1].startswith("Row 2 (lr, log)") and "low > 0" in got[1]
+    assert got[2].startswith("Row 3 (split, choice)") and "'fc3'" in got[2] and "last layer" in got[2]
+    assert not any("--space" in m for m in got)  # not the command line's syntax
+    assert at.button(key="sweeps_launch").disabled
