@@ -1,8 +1,14 @@
 """Settings: the one way to declare one, its help and its rules, and the one check of them.
 
 A setting is a dataclass field made by :func:`setting`: its default, a one-line ``help`` (the
-CLI's ``--help`` and ``admm methods``, the dashboard's tooltips) and the rules :func:`check_fields`
-applies, read from the field's metadata:
+CLI's ``--help`` and ``admm methods``, the dashboard's tooltips), how the dashboard shows it, and the
+rules :func:`check_fields` applies, read from the field's metadata:
+
+    label="ζ — Z-step size"   its name on screen (the paper's symbol first where it has one; the
+                       code name is in the help); default: the name in words ("Chunk size")
+    when={"z_step": "scaled"}  it applies only while these other settings of the record have
+                       these values (a value, a tuple of values, or a test of the value): the form
+                       shows it then only
 
     choices=(…)        the value is one of them
     min=, max=         bounds (ints: ``min`` defaults to 1, and no int exceeds :data:`MAX_INT`;
@@ -27,7 +33,7 @@ from typing import Any
 
 from ..errors import ConfigError, check
 
-__all__ = ["MAX_INT", "setting", "check_fields", "described", "parse_sets", "parse_widths", "parse_numbers"]
+__all__ = ["MAX_INT", "applies", "setting", "check_fields", "described", "parse_sets", "parse_widths", "parse_numbers"]
 
 # the largest integer a browser's number holds exactly (2**53 - 1): above it a link's or a typed
 # value is not the value the page shows, so no int setting goes past it (issue 53)
@@ -98,17 +104,35 @@ def check_fields(obj, prefix: str) -> None:
 
 
 def described(cls) -> list[dict]:
-    """[{name, default, help, type, choices}] of a settings dataclass, for menus and ``--help``."""
+    """[{name, label, default, help, type, choices, when}] of a settings dataclass, for menus and ``--help``."""
     return [
         {
             "name": f.name,
+            "label": f.metadata.get("label") or f.name.replace("_", " ").capitalize(),
             "default": f.default,
             "help": f.metadata.get("help", ""),
             "type": type(f.default).__name__,
             "choices": f.metadata.get("choices"),
+            "when": f.metadata.get("when") or {},
         }
         for f in dataclasses.fields(cls)
     ]
+
+
+def applies(when: dict, values: dict) -> bool:
+    """Whether a setting with this ``when`` applies while the other settings hold ``values``."""
+    for name, cond in (when or {}).items():
+        v = values.get(name)
+        if callable(cond):
+            try:
+                ok = bool(cond(v))
+            except (TypeError, ValueError):
+                ok = False
+        else:
+            ok = v in (cond if isinstance(cond, tuple) else (cond,))
+        if not ok:
+            return False
+    return True
 
 
 def parse_sets(flags) -> dict:

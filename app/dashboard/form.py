@@ -88,6 +88,9 @@ class FormField:
     disabled_if: dict | None = None
 
     def enabled(self, form: dict) -> bool:
+        if self.kind == "split":  # an end-to-end method has no blocks: its split is ignored
+            rec = METHODS.get(form.get("method"))
+            return rec is None or rec.uses_blocks
         if self.path in SIZE_PATHS:  # the architecture's record says which size fields it reads
             arch = ARCHS.get(form.get("arch"))
             return arch is not None and self.path.split(".", 1)[1] in arch.sizes

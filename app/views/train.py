@@ -231,9 +231,16 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
 
 
 def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
+    """A row of fields; their messages below the row, at the row's width (a column of a radio is
+    ten characters wide: a message there reads one word a line)."""
+    mine = {ff.key: notes.pop(ff.key) for ff in fields if ff.key in notes}
     for col, ff in zip(st.columns([WEIGHT.get(f.kind, 1.0) for f in fields]), fields):
         with col:
             field_widget(ff, form, notes, datasets)
+    for key in (ff.key for ff in fields):
+        if key in mine:
+            notes[key] = mine[key]
+            note(notes, key)
 
 
 def validate(datasets: list[str]) -> tuple[dict, F.FormCheck, dict]:
@@ -290,7 +297,14 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
     known = {"data", "network", "method", "train"}
     method = ss[K + "method"]
     cls = METHODS[method]
-    settings = cls.settings()
+    # the settings that apply now (the record says which: not the duals of gotmare, not power_steps
+    # with a fixed Z step, ...), and any other with a message; the rest keep their values unseen
+    values = {s["name"]: form.get(F.MP + s["name"]) for s in cls.settings()}
+    applying = {s["name"] for s in cls.shown_settings(values)}
+    settings = [s for s in cls.settings() if s["name"] in applying or F.MP + s["name"] in notes]
+    for s in cls.settings():
+        if s not in settings and (k := wkey(F.MP + s["name"], method)) in ss:
+            ss[k] = ss[k]  # an undrawn widget's value is dropped by Streamlit unless set as plain state
     more_settings = settings[MAIN_SETTINGS:]
     with st.container(border=True):
         st.markdown("**Method and training**")
@@ -327,8 +341,8 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
             key = wkey(F.MP + s["name"], method)
             cols = grid if i < MAIN_SETTINGS else more_grid
             with cols[(i if i < MAIN_SETTINGS else i - MAIN_SETTINGS) % 4]:
-                label = f"{s['name']}"
-                help_text = f"{s['help']} (default {s['default']!r})"
+                label = s["label"]  # the paper's symbol and plain words; the code name is the help's
+                help_text = f"{s['help']}. Setting `{s['name']}`, default {F.fmt_number(s['default'])}."
                 if s["choices"] is not None:
                     st.selectbox(label, list(s["choices"]), key=key, help=help_text)
                 elif s["type"] == "bool":
@@ -352,7 +366,8 @@ def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
         return
     try:
         arch, hidden, width = F.network_of(form)
-        blocks = F.describe_blocks(arch, hidden, form["split"], form["data"], width)
+        split = form["split"] if uses_blocks else []  # end to end: one network, T = 1, as the caption says
+        blocks = F.describe_blocks(arch, hidden, split, form["data"], width)
     except (ConfigError, DataError, OSError) as e:  # a diagram is a nicety; never a traceback
         st.caption(f"(no block diagram: {e})")
         return

@@ -1,0 +1,104 @@
+"""The Train form in a user's words (issue 53 item 4): method settings under plain labels from
+their records (the paper's symbol first where it has one, the code name in the help), only the
+settings that apply to the method shown, no registry names in the help, readable messages, and a
+block diagram that agrees with its caption. AppTest pages on an empty runs folder."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from admm_core.spec.methods import METHODS, names_for
+
+APP = Path(__file__).resolve().parent.parent / "app"
+KINDS = ("selectbox", "number_input", "checkbox", "text_input")
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
+    return tmp_path
+
+
+def page(query: dict | None = None, method: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.run()
+    if method:
+        unfold(at, method)
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def unfold(at, method: str) -> AppTest:
+    """Every folded setting drawn (AppTest does not keep an expander open across a widget's change)."""
+    at.session_state["train_more_open"] = True
+    at.session_state[f"mp_more_open.{method}"] = True
+    return at.run()
+
+
+def settings_widgets(at, method: str) -> dict:
+    prefix = f"f.mp.{method}."
+    return {w.key[len(prefix) :]: w for kind in KINDS for w in getattr(at, kind) if w.key.startswith(prefix)}
+
+
+def test_method_settings_carry_their_records_labels_and_the_code_name_in_the_help(runs):
+    got = settings_widgets(page(method="block-admm"), "block-admm")
+    assert got["z_lr"].label == "ζ — Z-step size" and "`z_lr`" in got["z_lr"].help
+    assert got["beta"].label.startswith("β") and got["lr"].label.startswith("η")
+    fields = {f.name: f for f in dataclasses.fields(METHODS["block-admm"])}
+    for name, w in got.items():  # the label is the record's, not a table of the page's
+        assert w.label == fields[name].metadata["label"], name
+        assert "_" not in w.label and f"`{name}`" in w.help, (name, w.label)
+
+
+@pytest.mark.parametrize("method", [m for m in names_for("network") if m != "block-admm"])
+def test_no_setting_of_any_method_shows_its_code_name(runs, method):
+    got = settings_widgets(page({"method": method}, method), method)
+    assert got, method
+    assert all("_" not in w.label and f"`{name}`" in w.help for name, w in got.items()), {
+        n: w.label for n, w in got.items()
+    }
+
+
+def test_settings_that_do_not_apply_are_not_shown(runs):
+    gotmare = settings_widgets(page({"method": "gotmare"}, "gotmare"), "gotmare")
+    assert not {"u_init", "u_init_scale", "dual_lr", "dual_theta"} & set(gotmare)  # no duals: U ≡ 0
+    assert {"beta", "z_lr", "primal_steps"} <= set(gotmare)
+    at = page(method="block-admm")
+    shown = settings_widgets(at, "block-admm")
+    assert "power_steps" not in shown and "z_start" not in shown and "rho_c" not in shown
+    at.selectbox(key="f.mp.block-admm.z_step").set_value("scaled").run()
+    unfold(at, "block-admm").selectbox(key="f.mp.block-admm.z_schedule").set_value("minibatch").run()
+    unfold(at, "block-admm").checkbox(key="f.mp.block-admm.adaptive_rho").check().run()
+    shown = settings_widgets(unfold(at, "block-admm"), "block-admm")
+    assert {"power_steps", "power_every", "z_start", "theta_input", "dual_theta", "rho_c", "beta_max"} <= set(shown)
+
+
+def test_the_network_help_is_plain_and_the_resnet_on_digits_message_is_readable(runs):
+    at = page()
+    assert not any("admm_core" in (w.help or "") for w in at.radio), [w.help for w in at.radio]
+    at.radio(key="f.arch").set_value("resnet18").run()
+    msg = next(e.value for e in at.error if e.value.startswith("model.arch"))
+    assert "flat vectors of 64 numbers" in msg and "Choose an image data set" in msg, msg
+    # drawn below the row, at the row's width: not in the radio's narrow column
+    assert not [e for c in at.columns for e in c.error if e.value.startswith("model.arch")]
+    assert at.button(key="start").disabled
+
+
+def _boxes(at) -> int:
+    (chart,) = at.get("graphviz_chart")
+    return chart.proto.spec.count("shape=box")
+
+
+def test_an_end_to_end_method_draws_one_block_as_its_caption_says(runs):
+    at = page()
+    assert _boxes(at) == 3  # block-admm, split after fc1 and fc2: T = 3
+    at.selectbox(key="f.method").set_value("adam").run()
+    assert _boxes(at) == 1
+    caption = " ".join(c.value for c in at.caption)
+    assert "T = 1 block(s)" in caption and at.multiselect(key="f.split").disabled
