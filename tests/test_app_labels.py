@@ -102,3 +102,40 @@ def test_an_end_to_end_method_draws_one_block_as_its_caption_says(runs):
     assert _boxes(at) == 1
     caption = " ".join(c.value for c in at.caption)
     assert "T = 1 block(s)" in caption and at.multiselect(key="f.split").disabled
+
+
+def test_form_rows_hold_at_most_five_fields_as_even_as_can_be():
+    """At 1440 px ten fields in one row cut their labels ("Evaluat e every", "Au…" for augment)."""
+    from app.dashboard import form as F
+
+    assert [len(r) for r in F.rows(list(range(10)))] == [5, 5]
+    assert [len(r) for r in F.rows(list(range(7)))] == [4, 3]
+    assert [len(r) for r in F.rows(list(range(4)))] == [4] and F.rows([]) == []
+    assert [len(r) for r in F.rows(list(range(11)))] == [4, 4, 3]
+    groups = F.groups()
+    assert all(len(r) <= F.ROW_MAX for g in ("data", "network") for r in F.rows(groups[g]))
+
+
+def test_the_preset_box_says_when_its_values_were_edited(runs):
+    at = page()
+    assert at.selectbox(key="f.preset").options[at.selectbox(key="f.preset").index] == "digits-mlp"
+    at.number_input(key="f.epochs").set_value(7).run()
+    box = at.selectbox(key="f.preset")
+    assert box.value == "digits-mlp" and box.options[box.index] == "digits-mlp (edited)"
+    box.set_value("mnist5k-mlp").run()  # picking a preset again: its own values, not edited
+    box = at.selectbox(key="f.preset")
+    assert box.options[box.index] == "mnist5k-mlp"
+
+
+def test_a_diverged_run_is_offered_a_new_start_not_resume(runs):
+    import json
+
+    run = runs / "div"
+    run.mkdir()
+    cfg = {"method": "sgd", "train": {"epochs": 3}}
+    (run / "config.json").write_text(json.dumps(cfg))
+    (run / "status.json").write_text(json.dumps({"state": "diverged", "error": "loss is nan at epoch 1"}))
+    at = page({"run": "div"})
+    keys = {b.key for b in at.button}
+    assert "live_resume" not in keys and "live_load" in keys, keys
+    assert any("diverged" in e.value for e in at.error)

@@ -268,6 +268,17 @@ def groups() -> dict[str, list[FormField]]:
     return out
 
 
+ROW_MAX = 5  # fields in one row of the form: at 1440 px with the sidebar, more cut labels ("Evaluat e every", "Au…")
+
+
+def rows(fields: list, most: int = ROW_MAX) -> list[list]:
+    """``fields`` in rows of at most ``most``, as even as can be (7 -> 4 + 3, 10 -> 5 + 5)."""
+    if not fields:
+        return []
+    size = -(-len(fields) // -(-len(fields) // most))
+    return [fields[i : i + size] for i in range(0, len(fields), size)]
+
+
 def max_run_bytes() -> int:
     """Largest estimated run memory Start accepts: ``$ADMM_DASH_MAX_RUN_GB``, else 80% of this machine's RAM."""
     gb = os.environ.get("ADMM_DASH_MAX_RUN_GB")
@@ -530,6 +541,25 @@ def form_from_dict(d: dict) -> tuple[dict, list[str]]:
         given.append(MP + k)
     form[GIVEN] = sorted(given)
     return form, notes
+
+
+def preset_edited(form: dict, cfg: RunConfig | None) -> bool:
+    """Whether the form's run is no longer the preset it names (a value edited since it was picked;
+    a form with a wrong field is not the preset either). False for no preset."""
+    preset, method = form.get("preset"), form.get("method", DEFAULT_METHOD)
+    if preset in (None, NO_PRESET) or preset not in PRESETS or method not in METHODS:
+        return False
+    if cfg is None:
+        return True
+    ref = preset_config(preset, method)
+    mine, theirs = cfg.to_dict(), ref.to_dict()
+    mine.pop("method_params"), theirs.pop("method_params")
+    # the default split written out equals None; explicit defaults of the method equal omitted ones
+    for d, c in ((mine, cfg), (theirs, ref)):
+        d["model"]["split"] = list(split_options(c.model.arch, c.model.hidden, c.model.width)[1])
+        if c.model.split is not None:
+            d["model"]["split"] = list(c.model.split)
+    return mine != theirs or cfg.method_settings != ref.method_settings or form.get("processes", 1) != 1
 
 
 def default_form(preset: str = DEFAULT_PRESET, method: str = DEFAULT_METHOD) -> dict:

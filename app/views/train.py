@@ -211,7 +211,8 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
     kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form), "on_change": ON_CHANGE.get(ff.key)}
     if ff.kind in ("select", "radio"):
         opts = F.choices(ff, form, datasets)
-        fmt = lambda v: F.label_of(ff, v)
+        edited = ff.menu == "presets" and ss.get("preset_edited")  # its values changed since it was picked
+        fmt = lambda v: F.label_of(ff, v) + (" (edited)" if edited and v == form.get(ff.key) else "")
         if ff.kind == "radio":
             st.radio(ff.label, opts, horizontal=True, format_func=fmt, **kw)
         else:
@@ -231,8 +232,14 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
 
 
 def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
-    """A row of fields; their messages below the row, at the row's width (a column of a radio is
-    ten characters wide: a message there reads one word a line)."""
+    """Fields in rows of at most :data:`dashboard.form.ROW_MAX`, as even as can be; their messages
+    below each row, at the row's width (a column of a radio is ten characters wide: a message there
+    reads one word a line)."""
+    for row in F.rows(fields):
+        _row(row, form, notes, datasets)
+
+
+def _row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
     mine = {ff.key: notes.pop(ff.key) for ff in fields if ff.key in notes}
     for col, ff in zip(st.columns([WEIGHT.get(f.kind, 1.0) for f in fields]), fields):
         with col:
@@ -255,6 +262,7 @@ def validate(datasets: list[str]) -> tuple[dict, F.FormCheck, dict]:
             ss[key] = F.method_fields(method)[F.MP + s["name"]]
     form = _ordered_form()  # every value as given: a wrong one is said under its field, never dropped
     got = F.check_form(form, datasets)
+    ss["preset_edited"] = F.preset_edited(form, got.cfg)
     # allowed, but said: an absurd learning rate / step size, more processes than cores
     notes = {k: ("warning", m) for k, m in got.warnings.items()} | {k: ("error", m) for k, m in got.errors.items()}
     return form, got, notes
