@@ -173,3 +173,10 @@ def test_every_bad_space_row_is_named_in_plain_words_before_launch(runs):
     assert got[2].startswith("Row 3 (split, choice)") and "'fc3'" in got[2] and "last layer" in got[2]
     assert not any("--space" in m for m in got)  # not the command line's syntax
     assert at.button(key="sweeps_launch").disabled
+
+
+def test_a_link_naming_another_network_without_a_split_gets_that_networks_default_split(runs):
+    """?arch=resnet18 alone: the ResNet's default split (conv3_x), not the MLP's fc1, fc2 said wrong."""
+    at = page({"arch": "resnet18", "data": "cifar10", "preset": "none"})
+    assert at.multiselect(key="f.split").value == ["conv3_x"]
+    assert not [m for m in messages(at) if m.startswith("model.split")]

@@ -861,6 +861,12 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
                 warnings.append(
                     f"{ff.key} = {q[ff.key]!r} in the link does not read as {ff.kind}; kept {form.get(ff.key)}"
                 )
+    if "split" not in q and any(k in q for k in NETWORK_KEYS):  # another network: its default split
+        try:
+            form["split"] = split_options(*network_of(form))[1]
+            form[GIVEN] = [k for k in form.get(GIVEN) or () if k != "split"]
+        except (ConfigError, KeyError, TypeError):
+            pass
     settings = {s["name"]: s for s in METHODS[method].settings()}
     for k, v in q.items():
         if not k.startswith("m."):
