@@ -645,9 +645,16 @@ def test_heatmaps_page_works_out_of_the_box_with_the_shipped_models(env_runs, mo
     no_exceptions(at)
     fig = at.get("plotly_chart")[0].proto.spec
     assert fig.count("S[") >= 4  # the default four components, one panel each
+    r4 = widget(at, "multiselect", "hm_comps.shipped:deepfacto-r4").value
     widget(at, "selectbox", "hm_model").set_value("shipped:deepfacto-r32").run()
     no_exceptions(at)
-    assert "r = 32" in widget(at, "multiselect", "hm_comps").label
+    comps = widget(at, "multiselect", "hm_comps.shipped:deepfacto-r32")
+    assert "r = 32" in comps.label
+    # the r = 32 model's own most used rows, not the r = 4 model's picks kept (issue 53 item 7)
+    from app.dashboard.scorer import scorer
+
+    _, order = scorer().info("shipped:deepfacto-r32")
+    assert comps.value == order[:4] and (comps.value != r4 or order[:4] == r4)
 
 
 def test_heatmaps_page_lists_deepfacto_runs_and_checks_uploads(tmp_path, monkeypatch):

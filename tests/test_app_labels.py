@@ -139,3 +139,31 @@ def test_a_diverged_run_is_offered_a_new_start_not_resume(runs):
     keys = {b.key for b in at.button}
     assert "live_resume" not in keys and "live_load" in keys, keys
     assert any("diverged" in e.value for e in at.error)
+
+
+def test_runs_page_shows_the_whole_setup_and_says_saved_beside_save(runs):
+    """The run's configuration with the method's defaults written out (config.json keeps only the
+    settings given), and "Saved." under the Save button, not at the top of the page."""
+    import json
+
+    from admm_core.spec.presets import preset_config
+
+    run = runs / "r1"
+    run.mkdir()
+    cfg = preset_config("digits-mlp", "block-admm")
+    (run / "config.json").write_text(cfg.to_json())
+    (run / "status.json").write_text(json.dumps({"state": "finished", "epochs": 30}))
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    at.query_params["run"] = "r1"
+    at.run().switch_page("views/runs.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = next(j.value for j in at.json if "method_params" in j.value)
+    shown = json.loads(shown) if isinstance(shown, str) else shown
+    params = shown["method_params"]
+    assert set(params) == {s["name"] for s in METHODS["block-admm"].settings()}  # every setting
+    assert params["chunk_size"] == 8192 and "chunk_size" not in cfg.method_params  # a default, shown
+    (expander,) = [e for e in at.expander if e.label == "Name, tags and note"]
+    at.text_input(key="meta_name.r1").set_value("first try")
+    at.button(key="meta_save.r1").click().run()
+    (expander,) = [e for e in at.expander if e.label == "Name, tags and note"]
+    assert [s.value for s in expander.success] == ["Saved."]

@@ -7,6 +7,7 @@ fragment, so they never disagree. The picked run is the dashboard's one selectio
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -17,6 +18,7 @@ import streamlit as st
 
 from admm_core.errors import ConfigError
 from admm_core.rundir import file_stamp, read_metrics_cached
+from admm_core.spec.config import RunConfig
 from admm_core.spec.resources import human as human_bytes
 from app import ui
 from app.dashboard import charts as C
@@ -49,9 +51,9 @@ def _do_save_meta(name):
             ss.get(f"meta_tags.{name}", ""),
             ss.get(f"meta_note.{name}", ""),
         )
-        ss["notice"] = f"Saved name, tags and note of {name}."
+        ss[f"meta_said.{name}"] = ("ok", "Saved.")  # said beside the button, not at the page's top
     except (ConfigError, OSError) as e:
-        ss["notice"] = f"Not saved: {e}"
+        ss[f"meta_said.{name}"] = ("error", f"Not saved: {e}")
 
 
 def _last_test(r: dict) -> float | None:
@@ -171,6 +173,8 @@ def details(r: dict) -> None:
             st.text_input("Tags (comma-separated)", value=", ".join(meta["tags"]), key=f"meta_tags.{name}")
             st.text_area("Note", value=meta["note"], key=f"meta_note.{name}", max_chars=M.MAX_NOTE, height=80)
             st.button("Save", key=f"meta_save.{name}", on_click=_do_save_meta, args=(name,))
+            if said := ss.pop(f"meta_said.{name}", None):
+                (st.success if said[0] == "ok" else st.error)(said[1])
         d = st.columns(2)
         d[0].download_button(
             "config.json",
@@ -204,11 +208,24 @@ def details(r: dict) -> None:
         metrics = read_metrics_cached(run_dir)
         if metrics:
             st.plotly_chart(C.accuracy_figure(metrics), key="runs_acc", config=ui.PLOTLY_CONFIG)
-        with st.expander("config.json", expanded=not metrics):
-            st.json(cfg)
+        with st.expander("Configuration", expanded=not metrics):
+            full = full_config(cfg)
+            if full is not cfg:
+                st.caption("Every setting, those left at their defaults included (config.json records only the rest).")
+            st.json(full)
         if r.get("summary"):
             with st.expander("summary.json"):
                 st.json(r["summary"])
+
+
+def full_config(cfg: dict) -> dict:
+    """The run's whole setup: config.json with the method's settings left at their defaults written
+    out too (config.json keeps only those given); config.json itself where it does not read."""
+    try:
+        run = RunConfig.from_dict(cfg)
+    except (ConfigError, TypeError, ValueError):
+        return cfg
+    return {**run.to_dict(), "method_params": dataclasses.asdict(run.method_settings)}
 
 
 def _file_bytes(path: Path) -> bytes:
