@@ -180,3 +180,17 @@ def test_a_link_naming_another_network_without_a_split_gets_that_networks_defaul
     at = page({"arch": "resnet18", "data": "cifar10", "preset": "none"})
     assert at.multiselect(key="f.split").value == ["conv3_x"]
     assert not [m for m in messages(at) if m.startswith("model.split")]
+
+
+def test_a_link_value_no_widget_can_hold_holds_start_until_its_field_is_edited(runs):
+    """?epochs=abc, ?loss=hinge, ?m.z_step=x: each named under its field (the widget keeps its value),
+    Start off until that field is edited; never a silent fallback to the widget's value."""
+    at = page({"epochs": "abc", "loss": "hinge", "m.z_step": "x"})
+    got = messages(at)
+    for needle in ("train.epochs = 'abc' in the link", "train.loss = 'hinge' in the link", "z_step = 'x' in the link"):
+        assert any(needle in m for m in got), (needle, got)
+    assert start(at).disabled
+    at.number_input(key="f.epochs").set_value(5).run()
+    at.selectbox(key="f.loss").set_value("ce").run()
+    at.selectbox(key="f.mp.block-admm.z_step").set_value("scaled").run()
+    assert not messages(at) and not start(at).disabled

@@ -46,6 +46,7 @@ NO_PRESET = "none"
 DEFAULT_PRESET = "digits-mlp"
 MP = "mp."  # prefix of method-setting fields
 GIVEN = "_given"  # the method settings and split a loaded config gave explicitly (not a widget)
+LINK = "_link"  # {field: message} of a link's values no widget can hold: errors until that field is edited
 __all__ = [
     "FIELDS",
     "FormCheck",
@@ -697,6 +698,10 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
     too, so a wrong epoch count does not hide a wrong split — then the page's memory limit.
     ``available``: the data sets present (default: looked up under the data root).
     """
+    link = dict(form.get(LINK) or {})
+    if link:  # a link's values no widget could hold: their fields' errors, with the rest checked too
+        got = check_form({k: v for k, v in form.items() if k != LINK}, available)
+        return FormCheck(None, {**got.errors, **link}, got.warnings, got.estimate)
     cfg, errors, partial = _read(form)
     target = cfg or partial
     if target is None:
@@ -853,13 +858,21 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
         form.update(method_fields(method, fresh))
         form[GIVEN] = sorted(MP + k for k in fresh) + [k for k in form.get(GIVEN, ()) if not k.startswith(MP)]
     form["preset"], form["method"] = preset, method
+    # a value no widget can hold (text for a number, a name not in a menu) is an error of its field,
+    # holding Start until that field is edited: never dropped for the widget's value without a word
+    link: dict[str, str] = {}
     for ff in _shown():
         if ff.key in q and ff.key not in ("preset", "method"):
             try:
-                form[ff.key] = _from_text(ff, q[ff.key])
-            except ValueError:
-                warnings.append(
-                    f"{ff.key} = {q[ff.key]!r} in the link does not read as {ff.kind}; kept {form.get(ff.key)}"
+                value = _from_text(ff, q[ff.key])
+                if ff.kind in ("select", "radio") and ff.menu != "datasets" and value not in choices(ff, form):
+                    raise ValueError(f"choose from {choices(ff, form)}")
+                form[ff.key] = value
+            except ValueError as e:
+                why = str(e) if str(e).startswith("choose") else f"not {_KIND_WORDS.get(ff.kind, 'a value here')}"
+                link[ff.key] = (
+                    f"{ff.path or ff.key} = {q[ff.key]!r} in the link: {why}; the field shows "
+                    f"{form.get(ff.key)!r} (edit it to go on)"
                 )
     if "split" not in q and any(k in q for k in NETWORK_KEYS):  # another network: its default split
         try:
@@ -876,18 +889,29 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
         if s is None:
             warnings.append(f"{method} has no setting {name!r} (from the link); ignored")
             continue
-        if s["choices"] is not None or s["type"] == "str":
+        shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
+        if s["choices"] is not None and v not in s["choices"]:
+            link[MP + name] = f"{method}.{name} = {v!r} in the link: choose from {list(s['choices'])}; {shows}"
+        elif s["choices"] is not None or s["type"] == "str":
             form[MP + name] = v
         elif s["type"] == "bool":
-            form[MP + name] = v.lower() in ("true", "1", "yes")
+            if v.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                link[MP + name] = f"{method}.{name} = {v!r} in the link: not true or false; {shows}"
+            else:
+                form[MP + name] = v.lower() in ("true", "1", "yes")
         elif s["type"] == "int":
             try:
                 form[MP + name] = int(v)
             except ValueError:
-                warnings.append(f"{method}.{name} = {v!r} in the link is not an integer; ignored")
+                link[MP + name] = f"{method}.{name} = {v!r} in the link: not a whole number; {shows}"
         else:
             form[MP + name] = v
+    if link:
+        form[LINK] = link
     return form, warnings
+
+
+_KIND_WORDS = {"int": "a whole number", "float": "a number", "check": "true or false"}
 
 
 def query_keys(method: str | None = None) -> set[str]:

@@ -58,7 +58,7 @@ def set_form(form: dict) -> None:
 
 def read_form() -> dict:
     method = ss.get(K + "method", F.DEFAULT_METHOD)
-    out = {k: ss[K + k] for k in [f.key for f in F.FIELDS] + [F.GIVEN] if K + k in ss}
+    out = {k: ss[K + k] for k in [f.key for f in F.FIELDS] + [F.GIVEN, F.LINK] if K + k in ss}
     for s in METHODS[method].settings():
         key = wkey(F.MP + s["name"], method)
         if key in ss:
@@ -104,6 +104,19 @@ def on_split():
     except (ConfigError, KeyError, TypeError):
         return
     ss[key] = sorted(ss.get(key) or [], key=lambda s: allowed.index(s) if s in allowed else len(allowed))
+
+
+def edited(field: str, then=None):
+    """The on_change of a field: a link's error about it goes (the user has edited it), then ``then``."""
+
+    def callback():
+        link = ss.get(K + F.LINK) or {}
+        if field in link:
+            ss[K + F.LINK] = {k: v for k, v in link.items() if k != field}
+        if then is not None:
+            then()
+
+    return callback
 
 
 def on_start():
@@ -208,11 +221,12 @@ def note(notes: dict, field: str) -> None:
 def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) -> None:
     """The widget of one config field, as its metadata declares it; its message below."""
     key = K + ff.key
-    kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form), "on_change": ON_CHANGE.get(ff.key)}
+    kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form)}
+    kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
     if ff.kind in ("select", "radio"):
         opts = F.choices(ff, form, datasets)
-        edited = ff.menu == "presets" and ss.get("preset_edited")  # its values changed since it was picked
-        fmt = lambda v: F.label_of(ff, v) + (" (edited)" if edited and v == form.get(ff.key) else "")
+        changed = ff.menu == "presets" and ss.get("preset_edited")  # its values changed since it was picked
+        fmt = lambda v: F.label_of(ff, v) + (" (edited)" if changed and v == form.get(ff.key) else "")
         if ff.kind == "radio":
             st.radio(ff.label, opts, horizontal=True, format_func=fmt, **kw)
         else:
@@ -351,19 +365,15 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
             with cols[(i if i < MAIN_SETTINGS else i - MAIN_SETTINGS) % 4]:
                 label = s["label"]  # the paper's symbol and plain words; the code name is the help's
                 help_text = f"{s['help']}. Setting `{s['name']}`, default {F.fmt_number(s['default'])}."
+                kw = {"key": key, "help": help_text, "on_change": edited(F.MP + s["name"])}
                 if s["choices"] is not None:
-                    st.selectbox(label, list(s["choices"]), key=key, help=help_text)
+                    st.selectbox(label, list(s["choices"]), **kw)
                 elif s["type"] == "bool":
-                    st.checkbox(label, key=key, help=help_text)
+                    st.checkbox(label, **kw)
                 elif s["type"] == "int":
-                    st.number_input(label, key=key, step=1, help=help_text)
+                    st.number_input(label, step=1, **kw)
                 else:
-                    st.text_input(
-                        label,
-                        key=key,
-                        help=help_text
-                        + ("; one value per block, comma-separated, is allowed" if s["name"] == "beta" else ""),
-                    )
+                    st.text_input(label, **kw)
                 note(notes, F.MP + s["name"])
 
 
