@@ -194,3 +194,25 @@ def test_a_link_value_no_widget_can_hold_holds_start_until_its_field_is_edited(r
     at.selectbox(key="f.loss").set_value("ce").run()
     at.selectbox(key="f.mp.block-admm.z_step").set_value("scaled").run()
     assert not messages(at) and not start(at).disabled
+
+
+def test_a_study_of_three_trials_says_its_importances_are_noise_and_shows_percent(runs):
+    """Sweeps page on a study of three complete trials (added directly, nothing trained): the best
+    accuracy in % as the other pages show it, and a caveat on importances."""
+    import optuna
+
+    from admm_core import sweep as S
+
+    spec = S.SweepSpec(name="three", preset="digits-mlp", method="block-admm", space=["beta=log:0.1:10"], trials=3)
+    storage = S.open_storage(S.default_storage(runs))
+    study = S.create_or_resume(spec, "three", storage)[0]
+    beta = optuna.distributions.FloatDistribution(0.1, 10, log=True)
+    for b, acc in [(0.5, 0.9), (1.0, 0.9512), (2.0, 0.93)]:
+        study.add_trial(optuna.trial.create_trial(params={"beta": b}, distributions={"beta": beta}, value=acc))
+    at = sweeps()
+    text = " ".join(m.value for m in at.markdown)
+    assert "best_test_accuracy = **95.12 %**" in text, text
+    table = next(d for d in at.dataframe if "trial" in d.value.columns)
+    assert sorted(table.value["value"].dropna().round(2)) == [90.0, 93.0, 95.12]  # (the queued preset trial: none)
+    warned = [w.value for w in at.warning]
+    assert any("Fitted on 3 complete trials" in w for w in warned), warned

@@ -190,15 +190,33 @@ def _make_figures(url: str, name: str, finished: tuple) -> dict:
     return out
 
 
+FEW_TRIALS = 10  # importances fitted on fewer complete trials than this are mostly noise
+
+
 def _figures(study):
     finished = tuple(t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+    complete = sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
     figs = _make_figures(storage_url, study.study_name, finished)
     for tab, (title, fig) in zip(st.tabs(list(figs)), figs.items()):
         with tab:
             if isinstance(fig, str):
                 st.caption(fig)
-            else:
-                st.plotly_chart(fig, key=f"sweeps_fig_{title}", config=ui.PLOTLY_CONFIG)
+                continue
+            if title == "Parameter importances" and complete < FEW_TRIALS:
+                st.warning(
+                    f"Fitted on {complete} complete trial{'s' * (complete != 1)}: with fewer than {FEW_TRIALS}, "
+                    "these importances are mostly noise — run more trials before reading them."
+                )
+            st.plotly_chart(fig, key=f"sweeps_fig_{title}", config=ui.PLOTLY_CONFIG)
+
+
+def objective_text(objective: str | None, value) -> str:
+    """An objective's value in the page's units: accuracy in %, seconds to one decimal."""
+    if value is None:
+        return "–"
+    if objective == "best_test_accuracy":
+        return f"{100 * value:.2f} %"
+    return f"{value:.1f} s" if (objective or "").endswith("_s") else f"{value:.4g}"
 
 
 names = S.study_names(storage)
@@ -239,11 +257,16 @@ def study_view(study_name: str):
         best = None
     if best is not None:
         params = ", ".join(f"{k} = {S.fmt_value(v)}" for k, v in best.params.items())
-        st.markdown(f"best trial **{best.number}**: {spec.get('objective')} = **{best.value:.4f}** ({params})")
+        value = objective_text(spec.get("objective"), best.value)
+        st.markdown(f"best trial **{best.number}**: {spec.get('objective')} = **{value}** ({params})")
     rows = S.trials_table(study)
     if rows:
         df = pd.DataFrame(rows).drop(columns=["run_dir"])
-        st.dataframe(df, hide_index=True, width="stretch", key="sweeps_trials")
+        columns = {"seconds": st.column_config.NumberColumn("seconds", format="%.1f")}
+        if spec.get("objective") == "best_test_accuracy":  # the page's unit for accuracy: %
+            df["value"] = df["value"] * 100
+            columns["value"] = st.column_config.NumberColumn("test %", format="%.2f")
+        st.dataframe(df, hide_index=True, width="stretch", key="sweeps_trials", column_config=columns)
         _figures(study)
     else:
         st.caption("No trials yet; the worker is starting.")
