@@ -167,3 +167,14 @@ def test_runs_page_shows_the_whole_setup_and_says_saved_beside_save(runs):
     at.button(key="meta_save.r1").click().run()
     (expander,) = [e for e in at.expander if e.label == "Name, tags and note"]
     assert [s.value for s in expander.success] == ["Saved."]
+
+
+def test_deepfacto_settings_carry_their_records_labels(runs):
+    """The DeepFacto form's labels come from its records too (no table of them in app/)."""
+    from app.dashboard import deepfacto_form as D
+
+    at = page({"mode": D.MODE})
+    got = {w.key[len(D.PREFIX) :]: w for kind in KINDS for w in getattr(at, kind) if w.key.startswith(D.PREFIX)}
+    assert got["rank"].label == "NMF rank r" and got["z_lr"].label == "ζ — Z₂ step size"
+    assert "`z_lr`" in got["z_lr"].help
+    assert all("_" not in w.label for w in got.values()), {n: w.label for n, w in got.items() if "_" in w.label}

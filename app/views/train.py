@@ -457,7 +457,7 @@ def read_deepfacto() -> dict:
 
 
 def _df_widget(name: str, slots: dict) -> None:
-    key, label, help_text = D.PREFIX + name, D.LABELS.get(name, name), D.help_of(name)
+    key, label, help_text = D.PREFIX + name, D.label_of(name), D.help_of(name)
     if name in D.MENUS:
         st.selectbox(label, list(D.MENUS[name]), key=key, help=help_text)
     elif name in D.NUMBERS:
