@@ -216,3 +216,10 @@ def test_a_study_of_three_trials_says_its_importances_are_noise_and_shows_percen
     assert sorted(table.value["value"].dropna().round(2)) == [90.0, 93.0, 95.12]  # (the queued preset trial: none)
     warned = [w.value for w in at.warning]
     assert any("Fitted on 3 complete trials" in w for w in warned), warned
+
+
+def test_a_preset_picked_after_a_bad_link_clears_the_links_errors(runs):
+    at = page({"epochs": "abc"})
+    assert start(at).disabled
+    at.selectbox(key="f.preset").set_value("mnist5k-mlp").run()
+    assert not [m for m in messages(at) if "in the link" in m]

@@ -73,10 +73,13 @@ def on_preset():
     preset, method = ss[K + "preset"], ss[K + "method"]
     if preset != F.NO_PRESET:
         set_form(F.default_form(preset, method))
+        ss.pop(K + F.LINK, None)  # every field filled again: a link's errors about them are gone
 
 
 def on_method():
     preset, method = ss[K + "preset"], ss[K + "method"]
+    link = ss.get(K + F.LINK) or {}  # the old method's settings are not the form's any more
+    ss[K + F.LINK] = {k: v for k, v in link.items() if not k.startswith(F.MP)}
     given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]  # the split's mark stays
     if preset != F.NO_PRESET:
         fresh = F.default_form(preset, method)
@@ -165,6 +168,7 @@ def _load_config(cfg: dict) -> None:
     # what no widget can hold is said here
     form, problems = F.form_from_dict(cfg)
     set_form(form)
+    ss.pop(K + F.LINK, None)  # the loaded config replaces what a link gave
     ss["form_notice"] = "Loaded the run's configuration into the form." + (
         " Not loaded: " + " · ".join(problems) if problems else ""
     )
