@@ -178,3 +178,19 @@ def test_deepfacto_settings_carry_their_records_labels(runs):
     assert got["rank"].label == "NMF rank r" and got["z_lr"].label == "ζ — Z₂ step size"
     assert "`z_lr`" in got["z_lr"].help
     assert all("_" not in w.label for w in got.values()), {n: w.label for n, w in got.items() if "_" in w.label}
+
+
+def test_runs_table_has_started_and_duration_columns(runs):
+    import json
+
+    run = runs / "r2"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"method": "sgd", "train": {"epochs": 2}}))
+    t0 = 1_780_000_000.0
+    status = {"state": "finished", "epochs": 2, "started": t0, "updated": t0 + 3725.0, "elapsed_s": 3724.6}
+    (run / "status.json").write_text(json.dumps(status))
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    at.run().switch_page("views/runs.py").run()
+    df = next(d.value for d in at.dataframe if "run" in d.value.columns)
+    row = df[df["run"] == "r2"].iloc[0]
+    assert row["duration"] == "1 h 02 min" and row["started"].startswith("2026-")

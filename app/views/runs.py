@@ -33,6 +33,20 @@ def _when(ts) -> str:
     return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
 
 
+def duration_text(st_: dict) -> str:
+    """How long the run has gone: from its (last) start to its end or last update ("1 h 02 min")."""
+    start, end = st_.get("started"), st_.get("updated")
+    sec = st_.get("elapsed_s")
+    if sec is None and isinstance(start, (int, float)) and isinstance(end, (int, float)):
+        sec = end - start
+    if not isinstance(sec, (int, float)) or sec < 0:
+        return "—"
+    sec = int(round(sec))
+    if sec >= 3600:
+        return f"{sec // 3600} h {sec % 3600 // 60:02d} min"
+    return f"{sec // 60} min {sec % 60:02d} s" if sec >= 60 else f"{sec} s"
+
+
 def _do_delete(name):
     try:
         W.delete_run(ui.runs_root() / name)
@@ -109,6 +123,8 @@ def table(runs: list[dict]) -> str | None:
                 "epoch": f"{ui.done_epochs(r['dir'], st_)}/{st_.get('epochs') or (cfg.get('train') or {}).get('epochs', '?')}",
                 "test %": _last_test(r),
                 "size": human_bytes(W.dir_size(r["dir"], _size_stamp(st_))),
+                "started": _when(st_.get("started")),
+                "duration": duration_text(st_),
                 "updated": _when(st_.get("updated")),
                 "error": st_.get("error") or "",
                 "note": meta["note"],
@@ -124,7 +140,10 @@ def table(runs: list[dict]) -> str | None:
         on_select="rerun",
         selection_mode="single-row",
         column_config={
-            "test %": st.column_config.NumberColumn(format="%.2f", help="final, or the last evaluation while it runs")
+            "test %": st.column_config.NumberColumn(format="%.2f", help="final, or the last evaluation while it runs"),
+            "duration": st.column_config.TextColumn(
+                help="from its start (a resumed run: its resume) to its end or now"
+            ),
         },
     )
     picked = [rows[i]["run"] for i in (event.selection.rows if event else []) if i < len(rows)]
