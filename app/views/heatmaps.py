@@ -132,10 +132,14 @@ elif source == "Mean training face":
     except (CheckpointError, ConfigError, IndexError) as e:
         st.error(str(e))
 else:
-    # no `type=` filter and a server limit (server.maxUploadSize, 50 MB) above the photo limit: a
-    # file Streamlit's own uploader refuses gets only a red icon there and never reaches this page,
-    # which then kept the previous file's message; these reach it and get one message naming them
-    up = st.file_uploader(f"Your photo (JPEG or PNG, up to {faces.MAX_UPLOAD_MB} MB)", key="hm_upload")
+    # no `type=` filter: a file of another type reaches the page and gets its message naming it. The
+    # widget's own limit is the photo limit, so it says the same number as the label (it said the
+    # server's 50 MB); a file over it is refused in the browser and named there (ui.REFUSED_UPLOAD_JS)
+    up = st.file_uploader(
+        f"Your photo (JPEG or PNG, up to {faces.MAX_UPLOAD_MB} MB)",
+        key="hm_upload",
+        max_upload_size=faces.MAX_UPLOAD_MB,
+    )
     if up is not None:
         try:
             face, box, whole = faces.face_from_upload(faces.upload_bytes(up.name, up.size, up.getvalue))
