@@ -72,6 +72,7 @@ SLOW = {
     "test_browser_heatmaps.py",
     "test_browser_live.py",
     "test_browser_pages.py",
+    "test_browser_values.py",
     "test_app.py::test_a_watched_run_that_ends_gives_one_notice",
     "test_app.py::test_an_absurd_learning_rate_is_warned_not_refused",
     "test_app.py::test_bad_runs_folder_is_one_sidebar_message",

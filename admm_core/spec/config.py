@@ -68,7 +68,9 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str = setting(DEFAULT_ARCH, "the network: a key of the architecture registry (admm_core.spec.archs.ARCHS)")
+    arch: str = setting(
+        DEFAULT_ARCH, "The network to train; the size fields beside it are the ones it reads (an MLP its widths)."
+    )
     hidden: tuple[int, ...] = setting(
         (128, 128), "Comma-separated widths; depth = number of widths + 1 (e.g. 128,128 is 784-128-128-10)."
     )
@@ -144,7 +146,9 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    method: str = setting(DEFAULT_METHOD, "From the engine's method registry.")
+    method: str = setting(
+        DEFAULT_METHOD, "How the network is trained: Block-ADMM (batch or online), or a baseline to compare with."
+    )
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
