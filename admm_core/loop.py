@@ -14,6 +14,9 @@ record. What is trained is a :class:`Task`:
     task.save(run_dir, epoch, wall)           # every checkpoint_every epochs and at the end
     task.finish(run_dir, status, metrics, wall)   # the end-of-run evaluation hook -> summary
 
+Each metrics line also goes to TensorBoard event files beside ``metrics.jsonl`` (:mod:`admm_core.tboard`)
+unless the task's ``tensorboard`` is off.
+
 :class:`admm_core.network.NetworkTask` trains a split network by a method (the engine's runs);
 :class:`admm_core.deepfacto.run.DeepFactoTask` trains DeepFacto and runs its attribute SVMs and
 face verification as its end-of-run hook.
@@ -25,6 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from . import tboard
 from .profile import phase
 from .rundir import append_metrics, read_metrics, reset_metrics, write_text_atomic
 from .status import RunStatus
@@ -50,6 +54,7 @@ class Task:
     checkpoint_every = 1  # a checkpoint every this many steps (and after the last)
     lead = True  # writes config, metrics, status and summary (False: a rank other than 0)
     error_file = "error.txt"  # where a crash's traceback goes
+    tensorboard = True  # TensorBoard event files beside metrics.jsonl (admm_core.tboard)
     stale: tuple = STALE
     should_stop: Callable[[], bool] | None = None  # set by the loop: for tasks that poll inside long work
 
@@ -129,6 +134,7 @@ def run_loop(
     task.should_stop = should_stop
     lead, epochs = task.lead, task.epochs
     status = RunStatus(run_dir, epochs, write=lead, kind=task.kind, **task.status_fields())
+    events = None  # the TensorBoard log, once the start epoch is known
     try:  # from here every failure, a write on a full disk included, ends the run's status
         text = task.config_text(point is not None)
         if lead and text is not None:
@@ -141,6 +147,8 @@ def run_loop(
             start, wall = task.load(run_dir, point)
             if lead:  # the lines logged after the checkpoint go
                 reset_metrics(run_dir, keep_through=start, stale=task.stale)
+        if lead and task.tensorboard:
+            events = tboard.open_for_run(run_dir, start)
         t_start = time.time()
 
         def log(epoch: int) -> dict:
@@ -149,6 +157,8 @@ def run_loop(
             if lead:
                 with phase("metrics"):
                     append_metrics(run_dir, m)
+                if events is not None:
+                    events.write(m)
             if on_progress:
                 on_progress(float(epoch), m)
             return m
@@ -200,3 +210,6 @@ def run_loop(
     except BaseException as e:
         status.crash(e, error_file=task.error_file)
         raise
+    finally:
+        if events is not None:
+            events.close()

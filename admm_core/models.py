@@ -22,7 +22,7 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock
 
 from .errors import ConfigError
-from .spec.archs import ARCHS, needs_image
+from .spec.archs import ARCHS, OWN, OWN_MESSAGE, needs_image
 from .spec.refs import resolve
 
 if TYPE_CHECKING:
@@ -88,6 +88,8 @@ def build_resnet18(in_shape: tuple[int, ...], cfg: ModelConfig, n_out: int) -> O
 def build_layers(cfg: ModelConfig, in_shape: tuple[int, ...], n_out: int) -> OrderedDict[str, nn.Module]:
     """The named layers of ``cfg``'s network: its record's ``build``, initialised as ``cfg.init`` says
     (:func:`init_layers`)."""
+    if cfg.arch == OWN:
+        raise ConfigError(OWN_MESSAGE)
     build = resolve(ARCHS[cfg.arch].build, f"model.arch = {cfg.arch!r}")
     layers = build(tuple(in_shape), cfg, n_out)
     init_layers(layers, cfg.init, cfg.init_std)

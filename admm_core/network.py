@@ -19,15 +19,17 @@ import torch
 
 from . import data as data_mod
 from . import distributed as dist_mod
-from .blocks import build_blocknet
+from .blocks import BlockNet, build_blocknet
 from .checkpoint import load_checkpoint, save_checkpoint
 from .device import machine, resolve_device
-from .errors import check
+from .errors import ConfigError, check
 from .loop import Task, run_loop
 from .losses import get_loss
 from .methods import make_method
 from .methods.base import TrainBatch
+from .spec.archs import OWN, OWN_MESSAGE
 from .spec.config import RunConfig
+from .spec.datasets import OWN_DATA
 from .status import RunStatus
 
 TRAIN_EVAL_LIMIT = 10_000  # train loss/accuracy are measured on the first 10k training samples
@@ -118,13 +120,21 @@ def keep_freed_memory() -> bool:
         return False
 
 
-def build(cfg: RunConfig) -> Session:
-    """Load data, build the split network and the method's initial state (seeded)."""
+def build(cfg: RunConfig, net: BlockNet | None = None, dataset: data_mod.Dataset | None = None) -> Session:
+    """Load data, build the split network and the method's initial state (seeded).
+
+    ``net`` / ``dataset``: a network and data handed over instead of the ones ``cfg`` names (the
+    Python API for a user's own model, :mod:`admm_core.own`; ``model.arch`` / ``data.name`` 'own').
+    """
+    if (cfg.model.arch == OWN and net is None) or (cfg.data.name == OWN_DATA and dataset is None):
+        raise ConfigError(OWN_MESSAGE)
     device = dist_mod.local_device(resolve_device(cfg.train.device))
     keep_freed_memory()
     torch.manual_seed(cfg.train.seed)
-    ds = data_mod.load(cfg.data.name, cfg.data.root, train_limit=cfg.data.train_limit, test_limit=cfg.data.test_limit)
-    net = build_blocknet(cfg.model, ds.input_shape, ds.n_classes, seed=cfg.train.seed).to(device)
+    ds = dataset or data_mod.load(
+        cfg.data.name, cfg.data.root, train_limit=cfg.data.train_limit, test_limit=cfg.data.test_limit
+    )
+    net = (net or build_blocknet(cfg.model, ds.input_shape, ds.n_classes, seed=cfg.train.seed)).to(device)
     method = make_method(cfg.method, cfg.method_settings)  # the run's one method object
     gen = torch.Generator().manual_seed(cfg.train.seed)
     x_train = ds.x_train.to(device)
@@ -215,6 +225,7 @@ class NetworkTask(Task):
         self.epochs = cfg.train.epochs
         self.eval_every = cfg.train.eval_every
         self.checkpoint_every = cfg.train.checkpoint_every
+        self.tensorboard = cfg.train.tensorboard
         self.lead = dist_mod.is_lead()  # under torchrun only rank 0 writes status, metrics and summary
         self.error_file = "error.txt" if self.lead else f"error-rank{dist_mod.rank()}.txt"
         self.factor = getattr(cfg.train, "diverge_factor", 100.0)

@@ -431,6 +431,18 @@ def resume_controls(r: dict, key: str) -> None:
     if state in ACTIVE:
         st.button("Stop", icon=":material/stop:", key=f"{key}_stop", on_click=on_stop, args=(name,), width="stretch")
         return
+    if state == "diverged":  # resumed with the same settings it diverges again: a new run with new ones
+        st.button(
+            "Load into Train",
+            icon=":material/edit:",
+            key=f"{key}_load",
+            on_click=on_load,
+            args=(name,),
+            help="A diverged run is not resumed (its settings would diverge again): load its config, "
+            "lower the step sizes, and start a new run.",
+            width="stretch",
+        )
+        return
     done = done_epochs(r["dir"], r["status"])
     cfg_epochs = int((r["config"].get("train") or {}).get("epochs", 1) or 1)
     target_key = f"{key}_resume_to.{name}"

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import streamlit as st
 
+from admm_core.rundir import file_stamp
 from app import ui
 from app.dashboard import follow as FL
 from app.dashboard import system as S
 from app.dashboard import workers as W
-from app.dashboard.live import file_stamp
 
 ss = st.session_state
 KEY = "worker"  # the fragment's key

@@ -135,4 +135,6 @@ def test_the_form_s_menus_read_the_registries_when_drawn(registered):
     assert field["model.hidden"].enabled(form) and not field["model.width"].enabled(form)  # mlp reads hidden
     form["arch"] = arch
     assert field["model.width"].enabled(form) and not field["model.hidden"].enabled(form)
-    assert F.choices(field["model.split"], form) == ["conv1", "conv2"]
+    # the split's menu: the network's split points, then the form's own entries that are not (said wrong)
+    assert F.choices(field["model.split"], form) == ["conv1", "conv2", "fc1", "fc2"]
+    assert F.choices(field["model.split"], {**form, "split": []}) == ["conv1", "conv2"]

@@ -224,7 +224,9 @@ def test_sweeps_page_lists_the_study_and_its_best_trial(study_root, monkeypatch)
     assert at.selectbox(key="sweeps_study").value == "six"
     best = study.best_trial
     text = " ".join(m.value for m in at.markdown)
-    assert f"best trial **{best.number}**" in text and f"{best.value:.4f}" in text
+    assert (
+        f"best trial **{best.number}**" in text and f"{100 * best.value:.2f} %" in text
+    )  # in %, as the page shows accuracy
     table = next(d.value for d in at.dataframe if "trial" in d.value.columns)  # the trials table
     assert sorted(table["trial"]) == list(range(6))
     assert set(table["run"]) == {Path(t.user_attrs["run_dir"]).name for t in study.trials}

@@ -4,6 +4,7 @@
     admm train --resume runs/<dir>            # continue a stopped run
     admm presets | methods | archs | datasets
     admm evaluate --run runs/<dir>
+    admm export tensorboard runs/<dir> …      # event files for runs that have none
     admm sweep --preset digits-mlp --method block-admm --trials 12 --space 'beta=log:0.1:10'
     admm heatmaps --run RUN --image FACE.jpg --out grid.png
     admm deepfacto bench | evaluate | grid | ship      admm bench ...      admm profile ...
@@ -19,9 +20,9 @@ import sys
 
 from ..errors import ConfigError, DataError
 from ..rundir import os_error_line
-from . import archs, bench, datasets, deepfacto, evaluate, heatmaps, methods, presets, profile, sweep, train
+from . import archs, bench, datasets, deepfacto, evaluate, export, heatmaps, methods, presets, profile, sweep, train
 
-SUBCOMMANDS = (train, presets, methods, archs, datasets, evaluate, bench, profile, deepfacto, sweep, heatmaps)
+SUBCOMMANDS = (train, presets, methods, archs, datasets, evaluate, export, bench, profile, deepfacto, sweep, heatmaps)
 OWN_PARSER = {m.NAME: m for m in (bench, deepfacto, profile)}  # they parse the rest of the line themselves
 
 

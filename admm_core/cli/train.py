@@ -15,8 +15,9 @@ from ..checkpoint import verify_checkpoint
 from ..deepfacto import commands as deepfacto
 from ..rundir import new_run_dir, read_json, read_json_dict, write_text_atomic
 from ..spec import datasets
-from ..spec.archs import archs_for
+from ..spec.archs import OWN, OWN_MESSAGE, archs_for
 from ..spec.config import DEVICES, INITS, LOSSES, ConfigError, RunConfig
+from ..spec.datasets import OWN_DATA
 from ..spec.deepfacto import PRESET as DEEPFACTO_PRESET
 from ..spec.kinds import DEEPFACTO, NETWORK, run_kind
 from ..spec.methods import DEFAULT_METHOD
@@ -81,6 +82,7 @@ def add_parser(sub) -> None:
         "--set", action="append", metavar="NAME=VALUE", help="any method setting, e.g. --set z_optimizer=adam"
     )
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files in the run folder")
     t.add_argument("--rank", type=int, help=f"{DEEPFACTO_PRESET}: NMF rank r (paper: 4, 32, 256)")
     t.add_argument(
         "--backbone-weights",
@@ -133,6 +135,8 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     if a.split is not None:
         ch["model__split"] = tuple(s for s in a.split.split(",") if s) if a.split != "default" else None
     ch.update({f"train__{k}": getattr(a, k) for k in TRAIN_FLAGS if getattr(a, k) is not None})
+    if getattr(a, "no_tensorboard", False):
+        ch["train__tensorboard"] = False
     mp = {k: conv(v) if isinstance(v, str) else v for k, conv in METHOD_FLAGS if (v := getattr(a, k)) is not None}
     mp.update(parse_sets(a.set))
     if mp:
@@ -173,6 +177,8 @@ def _resumed(a) -> tuple[RunConfig, Path]:
         cfg = RunConfig.from_json(text)
     except ConfigError as e:
         raise ConfigError(f"--resume {str(run_dir)!r}: config.json is damaged: {e}") from None
+    if cfg.model.arch == OWN or cfg.data.name == OWN_DATA:
+        raise ConfigError(f"--resume {str(run_dir)!r}: {OWN_MESSAGE}")
     if run_busy(run_dir):  # a live worker trains it (started from a dashboard, or another shell)
         raise RunBusy(f"--resume {str(run_dir)!r}: being trained already; stop it first")
     if (run_dir / "checkpoint.pt").exists():

@@ -118,6 +118,14 @@ def resnet18_table(in_shape: tuple[int, ...], cfg: ModelConfig, n_out: int) -> l
 
 
 DEFAULT_ARCH = "mlp"  # ModelConfig's default
+# A network handed to the Python API (admm_core.own): no record, nothing to rebuild it from a config;
+# its run directory's model.json lists its layers. Only admm_core.own trains or resumes such runs.
+OWN = "own"
+OWN_MESSAGE = (
+    "this run trains a network handed to the Python API (model.arch = 'own'); resume or evaluate it "
+    "from Python with the same module: admm_core.own.resume(model, RUN_DIR) or admm_core.own.evaluate(model, "
+    "RUN_DIR) (docs/your-own-network.md)"
+)
 ARCHS: dict[str, Arch] = {
     "mlp": Arch(
         build="admm_core.models:build_mlp",

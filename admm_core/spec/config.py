@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, check
-from .archs import ARCHS, DEFAULT_ARCH
-from .datasets import DATASETS
+from .archs import ARCHS, DEFAULT_ARCH, OWN
+from .datasets import DATASETS, OWN_DATA
 from .kinds import KINDS
 from .methods import DEFAULT_METHOD, METHODS, make_settings
 from .methods.base import LR_SCHEDULES
@@ -53,7 +53,7 @@ class DataConfig:
 
     def __post_init__(self):
         check(
-            isinstance(self.name, str) and self.name in DATASETS,
+            isinstance(self.name, str) and (self.name in DATASETS or self.name == OWN_DATA),
             "data.name",
             self.name,
             f"unknown data set; choose from {sorted(DATASETS)}",
@@ -69,7 +69,9 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str = setting(DEFAULT_ARCH, "the network: a key of the architecture registry (admm_core.spec.archs.ARCHS)")
+    arch: str = setting(
+        DEFAULT_ARCH, "The network to train; the size fields beside it are the ones it reads (an MLP its widths)."
+    )
     hidden: tuple[int, ...] = setting(
         (128, 128), "Comma-separated widths; depth = number of widths + 1 (e.g. 128,128 is 784-128-128-10)."
     )
@@ -91,7 +93,7 @@ class ModelConfig:
 
     def __post_init__(self):
         check(
-            isinstance(self.arch, str) and self.arch in ARCHS,
+            isinstance(self.arch, str) and (self.arch in ARCHS or self.arch == OWN),
             "model.arch",
             self.arch,
             f"unknown architecture; choose from {sorted(ARCHS)}",
@@ -133,6 +135,9 @@ class TrainConfig:
         "η over the run, the same for every method: constant, or cosine down to 0 at the last epoch",
         choices=LR_SCHEDULES,
     )
+    tensorboard: bool = setting(
+        True, "also write each metrics line as TensorBoard event files in the run folder (docs/tensorboard.md)"
+    )
 
     def __post_init__(self):
         check_fields(self, "train")
@@ -150,7 +155,9 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    method: str = setting(DEFAULT_METHOD, "From the engine's method registry.")
+    method: str = setting(
+        DEFAULT_METHOD, "How the network is trained: Block-ADMM (batch or online), or a baseline to compare with."
+    )
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

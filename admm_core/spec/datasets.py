@@ -74,6 +74,7 @@ class DatasetSpec:
 
 
 DATASETS: dict[str, DatasetSpec] = {}
+OWN_DATA = "own"  # data.name of a run trained on tensors or a Dataset handed to the Python API (admm_core.own)
 
 
 def register_dataset(spec: DatasetSpec) -> DatasetSpec:

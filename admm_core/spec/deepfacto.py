@@ -44,18 +44,27 @@ class DeepFactoConfig(DeepFactoSettings):
     is one outer iteration: every update of the method's docstring over all ``admm_images`` training
     images."""
 
-    seed: int = setting(0, "fixes split, init and draws", min=0)
+    seed: int = setting(0, "fixes split, init and draws", min=0, label="Seed")
     data_root: str | None = setting(None, "folder holding lfw/ (None: $ADMM_DATA, ./data, ../shared/data)")
     image_size: int = setting(
         DATASETS["lfwa"].input_shape[-1],
         "input pixels (the 160×160 crop is resized; default: LFWA's record); Z_1 is C × size/8 × size/8",
         check=False,
+        label="Image size (pixels)",
     )
     test_fraction: float = setting(
-        LFWA_TEST_FRACTION, "share of identities held out (attribute SVM test + verification)", check=False
+        LFWA_TEST_FRACTION,
+        "share of identities held out (attribute SVM test + verification)",
+        check=False,
+        label="Held-out share of people",
     )
     data_limit: int | None = setting(
-        None, "smoke mode: only the first N labelled images (alphabetical by person)", type=int, min=20, none=True
+        None,
+        "smoke mode: only the first N labelled images (alphabetical by person)",
+        type=int,
+        min=20,
+        none=True,
+        label="Labelled images (0 = all)",
     )
     backbone_weights: str | None = setting(None, "a backbone file; None: see backbone_source")
     backbone_source: str = setting(
@@ -64,36 +73,49 @@ class DeepFactoConfig(DeepFactoSettings):
         '(assets/models) when it was trained for exactly these settings and images, else as "train"; '
         '"train" = the one trained here for these settings (cached), trained now if missing',
         choices=BACKBONE_SOURCES,
+        label="Backbone source",
     )
     backbone_epochs: int = setting(
-        30, "epochs of the backbone training (if it is trained here; ≈ 25 min on one CPU core)"
+        30, "epochs of the backbone training (if it is trained here; ≈ 25 min on one CPU core)", label="Backbone epochs"
     )
-    backbone_lr: float = setting(3e-3, "peak Adam lr of that training (one-cycle)")
+    backbone_lr: float = setting(3e-3, "peak Adam lr of that training (one-cycle)", label="Backbone peak step size")
     backbone_id_weight: float = setting(
         1.0,
         "weight of the identity softmax beside the triplet loss (0: triplet only, as in the paper)",
         positive=False,
+        label="Identity-loss weight",
     )
     backbone_width: int = setting(
         16,
         "base width w of a backbone trained here: stages (w, 2w, 4w, 4w); 32 scores higher but costs ~4x",
+        label="Backbone width",
     )
-    admm_images: int = setting(2048, "images Block-ADMM trains on (whole identities with ≥ 2 images, seeded)")
-    warmup_epochs: int = setting(12, "epochs with the backbone frozen", min=0)
-    finetune_epochs: int = setting(1, "epochs that also step the backbone", min=0)
-    batch_size: int = setting(128, "minibatch (identity groups of ≤ 4 images)")
-    eval_images: int = setting(300, "train / test faces of the verification check after every epoch")
-    svm_train_limit: int = setting(20000, "training-identity images the attribute SVMs are fitted on (default: all)")
+    admm_images: int = setting(
+        2048,
+        "images Block-ADMM trains on (whole identities with ≥ 2 images, seeded)",
+        label="Block-ADMM training images",
+    )
+    warmup_epochs: int = setting(12, "epochs with the backbone frozen", min=0, label="Epochs, backbone frozen")
+    finetune_epochs: int = setting(1, "epochs that also step the backbone", min=0, label="Epochs, fine-tuning it")
+    batch_size: int = setting(128, "minibatch (identity groups of ≤ 4 images)", label="Batch size")
+    eval_images: int = setting(
+        300, "train / test faces of the verification check after every epoch", label="Verification faces per epoch"
+    )
+    svm_train_limit: int = setting(
+        20000, "training-identity images the attribute SVMs are fitted on (default: all)", label="SVM training images"
+    )
     svm_c: tuple = setting(
         (1e-4, 1e-3, 1e-2),
         "C of LinearSVC (features standardised first): one value, or candidates chosen per attribute by "
         "2-fold cross-validation over the test people (attribute_svms_cv; a fixed 0.01 overfit r = 256's "
         "2,304 features)",
         check=False,
+        label="SVM C (one, or candidates)",
     )
     svm_grid: int = setting(
         3,
         "S and Z_1 are average-pooled to a g × g grid for the SVMs (the paper's S is r × 3 × 3); 1 = global mean",
+        label="SVM pooling grid g",
     )
     svm_solver: str = setting(
         "newton",
@@ -101,10 +123,13 @@ class DeepFactoConfig(DeepFactoSettings):
         '`device` (deepfacto/svm.py; 2,304 features: ~2 min on 2 cores); "liblinear" = scikit-learn\'s '
         "LinearSVC, one per process (~20 min there; the runs saved before this field used it)",
         choices=SVM_SOLVERS,
+        label="SVM solver",
     )
-    nnls_tol: float = setting(1e-3, "tolerance of the test-time projection (relative KKT violation)")
-    nnls_max_iter: int = setting(300, "iteration cap of the test-time projection")
-    device: str = setting("auto", "auto | cpu | cuda", choices=DEVICES)
+    nnls_tol: float = setting(
+        1e-3, "tolerance of the test-time projection (relative KKT violation)", label="Projection tolerance"
+    )
+    nnls_max_iter: int = setting(300, "iteration cap of the test-time projection", label="Projection iteration cap")
+    device: str = setting("auto", "auto | cpu | cuda", choices=DEVICES, label="Device")
 
     def __post_init__(self):
         check_fields(self, "deepfacto")  # the algorithm's settings and the run's, by their rules

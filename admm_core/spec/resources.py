@@ -27,8 +27,9 @@ from pathlib import Path
 from ..errors import ConfigError, DataError, DeviceError, check
 from . import datasets as data_mod
 from . import device as device_mod
-from .archs import ARCHS, archs_for, linear_chains, validate_split
+from .archs import ARCHS, OWN, OWN_MESSAGE, archs_for, linear_chains, validate_split
 from .config import ModelConfig, RunConfig
+from .datasets import OWN_DATA
 from .methods import METHODS
 from .methods.base import FLOAT_BYTES, StateSizes, per_block
 
@@ -37,12 +38,13 @@ def layers_of(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], int]]:
     """[(layer name, output shape, parameter count)] of the network ``cfg`` describes."""
     ds, arch = data_mod.DATASETS[cfg.data.name], ARCHS[cfg.model.arch]
     shape = ds.input_shape
-    if arch.image_input:
-        check(
-            len(shape) == 3,
-            "model.arch",
-            cfg.model.arch,
-            f"needs image inputs (C, H, W); {cfg.data.name} gives {shape}",
+    if arch.image_input and len(shape) != 3:
+        images = [n for n, d in data_mod.DATASETS.items() if d.kind == ds.kind and len(d.input_shape) == 3]
+        flat = [a.label or n for n, a in ARCHS.items() if a.kind == arch.kind and not a.image_input]
+        raise ConfigError(
+            f"model.arch = {cfg.model.arch!r}: {arch.label or cfg.model.arch} needs image inputs (channels × height "
+            f"× width), and {cfg.data.name} gives {shape}, flat vectors of {math.prod(shape)} numbers. Choose an "
+            f"image data set ({', '.join(images)}) or {' or '.join('the ' + a for a in flat) or 'a network for flat inputs'}."
         )
     return arch.table(shape, cfg.model, ds.n_classes)
 
@@ -199,6 +201,8 @@ def preflight_problems(
 def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=None, n_gpus=None) -> dict:
     """:func:`preflight_problems` with the exceptions themselves (ConfigError, DataError, DeviceError)."""
     out: dict[str, Exception] = {}
+    if cfg.model.arch == OWN or cfg.data.name == OWN_DATA:  # nothing here to rebuild it from
+        return {"model.arch" if cfg.model.arch == OWN else "data.name": ConfigError(OWN_MESSAGE)}
 
     def attempt(key: str, fn, *args):
         try:

@@ -1,11 +1,18 @@
 """Settings: the one way to declare one, its help and its rules, and the one check of them.
 
 A setting is a dataclass field made by :func:`setting`: its default, a one-line ``help`` (the
-CLI's ``--help`` and ``admm methods``, the dashboard's tooltips) and the rules :func:`check_fields`
-applies, read from the field's metadata:
+CLI's ``--help`` and ``admm methods``, the dashboard's tooltips), how the dashboard shows it, and the
+rules :func:`check_fields` applies, read from the field's metadata:
+
+    label="ζ — Z-step size"   its name on screen (the paper's symbol first where it has one; the
+                       code name is in the help); default: the name in words ("Chunk size")
+    when={"z_step": "scaled"}  it applies only while these other settings of the record have
+                       these values (a value, a tuple of values, or a test of the value): the form
+                       shows it then only
 
     choices=(…)        the value is one of them
-    min=, max=         bounds (ints: ``min`` defaults to 1; floats: > 0 unless ``positive=False``, then ≥ 0)
+    min=, max=         bounds (ints: ``min`` defaults to 1, and no int exceeds :data:`MAX_INT`;
+                       floats: > 0 unless ``positive=False``, then ≥ 0)
     per_block=True     a number or one number per block, each > 0 (kept as a tuple)
     none=True          None is allowed too (``type=int`` then says what else it is)
 
@@ -26,7 +33,11 @@ from typing import Any
 
 from ..errors import ConfigError, check
 
-__all__ = ["setting", "check_fields", "described", "parse_sets", "parse_widths", "parse_numbers"]
+__all__ = ["MAX_INT", "applies", "setting", "check_fields", "described", "parse_sets", "parse_widths", "parse_numbers"]
+
+# the largest integer a browser's number holds exactly (2**53 - 1): above it a link's or a typed
+# value is not the value the page shows, so no int setting goes past it (issue 53)
+MAX_INT = 2**53 - 1
 
 
 def setting(default, help: str, **rules):
@@ -55,7 +66,8 @@ def _allowed(kind: type, m) -> tuple[Callable[[Any], bool], str]:
             if hi is not None
             else ("a positive integer" if lo == 1 else f"an integer ≥ {lo}")
         )
-        return (lambda v: _is_int(v) and v >= lo and (hi is None or v <= hi)), what
+        top = MAX_INT if hi is None else hi
+        return (lambda v: _is_int(v) and lo <= v <= top), what
     strict, lo = ("min" not in m and m.get("positive", True)), m.get("min", 0)
     what = f"a number {'>' if strict else '≥'} {lo:g}" + (f" and ≤ {hi:g}" if hi is not None else "")
     return (lambda v: _is_number(v) and (v > lo if strict else v >= lo) and (hi is None or v <= hi)), what
@@ -84,23 +96,43 @@ def check_fields(obj, prefix: str) -> None:
             check(isinstance(v, bool), name, v, "must be true or false")
         elif kind in (int, float):
             ok, what = _allowed(kind, m)
+            if kind is int and _is_int(v) and v > MAX_INT:
+                what += f" no larger than {MAX_INT:,}"
             check(ok(v), name, v, f"must be {what}{orr}")
             if kind is float:
                 object.__setattr__(obj, f.name, float(v))
 
 
 def described(cls) -> list[dict]:
-    """[{name, default, help, type, choices}] of a settings dataclass, for menus and ``--help``."""
+    """[{name, label, default, help, type, choices, when}] of a settings dataclass, for menus and ``--help``."""
     return [
         {
             "name": f.name,
+            "label": f.metadata.get("label") or f.name.replace("_", " ").capitalize(),
             "default": f.default,
             "help": f.metadata.get("help", ""),
             "type": type(f.default).__name__,
             "choices": f.metadata.get("choices"),
+            "when": f.metadata.get("when") or {},
         }
         for f in dataclasses.fields(cls)
     ]
+
+
+def applies(when: dict, values: dict) -> bool:
+    """Whether a setting with this ``when`` applies while the other settings hold ``values``."""
+    for name, cond in (when or {}).items():
+        v = values.get(name)
+        if callable(cond):
+            try:
+                ok = bool(cond(v))
+            except (TypeError, ValueError):
+                ok = False
+        else:
+            ok = v in (cond if isinstance(cond, tuple) else (cond,))
+        if not ok:
+            return False
+    return True
 
 
 def parse_sets(flags) -> dict:
@@ -124,14 +156,23 @@ def parse_sets(flags) -> dict:
 
 
 def parse_widths(text: str, name: str = "model.hidden", min_value: int = 1) -> tuple[int, ...]:
-    """'128, 128' -> (128, 128) (commas or semicolons between; '' -> ()): the one parser of integer
-    lists typed as text (the CLI's ``--hidden``, the form's widths, a sweep's ``hidden=choice:…``).
-    ConfigError naming ``name`` and the text otherwise."""
-    parts = [p.strip() for p in str(text).replace(";", ",").split(",") if p.strip()]
+    """'128, 128' -> (128, 128) (commas or semicolons between): the one parser of integer lists
+    typed as text (the CLI's ``--hidden``, the form's widths, a sweep's ``hidden=choice:…``).
+    ConfigError naming ``name`` and the text otherwise: an empty text, or an empty entry
+    ('128,,128' is not 128-128), is an error, not a shorter list."""
+    example = "e.g. 128,128" if min_value == 1 else "e.g. 0,1,2"
+    parts = [p.strip() for p in str(text).replace(";", ",").split(",")]
+    if parts == [""]:
+        raise ConfigError(f"{name} = {text!r}: empty; write at least one number, {example}")
+    if "" in parts[:-1]:
+        raise ConfigError(
+            f"{name} = {text!r}: an empty entry between commas; write numbers separated by commas, {example}"
+        )
+    parts = [p for p in parts if p]  # one trailing comma ('128,') is harmless
     try:
         vals = tuple(int(p) for p in parts)
     except ValueError:
-        raise ConfigError(f"{name} = {text!r}: write positive integers separated by commas, e.g. 128,128") from None
+        raise ConfigError(f"{name} = {text!r}: write whole numbers separated by commas, {example}") from None
     if any(v < min_value for v in vals):
         raise ConfigError(
             f"{name} = {text!r}: "

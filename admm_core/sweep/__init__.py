@@ -57,12 +57,14 @@ from .space import (
     parse_space,
     preset_values,
     space_names,
+    space_problems,
 )
 from .study import (
     HEARTBEAT_S,
     OBJECTIVES,
     PRUNERS,
     SweepSpec,
+    budget_problems,
     counts,
     create_or_resume,
     default_storage,
@@ -77,7 +79,7 @@ from .study import (
 
 __all__ = [
     "KINDS", "STRUCTURAL", "Dim", "apply_params", "convert", "parse_dim", "parse_space", "preset_values",
-    "space_names", "HEARTBEAT_S", "OBJECTIVES", "PRUNERS", "SweepSpec", "counts", "create_or_resume",
+    "space_names", "space_problems", "budget_problems", "HEARTBEAT_S", "OBJECTIVES", "PRUNERS", "SweepSpec", "counts", "create_or_resume",
     "default_storage", "fail_dead_trials", "load_study", "make_pruner", "open_storage", "remaining",
     "study_names", "worker_study",
     "best_config", "importance_png", "importances", "markdown_report", "trial_time_s", "trials_table",

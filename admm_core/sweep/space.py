@@ -65,9 +65,10 @@ def space_names(method: str) -> list[str]:
     return [s["name"] for s in METHODS[method].settings()] + list(STRUCTURAL)
 
 
-def parse_dim(text: str, method: str) -> Dim:
-    """``NAME=KIND:ARGS`` -> :class:`Dim`; a bad one raises one ConfigError naming it."""
-    field_name = f"--space {text!r}"
+def parse_dim(text: str, method: str, field: str | None = None) -> Dim:
+    """``NAME=KIND:ARGS`` -> :class:`Dim`; a bad one raises one ConfigError naming it (``field``:
+    how the message names the dimension, default ``--space 'TEXT'``; the dashboard names its row)."""
+    field_name = field or f"--space {text!r}"
     check(isinstance(text, str) and "=" in text and ":" in text, field_name, text, "expected NAME=KIND:ARGS")
     name, rest = text.split("=", 1)
     name = name.strip().replace("-", "_")
@@ -84,7 +85,7 @@ def parse_dim(text: str, method: str) -> Dim:
         check(len(set(choices)) == len(choices), field_name, args, "a choice is listed twice")
         return Dim(name, kind, choices=choices)
     parts = args.split(":")
-    check(len(parts) == 2, field_name, args, f"{kind} needs LOW:HIGH")
+    check(len(parts) == 2, field_name, args, f"{kind} needs LOW:HIGH, two numbers such as 0.1:10")
     try:
         low, high = float(parts[0]), float(parts[1])
     except ValueError:
@@ -134,21 +135,48 @@ def apply_params(base: RunConfig, params: dict) -> RunConfig:
 
 
 def parse_space(texts: list[str], base: RunConfig) -> list[Dim]:
-    """Parse and check every dimension; each bound and choice is tried on ``base``."""
+    """Parse and check every dimension; each bound and choice is tried on ``base`` (the first
+    problem raised: the command line's; :func:`space_problems` gives them all)."""
     check(bool(texts), "--space", texts, "give at least one NAME=KIND:ARGS")
-    dims = [parse_dim(t, base.method) for t in texts]
+    dims, problems = space_problems(texts, base)
+    if problems:
+        raise ConfigError(next(iter(problems.values())))
     seen = [d.name for d in dims]
     dup = sorted({n for n in seen if seen.count(n) > 1})
     check(not dup, "--space", dup, "a setting appears twice")
-    for d in dims:
-        values = list(d.choices) if d.kind == "choice" else [d.low, d.high]
-        for v in values:
-            v = int(v) if d.kind in ("int", "logint") else v
-            try:
-                _check_split(apply_params(base, {d.name: v}))
-            except ConfigError as e:
-                raise ConfigError(f"--space {d.spec!r}: value {v!r} is not valid ({e})") from None
     return dims
+
+
+def space_problems(texts: list[str], base: RunConfig, fields: list[str] | None = None) -> tuple[list[Dim], dict]:
+    """Every dimension parsed and tried on ``base`` on its own: (the good ones, {index: message}) —
+    every wrong one at once. ``fields[i]`` names dimension i in its message (default
+    ``--space 'TEXT'``); with ``fields``, a setting given twice is a problem of its later rows."""
+    dims, problems, seen = [], {}, {}
+    for i, text in enumerate(texts):
+        field = fields[i] if fields else None
+        try:
+            d = parse_dim(text, base.method, field)
+            _check_values(d, base, field)
+        except ConfigError as e:
+            problems[i] = str(e)
+            continue
+        if fields and d.name in seen:
+            problems[i] = f"{field}: {d.name!r} is searched already by {fields[seen[d.name]]}; a setting appears once"
+            continue
+        seen[d.name] = i
+        dims.append(d)
+    return dims, problems
+
+
+def _check_values(d: Dim, base: RunConfig, field: str | None = None) -> None:
+    """ConfigError unless each bound and choice of ``d`` makes a valid config of ``base``."""
+    values = list(d.choices) if d.kind == "choice" else [d.low, d.high]
+    for v in values:
+        v = int(v) if d.kind in ("int", "logint") else v
+        try:
+            _check_split(apply_params(base, {d.name: v}))
+        except ConfigError as e:
+            raise ConfigError(f"{field or f'--space {d.spec!r}'}: value {v!r} is not valid ({e})") from None
 
 
 def _check_split(cfg: RunConfig) -> None:

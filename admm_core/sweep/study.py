@@ -12,12 +12,37 @@ from ..errors import ConfigError, check
 from ..rundir import default_runs_dir, read_json, write_json
 from ..spec.config import RunConfig
 from ..spec.presets import preset_config
+from ..spec.settings import MAX_INT
 from ..status import pid_alive
 from .space import Dim, parse_space, preset_values
 
 OBJECTIVES = {"best_test_accuracy": "maximize", "time_to_95_s": "minimize"}
 PRUNERS = ("median", "hyperband", "none")
 HEARTBEAT_S = 60  # Optuna heartbeat: a trial silent for 2 × this is failed by the next worker
+
+
+CLI_NAMES = {"trials": "--trials", "epochs": "--epochs", "train_limit": "--train-limit", "jobs": "--jobs"}
+
+
+def budget_problems(trials, epochs=None, train_limit=None, jobs=1, names: dict | None = None) -> dict[str, str]:
+    """{field: message} for each wrong number of a study's budget (every one at once): trials, epochs
+    per trial and worker processes are positive integers, the training samples a count ≥ 0 (0 or
+    None: all; epochs None: the preset's). ``names``: how the messages name the fields (default the
+    command line's flags; the dashboard gives its labels)."""
+    names = {**CLI_NAMES, **(names or {})}
+    out = {}
+    for key, v, lo in (
+        ("trials", trials, 1),
+        ("epochs", epochs, 1),
+        ("train_limit", train_limit, 0),
+        ("jobs", jobs, 1),
+    ):
+        if v is None and key != "trials":
+            continue
+        if not (isinstance(v, int) and not isinstance(v, bool) and lo <= v <= MAX_INT):
+            what = "a positive integer" if lo == 1 else "a whole number ≥ 0 (0: all)"
+            out[key] = f"{names[key]} = {v!r}: must be {what}"
+    return out
 
 
 @dataclass
@@ -41,8 +66,8 @@ class SweepSpec:
         check(bool(self.name) and "/" not in self.name, "--name", self.name, "a non-empty name without '/'")
         check(self.objective in OBJECTIVES, "--objective", self.objective, f"choose from {list(OBJECTIVES)}")
         check(self.pruner in PRUNERS, "--pruner", self.pruner, f"choose from {list(PRUNERS)}")
-        check(isinstance(self.trials, int) and self.trials > 0, "--trials", self.trials, "must be a positive integer")
-        check(self.epochs is None or self.epochs > 0, "--epochs", self.epochs, "must be a positive integer")
+        for message in budget_problems(self.trials, self.epochs, self.train_limit).values():
+            raise ConfigError(message)
         _ = self.dims  # validates the space against the base config
 
     def base_config(self) -> RunConfig:

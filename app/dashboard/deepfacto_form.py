@@ -70,18 +70,13 @@ RANKS = (4, 32, 256)  # the paper's ranks (any r ≥ 1 may be typed)
 UPLOAD_LIMIT = (
     50 * 10**6
 )  # bytes of an uploaded backbone: the server's per-file cap (.streamlit/config.toml maxUploadSize = 50 MB)
-LABELS = {
-    "rank": "NMF rank r",
-    "warmup_epochs": "Epochs, backbone frozen",
-    "finetune_epochs": "Epochs, fine-tuning it",
-    "admm_images": "Block-ADMM training images",
-    "seed": "Seed",
-    "device": "Device",
-    "backbone_epochs": "Backbone epochs",
-    "backbone_width": "Backbone width",
-    "backbone_source": "Backbone source",
-    "data_limit": "Labelled images (0 = all)",
-}
+
+
+def label_of(name: str) -> str:
+    """A field's name on screen: its record's ``label`` (admm_core/spec/deepfacto.py and the method
+    record), else the name in words."""
+    f = {f.name: f for f in dataclasses.fields(DeepFactoConfig)}.get(name)
+    return (f.metadata.get("label") if f else None) or name.replace("_", " ").capitalize()
 
 
 def grouped(names: list[str]) -> list[tuple[str, list[str]]]:
@@ -98,7 +93,7 @@ def fields() -> list[str]:
 
 def help_of(name: str) -> str:
     d = DeepFactoConfig().to_dict()[name]
-    return f"{field_help().get(name, '')} (default {to_text(d)})".strip()
+    return f"{field_help().get(name, '')}. Setting `{name}`, default {to_text(d)}.".lstrip(". ")
 
 
 def to_text(v) -> str:

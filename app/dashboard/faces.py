@@ -24,7 +24,7 @@ class UploadError(ValueError):
 
 MAX_PIXELS = 40_000_000  # refused above this (40 megapixels): decoding alone would take ~160 MB and seconds
 MAX_SIDE = 2048  # larger images are downscaled to this longest side before face detection
-MAX_UPLOAD_MB = 20  # a photo larger than this is refused by name (Streamlit's own limit, 50 MB, sits above it)
+MAX_UPLOAD_MB = 20  # a photo larger than this is refused: the Heatmaps uploader's own limit, checked here again by name
 
 
 def upload_bytes(name: str, size: int, read) -> bytes:

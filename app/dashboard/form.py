@@ -46,7 +46,18 @@ NO_PRESET = "none"
 DEFAULT_PRESET = "digits-mlp"
 MP = "mp."  # prefix of method-setting fields
 GIVEN = "_given"  # the method settings and split a loaded config gave explicitly (not a widget)
-__all__ = ["FIELDS", "FormField", "MAX_PROCESSES", "config_from_form", "form_from_config", "default_form"]
+LINK = "_link"  # {field: message} of a link's values no widget can hold: errors until that field is edited
+__all__ = [
+    "FIELDS",
+    "FormCheck",
+    "FormField",
+    "MAX_PROCESSES",
+    "check_form",
+    "config_from_form",
+    "form_from_config",
+    "form_from_dict",
+    "default_form",
+]
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,9 @@ class FormField:
     disabled_if: dict | None = None
 
     def enabled(self, form: dict) -> bool:
+        if self.kind == "split":  # an end-to-end method has no blocks: its split is ignored
+            rec = METHODS.get(form.get("method"))
+            return rec is None or rec.uses_blocks
         if self.path in SIZE_PATHS:  # the architecture's record says which size fields it reads
             arch = ARCHS.get(form.get("arch"))
             return arch is not None and self.path.split(".", 1)[1] in arch.sizes
@@ -115,6 +129,7 @@ LAYOUT: dict[str, dict] = {
     "train.eval_every": dict(group="train", label="Evaluate every", step=1),
     "train.checkpoint_every": dict(group="train", label="Checkpoint every", step=1),
     "train.lr_schedule": dict(group="train", label="Θ schedule"),
+    "train.tensorboard": dict(group="more", label="TensorBoard files"),
     "train.precision": dict(group="more", label="Precision"),
     "train.channels_last": dict(group="more", label="channels_last"),
     "train.diverge_factor": dict(group="more", label="Diverge factor", step=10.0),
@@ -210,10 +225,13 @@ def choices(ff: FormField, form: dict | None = None, available: list[str] | None
     if ff.menu == "methods":
         return list(methods_for(NETWORK))  # deepfacto runs with its own task and form
     if ff.kind == "split":
+        # the network's split points, and the form's own entries that are not among them: a link's or
+        # a loaded config's fc9 stays in the widget, so its message says why (never silently dropped)
         try:
-            return split_options(*network_of(form))[0]
+            allowed = split_options(*network_of(form))[0]
         except (ConfigError, KeyError, TypeError):
-            return list(form.get(ff.key) or [])
+            allowed = []
+        return allowed + [s for s in form.get(ff.key) or [] if s not in allowed]
     return list(ff.choices or ())
 
 
@@ -252,6 +270,17 @@ def groups() -> dict[str, list[FormField]]:
         if f.kind != "hidden":
             out.setdefault(f.group, []).append(f)
     return out
+
+
+ROW_MAX = 5  # fields in one row of the form: at 1440 px with the sidebar, more cut labels ("Evaluat e every", "Au…")
+
+
+def rows(fields: list, most: int = ROW_MAX) -> list[list]:
+    """``fields`` in rows of at most ``most``, as even as can be (7 -> 4 + 3, 10 -> 5 + 5)."""
+    if not fields:
+        return []
+    size = -(-len(fields) // -(-len(fields) // most))
+    return [fields[i : i + size] for i in range(0, len(fields), size)]
 
 
 def max_run_bytes() -> int:
@@ -429,6 +458,114 @@ def form_from_config(cfg: RunConfig) -> dict:
     return form
 
 
+def _holds(ff: FormField, w) -> str | None:
+    """Why the widget of ``ff`` cannot hold ``w`` (Streamlit would drop it, or refuse it), else None;
+    a value it can hold but that is wrong is the validation's, said under the field."""
+    if ff.kind in ("select", "radio"):
+        if ff.menu == "datasets":  # the menu keeps the form's own name (choices)
+            return None if isinstance(w, str) else "not a name"
+        menu = ff.choices if ff.menu is None else choices(ff)
+        return None if w in menu else f"choose from {list(menu)}"
+    if ff.kind == "check":
+        return None if isinstance(w, bool) else "must be true or false"
+    if ff.kind == "int":
+        return None if isinstance(w, int) and not isinstance(w, bool) else "must be a whole number"
+    if ff.kind == "float":
+        return None if isinstance(w, (int, float)) and not isinstance(w, bool) else "must be a number"
+    if ff.kind == "split":
+        return None if isinstance(w, list) and all(isinstance(x, str) for x in w) else "must be a list of layer names"
+    if ff.kind == "widths":
+        return None if isinstance(w, str) else "must be a list of widths"
+    return None
+
+
+def form_from_dict(d: dict) -> tuple[dict, list[str]]:
+    """The form of a config's JSON data (a run's config.json, a sweep's best trial), valid or not.
+
+    A valid one is :func:`form_from_config`'s. Otherwise each value goes into its field as it is, so
+    the form's own validation names every wrong one at once under its field and Start waits for
+    them (the rule typed values and links follow); what no widget can hold (a name not in a menu,
+    text for a number, an unknown key) is returned as a message instead: -> (form, messages).
+    """
+    try:
+        return form_from_config(RunConfig.from_dict(d)), []
+    except (ConfigError, TypeError, ValueError):
+        pass
+    notes: list[str] = []
+    d = dict(d) if isinstance(d, dict) else {}
+    d.pop("kind", None)
+    method = d.get("method", DEFAULT_METHOD)
+    if method not in METHODS:
+        notes.append(f"method = {method!r}: unknown method; the form shows {DEFAULT_METHOD}")
+        method = DEFAULT_METHOD
+    form = form_from_config(RunConfig(method=method))
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    notes += [f"{k} = {d[k]!r}: not a setting of a run; ignored" for k in sorted(set(d) - known)]
+    for part in ("data", "model", "train"):
+        sub = d.get(part, {})
+        if not isinstance(sub, dict):
+            notes.append(f"{part} = {sub!r}: must be an object of settings; its fields are the defaults")
+            continue
+        names = {f.path.rpartition(".")[2] for f in FIELDS if f.path.startswith(part + ".")}
+        notes += [f"{part}.{k} = {sub[k]!r}: not a setting of a run; ignored" for k in sorted(set(sub) - names)]
+    for ff in FIELDS:
+        part, _, name = ff.path.rpartition(".")
+        src = d.get(part) if part else d
+        if not ff.path or not isinstance(src, dict) or name not in src:
+            continue
+        v = src[name]
+        if ff.kind == "split" and v is None:
+            continue  # the network's default split (below)
+        w = ",".join(map(str, v)) if ff.kind == "widths" and isinstance(v, (list, tuple)) else _to_widget(ff, v)
+        why = None if ff.kind == "hidden" else _holds(ff, w)
+        if why:
+            notes.append(f"{ff.path} = {v!r}: {why}; the form shows {form[ff.key]!r}")
+        else:
+            form[ff.key] = w
+    given = ["split"] if isinstance((d.get("model") or {}).get("split"), list) else []
+    if not given:
+        try:
+            form["split"] = split_options(*network_of(form))[1]
+        except (ConfigError, KeyError, TypeError):
+            form["split"] = []
+    params = d.get("method_params") or {}
+    settings = {s["name"]: s for s in METHODS[method].settings()}
+    for k, v in params.items() if isinstance(params, dict) else ():
+        s = settings.get(k)
+        if s is None:
+            notes.append(f"{method}.{k} = {v!r}: {method} has no such setting; ignored")
+            continue
+        if s["choices"] is None and s["type"] == "float" and not isinstance(v, str):
+            v = fmt_number(v)  # edited as text; a wrong number is the validation's
+        kind = {"bool": bool, "int": int}.get(s["type"])
+        if (s["choices"] is not None and v not in s["choices"]) or (kind and type(v) is not kind):
+            notes.append(f"{method}.{k} = {v!r}: the widget cannot show it; the form shows {form[MP + k]!r}")
+            continue
+        form[MP + k] = v
+        given.append(MP + k)
+    form[GIVEN] = sorted(given)
+    return form, notes
+
+
+def preset_edited(form: dict, cfg: RunConfig | None) -> bool:
+    """Whether the form's run is no longer the preset it names (a value edited since it was picked;
+    a form with a wrong field is not the preset either). False for no preset."""
+    preset, method = form.get("preset"), form.get("method", DEFAULT_METHOD)
+    if preset in (None, NO_PRESET) or preset not in PRESETS or method not in METHODS:
+        return False
+    if cfg is None:
+        return True
+    ref = preset_config(preset, method)
+    mine, theirs = cfg.to_dict(), ref.to_dict()
+    mine.pop("method_params"), theirs.pop("method_params")
+    # the default split written out equals None; explicit defaults of the method equal omitted ones
+    for d, c in ((mine, cfg), (theirs, ref)):
+        d["model"]["split"] = list(split_options(c.model.arch, c.model.hidden, c.model.width)[1])
+        if c.model.split is not None:
+            d["model"]["split"] = list(c.model.split)
+    return mine != theirs or cfg.method_settings != ref.method_settings or form.get("processes", 1) != 1
+
+
 def default_form(preset: str = DEFAULT_PRESET, method: str = DEFAULT_METHOD) -> dict:
     cfg = preset_config(preset, method) if preset != NO_PRESET else RunConfig(method=method)
     return form_from_config(cfg)
@@ -472,14 +609,37 @@ def _method_params(form: dict, method: str, errors: dict) -> dict:
     return params
 
 
+NETWORK_KEYS = ("arch", "hidden", "width")  # the form fields the network's layers come from
+
+
+@dataclass(frozen=True)
+class FormCheck:
+    """What :func:`check_form` found: ``cfg`` (None unless every field is right), ``errors``
+    {form field: message}, ``warnings`` (allowed, but said), and ``estimate``: the config the
+    memory estimate can still be made of while some fields are wrong (they are not ones the memory
+    depends on: those fields at their defaults; None when one the memory depends on is wrong)."""
+
+    cfg: RunConfig | None
+    errors: dict
+    warnings: dict
+    estimate: RunConfig | None
+
+
 def read_config(form: dict) -> tuple[RunConfig | None, dict[str, str]]:
     """``form`` read back to a config, each field checked on its own by its settings dataclass
     (so every wrong field gets its message); nothing about this machine is checked (see
     :func:`config_from_form`). -> (RunConfig or None, {form field: message})."""
+    cfg, errors, _ = _read(form)
+    return (None if errors else cfg), errors
+
+
+def _read(form: dict) -> tuple[RunConfig | None, dict[str, str], RunConfig | None]:
+    """(config, errors, partial): the config with every wrong field left at its default
+    (``partial``, or None where even that does not make one), for the checks that can still run."""
     errors: dict[str, str] = {}
     method = form.get("method", DEFAULT_METHOD)
     if not isinstance(method, str) or method not in METHODS:
-        return None, {"method": f"method = {method!r}: unknown method; choose from {sorted(METHODS)}"}
+        return None, {"method": f"method = {method!r}: unknown method; choose from {sorted(METHODS)}"}, None
     parts: dict[str, dict] = {"": {}, "data": {}, "model": {}, "train": {}}
     klass = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
     for ff in FIELDS:
@@ -500,48 +660,100 @@ def read_config(form: dict) -> tuple[RunConfig | None, dict[str, str]]:
     preset = parts[""].get("preset")
     if preset is not None and preset not in PRESETS:
         errors["preset"] = f"preset = {preset!r}: unknown preset; choose from {sorted(PRESETS)}"
+        parts[""].pop("preset")
     params = _method_params(form, method, errors)
-    if errors:
-        return None, errors
     model = parts["model"]
-    if "split" not in (form.get(GIVEN) or ()):  # the default split, not given by the config: None
+    if set(NETWORK_KEYS) & set(errors):  # the split names layers of a network this form does not give
+        model.pop("split", None)
+    if "split" not in (form.get(GIVEN) or ()) and "split" in model:  # the default split, not given: None
         try:
-            if model.get("split") == split_options(model["arch"], tuple(model["hidden"]), model.get("width", 64))[1]:
+            arch, hidden = model.get("arch", ModelConfig.arch), tuple(model.get("hidden", ModelConfig.hidden))
+            if model["split"] == split_options(arch, hidden, model.get("width", ModelConfig.width))[1]:
                 model["split"] = None
         except (ConfigError, KeyError):
             pass
+    if errors:  # a setting the method refused: the partial config takes its default
+        params = {k: v for k, v in params.items() if MP + k not in errors}
     try:
         cfg = RunConfig.from_dict(
             {**parts[""], "data": parts["data"], "model": model, "train": parts["train"], "method_params": params}
         )
     except ConfigError as e:
-        return None, {_key_of(str(e), method): str(e)}
-    return cfg, {}
+        if errors:
+            return None, errors, None
+        return None, {_key_of(str(e), method): str(e)}, None
+    return (None, errors, cfg) if errors else (cfg, {}, None)
 
 
 def config_from_form(form: dict, available: list[str] | None = None) -> tuple[RunConfig | None, dict[str, str]]:
-    """Validate ``form`` -> (RunConfig or None, {form field: message}).
+    """Validate ``form`` -> (RunConfig or None, {form field: message}): :func:`check_form`'s."""
+    got = check_form(form, available)
+    return got.cfg, got.errors
 
-    :func:`read_config`, then the engine's :func:`admm_core.spec.resources.preflight_problems` (data set present,
-    split, per-block values, augmentation, processes, memory free here), then the page's memory
-    limit. ``available``: the data sets present (default: looked up under the data root).
+
+def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
+    """Every check of ``form``, every wrong field at once (the one rule of issue 53 for typed values,
+    links and loaded configs alike).
+
+    :func:`read_config` (each field on its own), then the engine's
+    :func:`admm_core.spec.resources.preflight_problems` (data set present, split, per-block values,
+    augmentation, processes, memory free here) — on the config with the wrong fields at their defaults
+    too, so a wrong epoch count does not hide a wrong split — then the page's memory limit.
+    ``available``: the data sets present (default: looked up under the data root).
     """
-    cfg, errors = read_config(form)
-    if cfg is None:
-        return None, errors
-    method = cfg.method
+    link = dict(form.get(LINK) or {})
+    if link:  # a link's values no widget could hold: their fields' errors, with the rest checked too
+        got = check_form({k: v for k, v in form.items() if k != LINK}, available)
+        return FormCheck(None, {**got.errors, **link}, got.warnings, got.estimate)
+    cfg, errors, partial = _read(form)
+    target = cfg or partial
+    if target is None:
+        return FormCheck(None, errors, {}, None)
+    method = target.method
     processes = form.get("processes", 1)
-    for path, msg in preflight_problems(cfg, processes, datasets=available).items():
-        errors.setdefault(path if path in ("memory", "processes") else _key_of(path + " = ", method), msg)
-    if set(errors) - {"memory"}:
-        return None, errors
+    for path, msg in preflight_problems(target, processes, datasets=available).items():
+        key = path if path in ("memory", "processes") else _key_of(path + " = ", method)
+        if partial is not None and key == "memory":
+            continue  # said once the other fields are right (the estimate is shown meanwhile)
+        errors.setdefault(key, msg)
+    warnings = {**step_size_warnings(target), **processes_warnings(target, processes)}
+    sized_by = {*NETWORK_KEYS, "split", "data", "train_limit", "method", "batch_size"}  # what the memory depends on
+    estimate = None if sized_by & set(errors) or any(k.startswith(MP) for k in errors) else target
+    if partial is not None or set(errors) - {"memory"}:
+        return FormCheck(None, errors, warnings, estimate)
     # memory by arithmetic (no network is built): the page's limit, then what is free here (preflight)
     mem = memory_of(cfg)
     if mem["total_bytes"] > max_run_bytes():
         errors["memory"] = memory_message(cfg, mem)
     if not errors and processes > 1 and device_name(cfg.train.device) == "cpu":
         errors.update(processes_memory_errors(processes, mem))
-    return (None if errors else cfg), errors
+    return FormCheck(None if errors else cfg, errors, warnings, estimate)
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity, where the system says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def processes_warnings(cfg: RunConfig, processes, cores: int | None = None) -> dict[str, str]:
+    """{"processes": warning} when more CPU worker processes than cores are asked for: allowed (the
+    processes take turns), but the run is then slower than with one process per core."""
+    cores = cpu_cores() if cores is None else cores
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes <= cores:
+        return {}
+    try:
+        on_cpu = device_name(cfg.train.device) == "cpu"
+    except Exception:  # noqa: BLE001 - a device that is not here has its own message
+        return {}
+    if not on_cpu:
+        return {}
+    return {
+        "processes": f"processes = {processes}: this machine has {cores} CPU core{'s' * (cores != 1)} for the run; "
+        f"more processes than cores take turns, so the run is slower than with {cores}"
+    }
 
 
 def processes_memory_errors(n_proc: int, mem: dict, free: int | None = None) -> dict[str, str]:
@@ -649,14 +861,28 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
         form.update(method_fields(method, fresh))
         form[GIVEN] = sorted(MP + k for k in fresh) + [k for k in form.get(GIVEN, ()) if not k.startswith(MP)]
     form["preset"], form["method"] = preset, method
+    # a value no widget can hold (text for a number, a name not in a menu) is an error of its field,
+    # holding Start until that field is edited: never dropped for the widget's value without a word
+    link: dict[str, str] = {}
     for ff in _shown():
         if ff.key in q and ff.key not in ("preset", "method"):
             try:
-                form[ff.key] = _from_text(ff, q[ff.key])
-            except ValueError:
-                warnings.append(
-                    f"{ff.key} = {q[ff.key]!r} in the link does not read as {ff.kind}; kept {form.get(ff.key)}"
+                value = _from_text(ff, q[ff.key])
+                if ff.kind in ("select", "radio") and ff.menu != "datasets" and value not in choices(ff, form):
+                    raise ValueError(f"choose from {choices(ff, form)}")
+                form[ff.key] = value
+            except ValueError as e:
+                why = str(e) if str(e).startswith("choose") else f"not {_KIND_WORDS.get(ff.kind, 'a value here')}"
+                link[ff.key] = (
+                    f"{ff.path or ff.key} = {q[ff.key]!r} in the link: {why}; the field shows "
+                    f"{form.get(ff.key)!r} (edit it to go on)"
                 )
+    if "split" not in q and any(k in q for k in NETWORK_KEYS):  # another network: its default split
+        try:
+            form["split"] = split_options(*network_of(form))[1]
+            form[GIVEN] = [k for k in form.get(GIVEN) or () if k != "split"]
+        except (ConfigError, KeyError, TypeError):
+            pass
     settings = {s["name"]: s for s in METHODS[method].settings()}
     for k, v in q.items():
         if not k.startswith("m."):
@@ -666,18 +892,29 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
         if s is None:
             warnings.append(f"{method} has no setting {name!r} (from the link); ignored")
             continue
-        if s["choices"] is not None or s["type"] == "str":
+        shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
+        if s["choices"] is not None and v not in s["choices"]:
+            link[MP + name] = f"{method}.{name} = {v!r} in the link: choose from {list(s['choices'])}; {shows}"
+        elif s["choices"] is not None or s["type"] == "str":
             form[MP + name] = v
         elif s["type"] == "bool":
-            form[MP + name] = v.lower() in ("true", "1", "yes")
+            if v.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                link[MP + name] = f"{method}.{name} = {v!r} in the link: not true or false; {shows}"
+            else:
+                form[MP + name] = v.lower() in ("true", "1", "yes")
         elif s["type"] == "int":
             try:
                 form[MP + name] = int(v)
             except ValueError:
-                warnings.append(f"{method}.{name} = {v!r} in the link is not an integer; ignored")
+                link[MP + name] = f"{method}.{name} = {v!r} in the link: not a whole number; {shows}"
         else:
             form[MP + name] = v
+    if link:
+        form[LINK] = link
     return form, warnings
+
+
+_KIND_WORDS = {"int": "a whole number", "float": "a number", "check": "true or false"}
 
 
 def query_keys(method: str | None = None) -> set[str]:

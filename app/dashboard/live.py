@@ -11,17 +11,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from admm_core.rundir import file_stamp
 from app.dashboard import charts as C
 from app.dashboard.workers import state_of
-
-
-def file_stamp(path: Path) -> tuple:
-    """(size, mtime ns) of ``path``; (0, 0) when it is missing: a change means it was written."""
-    try:
-        s = path.stat()
-        return (s.st_size, s.st_mtime_ns)
-    except OSError:
-        return (0, 0)
 
 
 def digest(stamp: object) -> str:

@@ -32,6 +32,7 @@ import threading
 import time
 from pathlib import Path
 
+from admm_core import status as status_mod
 from admm_core.rundir import metrics_since, read_json_dict
 from app.dashboard.live import digest, live_stamp
 from app.dashboard.workers import state_of
@@ -64,14 +65,6 @@ def grant(run_dir: str | Path) -> str:
         return _token_of[key]
 
 
-def done_epochs(status: dict, lines: list[dict]) -> int:
-    """Epochs done: the status, else the last evaluation (a resumed run is 'starting' again)."""
-    done = int(status.get("epoch") or 0)
-    if (status.get("state") == "starting" or not done) and lines:
-        done = max(done, int(lines[-1].get("epoch") or 0))
-    return done
-
-
 def panel_status(run_dir: Path, lines: list[dict], status: dict | None = None) -> dict:
     """What the panel shows beside the charts: state, the progress bar's fraction and text, the
     latest test accuracy (None before the first line). ``status``: :func:`state_of` as already read."""
@@ -84,12 +77,12 @@ def panel_status(run_dir: Path, lines: list[dict], status: dict | None = None) -
     epochs = status.get("epochs")
     if not epochs:
         epochs = (read_json_dict(Path(run_dir) / "config.json").get("train") or {}).get("epochs") or 0
-    frac, text = progress_text(state, status, done_epochs(status, lines), int(epochs), lines)
+    frac, text = progress_text(state, status, status_mod.done_epochs(status, lines), int(epochs), lines)
     last = lines[-1] if lines else {}
     acc = last.get("test_accuracy")
     return {
         "state": state,
-        "live": state in ("starting", "running"),
+        "live": state in status_mod.ACTIVE,
         "progress": round(frac, 4),
         "text": text,
         "test": None if not C._finite(acc) else f"test {100 * acc:.2f}% at epoch {last.get('epoch', '?')}",

@@ -118,7 +118,8 @@ if source == "LFW test faces":
         c = st.columns([2, 1])
         person = c[0].selectbox(f"Person ({len(people)} held out of this model's training)", people, key="hm_person")
         images = [Path(f) for f in held[person]]
-        idx = c[1].number_input("Image", min_value=1, max_value=max(1, len(images)), value=1, key="hm_idx") - 1
+        label = f"Image (of {len(images)})"
+        idx = c[1].number_input(label, min_value=1, max_value=max(1, len(images)), value=1, key=f"hm_idx.{person}") - 1
         if images:
             try:
                 face = faces.read_image(images[int(idx)].read_bytes())
@@ -131,10 +132,14 @@ elif source == "Mean training face":
     except (CheckpointError, ConfigError, IndexError) as e:
         st.error(str(e))
 else:
-    # no `type=` filter and a server limit (server.maxUploadSize, 50 MB) above the photo limit: a
-    # file Streamlit's own uploader refuses gets only a red icon there and never reaches this page,
-    # which then kept the previous file's message; these reach it and get one message naming them
-    up = st.file_uploader(f"Your photo (JPEG or PNG, up to {faces.MAX_UPLOAD_MB} MB)", key="hm_upload")
+    # no `type=` filter: a file of another type reaches the page and gets its message naming it. The
+    # widget's own limit is the photo limit, so it says the same number as the label (it said the
+    # server's 50 MB); a file over it is refused in the browser and named there (ui.REFUSED_UPLOAD_JS)
+    up = st.file_uploader(
+        f"Your photo (JPEG or PNG, up to {faces.MAX_UPLOAD_MB} MB)",
+        key="hm_upload",
+        max_upload_size=faces.MAX_UPLOAD_MB,
+    )
     if up is not None:
         try:
             face, box, whole = faces.face_from_upload(faces.upload_bytes(up.name, up.size, up.getvalue))
@@ -156,8 +161,12 @@ except (OSError, ConfigError, DataError, CheckpointError, KeyError, ValueError, 
     st.warning(f"This model cannot be used: {e}" if is_shipped else f"This run has no usable DeepFacto model yet: {e}")
     st.stop()
 c = st.columns([3, 1])
+# picks per model: switching from r = 4 to r = 32 shows the r = 32 model's most used rows, not r = 4's
 comps = c[0].multiselect(
-    f"Components (NMF rank r = {rank}; default: the most used)", list(range(rank)), default=default, key="hm_comps"
+    f"Components (NMF rank r = {rank}; default: the most used)",
+    list(range(rank)),
+    default=default,
+    key=f"hm_comps.{ref}",
 )
 # the slider's value outlives the runs where it is not drawn (no face yet, other source)
 ss["hm_opacity"] = ss.get("hm_opacity_keep", 0.5)

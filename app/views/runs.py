@@ -7,6 +7,7 @@ fragment, so they never disagree. The picked run is the dashboard's one selectio
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -17,6 +18,7 @@ import streamlit as st
 
 from admm_core.errors import ConfigError
 from admm_core.rundir import file_stamp, read_metrics_cached
+from admm_core.spec.config import RunConfig
 from admm_core.spec.resources import human as human_bytes
 from app import ui
 from app.dashboard import charts as C
@@ -29,6 +31,20 @@ ss = st.session_state
 
 def _when(ts) -> str:
     return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
+
+
+def duration_text(st_: dict) -> str:
+    """How long the run has gone: from its (last) start to its end or last update ("1 h 02 min")."""
+    start, end = st_.get("started"), st_.get("updated")
+    sec = st_.get("elapsed_s")
+    if sec is None and isinstance(start, (int, float)) and isinstance(end, (int, float)):
+        sec = end - start
+    if not isinstance(sec, (int, float)) or sec < 0:
+        return "—"
+    sec = int(round(sec))
+    if sec >= 3600:
+        return f"{sec // 3600} h {sec % 3600 // 60:02d} min"
+    return f"{sec // 60} min {sec % 60:02d} s" if sec >= 60 else f"{sec} s"
 
 
 def _do_delete(name):
@@ -49,9 +65,9 @@ def _do_save_meta(name):
             ss.get(f"meta_tags.{name}", ""),
             ss.get(f"meta_note.{name}", ""),
         )
-        ss["notice"] = f"Saved name, tags and note of {name}."
+        ss[f"meta_said.{name}"] = ("ok", "Saved.")  # said beside the button, not at the page's top
     except (ConfigError, OSError) as e:
-        ss["notice"] = f"Not saved: {e}"
+        ss[f"meta_said.{name}"] = ("error", f"Not saved: {e}")
 
 
 def _last_test(r: dict) -> float | None:
@@ -107,6 +123,8 @@ def table(runs: list[dict]) -> str | None:
                 "epoch": f"{ui.done_epochs(r['dir'], st_)}/{st_.get('epochs') or (cfg.get('train') or {}).get('epochs', '?')}",
                 "test %": _last_test(r),
                 "size": human_bytes(W.dir_size(r["dir"], _size_stamp(st_))),
+                "started": _when(st_.get("started")),
+                "duration": duration_text(st_),
                 "updated": _when(st_.get("updated")),
                 "error": st_.get("error") or "",
                 "note": meta["note"],
@@ -122,7 +140,10 @@ def table(runs: list[dict]) -> str | None:
         on_select="rerun",
         selection_mode="single-row",
         column_config={
-            "test %": st.column_config.NumberColumn(format="%.2f", help="final, or the last evaluation while it runs")
+            "test %": st.column_config.NumberColumn(format="%.2f", help="final, or the last evaluation while it runs"),
+            "duration": st.column_config.TextColumn(
+                help="from its start (a resumed run: its resume) to its end or now"
+            ),
         },
     )
     picked = [rows[i]["run"] for i in (event.selection.rows if event else []) if i < len(rows)]
@@ -171,6 +192,8 @@ def details(r: dict) -> None:
             st.text_input("Tags (comma-separated)", value=", ".join(meta["tags"]), key=f"meta_tags.{name}")
             st.text_area("Note", value=meta["note"], key=f"meta_note.{name}", max_chars=M.MAX_NOTE, height=80)
             st.button("Save", key=f"meta_save.{name}", on_click=_do_save_meta, args=(name,))
+            if said := ss.pop(f"meta_said.{name}", None):
+                (st.success if said[0] == "ok" else st.error)(said[1])
         d = st.columns(2)
         d[0].download_button(
             "config.json",
@@ -204,11 +227,24 @@ def details(r: dict) -> None:
         metrics = read_metrics_cached(run_dir)
         if metrics:
             st.plotly_chart(C.accuracy_figure(metrics), key="runs_acc", config=ui.PLOTLY_CONFIG)
-        with st.expander("config.json", expanded=not metrics):
-            st.json(cfg)
+        with st.expander("Configuration", expanded=not metrics):
+            full = full_config(cfg)
+            if full is not cfg:
+                st.caption("Every setting, those left at their defaults included (config.json records only the rest).")
+            st.json(full)
         if r.get("summary"):
             with st.expander("summary.json"):
                 st.json(r["summary"])
+
+
+def full_config(cfg: dict) -> dict:
+    """The run's whole setup: config.json with the method's settings left at their defaults written
+    out too (config.json keeps only those given); config.json itself where it does not read."""
+    try:
+        run = RunConfig.from_dict(cfg)
+    except (ConfigError, TypeError, ValueError):
+        return cfg
+    return {**run.to_dict(), "method_params": dataclasses.asdict(run.method_settings)}
 
 
 def _file_bytes(path: Path) -> bytes:

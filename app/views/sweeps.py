@@ -18,7 +18,7 @@ from admm_core import sweep as S
 from admm_core.errors import ConfigError
 from admm_core.spec.kinds import NETWORK
 from admm_core.spec.methods import names_for
-from admm_core.spec.presets import PRESETS
+from admm_core.spec.presets import PRESETS, preset_config
 from app import ui
 from app.dashboard.storage import confine_storage_url
 
@@ -55,6 +55,50 @@ DEFAULT_ROWS = [
     {"setting": "lr", "kind": "log", "range": "1e-4:3e-3"},
 ]
 
+LABELS = {
+    "trials": "Trials",
+    "epochs": "Epochs per trial",
+    "jobs": "Worker processes",
+    "train_limit": "Training samples",
+}
+
+
+def space_rows(rows: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
+    """The table's rows as ``NAME=KIND:RANGE`` texts, the names of the rows in messages ("Row 2 (beta,
+    log)"), and the messages of rows with an empty cell."""
+    texts, names, empty = [], [], []
+    for i, r in enumerate(rows.itertuples(), start=1):
+        cells = [("" if pd.isna(v) else str(v).strip()) for v in (r.setting, r.kind, r.range)]
+        name = f"Row {i} ({cells[0] or '?'}, {cells[1] or '?'})"
+        if not all(cells):
+            empty.append(f"{name}: give its setting, its kind and its range")
+            continue
+        texts.append(f"{cells[0]}={cells[1]}:{cells[2]}")
+        names.append(name)
+    return texts, names, empty
+
+
+def launch_problems(preset, method, trials, epochs, jobs, train_limit, name, rows) -> tuple[list[str], list[str]]:
+    """(space texts, every message at once): the budget's numbers, the name, each row of the space
+    (:func:`admm_core.sweep.space_problems`, tried on the preset), as the page shows them while typed."""
+    budget = S.budget_problems(trials, epochs, train_limit, jobs, names=LABELS)
+    out = list(budget.values())
+    name = name.strip()
+    if not name or "/" in name:
+        out.append(f"Study name = {name!r}: give a name without '/'")
+    elif name in S.study_names(storage):
+        out.append(f"Study name = {name!r}: exists already (pick another name)")
+    texts, names, empty = space_rows(rows)
+    out += empty
+    if not texts and not empty:
+        out.append("Search space: add at least one row (a setting, its kind and its range)")
+    base = preset_config(preset, method).shortened(
+        None if "epochs" in budget else epochs, None if "train_limit" in budget else train_limit or None
+    )
+    out += list(S.space_problems(texts, base, names)[1].values())
+    return texts, out
+
+
 with st.expander("New study", expanded=not S.study_names(storage), icon=":material/add:"):
     c = st.columns(4)
     preset = c[0].selectbox("Preset", list(PRESETS), key="sweeps_preset")
@@ -62,19 +106,21 @@ with st.expander("New study", expanded=not S.study_names(storage), icon=":materi
     objective = c[2].selectbox("Objective", list(S.OBJECTIVES), key="sweeps_objective")
     pruner = c[3].selectbox("Pruner", list(S.PRUNERS), key="sweeps_pruner")
     c = st.columns(4)
-    trials = c[0].number_input("Trials", min_value=1, value=12, key="sweeps_trials")
-    epochs = c[1].number_input("Epochs per trial", min_value=1, value=5, key="sweeps_epochs")
-    jobs = c[2].number_input("Worker processes", min_value=1, value=1, key="sweeps_jobs")
+    # no min_value: a browser keeps the old value of a number typed below it without telling the page;
+    # 0 trials is sent and said below, and Launch waits
+    trials = c[0].number_input(LABELS["trials"], value=12, step=1, key="sweeps_trials")
+    epochs = c[1].number_input(LABELS["epochs"], value=5, step=1, key="sweeps_epochs")
+    jobs = c[2].number_input(LABELS["jobs"], value=1, step=1, key="sweeps_jobs")
     train_limit = c[3].number_input(
-        "Training samples (0 = all)", min_value=0, value=0, key="sweeps_train_limit", help="small mode"
+        "Training samples (0 = all)", value=0, step=100, key="sweeps_train_limit", help="small mode"
     )
     name = st.text_input("Study name", value=f"{preset}-{method}-{dt.datetime.now():%Y%m%d-%H%M}", key="sweeps_name")
     st.caption(
-        "Space rows: a setting of the method (or split, hidden, loss, batch_size), a kind "
-        "(log / float / int / logint with range LOW:HIGH, or choice with values A|B|C)."
+        "Each row searches one setting of the method (or split, hidden, loss, batch_size): its kind, and "
+        "its range — LOW:HIGH for log / float / int / logint, or the values A|B|C for choice."
     )
     rows = st.data_editor(
-        pd.DataFrame(DEFAULT_ROWS),
+        pd.DataFrame(ss.get("sweeps_rows") or DEFAULT_ROWS),  # sweeps_rows: the table's first rows
         num_rows="dynamic",
         key="sweeps_space",
         column_config={
@@ -84,12 +130,18 @@ with st.expander("New study", expanded=not S.study_names(storage), icon=":materi
         },
         width="stretch",
     )
-    if st.button("Launch study", icon=":material/rocket_launch:", key="sweeps_launch", type="primary"):
-        space = [f"{r.setting}={r.kind}:{r.range}" for r in rows.dropna().itertuples()]
+    space, problems = launch_problems(preset, method, trials, epochs, jobs, train_limit, name, rows)
+    for message in problems:  # every one at once, as typed
+        st.error(message, icon="⚠️")
+    if st.button(
+        "Launch study",
+        icon=":material/rocket_launch:",
+        key="sweeps_launch",
+        type="primary",
+        disabled=bool(problems),
+    ):
         try:
             check_name = name.strip()
-            if check_name in S.study_names(storage):
-                raise ConfigError(f"study name = {check_name!r}: exists already (pick another name)")
             spec = S.SweepSpec(
                 name=check_name,
                 preset=preset,
@@ -138,15 +190,33 @@ def _make_figures(url: str, name: str, finished: tuple) -> dict:
     return out
 
 
+FEW_TRIALS = 10  # importances fitted on fewer complete trials than this are mostly noise
+
+
 def _figures(study):
     finished = tuple(t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+    complete = sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
     figs = _make_figures(storage_url, study.study_name, finished)
     for tab, (title, fig) in zip(st.tabs(list(figs)), figs.items()):
         with tab:
             if isinstance(fig, str):
                 st.caption(fig)
-            else:
-                st.plotly_chart(fig, key=f"sweeps_fig_{title}", config=ui.PLOTLY_CONFIG)
+                continue
+            if title == "Parameter importances" and complete < FEW_TRIALS:
+                st.warning(
+                    f"Fitted on {complete} complete trial{'s' * (complete != 1)}: with fewer than {FEW_TRIALS}, "
+                    "these importances are mostly noise — run more trials before reading them."
+                )
+            st.plotly_chart(fig, key=f"sweeps_fig_{title}", config=ui.PLOTLY_CONFIG)
+
+
+def objective_text(objective: str | None, value) -> str:
+    """An objective's value in the page's units: accuracy in %, seconds to one decimal."""
+    if value is None:
+        return "–"
+    if objective == "best_test_accuracy":
+        return f"{100 * value:.2f} %"
+    return f"{value:.1f} s" if (objective or "").endswith("_s") else f"{value:.4g}"
 
 
 names = S.study_names(storage)
@@ -187,11 +257,16 @@ def study_view(study_name: str):
         best = None
     if best is not None:
         params = ", ".join(f"{k} = {S.fmt_value(v)}" for k, v in best.params.items())
-        st.markdown(f"best trial **{best.number}**: {spec.get('objective')} = **{best.value:.4f}** ({params})")
+        value = objective_text(spec.get("objective"), best.value)
+        st.markdown(f"best trial **{best.number}**: {spec.get('objective')} = **{value}** ({params})")
     rows = S.trials_table(study)
     if rows:
         df = pd.DataFrame(rows).drop(columns=["run_dir"])
-        st.dataframe(df, hide_index=True, width="stretch", key="sweeps_trials")
+        columns = {"seconds": st.column_config.NumberColumn("seconds", format="%.1f")}
+        if spec.get("objective") == "best_test_accuracy":  # the page's unit for accuracy: %
+            df["value"] = df["value"] * 100
+            columns["value"] = st.column_config.NumberColumn("test %", format="%.2f")
+        st.dataframe(df, hide_index=True, width="stretch", key="sweeps_trials", column_config=columns)
         _figures(study)
     else:
         st.caption("No trials yet; the worker is starting.")

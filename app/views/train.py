@@ -58,7 +58,7 @@ def set_form(form: dict) -> None:
 
 def read_form() -> dict:
     method = ss.get(K + "method", F.DEFAULT_METHOD)
-    out = {k: ss[K + k] for k in [f.key for f in F.FIELDS] + [F.GIVEN] if K + k in ss}
+    out = {k: ss[K + k] for k in [f.key for f in F.FIELDS] + [F.GIVEN, F.LINK] if K + k in ss}
     for s in METHODS[method].settings():
         key = wkey(F.MP + s["name"], method)
         if key in ss:
@@ -73,10 +73,13 @@ def on_preset():
     preset, method = ss[K + "preset"], ss[K + "method"]
     if preset != F.NO_PRESET:
         set_form(F.default_form(preset, method))
+        ss.pop(K + F.LINK, None)  # every field filled again: a link's errors about them are gone
 
 
 def on_method():
     preset, method = ss[K + "preset"], ss[K + "method"]
+    link = ss.get(K + F.LINK) or {}  # the old method's settings are not the form's any more
+    ss[K + F.LINK] = {k: v for k, v in link.items() if not k.startswith(F.MP)}
     given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]  # the split's mark stays
     if preset != F.NO_PRESET:
         fresh = F.default_form(preset, method)
@@ -94,6 +97,29 @@ def on_shape():
         return  # the field shows the message
     ss[K + "split"] = F.split_options(*network)[1]
     ss[K + F.GIVEN] = [k for k in ss.get(K + F.GIVEN) or [] if k != "split"]  # the default split again
+
+
+def on_split():
+    """The split's tags in network order, whatever order they were clicked in (unknown ones last)."""
+    key = K + "split"
+    try:
+        allowed = F.split_options(*F.network_of(read_form()))[0]
+    except (ConfigError, KeyError, TypeError):
+        return
+    ss[key] = sorted(ss.get(key) or [], key=lambda s: allowed.index(s) if s in allowed else len(allowed))
+
+
+def edited(field: str, then=None):
+    """The on_change of a field: a link's error about it goes (the user has edited it), then ``then``."""
+
+    def callback():
+        link = ss.get(K + F.LINK) or {}
+        if field in link:
+            ss[K + F.LINK] = {k: v for k, v in link.items() if k != field}
+        if then is not None:
+            then()
+
+    return callback
 
 
 def on_start():
@@ -138,13 +164,14 @@ def _load_config(cfg: dict) -> None:
         ss["train_mode"] = D.MODE
         ss["form_notice"] = "Loaded the DeepFacto run's settings into the DeepFacto form."
         return
-    try:
-        form = F.form_from_config(RunConfig.from_dict(cfg))
-    except (ConfigError, DataError, KeyError, TypeError, ValueError) as e:  # an old or foreign config
-        ss["form_notice"] = f"Could not load that config into the form: {e}. The form is unchanged."
-        return
+    # valid or not: a wrong value goes into its field, whose message says why (Start waits for it);
+    # what no widget can hold is said here
+    form, problems = F.form_from_dict(cfg)
     set_form(form)
-    ss["form_notice"] = "Loaded the run's configuration into the form."
+    ss.pop(K + F.LINK, None)  # the loaded config replaces what a link gave
+    ss["form_notice"] = "Loaded the run's configuration into the form." + (
+        " Not loaded: " + " · ".join(problems) if problems else ""
+    )
 
 
 def _ordered_form() -> dict:
@@ -184,7 +211,7 @@ def init_form() -> None:
     ui.watched()  # ?run= in a link picks the watched run
 
 
-ON_CHANGE = {"preset": on_preset, "method": on_method, "arch": on_shape, "hidden": on_shape}
+ON_CHANGE = {"preset": on_preset, "method": on_method, "arch": on_shape, "hidden": on_shape, "split": on_split}
 WEIGHT = {"select": 1.2, "radio": 0.9, "split": 2.0, "widths": 1.2, "check": 0.6, "int": 0.8, "float": 0.8}
 
 
@@ -198,70 +225,75 @@ def note(notes: dict, field: str) -> None:
 def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) -> None:
     """The widget of one config field, as its metadata declares it; its message below."""
     key = K + ff.key
-    kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form), "on_change": ON_CHANGE.get(ff.key)}
+    kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form)}
+    kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
     if ff.kind in ("select", "radio"):
         opts = F.choices(ff, form, datasets)
-        fmt = lambda v: F.label_of(ff, v)
+        changed = ff.menu == "presets" and ss.get("preset_edited")  # its values changed since it was picked
+        fmt = lambda v: F.label_of(ff, v) + (" (edited)" if changed and v == form.get(ff.key) else "")
         if ff.kind == "radio":
             st.radio(ff.label, opts, horizontal=True, format_func=fmt, **kw)
         else:
             st.selectbox(ff.label, opts, format_func=fmt, **kw)
-    elif ff.kind == "split":
-        opts = F.choices(ff, form, datasets)
-        ss[key] = [s for s in (ss.get(key) or []) if s in opts]
-        st.multiselect(ff.label, opts, **kw)
+    elif ff.kind == "split":  # the options keep a wrong entry of a link or a loaded config: its message says why
+        st.multiselect(ff.label, F.choices(ff, form, datasets), **kw)
     elif ff.kind == "check":
         st.checkbox(ff.label, **kw)
     elif ff.kind in ("int", "float"):
+        # no min_value / max_value: a browser refuses a typed value outside them without telling the page
+        # (a red outline, the old value kept), so 0 epochs is sent as typed and the field's message says why
         num = int if ff.kind == "int" else float
-        v = ss.get(key)
-        # bounds only while the value is inside them: a link's 0 epochs is said by the message, not an exception
-        inside = isinstance(v, (int, float)) and (ff.min is None or v >= ff.min) and (ff.max is None or v <= ff.max)
-        bounds = {
-            "min_value": num(ff.min) if ff.min is not None else None,
-            "max_value": num(ff.max) if ff.max is not None else None,
-        }
-        st.number_input(ff.label, step=num(ff.step or 1), **(bounds if inside else {}), **kw)
+        st.number_input(ff.label, step=num(ff.step or 1), **kw)
     else:
         st.text_input(ff.label, **kw)
     note(notes, ff.key)
 
 
 def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
+    """Fields in rows of at most :data:`dashboard.form.ROW_MAX`, as even as can be; their messages
+    below each row, at the row's width (a column of a radio is ten characters wide: a message there
+    reads one word a line)."""
+    for row in F.rows(fields):
+        _row(row, form, notes, datasets)
+
+
+def _row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
+    mine = {ff.key: notes.pop(ff.key) for ff in fields if ff.key in notes}
     for col, ff in zip(st.columns([WEIGHT.get(f.kind, 1.0) for f in fields]), fields):
         with col:
             field_widget(ff, form, notes, datasets)
+    for key in (ff.key for ff in fields):
+        if key in mine:
+            notes[key] = mine[key]
+            note(notes, key)
 
 
-def validate(datasets: list[str]) -> tuple[dict, RunConfig | None, dict, dict]:
+def validate(datasets: list[str]) -> tuple[dict, F.FormCheck, dict]:
     """The form as the widgets will show it, checked before any widget is drawn, so each message is
     drawn under its field as the form goes (no placeholder per field: ~40 fewer elements for the
-    browser, issue 36). Returns (form, config or None, errors, notes: field -> (kind, message))."""
+    browser, issue 36). Returns (form, what :func:`dashboard.form.check_form` found, notes: field ->
+    (kind, message))."""
     method = ss[K + "method"]
     for s in METHODS[method].settings():  # a method's settings default to its own
         key = wkey(F.MP + s["name"], method)
         if key not in ss:
             ss[key] = F.method_fields(method)[F.MP + s["name"]]
-    form = read_form()
-    split = next(f for f in F.FIELDS if f.kind == "split")
-    opts = F.choices(split, form, datasets)  # the split keeps only layers of the network shown
-    ss[K + split.key] = [s for s in (ss.get(K + split.key) or []) if s in opts]
-    form = _ordered_form()
-    cfg, errors = F.config_from_form(form, datasets)
-    # allowed, but said: an absurd learning rate / step size ends the run 'diverged'
-    warnings = F.step_size_warnings(cfg) if cfg is not None else {}
-    notes = {k: ("warning", m) for k, m in warnings.items()} | {k: ("error", m) for k, m in errors.items()}
-    return form, cfg, errors, notes
+    form = _ordered_form()  # every value as given: a wrong one is said under its field, never dropped
+    got = F.check_form(form, datasets)
+    ss["preset_edited"] = F.preset_edited(form, got.cfg)
+    # allowed, but said: an absurd learning rate / step size, more processes than cores
+    notes = {k: ("warning", m) for k, m in got.warnings.items()} | {k: ("error", m) for k, m in got.errors.items()}
+    return form, got, notes
 
 
-def form_section(form: dict, cfg: RunConfig | None, errors: dict, notes: dict, datasets: list[str]) -> None:
+def form_section(form: dict, got: F.FormCheck, notes: dict, datasets: list[str]) -> None:
     """Data set, network and split, from the config's fields, then the block diagram."""
     groups = F.groups()
     with st.container(border=True):
         st.markdown("**Data and network**")
         field_row(groups["data"], form, notes, datasets)
         field_row(groups["network"], form, notes, datasets)
-        draw_blocks(form, cfg, errors, METHODS[form["method"]].uses_blocks)
+        draw_blocks(form, got, METHODS[form["method"]].uses_blocks)
         note(notes, "memory")
 
 
@@ -291,7 +323,14 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
     known = {"data", "network", "method", "train"}
     method = ss[K + "method"]
     cls = METHODS[method]
-    settings = cls.settings()
+    # the settings that apply now (the record says which: not the duals of gotmare, not power_steps
+    # with a fixed Z step, ...), and any other with a message; the rest keep their values unseen
+    values = {s["name"]: form.get(F.MP + s["name"]) for s in cls.settings()}
+    applying = {s["name"] for s in cls.shown_settings(values)}
+    settings = [s for s in cls.settings() if s["name"] in applying or F.MP + s["name"] in notes]
+    for s in cls.settings():
+        if s not in settings and (k := wkey(F.MP + s["name"], method)) in ss:
+            ss[k] = ss[k]  # an undrawn widget's value is dropped by Streamlit unless set as plain state
     more_settings = settings[MAIN_SETTINGS:]
     with st.container(border=True):
         st.markdown("**Method and training**")
@@ -328,38 +367,36 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
             key = wkey(F.MP + s["name"], method)
             cols = grid if i < MAIN_SETTINGS else more_grid
             with cols[(i if i < MAIN_SETTINGS else i - MAIN_SETTINGS) % 4]:
-                label = f"{s['name']}"
-                help_text = f"{s['help']} (default {s['default']!r})"
+                label = s["label"]  # the paper's symbol and plain words; the code name is the help's
+                help_text = f"{s['help']}. Setting `{s['name']}`, default {F.fmt_number(s['default'])}."
+                kw = {"key": key, "help": help_text, "on_change": edited(F.MP + s["name"])}
                 if s["choices"] is not None:
-                    st.selectbox(label, list(s["choices"]), key=key, help=help_text)
+                    st.selectbox(label, list(s["choices"]), **kw)
                 elif s["type"] == "bool":
-                    st.checkbox(label, key=key, help=help_text)
+                    st.checkbox(label, **kw)
                 elif s["type"] == "int":
-                    st.number_input(label, key=key, step=1, help=help_text)
+                    st.number_input(label, step=1, **kw)
                 else:
-                    st.text_input(
-                        label,
-                        key=key,
-                        help=help_text
-                        + ("; one value per block, comma-separated, is allowed" if s["name"] == "beta" else ""),
-                    )
+                    st.text_input(label, **kw)
                 note(notes, F.MP + s["name"])
 
 
-def draw_blocks(form: dict, cfg: RunConfig | None, errors: dict, uses_blocks: bool) -> None:
-    """The block diagram with parameter counts and the memory estimate, by arithmetic on the config."""
-    if {"hidden", "split", "data", "arch", "width"} & set(errors):
+def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
+    """The block diagram with parameter counts and the memory estimate, by arithmetic on the config
+    (while other fields are wrong too: the estimate does not depend on them)."""
+    if {"hidden", "split", "data", "arch", "width"} & set(got.errors):
         return
     try:
         arch, hidden, width = F.network_of(form)
-        blocks = F.describe_blocks(arch, hidden, form["split"], form["data"], width)
+        split = form["split"] if uses_blocks else []  # end to end: one network, T = 1, as the caption says
+        blocks = F.describe_blocks(arch, hidden, split, form["data"], width)
     except (ConfigError, DataError, OSError) as e:  # a diagram is a nicety; never a traceback
         st.caption(f"(no block diagram: {e})")
         return
     dark = (st.context.theme.type or "light") == "dark"  # the diagram's lines follow the theme
     st.graphviz_chart(F.block_diagram_dot(blocks, uses_blocks, dark), width="content")
-    if cfg is not None:
-        mem = F.memory_of(cfg)
+    if got.estimate is not None:
+        mem = F.memory_of(got.estimate)
         st.caption(
             f"{sum(b['params'] for b in blocks):,} parameters ({human_bytes(mem['param_bytes'])}); "
             f"Z/U state {human_bytes(mem['state_bytes'])}; about {human_bytes(mem['total_bytes'])} to train "
@@ -424,7 +461,7 @@ def read_deepfacto() -> dict:
 
 
 def _df_widget(name: str, slots: dict) -> None:
-    key, label, help_text = D.PREFIX + name, D.LABELS.get(name, name), D.help_of(name)
+    key, label, help_text = D.PREFIX + name, D.label_of(name), D.help_of(name)
     if name in D.MENUS:
         st.selectbox(label, list(D.MENUS[name]), key=key, help=help_text)
     elif name in D.NUMBERS:
@@ -731,9 +768,10 @@ def _form_part() -> None:
         ui.show_notice()
         return
     datasets = available(kind=NETWORK)
-    form, cfg, errors, notes = validate(datasets)
+    form, got, notes = validate(datasets)
+    cfg, errors = got.cfg, got.errors
     ss["train_form"] = form
-    form_section(form, cfg, errors, notes, datasets)
+    form_section(form, got, notes, datasets)
     method_section(form, notes, datasets)
     for field in list(notes):  # a field without a widget of its own
         note(notes, field)

@@ -13,7 +13,7 @@ class BackpropSettings(MethodBase):
     """End-to-end backprop on the whole network; a subclass names its optimizer (see SGD, Adam)
     and may give ``lr`` its own default."""
 
-    lr: float = setting(1e-3, "η: learning rate")
+    lr: float = setting(1e-3, "η: learning rate", label="η — learning rate")
     lr_decay: float = lr_decay_setting()
 
     uses_blocks = False
@@ -29,10 +29,12 @@ class SGDSettings(BackpropSettings):
     name = "sgd"
     summary = "End-to-end backprop, minibatch SGD"
     implementation = "admm_core.methods.backprop:SGD"
-    lr: float = setting(5e-3, "η: learning rate (paper: 5e-3)")
-    momentum: float = setting(0.0, "heavy-ball momentum", positive=False, max=0.999)
-    weight_decay: float = setting(0.0, "L2 weight decay", positive=False)
-    fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
+    lr: float = setting(5e-3, "η: learning rate (paper: 5e-3)", label="η — learning rate")
+    momentum: float = setting(0.0, "heavy-ball momentum", positive=False, max=0.999, label="Momentum")
+    weight_decay: float = setting(0.0, "L2 weight decay", positive=False, label="Weight decay")
+    fused: bool = setting(
+        False, "fused optimizer kernel (GPU speed option; same update)", label="Fused optimizer kernel"
+    )
 
     def theta_moments(self) -> int:
         return 1 if self.momentum > 0 else 0
@@ -45,10 +47,16 @@ class AdamSettings(BackpropSettings):
     name = "adam"
     summary = "End-to-end backprop, Adam"
     implementation = "admm_core.methods.backprop:Adam"
-    lr: float = setting(1e-3, "η: learning rate")
+    lr: float = setting(1e-3, "η: learning rate", label="η — learning rate")
     lr_decay: float = lr_decay_setting()
-    fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)")
-    eps: float = setting(1e-8, "ε of Adam's denominator √v + ε (PyTorch's 1e-8 hides gradients far below it)")
+    fused: bool = setting(
+        False, "fused optimizer kernel (GPU speed option; same update)", label="Fused optimizer kernel"
+    )
+    eps: float = setting(
+        1e-8,
+        "ε of Adam's denominator √v + ε (PyTorch's 1e-8 hides gradients far below it)",
+        label="ε — Adam's denominator floor",
+    )
 
     def theta_moments(self) -> int:
         return 2

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...errors import ConfigError, check
-from ..settings import check_fields, described, setting
+from ..settings import applies, check_fields, described, setting
 
 FLOAT_BYTES = 4  # float32
 LR_SCHEDULES = ("constant", "cosine")
@@ -37,22 +37,33 @@ def z_step_setting(default: str):
         default,
         "Z step: ζ/(β_t + β_{t+1}L²_{t+1}) (scaled, stable as ‖W‖ grows) or ζ as is (fixed)",
         choices=("scaled", "fixed"),
+        label="Z-step rule",
     )
 
 
 def lr_decay_setting():
     """``lr_decay`` γ: the Θ step size of epoch e is η·γ^e (online-admm, sgd, adam)."""
-    return setting(1.0, "γ: the Θ step size of epoch e is η·γ^e (1: constant)", max=1.0)
+    return setting(1.0, "γ: the Θ step size of epoch e is η·γ^e (1: constant)", max=1.0, label="γ — η decay per epoch")
 
 
 def power_steps_setting():
     """``power_steps``: iterations of the warm-started power method behind L_t (scaled Z step)."""
-    return setting(2, "warm-started power-iteration steps per estimate of L_t (scaled Z step)")
+    return setting(
+        2,
+        "warm-started power-iteration steps per estimate of L_t (scaled Z step)",
+        label="Power steps per Lₜ estimate",
+        when={"z_step": "scaled"},
+    )
 
 
 def power_every_setting():
     """``power_every``: how often L_t is re-estimated (it moves slowly with Θ; the estimate is warm)."""
-    return setting(1, "re-estimate L_t every this many Z-updates (scaled Z step; minibatch Z-updates count one each)")
+    return setting(
+        1,
+        "re-estimate L_t every this many Z-updates (scaled Z step; minibatch Z-updates count one each)",
+        label="Re-estimate Lₜ every",
+        when={"z_step": "scaled"},
+    )
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,8 @@ class MethodBase:
     live_unit: ClassVar[str] = "epoch"
     live_accuracy: ClassVar[str] = "Accuracy (%)"
     live_charts: ClassVar[dict] = {}
+    # settings of a parent record that mean nothing here (gotmare: the duals' own): not shown
+    not_applicable: ClassVar[tuple[str, ...]] = ()
 
     def estimate_state_bytes(self, s: StateSizes) -> int:
         """Bytes of what the method keeps for the whole run besides Θ (float32), by arithmetic.
@@ -102,8 +115,16 @@ class MethodBase:
 
     @classmethod
     def settings(cls) -> list[dict]:
-        """[{name, default, help, type, choices}] for menus and ``--help``."""
+        """[{name, label, default, help, type, choices, when}] for menus and ``--help``."""
         return described(cls)
+
+    @classmethod
+    def shown_settings(cls, values: dict | None = None) -> list[dict]:
+        """The settings that apply to this method while its settings hold ``values`` (the rest at
+        their defaults): not :attr:`not_applicable`, and each one's ``when`` holds."""
+        all_ = cls.settings()
+        now = {s["name"]: s["default"] for s in all_} | dict(values or {})
+        return [s for s in all_ if s["name"] not in cls.not_applicable and applies(s["when"], now)]
 
     # The settings of the paper's algorithm as printed: with ``recipe = 'paper'`` (a setting of the methods
     # that have one) they replace the given values, so Alg. 1 / Alg. 2 is one setting away from any preset.

@@ -17,6 +17,10 @@ from .base import (
 )
 
 
+def _positive(v) -> bool:
+    return v > 0
+
+
 @dataclass(frozen=True)
 class BlockADMMSettings(MethodBase):
     """Batch Stochastic Block-ADMM (Alg. 1): per-sample Z_t and U_t kept across iterations."""
@@ -57,14 +61,17 @@ class BlockADMMSettings(MethodBase):
         "dual_reset": 0,
         "bn_mode": "eval",
     }
-    lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)")
-    theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
-    z_lr: float = setting(0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True)
+    lr: float = setting(1e-3, "η: step size of the Θ-updates (minibatch)", label="η — Θ step size")
+    theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"), label="Θ optimizer")
+    z_lr: float = setting(
+        0.5, "ζ: step size of the Z-updates (one value, or one per block)", per_block=True, label="ζ — Z-step size"
+    )
     z_step: str = setting(
         "fixed",
         "Z step: ζ as is (fixed), ζ/(β_t + β_{t+1}L²_{t+1}) (scaled, stable as ‖W‖ grows), or ζ × the Newton "
         "direction of P_t + P_{t+1} with the next block linearised (newton: ζ = 1 is that sub-problem's minimiser)",
         choices=("fixed", "scaled", "newton"),
+        label="Z-step rule",
     )
     power_steps: int = power_steps_setting()
     power_every: int = power_every_setting()
@@ -72,18 +79,43 @@ class BlockADMMSettings(MethodBase):
         "sgd",
         "Z-update rule: plain gradient step (learns) or Adam (paper; degenerates to sign steps)",
         choices=("sgd", "adam"),
+        label="Z optimizer",
     )
-    beta: float = setting(1.0, "β: penalty weight of the coupling terms (one value, or one per block)", per_block=True)
+    beta: float = setting(
+        1.0,
+        "β: penalty weight of the coupling terms (one value, or one per block)",
+        per_block=True,
+        label="β — penalty weight",
+    )
+    primal_steps: int = setting(3, "k: Z/Θ passes between two dual steps", label="k — Z/Θ passes per dual step")
+    iters_per_epoch: int = setting(
+        7, "dual steps per epoch (Z is swept primal_steps times in each)", label="Dual steps per epoch"
+    )
     recipe: str = setting(
         "measured",
         "measured: the settings as given (a preset gives its best measured recipe; docs/deviations.md); paper: "
         "Alg. 1 as printed (persistent Z swept between Θ-passes, Adam on Z with ζ = 0.01 and on Θ, U uniform "
         "at the start, β = 1, 3 primal steps, α = 1) in place of the given values of those settings",
         choices=("measured", "paper"),
+        label="Recipe",
     )
-    eps: float = setting(1e-8, "ε of the Θ-Adam's denominator √v + ε (PyTorch's 1e-8 hides gradients far below it)")
-    newton_steps: int = setting(5, "conjugate-gradient steps per row behind z_step='newton'")
-    z_sweeps: int = setting(1, "Z_T-step + reverse sweeps per Z-update of a minibatch's rows (minibatch schedule)")
+    eps: float = setting(
+        1e-8,
+        "ε of the Θ-Adam's denominator √v + ε (PyTorch's 1e-8 hides gradients far below it)",
+        label="ε — Adam's denominator floor",
+    )
+    newton_steps: int = setting(
+        5,
+        "conjugate-gradient steps per row behind z_step='newton'",
+        label="CG steps (Newton Z step)",
+        when={"z_step": "newton"},
+    )
+    z_sweeps: int = setting(
+        1,
+        "Z_T-step + reverse sweeps per Z-update of a minibatch's rows (minibatch schedule)",
+        label="Z sweeps per visit",
+        when={"z_schedule": "minibatch"},
+    )
     z_norm: str = setting(
         "off",
         "each Z_t-step rescaled to the size (RMS over rows of a row's norm) of the Z_T-step of the same rows "
@@ -91,73 +123,129 @@ class BlockADMMSettings(MethodBase):
         "chosen per block would; signal: only the part from block t+1, raised to the size of ∇J(Z_T) where it "
         "is smaller (Z_t's own term, with U_t, as computed: U still cancels at ζβ = 1); off: as computed",
         choices=("off", "top", "up", "signal"),
+        label="Z-step size per block",
     )
-    primal_steps: int = setting(3, "k: Z/Θ passes between two dual steps")
-    iters_per_epoch: int = setting(7, "dual steps per epoch (Z is swept primal_steps times in each)")
     u_init: str = setting(
-        "zero", "initial duals U: zeros, or uniform in [0, u_init_scale)", choices=("zero", "uniform")
+        "zero",
+        "initial duals U: zeros, or uniform in [0, u_init_scale)",
+        choices=("zero", "uniform"),
+        label="Initial duals U",
     )
-    u_init_scale: float = setting(1e-3, "scale of the uniform dual initialisation")
-    adaptive_rho: bool = setting(False, "adaptive penalty: β ← β/c whenever ‖h‖ exceeds a shrinking bound")
-    rho_c: float = setting(0.5, "c in ρ ← cρ (0 < c < 1)", max=0.999999)
-    rho_bound: float = setting(1.0, "η_0: initial bound on the constraint violation ‖h‖ (RMS per sample)")
-    rho_bound_decay: float = setting(0.9, "η_{k+1} = decay · η_k", max=1.0)
-    beta_max: float = setting(10.0, "cap on β of the adaptive penalty (digits: 10 kept accuracy, 30 lost 1.7 points)")
+    u_init_scale: float = setting(
+        1e-3, "scale of the uniform dual initialisation", label="Scale of the uniform U", when={"u_init": "uniform"}
+    )
+    adaptive_rho: bool = setting(
+        False, "adaptive penalty: β ← β/c whenever ‖h‖ exceeds a shrinking bound", label="Adaptive penalty β"
+    )
+    rho_c: float = setting(
+        0.5, "c in ρ ← cρ (0 < c < 1)", max=0.999999, label="c — penalty factor", when={"adaptive_rho": True}
+    )
+    rho_bound: float = setting(
+        1.0,
+        "η_0: initial bound on the constraint violation ‖h‖ (RMS per sample)",
+        label="η₀ — first bound on ‖h‖",
+        when={"adaptive_rho": True},
+    )
+    rho_bound_decay: float = setting(
+        0.9, "η_{k+1} = decay · η_k", max=1.0, label="Bound decay", when={"adaptive_rho": True}
+    )
+    beta_max: float = setting(
+        10.0,
+        "cap on β of the adaptive penalty (digits: 10 kept accuracy, 30 lost 1.7 points)",
+        label="β cap",
+        when={"adaptive_rho": True},
+    )
     primal_growth: int = setting(
-        0, "add one primal pass every this many dual steps (Prop. 1's ε_k → 0; 0: fixed k)", min=0
+        0,
+        "add one primal pass every this many dual steps (Prop. 1's ε_k → 0; 0: fixed k)",
+        min=0,
+        label="One more pass every (dual steps)",
     )
-    primal_steps_max: int = setting(10, "most primal passes per dual step when they grow")
-    chunk_size: int = setting(8192, "rows per chunk in Z sweeps (memory bound only; results do not depend on it)")
+    primal_steps_max: int = setting(
+        10,
+        "most primal passes per dual step when they grow",
+        label="Most passes per dual step",
+        when={"primal_growth": _positive},
+    )
+    chunk_size: int = setting(
+        8192, "rows per chunk in Z sweeps (memory bound only; results do not depend on it)", label="Rows per chunk"
+    )
     z_sweep: str = setting(
         "gauss-seidel",
         "Z-update order: reverse Gauss–Seidel (Alg. 1: Z_t sees the new Z_{t+1}) or Jacobi (all Z_t from the previous iterate)",
         choices=("gauss-seidel", "jacobi"),
+        label="Z sweep order",
     )
     parallel: str = setting(
         "samples",
         "under torchrun: shard Z/U rows over processes (samples) or the blocks, each process its own (blocks, needs z_sweep=jacobi)",
         choices=("samples", "blocks"),
+        label="Share across processes",
     )
-    fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)")
+    fused: bool = setting(
+        False,
+        "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)",
+        label="Fused optimizer kernel",
+    )
     bn_calibrate: bool = setting(
-        True, "set BatchNorm running statistics by a pass over the inputs before Z's forward-pass start"
+        True,
+        "set BatchNorm running statistics by a pass over the inputs before Z's forward-pass start",
+        label="Calibrate BatchNorm first",
     )
     z_schedule: str = setting(
         "sweep",
         "when Z moves: every row, iters_per_epoch × k times an epoch between Θ-passes (sweep, Alg. 1 as printed), "
         "or the rows of each minibatch just before its Θ-step, then their dual step (minibatch)",
         choices=("sweep", "minibatch"),
+        label="When Z moves",
     )
-    dual_lr: float = setting(1.0, "α: the dual step U_t ← U_t + α (Z_t − block_t(Z_{t−1})) (Alg. 1: 1)")
-    dual_start: int = setting(0, "epochs with U held at 0 before the dual steps begin (0: from the start)", min=0)
-    dual_reset: int = setting(0, "U ← 0 at the start of every this-many-th epoch (0: never)", min=0)
+    dual_lr: float = setting(
+        1.0, "α: the dual step U_t ← U_t + α (Z_t − block_t(Z_{t−1})) (Alg. 1: 1)", label="α — dual step size"
+    )
+    dual_start: int = setting(
+        0,
+        "epochs with U held at 0 before the dual steps begin (0: from the start)",
+        min=0,
+        label="Epochs before the dual steps",
+    )
+    dual_reset: int = setting(
+        0, "U ← 0 at the start of every this-many-th epoch (0: never)", min=0, label="U ← 0 every (epochs)"
+    )
     beta_growth: float = setting(
         1.0,
         "β_t ← g·β_t after every epoch, U_t ← U_t/g (λ = βU unchanged); a fixed ζ_t ← ζ_t/g (ζβ unchanged)",
+        label="g — β growth per epoch",
     )
     dual_theta: str = setting(
         "new",
         "the dual step's block_t(Z_{t−1}): after the Θ-step (new, Alg. 1) or the Θ-step's own forward pass "
         "before it stepped (old: one forward pass fewer). Minibatch schedule only",
         choices=("new", "old"),
+        label="Θ of the dual step",
+        when={"z_schedule": "minibatch"},
     )
     theta_input: str = setting(
         "new",
         "block t's input in its Θ-step: Z_{t−1} after the Z-update (new, Alg. 1) or the forward pass the "
         "Z-update started from (start: the Θ-step reuses that pass, no forward of its own). z_start=forward only",
         choices=("new", "start"),
+        label="Input of the Θ-step",
+        when={"z_schedule": "minibatch"},
     )
     z_start: str = setting(
         "previous",
         "where a minibatch's Z-update starts: its rows' stored Z (previous, Alg. 1) or a forward pass "
         "of the current Θ (forward; U still persists per sample). Minibatch schedule only",
         choices=("previous", "forward"),
+        label="Start of the Z-update",
+        when={"z_schedule": "minibatch"},
     )
     bn_mode: str = setting(
         "eval",
         "BatchNorm in Z sweeps and dual steps: running statistics (eval) or the statistics of the rows "
         "swept together, as the Θ-steps see them (train)",
         choices=("eval", "train"),
+        label="BatchNorm in Z sweeps",
     )
 
     def __post_init__(self):
@@ -214,6 +302,14 @@ class GotmareSettings(BlockADMMSettings):
     implementation = "admm_core.methods.gotmare:Gotmare"
     uses_duals = False  # Block-ADMM's dual steps then only measure ‖Z_t − block_t(Z_{t−1})‖
     live_metrics = ("residuals", "backprop_cosine", "betas")  # no dual norms: U ≡ 0
+    not_applicable = (
+        "u_init",
+        "u_init_scale",
+        "dual_lr",
+        "dual_theta",
+        "dual_start",
+        "dual_reset",
+    )  # the duals' own: U ≡ 0
     PAPER: ClassVar[dict] = {**BlockADMMSettings.PAPER, "u_init": "zero"}  # the seed paper's Alg. 1 with U ≡ 0
 
     def __post_init__(self):

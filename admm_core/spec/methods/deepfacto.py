@@ -27,25 +27,41 @@ class DeepFactoSettings:
     """The algorithm's settings, declared once: the method (:class:`DeepFacto`) and a run's
     :class:`~admm_core.spec.deepfacto.DeepFactoConfig` both derive from this class."""
 
-    rank: int = setting(32, "r: rank of the NMF module (paper: 4, 32, 256)")
-    gamma: float = setting(1.0, "γ: weight of the NMF term γ/2‖Z_1 − MS + V‖²")
-    beta: float = setting(1.0, "β_1 = β_2: weight of the coupling terms")
-    z_lr: float = setting(0.1, "ζ: step of the Z_2 update")
+    rank: int = setting(32, "r: rank of the NMF module (paper: 4, 32, 256)", label="NMF rank r")
+    gamma: float = setting(1.0, "γ: weight of the NMF term γ/2‖Z_1 − MS + V‖²", label="γ — NMF weight")
+    beta: float = setting(1.0, "β_1 = β_2: weight of the coupling terms", label="β — coupling weight")
+    z_lr: float = setting(0.1, "ζ: step of the Z_2 update", label="ζ — Z₂ step size")
     s_mode: str = setting(
         "projection",
         "S in training: the test-time projection P_M(block_1(X)) (projection) or the paper's free variable (admm)",
         choices=S_MODES,
+        label="S in training",
     )
-    nmf_dual_step: float = setting(1.0, "V ← V + step·(Z_1 − MS): 1 = ADMM, 0 = penalty only", positive=False, max=1.0)
-    s_steps: int = setting(3, "projected S steps per iteration (s_mode admm)")
-    m_steps: int = setting(5, "projected M steps per iteration (m_update gradient)")
+    nmf_dual_step: float = setting(
+        1.0,
+        "V ← V + step·(Z_1 − MS): 1 = ADMM, 0 = penalty only",
+        positive=False,
+        max=1.0,
+        label="V step (1 ADMM, 0 penalty)",
+    )
+    s_steps: int = setting(3, "projected S steps per iteration (s_mode admm)", label="S steps per iteration")
+    m_steps: int = setting(
+        5,
+        "projected M steps per iteration (m_update gradient)",
+        label="M steps per iteration",
+    )
     m_update: str = setting(
-        "gradient", "M-step: projected gradient steps, or the convex NNLS in M solved exactly", choices=M_UPDATES
+        "gradient",
+        "M-step: projected gradient steps, or the convex NNLS in M solved exactly",
+        choices=M_UPDATES,
+        label="M-step",
     )
-    fc_lr: float = setting(1e-3, "η_2: Adam step of block 2 (the FC layer)")
-    backbone_lr_ft: float = setting(1e-4, "η_1: Adam step of block 1 in the fine-tune phase")
-    emb_dim: int = setting(128, "d: embedding size of the FC layer")
-    margin: float = setting(0.2, "triplet margin")
+    fc_lr: float = setting(1e-3, "η_2: Adam step of block 2 (the FC layer)", label="η₂ — FC step size")
+    backbone_lr_ft: float = setting(
+        1e-4, "η_1: Adam step of block 1 in the fine-tune phase", label="η₁ — backbone fine-tune step"
+    )
+    emb_dim: int = setting(128, "d: embedding size of the FC layer", label="d — embedding size")
+    margin: float = setting(0.2, "triplet margin", label="Triplet margin")
 
 
 @dataclass(frozen=True)

@@ -35,14 +35,23 @@ class ClosedFormADMMSettings(LiftedSettings):
     (linear constraints) and γ (activation constraints), and W, b ~ U(0, init_scale) then one
     forward pass for Z, A (the seed paper's init for both)."""
 
-    beta: float = setting(10.0, "β: penalty of the linear constraints Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (paper: 10)")
-    gamma: float = setting(10.0, "γ: penalty of the activation constraints A_ℓ = relu(Z_ℓ) (paper: 10)")
+    beta: float = setting(
+        10.0,
+        "β: penalty of the linear constraints Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (paper: 10)",
+        label="β — linear-constraint penalty",
+    )
+    gamma: float = setting(
+        10.0, "γ: penalty of the activation constraints A_ℓ = relu(Z_ℓ) (paper: 10)", label="γ — activation penalty"
+    )
     init: str = setting(
         "uniform",
         "initial W, b: U(0, init_scale) as in the paper, or the network's own init",
         choices=("uniform", "net"),
+        label="Initial W, b",
     )
-    init_scale: float = setting(1e-4, "upper end of the uniform init (paper: 1e-4)")
+    init_scale: float = setting(
+        1e-4, "upper end of the uniform init (paper: 1e-4)", label="Uniform init scale", when={"init": "uniform"}
+    )
     iters_per_epoch: int = setting(1, "outer iterations (full sweeps) per epoch")
     solve_eps: float = setting(1e-7, "relative jitter added to every linear solve (× mean diagonal)", positive=False)
     chunk_size: int = setting(16384, "rows per chunk in products (memory bound only)")
@@ -60,7 +69,7 @@ class ADMMClosedSettings(ClosedFormADMMSettings):
     def extra_floats(self, widths) -> int:
         return sum(widths) + sum(widths[:-1])  # a dual U_l per layer, V_l per hidden layer
 
-    weight_decay: float = setting(5e-5, "λ: weight decay λ‖W‖² (paper: 5e-5)", positive=False)
+    weight_decay: float = setting(5e-5, "λ: weight decay λ‖W‖² (paper: 5e-5)", positive=False, label="λ — weight decay")
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,10 @@ class TaylorSettings(ClosedFormADMMSettings):
     dual_vars = ("u",)
 
     warm_start_iters: int = setting(
-        10, "first outer iterations without the multiplier update (Taylor et al. §6 warm start)", min=0
+        10,
+        "first outer iterations without the multiplier update (Taylor et al. §6 warm start)",
+        min=0,
+        label="Warm-start iterations",
     )
 
 
@@ -87,12 +99,14 @@ class DLADMMSettings(LiftedSettings):
     dual_vars = ("u",)
     solve_eps = 0.0  # dlADMM solves no linear systems (not a setting)
 
-    rho: float = setting(1e-6, "ρ (= ν): initial penalty (their code: 1e-6)")
-    rho_max: float = setting(0.1, "upper bound of the ρ schedule (their code: 0.1)")
-    rho_factor: float = setting(10.0, "ρ ← factor·ρ when the training loss rose three times in a row")
-    theta: float = setting(1.0, "θ: initial backtracking constant of the W steps")
-    tau: float = setting(1.0, "τ: initial backtracking constant of the A steps")
-    init_std: float = setting(0.1, "W, b ~ N(0, init_std²) (their code: 0.1)")
+    rho: float = setting(1e-6, "ρ (= ν): initial penalty (their code: 1e-6)", label="ρ — first penalty")
+    rho_max: float = setting(0.1, "upper bound of the ρ schedule (their code: 0.1)", label="ρ cap")
+    rho_factor: float = setting(
+        10.0, "ρ ← factor·ρ when the training loss rose three times in a row", label="ρ growth factor"
+    )
+    theta: float = setting(1.0, "θ: initial backtracking constant of the W steps", label="θ — W backtracking")
+    tau: float = setting(1.0, "τ: initial backtracking constant of the A steps", label="τ — A backtracking")
+    init_std: float = setting(0.1, "W, b ~ N(0, init_std²) (their code: 0.1)", label="Init std of W, b")
     iters_per_epoch: int = setting(1, "outer iterations (backward + forward sweep) per epoch")
     chunk_size: int = setting(16384, "rows per chunk in products (memory bound only)")
 
@@ -105,11 +119,17 @@ class BCDSettings(LiftedSettings):
     summary = "BCD (Zeng et al. 2019): proximal block coordinate descent on the lifted ReLU network, no multipliers"
     implementation = "admm_core.methods.bcd:BCD"
 
-    gamma: float = setting(1.0, "γ: weight of A_ℓ = relu(Z_ℓ) (and A_L = Z_L) (their code: 1)")
-    rho: float = setting(1.0, "ρ: weight of Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (their code: 1)")
-    alpha: float = setting(5.0, "α: proximal weight keeping each block near its previous value (their code: 5)")
-    init_std: float = setting(0.01, "W ~ init_std·N(0, 1) (their code: 0.01)")
-    init_bias: float = setting(0.1, "b = init_bias (their code: 0.1)", positive=False)
+    gamma: float = setting(
+        1.0, "γ: weight of A_ℓ = relu(Z_ℓ) (and A_L = Z_L) (their code: 1)", label="γ — activation weight"
+    )
+    rho: float = setting(1.0, "ρ: weight of Z_ℓ = A_{ℓ−1}W_ℓᵀ + b_ℓ (their code: 1)", label="ρ — linear weight")
+    alpha: float = setting(
+        5.0,
+        "α: proximal weight keeping each block near its previous value (their code: 5)",
+        label="α — proximal weight",
+    )
+    init_std: float = setting(0.01, "W ~ init_std·N(0, 1) (their code: 0.01)", label="Init std of W")
+    init_bias: float = setting(0.1, "b = init_bias (their code: 0.1)", positive=False, label="Initial bias b")
     iters_per_epoch: int = setting(1, "outer iterations (backward sweeps) per epoch")
     solve_eps: float = setting(1e-7, "relative jitter of linear solves (× mean diagonal)", positive=False)
     chunk_size: int = setting(16384, "rows per chunk in products (memory bound only)")

@@ -42,39 +42,60 @@ class OnlineADMMSettings(MethodBase):
         "theta_input": "new",
         "z_norm": "off",
     }
-    lr: float = setting(1e-3, "η: step size of the Θ-updates")
+    lr: float = setting(1e-3, "η: step size of the Θ-updates", label="η — Θ step size")
     lr_decay: float = lr_decay_setting()
-    theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"))
-    z_lr: float = setting(1.0, "ζ: step size of the Z-updates (scaled: in units of 1/curvature, < 2)")
+    theta_optimizer: str = setting("adam", "optimizer of the Θ-updates", choices=("adam", "sgd"), label="Θ optimizer")
+    z_lr: float = setting(
+        1.0, "ζ: step size of the Z-updates (scaled: in units of 1/curvature, < 2)", label="ζ — Z-step size"
+    )
     z_step: str = z_step_setting("scaled")
     power_steps: int = power_steps_setting()
     power_every: int = power_every_setting()
     z_optimizer: str = setting(
-        "sgd", "Z-update rule (Adam restarts every minibatch: sign steps)", choices=("sgd", "adam")
+        "sgd", "Z-update rule (Adam restarts every minibatch: sign steps)", choices=("sgd", "adam"), label="Z optimizer"
     )
-    beta: float = setting(1.0, "β: penalty weight of the coupling terms (one value, or one per block)", per_block=True)
+    beta: float = setting(
+        1.0,
+        "β: penalty weight of the coupling terms (one value, or one per block)",
+        per_block=True,
+        label="β — penalty weight",
+    )
     recipe: str = setting(
         "measured",
         "measured: the settings as given (a preset gives its best measured recipe; docs/deviations.md); paper: "
         "Alg. 2 as printed (Adam on z with ζ = 0.01 and on Θ, the scalar dual inside the square, β = 1, one "
         "primal pass) in place of the given values of those settings",
         choices=("measured", "paper"),
+        label="Recipe",
     )
-    primal_steps: int = setting(1, "Z/Θ passes per minibatch before the dual step")
+    primal_steps: int = setting(1, "Z/Θ passes per minibatch before the dual step", label="Z/Θ passes per minibatch")
     dual: str = setting(
         "additive",
         "dual form: additive (= backprop direction), feature (per-feature u_t ∈ R^d), literal (Alg. 2 as printed), damped",
         choices=("additive", "feature", "literal", "damped"),
+        label="Dual form",
     )
-    dual_decay: float = setting(0.9, "δ of the damped dual u ← δu + ‖r‖", positive=False, max=0.999999)
-    eps: float = setting(1e-8, "ε guarding ‖r‖ at r = 0")
-    fused: bool = setting(False, "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)")
+    dual_decay: float = setting(
+        0.9,
+        "δ of the damped dual u ← δu + ‖r‖",
+        positive=False,
+        max=0.999999,
+        label="δ — dual damping",
+        when={"dual": "damped"},
+    )
+    eps: float = setting(1e-8, "ε guarding ‖r‖ at r = 0", label="ε — guard at r = 0")
+    fused: bool = setting(
+        False,
+        "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)",
+        label="Fused optimizer kernel",
+    )
     dual_theta: str = setting(
         "new",
         "the dual step's block_t(z_{t−1}): after the Θ-step (new, Alg. 2) or the Θ-step's own forward pass "
         "before it stepped (old: one forward pass fewer; with dual='additive' only the recorded u and "
         "residuals change, not the training)",
         choices=("new", "old"),
+        label="Θ of the dual step",
     )
     theta_input: str = setting(
         "new",
@@ -82,6 +103,7 @@ class OnlineADMMSettings(MethodBase):
         "Z-update started from (start: the Θ-step reuses that pass and runs no forward of its own; "
         "primal_steps = 1 only)",
         choices=("new", "start"),
+        label="Input of the Θ-step",
     )
     z_norm: str = setting(
         "off",
@@ -89,6 +111,7 @@ class OnlineADMMSettings(MethodBase):
         "smaller (up), so a signal keeps its size block by block; signal: only the part from block t+1, raised "
         "to the size of ∇J(z_T) where it is smaller; off: as computed",
         choices=("off", "top", "up", "signal"),
+        label="Z-step size per block",
     )
     bn_mode: str = setting(
         "train",
@@ -96,6 +119,7 @@ class OnlineADMMSettings(MethodBase):
         "as the Θ-step sees them (train), or running statistics (eval: the Θ-step then fits train-mode "
         "outputs to eval-mode targets; did not learn ResNet-18)",
         choices=("train", "eval"),
+        label="BatchNorm in Z steps",
     )
 
     def __post_init__(self):

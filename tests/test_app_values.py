@@ -1,0 +1,225 @@
+"""One rule for bad values on the dashboard (issue 53): typed, from a link, from a loaded config or
+a sweep's search space, every wrong field is named at once under its field, Start (Launch) waits
+for it, and nothing is silently dropped. AppTest pages on an empty runs folder (no run is trained)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from admm_core.spec.presets import preset_config
+from app.dashboard import form as F
+
+APP = Path(__file__).resolve().parent.parent / "app"
+BIG = "99999999999999999999"
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
+    return tmp_path
+
+
+def page(query: dict | None = None) -> AppTest:
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def messages(at) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def start(at):
+    return at.button(key="start")
+
+
+def summary(at) -> str:
+    return " ".join(c.value for c in at.caption)
+
+
+def test_typed_out_of_range_numbers_reach_the_page_and_are_all_said(runs):
+    """A browser keeps a number input's old value when the typed one is outside its min/max (a red
+    outline, nothing sent): so the form's numbers carry no bounds, and 0 epochs, seed -1 and
+    evaluate-every 0 are each named, the summary does not claim the old values, Start is off, and
+    the memory estimate (which none of them changes) stays."""
+    at = page()
+    bounded = [(n.key, n.min, n.max) for n in at.number_input if n.min is not None or n.max is not None]
+    assert bounded == [], bounded
+    at.number_input(key="f.epochs").set_value(0)
+    at.number_input(key="f.seed").set_value(-1)
+    at.number_input(key="f.eval_every").set_value(0).run()
+    got = messages(at)
+    for needle in ("train.epochs = 0", "train.seed = -1", "train.eval_every = 0"):
+        assert any(needle in m for m in got), (needle, got)
+    assert start(at).disabled
+    assert "Fix 3 field(s)" in summary(at) and " epochs." not in summary(at)
+    assert "to train (limit" in summary(at)  # the estimate is still shown
+    at.number_input(key="f.epochs").set_value(3)
+    at.number_input(key="f.seed").set_value(1)
+    at.number_input(key="f.eval_every").set_value(1).run()
+    assert not messages(at) and not start(at).disabled and "3 epochs" in summary(at)
+
+
+@pytest.mark.parametrize(
+    "split, kept, needle",
+    [
+        ("fc3", ["fc3"], "model.split = 'fc3': that is the last layer"),
+        ("fc9", ["fc9"], "model.split = 'fc9': no such layer"),
+        ("fc1,fc3", ["fc1", "fc3"], "model.split = 'fc3'"),
+    ],
+)
+def test_a_links_wrong_split_is_kept_and_named_not_dropped(runs, split, kept, needle):
+    at = page({"split": split})
+    assert at.multiselect(key="f.split").value == kept  # not one block, not fc1 alone
+    assert any(needle in m for m in messages(at)), messages(at)
+    assert start(at).disabled
+    at.multiselect(key="f.split").set_value(["fc1"]).run()  # the user fixes it
+    assert not messages(at) and not start(at).disabled
+
+
+def test_a_links_absurd_batch_size_and_two_wrong_fields_are_all_said(runs):
+    at = page({"batch_size": BIG})
+    assert any(f"train.batch_size = {BIG}" in m for m in messages(at)), messages(at)
+    assert start(at).disabled
+    at = page({"epochs": "0", "split": "fc3"})  # a wrong epoch count does not hide a wrong split
+    got = messages(at)
+    assert any("train.epochs = 0" in m for m in got) and any("model.split = 'fc3'" in m for m in got), got
+    at = page({"epochs": "0", "seed": "-1"})
+    assert len(messages(at)) == 2 and "to train (limit" in summary(at)
+
+
+@pytest.mark.parametrize("text", ["", "128,,128", ",128"])
+def test_empty_hidden_widths_are_an_error_naming_the_field(runs, text):
+    at = page()
+    at.text_input(key="f.hidden").set_value(text).run()
+    assert any(m.startswith(f"model.hidden = {text!r}") for m in messages(at)), messages(at)
+    assert start(at).disabled
+
+
+def test_more_processes_than_cores_on_a_cpu_is_a_warning(runs, monkeypatch):
+    monkeypatch.setattr(F, "cpu_cores", lambda: 2)
+    at = page({"method": "gotmare", "device": "cpu", "processes": "2"})
+    assert not [w for w in at.warning if "processes" in w.value] and not start(at).disabled
+    at.number_input(key="f.processes").set_value(4).run()
+    warned = [w.value for w in at.warning if "processes" in w.value]
+    assert any("processes = 4" in w and "2 CPU cores" in w for w in warned), warned
+    assert not messages(at) and not start(at).disabled  # allowed: the processes take turns
+
+
+def test_split_tags_follow_the_network_not_the_clicks(runs):
+    at = page({"hidden": "32,16,8"})
+    at.multiselect(key="f.split").set_value(["fc3", "fc1"]).run()
+    assert at.multiselect(key="f.split").value == ["fc1", "fc3"]
+
+
+def test_a_loaded_configs_wrong_fields_are_each_named_in_the_form(runs):
+    """Runs → Load into Train of a config with several wrong values: each goes into its field and is
+    named there (Start off); what no widget can hold is named in the notice, not dropped."""
+    d = preset_config("digits-mlp", "block-admm").to_dict()
+    d["train"].update(epochs=0, loss="hinge")
+    d["model"]["split"] = ["fc9"]
+    d["method_params"]["lr"] = -1
+    run = runs / "r-bad"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(d))
+    (run / "status.json").write_text(json.dumps({"state": "finished"}))
+    at = page({"load": "r-bad"})
+    got = messages(at)
+    for needle in ("train.epochs = 0", "model.split = 'fc9'", "block-admm.lr = -1"):
+        assert any(needle in m for m in got), (needle, got)
+    assert start(at).disabled
+    notice = " ".join(i.value for i in at.info)
+    assert "train.loss = 'hinge'" in notice, notice
+
+
+def sweeps(rows: list[dict] | None = None) -> AppTest:
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    if rows is not None:
+        at.session_state["sweeps_rows"] = rows  # the space table's first rows (AppTest cannot type in it)
+    at.switch_page("views/sweeps.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_sweep_budget_of_zero_is_said_as_typed_and_holds_launch(runs):
+    at = sweeps()
+    launch = lambda: at.button(key="sweeps_launch")  # noqa: E731
+    assert not messages(at) and not launch().disabled
+    assert all(n.min is None for n in at.number_input)  # a browser would keep the old value of a typed 0
+    at.number_input(key="sweeps_trials").set_value(0)
+    at.number_input(key="sweeps_epochs").set_value(0).run()
+    got = messages(at)
+    assert "Trials = 0: must be a positive integer" in got and "Epochs per trial = 0: must be a positive integer" in got
+    assert launch().disabled
+
+
+def test_every_bad_space_row_is_named_in_plain_words_before_launch(runs):
+    rows = [
+        {"setting": "beta", "kind": "log", "range": "abc"},
+        {"setting": "lr", "kind": "log", "range": "0:1"},
+        {"setting": "split", "kind": "choice", "range": "fc1|fc3"},
+        {"setting": "z_lr", "kind": "log", "range": "0.01:1"},
+    ]
+    at = sweeps(rows)
+    got = messages(at)
+    assert len(got) == 3, got
+    assert got[0].startswith("Row 1 (beta, log) = 'abc'") and "LOW:HIGH" in got[0]
+    assert got[1].startswith("Row 2 (lr, log)") and "low > 0" in got[1]
+    assert got[2].startswith("Row 3 (split, choice)") and "'fc3'" in got[2] and "last layer" in got[2]
+    assert not any("--space" in m for m in got)  # not the command line's syntax
+    assert at.button(key="sweeps_launch").disabled
+
+
+def test_a_link_naming_another_network_without_a_split_gets_that_networks_default_split(runs):
+    """?arch=resnet18 alone: the ResNet's default split (conv3_x), not the MLP's fc1, fc2 said wrong."""
+    at = page({"arch": "resnet18", "data": "cifar10", "preset": "none"})
+    assert at.multiselect(key="f.split").value == ["conv3_x"]
+    assert not [m for m in messages(at) if m.startswith("model.split")]
+
+
+def test_a_link_value_no_widget_can_hold_holds_start_until_its_field_is_edited(runs):
+    """?epochs=abc, ?loss=hinge, ?m.z_step=x: each named under its field (the widget keeps its value),
+    Start off until that field is edited; never a silent fallback to the widget's value."""
+    at = page({"epochs": "abc", "loss": "hinge", "m.z_step": "x"})
+    got = messages(at)
+    for needle in ("train.epochs = 'abc' in the link", "train.loss = 'hinge' in the link", "z_step = 'x' in the link"):
+        assert any(needle in m for m in got), (needle, got)
+    assert start(at).disabled
+    at.number_input(key="f.epochs").set_value(5).run()
+    at.selectbox(key="f.loss").set_value("ce").run()
+    at.selectbox(key="f.mp.block-admm.z_step").set_value("scaled").run()
+    assert not messages(at) and not start(at).disabled
+
+
+def test_a_study_of_three_trials_says_its_importances_are_noise_and_shows_percent(runs):
+    """Sweeps page on a study of three complete trials (added directly, nothing trained): the best
+    accuracy in % as the other pages show it, and a caveat on importances."""
+    import optuna
+
+    from admm_core import sweep as S
+
+    spec = S.SweepSpec(name="three", preset="digits-mlp", method="block-admm", space=["beta=log:0.1:10"], trials=3)
+    storage = S.open_storage(S.default_storage(runs))
+    study = S.create_or_resume(spec, "three", storage)[0]
+    beta = optuna.distributions.FloatDistribution(0.1, 10, log=True)
+    for b, acc in [(0.5, 0.9), (1.0, 0.9512), (2.0, 0.93)]:
+        study.add_trial(optuna.trial.create_trial(params={"beta": b}, distributions={"beta": beta}, value=acc))
+    at = sweeps()
+    text = " ".join(m.value for m in at.markdown)
+    assert "best_test_accuracy = **95.12 %**" in text, text
+    table = next(d for d in at.dataframe if "trial" in d.value.columns)
+    assert sorted(table.value["value"].dropna().round(2)) == [90.0, 93.0, 95.12]  # (the queued preset trial: none)
+    warned = [w.value for w in at.warning]
+    assert any("Fitted on 3 complete trials" in w for w in warned), warned
+
+
+def test_a_preset_picked_after_a_bad_link_clears_the_links_errors(runs):
+    at = page({"epochs": "abc"})
+    assert start(at).disabled
+    at.selectbox(key="f.preset").set_value("mnist5k-mlp").run()
+    assert not [m for m in messages(at) if "in the link" in m]

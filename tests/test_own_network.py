@@ -1,0 +1,294 @@
+"""The Python API for a user's own network (admm_core.own, issue 54 item 1): a CNN defined here and
+nowhere else in the project, split by name, trained by three methods of the registry on real MNIST
+into ordinary run directories that the dashboard's run list reads; resume after a stop with the
+same module; one clear error naming the child for a network that is not a chain."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import cli_call
+from torch import nn
+
+from admm_core import own
+from admm_core.blocks import BlockNet
+from admm_core.errors import ConfigError
+from admm_core.rundir import read_json, read_metrics
+from admm_core.spec.datasets import available
+from admm_core.spec.presets import preset_config
+
+
+class SmallCNN(nn.Module):
+    """Named children, not an nn.Sequential; its forward flattens before the classifier, as
+    torchvision's ResNets do (the one operation the chain allows between two children)."""
+
+    def __init__(self, c=4):
+        super().__init__()
+        self.conv1 = nn.Sequential(nn.Conv2d(1, c, 3, stride=2, padding=1), nn.ReLU())
+        self.conv2 = nn.Sequential(nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.BatchNorm2d(2 * c), nn.ReLU())
+        self.pool = nn.AdaptiveAvgPool2d(3)
+        self.fc = nn.Linear(18 * c, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.conv2(self.conv1(x))), 1))
+
+
+def mnist_present() -> bool:
+    return "mnist" in available(os.environ.get("ADMM_DATA"))
+
+
+needs_mnist = pytest.mark.skipif(not mnist_present(), reason="MNIST not found (set ADMM_DATA=/work/shared/data)")
+
+
+@needs_mnist
+def test_three_methods_train_a_cnn_from_this_file_and_the_dashboard_lists_them(tmp_path):
+    from app.dashboard import charts as C
+    from app.dashboard import workers as W
+
+    root, made = tmp_path / "runs", {}
+    for method in ("block-admm", "online-admm", "adam"):
+        torch.manual_seed(0)
+        net = SmallCNN()
+        run = own.train(
+            net,
+            ["conv1", "conv2"],
+            "mnist",
+            method,
+            settings=preset_config("cifar10-resnet18-small", method).method_params,  # the convnet recipe
+            train_limit=384,
+            test_limit=256,
+            epochs=2,
+            loss="ce",
+            runs_dir=root,
+        )
+        made[method] = run
+        lines = read_metrics(run.dir)
+        assert run.summary["status"] == "finished" and [m["epoch"] for m in lines] == [0, 1, 2]
+        losses = [m["train_loss"] for m in lines]
+        assert losses[2] < losses[1] < losses[0], (method, losses)  # each epoch lowers the training loss
+        assert len(lines[-1]["residuals"]) == (0 if method == "adam" else 3)  # T = 3 blocks (adam: end to end)
+        chain = own.describe(run.dir)
+        assert [r["name"] for r in chain["layers"]] == ["conv1", "conv2", "pool", "fc"]
+        assert chain["blocks"] == [["conv1"], ["conv2"], ["pool", "fc"]] and chain["layers"][-1]["flatten_before"]
+        # the weights file loads into a fresh instance (safetensors, its own keys) and predicts the same
+        x = torch.randn(5, 1, 28, 28)
+        fresh = own.load_weights(SmallCNN(), run.dir).eval()
+        with torch.no_grad():
+            assert torch.equal(fresh(x), net.eval()(x))
+    listed = {Path(r["dir"]).name: r for r in W.runs(root)}
+    for method, run in made.items():
+        r = listed[run.dir.name]
+        assert r["config"]["method"] == method and r["config"]["model"]["arch"] == "own"
+        assert r["status"]["state"] == "finished" and r["summary"]["test_accuracy"] == run.summary["test_accuracy"]
+        metrics = read_metrics(r["dir"])
+        fig = C.accuracy_figure(metrics)
+        assert [len(t.y) for t in fig.data] == [3, 3]  # train and test accuracy, epochs 0-2
+        row = C.run_row(r["name"], r["config"], r["status"], metrics, {}, {})
+        assert row["method"] == method
+
+
+def digits_images():
+    """scikit-learn's 8×8 digits as (N, 1, 8, 8) images: (train, test) tensor pairs."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.data / 16.0, dtype=torch.float32).reshape(-1, 1, 8, 8)
+    y = torch.tensor(d.target)
+    return (x[:400], y[:400]), (x[1500:1700], y[1500:1700])
+
+
+def test_a_stopped_run_resumes_with_the_same_module_and_refuses_another(tmp_path):
+    (x, y), test = digits_images()
+    ds = torch.utils.data.TensorDataset(x, y)  # a map-style Dataset
+    seen: list[int] = []
+    torch.manual_seed(0)
+    net = SmallCNN()
+    run = own.train(
+        net, ["conv2"], ds, "adam", test_data=test, epochs=3, out=tmp_path / "r",
+        on_progress=lambda e, m: m and seen.append(m["epoch"]), should_stop=lambda: 1 in seen,
+    )  # fmt: skip
+    assert run.summary["status"] == "stopped" and [m["epoch"] for m in read_metrics(run.dir)] == [0, 1]
+    assert read_json(run.dir / "config.json")["data"]["name"] == "own"
+    rc, _, err = cli_call(["train", "--resume", str(run.dir)])  # the CLI has no module to rebuild it from
+    assert rc == 2 and "admm_core.own.resume" in err and "Traceback" not in err
+    rc, _, err = cli_call(["evaluate", "--run", str(run.dir)])
+    assert rc == 2 and "admm_core.own.resume" in err and "Traceback" not in err
+    with pytest.raises(ConfigError, match="pass the same data again"):
+        own.resume(net, run.dir)
+    with pytest.raises(
+        ConfigError, match=r"child.*'conv1'.*Sequential', 80\).*the run's \('conv1', 'Sequential', 40\)"
+    ):
+        own.resume(SmallCNN(c=8), run.dir, ds, test_data=test)
+    done = own.resume(net, run.dir, ds, test_data=test)
+    lines = read_metrics(run.dir)
+    assert done.summary["status"] == "finished" and [m["epoch"] for m in lines] == [0, 1, 2, 3]
+    again = own.evaluate(SmallCNN(), run.dir, ds, test_data=test)  # a fresh instance: the checkpoint's weights
+    assert again["epoch"] == 3 and again["test_accuracy"] == lines[-1]["test_accuracy"]
+    assert (run.dir / "weights.safetensors").exists()
+
+
+class Skip(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.c(self.b(h) + h)  # a skip connection around b
+
+
+class Unused(Skip):
+    def __init__(self):
+        super().__init__()
+        self.aux = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.c(self.b(self.a(x)))
+
+
+class Twice(Skip):
+    def forward(self, x):
+        return self.c(self.a(self.a(x)))
+
+
+class After(Skip):
+    def forward(self, x):
+        return self.c(self.b(self.a(x))) * 2
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        (Skip(), r"child 'c' \(Linear\) does not take the output of child 'b'.*skip connection"),
+        (Unused(), r"child 'aux' \(Linear\) is not called by Unused.forward"),
+        (Twice(), r"child 'a' \(Linear\) is called 2 times"),
+        (After(), r"something after its last child 'c'"),
+        (nn.Linear(4, 3), r"Linear has no child modules"),
+    ],
+    ids=["skip", "unused", "twice", "after", "leaf"],
+)
+def test_a_network_that_is_not_a_chain_is_refused_naming_the_child(model, message, tmp_path):
+    data = (torch.randn(8, 4), torch.randint(0, 3, (8,)))
+    with pytest.raises(ConfigError, match=message):
+        own.train(model, ["a"], data, "adam", test_data=data, epochs=1, out=tmp_path / "r")
+    assert not (tmp_path / "r").exists()  # refused before any run directory
+
+
+def test_bad_split_names_and_settings_are_named_at_once(tmp_path):
+    data = (torch.randn(8, 4), torch.randint(0, 3, (8,)))
+    seq = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 3))  # children '0', '1', '2'
+    with pytest.raises(ConfigError) as e:
+        own.train(seq, ["7", "2"], data, "block-admm", test_data=data, epochs=1, out=tmp_path / "r")
+    msg = str(e.value)
+    assert "'7': no such child" in msg and "'2': the last child" in msg and "split after: 0, 1" in msg
+    with pytest.raises(ConfigError, match="epoch: not a train setting"):
+        own.train(seq, ["1"], data, "block-admm", test_data=data, epoch=1)
+    with pytest.raises(ConfigError, match="test_data: needed"):
+        own.train(seq, ["1"], data, "block-admm", epochs=1)
+    with pytest.raises(ConfigError, match="method"):
+        own.train(seq, ["1"], data, "no-such-method", test_data=data, epochs=1, out=tmp_path / "r")
+    cnn = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(8, 3))
+    images = (torch.randn(8, 1, 4, 4), torch.randint(0, 3, (8,)))
+    with pytest.raises(ConfigError, match="'admm-closed'.*Conv2d layer"):  # closed-form layer solves
+        own.train(cnn, ["0"], images, "admm-closed", test_data=images, epochs=1, out=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_docs_examples_run_as_printed(tmp_path, monkeypatch, capsys):
+    """docs/your-own-network.md's two examples, as printed: two methods on the digits CNN, then a resume."""
+    import re
+
+    from helpers import ROOT
+
+    text = (ROOT / "docs" / "your-own-network.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    monkeypatch.setenv("ADMM_RUNS", str(tmp_path / "runs"))
+    ns: dict = {"__name__": "docs_example"}
+    exec(compile(blocks[0], "docs/your-own-network.md", "exec"), ns)
+    runs = ns["runs"]
+    assert set(runs) == {"block-admm", "adam"} and all(r.summary["status"] == "finished" for r in runs.values())
+    assert all(r.dir.parent == tmp_path / "runs" for r in runs.values())
+    exec(compile(blocks[1], "docs/your-own-network.md", "exec"), ns)
+    assert ns["run"].summary["status"] == "finished" and ns["run"].summary["epochs"] == 3
+    assert [m["epoch"] for m in read_metrics(runs["adam"].dir)] == [0, 1, 2, 3]
+    assert "block-admm" in capsys.readouterr().out
+
+
+def test_every_network_method_of_the_registry_trains_an_own_mlp(tmp_path):
+    """An nn.Sequential MLP on digits tensors, one epoch by each network method: each run finishes
+    with its metrics lines (the lifted baselines' closed-form solves take it too: Linear + ReLU only)."""
+    from sklearn.datasets import load_digits
+
+    from admm_core.spec.kinds import NETWORK
+    from admm_core.spec.methods import names_for
+
+    d = load_digits()
+    x, y = torch.tensor(d.data / 16.0, dtype=torch.float32), torch.tensor(d.target)
+    failed = {}
+    for method in names_for(NETWORK):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
+        run = own.train(
+            net, ["1"], (x[:200], y[:200]), method, test_data=(x[1500:1600], y[1500:1600]), epochs=1,
+            out=tmp_path / method, tensorboard=False,
+        )  # fmt: skip
+        lines = read_metrics(run.dir)
+        if run.summary["status"] != "finished" or [m["epoch"] for m in lines] != [0, 1]:
+            failed[method] = run.summary["status"]
+    assert not failed and len(names_for(NETWORK)) >= 8
+
+
+def test_torchvision_models_are_chains_by_the_flattening_rule():
+    """torchvision's ResNet-18 (with the CIFAR stem: 3×3 stride-1 first conv, no max-pool) and
+    MobileNetV2, random init: their children form a chain on 32×32 inputs, the flatten before the
+    classifier put in front of it; the chain computes what the model computes."""
+    import torchvision
+
+    torch.manual_seed(0)
+    resnet = torchvision.models.resnet18(num_classes=10)
+    resnet.conv1, resnet.maxpool = nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.Identity()
+    for model, names in (
+        (resnet, ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc"]),
+        (torchvision.models.mobilenet_v2(num_classes=10), ["features", "classifier"]),
+    ):
+        x = torch.randn(2, 3, 32, 32)
+        layers, rows = own.chain(model, x)
+        assert [r["name"] for r in rows] == names and [r["flatten_before"] for r in rows] == [False] * (
+            len(names) - 1
+        ) + [True]
+        net = BlockNet(layers, own.check_split(rows, [names[-2]])).eval()
+        with torch.no_grad():
+            assert torch.equal(net(x), model.eval()(x))
+
+
+def test_an_own_run_shows_on_the_runs_and_compare_pages(tmp_path, monkeypatch):
+    """The dashboard's pages (AppTest) on an own run: the Runs page's details draw its charts and
+    its config, Compare draws it beside a CLI-made run; no exception on either page."""
+    from helpers import ROOT, tiny
+    from streamlit.testing.v1 import AppTest
+
+    from admm_core.network import train as engine_train
+
+    (x, y), test = digits_images()
+    root = tmp_path / "runs"
+    torch.manual_seed(0)
+    run = own.train(SmallCNN(), ["conv2"], (x, y), "adam", test_data=test, epochs=1, runs_dir=root, name="cnn")
+    engine_train(tiny("adam", epochs=1), root / "cli-adam")
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=60).run()
+    at.switch_page("views/runs.py").run()
+    sel = next(s for s in at.selectbox if (s.key or "").startswith("runs_sel."))
+    assert run.dir.name in sel.options
+    sel.set_value(run.dir.name).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.get("plotly_chart")  # its accuracy chart
+    assert any('"arch":"own"' in str(j.proto.body).replace(" ", "") for j in at.get("json"))  # its config.json
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "compare.py"), default_timeout=60)
+    at.query_params["runs"] = f"{run.dir.name},cli-adam"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.get("plotly_chart") and len(at.dataframe[0].value) == 2
