@@ -36,8 +36,9 @@ PHASES = {
     "metrics": "appending metrics.jsonl, per call",
     "checkpoint": "writing checkpoint.pt, per call",
     "status": "writing status.json, per call",
+    "tensorboard": "TensorBoard event files (the first call imports the writer), per call",
 }
-PER_CALL = ("eval", "metrics", "checkpoint", "status")
+PER_CALL = ("eval", "metrics", "checkpoint", "status", "tensorboard")
 
 
 def phase_table(results: dict[str, tuple["PhaseTimes", int]]) -> str:

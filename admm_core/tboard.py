@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from pathlib import Path
 
 from .rundir import read_metrics
@@ -55,6 +56,20 @@ def clear_events(run_dir: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+def _quiet_writer_thread(args) -> None:
+    """``threading.excepthook`` (Python's public hook) for the writer's own thread: SummaryWriter
+    writes from a thread of TensorBoard's that keeps a write error (a full disk) for the caller's next
+    ``flush`` (where the run loop reports it in one line, as any write error) and then re-raises it,
+    which Python's default hook prints as a traceback. Only that error of that thread is silenced;
+    tests/test_reliability_load.py's full-disk sweep test fails if TensorBoard changes this."""
+    if isinstance(args.exc_value, OSError) and type(args.thread).__module__.startswith("tensorboard."):
+        return
+    _default_hook(args)
+
+
+_default_hook = threading.excepthook
+
+
 class EventLog:
     """A run's event writer: :meth:`write` each metrics line as the loop appends it (flushed, so a
     TensorBoard watching the folder sees it at once, and a kill loses nothing written)."""
@@ -67,6 +82,10 @@ class EventLog:
             from torch.utils.tensorboard import SummaryWriter  # torch's public writer
 
             self.writer = SummaryWriter(str(log_dir), flush_secs=3600)
+        if threading.excepthook is not _quiet_writer_thread:
+            global _default_hook
+            _default_hook = threading.excepthook
+            threading.excepthook = _quiet_writer_thread
 
     def write(self, m: dict) -> None:
         step, wall = int(m["epoch"]), m.get("time")
