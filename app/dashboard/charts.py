@@ -839,6 +839,18 @@ SEED = "train.seed"
 NOT_IN_LEGEND = ("method", "preset")  # the method leads every legend; the preset only names defaults
 
 
+def table_settings(cfgs: list[dict]) -> list[str]:
+    """The settings Compare's table and settings chart show: those that differ
+    (:func:`differing_settings`), less a method's setting that only its runs have, at one value
+    (block-admm's thirty settings beside an sgd run are no difference between them)."""
+    flat = [settings_of(c) for c in cfgs]
+    return [
+        k
+        for k in differing_settings(cfgs)
+        if not k.startswith("m.") or len({json_key(f[k]) for f in flat if f.get(k) is not None}) > 1
+    ]
+
+
 def distinguishing_settings(cfgs: list[dict]) -> list[str]:
     """The settings that tell runs apart beyond their method: a data, network or training setting
     that differs at all, a method's setting that differs between runs of that method (another

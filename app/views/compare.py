@@ -294,7 +294,7 @@ def main() -> None:
     smoothing = c[3].slider("Smoothing (moving average weight)", 0.0, 0.95, 0.0, 0.05, key="cmp_smooth")
     x_key = "wall_time_s" if x_axis == "wall time" else "epoch"
     cfgs = [by_id[n]["config"] or {} for n in chosen]
-    differ = C.differing_settings(cfgs)
+    differ = C.table_settings(cfgs)
     c = st.columns([1.2, 1, 2.8])
     group_by = c[0].selectbox(
         "Group runs by",
