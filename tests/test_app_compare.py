@@ -149,6 +149,12 @@ def test_series_csv_names_runs_by_full_id_in_percent():
     assert rows[0] == ["chart", "run", "legend", "group", "epoch", "value", "unit"]
     assert rows[1] == ["test accuracy", run, "block-admm · lr 5e-4", "block-admm", "1", "97.78", "%"]
     assert rows[2] == ["train loss", run, "block-admm · lr 5e-4", "block-admm", "1", "0.25", ""]
+    # the page's own CSV: its accuracy charts in %, the loss and residuals as logged
+    page = C.compare_csv(series, [], "epoch").strip().splitlines()
+    assert page[1:3] == [
+        f"test accuracy,{run},block-admm · lr 5e-4,block-admm,1,97.78,%",
+        f"train loss,{run},block-admm · lr 5e-4,block-admm,1,0.25,",
+    ], page
 
 
 # --- the selection ---------------------------------------------------------------------------------

@@ -833,6 +833,25 @@ def series_csv(
     return buf.getvalue()
 
 
+# Compare's charts in its CSV: chart -> (metrics key, network runs or DeepFacto runs, in % as drawn)
+COMPARE_CSV = {
+    "test accuracy": ("test_accuracy", "nets", True),
+    "train accuracy": ("train_accuracy", "nets", True),
+    "train loss": ("train_loss", "nets", False),
+    "residuals": ("residuals", "nets", False),
+    "verification": ("test_accuracy", "faces", True),
+    "nmf residual": ("nmf_residual", "faces", False),
+}
+
+
+def compare_csv(nets: list[Series], faces: list[Series], x_key: str) -> str:
+    """The Compare page's "Download the charts' data (CSV)": :func:`series_csv` of its charts."""
+    runs = {"nets": nets, "faces": faces}
+    charts = {c: runs[who] for c, (_, who, _) in COMPARE_CSV.items() if runs[who]}
+    keys = {c: k for c, (k, _, _) in COMPARE_CSV.items()}
+    return series_csv(charts, keys, x_key, {c for c, (_, _, pct) in COMPARE_CSV.items() if pct})
+
+
 # --- Compare: what differs between runs, as legends and groups --------------------------------------
 
 SEED = "train.seed"

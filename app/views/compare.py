@@ -27,7 +27,6 @@ from app.dashboard import workers as W
 ss = st.session_state
 MAX_DEFAULT = 6  # runs shown before any pick; from then on the pick is the user's
 PICK_FILE = ".compare-pick.json"  # in the runs folder: the last pick, for the next visit (not a run: a file)
-PERCENT_CHARTS = frozenset({"test accuracy", "train accuracy", "verification"})  # in % in the charts and CSV
 
 
 def _url_selection(names: list[str]) -> list[str] | None:
@@ -144,7 +143,8 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
         },
     )
     st.caption(
-        f"⚙ columns: the settings that differ between the selected runs ({len(differ)}); click a header to sort. "
+        f"⚙ columns: the settings that differ between the selected runs ({len(differ)}; a setting only one "
+        "method's runs have, at one value, is left out); — : the run has no such value. Click a header to sort. "
         "Paper figures (admm_core.spec.presets.PAPER) are shown only for a run whose setup is the paper's. "
         "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
     )
@@ -205,19 +205,10 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
         g = st.columns(2)
         draw(g[0], faces, "test_accuracy", "Face verification accuracy (%)", acc_log, True, xk, "cmp_df_acc")
         draw(g[1], faces, "nmf_residual", "NMF residual ‖Z₁ − MS‖/‖Z₁‖", log_y, xk=xk, chart_key="cmp_df_nmf")
-    plotted = {
-        "test accuracy": nets,
-        "train accuracy": nets,
-        "train loss": nets,
-        "residuals": nets,
-        "verification": faces,
-    }
-    keys = {"test accuracy": "test_accuracy", "train accuracy": "train_accuracy", "train loss": "train_loss"}
-    keys |= {"residuals": "residuals", "verification": "test_accuracy"}
     st.download_button(
         "Download the charts' data (CSV)",
         # built on the click: on every redraw of a live chart it was a pass over every line
-        lambda: C.series_csv({k: v for k, v in plotted.items() if v}, keys, x_key, PERCENT_CHARTS),
+        lambda: C.compare_csv(nets, faces, x_key),
         icon=":material/download:",
         file_name="compare-series.csv",
         mime="text/csv",
