@@ -143,7 +143,7 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
         },
     )
     st.caption(
-        f"⚙ columns: the settings that differ between the selected runs ({len(differ)}; a setting only one "
+        f"⚙ columns: the settings that differ between the selected runs ({len([k for k in differ if k != 'method'])}; a setting only one "
         "method's runs have, at one value, is left out); — : the run has no such value. Click a header to sort. "
         "Paper figures (admm_core.spec.presets.PAPER) are shown only for a run whose setup is the paper's. "
         "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
