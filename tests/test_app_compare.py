@@ -133,6 +133,12 @@ def test_legends_say_what_differs_not_a_truncated_id(runs):
     labels = C.legend_labels([{"method": "sgd", "train": {"seed": 0}}] * 2)
     assert labels == ["sgd #1", "sgd #2"]  # runs alike in every setting stay told apart
     assert C.fmt_value(5e-4) == "5e-4" and C.fmt_value(0.1) == "0.1" and C.fmt_value(1e9) == "1e9"
+    mnist = {"method": "sgd", "data": {"name": "mnist"}, "model": {"hidden": [128, 64]}}
+    digits = {"method": "sgd", "data": {"name": "digits"}, "model": {"hidden": [32]}}
+    assert C.legend_labels([mnist, digits]) == [
+        "sgd · data mnist · hidden widths 128,64",
+        "sgd · data digits · hidden widths 32",
+    ]
 
 
 def test_series_csv_names_runs_by_full_id_in_percent():

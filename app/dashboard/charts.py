@@ -891,9 +891,13 @@ def distinguishing_settings(cfgs: list[dict]) -> list[str]:
     return out
 
 
+SHORT_NAMES = {"data.name": "data", "model.arch": "network", "model.hidden": "hidden widths"}
+
+
 def setting_name(key: str) -> str:
-    """A setting's short name for legends and menus: 'm.lr' → 'lr', 'train.seed' → 'seed'."""
-    return key.split(".", 1)[1] if "." in key else key
+    """A setting's short name for legends and menus: 'm.lr' → 'lr', 'train.seed' → 'seed',
+    'data.name' → 'data'."""
+    return SHORT_NAMES.get(key) or (key.split(".", 1)[1] if "." in key else key)
 
 
 def fmt_value(v) -> str:
