@@ -204,6 +204,10 @@ def test_table_one_method_column_status_early_no_none_two_decimals(runs):
         assert cols[k]["type_config"]["format"] == "%.2f", cols[k]
     table = df.value
     assert list(table["final test %"]) == pytest.approx([80.0, 81.0, 81.0, 80.0, 81.0])
+    par = json.loads(at.get("plotly_chart")[-1].proto.spec)["data"][0]
+    assert par["type"] == "parcoords"
+    labels = [d["label"] for d in par["dimensions"]]
+    assert labels[0] == "method" and "lr (log)" in labels and labels[-1] == "final test %", labels
 
 
 def test_settings_chart_log_axis_for_lr_and_room_for_method_names():
