@@ -119,12 +119,9 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
         st.container(height=TABLE_PLACEHOLDER_PX, border=True).caption("Drawing the table…")
         return
     table = pd.DataFrame(rows)
+    gears = [f"⚙ {k}" for k in differ if k != "method"]  # the method has its own column
     lead = ["run", "name", "method", "status", "final test %", "best test %", "paper test %", "Δ vs paper", "paper"]
-    order = (
-        lead
-        + [f"⚙ {k}" for k in differ if k != "method"]
-        + [k for k in table.columns if k not in lead and not k.startswith("⚙ ")]
-    )
+    order = lead + gears + [k for k in table.columns if k not in lead and not k.startswith("⚙ ")]
     st.dataframe(
         table,
         hide_index=True,
@@ -143,7 +140,7 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
         },
     )
     st.caption(
-        f"⚙ columns: the settings that differ between the selected runs ({len([k for k in differ if k != 'method'])}; a setting only one "
+        f"⚙ columns: the settings that differ between the selected runs ({len(gears)}; a setting only one "
         "method's runs have, at one value, is left out); — : the run has no such value. Click a header to sort. "
         "Paper figures (admm_core.spec.presets.PAPER) are shown only for a run whose setup is the paper's. "
         "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
