@@ -582,7 +582,7 @@ def test_compare_page_table_and_csv(env_runs):
     no_exceptions(at)
     assert at.download_button(key="cmp_csv").label == "Download table (CSV)"
     # grouped: one mean line per kind in its band; the charts' data as CSV
-    widget(at, "selectbox", "cmp_group").set_value("kind").run()
+    widget(at, "selectbox", "cmp_group").set_value("method").run()
     widget(at, "radio", "cmp_spread").set_value("range").run()
     no_exceptions(at)
     assert at.download_button(key="cmp_series_csv").label == "Download the charts' data (CSV)"
@@ -1083,7 +1083,9 @@ def test_compare_settings_columns_and_url_selection(env_runs):
     no_exceptions(at)
     assert widget(at, "multiselect", "cmp_runs").value == ["r1-digits-block-admm", "r2-digits-sgd"]
     table = at.dataframe[0].value
-    assert "⚙ method" in table.columns and "⚙ m.lr" in table.columns and "⚙ data.name" not in table.columns
+    assert "⚙ m.lr" in table.columns and "⚙ data.name" not in table.columns
+    assert "method" in table.columns and "⚙ method" not in table.columns  # one method column
+    assert "⚙ m.z_lr" not in table.columns  # a block-admm setting sgd has not: no difference
     assert list(table["paper"]) == ["no figure", "no figure"]
     assert at.get("plotly_chart")[-1].proto.spec and '"parcoords"' in at.get("plotly_chart")[-1].proto.spec
     widget(at, "multiselect", "cmp_runs").set_value(["r2-digits-sgd"]).run()
@@ -1352,8 +1354,8 @@ def test_parallel_coordinates_only_over_settings_every_run_has():
     flat = [{"method": "sgd", "m.lr": 0.1, "m.eps": None}, {"method": "adam", "m.lr": 0.01, "m.eps": 1e-8}]
     rows = [{"final test %": 90.0}, {"final test %": 92.0}]
     dims = C.parallel_figure(rows, flat, ["method", "m.lr", "m.eps"]).data[0].dimensions
-    assert [d.label for d in dims] == ["method", "m.lr", "final test %"]  # no axis for eps (sgd has none)
-    assert dims[1].tickformat == ".3~g"
+    assert [d.label for d in dims] == ["method", "lr (log)", "final test %"]  # no axis for eps (sgd has none)
+    assert dims[1].ticktext == ("0.01", "0.02", "0.05", "0.1")  # log10 positions named by value
 
 
 # --- worker system metrics and the end-of-run notice (issue 33) ----------------------------------

@@ -660,7 +660,7 @@ TITLES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(d => 
 
 
 def test_train_light_dark_and_compare_seed_bands(live_server, browser):
-    """Train in light and dark (titles clear of the plots), Compare grouped by seed with its bands;
+    """Train in light and dark (titles clear of the plots), Compare grouped over seeds with its bands;
     the screenshots go to $ADMM_SCREENSHOTS (the docs' assets/) or the test's folder."""
     import torch
 
@@ -700,7 +700,7 @@ def test_train_light_dark_and_compare_seed_bands(live_server, browser):
         page.goto(f"{url}/compare?runs={','.join(names)}")
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4")
         page.get_by_role("combobox", name="Group runs by").click()
-        page.get_by_role("option", name="kind", exact=True).click()
+        page.get_by_role("option", name="seeds (mean of runs alike but for the seed)", exact=True).click()
         page.wait_for_function(
             "() => [...document.querySelectorAll('.js-plotly-plot')].some(d => (d.data || []).some(t => t.fill === 'tonexty'))"
         )

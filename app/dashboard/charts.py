@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import io
 import math
 import time
 from dataclasses import dataclass
@@ -505,9 +508,28 @@ def settings_of(cfg: dict) -> dict:
             if k == "root":
                 continue
             out[f"{section}.{k}"] = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
-    for k, v in (cfg.get("method_params") or {}).items():
+    for k, v in method_params(cfg).items():
         out[f"m.{k}"] = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
     return out
+
+
+def method_params(cfg: dict) -> dict:
+    """Every setting of the run's method: config.json's ``method_params`` (the ones given) over the
+    method's defaults, so a run left at the default and one given it explicitly compare equal, and
+    a legend can say 'lr 0.001' of a run that never named lr. As recorded when the method or its
+    settings are unknown (a method since removed)."""
+    from admm_core.errors import ConfigError
+    from admm_core.spec.methods import make_settings
+
+    given = cfg.get("method_params") or {}
+    method = cfg.get("method")
+    if not isinstance(given, dict) or not isinstance(method, str):
+        return given if isinstance(given, dict) else {}
+    try:
+        full = make_settings(method, given)
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return given
+    return {**dataclasses.asdict(full), **given} if dataclasses.is_dataclass(full) else given
 
 
 def differing_settings(cfgs: list[dict]) -> list[str]:
@@ -577,31 +599,67 @@ def run_row(name: str, cfg: dict, status: dict, metrics: list[dict], paper: dict
     }
 
 
+LOG_NAMES = ("lr", "eps", "weight_decay", "dual_lr", "u_init_scale")  # settings read on a log scale
+LOG_SPAN = 100.0  # any positive setting whose values span this factor or more gets a log axis too
+
+
+def log_axis(key: str, vals: list) -> bool:
+    """Whether a numeric setting is drawn on a log axis: positive values, and a learning-rate-like
+    name (η spread over 1e-4…1e-1 crowds a linear axis at 0) or a span of two decades or more."""
+    nums = [float(v) for v in vals]
+    if not nums or min(nums) <= 0:
+        return False
+    name = setting_name(key)
+    return name in LOG_NAMES or name.endswith("_lr") or max(nums) / min(nums) >= LOG_SPAN
+
+
+PARALLEL_CHAR_PX = 7  # about a tick label character's width, for the left margin
+
+
 def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> go.Figure:
     """Parallel coordinates: one axis per differing setting, the last the final test accuracy.
 
-    Numeric settings keep their scale; others are placed on evenly spaced ticks named by value.
+    Numeric settings keep their scale, learning-rate-like ones a log scale (:func:`log_axis`:
+    plotted as log10 with ticks named by value, parcoords has no log axis); others are placed on
+    evenly spaced ticks named by value. The left margin fits the first axis's tick names.
     """
     dims = []
     # one axis per setting every shown run has (a setting a method lacks got a made-up axis or
     # "None" before); numbers print in full (eps was labelled '10n')
     keys = [k for k in keys if all(s.get(k) is not None for s in settings)]
+    first_labels: list[str] = []
     for k in keys:
         vals = [s.get(k) for s in settings]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals if v is not None) and any(
-            v is not None for v in vals
-        ):
-            dims.append({"label": k, "values": [float(v) for v in vals], "tickformat": ".3~g"})
+        label = setting_name(k)
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            if log_axis(k, vals):
+                ticks, text = log_ticks(vals)
+                dims.append(
+                    {
+                        "label": f"{label} (log)",
+                        "values": [math.log10(float(v)) for v in vals],
+                        "tickvals": [math.log10(t) for t in ticks],
+                        "ticktext": text,
+                        "range": [math.log10(min(vals)), math.log10(max(vals))],
+                    }
+                )
+                names = text
+            else:
+                dims.append({"label": label, "values": [float(v) for v in vals], "tickformat": ".3~g"})
+                names = [fmt_value(v) for v in vals]
         else:
             cats = sorted({str(v) for v in vals})
+            names = [c if len(c) <= 24 else c[:23] + "…" for c in cats]
             dims.append(
                 {
-                    "label": k,
+                    "label": label,
                     "values": [cats.index(str(v)) for v in vals],
                     "tickvals": list(range(len(cats))),
-                    "ticktext": [c if len(c) <= 14 else c[:13] + "…" for c in cats],
+                    "ticktext": names,
                 }
             )
+        if not first_labels:
+            first_labels = names
     acc = [r.get("final test %") for r in rows]
     dims.append(
         {"label": "final test %", "values": [float("nan") if a is None else a for a in acc], "tickformat": ".4~g"}
@@ -617,7 +675,9 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
             dimensions=dims,
         )
     )
-    fig.update_layout(height=PARALLEL_HEIGHT, margin={"l": 60, "r": 60, "t": 60, "b": 30})
+    # tick names are drawn left of their axis: the first axis's need room ("online-admm" was clipped)
+    left = max(60, 20 + PARALLEL_CHAR_PX * max((len(n) for n in first_labels), default=0))
+    fig.update_layout(height=PARALLEL_HEIGHT, margin={"l": left, "r": 60, "t": 60, "b": 30})
     return fig
 
 
@@ -648,32 +708,83 @@ def _rgba(hex_colour: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
+GRID_MAX = 600  # grid points of a grouped curve (the union of the runs' x values, or evenly spaced past this)
+
+
+def _grid(runs_xy: list[tuple[list[float], list[float]]]) -> list[float]:
+    """The x values a group's mean is taken at: every run's own x values (epochs line up and stay
+    exact), or GRID_MAX evenly spaced ones over their span when there are more."""
+    xs = sorted({x for xr, _ in runs_xy for x in xr})
+    if len(xs) <= GRID_MAX:
+        return xs
+    lo, hi = xs[0], xs[-1]
+    return [lo + (hi - lo) * i / (GRID_MAX - 1) for i in range(GRID_MAX)]
+
+
+def _interp(xr: list[float], yr: list[float], grid: list[float]) -> list[float | None]:
+    """A run's curve linearly interpolated at ``grid``; None outside the run's own x range (no
+    extrapolation: a run that ended early does not count past its end)."""
+    out: list[float | None] = []
+    j = 0
+    for g in grid:
+        if not xr or g < xr[0] or g > xr[-1]:
+            out.append(None)
+            continue
+        while j + 1 < len(xr) and xr[j + 1] < g:
+            j += 1
+        if xr[j] == g or j + 1 == len(xr):
+            out.append(yr[j])
+        else:
+            x0, x1, y0, y1 = xr[j], xr[j + 1], yr[j], yr[j + 1]
+            out.append(y0 + (y1 - y0) * (g - x0) / (x1 - x0))
+    return out
+
+
+def _run_xy(metrics: list[dict], key: str, x_key: str, scale: float, smoothing: float, log_y: bool):
+    """A run's (x, y) points, sorted by x, one y per x (the last logged: a resumed run may repeat an
+    epoch), gaps dropped."""
+    pts: dict[float, float] = {}
+    for x, y in zip(_col(metrics, x_key), smooth(_values(metrics, key, scale), smoothing)):
+        if x is not None and y is not None and (not log_y or y > 0):
+            pts[float(x)] = y
+    xr = sorted(pts)
+    return xr, [pts[x] for x in xr]
+
+
 def group_figure(
     groups: list[tuple[str, list[list[dict]]]], key: str, look: Overlay = Overlay(), spread: str = "std"
 ) -> go.Figure:
     """One line per group of runs (their mean at each x) inside a band: mean ± one standard
-    deviation (``spread='std'``) or the runs' min to max (``'range'``). Runs are aligned on the
-    x value (epoch, or wall time rounded to 0.1 s); per-block columns are averaged over blocks."""
+    deviation (``spread='std'``) or the runs' min to max (``'range'``).
+
+    Each run is first interpolated linearly onto the group's common x grid (:func:`_grid`), so runs
+    logged at different wall times are averaged point for point: matching raw x values left one
+    run per point, and the mean jumped from run to run (a saw-tooth). At an x past the end of a run
+    the mean is over the runs that reached it. Per-block columns are averaged over blocks."""
     traces = []
     x_key, smoothing, log_y, percent = look.x_key, look.smoothing, look.log_y, look.percent
     for i, (label, runs) in enumerate(groups):
         colour = COLOURS[i % len(COLOURS)]
-        at: dict[float, list[float]] = {}
-        for metrics in runs:
-            xs = _col(metrics, x_key)
-            ys = smooth(_values(metrics, key, 100.0 if percent else 1.0), smoothing)
-            for x, y in zip(xs, ys):
-                if x is not None and y is not None and (not log_y or y > 0):
-                    at.setdefault(round(x, 1) if x_key == "wall_time_s" else x, []).append(y)
-        xs = sorted(at)
-        mean = [sum(at[x]) / len(at[x]) for x in xs]
-        if spread == "range":
-            lo, hi = [min(at[x]) for x in xs], [max(at[x]) for x in xs]
-        else:
-            sd = [math.sqrt(sum((v - mu) ** 2 for v in at[x]) / len(at[x])) for x, mu in zip(xs, mean)]
-            lo, hi = [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)]
-            if log_y:
-                lo = [max(v, m / 10) for v, m in zip(lo, mean)]  # a band below zero has no place on a log axis
+        xy = [_run_xy(m, key, x_key, 100.0 if percent else 1.0, smoothing, log_y) for m in runs]
+        grid = _grid(xy)
+        cols = [_interp(xr, yr, grid) for xr, yr in xy]
+        xs, mean, lo, hi = [], [], [], []
+        for j, x in enumerate(grid):
+            vals = [c[j] for c in cols if c[j] is not None]
+            if not vals:
+                continue
+            mu = sum(vals) / len(vals)
+            if spread == "range":
+                a, b = min(vals), max(vals)
+            else:
+                sd = math.sqrt(sum((v - mu) ** 2 for v in vals) / len(vals))
+                a, b = mu - sd, mu + sd
+                if log_y:
+                    a = max(a, mu / 10)  # a band below zero has no place on a log axis
+            xs.append(x)
+            mean.append(mu)
+            lo.append(a)
+            hi.append(b)
         name = f"{label} (n = {len(runs)})"
         band = {"type": "scatter", "x": xs, "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip"}
         traces.append({**band, "y": hi, "legendgroup": label, "showlegend": False, "name": f"{label} hi"})
@@ -692,13 +803,184 @@ def group_figure(
     return look.figure(traces)
 
 
-def series_csv(charts: dict[str, list[tuple[str, list[dict]]]], keys: dict[str, str], x_key: str) -> str:
-    """The plotted columns of every run, long format: chart, run, x, value (per-block columns
-    averaged over blocks), for the Compare page's download."""
-    lines = [f"chart,run,{x_key},value"]
+@dataclass(frozen=True)
+class Series:
+    """One run as Compare draws it: its full id, its legend (:func:`legend_labels`), its metrics
+    lines and its group's label ('' when not grouped)."""
+
+    run: str
+    legend: str
+    metrics: list
+    group: str = ""
+
+
+def series_csv(
+    charts: dict[str, list[Series]], keys: dict[str, str], x_key: str, percent: frozenset | set = frozenset()
+) -> str:
+    """The plotted columns of every run, long format: chart, run (the full run id), legend, group,
+    x, value, unit (per-block columns averaged over blocks), for the Compare page's download. The
+    charts named in ``percent`` are in % as drawn (the metrics file keeps fractions)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["chart", "run", "legend", "group", x_key, "value", "unit"])
     for chart, series in charts.items():
-        for label, metrics in series:
-            for x, y in zip(_col(metrics, x_key), _values(metrics, keys[chart])):
+        scale, unit = (100.0, "%") if chart in percent else (1.0, "")
+        for s in series:
+            for x, y in zip(_col(s.metrics, x_key), _values(s.metrics, keys[chart], scale)):
                 if x is not None and y is not None:
-                    lines.append(f'"{chart}","{label.replace(chr(34), chr(39))}",{x},{y}')
-    return "\n".join(lines) + "\n"
+                    x = int(x) if float(x).is_integer() else x  # epoch 3, not 3.0
+                    w.writerow([chart, s.run, s.legend, s.group, x, f"{y:.6g}", unit])
+    return buf.getvalue()
+
+
+# Compare's charts in its CSV: chart -> (metrics key, network runs or DeepFacto runs, in % as drawn)
+COMPARE_CSV = {
+    "test accuracy": ("test_accuracy", "nets", True),
+    "train accuracy": ("train_accuracy", "nets", True),
+    "train loss": ("train_loss", "nets", False),
+    "residuals": ("residuals", "nets", False),
+    "verification": ("test_accuracy", "faces", True),
+    "nmf residual": ("nmf_residual", "faces", False),
+}
+
+
+def compare_csv(nets: list[Series], faces: list[Series], x_key: str) -> str:
+    """The Compare page's "Download the charts' data (CSV)": :func:`series_csv` of its charts."""
+    runs = {"nets": nets, "faces": faces}
+    charts = {c: runs[who] for c, (_, who, _) in COMPARE_CSV.items() if runs[who]}
+    keys = {c: k for c, (k, _, _) in COMPARE_CSV.items()}
+    return series_csv(charts, keys, x_key, {c for c, (_, _, pct) in COMPARE_CSV.items() if pct})
+
+
+# --- Compare: what differs between runs, as legends and groups --------------------------------------
+
+SEED = "train.seed"
+NOT_IN_LEGEND = ("method", "preset")  # the method leads every legend; the preset only names defaults
+
+
+def table_settings(cfgs: list[dict]) -> list[str]:
+    """The settings Compare's table and settings chart show: those that differ
+    (:func:`differing_settings`), less a method's setting that only its runs have, at one value
+    (block-admm's thirty settings beside an sgd run are no difference between them)."""
+    flat = [settings_of(c) for c in cfgs]
+    return [
+        k
+        for k in differing_settings(cfgs)
+        if not k.startswith("m.") or len({json_key(f[k]) for f in flat if f.get(k) is not None}) > 1
+    ]
+
+
+def distinguishing_settings(cfgs: list[dict]) -> list[str]:
+    """The settings that tell runs apart beyond their method: a data, network or training setting
+    that differs at all, a method's setting that differs between runs of that method (another
+    method's lacking it, or its own default, is told by the method's name)."""
+    flat = [settings_of(c) for c in cfgs]
+    kinds_ = [run_kind(c) for c in cfgs]
+    out = []
+    for k in differing_settings(cfgs):
+        if k in NOT_IN_LEGEND:
+            continue
+        if k.startswith("m."):
+            per: dict[str, set] = {}
+            for f, kind in zip(flat, kinds_):
+                if f.get(k) is not None:
+                    per.setdefault(kind, set()).add(json_key(f[k]))
+            if not any(len(v) > 1 for v in per.values()):
+                continue
+        out.append(k)
+    return out
+
+
+SHORT_NAMES = {"data.name": "data", "model.arch": "network", "model.hidden": "hidden widths"}
+
+
+def setting_name(key: str) -> str:
+    """A setting's short name for legends and menus: 'm.lr' → 'lr', 'train.seed' → 'seed',
+    'data.name' → 'data'."""
+    return SHORT_NAMES.get(key) or (key.split(".", 1)[1] if "." in key else key)
+
+
+def fmt_value(v) -> str:
+    """A setting's value as a legend shows it: 5e-4 (not 0.0005), 0.1, 128, on/off."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, float):
+        if v == 0 or 1e-2 <= abs(v) < 1e5:
+            return f"{v:.4g}"
+        m, e = f"{v:.3e}".split("e")
+        return f"{m.rstrip('0').rstrip('.')}e{int(e)}"
+    return str(v)
+
+
+def setting_part(key: str, v) -> str:
+    """'s1' for a seed (the legend's shortest part), else 'lr 5e-4'."""
+    return f"s{v}" if key == SEED else f"{setting_name(key)} {fmt_value(v)}"
+
+
+def legend_labels(cfgs: list[dict], names: list[str] | None = None, skip: tuple = (), number: bool = True) -> list[str]:
+    """What tells the runs apart, from their configs: 'block-admm · s1 · lr 5e-4' (method, then the
+    seed, then the other settings that differ among ``cfgs``, leaving out ``skip``); a run's own
+    name (meta.json) after the method. Runs alike in all of it are numbered (#1, #2…) when
+    ``number``."""
+    differ = [k for k in distinguishing_settings(cfgs) if k not in skip]
+    differ.sort(key=lambda k: k != SEED)  # the seed first
+    out = []
+    for i, cfg in enumerate(cfgs):
+        flat = settings_of(cfg)
+        parts = [run_kind(cfg)]
+        if names and names[i]:
+            parts.append(names[i])
+        parts += [setting_part(k, flat[k]) for k in differ if flat.get(k) is not None]
+        out.append(" · ".join(parts))
+    if not number:
+        return out
+    seen: dict[str, int] = {}
+    plain = list(out)
+    for i, lab in enumerate(plain):
+        seen[lab] = seen.get(lab, 0) + 1
+        if plain.count(lab) > 1:
+            out[i] = f"{lab} #{seen[lab]}"
+    return out
+
+
+def group_options(cfgs: list[dict]) -> list[str]:
+    """Compare's "Group runs by" choices for the runs of ``cfgs``: 'nothing', 'seeds' (runs alike
+    but for the seed: the mean over seeds), 'method', 'method × <setting>' for each setting that
+    tells runs apart (:func:`distinguishing_settings`), '<setting>' alone for each but the seed
+    (grouping by seed alone would pool different methods), and 'tag'. A setting is given by its
+    config key."""
+    keys = distinguishing_settings(cfgs)
+    out = ["nothing"]
+    if SEED in keys:
+        out.append("seeds")
+    out.append("method")
+    out += [f"method × {k}" for k in keys]
+    out += [k for k in keys if k != SEED]
+    return [*out, "tag"]
+
+
+def group_option_label(opt: str) -> str:
+    if opt == "seeds":
+        return "seeds (mean of runs alike but for the seed)"
+    if opt.startswith("method × "):
+        return f"method × {setting_name(opt[len('method × ') :])}"
+    return opt if opt in ("nothing", "method", "tag") else setting_name(opt)
+
+
+def group_labels(cfgs: list[dict], tags: list[list[str]], by: str) -> list[str]:
+    """Each run's group under the choice ``by`` (:func:`group_options`), named by what the group's
+    runs share: 'block-admm · lr 5e-4' for 'seeds' or 'method × m.lr', 'block-admm' for 'method'.
+    Every choice but a setting alone or a tag keeps different methods apart."""
+    if by == "tag":
+        return [", ".join(t) or "no tag" for t in tags]
+    if by == "seeds":
+        return legend_labels(cfgs, skip=(SEED,), number=False)
+    if by == "method":
+        return [run_kind(c) for c in cfgs]
+    key = by[len("method × ") :] if by.startswith("method × ") else by
+    out = []
+    for c in cfgs:
+        v = settings_of(c).get(key)
+        part = f"no {setting_name(key)}" if v is None else setting_part(key, v)
+        out.append(f"{run_kind(c)} · {part}" if by.startswith("method × ") else part)
+    return out

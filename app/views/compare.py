@@ -1,15 +1,20 @@
 """Compare: overlay runs; a table with the settings that differ, the paper's figures (same setup
 only) and CSV; parallel coordinates of settings against final accuracy.
 
-The selection is in the URL (``?runs=<id>,<id>``), so a comparison is a shareable link.
+The selection is the user's and it lasts: it is in the URL (``?runs=<id>,<id>``, a shareable link),
+kept for the session while the page is left, and saved in the runs folder (PICK_FILE) for the next
+visit. Only before any pick are the 6 newest runs shown, and the page says so; new runs are then
+offered in the menu, never swapped in.
 """
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import streamlit as st
 
-from admm_core.rundir import file_stamp
+from admm_core.rundir import file_stamp, write_text_atomic
 from admm_core.rundir import read_metrics_cached as read_metrics
 from admm_core.spec.kinds import DEEPFACTO, run_kind
 from admm_core.spec.presets import PAPER
@@ -20,7 +25,8 @@ from app.dashboard import meta as M
 from app.dashboard import workers as W
 
 ss = st.session_state
-MAX_DEFAULT = 6
+MAX_DEFAULT = 6  # runs shown before any pick; from then on the pick is the user's
+PICK_FILE = ".compare-pick.json"  # in the runs folder: the last pick, for the next visit (not a run: a file)
 
 
 def _url_selection(names: list[str]) -> list[str] | None:
@@ -30,23 +36,36 @@ def _url_selection(names: list[str]) -> list[str] | None:
     return [n for n in q.split(",") if n in names]
 
 
+def _saved_pick(names: list[str]) -> list[str] | None:
+    """The pick saved by the last visit, less the runs deleted since; None when there is none (or
+    every run in it is gone)."""
+    try:
+        data = json.loads((ui.runs_root() / PICK_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    ids = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(ids, list):
+        return None
+    kept = [n for n in ids if isinstance(n, str) and n in names]
+    return kept if kept or not ids else None
+
+
+def _on_pick() -> None:
+    """The user changed the pick: into the URL and the runs folder (a read-only folder keeps the URL's)."""
+    ss["cmp_default"] = False
+    _mirror_selection()
+    try:
+        write_text_atomic(ui.runs_root() / PICK_FILE, json.dumps({"runs": ss.get("cmp_runs") or []}), durable=False)
+    except OSError:
+        pass
+
+
 def _mirror_selection() -> None:
     sel = ss.get("cmp_runs") or []
     if sel:
         st.query_params["runs"] = ",".join(sel)
     elif "runs" in st.query_params:
         del st.query_params["runs"]
-
-
-def _group_of(r: dict, group_by: str) -> str:
-    cfg = r["config"] or {}
-    if group_by == "tag":
-        return ", ".join(r["meta"]["tags"]) or "no tag"
-    if group_by == "seed":
-        return f"seed {(cfg.get('train') or {}).get('seed', '?')}"
-    if group_by == "kind":
-        return C.run_kind(cfg)
-    return f"{group_by} = {C.settings_of(cfg).get(group_by)}"
 
 
 def _stamp(dirs: list) -> tuple:
@@ -62,6 +81,15 @@ def _stamp(dirs: list) -> tuple:
 # 2 of 5 earlier runs; 5 s: 6.2 s twice; docs/reliability.md). Compare compares; the Train page follows live.
 REDRAW_EVERY_S = 5.0
 MAX_POINTS = 1500  # points drawn per curve (charts.thin: each bucket's first, lowest, highest); the CSV has all
+# one number of decimals per column (Streamlit's default drew "98" beside "97.78")
+TABLE_FORMATS = {
+    "final test %": "%.2f",
+    "best test %": "%.2f",
+    "Δ vs paper": "%+.2f",
+    "wall time s": "%.1f",
+    "s / epoch": "%.3f",
+    "Z/U memory MiB": "%.3f",
+}
 TABLE_PLACEHOLDER_PX = 250  # about the data grid of the default 6 runs, so the page does not jump
 
 
@@ -91,24 +119,29 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
         st.container(height=TABLE_PLACEHOLDER_PX, border=True).caption("Drawing the table…")
         return
     table = pd.DataFrame(rows)
-    lead = ["run", "name", "method", "final test %", "paper test %", "Δ vs paper", "paper"]
-    order = lead + [f"⚙ {k}" for k in differ] + [k for k in table.columns if k not in lead and not k.startswith("⚙ ")]
+    gears = [f"⚙ {k}" for k in differ if k != "method"]  # the method has its own column
+    lead = ["run", "name", "method", "status", "final test %", "best test %", "paper test %", "Δ vs paper", "paper"]
+    order = lead + gears + [k for k in table.columns if k not in lead and not k.startswith("⚙ ")]
     st.dataframe(
         table,
         hide_index=True,
         width="stretch",
         key="cmp_table",
         column_order=order,
+        placeholder="—",  # a value a run lacks (no evaluation yet, a setting its method has not)
         column_config={
+            **{k: st.column_config.NumberColumn(format=f) for k, f in TABLE_FORMATS.items()},
             "paper test %": st.column_config.NumberColumn(
+                format="%.2f",
                 help="final test accuracy the paper reports for this preset and method; only for a run with the "
-                "preset's data, sample limits, network, epochs and loss"
+                "preset's data, sample limits, network, epochs and loss",
             ),
             "paper": st.column_config.TextColumn(help="whether this run's setup is the paper's, and what differs"),
         },
     )
     st.caption(
-        f"⚙ columns: the settings that differ between the selected runs ({len(differ)}); click a header to sort. "
+        f"⚙ columns: the settings that differ between the selected runs ({len(gears)}; a setting only one "
+        "method's runs have, at one value, is left out); — : the run has no such value. Click a header to sort. "
         "Paper figures (admm_core.spec.presets.PAPER) are shown only for a run whose setup is the paper's. "
         "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
     )
@@ -135,22 +168,24 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
     dirs = [r["dir"] for r in recs]
     stamp = _stamp(dirs)
     nets, faces = [], []  # DeepFacto runs get their own charts: verification accuracy, per epoch
-    for r in recs:
-        n = r["name"]
-        cfg = r["config"] or {}
-        label = r["meta"]["name"] or (n if len(n) <= 28 else n[:15] + "…")  # ids start with the launch time
-        item = (f"{C.run_kind(cfg)} · {label}", read_metrics(r["dir"]), _group_of(r, group_by))
+    cfgs = [r["config"] or {} for r in recs]
+    # legends say what differs, from the configs (a truncated id, "block-admm · 20261201-183531…", did not)
+    legends = C.legend_labels(cfgs, [r["meta"]["name"] for r in recs])
+    grouped = group_by != "nothing"
+    groups = C.group_labels(cfgs, [r["meta"]["tags"] for r in recs], group_by) if grouped else [""] * len(recs)
+    for r, cfg, legend, group in zip(recs, cfgs, legends, groups):
+        item = C.Series(r["name"], legend, read_metrics(r["dir"]), group)
         (faces if run_kind(cfg, r.get("status")) == DEEPFACTO else nets).append(item)
 
     def draw(col, items, key, title, log, percent=False, xk=x_key, chart_key=""):
         look = C.Overlay(xk, smoothing, log, title, percent, max_points=MAX_POINTS)
-        if group_by == "nothing":
-            fig = C.compare_figure([(lab, m) for lab, m, _ in items], key, look)
+        if not grouped:
+            fig = C.compare_figure([(s.legend, s.metrics) for s in items], key, look)
         else:
-            groups: dict[str, list] = {}
-            for _, m, g in items:
-                groups.setdefault(g, []).append(m)
-            fig = C.group_figure(list(groups.items()), key, look, spread)
+            by_group: dict[str, list] = {}
+            for s in items:
+                by_group.setdefault(s.group, []).append(s.metrics)
+            fig = C.group_figure(list(by_group.items()), key, look, spread)
         col.plotly_chart(fig, key=chart_key, config=ui.PLOTLY_CONFIG)
 
     if nets:
@@ -159,7 +194,7 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
         draw(g[1], nets, "train_accuracy", "Train accuracy (%)", acc_log, True, chart_key="cmp_tracc")
         g = st.columns(2)
         draw(g[0], nets, "train_loss", "Train loss per sample", log_y, chart_key="cmp_loss")
-        res_title = "Primal residual" + (" (dash = block)" if group_by == "nothing" else " (block mean)")
+        res_title = "Primal residual" + (" (block mean)" if grouped else " (dash = block)")
         draw(g[1], nets, "residuals", res_title, log_y, chart_key="cmp_res")
     if faces:
         st.markdown("**DeepFacto runs** (per epoch: one iteration over their training images)")
@@ -167,19 +202,10 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
         g = st.columns(2)
         draw(g[0], faces, "test_accuracy", "Face verification accuracy (%)", acc_log, True, xk, "cmp_df_acc")
         draw(g[1], faces, "nmf_residual", "NMF residual ‖Z₁ − MS‖/‖Z₁‖", log_y, xk=xk, chart_key="cmp_df_nmf")
-    plotted = {
-        "test accuracy": nets,
-        "train accuracy": nets,
-        "train loss": nets,
-        "residuals": nets,
-        "verification": faces,
-    }
-    keys = {"test accuracy": "test_accuracy", "train accuracy": "train_accuracy", "train loss": "train_loss"}
-    keys |= {"residuals": "residuals", "verification": "test_accuracy"}
     st.download_button(
         "Download the charts' data (CSV)",
         # built on the click: on every redraw of a live chart it was a pass over every line
-        lambda: C.series_csv({k: [(lab, m) for lab, m, _ in v] for k, v in plotted.items() if v}, keys, x_key),
+        lambda: C.compare_csv(nets, faces, x_key),
         icon=":material/download:",
         file_name="compare-series.csv",
         mime="text/csv",
@@ -223,9 +249,11 @@ def main() -> None:
         and M.matches(r, text)
     ]
     names = [r["name"] for r in pool]
-    if "cmp_runs" not in ss:
-        from_url = _url_selection(list(by_id))
-        ss["cmp_runs"] = from_url if from_url is not None else names[: min(MAX_DEFAULT, len(names))]
+    if "cmp_runs" not in ss:  # a new session: the link's pick, else the last visit's, else the newest
+        pick = _url_selection(list(by_id))
+        pick = pick if pick is not None else _saved_pick(list(by_id))
+        ss["cmp_default"] = pick is None
+        ss["cmp_runs"] = pick if pick is not None else names[: min(MAX_DEFAULT, len(names))]
     # picked runs stay picked while a filter hides them from the pool
     options = names + [n for n in ss["cmp_runs"] if n not in names and n in by_id]
     ss["cmp_runs"] = [n for n in ss["cmp_runs"] if n in by_id]
@@ -233,9 +261,14 @@ def main() -> None:
         "Runs",
         options,
         key="cmp_runs",
-        on_change=_mirror_selection,
+        on_change=_on_pick,
         format_func=lambda n: ui.run_label(by_id[n]),
     )
+    if ss.get("cmp_default"):
+        st.caption(
+            f"Nothing picked yet: the {len(ss['cmp_runs'])} newest runs. Your pick stays as you make it "
+            "(in the link and for your next visit); new runs are added to the menu, not to the pick."
+        )
     _mirror_selection()
     chosen = ss["cmp_runs"]
     if not chosen:
@@ -249,13 +282,16 @@ def main() -> None:
     smoothing = c[3].slider("Smoothing (moving average weight)", 0.0, 0.95, 0.0, 0.05, key="cmp_smooth")
     x_key = "wall_time_s" if x_axis == "wall time" else "epoch"
     cfgs = [by_id[n]["config"] or {} for n in chosen]
-    differ = C.differing_settings(cfgs)
+    differ = C.table_settings(cfgs)
     c = st.columns([1.2, 1, 2.8])
     group_by = c[0].selectbox(
         "Group runs by",
-        ["nothing", "tag", "seed", "kind", *[k for k in differ if k not in ("train.seed", "method")]],
+        C.group_options(cfgs),
         key="cmp_group",
-        help="One line per group: the mean of its runs, in a band of ± one standard deviation or min to max",
+        format_func=C.group_option_label,
+        help="One line per group: the mean of its runs, in a band of ± one standard deviation or min to max. "
+        "'seeds' pools the runs alike in every setting but the seed; 'method × lr' the runs of one method "
+        "and one learning rate. Only a setting alone or a tag pools different methods.",
     )
     spread = c[1].radio("Band", ["std", "range"], horizontal=True, key="cmp_spread", disabled=group_by == "nothing")
     charts_section([by_id[n] for n in chosen], x_key, log_y, acc_log, smoothing, group_by, spread)
@@ -268,7 +304,7 @@ def main() -> None:
     st.subheader("Table")
     flat = [C.settings_of(cfg) for cfg in cfgs]
     for row, f in zip(rows, flat):
-        for k in differ:
+        for k in (k for k in differ if k != "method"):  # the method has its own column
             v = f.get(k)
             row[f"⚙ {k}"] = v if v is None or isinstance(v, (int, float, str)) else str(v)
     table_section(rows, differ)
