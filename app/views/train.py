@@ -404,7 +404,9 @@ def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
         )
 
 
-def start_section(cfg: RunConfig | None, errors: dict) -> None:
+def start_section(cfg: RunConfig | None, errors: dict, method: str) -> None:
+    """Start, Load and a one-line summary of the setup, above the form: on a 1000-px (or 800-px) high
+    window they are in view without scrolling (issue 53; the form below is ~1000 px tall)."""
     c = st.columns([1.1, 1.5, 3])
     c[0].button(
         "Start run",
@@ -417,14 +419,14 @@ def start_section(cfg: RunConfig | None, errors: dict) -> None:
     )
     with c[2]:
         if cfg is None:
-            st.caption(f"Fix {len(errors)} field(s) above to start.")
+            st.caption(f"Fix {len(errors)} field(s) below to start: {', '.join(F.error_labels(errors, method))}.")
         else:
             cls = METHODS[cfg.method]
             T = len(split_of(cfg)) + 1 if cls.uses_blocks else 1
             arch = F.network_caption(cfg.model)
             st.caption(
                 f"{cfg.data.name} · {arch} · T = {T} block(s) · {cfg.method} · {cfg.train.epochs} epochs. "
-                "The page URL holds this setup."
+                "The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
             )
     with c[1].popover("Load a run's config", width="stretch"):
         runs = ui.list_runs()
@@ -771,6 +773,10 @@ def _form_part() -> None:
     form, got, notes = validate(datasets)
     cfg, errors = got.cfg, got.errors
     ss["train_form"] = form
+    # Start first: validate() checked the form before any widget is drawn, so the row above the form
+    # shows what the fields below hold (issue 53: Start was at y ≈ 1314 px, below a 1000-px window)
+    start_section(cfg, errors, form["method"])
+    ui.show_notice()
     form_section(form, got, notes, datasets)
     method_section(form, notes, datasets)
     for field in list(notes):  # a field without a widget of its own
@@ -780,8 +786,6 @@ def _form_part() -> None:
         query["run"] = ui.watched()
     if st.query_params.to_dict() != query:
         st.query_params.from_dict(query)
-    start_section(cfg, errors)
-    ui.show_notice()
 
 
 main()
