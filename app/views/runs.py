@@ -224,14 +224,13 @@ def details(r: dict) -> None:
 
 def downloads(name: str, run_dir: Path, cfg: dict) -> None:
     """The run as a zip, its checkpoint, its config and its metrics, each read on the click."""
-    d = st.columns(2)
     root = ui.runs_root()
     try:  # the run as a path: a plain name, no link, inside the allowed root (else nothing is offered)
         W.run_path(root, name)
         inside = True
     except PermissionError:
         inside = False
-    d[0].download_button(
+    st.download_button(  # a row each: the checkpoint's label carries its size
         "Whole run (.zip)" if inside else "Whole run (.zip): not offered, a link out of the runs folder",
         lambda: _zip_bytes(root, name),  # built on the click, in memory, from the files as they are then
         icon=":material/folder_zip:",
@@ -244,7 +243,7 @@ def downloads(name: str, run_dir: Path, cfg: dict) -> None:
         width="stretch",
     )
     ckpt_size = _checkpoint_size(run_dir) if inside else None
-    d[1].download_button(
+    st.download_button(
         "checkpoint.pt" + (" (none)" if ckpt_size is None else f" ({human_bytes(ckpt_size)})"),
         lambda: _ckpt_bytes(root, name),
         icon=":material/download:",
