@@ -3,7 +3,7 @@ run's files, the checkpoint is a download of its own, and no path outside the ru
 zipped — not a run that is a link to a folder elsewhere, not a link inside a run, not a name with
 ``..`` — whatever name reaches the page.
 
-The bytes are the page's own: ``DeltaGenerator.download_button`` is wrapped to keep the ``data``
+The bytes are the page's own: ``st.download_button`` (and a column's) is wrapped to keep the ``data``
 each button was given (a callable, run on the click), and the test calls it as the click would."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import shutil
 import zipfile
 
 import pytest
+import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.testing.v1 import AppTest
 from test_app import APP, TIMEOUT, no_exceptions, runs_sel
@@ -24,13 +25,18 @@ from app.dashboard import archive as AR
 def served(monkeypatch):
     """{button key: data} of every download button drawn, the latest draw's."""
     got: dict = {}
-    real = DeltaGenerator.download_button
+    real, real_st = DeltaGenerator.download_button, st.download_button
 
-    def keep(self, label, data, *args, **kw):
+    def keep(self, label, data, *args, **kw):  # a column's button (d[0].download_button)
         got[kw.get("key")] = (label, data, kw.get("disabled", False))
         return real(self, label, data, *args, **kw)
 
+    def keep_st(label, data, *args, **kw):  # st.download_button: bound to the main area at import
+        got[kw.get("key")] = (label, data, kw.get("disabled", False))
+        return real_st(label, data, *args, **kw)
+
     monkeypatch.setattr(DeltaGenerator, "download_button", keep)
+    monkeypatch.setattr(st, "download_button", keep_st)
     return got
 
 
