@@ -1,4 +1,4 @@
-"""Start above the fold (issue 53 item 2): on the default Train page, in a real Chromium at
+"""Start above the fold (issue 53 item 2): on the default Train page and its DeepFacto form, in a real Chromium at
 1440 × 1000 and at 1280 × 800, the Start button lies inside the window without any scrolling (it
 was at y ≈ 1314 px, under the whole form), and the start row's link brings the Live panel into view."""
 
@@ -28,17 +28,21 @@ def _inside(box: dict | None, height: int) -> bool:
     return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height
 
 
+# the page's link, and a text of the form's last part: drawn, nothing still to come above Start
+MODES = {"network": ("", "Method and training"), "deepfacto": ("/?mode=deepfacto", "All DeepFacto settings")}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("width,height", [(1440, 1000), (1280, 800)])
-def test_start_is_in_view_without_scrolling(server, browser, width, height):
+def test_start_is_in_view_without_scrolling(server, browser, width, height, mode):
+    link, last = MODES[mode]
     page = browser.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(TIMEOUT_MS)
     try:
-        page.goto(server)  # the default Train page: no link, no run
+        page.goto(server + link)  # the default Train page (or its DeepFacto form): no run
         start = page.get_by_role("button", name=re.compile("Start run"))
         start.wait_for()
-        # the whole form drawn (its last part, the method's settings, and the Live heading below it),
-        # so nothing still to come above Start can push it down
-        page.get_by_text("Method and training").wait_for()
+        page.get_by_text(last).wait_for()
         live = page.locator("#live")
         live.wait_for()
         page.wait_for_timeout(1000)

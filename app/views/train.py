@@ -546,6 +546,7 @@ def deepfacto_section() -> dict:
         find_lfw()
     except DataError as e:
         lfw_problem = str(e)
+    top = st.container()  # Start's row, above the form (in view without scrolling), filled once the form is read
     with st.container(border=True):
         st.markdown("**DeepFacto on LFWA faces**")
         st.caption(
@@ -575,6 +576,14 @@ def deepfacto_section() -> dict:
     # allowed, but said: an absurd learning rate / step size ends the run 'diverged'
     for field, msg in (F.step_size_warnings(cfg) if cfg is not None else {}).items():
         (slots.get(field) or st).warning(msg, icon="⚠️")
+    with top:
+        _deepfacto_start_row(cfg, errors, weights, backbone_ok, lfw_problem)
+    if ss.get("start_toast"):
+        st.toast(ss.pop("start_toast"))
+    return D.to_query(values)
+
+
+def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_problem: str | None) -> None:
     c = st.columns([1.1, 4.4])
     ready = cfg is not None and backbone_ok and lfw_problem is None
     c[0].button(
@@ -591,18 +600,15 @@ def deepfacto_section() -> dict:
         if lfw_problem:
             st.warning(f"LFWA is not here: {lfw_problem}")
         elif cfg is None:
-            st.caption(f"Fix {len(errors)} field(s) above to start.")
+            st.caption(f"Fix {len(errors)} field(s) below to start: {', '.join(D.label_of(f) for f in errors)}.")
         elif not backbone_ok:
-            st.caption("Choose the face backbone to start.")
+            st.caption("Choose the face backbone below to start.")
         else:
             st.caption(
                 f"r = {cfg.rank} · {cfg.warmup_epochs} + {cfg.finetune_epochs} epochs on {cfg.admm_images} images · "
                 f"{'backbone ' + Path(weights).name if weights else backbone_note(cfg)}"
-                ". The page URL holds this setup."
+                ". The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
             )
-    if ss.get("start_toast"):
-        st.toast(ss.pop("start_toast"))
-    return D.to_query(values)
 
 
 # --- live view of one run ------------------------------------------------------------------------
