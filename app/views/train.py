@@ -578,6 +578,7 @@ def deepfacto_section() -> dict:
         (slots.get(field) or st).warning(msg, icon="⚠️")
     with top:
         _deepfacto_start_row(cfg, errors, weights, backbone_ok, lfw_problem)
+        ui.show_notice()  # "Not started: …", beside the button that was pressed
     if ss.get("start_toast"):
         st.toast(ss.pop("start_toast"))
     return D.to_query(values)
@@ -773,7 +774,6 @@ def _form_part() -> None:
             query["run"] = ui.watched()
         if st.query_params.to_dict() != query:
             st.query_params.from_dict(query)
-        ui.show_notice()
         return
     datasets = available(kind=NETWORK)
     form, got, notes = validate(datasets)
