@@ -69,6 +69,7 @@ def run_copy(finished_run, tmp_path) -> Path:
 SLOW = {
     # a real dashboard in Chromium, every test
     "test_browser_dashboard.py",
+    "test_browser_fold.py",
     "test_browser_heatmaps.py",
     "test_browser_live.py",
     "test_browser_pages.py",

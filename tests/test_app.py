@@ -450,7 +450,9 @@ def test_runs_page_reads_real_run_dirs(env_runs):
     assert any("worker process ended" in e for e in errors(at)), errors(at)
     runs_sel(at).set_value("r1-digits-block-admm").run()
     assert any(j.value for j in at.json)  # config.json
-    assert [d.label for d in at.download_button] == ["config.json", "metrics.jsonl"]
+    labels = [d.label for d in at.download_button]
+    assert labels[0] == "Whole run (.zip)" and labels[1].startswith("checkpoint.pt (") and "none" not in labels[1]
+    assert labels[2:] == ["config.json", "metrics.jsonl"], labels
 
 
 def test_runs_page_deletes_a_run(env_runs, tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import statistics
 import time
 import warnings
@@ -47,7 +48,7 @@ def server(tmp_path_factory):
 
     from admm_core.runs import train
 
-    root = tmp_path_factory.mktemp("browser-runs")
+    root, plain = _runs_folder(tmp_path_factory)
     # small finished runs of three methods for the Compare page (made the CLI's / a notebook's way)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -65,6 +66,25 @@ def server(tmp_path_factory):
         for d in root.iterdir():
             if d.is_dir():
                 W.stop_run(d)
+    if plain:  # made for the screenshots: gone with them taken
+        shutil.rmtree(root, ignore_errors=True)
+
+
+SHOTS_RUNS = "~/admm-runs"  # the runs folder the docs' screenshots show (not a test's temporary path)
+
+
+def _runs_folder(tmp_path_factory) -> tuple[Path, bool]:
+    """A temporary runs folder; with $ADMM_SCREENSHOTS, a plainly named one ($ADMM_SCREENSHOTS_RUNS,
+    default ~/admm-runs) that must be absent or empty and is removed afterwards. -> (folder, plain)."""
+    if not os.environ.get("ADMM_SCREENSHOTS"):
+        return tmp_path_factory.mktemp("browser-runs"), False
+    root = Path(os.environ.get("ADMM_SCREENSHOTS_RUNS") or SHOTS_RUNS).expanduser()
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        pytest.fail(
+            f"ADMM_SCREENSHOTS_RUNS = {root}: not an empty folder (the screenshots' runs go there, then it is removed)"
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    return root, True
 
 
 def _eval_frames(page, js: str, arg=None) -> list:
@@ -164,7 +184,9 @@ def test_train_watch_stop_in_chromium(server, browser):
     assert both, [p["title"] for p in _plots(page)]
     # the progress bar's text is drawn by the live charts' page, in its iframe
     assert _wait(lambda: any("ETA" in t for t in _eval_frames(page, "() => [document.body.innerText]")), 20)
-    page.set_viewport_size({"width": 1440, "height": 2000})  # Streamlit scrolls inside its own pane
+    # the Live panel, its charts whole (Streamlit scrolls inside its own pane; the form is above it)
+    page.set_viewport_size({"width": 1440, "height": 1300})
+    page.evaluate("() => document.getElementById('live').scrollIntoView({block: 'start'})")
     page.wait_for_timeout(1500)
     page.screenshot(path=str(_screenshots_dir(root) / "dashboard-train.png"))
 

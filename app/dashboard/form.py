@@ -583,6 +583,15 @@ def _key_of(message: str, method: str) -> str:
     return "_form"
 
 
+def error_labels(errors: dict, method: str) -> list[str]:
+    """The fields of ``errors`` ({form field: message}) by the labels the form shows them under."""
+    labels = {f.key: f.label or f.key for f in FIELDS}
+    if method in METHODS:
+        labels |= {MP + s["name"]: s["label"] for s in METHODS[method].settings()}
+    labels |= {"memory": "memory", "_form": "the setup"}
+    return [labels.get(k, k) for k in errors]
+
+
 def _method_params(form: dict, method: str, errors: dict) -> dict:
     """The method's settings from the ``mp.*`` fields: those the config gave (``_given``) and those
     that differ from the default. Checked together (settings constrain each other), the message

@@ -21,6 +21,7 @@ from admm_core.rundir import file_stamp, read_metrics_cached
 from admm_core.spec.config import RunConfig
 from admm_core.spec.resources import human as human_bytes
 from app import ui
+from app.dashboard import archive as AR
 from app.dashboard import charts as C
 from app.dashboard import follow as FL
 from app.dashboard import meta as M
@@ -194,23 +195,7 @@ def details(r: dict) -> None:
             st.button("Save", key=f"meta_save.{name}", on_click=_do_save_meta, args=(name,))
             if said := ss.pop(f"meta_said.{name}", None):
                 (st.success if said[0] == "ok" else st.error)(said[1])
-        d = st.columns(2)
-        d[0].download_button(
-            "config.json",
-            json.dumps(cfg, indent=2),
-            icon=":material/download:",
-            file_name=f"{name}-config.json",
-            mime="application/json",
-            key="runs_dl_cfg",
-        )
-        d[1].download_button(
-            "metrics.jsonl",
-            lambda: _file_bytes(run_dir / "metrics.jsonl"),  # read on the click, not on every redraw of a live run
-            icon=":material/download:",
-            file_name=f"{name}-metrics.jsonl",
-            mime="application/x-ndjson",
-            key="runs_dl_metrics",
-        )
+        downloads(name, run_dir, cfg)
         with st.expander("Delete this run"):
             sure = st.checkbox(f"Yes, delete {name} and its files", key="runs_del_sure")
             st.button(
@@ -237,6 +222,59 @@ def details(r: dict) -> None:
                 st.json(r["summary"])
 
 
+def downloads(name: str, run_dir: Path, cfg: dict) -> None:
+    """The run as a zip, its checkpoint, its config and its metrics, each read on the click."""
+    root = ui.runs_root()
+    try:  # the run as a path: a plain name, no link, inside the allowed root (else nothing is offered)
+        W.run_path(root, name)
+        inside = True
+    except PermissionError:
+        inside = False
+    st.download_button(  # a row each: the checkpoint's label carries its size
+        "Whole run (.zip)" if inside else "Whole run (.zip): not offered, a link out of the runs folder",
+        lambda: _zip_bytes(root, name),  # built on the click, in memory, from the files as they are then
+        icon=":material/folder_zip:",
+        file_name=f"{name}.zip",
+        mime="application/zip",
+        key="runs_dl_zip",
+        disabled=not inside,
+        help="config, metrics, status, summary, name and tags, logs, TensorBoard event files; "
+        "the checkpoint is its own download",
+        width="stretch",
+    )
+    ckpt_size = _checkpoint_size(run_dir) if inside else None
+    st.download_button(
+        "checkpoint.pt" + (" (none)" if ckpt_size is None else f" ({human_bytes(ckpt_size)})"),
+        lambda: _ckpt_bytes(root, name),
+        icon=":material/download:",
+        file_name=f"{name}-checkpoint.pt",
+        mime="application/octet-stream",
+        key="runs_dl_ckpt",
+        disabled=ckpt_size is None,
+        help="what Resume continues from: torch.load(path, weights_only=True) reads it",
+        width="stretch",
+    )
+    d = st.columns(2)
+    d[0].download_button(
+        "config.json",
+        json.dumps(cfg, indent=2),
+        icon=":material/download:",
+        file_name=f"{name}-config.json",
+        mime="application/json",
+        key="runs_dl_cfg",
+        width="stretch",
+    )
+    d[1].download_button(
+        "metrics.jsonl",
+        lambda: _file_bytes(run_dir / "metrics.jsonl"),  # read on the click, not on every redraw of a live run
+        icon=":material/download:",
+        file_name=f"{name}-metrics.jsonl",
+        mime="application/x-ndjson",
+        key="runs_dl_metrics",
+        width="stretch",
+    )
+
+
 def full_config(cfg: dict) -> dict:
     """The run's whole setup: config.json with the method's settings left at their defaults written
     out too (config.json keeps only those given); config.json itself where it does not read."""
@@ -245,6 +283,29 @@ def full_config(cfg: dict) -> dict:
     except (ConfigError, TypeError, ValueError):
         return cfg
     return {**run.to_dict(), "method_params": dataclasses.asdict(run.method_settings)}
+
+
+def _checkpoint_size(run_dir: Path) -> int | None:
+    ckpt = run_dir / AR.CHECKPOINT
+    try:
+        return None if ckpt.is_symlink() else ckpt.stat().st_size
+    except OSError:  # none (yet), or gone meanwhile
+        return None
+
+
+def _zip_bytes(root: Path, name: str) -> bytes:
+    """The run's zip (app.dashboard.archive); b"" when it went meanwhile (deleted, or its folder refused)."""
+    try:
+        return AR.run_zip(root, name)
+    except OSError:  # PermissionError (refused), FileNotFoundError (deleted) among them
+        return b""
+
+
+def _ckpt_bytes(root: Path, name: str) -> bytes:
+    try:
+        return AR.checkpoint_bytes(root, name)
+    except PermissionError:
+        return b""
 
 
 def _file_bytes(path: Path) -> bytes:

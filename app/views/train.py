@@ -404,7 +404,9 @@ def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
         )
 
 
-def start_section(cfg: RunConfig | None, errors: dict) -> None:
+def start_section(cfg: RunConfig | None, errors: dict, method: str) -> None:
+    """Start, Load and a one-line summary of the setup, above the form: on a 1000-px (or 800-px) high
+    window they are in view without scrolling (issue 53; the form below is ~1000 px tall)."""
     c = st.columns([1.1, 1.5, 3])
     c[0].button(
         "Start run",
@@ -417,14 +419,14 @@ def start_section(cfg: RunConfig | None, errors: dict) -> None:
     )
     with c[2]:
         if cfg is None:
-            st.caption(f"Fix {len(errors)} field(s) above to start.")
+            st.caption(f"Fix {len(errors)} field(s) below to start: {', '.join(F.error_labels(errors, method))}.")
         else:
             cls = METHODS[cfg.method]
             T = len(split_of(cfg)) + 1 if cls.uses_blocks else 1
             arch = F.network_caption(cfg.model)
             st.caption(
                 f"{cfg.data.name} · {arch} · T = {T} block(s) · {cfg.method} · {cfg.train.epochs} epochs. "
-                "The page URL holds this setup."
+                "The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
             )
     with c[1].popover("Load a run's config", width="stretch"):
         runs = ui.list_runs()
@@ -544,6 +546,7 @@ def deepfacto_section() -> dict:
         find_lfw()
     except DataError as e:
         lfw_problem = str(e)
+    top = st.container()  # Start's row, above the form (in view without scrolling), filled once the form is read
     with st.container(border=True):
         st.markdown("**DeepFacto on LFWA faces**")
         st.caption(
@@ -573,6 +576,15 @@ def deepfacto_section() -> dict:
     # allowed, but said: an absurd learning rate / step size ends the run 'diverged'
     for field, msg in (F.step_size_warnings(cfg) if cfg is not None else {}).items():
         (slots.get(field) or st).warning(msg, icon="⚠️")
+    with top:
+        _deepfacto_start_row(cfg, errors, weights, backbone_ok, lfw_problem)
+        ui.show_notice()  # "Not started: …", beside the button that was pressed
+    if ss.get("start_toast"):
+        st.toast(ss.pop("start_toast"))
+    return D.to_query(values)
+
+
+def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_problem: str | None) -> None:
     c = st.columns([1.1, 4.4])
     ready = cfg is not None and backbone_ok and lfw_problem is None
     c[0].button(
@@ -589,18 +601,15 @@ def deepfacto_section() -> dict:
         if lfw_problem:
             st.warning(f"LFWA is not here: {lfw_problem}")
         elif cfg is None:
-            st.caption(f"Fix {len(errors)} field(s) above to start.")
+            st.caption(f"Fix {len(errors)} field(s) below to start: {', '.join(D.label_of(f) for f in errors)}.")
         elif not backbone_ok:
-            st.caption("Choose the face backbone to start.")
+            st.caption("Choose the face backbone below to start.")
         else:
             st.caption(
                 f"r = {cfg.rank} · {cfg.warmup_epochs} + {cfg.finetune_epochs} epochs on {cfg.admm_images} images · "
                 f"{'backbone ' + Path(weights).name if weights else backbone_note(cfg)}"
-                ". The page URL holds this setup."
+                ". The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
             )
-    if ss.get("start_toast"):
-        st.toast(ss.pop("start_toast"))
-    return D.to_query(values)
 
 
 # --- live view of one run ------------------------------------------------------------------------
@@ -765,12 +774,15 @@ def _form_part() -> None:
             query["run"] = ui.watched()
         if st.query_params.to_dict() != query:
             st.query_params.from_dict(query)
-        ui.show_notice()
         return
     datasets = available(kind=NETWORK)
     form, got, notes = validate(datasets)
     cfg, errors = got.cfg, got.errors
     ss["train_form"] = form
+    # Start first: validate() checked the form before any widget is drawn, so the row above the form
+    # shows what the fields below hold (issue 53: Start was at y ≈ 1314 px, below a 1000-px window)
+    start_section(cfg, errors, form["method"])
+    ui.show_notice()
     form_section(form, got, notes, datasets)
     method_section(form, notes, datasets)
     for field in list(notes):  # a field without a widget of its own
@@ -780,8 +792,6 @@ def _form_part() -> None:
         query["run"] = ui.watched()
     if st.query_params.to_dict() != query:
         st.query_params.from_dict(query)
-    start_section(cfg, errors)
-    ui.show_notice()
 
 
 main()
