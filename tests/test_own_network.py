@@ -292,3 +292,11 @@ def test_an_own_run_shows_on_the_runs_and_compare_pages(tmp_path, monkeypatch):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.get("plotly_chart") and len(at.dataframe[0].value) == 2
+    # Runs -> "Load into Train" (the ?load= link): the form cannot rebuild a handed-in network, so it
+    # keeps its values and the notice says how such a run is resumed
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "train.py"), default_timeout=60)
+    at.query_params["load"] = run.dir.name
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = " ".join(str(m.value) for kind in ("info", "warning", "error", "success") for m in at.get(kind))
+    assert "Not loaded into the form" in said and "admm_core.own.resume" in said, said

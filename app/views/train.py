@@ -17,6 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from admm_core.errors import CheckpointError, ConfigError, DataError
+from admm_core.spec.archs import OWN, OWN_MESSAGE
 from admm_core.spec.config import RunConfig
 from admm_core.spec.datasets import available
 from admm_core.spec.deepfacto import DeepFactoConfig
@@ -163,6 +164,9 @@ def _load_config(cfg: dict) -> None:
             ss["df_backbone"], ss["df_saved"] = "saved", str(df["backbone_weights"])
         ss["train_mode"] = D.MODE
         ss["form_notice"] = "Loaded the DeepFacto run's settings into the DeepFacto form."
+        return
+    if (cfg.get("model") or {}).get("arch") == OWN:  # no record to rebuild its network from: the form stays
+        ss["form_notice"] = f"Not loaded into the form: {OWN_MESSAGE}."
         return
     # valid or not: a wrong value goes into its field, whose message says why (Start waits for it);
     # what no widget can hold is said here
