@@ -1,0 +1,62 @@
+"""Every dashboard page at 1440×1000 and 1280×800 (issue 53), as a user first sees it.
+
+Against a running dashboard (``scripts/run.sh``, or ``streamlit run app/serve.py --server.port P``)
+whose runs folder holds the runs to show; Compare opens on ``--compare`` (run ids, comma-separated):
+
+    python experiments/page_screenshots.py http://127.0.0.1:8501 --out assets/pages \\
+        --compare digits-block-admm-s0,digits-adam-s0
+
+Writes ``OUT/<page>-<W>x<H>.png``. Uses the system Chromium (Playwright's own download cannot work
+offline) with the flags the browser tests use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SIZES = ((1440, 1000), (1280, 800))
+PAGES = {"train": "/", "compare": "/compare", "heatmaps": "/heatmaps", "runs": "/runs", "sweeps": "/sweeps"}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("base", help="the dashboard's address, e.g. http://127.0.0.1:8501")
+    p.add_argument("--out", default="assets/pages")
+    p.add_argument("--compare", default="", help="run ids Compare opens on")
+    p.add_argument("--settle", type=float, default=12.0, help="seconds for charts to paint")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+        for w, h in SIZES:
+            for name, path in PAGES.items():
+                if name == "compare" and a.compare:
+                    path += f"?runs={a.compare}"
+                page = browser.new_page(viewport={"width": w, "height": h})
+                page.goto(a.base.rstrip("/") + path)
+                page.wait_for_selector("[data-testid='stSidebar']", timeout=60_000)
+                time.sleep(a.settle)
+                page.screenshot(path=str(out / f"{name}-{w}x{h}.png"))
+                page.close()
+                print(f"{name} {w}x{h}", flush=True)
+        browser.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
