@@ -6,8 +6,7 @@ whose runs folder holds the runs to show; Compare opens on ``--compare`` (run id
     python experiments/page_screenshots.py http://127.0.0.1:8501 --out assets/pages \\
         --compare digits-block-admm-s0,digits-adam-s0
 
-Writes ``OUT/<page>-<W>x<H>.png``. Uses the system Chromium (Playwright's own download cannot work
-offline) with the flags the browser tests use.
+Writes ``OUT/<page>-<W>x<H>.png``. Uses the system Chromium and the browser tests' flags (app/chromium.py).
 """
 
 from __future__ import annotations
@@ -18,16 +17,8 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from app.chromium import ARGS, CHROMIUM
+
 SIZES = ((1440, 1000), (1280, 800))
 PAGES = {"train": "/", "compare": "/compare", "heatmaps": "/heatmaps", "runs": "/runs", "sweeps": "/sweeps"}
 
@@ -42,7 +33,7 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         for w, h in SIZES:
             for name, path in PAGES.items():
                 if name == "compare" and a.compare:
