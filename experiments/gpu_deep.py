@@ -84,7 +84,7 @@ def pack(out: Path, per_class: int | None) -> dict:
     dest = out / "FashionMNIST" / "raw"
     dest.mkdir(parents=True, exist_ok=True)
     for f in sorted(raw.glob("*-ubyte")):
-        with open(f, "rb") as fi, gzip.open(dest / (f.name + ".gz"), "wb", compresslevel=9) as fo:
+        with open(f, "rb") as fi, gzip.open(dest / (f.name + ".gz"), "wb", compresslevel=6) as fo:
             shutil.copyfileobj(fi, fo)
     info["fashion-mnist_bytes"] = sum(p.stat().st_size for p in dest.iterdir())
     info["total_bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())

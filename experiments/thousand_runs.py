@@ -576,10 +576,11 @@ def browser_table(res: dict, finished: int, live: int, window: float) -> str:
         return "—" if v is None else f"{v:.2f}" + ("" if target is None else (" ✓" if v <= target else " ✗"))
 
     draws = len(res["rows"][0]["usable"]) if res["rows"] else 1
+    times = "once" if draws == 1 else f"{draws} times"
     out = [
         f"The same folder served for real (`streamlit run app/serve.py` on 127.0.0.1, its own process) and each"
-        f" page opened in a new headless Chromium tab, {draws} times with a new profile (nothing cached), then"
-        f" {draws} times in a browser that has opened the dashboard before (its caches warm); the table gives"
+        f" page opened in a new headless Chromium tab, {times} with a new profile (nothing cached), then"
+        f" {times} in a browser that has opened the dashboard before (its caches warm); the table gives"
         f" the median and the range. Usable = the page's controls painted (Runs: its table; Compare: its run"
         f" picker; Train: its run menu), by the page's own clock from its navigation start: the animation frame"
         f" after they entered the document, the first moment the browser can show them. Seen by the harness ="

@@ -8,6 +8,7 @@ import json
 import tarfile
 from pathlib import Path
 
+import pytest
 import torch
 
 from admm_core import nmf
@@ -229,19 +230,25 @@ def test_svm_solver_bench_compares_the_solvers_and_writes_its_table(tmp_path, mo
     assert "| liblinear |" in text and "<!-- /generated:s -->" in text
 
 
-def test_gpu_deep_run_gives_every_cifar_method_the_same_epochs_on_the_cpu(tmp_path):
-    """The device call end to end on a tiny CIFAR-10 pack, on the CPU: every method's epoch is timed
-    first, the four methods then train the same number of epochs (within the budget), and the
-    table, plot and archive come back."""
-    import pytest
-
+@pytest.fixture(scope="module")
+def gpu_pack(tmp_path_factory):
+    """gpu_deep.py's device pack of 2 CIFAR-10 images per class (and Fashion-MNIST), made once for
+    the tests below: reading the JPEG tars and gzipping the IDX files is most of their time."""
     from admm_core.spec.datasets import candidate_roots
 
     if not any((r / "cifar10-jpeg" / "test.tar").exists() for r in candidate_roots(None)):
         pytest.skip("CIFAR-10 JPEG tars (../shared/data/cifar10-jpeg) absent")
-    gd = load("gpu_deep")
-    pack = tmp_path / "pack"
-    gd.main(["pack", "--out", str(pack), "--per-class", "2"])
+    pack = tmp_path_factory.mktemp("gpu") / "pack"
+    info = load("gpu_deep").main(["pack", "--out", str(pack), "--per-class", "2"])
+    assert info == 0 and (pack / "FashionMNIST" / "raw").is_dir()
+    return pack
+
+
+def test_gpu_deep_run_gives_every_cifar_method_the_same_epochs_on_the_cpu(tmp_path, gpu_pack):
+    """The device call end to end on a tiny CIFAR-10 pack, on the CPU: every method's epoch is timed
+    first, the four methods then train the same number of epochs (within the budget), and the
+    table, plot and archive come back."""
+    gd, pack = load("gpu_deep"), gpu_pack
     out = tmp_path / "out"
     args = ["run", "--data", str(pack), "--out", str(out), "--workdir", str(tmp_path / "work"), "--device", "cpu"]
     args += ["--jobs", "sgd,block-admm,online-admm,gotmare", "--width", "2", "--epochs", "2", "--train-limit", "40"]
@@ -286,18 +293,10 @@ def test_every_deep_ablation_row_is_a_valid_run_and_reuse_compares_settings_not_
     assert not abl.same_run(RunConfig.from_dict(other), want)
 
 
-def test_a_probe_only_gpu_deep_call_times_each_speed_option_and_still_packs_its_results(tmp_path):
+def test_a_probe_only_gpu_deep_call_times_each_speed_option_and_still_packs_its_results(tmp_path, gpu_pack):
     """`--jobs probe`: every option of block-admm and sgd is timed (a warm-up and a timed epoch each),
     the fastest is chosen, and the call ends with its archive although no run was trained."""
-    import pytest
-
-    from admm_core.spec.datasets import candidate_roots
-
-    if not any((r / "cifar10-jpeg" / "test.tar").exists() for r in candidate_roots(None)):
-        pytest.skip("CIFAR-10 JPEG tars (../shared/data/cifar10-jpeg) absent")
-    gd = load("gpu_deep")
-    pack, out = tmp_path / "pack", tmp_path / "out"
-    gd.main(["pack", "--out", str(pack), "--per-class", "2"])
+    gd, pack, out = load("gpu_deep"), gpu_pack, tmp_path / "out"
     args = ["run", "--data", str(pack), "--out", str(out), "--workdir", str(tmp_path / "work"), "--device", "cpu"]
     args += ["--jobs", "probe", "--width", "2", "--train-limit", "40", "--test-limit", "20", "--probe-n", "16"]
     assert gd.main([*args, "--budget-s", "120"]) == 0

@@ -797,7 +797,8 @@ def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# x\n<!-- thousand-runs -->\nstale-table\n<!-- /thousand-runs -->\ntail\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = ["--finished", "30", "--live", "0", "--repeats", "1", "--window", "1", "--draws", "2"]
+    # one draw per page and condition: the table's shape, not its medians, is what is checked here
+    args = ["--finished", "30", "--live", "0", "--repeats", "1", "--window", "1", "--draws", "1"]
     args += ["--root", str(tmp_path / "runs")]
     done = subprocess.run(
         [sys.executable, str(ROOT / "experiments" / "thousand_runs.py"), *args, "--markdown", str(page)],
@@ -816,7 +817,7 @@ def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
     if Path(CHROMIUM).exists():  # a real `streamlit run` opened in Chromium: its rows and memory
         assert "served for real" in text and "| Compare |" in text.split("served for real")[1]
         assert "PyTorch loaded in the server: no" in text and "VmHWM" in text
-        assert "refreshes in 1 s" in text and "2 times with a new profile" in text
+        assert "refreshes in 1 s" in text and "once with a new profile" in text
         assert "a page with one menu and nothing else showed it in" in text
         assert "a page with one two-point chart and nothing else showed it in" in text
     listed = runs.list_runs(tmp_path / "runs")
