@@ -1089,6 +1089,11 @@ def test_compare_settings_columns_and_url_selection(env_runs):
     assert "method" in table.columns and "⚙ method" not in table.columns  # one method column
     assert "⚙ m.z_lr" not in table.columns  # a block-admm setting sgd has not: no difference
     assert list(table["paper"]) == ["no figure", "no figure"]
+    # on screen: the settings that differ before empty columns; no figure for any run: "paper" (why) last
+    shown = list(at.dataframe[0].proto.column_order)
+    assert shown.index("⚙ m.lr") < shown.index("paper") == len(shown) - 1, shown
+    assert not {"name", "paper test %", "Δ vs paper"} & set(shown), shown
+    assert {"name", "paper test %", "Δ vs paper"} <= set(table.columns)  # kept in the data (and the CSV)
     assert at.get("plotly_chart")[-1].proto.spec and '"parcoords"' in at.get("plotly_chart")[-1].proto.spec
     widget(at, "multiselect", "cmp_runs").set_value(["r2-digits-sgd"]).run()
     q = {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}

@@ -30,8 +30,14 @@ from app.dashboard import workers as W
 ss = st.session_state
 
 
-def _when(ts) -> str:
-    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
+def _when(ts, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+    return dt.datetime.fromtimestamp(ts).strftime(fmt) if ts else "—"
+
+
+TABLE_TIME = "%Y-%m-%d %H:%M"  # the table's times to the minute (the details give seconds): two columns ~20 px narrower
+# columns shown only where some run of the page has a value: five empty ones pushed "updated" past the
+# table's right edge at 1440 px (issue 53)
+SPARSE = ("name", "tags", "preset", "error", "note")
 
 
 def duration_text(st_: dict) -> str:
@@ -124,15 +130,19 @@ def table(runs: list[dict]) -> str | None:
                 "epoch": f"{ui.done_epochs(r['dir'], st_)}/{st_.get('epochs') or (cfg.get('train') or {}).get('epochs', '?')}",
                 "test %": _last_test(r),
                 "size": human_bytes(W.dir_size(r["dir"], _size_stamp(st_))),
-                "started": _when(st_.get("started")),
+                "started": _when(st_.get("started"), TABLE_TIME),
                 "duration": duration_text(st_),
-                "updated": _when(st_.get("updated")),
+                "updated": _when(st_.get("updated"), TABLE_TIME),
                 "error": st_.get("error") or "",
                 "note": meta["note"],
             }
         )
     # a click on a row picks that run; keyed by the selection's generation, so after the pick the
     # table is a new widget without a selection (the details below show the pick)
+    shown = [k for k in rows[0] if k not in SPARSE or any(row[k] for row in rows)] if rows else None
+    if shown:  # the least read last, where a 1280-px window cuts the table (it scrolls sideways, the id pinned)
+        shown.remove("size")
+        shown.insert(shown.index("updated") + 1, "size")
     event = st.dataframe(
         pd.DataFrame(rows),
         hide_index=True,
@@ -140,7 +150,9 @@ def table(runs: list[dict]) -> str | None:
         key=f"runs_table.{ss.get(ui.WATCH_GEN, 0)}",
         on_select="rerun",
         selection_mode="single-row",
+        column_order=shown,
         column_config={
+            "run": st.column_config.TextColumn(pinned=True),
             "test %": st.column_config.NumberColumn(format="%.2f", help="final, or the last evaluation while it runs"),
             "duration": st.column_config.TextColumn(
                 help="from its start (a resumed run: its resume) to its end or now"

@@ -219,6 +219,11 @@ ON_CHANGE = {"preset": on_preset, "method": on_method, "arch": on_shape, "hidden
 WEIGHT = {"select": 1.2, "radio": 0.9, "split": 2.0, "widths": 1.2, "check": 0.6, "int": 0.8, "float": 0.8}
 
 
+def _label_text(ff: F.FormField) -> str:
+    """What a field's label takes on its line: a checkbox's box stands beside it (about four characters)."""
+    return ff.label + ("    " if ff.kind == "check" else "")
+
+
 def note(notes: dict, field: str) -> None:
     """The field's message (from the validation that ran before the form was drawn), under its widget."""
     if field in notes:
@@ -240,7 +245,7 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
         else:
             st.selectbox(ff.label, opts, format_func=fmt, **kw)
     elif ff.kind == "split":  # the options keep a wrong entry of a link or a loaded config: its message says why
-        st.multiselect(ff.label, F.choices(ff, form, datasets), **kw)
+        st.multiselect(ff.label, F.choices(ff, form, datasets), wrap=True, **kw)  # a ResNet's many splits: on rows
     elif ff.kind == "check":
         st.checkbox(ff.label, **kw)
     elif ff.kind in ("int", "float"):
@@ -263,7 +268,12 @@ def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list
 
 def _row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
     mine = {ff.key: notes.pop(ff.key) for ff in fields if ff.key in notes}
-    for col, ff in zip(st.columns([WEIGHT.get(f.kind, 1.0) for f in fields]), fields):
+    widths = F.column_widths(
+        [WEIGHT.get(f.kind, 1.0) for f in fields],
+        [_label_text(f) for f in fields],
+        least=[F.NUMBER_PX if f.kind in ("int", "float") else 0 for f in fields],
+    )
+    for col, ff in zip(st.columns(widths), fields):
         with col:
             field_widget(ff, form, notes, datasets)
     for key in (ff.key for ff in fields):
