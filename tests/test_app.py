@@ -949,7 +949,7 @@ def test_selection_is_by_id_and_stable(tmp_path, monkeypatch):
     # the Runs page details show the same run, with the table's state
     at.switch_page("views/runs.py").run()
     assert runs_sel(at).value == "20260101-000001-a"
-    assert any("finished" in m.value for m in at.markdown if m.value.startswith("### "))
+    assert any("finished" in m.value for m in at.markdown if m.value.startswith("#### "))
 
 
 def test_start_is_idempotent_per_click(env_runs, monkeypatch):

@@ -169,7 +169,7 @@ def details(r: dict) -> None:
     c = st.columns([2, 3])
     with c[0]:
         title = r["meta"]["name"] or name
-        st.markdown(f"### {ui.state_md(state)} {title}")
+        st.markdown(f"#### {ui.state_md(state)} {title}")  # h3 broke "digits-block-admm-s0" at 1280 px
         epochs = status.get("epochs") or (cfg.get("train") or {}).get("epochs", "?")
         st.write(f"epoch {ui.done_epochs(run_dir, status)} of {epochs} · updated {_when(status.get('updated'))}")
         st.caption(

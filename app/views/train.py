@@ -568,10 +568,14 @@ def deepfacto_section() -> dict:
             "embedding trained with a triplet loss. At the end, attribute SVMs read S (40 LFWA attributes) and the "
             "Heatmaps page draws the rows of S over faces. The paper's ranks: 4, 32, 256."
         )
-        c = st.columns(len(D.MAIN))
-        for col, name in zip(c, D.MAIN):
-            with col:
-                _df_widget(name, slots)
+        # two rows of three: six in one row wrapped "Block-ADMM training images" onto two lines and hid the
+        # number boxes' − / + at 1280 px (issue 53)
+        for row in F.rows(list(D.MAIN), most=3):
+            labels = [D.label_of(n) for n in row]
+            least = [F.NUMBER_PX if n in D.NUMBERS else 0 for n in row]
+            for col, name in zip(st.columns(F.column_widths([1.0] * len(row), labels, least=least)), row):
+                with col:
+                    _df_widget(name, slots)
         weights, backbone_ok = backbone_choice(slots)
         rest = [f for f in D.fields() if f not in D.MAIN and f not in BACKBONE_WIDGETS]
         _, pre_errors = D.config_from_values(read_deepfacto(), weights)
