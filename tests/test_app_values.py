@@ -158,6 +158,16 @@ def test_sweep_budget_of_zero_is_said_as_typed_and_holds_launch(runs):
     assert launch().disabled
 
 
+def test_sweep_menus_read_in_words_and_keep_their_code_names(runs):
+    at = sweeps()
+    objective, pruner = at.selectbox(key="sweeps_objective"), at.selectbox(key="sweeps_pruner")
+    assert objective.options == ["best test accuracy", "seconds to 95% test accuracy"]
+    assert objective.value == "best_test_accuracy" and "`time_to_95_s`" in objective.help  # the CLI's names
+    assert "_" not in " ".join(pruner.options) and pruner.value == "median"
+    objective.set_value("time_to_95_s").run()
+    assert at.selectbox(key="sweeps_objective").value == "time_to_95_s"
+
+
 def test_every_bad_space_row_is_named_in_plain_words_before_launch(runs):
     rows = [
         {"setting": "beta", "kind": "log", "range": "abc"},

@@ -55,6 +55,9 @@ DEFAULT_ROWS = [
     {"setting": "lr", "kind": "log", "range": "1e-4:3e-3"},
 ]
 
+# the menus in words (their code names, as `admm sweep` takes them, in the help)
+OBJECTIVE_LABELS = {"best_test_accuracy": "best test accuracy", "time_to_95_s": "seconds to 95% test accuracy"}
+PRUNER_LABELS = {"median": "median (stop the trailing)", "hyperband": "hyperband", "none": "none (run every trial out)"}
 LABELS = {
     "trials": "Trials",
     "epochs": "Epochs per trial",
@@ -103,8 +106,20 @@ with st.expander("New study", expanded=not S.study_names(storage), icon=":materi
     c = st.columns(4)
     preset = c[0].selectbox("Preset", list(PRESETS), key="sweeps_preset")
     method = c[1].selectbox("Method", list(names_for(NETWORK)), key="sweeps_method")
-    objective = c[2].selectbox("Objective", list(S.OBJECTIVES), key="sweeps_objective")
-    pruner = c[3].selectbox("Pruner", list(S.PRUNERS), key="sweeps_pruner")
+    objective = c[2].selectbox(
+        "Objective",
+        list(S.OBJECTIVES),
+        key="sweeps_objective",
+        format_func=OBJECTIVE_LABELS.get,
+        help="What each trial is scored by (`best_test_accuracy`: maximised; `time_to_95_s`: minimised).",
+    )
+    pruner = c[3].selectbox(
+        "Pruner",
+        list(S.PRUNERS),
+        key="sweeps_pruner",
+        format_func=PRUNER_LABELS.get,
+        help="Stops a trial early when its evaluations trail the others' (Optuna's `median`, `hyperband`; `none`).",
+    )
     c = st.columns(4)
     # no min_value: a browser keeps the old value of a number typed below it without telling the page;
     # 0 trials is sent and said below, and Launch waits
