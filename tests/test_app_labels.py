@@ -223,9 +223,10 @@ def test_runs_table_has_started_and_duration_columns(runs):
     # on screen: no column that no run fills (five pushed "updated" past the edge at 1440 px), the size last
     shown = list(grid.proto.column_order)
     assert not {"name", "tags", "preset", "error", "note"} & set(shown), shown
-    assert shown[-3:] == ["duration", "updated", "size"] and shown[0] == "run"
+    assert shown[:2] == ["run", "status"] and shown[-3:] == ["duration", "updated", "size"]
     assert {"name", "tags", "note", "error"} <= set(df.columns)  # the data keeps them
     (run / "meta.json").write_text(json.dumps({"name": "long try", "tags": [], "note": ""}))
     at.run()
     shown = list(next(d for d in at.dataframe if "run" in d.value.columns).proto.column_order)
     assert "name" in shown and "tags" not in shown, shown  # one run named: its column is back
+    assert shown.index("test %") < shown.index("name") < shown.index("size")  # after the run's state

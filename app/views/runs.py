@@ -38,6 +38,9 @@ TABLE_TIME = "%Y-%m-%d %H:%M"  # the table's times to the minute (the details gi
 # columns shown only where some run of the page has a value: five empty ones pushed "updated" past the
 # table's right edge at 1440 px (issue 53)
 SPARSE = ("name", "tags", "preset", "error", "note")
+ORDER = ("run", "status", "data", "method", "preset", "epoch", "test %", "started", "duration", "updated")
+ORDER += ("name", "tags", "size", "error", "note")
+TEXT_PX = 220  # a free text's column (name, tags, error, note): the rest of it in the cell's tooltip
 
 
 def duration_text(st_: dict) -> str:
@@ -139,10 +142,9 @@ def table(runs: list[dict]) -> str | None:
         )
     # a click on a row picks that run; keyed by the selection's generation, so after the pick the
     # table is a new widget without a selection (the details below show the pick)
-    shown = [k for k in rows[0] if k not in SPARSE or any(row[k] for row in rows)] if rows else None
-    if shown:  # the least read last, where a 1280-px window cuts the table (it scrolls sideways, the id pinned)
-        shown.remove("size")
-        shown.insert(shown.index("updated") + 1, "size")
+    # on screen: the state of each run first, then the free texts (a sweep trial's tags, ~80 characters, pushed
+    # status and test % out of a 1440-px window) and the size, where the table scrolls sideways (the id pinned)
+    shown = [k for k in ORDER if k not in SPARSE or any(row[k] for row in rows)] if rows else None
     event = st.dataframe(
         pd.DataFrame(rows),
         hide_index=True,
@@ -153,6 +155,7 @@ def table(runs: list[dict]) -> str | None:
         column_order=shown,
         column_config={
             "run": st.column_config.TextColumn(pinned=True),
+            **{k: st.column_config.TextColumn(width=TEXT_PX) for k in ("name", "tags", "error", "note")},
             "test %": st.column_config.NumberColumn(format="%.2f", help="final, or the last evaluation while it runs"),
             "duration": st.column_config.TextColumn(
                 help="from its start (a resumed run: its resume) to its end or now"
