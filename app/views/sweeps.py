@@ -259,7 +259,8 @@ def study_view(study_name: str):
     ss["sweeps_sig"] = sig
     st.markdown(
         f"`{spec.get('preset')}` · `{spec.get('method')}` · {', '.join(f'`{s}`' for s in spec.get('space', []))} · "
-        f"objective `{spec.get('objective')}` ({study.direction.name.lower()}) · pruner `{spec.get('pruner')}`"
+        f"objective: {OBJECTIVE_LABELS.get(spec.get('objective'), spec.get('objective'))} "
+        f"({study.direction.name.lower()}) · pruner: {PRUNER_LABELS.get(spec.get('pruner'), spec.get('pruner'))}"
     )
     st.markdown(
         f"{ui.state_md('running' if live else 'finished')} {c['complete']} complete · {c['pruned']} pruned · "
@@ -273,11 +274,16 @@ def study_view(study_name: str):
     if best is not None:
         params = ", ".join(f"{k} = {S.fmt_value(v)}" for k, v in best.params.items())
         value = objective_text(spec.get("objective"), best.value)
-        st.markdown(f"best trial **{best.number}**: {spec.get('objective')} = **{value}** ({params})")
+        said = OBJECTIVE_LABELS.get(spec.get("objective"), spec.get("objective"))
+        st.markdown(f"best trial **{best.number}**: {said} = **{value}** ({params})")
     rows = S.trials_table(study)
     if rows:
         df = pd.DataFrame(rows).drop(columns=["run_dir"])
         columns = {"seconds": st.column_config.NumberColumn("seconds", format="%.1f")}
+        # a searched setting to 3 significant digits (four decimals read lr = 1.49e-4 as "0.0001")
+        fixed = ("trial", "state", "value", "epochs", "seconds", "preset", "run")
+        for k in (k for k in df.columns if k not in fixed and pd.api.types.is_float_dtype(df[k])):
+            columns[k] = st.column_config.NumberColumn(k, format="%.3g")
         if spec.get("objective") == "best_test_accuracy":  # the page's unit for accuracy: %
             df["value"] = df["value"] * 100
             columns["value"] = st.column_config.NumberColumn("test %", format="%.2f")
