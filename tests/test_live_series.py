@@ -155,6 +155,10 @@ process.stdout.write(JSON.stringify([null, 2000, 270].map(w => L.layout(c.frame,
     lines = narrow["title"]["text"].split("<br>")
     assert len(lines) == 2 and all(len(t) * C.TITLE["char_px"] <= room for t in lines), lines
     assert narrow["margin"]["t"] == plain["margin"]["t"] + C.TITLE["top_px"]
+    # plotly lifts a second line's title by about a line's half: padded back, as charts._figure pads its own
+    assert narrow["title"]["pad"]["t"] == C.TITLE["pad_px"] + C.TITLE["shift_px"]
+    two = C._figure([], "Seconds per epoch (training only) " * 2, "epoch", "s").to_plotly_json()["layout"]
+    assert two["title"]["text"].count("<br>") == 1 and two["title"]["pad"]["t"] == narrow["title"]["pad"]["t"]
     blocks = len(real_lines[-1]["backprop_cosine"])
     assert blocks >= 3 and narrow["margin"]["b"] == plain["margin"]["b"] + C.LEGEND["row_height"]  # a second row
     assert narrow["height"] == plain["height"] + C.TITLE["line_px"] + C.LEGEND["row_height"]
