@@ -221,7 +221,7 @@ def test_a_study_of_three_trials_says_its_importances_are_noise_and_shows_percen
         study.add_trial(optuna.trial.create_trial(params={"beta": b}, distributions={"beta": beta}, value=acc))
     at = sweeps()
     text = " ".join(m.value for m in at.markdown)
-    assert "best_test_accuracy = **95.12 %**" in text, text
+    assert "best test accuracy = **95.12 %**" in text, text  # in words and in %
     table = next(d for d in at.dataframe if "trial" in d.value.columns)
     assert sorted(table.value["value"].dropna().round(2)) == [90.0, 93.0, 95.12]  # (the queued preset trial: none)
     warned = [w.value for w in at.warning]
