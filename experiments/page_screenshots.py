@@ -29,6 +29,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="assets/pages")
     p.add_argument("--compare", default="", help="run ids Compare opens on")
     p.add_argument("--settle", type=float, default=12.0, help="seconds for charts to paint")
+    p.add_argument("--pages", default=",".join(PAGES), help="pages to take, comma-separated (default: all)")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -36,12 +37,18 @@ def main(argv=None) -> int:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         for w, h in SIZES:
             for name, path in PAGES.items():
+                if name not in a.pages.split(","):
+                    continue
                 if name == "compare" and a.compare:
                     path += f"?runs={a.compare}"
                 page = browser.new_page(viewport={"width": w, "height": h})
                 page.goto(a.base.rstrip("/") + path)
                 page.wait_for_selector("[data-testid='stSidebar']", timeout=60_000)
                 time.sleep(a.settle)
+                # a page still running (the toolbar's "Stop": a loaded machine, a first model load) is not
+                # what a user sees once it has opened
+                page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=180_000)
+                time.sleep(2)
                 page.screenshot(path=str(out / f"{name}-{w}x{h}.png"))
                 page.close()
                 print(f"{name} {w}x{h}", flush=True)

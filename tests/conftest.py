@@ -71,6 +71,7 @@ SLOW = {
     "test_browser_dashboard.py",
     "test_browser_fold.py",
     "test_browser_heatmaps.py",
+    "test_browser_layout.py",
     "test_browser_live.py",
     "test_browser_pages.py",
     "test_browser_values.py",

@@ -949,7 +949,7 @@ def test_selection_is_by_id_and_stable(tmp_path, monkeypatch):
     # the Runs page details show the same run, with the table's state
     at.switch_page("views/runs.py").run()
     assert runs_sel(at).value == "20260101-000001-a"
-    assert any("finished" in m.value for m in at.markdown if m.value.startswith("### "))
+    assert any("finished" in m.value for m in at.markdown if m.value.startswith("#### "))
 
 
 def test_start_is_idempotent_per_click(env_runs, monkeypatch):
@@ -1089,6 +1089,11 @@ def test_compare_settings_columns_and_url_selection(env_runs):
     assert "method" in table.columns and "⚙ method" not in table.columns  # one method column
     assert "⚙ m.z_lr" not in table.columns  # a block-admm setting sgd has not: no difference
     assert list(table["paper"]) == ["no figure", "no figure"]
+    # on screen: the settings that differ before empty columns; no figure for any run: "paper" (why) last
+    shown = list(at.dataframe[0].proto.column_order)
+    assert shown.index("⚙ m.lr") < shown.index("paper") == len(shown) - 1, shown
+    assert not {"name", "paper test %", "Δ vs paper"} & set(shown), shown
+    assert {"name", "paper test %", "Δ vs paper"} <= set(table.columns)  # kept in the data (and the CSV)
     assert at.get("plotly_chart")[-1].proto.spec and '"parcoords"' in at.get("plotly_chart")[-1].proto.spec
     widget(at, "multiselect", "cmp_runs").set_value(["r2-digits-sgd"]).run()
     q = {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}

@@ -116,6 +116,31 @@ def test_form_rows_hold_at_most_five_fields_as_even_as_can_be():
     assert all(len(r) <= F.ROW_MAX for g in ("data", "network") for r in F.rows(groups[g]))
 
 
+def test_form_columns_are_wide_enough_for_their_labels_and_number_buttons():
+    """At 1280 px "Training samples (0 = all)" wrapped onto two lines in a column of weight 0.8, and
+    number boxes under ~120 px lost their − / + buttons (issue 53)."""
+    from app.dashboard import form as F
+    from app.views.train import WEIGHT, _label_text
+
+    free = F.ROW_PX - 3 * F.GAP_PX
+    plain = F.column_widths([1, 1, 1, 1], ["a", "b", "c", "d"])
+    assert plain == pytest.approx([free / 4] * 4)  # short labels: the weights alone
+    long = "Training samples (0 = all)"
+    w = F.column_widths([1.2, 1.2, 0.8, 0.8], ["Preset", "Data set", long, "Test samples (0 = all)"])
+    assert w[2] >= len(long) * F.CHAR_PX + F.HELP_PX and sum(w) == pytest.approx(free)
+    assert w[0] == pytest.approx(w[1]) and w[0] > w[2]  # the rest shared by weight
+    w = F.column_widths([1, 1], ["x" * 200, "y" * 200])  # more than the row: each its need, the row shared
+    assert w[0] == pytest.approx(w[1])
+    for fields in (F.groups()["data"], F.groups()["method"] + F.groups()["train"], F.groups()["network"]):
+        for row in F.rows(fields):
+            least = [F.NUMBER_PX if f.kind in ("int", "float") else 0 for f in row]
+            w = F.column_widths([WEIGHT.get(f.kind, 1.0) for f in row], [_label_text(f) for f in row], least=least)
+            row_free = F.ROW_PX - F.GAP_PX * (len(row) - 1)
+            assert sum(w) <= row_free + 1e-6, [f.label for f in row]  # the form's rows fit a 1280-px window
+            for f, x, m in zip(row, w, least):
+                assert x >= max(len(_label_text(f)) * F.CHAR_PX + F.HELP_PX, m) - 1e-6, (f.label, x)
+
+
 def test_the_preset_box_says_when_its_values_were_edited(runs):
     at = page()
     assert at.selectbox(key="f.preset").options[at.selectbox(key="f.preset").index] == "digits-mlp"
@@ -191,6 +216,17 @@ def test_runs_table_has_started_and_duration_columns(runs):
     (run / "status.json").write_text(json.dumps(status))
     at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
     at.run().switch_page("views/runs.py").run()
-    df = next(d.value for d in at.dataframe if "run" in d.value.columns)
+    grid = next(d for d in at.dataframe if "run" in d.value.columns)
+    df = grid.value
     row = df[df["run"] == "r2"].iloc[0]
     assert row["duration"] == "1 h 02 min" and row["started"].startswith("2026-")
+    # on screen: no column that no run fills (five pushed "updated" past the edge at 1440 px), the size last
+    shown = list(grid.proto.column_order)
+    assert not {"name", "tags", "preset", "error", "note"} & set(shown), shown
+    assert shown[:2] == ["run", "status"] and shown[-3:] == ["duration", "updated", "size"]
+    assert {"name", "tags", "note", "error"} <= set(df.columns)  # the data keeps them
+    (run / "meta.json").write_text(json.dumps({"name": "long try", "tags": [], "note": ""}))
+    at.run()
+    shown = list(next(d for d in at.dataframe if "run" in d.value.columns).proto.column_order)
+    assert "name" in shown and "tags" not in shown, shown  # one run named: its column is back
+    assert shown.index("test %") < shown.index("name") < shown.index("size")  # after the run's state

@@ -158,6 +158,16 @@ def test_sweep_budget_of_zero_is_said_as_typed_and_holds_launch(runs):
     assert launch().disabled
 
 
+def test_sweep_menus_read_in_words_and_keep_their_code_names(runs):
+    at = sweeps()
+    objective, pruner = at.selectbox(key="sweeps_objective"), at.selectbox(key="sweeps_pruner")
+    assert objective.options == ["best test accuracy", "seconds to 95% test accuracy"]
+    assert objective.value == "best_test_accuracy" and "`time_to_95_s`" in objective.help  # the CLI's names
+    assert "_" not in " ".join(pruner.options) and pruner.value == "median"
+    objective.set_value("time_to_95_s").run()
+    assert at.selectbox(key="sweeps_objective").value == "time_to_95_s"
+
+
 def test_every_bad_space_row_is_named_in_plain_words_before_launch(runs):
     rows = [
         {"setting": "beta", "kind": "log", "range": "abc"},
@@ -211,7 +221,7 @@ def test_a_study_of_three_trials_says_its_importances_are_noise_and_shows_percen
         study.add_trial(optuna.trial.create_trial(params={"beta": b}, distributions={"beta": beta}, value=acc))
     at = sweeps()
     text = " ".join(m.value for m in at.markdown)
-    assert "best_test_accuracy = **95.12 %**" in text, text
+    assert "best test accuracy = **95.12 %**" in text, text  # in words and in %
     table = next(d for d in at.dataframe if "trial" in d.value.columns)
     assert sorted(table.value["value"].dropna().round(2)) == [90.0, 93.0, 95.12]  # (the queued preset trial: none)
     warned = [w.value for w in at.warning]

@@ -133,6 +133,37 @@ def test_browser_traces_equal_the_servers(real_lines):
     assert compared > 300  # the comparison saw real series, not empty ones
 
 
+@pytest.mark.skipif(NODE is None, reason="node is not installed (scripts/test.sh installs it with apt)")
+def test_a_narrow_chart_wraps_its_title_and_legend_to_its_width(real_lines):
+    """A third of the panel at 1280 px (~270 px): "Cosine with backprop's gradient" ran under the modebar and
+    three block entries took two legend rows where one was reserved, over the x axis title (issue 53)."""
+    runner = """
+const L = require(process.argv[1]);
+const c = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+const trs = L.traces(c.chart, c.lines, false, c.style);
+process.stdout.write(JSON.stringify([null, 2000, 270].map(w => L.layout(c.frame, trs, "", c.style, w))));
+"""
+    spec = C.live_spec(None)
+    name = next(n for n, c in spec.items() if c["title"].startswith("Cosine"))
+    chart = spec[name]
+    case = {"chart": chart, "lines": real_lines, "frame": C.spec_frame(chart, "r"), "style": C.STYLE}
+    proc = subprocess.run([NODE, "-e", runner, str(JS)], input=json.dumps(case), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    plain, wide, narrow = json.loads(proc.stdout)
+    assert wide == plain  # wide enough: as the server lays it out (the test above)
+    room = 270 - plain["margin"]["l"] - plain["margin"]["r"]
+    lines = narrow["title"]["text"].split("<br>")
+    assert len(lines) == 2 and all(len(t) * C.TITLE["char_px"] <= room for t in lines), lines
+    assert narrow["margin"]["t"] == plain["margin"]["t"] + C.TITLE["top_px"]
+    # plotly lifts a second line's title by about a line's half: padded back, as charts._figure pads its own
+    assert narrow["title"]["pad"]["t"] == C.TITLE["pad_px"] + C.TITLE["shift_px"]
+    two = C._figure([], "Seconds per epoch (training only) " * 2, "epoch", "s").to_plotly_json()["layout"]
+    assert two["title"]["text"].count("<br>") == 1 and two["title"]["pad"]["t"] == narrow["title"]["pad"]["t"]
+    blocks = len(real_lines[-1]["backprop_cosine"])
+    assert blocks >= 3 and narrow["margin"]["b"] == plain["margin"]["b"] + C.LEGEND["row_height"]  # a second row
+    assert narrow["height"] == plain["height"] + C.TITLE["line_px"] + C.LEGEND["row_height"]
+
+
 def test_edge_lines_really_exercise_the_rules():
     """The edge cases above are edges: gaps on log axes, left-out series, a chart shown by `when`."""
     spec = C.live_spec()

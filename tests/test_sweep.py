@@ -227,7 +227,11 @@ def test_sweeps_page_lists_the_study_and_its_best_trial(study_root, monkeypatch)
     assert (
         f"best trial **{best.number}**" in text and f"{100 * best.value:.2f} %" in text
     )  # in %, as the page shows accuracy
-    table = next(d.value for d in at.dataframe if "trial" in d.value.columns)  # the trials table
+    assert "objective: best test accuracy (maximize)" in text and "best_test_accuracy" not in text  # in words
+    grid = next(d for d in at.dataframe if "trial" in d.value.columns)  # the trials table
+    table, cols = grid.value, json.loads(grid.proto.columns)
+    floats = [k for k in best.params if isinstance(best.params[k], float)]
+    assert floats and all(cols[k]["type_config"]["format"] == "%.3g" for k in floats), cols  # lr 1.5e-4, not 0.0001
     assert sorted(table["trial"]) == list(range(6))
     assert set(table["run"]) == {Path(t.user_attrs["run_dir"]).name for t in study.trials}
     at.button(key="sweeps_load_best").click().run()  # switches to Train with the best config in its form

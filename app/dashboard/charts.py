@@ -24,11 +24,17 @@ TICKS = {
     "ladder": [1, 2, 5],
     "finer": [[1, 1.5, 2, 3, 4, 5, 6, 8], [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9]],
 }
+# A title's lines: each adds LINE_PX to the figure and to its top margin (TOP_PX the first); CHAR_PX a
+# character at 14 px, for the browser to wrap a title to a chart narrower than WRAP characters (a third of a
+# 1280-px window: "Cosine with backprop's gradient" ran under the modebar, issue 53).
+# plotly lifts a title hung by its top (yanchor 'top') about SHIFT_PX a line past the first: its padding
+# takes that back (the first line of "Seconds per epoch (training only)" was cut at the top; Chromium).
+TITLE = {"wrap": 38, "char_px": 7.5, "line_px": 18, "top_px": 20, "pad_px": 8, "shift_px": 10}
 # What the live charts' page draws with (live_series.js, live_charts.html): these, not copies of them.
-STYLE = {"colours": COLOURS, "legend": LEGEND, "ticks": TICKS}
+STYLE = {"colours": COLOURS, "legend": LEGEND, "ticks": TICKS, "title": TITLE}
 
 
-def wrap(title: str, width: int = 38) -> str:
+def wrap(title: str, width: int = TITLE["wrap"]) -> str:
     """Break a chart title into lines of at most ``width`` characters (plotly does not wrap)."""
     lines, cur = [], ""
     for word in title.split():
@@ -116,10 +122,10 @@ def _figure(
             "y": 1,
             "yanchor": "top",
             "yref": "container",
-            "pad": {"t": 8},
+            "pad": {"t": TITLE["pad_px"] + TITLE["shift_px"] * (lines - 1)},
         },
-        "height": height + 18 * (lines - 1),
-        "margin": {"l": 56, "r": 34, "t": 20 + 20 * lines, "b": 40},
+        "height": height + TITLE["line_px"] * (lines - 1),
+        "margin": {"l": 56, "r": 34, "t": TITLE["top_px"] * (1 + lines), "b": 40},
         "modebar": {"orientation": "v"},  # down the right edge: never over the (left-aligned) title
         # legend in its own band at the bottom of the figure, under the x axis title
         "legend": {

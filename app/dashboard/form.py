@@ -275,6 +275,33 @@ def groups() -> dict[str, list[FormField]]:
 ROW_MAX = 5  # fields in one row of the form: at 1440 px with the sidebar, more cut labels ("Evaluat e every", "Au…")
 
 
+# Column widths of a row (px), for labels on one line: the form's row in a 1280-px window beside the sidebar,
+# Streamlit's gap between columns, a label's width per character (Source Sans at 14 px: "Test samples (0 = all)"
+# measured 120 px in Chromium) with some to spare, and a help icon with its margin.
+ROW_PX, GAP_PX, CHAR_PX, HELP_PX = 780, 16, 6.0, 30
+NUMBER_PX = 130  # a number box narrower than ~120 px loses its − / + buttons: some fields had them, some not
+
+
+def column_widths(
+    weights: list[float], labels: list[str], row_px: float = ROW_PX, least: list[float] | None = None
+) -> list[float]:
+    """Widths for ``st.columns``: each column's share by its weight, but never narrower than its
+    label needs (``len(label) * CHAR_PX + HELP_PX``) nor than ``least``, taken from the others in
+    proportion to theirs; where they need more than the row, each gets what it needs (the row is
+    then shared in those proportions). "Training samples (0 = all)" wrapped onto two lines at 1280 px
+    (issue 53)."""
+    free = row_px - GAP_PX * (len(weights) - 1)
+    need = [max(len(t) * CHAR_PX + HELP_PX, m) for t, m in zip(labels, least or [0.0] * len(labels))]
+    fixed: dict[int, float] = {}
+    while True:
+        rest = [i for i in range(len(weights)) if i not in fixed]
+        share = (free - sum(fixed.values())) / (sum(weights[i] for i in rest) or 1)
+        short = [i for i in rest if weights[i] * share < need[i]]
+        if not short:
+            return [fixed.get(i, weights[i] * share) for i in range(len(weights))]
+        fixed.update({i: need[i] for i in short})
+
+
 def rows(fields: list, most: int = ROW_MAX) -> list[list]:
     """``fields`` in rows of at most ``most``, as even as can be (7 -> 4 + 3, 10 -> 5 + 5)."""
     if not fields:

@@ -54,12 +54,36 @@
     return out;
   }
 
-  // charts._figure's parts that depend on the traces: the legend band under the plot, the note
-  function layout(frame, trs, note, style) {
-    const L = JSON.parse(JSON.stringify(frame)), band = style.legend;
+  function wrap(text, width) {  // charts.wrap: lines of at most `width` characters
+    const out = [];
+    let cur = "";
+    for (const w of text.split(/\s+/).filter(Boolean)) {
+      if (cur && cur.length + 1 + w.length > width) { out.push(cur); cur = w; } else cur = cur ? cur + " " + w : w;
+    }
+    out.push(cur);
+    return out;
+  }
+
+  // charts._figure's parts that depend on the traces: the legend band under the plot, the note. With the
+  // chart's `width` (px; none: as charts._figure), the title and the legend's rows fit that width.
+  function layout(frame, trs, note, style, width) {
+    const L = JSON.parse(JSON.stringify(frame)), band = style.legend, T = style.title;
+    const room = width > 0 ? width - (L.margin.l || 0) - (L.margin.r || 0) : 0;  // the plot's width
+    const title = L.title && L.title.text;
+    if (room > 0 && title && T) {
+      const was = title.split("<br>").length;
+      const now = wrap(title.replace(/<br>/g, " "), Math.min(T.wrap, Math.floor(room / T.char_px)));
+      if (now.length > was) {
+        const pad = Object.assign({}, L.title.pad, {t: T.pad_px + T.shift_px * (now.length - 1)});
+        L.title = Object.assign({}, L.title, {text: now.join("<br>"), pad});
+        L.height += T.line_px * (now.length - was);
+        L.margin = Object.assign({}, L.margin, {t: L.margin.t + T.top_px * (now.length - was)});
+      }
+    }
     const shown = trs.filter(t => t.showlegend !== false).map(t => t.name || "");
     if (shown.length > 1) {
-      const rows = Math.ceil(shown.reduce((a, n) => a + n.length * band.char_px + band.entry_px, 0) / band.row_px);
+      const row = room > 0 ? Math.min(band.row_px, room) : band.row_px;
+      const rows = Math.ceil(shown.reduce((a, n) => a + n.length * band.char_px + band.entry_px, 0) / row);
       L.height += band.row_height * rows;
       L.margin = Object.assign({}, L.margin, {b: band.bottom + band.row_height * rows});
       delete L.showlegend;

@@ -120,14 +120,21 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
         return
     table = pd.DataFrame(rows)
     gears = [f"⚙ {k}" for k in differ if k != "method"]  # the method has its own column
-    lead = ["run", "name", "method", "status", "final test %", "best test %", "paper test %", "Δ vs paper", "paper"]
+    paper = ["paper test %", "Δ vs paper", "paper"]
+    lead = ["run", "name", "method", "status", "final test %", "best test %", *paper]
     order = lead + gears + [k for k in table.columns if k not in lead and not k.startswith("⚙ ")]
+    # on screen, the settings that differ come before columns no run fills: an empty name, paper figures
+    # that none of the runs has (its "paper" column, which says why, goes last)
+    shown = [k for k in order if k != "name" or table[k].astype(bool).any()]
+    none_paper = table["paper test %"].isna().all()
+    if none_paper:
+        shown = [k for k in shown if k not in paper] + ["paper"]
     st.dataframe(
         table,
         hide_index=True,
         width="stretch",
         key="cmp_table",
-        column_order=order,
+        column_order=shown,
         placeholder="—",  # a value a run lacks (no evaluation yet, a setting its method has not)
         column_config={
             **{k: st.column_config.NumberColumn(format=f) for k, f in TABLE_FORMATS.items()},
@@ -137,13 +144,15 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
                 "preset's data, sample limits, network, epochs and loss",
             ),
             "paper": st.column_config.TextColumn(help="whether this run's setup is the paper's, and what differs"),
+            "run": st.column_config.TextColumn(pinned=True),  # the id stays in view while the table scrolls sideways
         },
     )
     st.caption(
         f"⚙ columns: the settings that differ between the selected runs ({len(gears)}; a setting only one "
         "method's runs have, at one value, is left out); — : the run has no such value. Click a header to sort. "
-        "Paper figures (admm_core.spec.presets.PAPER) are shown only for a run whose setup is the paper's. "
-        "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
+        "Paper figures (admm_core.spec.presets.PAPER) are shown only for a run whose setup is the paper's"
+        + (" (none here: the last column says why; the CSV has every column). " if none_paper else ". ")
+        + "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
     )
     st.download_button(
         "Download table (CSV)",
@@ -231,13 +240,14 @@ def main() -> None:
         )
         return
 
-    c = st.columns([1, 1, 1, 1.4])
+    c = st.columns([1, 1.6, 1.1, 1.3])
     all_data = sorted({W.data_of(r) for r in runs})
     all_methods = sorted({C.run_kind(r["config"]) for r in runs})
     all_states = sorted({r["status"].get("state", "unknown") for r in runs})
-    data_sel = c[0].multiselect("Data set", all_data, default=all_data, key="cmp_data")
-    method_sel = c[1].multiselect("Method / kind", all_methods, default=all_methods, key="cmp_methods")
-    state_sel = c[2].multiselect("Status", all_states, default=all_states, key="cmp_states")
+    # wrap: in a column the chips otherwise stay on one row and the last is cut ("block-adm…", issue 53)
+    data_sel = c[0].multiselect("Data set", all_data, default=all_data, key="cmp_data", wrap=True)
+    method_sel = c[1].multiselect("Method / kind", all_methods, default=all_methods, key="cmp_methods", wrap=True)
+    state_sel = c[2].multiselect("Status", all_states, default=all_states, key="cmp_states", wrap=True)
     text = c[3].text_input("Filter (name, tags, note…)", key="cmp_filter")
     by_id = {r["name"]: r for r in runs}
     pool = [
@@ -275,11 +285,12 @@ def main() -> None:
         st.info("Pick at least one run.")
         return
 
-    c = st.columns([1.2, 1, 1, 2])
+    c = st.columns([1.2, 1.6, 2])
     x_axis = c[0].radio("x axis", ["epoch", "wall time"], horizontal=True, key="cmp_x")
-    log_y = c[1].toggle("log-scale loss / residuals", value=True, key="cmp_log")
-    acc_log = c[2].toggle("log-scale accuracy", value=False, key="cmp_acc_log")
-    smoothing = c[3].slider("Smoothing (moving average weight)", 0.0, 0.95, 0.0, 0.05, key="cmp_smooth")
+    with c[1]:  # one above the other, each label whole (side by side at 1280 px: "log-scale loss / …")
+        log_y = st.toggle("log-scale loss / residuals", value=True, key="cmp_log", wrap=True)
+        acc_log = st.toggle("log-scale accuracy", value=False, key="cmp_acc_log", wrap=True)
+    smoothing = c[2].slider("Smoothing (moving average weight)", 0.0, 0.95, 0.0, 0.05, key="cmp_smooth")
     x_key = "wall_time_s" if x_axis == "wall time" else "epoch"
     cfgs = [by_id[n]["config"] or {} for n in chosen]
     differ = C.table_settings(cfgs)

@@ -167,6 +167,7 @@ comps = c[0].multiselect(
     list(range(rank)),
     default=default,
     key=f"hm_comps.{ref}",
+    wrap=True,  # r = 32 picks on rows, not a strip scrolled sideways
 )
 # the slider's value outlives the runs where it is not drawn (no face yet, other source)
 ss["hm_opacity"] = ss.get("hm_opacity_keep", 0.5)

@@ -30,8 +30,17 @@ from app.dashboard import workers as W
 ss = st.session_state
 
 
-def _when(ts) -> str:
-    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
+def _when(ts, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+    return dt.datetime.fromtimestamp(ts).strftime(fmt) if ts else "—"
+
+
+TABLE_TIME = "%Y-%m-%d %H:%M"  # the table's times to the minute (the details give seconds): two columns ~20 px narrower
+# columns shown only where some run of the page has a value: five empty ones pushed "updated" past the
+# table's right edge at 1440 px (issue 53)
+SPARSE = ("name", "tags", "preset", "error", "note")
+ORDER = ("run", "status", "data", "method", "preset", "epoch", "test %", "started", "duration", "updated")
+ORDER += ("name", "tags", "size", "error", "note")
+TEXT_PX = 220  # a free text's column (name, tags, error, note): the rest of it in the cell's tooltip
 
 
 def duration_text(st_: dict) -> str:
@@ -124,15 +133,18 @@ def table(runs: list[dict]) -> str | None:
                 "epoch": f"{ui.done_epochs(r['dir'], st_)}/{st_.get('epochs') or (cfg.get('train') or {}).get('epochs', '?')}",
                 "test %": _last_test(r),
                 "size": human_bytes(W.dir_size(r["dir"], _size_stamp(st_))),
-                "started": _when(st_.get("started")),
+                "started": _when(st_.get("started"), TABLE_TIME),
                 "duration": duration_text(st_),
-                "updated": _when(st_.get("updated")),
+                "updated": _when(st_.get("updated"), TABLE_TIME),
                 "error": st_.get("error") or "",
                 "note": meta["note"],
             }
         )
     # a click on a row picks that run; keyed by the selection's generation, so after the pick the
     # table is a new widget without a selection (the details below show the pick)
+    # on screen: the state of each run first, then the free texts (a sweep trial's tags, ~80 characters, pushed
+    # status and test % out of a 1440-px window) and the size, where the table scrolls sideways (the id pinned)
+    shown = [k for k in ORDER if k not in SPARSE or any(row[k] for row in rows)] if rows else None
     event = st.dataframe(
         pd.DataFrame(rows),
         hide_index=True,
@@ -140,7 +152,10 @@ def table(runs: list[dict]) -> str | None:
         key=f"runs_table.{ss.get(ui.WATCH_GEN, 0)}",
         on_select="rerun",
         selection_mode="single-row",
+        column_order=shown,
         column_config={
+            "run": st.column_config.TextColumn(pinned=True),
+            **{k: st.column_config.TextColumn(width=TEXT_PX) for k in ("name", "tags", "error", "note")},
             "test %": st.column_config.NumberColumn(format="%.2f", help="final, or the last evaluation while it runs"),
             "duration": st.column_config.TextColumn(
                 help="from its start (a resumed run: its resume) to its end or now"
@@ -157,7 +172,7 @@ def details(r: dict) -> None:
     c = st.columns([2, 3])
     with c[0]:
         title = r["meta"]["name"] or name
-        st.markdown(f"### {ui.state_md(state)} {title}")
+        st.markdown(f"#### {ui.state_md(state)} {title}")  # h3 broke "digits-block-admm-s0" at 1280 px
         epochs = status.get("epochs") or (cfg.get("train") or {}).get("epochs", "?")
         st.write(f"epoch {ui.done_epochs(run_dir, status)} of {epochs} · updated {_when(status.get('updated'))}")
         st.caption(

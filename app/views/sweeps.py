@@ -55,6 +55,9 @@ DEFAULT_ROWS = [
     {"setting": "lr", "kind": "log", "range": "1e-4:3e-3"},
 ]
 
+# the menus in words (their code names, as `admm sweep` takes them, in the help)
+OBJECTIVE_LABELS = {"best_test_accuracy": "best test accuracy", "time_to_95_s": "seconds to 95% test accuracy"}
+PRUNER_LABELS = {"median": "median (stop the trailing)", "hyperband": "hyperband", "none": "none (run every trial out)"}
 LABELS = {
     "trials": "Trials",
     "epochs": "Epochs per trial",
@@ -103,8 +106,20 @@ with st.expander("New study", expanded=not S.study_names(storage), icon=":materi
     c = st.columns(4)
     preset = c[0].selectbox("Preset", list(PRESETS), key="sweeps_preset")
     method = c[1].selectbox("Method", list(names_for(NETWORK)), key="sweeps_method")
-    objective = c[2].selectbox("Objective", list(S.OBJECTIVES), key="sweeps_objective")
-    pruner = c[3].selectbox("Pruner", list(S.PRUNERS), key="sweeps_pruner")
+    objective = c[2].selectbox(
+        "Objective",
+        list(S.OBJECTIVES),
+        key="sweeps_objective",
+        format_func=OBJECTIVE_LABELS.get,
+        help="What each trial is scored by (`best_test_accuracy`: maximised; `time_to_95_s`: minimised).",
+    )
+    pruner = c[3].selectbox(
+        "Pruner",
+        list(S.PRUNERS),
+        key="sweeps_pruner",
+        format_func=PRUNER_LABELS.get,
+        help="Stops a trial early when its evaluations trail the others' (Optuna's `median`, `hyperband`; `none`).",
+    )
     c = st.columns(4)
     # no min_value: a browser keeps the old value of a number typed below it without telling the page;
     # 0 trials is sent and said below, and Launch waits
@@ -244,7 +259,8 @@ def study_view(study_name: str):
     ss["sweeps_sig"] = sig
     st.markdown(
         f"`{spec.get('preset')}` · `{spec.get('method')}` · {', '.join(f'`{s}`' for s in spec.get('space', []))} · "
-        f"objective `{spec.get('objective')}` ({study.direction.name.lower()}) · pruner `{spec.get('pruner')}`"
+        f"objective: {OBJECTIVE_LABELS.get(spec.get('objective'), spec.get('objective'))} "
+        f"({study.direction.name.lower()}) · pruner: {PRUNER_LABELS.get(spec.get('pruner'), spec.get('pruner'))}"
     )
     st.markdown(
         f"{ui.state_md('running' if live else 'finished')} {c['complete']} complete · {c['pruned']} pruned · "
@@ -258,11 +274,16 @@ def study_view(study_name: str):
     if best is not None:
         params = ", ".join(f"{k} = {S.fmt_value(v)}" for k, v in best.params.items())
         value = objective_text(spec.get("objective"), best.value)
-        st.markdown(f"best trial **{best.number}**: {spec.get('objective')} = **{value}** ({params})")
+        said = OBJECTIVE_LABELS.get(spec.get("objective"), spec.get("objective"))
+        st.markdown(f"best trial **{best.number}**: {said} = **{value}** ({params})")
     rows = S.trials_table(study)
     if rows:
         df = pd.DataFrame(rows).drop(columns=["run_dir"])
         columns = {"seconds": st.column_config.NumberColumn("seconds", format="%.1f")}
+        # a searched setting to 3 significant digits (four decimals read lr = 1.49e-4 as "0.0001")
+        fixed = ("trial", "state", "value", "epochs", "seconds", "preset", "run")
+        for k in (k for k in df.columns if k not in fixed and pd.api.types.is_float_dtype(df[k])):
+            columns[k] = st.column_config.NumberColumn(k, format="%.3g")
         if spec.get("objective") == "best_test_accuracy":  # the page's unit for accuracy: %
             df["value"] = df["value"] * 100
             columns["value"] = st.column_config.NumberColumn("test %", format="%.2f")

@@ -219,6 +219,11 @@ ON_CHANGE = {"preset": on_preset, "method": on_method, "arch": on_shape, "hidden
 WEIGHT = {"select": 1.2, "radio": 0.9, "split": 2.0, "widths": 1.2, "check": 0.6, "int": 0.8, "float": 0.8}
 
 
+def _label_text(ff: F.FormField) -> str:
+    """What a field's label takes on its line: a checkbox's box stands beside it (about four characters)."""
+    return ff.label + ("    " if ff.kind == "check" else "")
+
+
 def note(notes: dict, field: str) -> None:
     """The field's message (from the validation that ran before the form was drawn), under its widget."""
     if field in notes:
@@ -240,7 +245,7 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
         else:
             st.selectbox(ff.label, opts, format_func=fmt, **kw)
     elif ff.kind == "split":  # the options keep a wrong entry of a link or a loaded config: its message says why
-        st.multiselect(ff.label, F.choices(ff, form, datasets), **kw)
+        st.multiselect(ff.label, F.choices(ff, form, datasets), wrap=True, **kw)  # a ResNet's many splits: on rows
     elif ff.kind == "check":
         st.checkbox(ff.label, **kw)
     elif ff.kind in ("int", "float"):
@@ -263,7 +268,12 @@ def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list
 
 def _row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
     mine = {ff.key: notes.pop(ff.key) for ff in fields if ff.key in notes}
-    for col, ff in zip(st.columns([WEIGHT.get(f.kind, 1.0) for f in fields]), fields):
+    widths = F.column_widths(
+        [WEIGHT.get(f.kind, 1.0) for f in fields],
+        [_label_text(f) for f in fields],
+        least=[F.NUMBER_PX if f.kind in ("int", "float") else 0 for f in fields],
+    )
+    for col, ff in zip(st.columns(widths), fields):
         with col:
             field_widget(ff, form, notes, datasets)
     for key in (ff.key for ff in fields):
@@ -558,10 +568,14 @@ def deepfacto_section() -> dict:
             "embedding trained with a triplet loss. At the end, attribute SVMs read S (40 LFWA attributes) and the "
             "Heatmaps page draws the rows of S over faces. The paper's ranks: 4, 32, 256."
         )
-        c = st.columns(len(D.MAIN))
-        for col, name in zip(c, D.MAIN):
-            with col:
-                _df_widget(name, slots)
+        # two rows of three: six in one row wrapped "Block-ADMM training images" onto two lines and hid the
+        # number boxes' − / + at 1280 px (issue 53)
+        for row in F.rows(list(D.MAIN), most=3):
+            labels = [D.label_of(n) for n in row]
+            least = [F.NUMBER_PX if n in D.NUMBERS else 0 for n in row]
+            for col, name in zip(st.columns(F.column_widths([1.0] * len(row), labels, least=least)), row):
+                with col:
+                    _df_widget(name, slots)
         weights, backbone_ok = backbone_choice(slots)
         rest = [f for f in D.fields() if f not in D.MAIN and f not in BACKBONE_WIDGETS]
         _, pre_errors = D.config_from_values(read_deepfacto(), weights)

@@ -1,0 +1,170 @@
+"""The dashboard as a user sees it, in a real Chromium (issue 53): what AppTest cannot see, since it
+has no layout (a cut label, a column past a table's edge) or no browser (the page's URL, a reload).
+
+- a link's bad values are each named and hold Start (AppTest sets query parameters; here the page
+  reads them from the address bar);
+- Compare at 1280 × 800: the method filter's chips and the log toggles show their whole labels
+  (they read "block-adm…" and "log-scale loss / resid…"); grouped by method, the legend says
+  "block-admm (n = 2)";
+- Compare's pick, made by the user, survives a reload and a visit without the link;
+- the Runs table's columns fit a 1440-px window ("updated" lay past its right edge) and
+  "Training samples (0 = all)" stays on one line at 1280 px.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import dashboard, needs_chromium, tiny
+
+pytestmark = needs_chromium
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_MS = int(float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240")) * 1000)
+BIG = "99999999999999999999"
+# two methods, two seeds: run ids as long as the dashboard's own ("digits-block-admm-s0")
+RUNS = ["tiny-block-admm-s0", "tiny-block-admm-s1", "tiny-online-admm-s0", "tiny-online-admm-s1"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, finished_run):
+    from admm_core.runs import train
+
+    root = tmp_path_factory.mktemp("layout-runs")
+    online = tmp_path_factory.mktemp("layout-online") / "run"
+    train(tiny("online-admm"), online)
+    for name in RUNS:
+        d = root / name
+        shutil.copytree(online if "online" in name else finished_run, d)
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["train"]["seed"] = int(name[-1])  # the seed differs: a legend and a group say so
+        (d / "config.json").write_text(json.dumps(cfg))
+    env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
+    with dashboard(env, root / "server.log") as (url, _):
+        yield url, root
+
+
+def _page(browser, width: int, height: int):
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(TIMEOUT_MS)
+    return page
+
+
+# how much of an element's text is hidden: scrolled or cut off with an ellipsis (0 when it all shows)
+HIDDEN_JS = "el => el.scrollWidth - el.clientWidth"
+
+
+def test_a_links_bad_values_are_each_named_and_hold_start(server, browser):
+    url, _ = server
+    page = _page(browser, 1440, 1000)
+    try:
+        page.goto(f"{url}/?preset=digits-mlp&method=block-admm&epochs=0&batch_size={BIG}&split=fc9")
+        start = page.get_by_role("button", name=re.compile("Start run"))
+        start.wait_for()
+        for said in ("train.epochs = 0", f"train.batch_size = {BIG}", "model.split = 'fc9'"):
+            page.get_by_text(said, exact=False).first.wait_for()
+        page.get_by_text(re.compile(r"Fix 3 field\(s\) below to start")).wait_for()
+        assert start.is_disabled()
+        assert "epochs=0" in page.url  # the link's value stays in it, not silently dropped
+    finally:
+        page.close()
+
+
+def test_compare_at_1280_shows_whole_labels_and_names_groups_by_method(server, browser):
+    url, _ = server
+    page = _page(browser, 1280, 800)
+    try:
+        page.goto(f"{url}/compare?runs={','.join(RUNS)}")
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4")
+        methods = page.locator("[data-testid='stMultiSelect']").filter(has_text="Method / kind")
+        box = methods.bounding_box()
+        chips = methods.locator("[data-tag]")
+        assert chips.count() == 2
+        for i in range(chips.count()):
+            chip = chips.nth(i)
+            text = chip.inner_text().strip()
+            assert text in ("block-admm", "online-admm"), text
+            b = chip.bounding_box()
+            assert b["x"] + b["width"] <= box["x"] + box["width"], f"{text!r} chip past the filter's edge"
+            cut = chip.locator("span[title]").evaluate(HIDDEN_JS)
+            assert cut <= 0, f"{text!r} cut by {cut} px"
+        for label in ("log-scale loss / residuals", "log-scale accuracy"):
+            el = page.get_by_text(label, exact=True)
+            assert el.evaluate(HIDDEN_JS) <= 0, f"{label!r} cut"
+        page.get_by_role("combobox", name="Group runs by").click()
+        page.get_by_role("option", name="method", exact=True).click()
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.js-plotly-plot')].some(d => (d.data || []).some(t => t.fill === 'tonexty'))"
+        )
+        legend = page.evaluate(
+            "() => [...document.querySelectorAll('.js-plotly-plot')][0].data"
+            ".filter(t => t.showlegend !== false).map(t => t.name)"
+        )
+        assert legend == ["block-admm (n = 2)", "online-admm (n = 2)"], legend
+        shown = page.locator(".js-plotly-plot").first.locator(".legendtext").all_text_contents()
+        assert shown == legend, shown  # drawn whole, not only in the figure's data
+    finally:
+        page.close()
+
+
+def _picked(page) -> list[str]:
+    runs = page.locator("[data-testid='stMultiSelect']").filter(has_text="Runs")
+    return [t.split(" · ")[0].strip() for t in runs.locator("[data-tag] span[title]").all_inner_texts()]
+
+
+def test_compare_pick_survives_a_reload_and_a_visit_without_the_link(server, browser):
+    url, root = server
+    page = _page(browser, 1440, 1000)
+    try:
+        page.goto(f"{url}/compare?runs={','.join(RUNS)}")
+        page.get_by_text("Group runs by").wait_for()
+        assert _picked(page) == RUNS
+        runs = page.locator("[data-testid='stMultiSelect']").filter(has_text="Runs")
+        runs.get_by_role("button", name=re.compile(f"^Remove {RUNS[-1]}")).click()  # the user's own pick
+        page.wait_for_function("last => !location.search.includes(last)", arg=RUNS[-1])
+        page.reload()  # the link now holds the pick
+        page.get_by_text("Group runs by").wait_for()
+        assert _picked(page) == RUNS[:-1]
+    finally:
+        page.close()
+    page = _page(browser, 1440, 1000)  # a new tab, a new session, the bare address
+    try:
+        page.goto(f"{url}/compare")
+        page.get_by_text("Group runs by").wait_for()
+        assert _picked(page) == RUNS[:-1]
+        assert page.get_by_text("Nothing picked yet").count() == 0  # the user's pick, not the newest runs
+    finally:
+        page.close()
+
+
+def test_runs_table_fits_1440_and_train_labels_stay_on_one_line_at_1280(server, browser):
+    url, _ = server
+    page = _page(browser, 1440, 1000)
+    try:
+        page.goto(f"{url}/runs")
+        grid = page.locator("[data-testid='stDataFrame']").first
+        grid.wait_for()
+        # the data grid's scroller (glide-data-grid's, the grid Streamlit draws with) is wider inside than
+        # its box when the columns are: the table then scrolls sideways and the last ones are out of view
+        scroller = grid.locator(".dvn-scroller")
+        scroller.wait_for()
+        page.wait_for_function("el => el.scrollWidth > 400", arg=scroller.element_handle())
+        hidden = scroller.evaluate(HIDDEN_JS)
+        assert hidden <= 0, f"the runs table's columns run {hidden} px past its right edge at 1440 px"
+    finally:
+        page.close()
+    page = _page(browser, 1280, 800)
+    try:
+        page.goto(f"{url}/")
+        label = page.get_by_text("Training samples (0 = all)", exact=True)
+        label.wait_for()
+        height, line = label.evaluate(
+            "el => [el.getBoundingClientRect().height, parseFloat(getComputedStyle(el).lineHeight) || 21]"
+        )
+        assert height < 1.5 * line, f"'Training samples (0 = all)' on {height / line:.1f} lines at 1280 px"
+    finally:
+        page.close()
