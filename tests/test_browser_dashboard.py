@@ -245,13 +245,13 @@ def test_watched_run_stays_when_others_finish_or_start(server, browser):
     url, root, _ = server
     a = W.start_run(_tiny("block-admm", 400), root)  # long: still running while we look
     b = W.start_run(_tiny("sgd", 2), root)  # finishes while we watch A
+    c = None  # started below; named here so that the clean-up sees it whatever fails first
     page = browser.new_page(viewport={"width": 1280, "height": 1400})
     page.set_default_timeout(TIMEOUT_MS)
     try:
         page.goto(f"{url}/?run={a.name}")
         page.wait_for_function("name => document.body.innerText.includes(name)", arg=a.name)
         assert _wait(lambda: W.state_of(b)["state"] == "finished", 90), W.state_of(b)
-        c = None
         seen_runs, picked = set(), set()
         t0 = time.time()
         while time.time() - t0 < 12:
