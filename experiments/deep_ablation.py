@@ -320,12 +320,14 @@ STUDIES["resnet-duals-small"] = {
     },
 }
 
-# … three seeds of gotmare and of the screen's best variants on the same small proxy (seed 0 is the screen's
-# own row, the same run; seeds 1 and 2 trained here): the full proxy's 12 runs (below) did not fit the time
-# this had on 2 shared cores.
+# … three seeds of gotmare and of the screen's best variant of each kind (β growth, Z sweeps, reset; the
+# α = 1 ones fell behind) on the same small proxy: seed 0 is the screen's own row (the same run), seeds 1
+# and 2 are trained here. The full proxy's 12 runs (below) did not fit the time this had on 2 shared cores.
 SEEDED_SMALL = {
     "gotmare": "gotmare (U ≡ 0), the recipe",
-    "block": "block-admm, the recipe (α = 0.01)",
+    "zsweeps3": "block-admm, the recipe, 3 Z sweeps per visit",
+    "beta-grow": "block-admm, the recipe, β × 1.5 an epoch",
+    "reset2-a0.1": "block-admm, the recipe, U ← 0 every 2nd epoch, α = 0.1",
 }
 STUDIES["resnet-duals-seeds-small"] = {
     "args": SMALL_ARGS,
