@@ -320,12 +320,37 @@ STUDIES["resnet-duals-small"] = {
     },
 }
 
+# … three seeds of gotmare and of the screen's best variant of each kind (β growth, Z sweeps, reset; the
+# α = 1 ones fell behind) on the same small proxy: seed 0 is the screen's own row (the same run), seeds 1
+# and 2 are trained here. The full proxy's 12 runs (below) did not fit the time this had on 2 shared cores.
+SEEDED_SMALL = {
+    "gotmare": "gotmare (U ≡ 0), the recipe",
+    "zsweeps3": "block-admm, the recipe, 3 Z sweeps per visit",
+    "beta-grow": "block-admm, the recipe, β × 1.5 an epoch",
+    "reset2-a0.1": "block-admm, the recipe, U ← 0 every 2nd epoch, α = 0.1",
+}
+STUDIES["resnet-duals-seeds-small"] = {
+    "args": SMALL_ARGS,
+    "epochs": 5,
+    # gotmare and the screen's best (reset2-a0.1) first, seed by seed: a study stopped early has those two
+    # at every seed (this one was: the machine's load doubled the rows' time)
+    "rows": {
+        f"{k}-s{seed}": (*STUDIES["resnet-duals-small"]["rows"][k][:2], f"{what}, seed {seed}", ["--seed", str(seed)])
+        for first in (True, False)
+        for seed in (1, 2)
+        for k, what in SEEDED_SMALL.items()
+        if (k in ("gotmare", "reset2-a0.1")) == first
+    },
+    "groups": {what: [("resnet-duals-small", k), f"{k}-s1", f"{k}-s2"] for k, what in SEEDED_SMALL.items()},
+}
+
 # … and three seeds each of the screened variants on the cifar10-resnet18-cpu proxy, gotmare beside them.
 DUAL_VARIANTS = {
     "gotmare": ("gotmare", GOT, "gotmare (U ≡ 0), the recipe"),
     "beta-grow": ("block-admm", {**RECIPE, "beta_growth": 1.5}, "block-admm, the recipe, β × 1.5 an epoch"),
     "zsweeps3": ("block-admm", {**RECIPE, "z_sweeps": 3}, "block-admm, the recipe, 3 Z sweeps per visit"),
-    "reset": ("block-admm", {**RECIPE, "dual_reset": 2, "dual_lr": 1.0}, "block-admm, U ← 0 every 2nd epoch, α = 1"),
+    # the screen's better reset (α = 1 fell to 17.6% after its first dual steps, α = 0.1 did not)
+    "reset": ("block-admm", {**RECIPE, "dual_reset": 2, "dual_lr": 0.1}, "block-admm, U ← 0 every 2nd epoch, α = 0.1"),
 }
 STUDIES["resnet-duals"] = {
     "args": ["--preset", "cifar10-resnet18-cpu"],
@@ -556,7 +581,11 @@ STUDIES["defaults-mnist-deep10"]["rows"]["block-deep"] = (
 )
 
 
-def row_config(study: str, name: str, out: Path) -> tuple[list[str], Path]:
+def row_config(study: str, name: str | tuple[str, str], out: Path) -> tuple[list[str], Path]:
+    """A row's ``admm train`` arguments and run folder; ``name`` may be ``(other study, row)``: a row
+    borrowed from another study (the same run, not trained twice)."""
+    if isinstance(name, tuple):
+        study, name = name
     method, settings, _, *extra = STUDIES[study]["rows"][name]
     args = [*STUDIES[study]["args"], *(extra[0] if extra else []), "--method", method]
     for k, v in settings.items():
@@ -612,8 +641,12 @@ def table(study: str, names: list[str], out: Path) -> str:
         "|---|---|---|---|---|---|---|---|" + extra,
     ]
     for name in names:
-        what = STUDIES[study]["rows"][name][2]
-        run_dir = row_config(study, name, out)[1]
+        if isinstance(name, tuple):  # borrowed from another study
+            what = f"{STUDIES[name[0]]['rows'][name[1]][2]} (the row of `ablation-{name[0]}`)"
+            run_dir, name = row_config(study, name, out)[1], "/".join(name)
+        else:
+            what = STUDIES[study]["rows"][name][2]
+            run_dir = row_config(study, name, out)[1]
         ms = read_metrics(run_dir) if run_dir.exists() else []
         if len(ms) < 2:
             lines.append(
@@ -645,7 +678,8 @@ def table(study: str, names: list[str], out: Path) -> str:
 
 
 def seeds_table(study: str, out: Path) -> str:
-    """Per configuration of ``STUDIES[study]['groups']`` ({label: [row names, one per seed]}): each seed's
+    """Per configuration of ``STUDIES[study]['groups']`` ({label: [row names, one per seed]}; a name may be
+    ``(other study, row)``, a row borrowed from another study): each seed's
     final test accuracy, their mean ± sample standard deviation and range, and the mean's difference from
     the first group's (the baseline)."""
     rows, base = [], None
@@ -693,7 +727,9 @@ def main(argv=None) -> int:
         with ThreadPoolExecutor(a.jobs) as pool:
             for name, how in zip(names, pool.map(lambda n: run_row(*row_config(a.study, n, out)), names)):
                 print(f"{name}: {how}", flush=True)
-    text = table(a.study, names, out)
+    groups = STUDIES[a.study].get("groups", {})
+    borrowed = list(dict.fromkeys(n for ns in groups.values() for n in ns if isinstance(n, tuple)))
+    text = table(a.study, [*borrowed, *names] if not a.rows else names, out)
     if STUDIES[a.study].get("groups"):
         text += "\n\nOver seeds:\n\n" + seeds_table(a.study, out)
     print(text)

@@ -293,6 +293,24 @@ def test_every_deep_ablation_row_is_a_valid_run_and_reuse_compares_settings_not_
     assert not abl.same_run(RunConfig.from_dict(other), want)
 
 
+def test_a_seed_study_borrows_only_rows_that_are_its_own_configuration_at_another_seed():
+    """A group's row borrowed from another study (``(study, row)``) must be the same training as the
+    group's own rows but for the seed, and every seed of a group must differ: else its mean mixes runs."""
+    import dataclasses
+
+    abl = load("deep_ablation")
+    borrowed = 0
+    for study, spec in abl.STUDIES.items():
+        for label, names in spec.get("groups", {}).items():
+            configs = [abl.wanted_config(abl.row_config(study, n, Path("out"))[0]) for n in names]
+            seeds = [c.train.seed for c in configs]
+            assert len(set(seeds)) == len(seeds), (study, label, seeds)
+            unseeded = [dataclasses.replace(c, train=dataclasses.replace(c.train, seed=0)) for c in configs]
+            assert all(abl.same_run(u, unseeded[0]) for u in unseeded), (study, label)
+            borrowed += sum(isinstance(n, tuple) for n in names)
+    assert borrowed  # the small proxy's seed study takes seed 0 from the screen
+
+
 def test_a_probe_only_gpu_deep_call_times_each_speed_option_and_still_packs_its_results(tmp_path, gpu_pack):
     """`--jobs probe`: every option of block-admm and sgd is timed (a warm-up and a timed epoch each),
     the fastest is chosen, and the call ends with its archive although no run was trained."""
