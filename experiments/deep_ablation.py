@@ -573,6 +573,21 @@ for _preset, (_epochs, _block, _online) in _OLD.items():
             "online-paper": ("online-admm", {"recipe": "paper"}, "online-admm, Alg. 2 as printed (recipe = paper)"),
         },
     }
+# … and the digits study at two more seeds (seed 0 is its own row), before its default is switched or kept.
+SEEDED_DIGITS = ("adam", "block-preset", "block-mb-start", "online-preset", "online-start")
+STUDIES["defaults-digits-mlp-seeds"] = {
+    "args": STUDIES["defaults-digits-mlp"]["args"],
+    "epochs": 30,
+    "rows": {
+        f"{k}-s{seed}": (*STUDIES["defaults-digits-mlp"]["rows"][k][:3], ["--seed", str(seed)])
+        for seed in (1, 2)
+        for k in SEEDED_DIGITS
+    },
+    "groups": {
+        STUDIES["defaults-digits-mlp"]["rows"][k][2]: [("defaults-digits-mlp", k), f"{k}-s1", f"{k}-s2"]
+        for k in SEEDED_DIGITS
+    },
+}
 STUDIES["defaults-mnist-deep10"]["rows"]["block-deep"] = (
     "block-admm",
     DEEP,
