@@ -197,12 +197,12 @@ def test_train_watch_stop_in_chromium(server, browser):
     page.goto(f"{url}/runs?run={run_dir.name}")  # the selection is in the URL
     page.wait_for_function("name => document.body.innerText.includes(name)", arg=run_dir.name)
     page.wait_for_function("() => document.body.innerText.includes('stopped')")
-    page.locator("h3", has_text="stopped").wait_for()
+    page.locator("h4", has_text="stopped").wait_for()
     page.locator("[data-testid='stSelectbox']").first.wait_for()  # rendered after the heading under load
     details = page.evaluate("""() => { const b = document.querySelector("[data-testid='stSelectbox']");
         return b.innerText + ' ' + [...b.querySelectorAll('input')].map(i => i.value).join(' '); }""")
     assert run_dir.name in details, details  # the details pick (its state is the heading's)
-    assert page.locator("h3", has_text="stopped").count() == 1
+    assert page.locator("h4", has_text="stopped").count() == 1
 
     page.close()
 
@@ -293,7 +293,7 @@ def test_load_into_train_loads_the_picked_run(server, browser):
                 return f"method={method}&" in page.url and "epochs=6&" in page.url
 
             page.goto(f"{url}/runs?run={run}")
-            page.locator("h3", has_text="finished").wait_for()
+            page.locator("h4", has_text="finished").wait_for()
             # a link (/?load=<run>): a real navigation, so the URL leaves /runs and then mirrors the form
             page.get_by_role("link", name="Load into Train").click()
             page.get_by_role("heading", name="Train", exact=True).wait_for()
@@ -520,7 +520,7 @@ def test_deepfacto_from_train_stop_resume_then_heatmaps(server, browser):
     # Runs lists it as stopped, like every other run
     page.goto(f"{url}/runs?run={run_dir.name}")
     page.wait_for_function("name => document.body.innerText.includes(name)", arg=run_dir.name)
-    page.locator("h3", has_text="stopped").wait_for()
+    page.locator("h4", has_text="stopped").wait_for()
 
     # resume it from the live panel to 2 iterations more than it did (the fine-tune iteration is the last)
     page.goto(f"{url}/?mode=deepfacto&run={run_dir.name}")
