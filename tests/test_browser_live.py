@@ -594,7 +594,8 @@ def test_start_and_resume_under_load_chart_the_first_point_within_15_s(live_serv
 
     url, root, _ = live_server
     tries = int(os.environ.get("DASH_LOAD_TRIES", "5"))
-    busy = [sys.executable, "-c", "while True: pass"]
+    # each loop ends itself after 15 min: a test killed from outside must not leave them spinning
+    busy = [sys.executable, "-c", "import time\nend = time.time() + 900\nwhile time.time() < end: pass"]
     hogs = [spawn_detached(busy, root / f"busy-{i}.log")[0] for i in range(os.cpu_count() or 2)]
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.set_default_timeout(TIMEOUT_MS)
