@@ -261,6 +261,21 @@ def state_md(state: str | None) -> str:
     return f":{STATE_COLOURS.get(state, 'gray')}-badge[{state}]"
 
 
+# a longer run id is shortened in the middle in a table (Runs, a study's trials; the details and menus give it
+# whole): beside the Runs table's other columns, the size included, 31 characters fit a 1440-px window with the
+# sidebar, ~14 px to spare (measured in Chromium, issue 53); a sweep trial's 56-character id
+# ("20261202-052512-digits-mlp-block-admm-20261202-052506-t9") keeps its start time and its trial
+ID_CHARS = 31
+
+
+def short_id(name: str, most: int = ID_CHARS) -> str:
+    """``name`` itself, or its first and last characters around a "…" (``most`` characters in all)."""
+    if len(name) <= most:
+        return name
+    tail = (most - 1) // 2
+    return f"{name[: most - 1 - tail]}…{name[-tail:]}"
+
+
 def run_label(r: dict) -> str:
     """'<id>', or '<name> (<id>)' for a run the user named: the label of a run in menus.
 

@@ -219,7 +219,12 @@ def test_runs_table_has_started_and_duration_columns(runs):
     grid = next(d for d in at.dataframe if "run" in d.value.columns)
     df = grid.value
     row = df[df["run"] == "r2"].iloc[0]
-    assert row["duration"] == "1 h 02 min" and row["started"].startswith("2026-")
+    assert row["duration"] == "1 h 02 min"
+    assert row["started"].timestamp() == t0 and row["updated"].timestamp() == t0 + 3725.0  # times: they sort as times
+    columns = json.loads(grid.proto.columns)
+    assert columns["started"]["type_config"]["format"] == "MMM D HH:mm", columns["started"]  # no year: narrower
+    # the id column is not pinned: Streamlit fades a pinned column like an index (issue 53)
+    assert not columns["run"].get("pinned"), columns["run"]
     # on screen: no column that no run fills (five pushed "updated" past the edge at 1440 px), the size last
     shown = list(grid.proto.column_order)
     assert not {"name", "tags", "preset", "error", "note"} & set(shown), shown
@@ -230,3 +235,58 @@ def test_runs_table_has_started_and_duration_columns(runs):
     shown = list(next(d for d in at.dataframe if "run" in d.value.columns).proto.column_order)
     assert "name" in shown and "tags" not in shown, shown  # one run named: its column is back
     assert shown.index("test %") < shown.index("name") < shown.index("size")  # after the run's state
+
+
+def test_runs_table_shortens_a_long_id_in_the_middle_and_picks_the_whole_one(runs):
+    """A sweep trial's 56-character id is drawn "20261202-052512…61202-052506-t9" (its start and its
+    trial kept) so the table fits a 1440-px window; the details show, and ?run= holds, the whole id."""
+    import json
+
+    long = "20261202-052512-digits-mlp-block-admm-20261202-052506-t9"
+    run = runs / long
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"method": "sgd", "train": {"epochs": 2}}))
+    (run / "status.json").write_text(json.dumps({"state": "finished", "epochs": 2}))
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    at.query_params["run"] = long
+    at.run().switch_page("views/runs.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = list(next(d for d in at.dataframe if "run" in d.value.columns).value["run"])
+    assert shown == ["20261202-052512…61202-052506-t9"], shown
+    assert len(shown[0]) == 31
+    assert any(f"`{long}`" in c.value for c in at.caption), [c.value for c in at.caption]  # the details: whole
+
+
+def _rows_of_columns(node) -> list[list[list[str]]]:
+    """Every row of columns under ``node`` (a block whose children are columns), as the widget keys in
+    each of its columns: the layout as the page declares it (AppTest has no pixels)."""
+    from streamlit.testing.v1.element_tree import Column
+
+    out, kids = [], list(getattr(node, "children", {}).values())
+    if kids and all(isinstance(k, Column) for k in kids):
+
+        def keys(n) -> list[str]:
+            mine = [n.key] if isinstance(getattr(n, "key", None), str) else []
+            return mine + [k for c in getattr(n, "children", {}).values() for k in keys(c)]
+
+        out.append([keys(c) for c in kids])
+    for k in kids:
+        out += _rows_of_columns(k)
+    return out
+
+
+def test_deepfacto_main_settings_stand_in_two_rows_of_three(runs):
+    """DeepFacto's six main settings in two rows of three columns, one setting each, in the record's
+    order: six in one row wrapped "Block-ADMM training images" onto two lines and hid the number
+    boxes' − / + at 1280 px (issue 53; seen in screenshots, held here)."""
+    from app.dashboard import deepfacto_form as D
+
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    at.query_params["mode"] = "deepfacto"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    main = {D.PREFIX + n for n in D.MAIN}
+    rows = [r for r in _rows_of_columns(at.main) if {k for col in r for k in col} & main]
+    got = [[[k for k in col if k in main] for col in r] for r in rows]
+    want = [[[D.PREFIX + n] for n in D.MAIN[:3]], [[D.PREFIX + n] for n in D.MAIN[3:]]]
+    assert len(D.MAIN) == 6 and got == want, got

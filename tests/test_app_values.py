@@ -178,9 +178,11 @@ def test_every_bad_space_row_is_named_in_plain_words_before_launch(runs):
     at = sweeps(rows)
     got = messages(at)
     assert len(got) == 3, got
-    assert got[0].startswith("Row 1 (beta, log) = 'abc'") and "LOW:HIGH" in got[0]
-    assert got[1].startswith("Row 2 (lr, log)") and "low > 0" in got[1]
-    assert got[2].startswith("Row 3 (split, choice)") and "'fc3'" in got[2] and "last layer" in got[2]
+    # each row named as the table shows it: the setting's label (the paper's symbol), the kind in words
+    assert got[0].startswith("Row 1 (β — penalty weight, log-uniform) = 'abc'") and "LOW:HIGH" in got[0]
+    assert got[1].startswith("Row 2 (η — Θ step size, log-uniform)") and "low > 0" in got[1]
+    assert got[2].startswith("Row 3 (Split after layers (block boundaries), one of)") and "'fc3'" in got[2]
+    assert "last layer" in got[2]
     assert not any("--space" in m for m in got)  # not the command line's syntax
     assert at.button(key="sweeps_launch").disabled
 
@@ -233,3 +235,21 @@ def test_a_preset_picked_after_a_bad_link_clears_the_links_errors(runs):
     assert start(at).disabled
     at.selectbox(key="f.preset").set_value("mnist5k-mlp").run()
     assert not [m for m in messages(at) if "in the link" in m]
+
+
+def test_every_setting_a_sweep_may_search_has_the_forms_plain_label():
+    """The Sweeps space table names its settings as the Train form does (issue 53): a label for
+    every name `admm sweep --space` takes, the code name after it, the paper's symbol where it has one."""
+    from admm_core.spec.kinds import NETWORK
+    from admm_core.spec.methods import names_for
+    from admm_core.sweep import space_names
+    from app.dashboard import form as F
+
+    for method in names_for(NETWORK):
+        labels = F.setting_labels(method)
+        for name in space_names(method):
+            assert name in labels and "_" not in labels[name], (method, name, labels.get(name))
+    labels = F.setting_labels("block-admm")
+    assert F.labelled("beta", labels) == "β — penalty weight · beta"
+    assert F.labelled("split", labels) == "Split after layers (block boundaries) · split"
+    assert F.labelled("batch_size", labels) == "Batch size"  # not "Batch size · batch_size"

@@ -7,7 +7,8 @@ has no layout (a cut label, a column past a table's edge) or no browser (the pag
   (they read "block-adm…" and "log-scale loss / resid…"); grouped by method, the legend says
   "block-admm (n = 2)";
 - Compare's pick, made by the user, survives a reload and a visit without the link;
-- the Runs table's columns fit a 1440-px window ("updated" lay past its right edge) and
+- the Runs table's columns fit a 1440-px window with a sweep trial's 56-character id ("updated" lay
+  past its right edge) and
   "Training samples (0 = all)" stays on one line at 1280 px.
 """
 
@@ -28,6 +29,8 @@ TIMEOUT_MS = int(float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240")) * 1000)
 BIG = "99999999999999999999"
 # two methods, two seeds: run ids as long as the dashboard's own ("digits-block-admm-s0")
 RUNS = ["tiny-block-admm-s0", "tiny-block-admm-s1", "tiny-online-admm-s0", "tiny-online-admm-s1"]
+# a sweep trial's id as the dashboard names it (56 characters): at full length "updated" lay past the edge
+LONG = "20261202-052512-digits-mlp-block-admm-20261202-052506-t9"
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +46,7 @@ def server(tmp_path_factory, finished_run):
         cfg = json.loads((d / "config.json").read_text())
         cfg["train"]["seed"] = int(name[-1])  # the seed differs: a legend and a group say so
         (d / "config.json").write_text(json.dumps(cfg))
+    shutil.copytree(online, root / LONG)  # the widest method name beside the longest id
     env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
     with dashboard(env, root / "server.log") as (url, _):
         yield url, root

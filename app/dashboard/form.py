@@ -619,6 +619,29 @@ def error_labels(errors: dict, method: str) -> list[str]:
     return [labels.get(k, k) for k in errors]
 
 
+# the fields outside a method's own that a sweep may search (admm_core.sweep.space.STRUCTURAL), by form path
+SWEEP_FIELDS = {
+    "split": "model.split",
+    "hidden": "model.hidden",
+    "loss": "train.loss",
+    "batch_size": "train.batch_size",
+}
+
+
+def setting_labels(method: str) -> dict[str, str]:
+    """{code name: the label the Train form shows it under} of ``method``'s settings and of the
+    network and training fields a sweep may search: the paper's symbol first where it has one."""
+    out = {s["name"]: s["label"] for s in METHODS[method].settings()} if method in METHODS else {}
+    return out | {name: LAYOUT[path]["label"] for name, path in SWEEP_FIELDS.items()}
+
+
+def labelled(name: str, labels: dict[str, str]) -> str:
+    """A setting on screen with its code name after it, "β — penalty weight · beta", where the code
+    name is not the label itself ("Loss", not "Loss · loss")."""
+    label = labels.get(name, name)
+    return label if label.lower().replace(" ", "_") == name.lower() else f"{label} · {name}"
+
+
 def _method_params(form: dict, method: str, errors: dict) -> dict:
     """The method's settings from the ``mp.*`` fields: those the config gave (``_given``) and those
     that differ from the default. Checked together (settings constrain each other), the message

@@ -34,7 +34,14 @@ def _when(ts, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
     return dt.datetime.fromtimestamp(ts).strftime(fmt) if ts else "—"
 
 
-TABLE_TIME = "%Y-%m-%d %H:%M"  # the table's times to the minute (the details give seconds): two columns ~20 px narrower
+def _moment(ts) -> dt.datetime | None:
+    return dt.datetime.fromtimestamp(ts) if isinstance(ts, (int, float)) and ts else None
+
+
+# the table's times as times (they sort as times), drawn "Dec 2 05:25": to the minute, no year (the details give
+# the whole date and seconds); ~30 px narrower each than "2026-12-02 05:25", which with a sweep trial's
+# 56-character id pushed "updated" past a 1440-px window (issue 53)
+TABLE_TIME = "MMM D HH:mm"
 # columns shown only where some run of the page has a value: five empty ones pushed "updated" past the
 # table's right edge at 1440 px (issue 53)
 SPARSE = ("name", "tags", "preset", "error", "note")
@@ -133,9 +140,9 @@ def table(runs: list[dict]) -> str | None:
                 "epoch": f"{ui.done_epochs(r['dir'], st_)}/{st_.get('epochs') or (cfg.get('train') or {}).get('epochs', '?')}",
                 "test %": _last_test(r),
                 "size": human_bytes(W.dir_size(r["dir"], _size_stamp(st_))),
-                "started": _when(st_.get("started"), TABLE_TIME),
+                "started": _moment(st_.get("started")),
                 "duration": duration_text(st_),
-                "updated": _when(st_.get("updated"), TABLE_TIME),
+                "updated": _moment(st_.get("updated")),
                 "error": st_.get("error") or "",
                 "note": meta["note"],
             }
@@ -145,8 +152,11 @@ def table(runs: list[dict]) -> str | None:
     # on screen: the state of each run first, then the free texts (a sweep trial's tags, ~80 characters, pushed
     # status and test % out of a 1440-px window) and the size, where the table scrolls sideways (the id pinned)
     shown = [k for k in ORDER if k not in SPARSE or any(row[k] for row in rows)] if rows else None
+    df = pd.DataFrame(rows)
+    if rows:
+        df["run"] = df["run"].map(ui.short_id)  # the click is read from rows[], by position: their ids stay whole
     event = st.dataframe(
-        pd.DataFrame(rows),
+        df,
         hide_index=True,
         width="stretch",
         key=f"runs_table.{ss.get(ui.WATCH_GEN, 0)}",
@@ -154,7 +164,14 @@ def table(runs: list[dict]) -> str | None:
         selection_mode="single-row",
         column_order=shown,
         column_config={
-            "run": st.column_config.TextColumn(pinned=True),
+            # not pinned: Streamlit draws a pinned column faded like an index (globalAlpha 0.6, no public
+            # option changes it); the columns up to "updated" fit a 1440-px window, so the id stays in view
+            # unless the table is scrolled to the free texts, and the name column repeats a sweep trial's study
+            "run": st.column_config.TextColumn(
+                help=f"the run's folder in the runs folder (one over {ui.ID_CHARS} characters shortened in the middle: "
+                "the details below give it whole)"
+            ),
+            **{k: st.column_config.DatetimeColumn(format=TABLE_TIME) for k in ("started", "updated")},
             **{k: st.column_config.TextColumn(width=TEXT_PX) for k in ("name", "tags", "error", "note")},
             "test %": st.column_config.NumberColumn(format="%.2f", help="final, or the last evaluation while it runs"),
             "duration": st.column_config.TextColumn(

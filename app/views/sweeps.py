@@ -17,9 +17,10 @@ import streamlit as st
 from admm_core import sweep as S
 from admm_core.errors import ConfigError
 from admm_core.spec.kinds import NETWORK
-from admm_core.spec.methods import names_for
+from admm_core.spec.methods import METHODS, names_for
 from admm_core.spec.presets import PRESETS, preset_config
 from app import ui
+from app.dashboard import form as F
 from app.dashboard.storage import confine_storage_url
 
 ss = st.session_state
@@ -58,6 +59,14 @@ DEFAULT_ROWS = [
 # the menus in words (their code names, as `admm sweep` takes them, in the help)
 OBJECTIVE_LABELS = {"best_test_accuracy": "best test accuracy", "time_to_95_s": "seconds to 95% test accuracy"}
 PRUNER_LABELS = {"median": "median (stop the trailing)", "hyperband": "hyperband", "none": "none (run every trial out)"}
+# a search dimension's kinds in words (their code names, as `--space` takes them, in the column's help)
+KIND_LABELS = {
+    "log": "log-uniform",
+    "float": "uniform",
+    "int": "integer",
+    "logint": "log-uniform integer",
+    "choice": "one of",
+}
 LABELS = {
     "trials": "Trials",
     "epochs": "Epochs per trial",
@@ -66,13 +75,14 @@ LABELS = {
 }
 
 
-def space_rows(rows: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
-    """The table's rows as ``NAME=KIND:RANGE`` texts, the names of the rows in messages ("Row 2 (beta,
-    log)"), and the messages of rows with an empty cell."""
+def space_rows(rows: pd.DataFrame, labels: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """The table's rows as ``NAME=KIND:RANGE`` texts, the names of the rows in messages as the table
+    shows them ("Row 2 (η — Θ step size, log-uniform)"), and the messages of rows with an empty cell."""
     texts, names, empty = [], [], []
     for i, r in enumerate(rows.itertuples(), start=1):
         cells = [("" if pd.isna(v) else str(v).strip()) for v in (r.setting, r.kind, r.range)]
-        name = f"Row {i} ({cells[0] or '?'}, {cells[1] or '?'})"
+        shown = labels.get(cells[0], cells[0]) or "?", KIND_LABELS.get(cells[1], cells[1]) or "?"
+        name = f"Row {i} ({shown[0]}, {shown[1]})"
         if not all(cells):
             empty.append(f"{name}: give its setting, its kind and its range")
             continue
@@ -91,7 +101,7 @@ def launch_problems(preset, method, trials, epochs, jobs, train_limit, name, row
         out.append(f"Study name = {name!r}: give a name without '/'")
     elif name in S.study_names(storage):
         out.append(f"Study name = {name!r}: exists already (pick another name)")
-    texts, names, empty = space_rows(rows)
+    texts, names, empty = space_rows(rows, F.setting_labels(method))
     out += empty
     if not texts and not empty:
         out.append("Search space: add at least one row (a setting, its kind and its range)")
@@ -131,16 +141,33 @@ with st.expander("New study", expanded=not S.study_names(storage), icon=":materi
     )
     name = st.text_input("Study name", value=f"{preset}-{method}-{dt.datetime.now():%Y%m%d-%H%M}", key="sweeps_name")
     st.caption(
-        "Each row searches one setting of the method (or split, hidden, loss, batch_size): its kind, and "
-        "its range — LOW:HIGH for log / float / int / logint, or the values A|B|C for choice."
+        "Each row searches one setting of the method (or the split, hidden widths, loss or batch size): how its "
+        "values are drawn, and its range — LOW:HIGH, or the values A|B|C for “one of”."
     )
+    labels = F.setting_labels(method)
     rows = st.data_editor(
         pd.DataFrame(ss.get("sweeps_rows") or DEFAULT_ROWS),  # sweeps_rows: the table's first rows
         num_rows="dynamic",
         key="sweeps_space",
         column_config={
-            "setting": st.column_config.SelectboxColumn("setting", options=S.space_names(method), required=True),
-            "kind": st.column_config.SelectboxColumn("kind", options=list(S.KINDS), required=True),
+            # the form's labels, the code name (what `admm sweep --space` takes) after each
+            "setting": st.column_config.SelectboxColumn(
+                "setting",
+                # not the settings the method ignores (gotmare has no duals: no u_init)
+                options=[n for n in S.space_names(method) if n not in METHODS[method].not_applicable],
+                format_func=lambda n: F.labelled(n, labels),
+                required=True,
+                help="a setting of the method, or the split, hidden widths, loss or batch size; "
+                "its code name after the ·",
+            ),
+            "kind": st.column_config.SelectboxColumn(
+                "kind",
+                options=list(S.KINDS),
+                format_func=lambda k: KIND_LABELS.get(k, k),
+                required=True,
+                help="how values are drawn; on the command line: "
+                + ", ".join(f"{k} = {v}" for k, v in KIND_LABELS.items()),
+            ),
             "range": st.column_config.TextColumn("range", help="LOW:HIGH, or A|B|C for choice", required=True),
         },
         width="stretch",
@@ -225,6 +252,15 @@ def _figures(study):
             st.plotly_chart(fig, key=f"sweeps_fig_{title}", config=ui.PLOTLY_CONFIG)
 
 
+def dim_text(text: str, labels: dict[str, str]) -> str:
+    """A study's search dimension as the page names it: "β — penalty weight: log-uniform 0.1 … 10"
+    (its code name, as recorded, ``beta=log:0.1:10``, in a tooltip-free form after it)."""
+    name, _, rest = text.partition("=")
+    kind, _, args = rest.partition(":")
+    span = " | ".join(args.split("|")) if kind == "choice" else " … ".join(args.split(":"))
+    return f"{labels.get(name, name)}: {KIND_LABELS.get(kind, kind)} {span} (`{name}`)"
+
+
 def objective_text(objective: str | None, value) -> str:
     """An objective's value in the page's units: accuracy in %, seconds to one decimal."""
     if value is None:
@@ -257,8 +293,9 @@ def study_view(study_name: str):
         ss["sweeps_sig"] = sig
         st.rerun()
     ss["sweeps_sig"] = sig
+    labels = F.setting_labels(spec.get("method"))
     st.markdown(
-        f"`{spec.get('preset')}` · `{spec.get('method')}` · {', '.join(f'`{s}`' for s in spec.get('space', []))} · "
+        f"`{spec.get('preset')}` · `{spec.get('method')}` · {', '.join(dim_text(s, labels) for s in spec.get('space', []))} · "
         f"objective: {OBJECTIVE_LABELS.get(spec.get('objective'), spec.get('objective'))} "
         f"({study.direction.name.lower()}) · pruner: {PRUNER_LABELS.get(spec.get('pruner'), spec.get('pruner'))}"
     )
@@ -272,18 +309,26 @@ def study_view(study_name: str):
     except ValueError:
         best = None
     if best is not None:
-        params = ", ".join(f"{k} = {S.fmt_value(v)}" for k, v in best.params.items())
+        params = ", ".join(f"{labels.get(k, k)} = {S.fmt_value(v)}" for k, v in best.params.items())
         value = objective_text(spec.get("objective"), best.value)
         said = OBJECTIVE_LABELS.get(spec.get("objective"), spec.get("objective"))
         st.markdown(f"best trial **{best.number}**: {said} = **{value}** ({params})")
     rows = S.trials_table(study)
     if rows:
         df = pd.DataFrame(rows).drop(columns=["run_dir"])
-        columns = {"seconds": st.column_config.NumberColumn("seconds", format="%.1f")}
+        df["run"] = df["run"].map(lambda r: ui.short_id(r) if isinstance(r, str) else r)  # its trial number in view
+        columns = {
+            "seconds": st.column_config.NumberColumn("seconds", format="%.1f"),
+            "preset": st.column_config.CheckboxColumn("preset's values", help="the trial of the preset's own values"),
+            "run": st.column_config.TextColumn("run", help="the trial's run (below: open it on the Runs page)"),
+        }
         # a searched setting to 3 significant digits (four decimals read lr = 1.49e-4 as "0.0001")
         fixed = ("trial", "state", "value", "epochs", "seconds", "preset", "run")
-        for k in (k for k in df.columns if k not in fixed and pd.api.types.is_float_dtype(df[k])):
-            columns[k] = st.column_config.NumberColumn(k, format="%.3g")
+        for k in (k for k in df.columns if k not in fixed):  # a searched setting: its label, its code name in the help
+            if pd.api.types.is_float_dtype(df[k]):
+                columns[k] = st.column_config.NumberColumn(labels.get(k, k), format="%.3g", help=f"setting `{k}`")
+            else:
+                columns[k] = st.column_config.Column(labels.get(k, k), help=f"setting `{k}`")
         if spec.get("objective") == "best_test_accuracy":  # the page's unit for accuracy: %
             df["value"] = df["value"] * 100
             columns["value"] = st.column_config.NumberColumn("test %", format="%.2f")
