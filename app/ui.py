@@ -276,6 +276,11 @@ def short_id(name: str, most: int = ID_CHARS) -> str:
     return f"{name[: most - 1 - tail]}…{name[-tail:]}"
 
 
+def count(n: int, noun: str) -> str:
+    """ "1 field", "3 fields": a count as a sentence says it, not "3 field(s)"."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def run_label(r: dict) -> str:
     """'<id>', or '<name> (<id>)' for a run the user named: the label of a run in menus.
 

@@ -57,7 +57,7 @@ def test_typed_out_of_range_numbers_reach_the_page_and_are_all_said(runs):
     for needle in ("train.epochs = 0", "train.seed = -1", "train.eval_every = 0"):
         assert any(needle in m for m in got), (needle, got)
     assert start(at).disabled
-    assert "Fix 3 field(s)" in summary(at) and " epochs." not in summary(at)
+    assert "Fix 3 fields" in summary(at) and " epochs." not in summary(at)
     assert "to train (limit" in summary(at)  # the estimate is still shown
     at.number_input(key="f.epochs").set_value(3)
     at.number_input(key="f.seed").set_value(1)

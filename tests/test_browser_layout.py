@@ -71,7 +71,7 @@ def test_a_links_bad_values_are_each_named_and_hold_start(server, browser):
         start.wait_for()
         for said in ("train.epochs = 0", f"train.batch_size = {BIG}", "model.split = 'fc9'"):
             page.get_by_text(said, exact=False).first.wait_for()
-        page.get_by_text(re.compile(r"Fix 3 field\(s\) below to start")).wait_for()
+        page.get_by_text(re.compile(r"Fix 3 fields below to start")).wait_for()
         assert start.is_disabled()
         assert "epochs=0" in page.url  # the link's value stays in it, not silently dropped
     finally:

@@ -46,7 +46,7 @@ def test_typed_zero_epochs_and_negative_seed_are_named_and_hold_start(server, br
         _type(page, "Seed", "-1")
         page.get_by_text(re.compile(r"train\.seed = -1")).wait_for()
         expect(start).to_be_disabled()
-        expect(page.get_by_text("Fix 2 field(s) below to start: Epochs, Seed.")).to_be_visible()
+        expect(page.get_by_text("Fix 2 fields below to start: Epochs, Seed.")).to_be_visible()
         _type(page, "Epochs", "4")
         _type(page, "Seed", "2")
         expect(page.get_by_text(re.compile(r"· 4 epochs\."))).to_be_visible()

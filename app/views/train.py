@@ -128,7 +128,7 @@ def on_start():
     form = _ordered_form()
     cfg, errors = F.config_from_form(form, available(kind=NETWORK))
     if cfg is None:
-        ss["notice"] = f"Not started: fix {len(errors)} field(s)."
+        ss["notice"] = f"Not started: fix {ui.count(len(errors), 'field')}."
         return
     n = int(form.get("processes", 1))  # > 1: the worker runs under torchrun (sample-sharded Z/U)
     # the form's check above was the preflight of this start: the launch does not run it again
@@ -433,13 +433,15 @@ def start_section(cfg: RunConfig | None, errors: dict, method: str) -> None:
     )
     with c[2]:
         if cfg is None:
-            st.caption(f"Fix {len(errors)} field(s) below to start: {', '.join(F.error_labels(errors, method))}.")
+            st.caption(
+                f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(F.error_labels(errors, method))}."
+            )
         else:
             cls = METHODS[cfg.method]
             T = len(split_of(cfg)) + 1 if cls.uses_blocks else 1
             arch = F.network_caption(cfg.model)
             st.caption(
-                f"{cfg.data.name} · {arch} · T = {T} block(s) · {cfg.method} · {cfg.train.epochs} epochs. "
+                f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · {cfg.train.epochs} epochs. "
                 "The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
             )
     with c[1].popover("Load a run's config", width="stretch"):
@@ -619,7 +621,9 @@ def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_prob
         if lfw_problem:
             st.warning(f"LFWA is not here: {lfw_problem}")
         elif cfg is None:
-            st.caption(f"Fix {len(errors)} field(s) below to start: {', '.join(D.label_of(f) for f in errors)}.")
+            st.caption(
+                f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(D.label_of(f) for f in errors)}."
+            )
         elif not backbone_ok:
             st.caption("Choose the face backbone below to start.")
         else:
