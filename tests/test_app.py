@@ -1094,6 +1094,10 @@ def test_compare_settings_columns_and_url_selection(env_runs):
     assert shown.index("⚙ m.lr") < shown.index("paper") == len(shown) - 1, shown
     assert not {"name", "paper test %", "Δ vs paper"} & set(shown), shown
     assert {"name", "paper test %", "Δ vs paper"} <= set(table.columns)  # kept in the data (and the CSV)
+    # on screen the settings read as the Train form names them (the code name in the help), the id unpinned
+    columns = json.loads(at.dataframe[0].proto.columns)
+    assert columns["⚙ m.lr"]["label"] == "⚙ η — Θ step size" and "`m.lr`" in columns["⚙ m.lr"]["help"], columns
+    assert not columns["run"].get("pinned"), columns["run"]
     assert at.get("plotly_chart")[-1].proto.spec and '"parcoords"' in at.get("plotly_chart")[-1].proto.spec
     widget(at, "multiselect", "cmp_runs").set_value(["r2-digits-sgd"]).run()
     q = {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}

@@ -224,3 +224,14 @@ def test_settings_chart_log_axis_for_lr_and_room_for_method_names():
     assert lr.label == "lr (log)" and lr.values == pytest.approx((-3.30103, -1.0, -2.30103), abs=1e-5)
     assert "0.1" in lr.ticktext and lr.range == pytest.approx((-3.30103, -1.0), abs=1e-5)
     assert k.label == "k" and k.values == (3.0, 4.0, 5.0)  # not learning-rate-like, one decade: linear
+    assert k.tickvals == (3, 4, 5) and k.ticktext == ("3", "4", "5")  # whole numbers: ticks at them only
+
+
+def test_parallel_coordinates_put_a_seed_axis_at_its_values_only():
+    """Two seeds: the axis says 0 and 1, not 0, 0.2, 0.4, … (issue 53: raw fractions of a whole number)."""
+    from app.dashboard import charts as C
+
+    flat = [{"method": "sgd", "train.seed": 0}, {"method": "sgd", "train.seed": 1}]
+    fig = C.parallel_figure([{"final test %": 90.0}, {"final test %": 91.0}], flat, ["train.seed"])
+    seed = fig.data[0].dimensions[0]
+    assert seed.label == "seed" and seed.tickvals == (0, 1) and seed.ticktext == ("0", "1")

@@ -243,7 +243,7 @@ def live_spec(method: str | None = None) -> dict[str, dict]:
 # how each per-block metric a method may declare is drawn; a key not listed gets a plain chart
 BLOCK_CHARTS = {
     "residuals": lambda: _per_block(
-        "residuals", "Primal residual per block", log=True, smooth=True, yaxis=_ytitle("‖Z_t − block_t(Z_{t−1})‖")
+        "residuals", "Primal residual per block", log=True, smooth=True, yaxis=_ytitle("‖Zₜ − blockₜ(Zₜ₋₁)‖")
     ),
     "backprop_cosine": lambda: _per_block(
         "backprop_cosine",
@@ -252,7 +252,7 @@ BLOCK_CHARTS = {
         when="backprop_cosine",
         yaxis={"range": [-1.05, 1.05], **_ytitle("cos(block update, ∇)")},
     ),
-    "dual_norms": lambda: _per_block("dual_norms", "Dual norm ‖U_t‖ per block", log=True, smooth=True),
+    "dual_norms": lambda: _per_block("dual_norms", "Dual norm ‖Uₜ‖ per block", log=True, smooth=True),
     "betas": lambda: _per_block("betas", "Penalty β per block"),
 }
 
@@ -650,6 +650,18 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
                     }
                 )
                 names = text
+            elif all(isinstance(v, int) for v in vals) and len(set(vals)) <= 12:
+                # whole numbers (a seed, a width): ticks at the values only, not at 0.2, 0.4, … between them
+                ticks = sorted(set(vals))
+                dims.append(
+                    {
+                        "label": label,
+                        "values": [float(v) for v in vals],
+                        "tickvals": ticks,
+                        "ticktext": [str(t) for t in ticks],
+                    }
+                )
+                names = [str(t) for t in ticks]
             else:
                 dims.append({"label": label, "values": [float(v) for v in vals], "tickformat": ".3~g"})
                 names = [fmt_value(v) for v in vals]

@@ -445,7 +445,7 @@ def block_diagram_dot(blocks: list[dict], uses_blocks: bool = True, dark: bool =
             prev = f"z{t}"
         else:
             prev = f"b{t}"
-    lines.append('loss [label="J(Y, Z_T)", shape=plaintext];')
+    lines.append(f'loss [label="J(Y, Z{_sub(T)})", shape=plaintext];')  # Z_T, T the count: "J(Y, Z₃)"
     lines.append(f"{prev} -> loss; }}")
     return "\n".join(lines)
 

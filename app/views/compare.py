@@ -17,10 +17,12 @@ import streamlit as st
 from admm_core.rundir import file_stamp, write_text_atomic
 from admm_core.rundir import read_metrics_cached as read_metrics
 from admm_core.spec.kinds import DEEPFACTO, run_kind
+from admm_core.spec.methods import METHODS
 from admm_core.spec.presets import PAPER
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import follow as FL
+from app.dashboard import form as F
 from app.dashboard import meta as M
 from app.dashboard import workers as W
 
@@ -110,6 +112,19 @@ def parallel_section(rows: list[dict], flat: list[dict], differ: list[str]) -> N
     st.plotly_chart(C.parallel_figure(rows, flat, differ), key="cmp_parcoords", config=ui.PLOTLY_CONFIG)
 
 
+def gear_label(key: str, methods: list) -> str:
+    """A compared setting by the label the Train form gives it: a method's ("m.lr" → "η — Θ step size", the
+    first of ``methods`` that has it) or a config field's ("train.seed" → "Seed"); else its short name."""
+    if key.startswith("m."):
+        for m in methods:
+            for s in METHODS[m].settings() if m in METHODS else ():
+                if s["name"] == key[2:]:
+                    return s["label"]
+    elif key in F.BY_PATH and F.BY_PATH[key].label:
+        return F.BY_PATH[key].label
+    return C.setting_name(key)
+
+
 @st.fragment(key="cmp_table_section")
 def table_section(rows: list[dict], differ: list[str]) -> None:
     """The runs' table (``rows``, with their ⚙ columns: the settings that differ) and its CSV. Streamlit's data grid
@@ -119,6 +134,7 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
         st.container(height=TABLE_PLACEHOLDER_PX, border=True).caption("Drawing the table…")
         return
     table = pd.DataFrame(rows)
+    methods = list(dict.fromkeys(r.get("method") for r in rows))
     gears = [f"⚙ {k}" for k in differ if k != "method"]  # the method has its own column
     paper = ["paper test %", "Δ vs paper", "paper"]
     lead = ["run", "name", "method", "status", "final test %", "best test %", *paper]
@@ -144,13 +160,16 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
                 "preset's data, sample limits, network, epochs and loss",
             ),
             "paper": st.column_config.TextColumn(help="whether this run's setup is the paper's, and what differs"),
-            "run": st.column_config.TextColumn(pinned=True),  # the id stays in view while the table scrolls sideways
+            # not pinned: Streamlit draws a pinned column faded, like an index (issue 53)
+            "run": st.column_config.TextColumn(help="the run's folder in the runs folder"),
+            # the settings by the Train form's labels (the paper's symbol first); the code name in the help and the CSV
+            **{g: st.column_config.Column(f"⚙ {gear_label(g[2:], methods)}", help=f"setting `{g[2:]}`") for g in gears},
         },
     )
     st.caption(
         f"⚙ columns: the settings that differ between the selected runs ({len(gears)}; a setting only one "
         "method's runs have, at one value, is left out); — : the run has no such value. Click a header to sort. "
-        "Paper figures (admm_core.spec.presets.PAPER) are shown only for a run whose setup is the paper's"
+        "Paper figures (the paper's tables) are shown only for a run whose setup is the paper's"
         + (" (none here: the last column says why; the CSV has every column). " if none_paper else ". ")
         + "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
     )

@@ -194,7 +194,9 @@ def details(r: dict) -> None:
         st.write(f"epoch {ui.done_epochs(run_dir, status)} of {epochs} · updated {_when(status.get('updated'))}")
         st.caption(
             f"id `{name}`"
-            + (f" · worker pid {status['pid']}" if status.get("pid") else "")
+            + (
+                f" · worker pid {status['pid']}" if status.get("pid") and state in ui.ACTIVE else ""
+            )  # a live one's only
             + f" · {human_bytes(W.dir_size(run_dir, _size_stamp(status)))} on disk · `{run_dir}`"
         )
         if state in ui.FAILED:

@@ -319,7 +319,9 @@ def study_view(study_name: str):
         df["run"] = df["run"].map(lambda r: ui.short_id(r) if isinstance(r, str) else r)  # its trial number in view
         columns = {
             "seconds": st.column_config.NumberColumn("seconds", format="%.1f"),
-            "preset": st.column_config.CheckboxColumn("preset's values", help="the trial of the preset's own values"),
+            "preset": st.column_config.CheckboxColumn(
+                "preset", help="the trial of the preset's own values (queued first)"
+            ),
             "run": st.column_config.TextColumn("run", help="the trial's run (below: open it on the Runs page)"),
         }
         # a searched setting to 3 significant digits (four decimals read lr = 1.49e-4 as "0.0001")
