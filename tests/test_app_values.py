@@ -228,6 +228,11 @@ def test_a_study_of_three_trials_says_its_importances_are_noise_and_shows_percen
     assert sorted(table.value["value"].dropna().round(2)) == [90.0, 93.0, 95.12]  # (the queued preset trial: none)
     warned = [w.value for w in at.warning]
     assert any("Fitted on 3 complete trials" in w for w in warned), warned
+    # Optuna's figures in the same units: the history's points in %, named in words
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    history = next(f for f in specs if "best test accuracy (%)" in json.dumps(f.get("layout", {})))
+    points = next(t for t in history["data"] if t.get("mode") == "markers")
+    assert sorted(round(y, 2) for y in points["y"]) == [90.0, 93.0, 95.12], points["y"]
 
 
 def test_a_preset_picked_after_a_bad_link_clears_the_links_errors(runs):

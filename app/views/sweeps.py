@@ -221,12 +221,17 @@ PLOTS = {
 def _make_figures(url: str, name: str, finished: tuple) -> dict:
     """Optuna's figures, rebuilt only when a trial finishes (importances fit a forest)."""
     study = optuna.load_study(study_name=name, storage=_storage(url))
+    # the objective in the page's units and words (Optuna's public target / target_name), not "Objective Value" 0.93
+    objective = (study.user_attrs.get("sweep") or {}).get("objective")
+    unit = {"target": lambda t: 100 * t.value, "target_name": "best test accuracy (%)"}
+    if objective != "best_test_accuracy":
+        unit = {"target_name": OBJECTIVE_LABELS.get(objective, objective or "objective")}
     out = {}
     for title, plot in PLOTS.items():
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                out[title] = plot(study)
+                out[title] = plot(study, **unit)
         except (RuntimeError, ValueError, ZeroDivisionError) as e:
             out[title] = f"{title}: not enough finished trials yet ({e})."
     return out
