@@ -892,7 +892,7 @@ def test_backprop_cosine_is_plotted_when_present():
     # every live title fits one line (plotly drew a wrapped title's lines over the plot); the
     # math is on the y axis
     assert all("<br>" not in f.layout.title.text for f in figs.values()), [f.layout.title.text for f in figs.values()]
-    assert "‖Z_t" in figs["residuals"].layout.yaxis.title.text
+    assert "‖Zₜ − blockₜ(Zₜ₋₁)‖" in figs["residuals"].layout.yaxis.title.text  # subscripts, not TeX underscores
 
 
 def test_meta_is_stored_shown_and_filterable(tmp_path, monkeypatch):
