@@ -62,15 +62,18 @@ def make_runs(root: Path, finished: int, live: int) -> list[Path]:
     from admm_core.spec.presets import preset_config
     from app.dashboard import workers as W
 
-    seeds = []
+    seeds, procs = [], []
     for method in (
         ("block-admm", "adam", "sgd") if finished else ()
-    ):  # trained by the CLI: this process stays a server's size
+    ):  # trained by the CLI, side by side (each mostly imports torch): this process stays a server's size
         d = root / "_seed" / method
         args = ["--preset", "digits-mlp", "--method", method, "--epochs", "3", "--train-limit", "200"]
         args += ["--test-limit", "100", "--out", str(d), "--quiet"]
-        subprocess.run([sys.executable, "-m", "admm_core", "train", *args], cwd=ROOT, check=True)
+        procs.append(subprocess.Popen([sys.executable, "-m", "admm_core", "train", *args], cwd=ROOT))
         seeds.append(d)
+    for p in procs:
+        if p.wait():
+            raise subprocess.CalledProcessError(p.returncode, p.args)
     for i in range(finished):
         src = seeds[i % len(seeds)]
         dst = root / f"20260101-{i // 60:04d}{i % 60:02d}-digits-mlp-{src.name}-s{i}"

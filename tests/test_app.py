@@ -1014,7 +1014,13 @@ def test_processes_field_refuses_what_the_workers_would_fail_on(monkeypatch):
 
     def pe(n, method="block-admm", parallel="samples", device="cpu", n_gpus=0, z_sweep="jacobi"):
         cfg = preset_config("digits-mlp", method).replace(
-            method_params__parallel=parallel, method_params__z_sweep=z_sweep, train__device=device
+            method_params__parallel=parallel,
+            method_params__z_sweep=z_sweep,
+            method_params__z_schedule="sweep",  # parallel = 'blocks' needs it (the preset's is 'minibatch')
+            method_params__z_start="previous",
+            method_params__dual_theta="new",
+            method_params__theta_input="new",
+            train__device=device,
         )
         free = (2**40, "a test's memory")  # not measured: CUDA memory cannot be asked on this machine
         return {
@@ -1027,6 +1033,13 @@ def test_processes_field_refuses_what_the_workers_would_fail_on(monkeypatch):
     assert pe(2, parallel="blocks") == {}  # blocks 1-2 on one process, block 3 on the other
     assert "T = 3 blocks but world size 4" in pe(4, parallel="blocks")["processes"]
     assert "z_sweep" in pe(3, parallel="blocks", z_sweep="gauss-seidel")["processes"]
+    minibatch = preset_config("digits-mlp", "block-admm").replace(
+        method_params__parallel="blocks", method_params__z_sweep="jacobi"
+    )
+    assert (
+        "z_schedule=sweep, z_start=previous, dual_theta=new, theta_input=new"
+        in preflight(minibatch, 3, datasets=["digits"])["processes"]
+    )
     assert pe(2, parallel="samples") == {}  # samples: any count
     sgd = preflight(preset_config("digits-mlp", "sgd"), 2, datasets=["digits"])
     assert "only block-admm and gotmare" in sgd["processes"]
@@ -1041,6 +1054,10 @@ def test_processes_field_refuses_what_the_workers_would_fail_on(monkeypatch):
     cfg, errs = F.config_from_form(form, available=["digits"])
     assert cfg is None and "z_sweep=jacobi" in errs["processes"], errs  # the engine's own check
     form[F.MP + "z_sweep"] = "jacobi"
+    cfg, errs = F.config_from_form({**form, "processes": 3}, available=["digits"])
+    assert cfg is None and "z_schedule=sweep" in errs["processes"], errs  # the preset's minibatch recipe
+    sweep = {"z_schedule": "sweep", "z_start": "previous", "dual_theta": "new", "theta_input": "new"}
+    form.update({F.MP + k: v for k, v in sweep.items()})
     cfg, errs = F.config_from_form({**form, "processes": 4}, available=["digits"])
     assert cfg is None and "world size 4" in errs["processes"], errs
     assert F.config_from_form({**form, "processes": 3}, available=["digits"])[1] == {}
@@ -1427,7 +1444,8 @@ def test_folded_settings_keep_their_values_and_are_not_sent_while_closed(env_run
     unfold(at, "block-admm")
     folded = {w.key for kind in kinds for w in getattr(at, kind)} - closed  # sent only while open
     settings = {f"f.mp.block-admm.{s['name']}" for s in METHODS["block-admm"].settings()}
-    shown = len(METHODS["block-admm"].shown_settings())  # those that apply with the defaults (issue 53)
+    # those that apply with the preset's values (issue 53)
+    shown = len(METHODS["block-admm"].shown_settings(preset_config("digits-mlp", "block-admm").method_params))
     assert {"f.mp.block-admm.dual_lr", "f.precision", "f.channels_last"} <= folded
     assert len(folded & settings) == shown - 8 >= 10  # all but the first 8 that apply
     widget(at, "text_input", "f.mp.block-admm.dual_lr").set_value("0.25").run()

@@ -26,7 +26,7 @@ TIMEOUT = 60
 RUNS = [
     ("20261201-100000-digits-block-admm", "block-admm", 0, None),
     ("20261201-100100-digits-block-admm", "block-admm", 1, None),
-    ("20261201-100200-digits-block-admm", "block-admm", 1, 2e-3),  # the preset: 5e-4
+    ("20261201-100200-digits-block-admm", "block-admm", 1, 5e-3),  # the preset: 2e-3
     ("20261201-100300-digits-sgd", "sgd", 0, None),
     ("20261201-100400-digits-sgd", "sgd", 1, None),
 ]
@@ -104,7 +104,7 @@ def test_grouping_by_method_and_by_method_times_setting(runs):
     at.selectbox(key="cmp_group").set_value("method").run()
     assert chart_names(at) == ["block-admm (n = 3)", "sgd (n = 2)"]
     at.selectbox(key="cmp_group").set_value("method × m.lr").run()
-    assert chart_names(at) == ["block-admm · lr 5e-4 (n = 2)", "block-admm · lr 2e-3 (n = 1)", "sgd · lr 0.05 (n = 2)"]
+    assert chart_names(at) == ["block-admm · lr 2e-3 (n = 2)", "block-admm · lr 5e-3 (n = 1)", "sgd · lr 0.05 (n = 2)"]
 
 
 def test_grouped_curves_against_wall_time_are_averaged_on_one_grid():
@@ -128,7 +128,7 @@ def test_grouped_curves_against_wall_time_are_averaged_on_one_grid():
 
 def test_legends_say_what_differs_not_a_truncated_id(runs):
     at = compare([r[0] for r in RUNS[:3]])
-    assert chart_names(at) == ["block-admm · s0 · lr 5e-4", "block-admm · s1 · lr 5e-4", "block-admm · s1 · lr 2e-3"]
+    assert chart_names(at) == ["block-admm · s0 · lr 2e-3", "block-admm · s1 · lr 2e-3", "block-admm · s1 · lr 5e-3"]
     assert not any("2026" in n or "…" in n for n in chart_names(at))
     labels = C.legend_labels([{"method": "sgd", "train": {"seed": 0}}] * 2)
     assert labels == ["sgd #1", "sgd #2"]  # runs alike in every setting stay told apart

@@ -70,8 +70,9 @@ def test_settings_that_do_not_apply_are_not_shown(runs):
     assert not {"u_init", "u_init_scale", "dual_lr", "dual_theta"} & set(gotmare)  # no duals: U ≡ 0
     assert {"beta", "z_lr", "primal_steps"} <= set(gotmare)
     at = page(method="block-admm")
-    shown = settings_widgets(at, "block-admm")
-    assert "power_steps" not in shown and "z_start" not in shown and "rho_c" not in shown
+    shown = settings_widgets(unfold(at, "block-admm"), "block-admm")  # digits-mlp: the minibatch recipe
+    assert {"z_start", "theta_input", "dual_theta"} <= set(shown)
+    assert "power_steps" not in shown and "rho_c" not in shown  # a fixed Z step, no adaptive ρ
     at.selectbox(key="f.mp.block-admm.z_step").set_value("scaled").run()
     unfold(at, "block-admm").selectbox(key="f.mp.block-admm.z_schedule").set_value("minibatch").run()
     unfold(at, "block-admm").checkbox(key="f.mp.block-admm.adaptive_rho").check().run()

@@ -185,7 +185,9 @@ def test_bcd_objective_never_rises():
 
 
 def test_gotmare_equals_block_admm_with_duals_frozen_at_zero():
-    cfg = digits_cfg("gotmare", n=400)
+    # Alg. 1's sweep schedule, written out below (digits-mlp's own default is the minibatch recipe)
+    sweep = {"z_schedule": "sweep", "z_start": "previous", "dual_theta": "new", "theta_input": "new"}
+    cfg = digits_cfg("gotmare", n=400, **sweep)
     got = build(cfg)
     ref = build(cfg.replace(method="block-admm"))  # same seed -> same net, Z, generator
     bm = ref.method

@@ -38,10 +38,10 @@ from test_browser_dashboard import CHROMIUM, PLOTS_JS, WATCH_JS, _eval_frames, _
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_MS = int(float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240")) * 1000)
 
-pytestmark = [
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM}"),
-    pytest.mark.serial,  # lag and CPU figures: scripts/test.sh runs these alone, after the parallel part
-]
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"system Chromium not found at {CHROMIUM}")
+# lag, CPU and under-load figures: scripts/test.sh runs these alone, after the parallel part; the
+# zoom, controls and light/dark tests measure no time and run in the parallel part
+timing = pytest.mark.serial
 
 TEMPLATE = "20260101-000000-digits-mlp-block-admm-s0"  # the finished run every replay copies
 
@@ -243,6 +243,7 @@ def _open(browser, url: str, run: str, *, width: int = 1280):
     return page
 
 
+@timing
 def test_idle_tab_on_a_finished_run_costs_almost_nothing(live_server, browser):
     """Server CPU (from /proc) and websocket bytes for one tab on a finished run, once drawn,
     against the same server's CPU with no tab open, measured right after. The server alone is
@@ -305,6 +306,7 @@ window.addEventListener('admm-live-chart', e => { const d = e.detail || {}, m = 
   for (let i = 0; i < (d.n || 0); i++) { const k = d.run + '|' + i; if (!(k in m)) m[k] = Date.now() / 1000; } });"""
 
 
+@timing
 def test_eight_live_tabs_lag(live_server, browser):
     """8 tabs, each on its own live run (a line a second): the lag from a line on disk to its point in
     the page, and the server's CPU, printed. Asserted: every tab keeps up (median < 30 s); the issue's
@@ -518,6 +520,7 @@ def test_live_chart_controls(live_server, browser):
         page.close()
 
 
+@timing
 def test_start_switches_the_live_panel_ten_of_ten(live_server, browser):
     """Watch a live run, press Start 10 times (a new seed each): every new run becomes the watched
     one (menu and ?run=) without a reload."""
@@ -578,6 +581,7 @@ LIVE_IN_VIEW_JS = """() => { const h = document.getElementById('live');
     if (!h) return null; const r = h.getBoundingClientRect(); return [r.top, r.bottom, window.innerHeight]; }"""
 
 
+@timing
 def test_start_and_resume_under_load_chart_the_first_point_within_15_s(live_server, browser):
     """Issue 53: on a machine kept busy by other processes (one busy loop per core, started here as
     the dashboard starts its workers: their own session, the workers' niceness, as other runs or a

@@ -188,7 +188,8 @@ def test_space_values_reach_the_config():
     assert cfg.model.split == ("fc1",) and cfg.model.hidden == (64, 32) and cfg.train.loss == "ce"
     assert cfg.method_settings.beta == (1.0, 2.0) and cfg.method_settings.primal_steps == 2
     dims = S.parse_space(["split=choice:fc1|fc1,fc2", "lr=log:1e-4:1e-2", "batch_size=int:16:64"], base)
-    assert S.preset_values(base, dims) == {"split": "fc1,fc2", "lr": 5e-4, "batch_size": 32}
+    lr = base.method_params["lr"]  # the preset's own Θ step (2e-3: the minibatch recipe)
+    assert S.preset_values(base, dims) == {"split": "fc1,fc2", "lr": lr, "batch_size": 32} and lr == 2e-3
 
 
 def test_resnet_splits_are_checked_from_its_record_and_the_preset_split_is_in_the_space():

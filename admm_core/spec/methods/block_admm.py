@@ -283,7 +283,11 @@ class BlockADMMSettings(MethodBase):
                 "a Jacobi sweep; set z_sweep=jacobi"
             )
         if self.z_schedule != "sweep":
-            raise ConfigError(f"{self.name}.z_schedule = {self.z_schedule!r}: parallel = 'blocks' needs 'sweep'")
+            raise ConfigError(
+                f"{self.name}.z_schedule = {self.z_schedule!r}: parallel = 'blocks' sweeps Z over every row at once, "
+                "Alg. 1's schedule: set z_schedule=sweep, z_start=previous, dual_theta=new, theta_input=new "
+                "(or parallel=samples)"
+            )
 
     def estimate_state_bytes(self, s: StateSizes) -> int:
         # Z and U of every row (Gotmare keeps U allocated at zero), plus Adam moments of Z
