@@ -30,6 +30,9 @@ def main(argv=None) -> int:
     p.add_argument("--compare", default="", help="run ids Compare opens on")
     p.add_argument("--settle", type=float, default=12.0, help="seconds for charts to paint")
     p.add_argument("--pages", default=",".join(PAGES), help="pages to take, comma-separated (default: all)")
+    p.add_argument(
+        "--train-query", default="", help="the Train page's link query, e.g. arch=tv-resnet18-cifar&data=cifar10"
+    )
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -41,6 +44,8 @@ def main(argv=None) -> int:
                     continue
                 if name == "compare" and a.compare:
                     path += f"?runs={a.compare}"
+                if name == "train" and a.train_query:
+                    path += f"?{a.train_query}"
                 page = browser.new_page(viewport={"width": w, "height": h})
                 page.goto(a.base.rstrip("/") + path)
                 page.wait_for_selector("[data-testid='stSidebar']", timeout=60_000)
