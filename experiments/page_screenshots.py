@@ -33,12 +33,14 @@ def main(argv=None) -> int:
     p.add_argument(
         "--train-query", default="", help="the Train page's link query, e.g. arch=tv-resnet18-cifar&data=cifar10"
     )
+    p.add_argument("--sizes", default="", help="window sizes WxH, comma-separated (default: 1440x1000,1280x800)")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        for w, h in SIZES:
+        sizes = [tuple(map(int, s.split("x"))) for s in a.sizes.split(",")] if a.sizes else SIZES
+        for w, h in sizes:
             for name, path in PAGES.items():
                 if name not in a.pages.split(","):
                     continue

@@ -48,19 +48,14 @@ _RESNET_SPLITS = ("layer1", "layer2", "layer3", "layer4")
 _STAGES = tuple(f"stage{i}" for i in range(1, 8))
 # T = 2 by default: after the second of four stages for the ResNets (where the resnet18 record's
 # conv3_x split, the paper's CIFAR-10 split, falls), after the third for VGG and MobileNetV2.
+# labels: short enough for one line of the Train form's network menu ("tv" = torchvision; "CIFAR": the CIFAR stem)
 TV_RECORDS: dict[str, TVRecord] = {
-    "tv-resnet18": TVRecord("resnet18", "ResNet-18 (torchvision)", _RESNET_SPLITS, ("layer2",)),
-    "tv-resnet18-cifar": TVRecord(
-        "resnet18", "ResNet-18 (torchvision, CIFAR stem)", _RESNET_SPLITS, ("layer2",), stem="cifar"
-    ),
-    "tv-resnet34": TVRecord("resnet34", "ResNet-34 (torchvision)", _RESNET_SPLITS, ("layer2",)),
-    "tv-resnet34-cifar": TVRecord(
-        "resnet34", "ResNet-34 (torchvision, CIFAR stem)", _RESNET_SPLITS, ("layer2",), stem="cifar"
-    ),
-    "tv-vgg11-bn": TVRecord("vgg11_bn", "VGG-11 with BatchNorm (torchvision)", _STAGES[:5] + ("avgpool",), ("stage3",)),
-    "tv-mobilenet-v2": TVRecord(
-        "mobilenet_v2", "MobileNetV2 (torchvision)", ("stem", *_STAGES, "head_conv"), ("stage3",)
-    ),
+    "tv-resnet18": TVRecord("resnet18", "ResNet-18 (tv)", _RESNET_SPLITS, ("layer2",)),
+    "tv-resnet18-cifar": TVRecord("resnet18", "ResNet-18 (tv, CIFAR)", _RESNET_SPLITS, ("layer2",), stem="cifar"),
+    "tv-resnet34": TVRecord("resnet34", "ResNet-34 (tv)", _RESNET_SPLITS, ("layer2",)),
+    "tv-resnet34-cifar": TVRecord("resnet34", "ResNet-34 (tv, CIFAR)", _RESNET_SPLITS, ("layer2",), stem="cifar"),
+    "tv-vgg11-bn": TVRecord("vgg11_bn", "VGG-11-BN (tv)", _STAGES[:5] + ("avgpool",), ("stage3",)),
+    "tv-mobilenet-v2": TVRecord("mobilenet_v2", "MobileNetV2 (tv)", ("stem", *_STAGES, "head_conv"), ("stage3",)),
 }
 
 
