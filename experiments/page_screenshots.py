@@ -38,6 +38,9 @@ def main(argv=None) -> int:
     p.add_argument("--run", default="", help="run id Train and Runs open on (?run=)")
     p.add_argument("--sizes", default="", help="window sizes WxH, comma-separated (default: 1440x1000,1280x800)")
     p.add_argument("--scroll", default="", help="id of an element scrolled to the window's top first (e.g. live)")
+    p.add_argument(
+        "--train-query", default="", help="the Train page's link query, e.g. arch=tv-resnet18-cifar&data=cifar10"
+    )
     a = p.parse_args(argv)
     sizes = [tuple(int(n) for n in s.split("x")) for s in a.sizes.split(",")] if a.sizes else SIZES
     out = Path(a.out)
@@ -52,6 +55,8 @@ def main(argv=None) -> int:
                     path += f"?runs={a.compare}"
                 if name in ("train", "runs") and a.run:
                     path += f"?run={a.run}"
+                if name == "train" and a.train_query:
+                    path += ("&" if "?" in path else "?") + a.train_query
                 page = browser.new_page(viewport={"width": w, "height": h})
                 page.goto(a.base.rstrip("/") + path)
                 page.wait_for_selector("[data-testid='stSidebar']", timeout=60_000)

@@ -209,6 +209,12 @@ SLOW = {
     "test_shipped.py::test_the_shipped_models_verify_and_draw_maps_without_data",
     "test_speed.py::test_online_forward_start_serving_the_theta_step_changes_nothing",
     "test_speed.py::test_profile_command_charges_an_epoch_to_its_phases",
+    # torchvision's larger networks (an epoch on 32 CIFAR-10 images: 10-60 s; VGG-11's 129 M parameters)
+    "test_tv_archs.py::test_each_record_trains_an_epoch_by_block_admm[tv-resnet18-cifar]",
+    "test_tv_archs.py::test_each_record_trains_an_epoch_by_block_admm[tv-resnet34]",
+    "test_tv_archs.py::test_each_record_trains_an_epoch_by_block_admm[tv-resnet34-cifar]",
+    "test_tv_archs.py::test_each_record_trains_an_epoch_by_block_admm[tv-vgg11-bn]",
+    "test_tv_archs.py::test_the_chain_is_torchvision_s_network[tv-vgg11-bn]",
 }
 
 

@@ -8,10 +8,18 @@ import pytest
 import torch
 
 from admm_core.models import build_layers
+from admm_core.spec import tv
 from admm_core.spec.archs import ARCHS, layer_names
 from admm_core.spec.config import ModelConfig, RunConfig
 from admm_core.spec.datasets import DATASETS
 from admm_core.spec.resources import estimate_memory
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tv_tables():
+    """The torchvision records' tables come from a child process (admm_core.spec.tv): all their
+    cases asked at once, one child for all (a cold cache otherwise pays torch's import per case)."""
+    tv.prefetch([(a, shape, n) for a in tv.TV_RECORDS for shape, _ in ARCHS[a].test_cases() for n in (10, 3)])
 
 
 def cases_of(arch: str) -> list:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..spec.archs import ARCHS, default_split, split_points
 from ..spec.config import ModelConfig
 from ..spec.kinds import NETWORK
+from ..spec.tv import TV_RECORDS, prefetch
 
 NAME = "archs"
 
@@ -15,6 +16,7 @@ def add_parser(sub) -> None:
 
 
 def run(a) -> int:
+    prefetch([(name, (3, 32, 32), 10) for name in TV_RECORDS])  # torchvision's tables: one child process for all
     for name, arch in ARCHS.items():
         cfg = ModelConfig(name)
         names = [n for n, _, _ in arch.table((3, 32, 32), cfg, 10)]

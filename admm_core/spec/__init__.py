@@ -8,6 +8,7 @@ the package, so its pages never pay ``import torch`` (~500 MB resident). The eng
     settings    ``setting(default, help, **rules)``: the one way to declare a setting; its check
     kinds       what kind of run a run directory holds
     archs       the architecture records (layer tables by arithmetic, split points, size fields)
+    tv          torchvision's networks as records (tables computed on the meta device in a child, cached)
     datasets    the data-set records (shapes, sizes, where each lives)
     methods     each method's settings and declarations (live charts, memory rule) and the registry
     deepfacto   DeepFacto's records: its method, face backbone, LFWA and a run's DeepFactoConfig
@@ -22,4 +23,4 @@ engine imports it there; this layer never does. Tests check the rule (tests/test
 
 # the registries complete whatever is imported first: DeepFacto's records (its method, the face
 # backbone, LFWA) are registered by their modules, imported here
-from . import faces, methods  # noqa: E402, F401
+from . import faces, methods, tv  # noqa: E402, F401
