@@ -28,6 +28,10 @@ class PhaseTimes:
         self.inclusive: dict[str, float] = defaultdict(float)
         self.exclusive: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        # exclusive seconds by the outermost phase they ran under: {"epoch": {"z_sweep": …}, "eval": {…}}
+        # (a phase also entered inside a per-call one, e.g. a Z-update of the evaluation's diagnostics,
+        # is then not charged to the epoch)
+        self.within: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._stack: list[list] = []  # [name, start, seconds spent in children]
         self.sync_cuda = sync_cuda
 
@@ -44,10 +48,12 @@ class PhaseTimes:
             yield
         finally:
             self._sync()
+            top = self._stack[0][0]
             self._stack.pop()
             spent = time.perf_counter() - frame[1]
             self.inclusive[name] += spent
             self.exclusive[name] += spent - frame[2]
+            self.within[top][name] += spent - frame[2]
             self.calls[name] += 1
             if self._stack:
                 self._stack[-1][2] += spent

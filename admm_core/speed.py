@@ -43,7 +43,9 @@ PER_CALL = ("eval", "metrics", "checkpoint", "status", "tensorboard")
 
 def phase_table(results: dict[str, tuple["PhaseTimes", int]]) -> str:
     """Markdown: one row per phase, one column per method; seconds per epoch (per call for the
-    phases in PER_CALL). ``results``: method -> (times, epochs)."""
+    phases in PER_CALL). ``results``: method -> (times, epochs). A per-call phase's row is its
+    inclusive time (the Z-updates of the evaluation's diagnostics are the evaluation's); every other
+    row counts only the time spent inside the epoch, so those rows add up to the epoch's total."""
     names = list(results)
     seen = {p for times, _ in results.values() for p in times.exclusive}
 
@@ -57,7 +59,7 @@ def phase_table(results: dict[str, tuple["PhaseTimes", int]]) -> str:
         cells = []
         for m in names:
             times, epochs = results[m]
-            v = times.exclusive.get(p)
+            v = times.inclusive.get(p) if p in PER_CALL else times.within["epoch"].get(p)
             per = times.calls.get(p, 1) if p in PER_CALL else epochs
             cells.append("—" if v is None else f"{v / max(per, 1):.3f}")
         what = PHASES.get(p, "Z-update of this block: vjp through the next block, its own step" if "block" in p else "")

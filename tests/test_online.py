@@ -268,11 +268,13 @@ def test_fixed_z_step_diverges_where_the_scaled_step_holds(tmp_path):
     """Batch Z persists across sweeps, so a fixed ζ above 2/(β_t + β_{t+1}‖W‖²) compounds: the
     run ends as 'diverged' with a message naming the epoch and the quantity. The scaled step
     (ζ = 1.5 < 2 in curvature units) learns."""
-    fixed = train(digits("block-admm", 3, z_lr=10.0, z_step="fixed"), tmp_path / "fixed")
+    # Alg. 1's sweep schedule, where Z persists (the minibatch recipe, digits-mlp's default, restarts it)
+    sweep = {"z_schedule": "sweep", "z_start": "previous", "dual_theta": "new", "theta_input": "new"}
+    fixed = train(digits("block-admm", 3, z_lr=10.0, z_step="fixed", **sweep), tmp_path / "fixed")
     st = read_json(tmp_path / "fixed" / "status.json")
     assert fixed["status"] == st["state"] == "diverged", st
     assert st["error"].startswith("epoch ") and ("loss" in st["error"] or "finite" in st["error"]), st
-    scaled = train(digits("block-admm", 4, z_lr=1.5, z_step="scaled"), tmp_path / "scaled")
+    scaled = train(digits("block-admm", 4, z_lr=1.5, z_step="scaled", **sweep), tmp_path / "scaled")
     assert scaled["status"] == "finished" and scaled["test_accuracy"] > 0.8, scaled
 
 

@@ -89,6 +89,14 @@ def test_profile_phases_add_up_and_nest():
     assert times.exclusive["outer"] < times.inclusive["outer"] - 0.029
     assert times.calls == {"outer": 1, "inner": 1}
     assert not profile.active()  # off again outside the block
+    # by outermost phase: an inner phase entered under another top-level phase is charged there
+    with profile.profiling(sync_cuda=False) as times:
+        for top in ("epoch", "eval"):
+            with profile.phase(top), profile.phase("inner"):
+                time.sleep(0.01)
+    assert set(times.within) == {"epoch", "eval"} and times.calls["inner"] == 2
+    assert times.within["epoch"]["inner"] + times.within["eval"]["inner"] == pytest.approx(times.exclusive["inner"])
+    assert 0.01 <= times.within["epoch"]["inner"] < times.exclusive["inner"] - 0.009
 
 
 def test_profile_command_charges_an_epoch_to_its_phases(tmp_path):
