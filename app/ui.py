@@ -9,6 +9,7 @@ The stop / resume / load callbacks here are the only ones; Train and Runs both u
 from __future__ import annotations
 
 import faulthandler
+import re
 import signal
 from pathlib import Path
 
@@ -261,17 +262,25 @@ def state_md(state: str | None) -> str:
     return f":{STATE_COLOURS.get(state, 'gray')}-badge[{state}]"
 
 
-# a longer run id is shortened in the middle in a table (Runs, a study's trials; the details and menus give it
-# whole): beside the Runs table's other columns, the size included, 31 characters fit a 1440-px window with the
-# sidebar, ~14 px to spare (measured in Chromium, issue 53); a sweep trial's 56-character id
-# ("20261202-052512-digits-mlp-block-admm-20261202-052506-t9") keeps its start time and its trial
-ID_CHARS = 31
+# a longer run id is shortened in a table (Runs, a study's trials; the details and menus give it whole), to fit a
+# 1280-px window beside the table's other columns (issue 53: at 31 characters "updated" lay past the edge):
+# a stamped id ("20261202-052512-digits-mlp-block-admm-20261202-052506-t9", a sweep trial's; a dashboard run's
+# "…-mnist5k-mlp-block-admm-s0") keeps its start stamp and its last part, its trial or seed
+# ("20261202-052512…t9"): its preset and method are the table's own columns; any other long id keeps its
+# first and last characters
+ID_CHARS = 23
+STAMP = re.compile(r"\d{8}-\d{6}-")  # YYYYMMDD-HHMMSS-, as the CLI, the dashboard and a sweep name their runs
+LAST_CHARS = 6  # a last part up to this long is kept beside the stamp ("t11", "s0"); a longer one: middle cut
 
 
 def short_id(name: str, most: int = ID_CHARS) -> str:
-    """``name`` itself, or its first and last characters around a "…" (``most`` characters in all)."""
+    """``name`` itself (``most`` characters or fewer); a stamped id as its stamp, "…" and last part
+    ("20261202-052512…t9"); else its first and last characters around a "…" (``most`` in all)."""
     if len(name) <= most:
         return name
+    last = name.rsplit("-", 1)[-1]
+    if STAMP.match(name) and len(last) <= LAST_CHARS:
+        return f"{name[:15]}…{last}"
     tail = (most - 1) // 2
     return f"{name[: most - 1 - tail]}…{name[-tail:]}"
 

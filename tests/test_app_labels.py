@@ -206,7 +206,7 @@ def test_deepfacto_settings_carry_their_records_labels(runs):
     assert all("_" not in w.label for w in got.values()), {n: w.label for n, w in got.items() if "_" in w.label}
 
 
-def test_runs_table_has_started_and_duration_columns(runs):
+def test_runs_table_times_and_its_columns_on_screen(runs):
     import json
 
     run = runs / "r2"
@@ -230,6 +230,7 @@ def test_runs_table_has_started_and_duration_columns(runs):
     shown = list(grid.proto.column_order)
     assert not {"name", "tags", "preset", "error", "note"} & set(shown), shown
     assert shown[:2] == ["run", "status"] and shown[-3:] == ["duration", "updated", "size"]
+    assert "started" not in shown and "started" in df.columns  # not drawn: at 1280 px it pushed "updated" out
     assert {"name", "tags", "note", "error"} <= set(df.columns)  # the data keeps them
     (run / "meta.json").write_text(json.dumps({"name": "long try", "tags": [], "note": ""}))
     at.run()
@@ -238,9 +239,9 @@ def test_runs_table_has_started_and_duration_columns(runs):
     assert shown.index("test %") < shown.index("name") < shown.index("size")  # after the run's state
 
 
-def test_runs_table_shortens_a_long_id_in_the_middle_and_picks_the_whole_one(runs):
-    """A sweep trial's 56-character id is drawn "20261202-052512…61202-052506-t9" (its start and its
-    trial kept) so the table fits a 1440-px window; the details show, and ?run= holds, the whole id."""
+def test_runs_table_shortens_a_long_id_and_picks_the_whole_one(runs):
+    """A sweep trial's 56-character id is drawn "20261202-052512…t9" (its start stamp and its trial kept)
+    so the table fits a 1280-px window; the details show, and ?run= holds, the whole id."""
     import json
 
     long = "20261202-052512-digits-mlp-block-admm-20261202-052506-t9"
@@ -253,9 +254,22 @@ def test_runs_table_shortens_a_long_id_in_the_middle_and_picks_the_whole_one(run
     at.run().switch_page("views/runs.py").run()
     assert not at.exception, [e.value for e in at.exception]
     shown = list(next(d for d in at.dataframe if "run" in d.value.columns).value["run"])
-    assert shown == ["20261202-052512…61202-052506-t9"], shown
-    assert len(shown[0]) == 31
+    assert shown == ["20261202-052512…t9"], shown
     assert any(f"`{long}`" in c.value for c in at.caption), [c.value for c in at.caption]  # the details: whole
+    assert any(" · started " in m.value for m in at.markdown), [m.value for m in at.markdown]  # not in the table
+
+
+def test_short_id_keeps_a_stamp_and_its_last_part_else_both_ends():
+    from app.ui import ID_CHARS, short_id
+
+    assert short_id("digits-block-admm-s0") == "digits-block-admm-s0"  # short: whole
+    assert short_id("20261202-055640-mnist5k-mlp-block-admm-s0") == "20261202-055640…s0"
+    assert short_id("20261202-055246-digits-mlp-block-admm-20261202-055234-t11") == "20261202-055246…t11"
+    # no stamp, or a last part too long to be a trial or seed: its first and last characters, ID_CHARS in all
+    cut = short_id("my-long-study-of-penalties-on-digits-second-try")
+    assert cut == "my-long-stu…-second-try" and len(cut) == ID_CHARS, cut
+    cut = short_id("20261202-055246-digits-mlp-block-admm-with-penalties")
+    assert cut == "20261202-05…h-penalties" and len(cut) == ID_CHARS, cut
 
 
 def _rows_of_columns(node) -> list[list[list[str]]]:

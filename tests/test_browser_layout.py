@@ -7,9 +7,10 @@ has no layout (a cut label, a column past a table's edge) or no browser (the pag
   (they read "block-adm…" and "log-scale loss / resid…"); grouped by method, the legend says
   "block-admm (n = 2)";
 - Compare's pick, made by the user, survives a reload and a visit without the link;
-- the Runs table's columns fit a 1440-px window with a sweep trial's 56-character id ("updated" lay
-  past its right edge) and
-  "Training samples (0 = all)" stays on one line at 1280 px.
+- the Runs table's columns fit a 1440-px and a 1280-px window with a sweep trial's 56-character id and
+  its preset ("updated" lay past the right edge: 52 px at 1440, before its fix; 134 px at 1280, before
+  its own) and "Training samples (0 = all)" stays on one line at 1280 px;
+- a study's trials table, three settings searched, fits a 1280-px window with its trials' 56-character ids.
 """
 
 from __future__ import annotations
@@ -47,9 +48,35 @@ def server(tmp_path_factory, finished_run):
         cfg["train"]["seed"] = int(name[-1])  # the seed differs: a legend and a group say so
         (d / "config.json").write_text(json.dumps(cfg))
     shutil.copytree(online, root / LONG)  # the widest method name beside the longest id
+    cfg = json.loads((root / LONG / "config.json").read_text())
+    cfg["preset"] = "digits-mlp"  # a sweep trial's: its preset column is shown
+    (root / LONG / "config.json").write_text(json.dumps(cfg))
+    _study(root)
     env = {**os.environ, "ADMM_RUNS": str(root), "PYTHONPATH": str(ROOT)}
     with dashboard(env, root / "server.log") as (url, _):
         yield url, root
+
+
+def _study(root: Path) -> None:
+    """A finished 12-trial study of three settings, added directly (nothing trained), its trials' runs
+    named as a sweep names them (56 characters)."""
+    import optuna
+
+    from admm_core import sweep as S
+
+    space = ["beta=log:0.1:10", "lr=log:1e-4:3e-3", "z_lr=log:0.01:1"]
+    spec = S.SweepSpec(name="wide", preset="digits-mlp", method="block-admm", space=space, trials=12)
+    study = S.create_or_resume(spec, "wide", S.open_storage(S.default_storage(root)))[0]
+    log = optuna.distributions.FloatDistribution
+    dists = {"beta": log(0.1, 10, log=True), "lr": log(1e-4, 3e-3, log=True), "z_lr": log(0.01, 1, log=True)}
+    for i in range(12):
+        params = {"beta": 0.1 * 1.4**i, "lr": 1e-4 * 1.3**i, "z_lr": 0.01 * 1.5**i}
+        run = f"20261202-0552{i + 10}-digits-mlp-block-admm-20261202-055234-t{i}"
+        trial = optuna.trial.create_trial(
+            params=params, distributions=dists, value=0.9 + i / 200, intermediate_values={1: 0.5, 2: 0.8, 3: 0.9},
+            user_attrs={"run_dir": str(root / ".none" / run)},
+        )  # fmt: skip
+        study.add_trial(trial)
 
 
 def _page(browser, width: int, height: int):
@@ -145,22 +172,23 @@ def test_compare_pick_survives_a_reload_and_a_visit_without_the_link(server, bro
         page.close()
 
 
-def test_runs_table_fits_1440_and_train_labels_stay_on_one_line_at_1280(server, browser):
+def test_runs_table_fits_1440_and_1280_and_train_labels_stay_on_one_line_at_1280(server, browser):
     url, _ = server
-    page = _page(browser, 1440, 1000)
-    try:
-        page.goto(f"{url}/runs")
-        grid = page.locator("[data-testid='stDataFrame']").first
-        grid.wait_for()
-        # the data grid's scroller (glide-data-grid's, the grid Streamlit draws with) is wider inside than
-        # its box when the columns are: the table then scrolls sideways and the last ones are out of view
-        scroller = grid.locator(".dvn-scroller")
-        scroller.wait_for()
-        page.wait_for_function("el => el.scrollWidth > 400", arg=scroller.element_handle())
-        hidden = scroller.evaluate(HIDDEN_JS)
-        assert hidden <= 0, f"the runs table's columns run {hidden} px past its right edge at 1440 px"
-    finally:
-        page.close()
+    for width, height in ((1440, 1000), (1280, 800)):
+        page = _page(browser, width, height)
+        try:
+            page.goto(f"{url}/runs")
+            grid = page.locator("[data-testid='stDataFrame']").first
+            grid.wait_for()
+            # the data grid's scroller (glide-data-grid's, the grid Streamlit draws with) is wider inside than
+            # its box when the columns are: the table then scrolls sideways and the last ones are out of view
+            scroller = grid.locator(".dvn-scroller")
+            scroller.wait_for()
+            page.wait_for_function("el => el.scrollWidth > 400", arg=scroller.element_handle())
+            hidden = scroller.evaluate(HIDDEN_JS)
+            assert hidden <= 0, f"the runs table's columns run {hidden} px past its right edge at {width} px"
+        finally:
+            page.close()
     page = _page(browser, 1280, 800)
     try:
         page.goto(f"{url}/")
@@ -170,5 +198,23 @@ def test_runs_table_fits_1440_and_train_labels_stay_on_one_line_at_1280(server, 
             "el => [el.getBoundingClientRect().height, parseFloat(getComputedStyle(el).lineHeight) || 21]"
         )
         assert height < 1.5 * line, f"'Training samples (0 = all)' on {height / line:.1f} lines at 1280 px"
+    finally:
+        page.close()
+
+
+def test_sweeps_trials_table_fits_1280_with_three_settings(server, browser):
+    """A study of three settings (β, η, ζ) with its trials' 56-character run ids: the trials table's columns,
+    its run column last, fit a 1280-px window (91 px past it before the fix; 13 px with the shorter ids alone,
+    before the settings' headers became their symbols)."""
+    url, _ = server
+    page = _page(browser, 1280, 800)
+    try:
+        page.goto(f"{url}/sweeps")
+        # the trials' table by its header (the grid's accessible copy of its cells), not the new-study form's
+        scroller = page.locator("[data-testid='stDataFrame']").filter(has_text="seconds").locator(".dvn-scroller")
+        scroller.wait_for()
+        page.wait_for_function("el => el.scrollWidth > 400", arg=scroller.element_handle())
+        hidden = scroller.evaluate(HIDDEN_JS)
+        assert hidden <= 0, f"the trials table's columns run {hidden} px past its right edge at 1280 px"
     finally:
         page.close()

@@ -45,7 +45,10 @@ TABLE_TIME = "MMM D HH:mm"
 # columns shown only where some run of the page has a value: five empty ones pushed "updated" past the
 # table's right edge at 1440 px (issue 53)
 SPARSE = ("name", "tags", "preset", "error", "note")
-ORDER = ("run", "status", "data", "method", "preset", "epoch", "test %", "started", "duration", "updated")
+# no "started" on screen (the data keeps it; the details give it): a stamped id begins with it and it is
+# "updated" less "duration" (a resumed run: less the time before its resume); with it "updated" lay past a
+# 1280-px window (issue 53)
+ORDER = ("run", "status", "data", "method", "preset", "epoch", "test %", "duration", "updated")
 ORDER += ("name", "tags", "size", "error", "note")
 TEXT_PX = 220  # a free text's column (name, tags, error, note): the rest of it in the cell's tooltip
 
@@ -165,11 +168,11 @@ def table(runs: list[dict]) -> str | None:
         column_order=shown,
         column_config={
             # not pinned: Streamlit draws a pinned column faded like an index (globalAlpha 0.6, no public
-            # option changes it); the columns up to "updated" fit a 1440-px window, so the id stays in view
+            # option changes it); the columns up to "updated" fit a 1280-px window, so the id stays in view
             # unless the table is scrolled to the free texts, and the name column repeats a sweep trial's study
             "run": st.column_config.TextColumn(
-                help=f"the run's folder in the runs folder (one over {ui.ID_CHARS} characters shortened in the middle: "
-                "the details below give it whole)"
+                help=f"the run's folder in the runs folder (one over {ui.ID_CHARS} characters shortened: its start "
+                "stamp and its trial or seed; the details below give it whole)"
             ),
             **{k: st.column_config.DatetimeColumn(format=TABLE_TIME) for k in ("started", "updated")},
             **{k: st.column_config.TextColumn(width=TEXT_PX) for k in ("name", "tags", "error", "note")},
@@ -191,7 +194,10 @@ def details(r: dict) -> None:
         title = r["meta"]["name"] or name
         st.markdown(f"#### {ui.state_md(state)} {title}")  # h3 broke "digits-block-admm-s0" at 1280 px
         epochs = status.get("epochs") or (cfg.get("train") or {}).get("epochs", "?")
-        st.write(f"epoch {ui.done_epochs(run_dir, status)} of {epochs} · updated {_when(status.get('updated'))}")
+        st.write(
+            f"epoch {ui.done_epochs(run_dir, status)} of {epochs} · started {_when(status.get('started'))} · "
+            f"updated {_when(status.get('updated'))}"  # "started": not a column of the table
+        )
         st.caption(
             f"id `{name}`"
             + (

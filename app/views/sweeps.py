@@ -331,11 +331,15 @@ def study_view(study_name: str):
         }
         # a searched setting to 3 significant digits (four decimals read lr = 1.49e-4 as "0.0001")
         fixed = ("trial", "state", "value", "epochs", "seconds", "preset", "run")
-        for k in (k for k in df.columns if k not in fixed):  # a searched setting: its label, its code name in the help
+        # a searched setting: its symbol ("β"; the summary above says "β — penalty weight"), its whole label and
+        # code name in the help: with three settings' whole labels the run column lay past a 1280-px window (issue 53)
+        for k in (k for k in df.columns if k not in fixed):
+            label = labels.get(k, k)
+            head, said = label.split(" — ")[0], f"{label} · setting `{k}`"
             if pd.api.types.is_float_dtype(df[k]):
-                columns[k] = st.column_config.NumberColumn(labels.get(k, k), format="%.3g", help=f"setting `{k}`")
+                columns[k] = st.column_config.NumberColumn(head, format="%.3g", help=said)
             else:
-                columns[k] = st.column_config.Column(labels.get(k, k), help=f"setting `{k}`")
+                columns[k] = st.column_config.Column(head, help=said)
         if spec.get("objective") == "best_test_accuracy":  # the page's unit for accuracy: %
             df["value"] = df["value"] * 100
             columns["value"] = st.column_config.NumberColumn("test %", format="%.2f")
