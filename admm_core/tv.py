@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import sys
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
 import torch
 import torchvision
@@ -38,11 +37,10 @@ from torch import nn
 
 from .errors import ConfigError
 from .own import _Flatten
+from .rundir import write_text_atomic
 from .spec.archs import needs_image
-from .spec.tv import TV_RECORDS
-
-if TYPE_CHECKING:
-    from .spec.config import ModelConfig
+from .spec.config import ModelConfig
+from .spec.tv import TV_RECORDS, cache_file
 
 VGG_STAGES = ((0, 4), (4, 8), (8, 15), (15, 22), (22, 29))  # vgg11_bn's features, cut after each max-pool
 MOBILENET_STAGES = ((1, 2), (2, 4), (4, 7), (7, 11), (11, 14), (14, 17), (17, 18))  # rows n = 1, 2, 3, 4, 3, 3, 1
@@ -116,7 +114,7 @@ def meta_table(record: str, in_shape: tuple[int, ...], n_out: int) -> list[tuple
     """[(layer name, output shape per sample, parameters)] of the record's layers, built and run on
     torch's meta device (shapes only: no memory, no compute); a ConfigError if the input is too small."""
     with torch.device("meta"):
-        layers = build(in_shape, _Cfg(record), n_out)
+        layers = build(in_shape, ModelConfig(record), n_out)
         x = torch.empty(2, *in_shape)
         out = []
         for name, layer in layers.items():
@@ -131,24 +129,26 @@ def meta_table(record: str, in_shape: tuple[int, ...], n_out: int) -> list[tuple
     return out
 
 
-class _Cfg:
-    """The one field of a ModelConfig the builder reads (the tables depend on nothing else)."""
-
-    def __init__(self, arch: str):
-        self.arch = arch
-
-
 def main(argv: list[str]) -> int:
-    """Print {"tables": [...], "errors": [...]} for the requests in ``argv[0]`` (one of each per request)."""
+    """Print {"tables": [...], "errors": [...]} for the requests in ``argv[0]`` (one of each per request),
+    each table also written to its cache file (:func:`admm_core.spec.tv.cache_file`)."""
     torch.set_num_threads(1)
     tables, errors = [], []
     for record, shape, n_out in json.loads(argv[0]):
         try:
-            tables.append([[n, list(s), p] for n, s, p in meta_table(record, tuple(shape), int(n_out))])
+            rows = [[n, list(s), p] for n, s, p in meta_table(record, tuple(shape), int(n_out))]
+            tables.append(rows)
             errors.append(None)
         except ConfigError as e:
             tables.append(None)
             errors.append(str(e))
+            continue
+        path = cache_file(record, tuple(shape), int(n_out))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(path, json.dumps(rows), durable=False)  # a reader sees the whole file or none
+        except OSError:
+            pass  # a read-only cache: the asking process keeps the table in memory, the next computes it again
     print(json.dumps({"tables": tables, "errors": errors}))
     return 0
 

@@ -134,17 +134,8 @@ def prefetch(requests) -> None:
     # the other records for the same inputs in the same child: the form and the presets ask for them next
     for _, shape, n_out in list(todo):
         todo += [k for k in ((r, shape, n_out) for r in TV_RECORDS) if k not in todo and k not in _MEMO]
-    for key, rows in zip(todo, _child(todo)):
+    for key, rows in zip(todo, _child(todo)):  # the child also writes each table's cache file
         _MEMO[key] = rows
-        if isinstance(rows, list):
-            path = cache_file(*key)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps([[n, list(s), p] for n, s, p in rows]))
-                os.replace(tmp, path)  # atomic: a concurrent reader sees the whole file or none
-            except OSError:
-                pass  # a read-only cache: this process keeps the table in memory, the next computes it again
 
 
 def tv_table(in_shape: tuple[int, ...], cfg: ModelConfig, n_out: int) -> list:
