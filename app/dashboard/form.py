@@ -628,11 +628,15 @@ SWEEP_FIELDS = {
 }
 
 
+def method_labels(method: str) -> dict[str, str]:
+    """{code name: the label the Train form shows it under} of ``method``'s settings (none for an
+    unknown method): the paper's symbol first where it has one."""
+    return {s["name"]: s["label"] for s in METHODS[method].settings()} if method in METHODS else {}
+
+
 def setting_labels(method: str) -> dict[str, str]:
-    """{code name: the label the Train form shows it under} of ``method``'s settings and of the
-    network and training fields a sweep may search: the paper's symbol first where it has one."""
-    out = {s["name"]: s["label"] for s in METHODS[method].settings()} if method in METHODS else {}
-    return out | {name: LAYOUT[path]["label"] for name, path in SWEEP_FIELDS.items()}
+    """:func:`method_labels`, and the labels of the network and training fields a sweep may search."""
+    return method_labels(method) | {name: LAYOUT[path]["label"] for name, path in SWEEP_FIELDS.items()}
 
 
 def labelled(name: str, labels: dict[str, str]) -> str:

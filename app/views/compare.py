@@ -17,7 +17,6 @@ import streamlit as st
 from admm_core.rundir import file_stamp, write_text_atomic
 from admm_core.rundir import read_metrics_cached as read_metrics
 from admm_core.spec.kinds import DEEPFACTO, run_kind
-from admm_core.spec.methods import METHODS
 from admm_core.spec.presets import PAPER
 from app import ui
 from app.dashboard import charts as C
@@ -117,9 +116,8 @@ def gear_label(key: str, methods: list) -> str:
     first of ``methods`` that has it) or a config field's ("train.seed" → "Seed"); else its short name."""
     if key.startswith("m."):
         for m in methods:
-            for s in METHODS[m].settings() if m in METHODS else ():
-                if s["name"] == key[2:]:
-                    return s["label"]
+            if key[2:] in (labels := F.method_labels(m)):
+                return labels[key[2:]]
     elif key in F.BY_PATH and F.BY_PATH[key].label:
         return F.BY_PATH[key].label
     return C.setting_name(key)
