@@ -395,7 +395,7 @@ def test_train_bad_values_show_messages_not_tracebacks(env_runs):
     widget(at, "text_input", "f.mp.block-admm.beta").set_value("1,2").run()
     assert any("one per block (T = 3)" in e for e in form_errors(at)), form_errors(at)
     widget(at, "text_input", "f.mp.block-admm.beta").set_value("1,2,3").run()
-    widget(at, "radio", "f.arch").set_value("resnet18").run()
+    widget(at, "selectbox", "f.arch").set_value("resnet18").run()
     no_exceptions(at)
     assert any("resnet18" in e and "image inputs" in e for e in form_errors(at)), form_errors(at)
 

@@ -82,11 +82,12 @@ def test_settings_that_do_not_apply_are_not_shown(runs):
 
 def test_the_network_help_is_plain_and_the_resnet_on_digits_message_is_readable(runs):
     at = page()
-    assert not any("admm_core" in (w.help or "") for w in at.radio), [w.help for w in at.radio]
-    at.radio(key="f.arch").set_value("resnet18").run()
+    menu = at.selectbox(key="f.arch")
+    assert menu.help and "admm_core" not in menu.help, menu.help
+    menu.set_value("resnet18").run()
     msg = next(e.value for e in at.error if e.value.startswith("model.arch"))
     assert "flat vectors of 64 numbers" in msg and "Choose an image data set" in msg, msg
-    # drawn below the row, at the row's width: not in the radio's narrow column
+    # drawn below the row, at the row's width: not in the menu's narrow column
     assert not [e for c in at.columns for e in c.error if e.value.startswith("model.arch")]
     assert at.button(key="start").disabled
 

@@ -188,14 +188,14 @@ def test_the_train_form_lists_them_with_split_points_a_block_diagram_and_a_memor
     at.query_params.update({"arch": "tv-resnet18-cifar", "data": "cifar10", "preset": "none"})
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    radio = at.radio(key="f.arch")
-    assert radio.value == "tv-resnet18-cifar"
-    assert {tv.TV_RECORDS[r].label for r in RECORDS} <= set(radio.options)
+    menu = at.selectbox(key="f.arch")
+    assert menu.value == "tv-resnet18-cifar"
+    assert {tv.TV_RECORDS[r].label for r in RECORDS} <= set(menu.options)
     split = at.multiselect(key="f.split")
     assert split.value == ["layer2"] and split.options == ["layer1", "layer2", "layer3", "layer4"]
     (chart,) = at.get("graphviz_chart")
     assert chart.proto.spec.count("shape=box") == 2
     caption = " ".join(c.value for c in at.caption)
     assert "11,173,962 parameters" in caption and "Z/U state" in caption, caption
-    radio.set_value("tv-mobilenet-v2").run()
+    menu.set_value("tv-mobilenet-v2").run()
     assert not at.exception and at.multiselect(key="f.split").value == ["stage3"]

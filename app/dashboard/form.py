@@ -114,7 +114,7 @@ LAYOUT: dict[str, dict] = {
     "data.augment": dict(group="data", label="Augment"),
     "data.augment_pad": dict(group="data", label="Shift ± pixels", step=1, enabled_if={"augment": True}),
     "data.augment_flip": dict(group="data", label="Flip", enabled_if={"augment": True}),
-    "model.arch": dict(group="network", label="Network", widget="radio", menu="archs"),
+    "model.arch": dict(group="network", label="Network", widget="select", menu="archs"),
     "model.hidden": dict(group="network", label="MLP hidden widths"),
     "model.split": dict(group="network", label="Split after layers (block boundaries)", widget="split"),
     "model.width": dict(group="network", label="Base width", step=8),
