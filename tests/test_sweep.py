@@ -237,3 +237,30 @@ def test_sweeps_page_lists_the_study_and_its_best_trial(study_root, monkeypatch)
     assert set(table["run"]) == {Path(t.user_attrs["run_dir"]).name for t in study.trials}
     at.button(key="sweeps_load_best").click().run()  # switches to Train with the best config in its form
     assert not at.exception, [e.value for e in at.exception]
+
+
+def test_optunas_figures_name_the_settings_as_the_form_does(study_root, monkeypatch):
+    """Issue 53: the importances, slice and parallel-coordinates figures say "β — penalty weight" (or
+    "β" on a narrow axis), never the code name ``beta`` that Optuna labels them with."""
+    from app.dashboard import form as F
+
+    root, study = study_root
+    monkeypatch.setenv("ADMM_RUNS", str(root))
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=60)
+    at.switch_page("views/sweeps.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    labels = F.setting_labels("block-admm")
+    names = {d.split("=")[0] for d in SPACE}
+    texts = []  # every axis title, tick text, bar category and hover text of every figure
+    for chart in at.get("plotly_chart"):
+        fig = json.loads(chart.proto.spec)
+        for k, axis in fig["layout"].items():
+            if k.startswith(("xaxis", "yaxis")):
+                texts += [(axis.get("title") or {}).get("text"), *(axis.get("ticktext") or [])]
+        for tr in fig["data"]:
+            texts += [*(tr.get("y") or [])] if tr.get("type") == "bar" else []
+            texts += [c for row in tr.get("customdata") or [] if isinstance(row, list) for c in row]
+    texts = [t for t in texts if isinstance(t, str)]
+    assert texts and not names & set(texts), sorted(names & set(texts))
+    assert {labels["beta"], labels["z_lr"]} <= set(texts), sorted(set(texts))
+    assert labels["beta"].split(" — ")[0] in texts  # the parallel coordinates' narrow axis

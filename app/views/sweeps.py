@@ -226,15 +226,38 @@ def _make_figures(url: str, name: str, finished: tuple) -> dict:
     unit = {"target": lambda t: 100 * t.value, "target_name": "best test accuracy (%)"}
     if objective != "best_test_accuracy":
         unit = {"target_name": OBJECTIVE_LABELS.get(objective, objective or "objective")}
+    labels = F.setting_labels((study.user_attrs.get("sweep") or {}).get("method"))
     out = {}
     for title, plot in PLOTS.items():
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                out[title] = plot(study, **unit)
+                out[title] = relabel(plot(study, **unit), labels)
         except (RuntimeError, ValueError, ZeroDivisionError) as e:
             out[title] = f"{title}: not enough finished trials yet ({e})."
     return out
+
+
+def relabel(fig, labels: dict[str, str]):
+    """Optuna's figure with each searched setting named as the form names it ("β — penalty weight",
+    not ``beta``; Optuna has no option for it), through plotly's public figure API only: any axis
+    title, axis tick text (the parallel coordinates' axes: the symbol, "β", as they are narrow), a
+    horizontal bar chart's categories (importances) and hover data whose text is a code name."""
+    full = lambda t: labels.get(t, t) if isinstance(t, str) else t
+    short = lambda t: full(t).split(" — ")[0] if isinstance(t, str) else t
+    for axis in (*fig.select_xaxes(), *fig.select_yaxes()):
+        if axis.title.text in labels:
+            axis.title.text = full(axis.title.text)
+        if axis.ticktext is not None:
+            axis.ticktext = [short(t) for t in axis.ticktext]
+    for tr in fig.data:
+        if tr.type == "bar" and tr.orientation == "h" and tr.y is not None:
+            tr.y = [full(v) for v in tr.y]
+        if getattr(tr, "customdata", None) is not None:
+            tr.customdata = [
+                [full(v) for v in row] if isinstance(row, (list, tuple)) else full(row) for row in tr.customdata
+            ]
+    return fig
 
 
 FEW_TRIALS = 10  # importances fitted on fewer complete trials than this are mostly noise
