@@ -670,6 +670,16 @@ TITLES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(d => 
     .filter(x => x)"""
 
 
+CONTROLS_JS = """() => { const box = document.querySelector('input.log'), bar = document.querySelector('.modebar-group'),
+    btn = document.querySelector('.tools button');
+    if (!box || !bar || !btn) return [];
+    const primary = getComputedStyle(document.documentElement).getPropertyValue('--primary').trim();
+    const probe = document.createElement('i'); probe.style.color = primary; document.body.appendChild(probe);
+    const want = getComputedStyle(probe).color; probe.remove();
+    return [{accent: getComputedStyle(box).accentColor, primary: want,
+             bar: getComputedStyle(bar).backgroundColor, radius: parseFloat(getComputedStyle(btn).borderRadius)}]; }"""
+
+
 def test_train_light_dark_and_compare_seed_bands(live_server, browser):
     """Train in light and dark (titles clear of the plots), Compare grouped over seeds with its bands;
     the screenshots go to $ADMM_SCREENSHOTS (the docs' assets/) or the test's folder."""
@@ -702,6 +712,11 @@ def test_train_light_dark_and_compare_seed_bands(live_server, browser):
             page.wait_for_timeout(1500)
             overlaps = [t for t in titles() if t[1] > t[2] + 1]
             assert not overlaps, overlaps  # a title's last line over its plot (two-line titles did)
+            # the charts' own controls in the theme's colours, and no half-black modebar beside each chart
+            looks = _eval_frames(page, CONTROLS_JS)
+            assert looks and all(lk["accent"] == lk["primary"] for lk in looks), looks
+            assert all(lk["bar"] in ("rgba(0, 0, 0, 0)", "transparent") for lk in looks), looks
+            assert all(lk["radius"] >= 4 for lk in looks), looks  # rounded, as Streamlit's buttons
             page.screenshot(path=str(shots / f"dashboard-train-{scheme}.png"))
         finally:
             page.close()

@@ -126,7 +126,9 @@ def _figure(
         },
         "height": height + TITLE["line_px"] * (lines - 1),
         "margin": {"l": 56, "r": 34, "t": TITLE["top_px"] * (1 + lines), "b": 40},
-        "modebar": {"orientation": "v"},  # down the right edge: never over the (left-aligned) title
+        # down the right edge: never over the (left-aligned) title; on a transparent paper plotly's own
+        # modebar background is half-black (a dark bar beside every live chart), so it is none
+        "modebar": {"orientation": "v", "bgcolor": "rgba(0,0,0,0)"},
         # legend in its own band at the bottom of the figure, under the x axis title
         "legend": {
             "orientation": "h",
