@@ -571,19 +571,15 @@ for _preset, (_epochs, _block, _online) in _OLD.items():
                 "online-admm, L_t every 10 minibatches, Θ at the start's inputs",
             ),
             "online-paper": ("online-admm", {"recipe": "paper"}, "online-admm, Alg. 2 as printed (recipe = paper)"),
+            # gotmare (U ≡ 0) takes block-admm's settings in every preset: both of its candidates are measured too
+            "gotmare-preset": (
+                "gotmare",
+                {**_block, **_SWEEP_KEYS},
+                "gotmare (U ≡ 0) as the preset had it (Alg. 1's sweep)",
+            ),
+            "gotmare-mb-start": ("gotmare", MB_START, "gotmare (U ≡ 0), the minibatch recipe"),
         },
     }
-# gotmare (U ≡ 0) takes block-admm's settings in every preset: on digits both of its candidates are measured too
-STUDIES["defaults-digits-mlp"]["rows"]["gotmare-preset"] = (
-    "gotmare",
-    {**_OLD["digits-mlp"][1], **_SWEEP_KEYS},
-    "gotmare (U ≡ 0) as the preset had it (Alg. 1's sweep)",
-)
-STUDIES["defaults-digits-mlp"]["rows"]["gotmare-mb-start"] = (
-    "gotmare",
-    MB_START,
-    "gotmare (U ≡ 0), the minibatch recipe",
-)
 # … and the digits study at two more seeds (seed 0 is its own row), before its default is switched or kept.
 SEEDED_DIGITS = (
     "adam",
