@@ -590,19 +590,20 @@ SEEDED_DIGITS = (
     "gotmare-preset",
     "gotmare-mb-start",
 )
-STUDIES["defaults-digits-mlp-seeds"] = {
-    "args": STUDIES["defaults-digits-mlp"]["args"],
-    "epochs": 30,
-    "rows": {
-        f"{k}-s{seed}": (*STUDIES["defaults-digits-mlp"]["rows"][k][:3], ["--seed", str(seed)])
-        for seed in (1, 2)
-        for k in SEEDED_DIGITS
-    },
-    "groups": {
-        STUDIES["defaults-digits-mlp"]["rows"][k][2]: [("defaults-digits-mlp", k), f"{k}-s1", f"{k}-s2"]
-        for k in SEEDED_DIGITS
-    },
-}
+for _preset in ("digits-mlp", "mnist5k-mlp"):  # mnist5k-mlp's the same way (2026-12-02)
+    STUDIES[f"defaults-{_preset}-seeds"] = {
+        "args": STUDIES[f"defaults-{_preset}"]["args"],
+        "epochs": 30,
+        "rows": {
+            f"{k}-s{seed}": (*STUDIES[f"defaults-{_preset}"]["rows"][k][:3], ["--seed", str(seed)])
+            for seed in (1, 2)
+            for k in SEEDED_DIGITS
+        },
+        "groups": {
+            STUDIES[f"defaults-{_preset}"]["rows"][k][2]: [(f"defaults-{_preset}", k), f"{k}-s1", f"{k}-s2"]
+            for k in SEEDED_DIGITS
+        },
+    }
 STUDIES["defaults-mnist-deep10"]["rows"]["block-deep"] = (
     "block-admm",
     DEEP,
