@@ -24,7 +24,7 @@ from streamlit.testing.v1 import AppTest
 
 from admm_core.errors import ConfigError
 from admm_core.runs import read_json, train, write_json
-from admm_core.spec.archs import archs_for
+from admm_core.spec.archs import ARCHS, archs_for
 from admm_core.spec.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from admm_core.spec.datasets import available
 from admm_core.spec.methods import METHODS, names_for
@@ -362,11 +362,16 @@ def test_preset_through_the_page_starts_exactly_the_preset(preset, env_runs, mon
     widget(at, "selectbox", "f.method").set_value("gotmare").run()
     widget(at, "selectbox", "f.preset").set_value(preset).run()
     no_exceptions(at)
-    assert widget(at, "number_input", "f.width").value == cfg.model.width
+    if "width" in ARCHS[cfg.model.arch].sizes:
+        assert widget(at, "number_input", "f.width").value == cfg.model.width
     unfold(at)
     kinds = ("selectbox", "number_input", "checkbox", "text_input", "multiselect", "radio")
     shown = {w.key for kind in kinds for w in getattr(at, kind)}
-    assert {f"f.{f.key}" for f in F.FIELDS if f.kind != "hidden"} <= shown  # a widget for every config field
+    form = {f.key: at.session_state[f"f.{f.key}"] for f in F.FIELDS if f"f.{f.key}" in at.session_state}
+    # a widget for every config field that applies here, none for one that does not (issue 53)
+    applies = {f"f.{f.key}" for f in F.FIELDS if f.kind != "hidden" and f.enabled(form)}
+    assert applies <= shown, sorted(applies - shown)
+    assert not shown & {f"f.{f.key}" for f in F.FIELDS if not f.enabled(form)}
     assert widget(at, "number_input", "f.test_limit").value == (cfg.data.test_limit or 0)
     assert _start_and_capture(at, monkeypatch) == cfg
 
@@ -416,7 +421,8 @@ def test_train_form_from_a_shared_url(env_runs):
     assert widget(at, "selectbox", "f.method").value == "sgd"
     assert widget(at, "number_input", "f.epochs").value == 9
     assert widget(at, "text_input", "f.hidden").value == "32"
-    assert widget(at, "multiselect", "f.split").value == []
+    assert "f.split" not in {w.key for w in at.multiselect}  # an end-to-end method: no split to edit
+    assert at.session_state["f.split"] == []  # … but the link's "-" is kept, for a method with blocks
     assert widget(at, "text_input", "f.mp.sgd.lr").value == "0.02"
     assert widget(at, "text_input", "f.mp.sgd.momentum").value == "0.5"
     assert not form_errors(at)

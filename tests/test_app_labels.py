@@ -103,7 +103,9 @@ def test_an_end_to_end_method_draws_one_block_as_its_caption_says(runs):
     at.selectbox(key="f.method").set_value("adam").run()
     assert _boxes(at) == 1
     caption = " ".join(c.value for c in at.caption)
-    assert "T = 1 block ·" in caption and at.multiselect(key="f.split").disabled
+    assert "T = 1 block ·" in caption and "f.split" not in {w.key for w in at.multiselect}  # no split to edit
+    at.selectbox(key="f.method").set_value("block-admm").run()  # the split is back as it was
+    assert at.multiselect(key="f.split").value == ["fc1", "fc2"] and _boxes(at) == 3
 
 
 def test_form_rows_hold_at_most_five_fields_as_even_as_can_be():

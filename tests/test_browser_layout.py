@@ -198,6 +198,14 @@ def test_runs_table_fits_1440_and_1280_and_train_labels_stay_on_one_line_at_1280
             "el => [el.getBoundingClientRect().height, parseFloat(getComputedStyle(el).lineHeight) || 21]"
         )
         assert height < 1.5 * line, f"'Training samples (0 = all)' on {height / line:.1f} lines at 1280 px"
+        # no label of the form cut short ("Aug…": a checkbox beside four fields once non-applicable ones were
+        # no longer drawn, issue 53)
+        page.get_by_text("Augment", exact=True).wait_for()
+        cut = page.evaluate(
+            """() => [...document.querySelectorAll('[data-testid="stWidgetLabel"] [data-testid="stMarkdownContainer"]')]
+                .filter(el => el.offsetParent && el.scrollWidth - el.clientWidth > 1).map(el => el.textContent)"""
+        )
+        assert not cut, f"labels cut at 1280 px: {cut}"
     finally:
         page.close()
 

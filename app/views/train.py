@@ -261,9 +261,26 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
 def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
     """Fields in rows of at most :data:`dashboard.form.ROW_MAX`, as even as can be; their messages
     below each row, at the row's width (a column of a radio is ten characters wide: a message there
-    reads one word a line)."""
-    for row in F.rows(fields):
+    reads one word a line). A field that does not apply (the other network's size field, Init σ under
+    the default initialisation, the shift of no augmentation, the split of an end-to-end method) is not
+    drawn unless it has a message (issue 53); its value stays as plain session state (Streamlit drops
+    an undrawn widget's), so it is back as it was when the field applies again."""
+    shown = []
+    for ff in fields:
+        if ff.enabled(form) or ff.key in notes:
+            shown.append(ff)
+        elif K + ff.key in ss:
+            ss[K + ff.key] = ss[K + ff.key]
+    for row in F.rows(shown):
         _row(row, form, notes, datasets)
+
+
+def _least_px(ff: F.FormField) -> float:
+    """The narrowest column a field's widget keeps whole in: a number box its − / + buttons, a checkbox
+    its box beside the whole label."""
+    if ff.kind in ("int", "float"):
+        return F.NUMBER_PX
+    return len(_label_text(ff)) * F.CHAR_PX + F.HELP_PX + F.CHECK_PX if ff.kind == "check" else 0
 
 
 def _row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
@@ -271,7 +288,7 @@ def _row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]
     widths = F.column_widths(
         [WEIGHT.get(f.kind, 1.0) for f in fields],
         [_label_text(f) for f in fields],
-        least=[F.NUMBER_PX if f.kind in ("int", "float") else 0 for f in fields],
+        least=[_least_px(f) for f in fields],
     )
     for col, ff in zip(st.columns(widths), fields):
         with col:
