@@ -580,8 +580,8 @@ for _preset, (_epochs, _block, _online) in _OLD.items():
             "gotmare-mb-start": ("gotmare", MB_START, "gotmare (U ≡ 0), the minibatch recipe"),
         },
     }
-# … and the digits study at two more seeds (seed 0 is its own row), before its default is switched or kept.
-SEEDED_DIGITS = (
+# … and the digits and mnist5k studies at two more seeds (seed 0 is its own row), before a default is switched or kept.
+SEEDED_DEFAULTS = (
     "adam",
     "block-preset",
     "block-mb-start",
@@ -597,11 +597,11 @@ for _preset in ("digits-mlp", "mnist5k-mlp"):  # mnist5k-mlp's the same way (202
         "rows": {
             f"{k}-s{seed}": (*STUDIES[f"defaults-{_preset}"]["rows"][k][:3], ["--seed", str(seed)])
             for seed in (1, 2)
-            for k in SEEDED_DIGITS
+            for k in SEEDED_DEFAULTS
         },
         "groups": {
             STUDIES[f"defaults-{_preset}"]["rows"][k][2]: [(f"defaults-{_preset}", k), f"{k}-s1", f"{k}-s2"]
-            for k in SEEDED_DIGITS
+            for k in SEEDED_DEFAULTS
         },
     }
 STUDIES["defaults-mnist-deep10"]["rows"]["block-deep"] = (

@@ -280,7 +280,6 @@ ROW_MAX = 5  # fields in one row of the form: at 1440 px with the sidebar, more 
 # measured 120 px in Chromium) with some to spare, and a help icon with its margin.
 ROW_PX, GAP_PX, CHAR_PX, HELP_PX = 780, 16, 6.0, 30
 NUMBER_PX = 130  # a number box narrower than ~120 px loses its − / + buttons: some fields had them, some not
-CHECK_PX = 28  # a checkbox's box and gap before its label ("Aug…" at 1280 px beside four fields without it)
 
 
 def column_widths(

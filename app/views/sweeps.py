@@ -238,13 +238,18 @@ def _make_figures(url: str, name: str, finished: tuple) -> dict:
     return out
 
 
+def symbol(label: str) -> str:
+    """A setting's label as a narrow place takes it: its symbol ("β" of "β — penalty weight")."""
+    return label.split(" — ")[0]
+
+
 def relabel(fig, labels: dict[str, str]):
     """Optuna's figure with each searched setting named as the form names it ("β — penalty weight",
     not ``beta``; Optuna has no option for it), through plotly's public figure API only: any axis
     title, axis tick text (the parallel coordinates' axes: the symbol, "β", as they are narrow), a
     horizontal bar chart's categories (importances) and hover data whose text is a code name."""
     full = lambda t: labels.get(t, t) if isinstance(t, str) else t
-    short = lambda t: full(t).split(" — ")[0] if isinstance(t, str) else t
+    short = lambda t: symbol(full(t)) if isinstance(t, str) else t
     for axis in (*fig.select_xaxes(), *fig.select_yaxes()):
         if axis.title.text in labels:
             axis.title.text = full(axis.title.text)
@@ -358,7 +363,7 @@ def study_view(study_name: str):
         # code name in the help: with three settings' whole labels the run column lay past a 1280-px window (issue 53)
         for k in (k for k in df.columns if k not in fixed):
             label = labels.get(k, k)
-            head, said = label.split(" — ")[0], f"{label} · setting `{k}`"
+            head, said = symbol(label), f"{label} · setting `{k}`"
             if pd.api.types.is_float_dtype(df[k]):
                 columns[k] = st.column_config.NumberColumn(head, format="%.3g", help=said)
             else:

@@ -220,8 +220,9 @@ WEIGHT = {"select": 1.2, "radio": 0.9, "split": 2.0, "widths": 1.2, "check": 0.6
 
 
 def _label_text(ff: F.FormField) -> str:
-    """What a field's label takes on its line: a checkbox's box stands beside it (about four characters)."""
-    return ff.label + ("    " if ff.kind == "check" else "")
+    """What a field's label takes on its line: a checkbox's box and gap stand beside it (about nine
+    characters; four read "Aug…" at 1280 px beside four fields)."""
+    return ff.label + (" " * 9 if ff.kind == "check" else "")
 
 
 def note(notes: dict, field: str) -> None:
@@ -258,6 +259,14 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
     note(notes, ff.key)
 
 
+def keep_undrawn(keys) -> None:
+    """Streamlit drops the value of a widget a run does not draw; set again as plain session state,
+    which it keeps, the widget takes it back when next drawn."""
+    for k in keys:
+        if k in ss:
+            ss[k] = ss[k]
+
+
 def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
     """Fields in rows of at most :data:`dashboard.form.ROW_MAX`, as even as can be; their messages
     below each row, at the row's width (a column of a radio is ten characters wide: a message there
@@ -269,18 +278,10 @@ def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list
     for ff in fields:
         if ff.enabled(form) or ff.key in notes:
             shown.append(ff)
-        elif K + ff.key in ss:
-            ss[K + ff.key] = ss[K + ff.key]
+        else:
+            keep_undrawn([K + ff.key])
     for row in F.rows(shown):
         _row(row, form, notes, datasets)
-
-
-def _least_px(ff: F.FormField) -> float:
-    """The narrowest column a field's widget keeps whole in: a number box its − / + buttons, a checkbox
-    its box beside the whole label."""
-    if ff.kind in ("int", "float"):
-        return F.NUMBER_PX
-    return len(_label_text(ff)) * F.CHAR_PX + F.HELP_PX + F.CHECK_PX if ff.kind == "check" else 0
 
 
 def _row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
@@ -288,7 +289,7 @@ def _row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]
     widths = F.column_widths(
         [WEIGHT.get(f.kind, 1.0) for f in fields],
         [_label_text(f) for f in fields],
-        least=[_least_px(f) for f in fields],
+        least=[F.NUMBER_PX if f.kind in ("int", "float") else 0 for f in fields],
     )
     for col, ff in zip(st.columns(widths), fields):
         with col:
@@ -341,9 +342,7 @@ def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
         ss[key] = True
     box = st.expander(label, key=key, on_change="rerun")
     if not box.open:
-        for k in widget_keys:
-            if k in ss:
-                ss[k] = ss[k]
+        keep_undrawn(widget_keys)
         return None
     return box
 
