@@ -479,10 +479,13 @@ def measure_control(
     return new, warmed
 
 
-def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120.0, draws: int = 3) -> dict:
+def measure_browser(
+    root: Path, window: float, live: int, timeout_s: float = 120.0, draws: int = 3, pages: set[str] | None = None
+) -> dict:
     """The pages served for real and opened in headless Chromium: per page (first render wall s,
     server CPU s during it, server CPU s per s with the tab open, per refresh where it has a
-    period), the server's start time and its memory after all pages."""
+    period), the server's start time and its memory after all pages; ``pages``: only the rows whose
+    path is named (e.g. ``{"/runs", "/compare"}``; None: every one of BROWSER_PAGES)."""
     from playwright.sync_api import sync_playwright
 
     t = time.perf_counter()
@@ -505,6 +508,8 @@ def measure_browser(root: Path, window: float, live: int, timeout_s: float = 120
                 cold = time.perf_counter() - t
                 page.close()
                 for name, path, controls, chart, needs in BROWSER_PAGES:
+                    if pages is not None and path not in pages:
+                        continue
                     chart = None if (needs == "live" and not live) or (needs == "lfw" and not have_lfw()) else chart
                     page = browser.new_page(viewport={"width": 1440, "height": 1000})
                     page.set_default_timeout(timeout_s * 1000)
@@ -658,6 +663,16 @@ def write_block(md: Path, name: str, text: str) -> None:
     print(f"wrote {md}", file=sys.stderr)
 
 
+def page_paths(value: str) -> set[str]:
+    """``--pages runs,train`` -> {"/runs", "/"}; every unknown name said at once."""
+    paths = {"runs": "/runs", "compare": "/compare", "train": "/", "heatmaps": "/heatmaps"}
+    names = [x.strip() for x in value.split(",") if x.strip()]
+    bad = [x for x in names if x not in paths]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"--pages {value!r}: unknown {bad or 'nothing named'}; pick from {sorted(paths)}")
+    return {paths[x] for x in names}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--finished", type=int, default=1000)
@@ -672,6 +687,11 @@ def main(argv=None) -> int:
         help="the real server in Chromium only (AppTest's Train page took over 10 min at load 15-24 with 4 live runs)",
     )
     p.add_argument("--draws", type=int, default=3, help="navigations per page and condition (the median is shown)")
+    p.add_argument(
+        "--pages",
+        type=page_paths,
+        help="the browser's pages only, by path (e.g. runs,compare,train,heatmaps; default: all)",
+    )
     p.add_argument("--window", type=float, default=20.0, help="seconds of server CPU counted per open tab")
     p.add_argument("--worker-nice", type=int, help="the live workers' niceness (default: the dashboard's, spawn.NICE)")
     p.add_argument(
@@ -714,7 +734,7 @@ def main(argv=None) -> int:
             rss = (base, rss_mb(), "torch" in sys.modules)  # before machine_line(), which asks torch its version
         browser = None
         if not a.no_browser and chromium_path():
-            browser = measure_browser(root, a.window, a.live, draws=a.draws)
+            browser = measure_browser(root, a.window, a.live, draws=a.draws, pages=a.pages)
         elif not a.no_browser:
             print("no system Chromium: the real-server figures are left out", file=sys.stderr)
     finally:

@@ -3,12 +3,15 @@ nothing is pushed (issues 33, 52, 53).
 
 - an idle tab on a finished run costs the server almost no CPU (read from /proc) and almost no
   websocket traffic;
-- with 8 tabs open on 8 live runs, each new metrics line reaches its tab's chart quickly (lag =
+- with several tabs open on as many live runs (8 in scripts/bench_live.sh, 4 in the suite), each new
+  metrics line reaches its tab's chart quickly (lag =
   the time the chart showed the point − the time the line was appended to metrics.jsonl);
 - a drag-zoom on a live chart survives new points;
-- Start makes the new run the watched one, 10 times out of 10, without a reload;
+- Start makes the new run the watched one every time (10 tries in the benchmark, 4 in the suite),
+  without a reload;
 - with both cores kept busy by other processes, the first point after Start and after Resume is
-  in the same tab's chart within 15 s of the worker writing it, 5 of 5, and Start brings the Live
+  in the same tab's chart within 15 s of the worker writing it, every try (5 in the benchmark, 2 in
+  the suite), and Start brings the Live
   panel into view.
 
 The live runs of the first three tests are *replayed*: a thread of this test appends the lines of
@@ -42,6 +45,10 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"system Chr
 # lag, CPU and under-load figures: scripts/test.sh runs these alone, after the parallel part; the
 # zoom, controls and light/dark tests measure no time and run in the parallel part
 timing = pytest.mark.serial
+# The suite checks the behaviour at a smaller size (issue 52: the whole suite in ~15 min); the figures
+# (8 tabs over 30 s, Start 10 times, 5 tries under load) come from scripts/bench_live.sh, which runs
+# these same tests at full size and writes the lag table into docs/dashboard.md.
+SUITE_TABS, SUITE_START_TRIES, SUITE_LOAD_TRIES = 4, 4, 2
 
 TEMPLATE = "20260101-000000-digits-mlp-block-admm-s0"  # the finished run every replay copies
 
@@ -124,7 +131,7 @@ def _write_lag_row(doc: Path, r: dict, keep: int = 12) -> None:
         f" {r['points'] + r['missing']} | {r['server_cpu_pct']} % | {r['browser_cpu_pct']} % | {r['loadavg']} |"
     )
     rows = (old + [row])[-keep:]
-    body = "\nWritten by `DASH_LAG_DOC=docs/dashboard.md pytest tests/test_browser_live.py -k eight`.\n\n"
+    body = "\nWritten by `scripts/bench_live.sh` (`test_live_tabs_lag` at 8 tabs over 30 s).\n\n"
     doc.write_text(text[:i] + body + LAG_HEAD + "\n" + "\n".join(rows) + "\n" + text[j:])
 
 
@@ -307,12 +314,12 @@ window.addEventListener('admm-live-chart', e => { const d = e.detail || {}, m = 
 
 
 @timing
-def test_eight_live_tabs_lag(live_server, browser):
-    """8 tabs, each on its own live run (a line a second): the lag from a line on disk to its point in
+def test_live_tabs_lag(live_server, browser):
+    """N tabs (DASH_LIVE_TABS), each on its own live run (a line a second): the lag from a line on disk to its point in
     the page, and the server's CPU, printed. Asserted: every tab keeps up (median < 30 s); the issue's
     targets (median ≤ 1 s, worst ≤ 3 s) with DASH_LAG_STRICT=1 (docs/dashboard.md has the figures)."""
     url, root, pid = live_server
-    n_tabs = int(os.environ.get("DASH_LIVE_TABS", "8"))
+    n_tabs = int(os.environ.get("DASH_LIVE_TABS", str(SUITE_TABS)))
     period = float(os.environ.get("DASH_LIVE_PERIOD", "1.0"))
     replays = [Replay(root, f"20260102-00000{i}-replay-{i}", period=period) for i in range(n_tabs)]
     pages = []
@@ -346,7 +353,7 @@ def test_eight_live_tabs_lag(live_server, browser):
             r.start()
         c0, t0, b0 = _cpu_s(pid), time.time(), _browser_cpu_s()
         load0 = _loadavg()
-        time.sleep(float(os.environ.get("DASH_LIVE_SECONDS", "15")))  # 8 × 13 points; 30 s for the docs' figures
+        time.sleep(float(os.environ.get("DASH_LIVE_SECONDS", "10")))  # scripts/bench_live.sh: 8 tabs, 30 s
         for r in replays:
             r.stop.set()
         cpu = 100 * (_cpu_s(pid) - c0) / (time.time() - t0)
@@ -521,8 +528,8 @@ def test_live_chart_controls(live_server, browser):
 
 
 @timing
-def test_start_switches_the_live_panel_ten_of_ten(live_server, browser):
-    """Watch a live run, press Start 10 times (a new seed each): every new run becomes the watched
+def test_start_switches_the_live_panel_every_time(live_server, browser):
+    """Watch a live run, press Start DASH_START_TRIES times (a new seed each): every new run becomes the watched
     one (menu and ?run=) without a reload."""
     from playwright.sync_api import expect
 
@@ -538,7 +545,7 @@ def test_start_switches_the_live_panel_ten_of_ten(live_server, browser):
         page.goto(f"{url}/?run={old.dir.name}&{query}")
         expect(page.get_by_label("Epochs", exact=True)).to_have_value("2", timeout=TIMEOUT_MS)
         page.wait_for_function(f"name => ({WATCH_JS})().includes(name)", arg=old.dir.name)
-        for seed in range(1, 11):
+        for seed in range(1, int(os.environ.get("DASH_START_TRIES", str(SUITE_START_TRIES))) + 1):
             seed_box = page.get_by_label("Seed", exact=True)
             seed_box.fill(str(seed))
             seed_box.press("Enter")
@@ -588,7 +595,7 @@ def test_start_and_resume_under_load_chart_the_first_point_within_15_s(live_serv
     sweep would be),
     a run started or resumed from a tab is followed by that tab, however long its worker takes to
     start: the first evaluation written after Start (and after Resume) is a point of the tab's
-    chart within 15 s of the worker writing it, 5 of 5 each (before: the chart's first request came
+    chart within 15 s of the worker writing it, every try of DASH_LOAD_TRIES (before: the chart's first request came
     before the worker's status.json, read 'unknown', and the chart never asked again). After Start
     the Live panel is scrolled into view (a 1440 × 1000 window: it is below the form)."""
     from playwright.sync_api import expect
@@ -597,7 +604,7 @@ def test_start_and_resume_under_load_chart_the_first_point_within_15_s(live_serv
     from app.dashboard import workers as W
 
     url, root, _ = live_server
-    tries = int(os.environ.get("DASH_LOAD_TRIES", "5"))
+    tries = int(os.environ.get("DASH_LOAD_TRIES", str(SUITE_LOAD_TRIES)))
     # each loop ends itself after 15 min: a test killed from outside must not leave them spinning
     busy = [sys.executable, "-c", "import time\nend = time.time() + 900\nwhile time.time() < end: pass"]
     hogs = [spawn_detached(busy, root / f"busy-{i}.log")[0] for i in range(os.cpu_count() or 2)]

@@ -800,8 +800,10 @@ def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# x\n<!-- thousand-runs -->\nstale-table\n<!-- /thousand-runs -->\ntail\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    # one draw per page and condition: the table's shape, not its medians, is what is checked here
+    # one draw per page and condition, two of the four pages (Train's chart needs a live run, Heatmaps'
+    # the scorer process: other browser tests draw both): the table's shape, not its medians, is checked
     args = ["--finished", "30", "--live", "0", "--repeats", "1", "--window", "1", "--draws", "1"]
+    args += ["--pages", "runs,compare"]
     args += ["--root", str(tmp_path / "runs")]
     done = subprocess.run(
         [sys.executable, str(ROOT / "experiments" / "thousand_runs.py"), *args, "--markdown", str(page)],
