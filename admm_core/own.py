@@ -6,20 +6,12 @@
     own.resume(net, run.dir)                  # after a kill: the same module again
     own.evaluate(net, run.dir)                # its checkpoint on the test and training sets
 
-**The chain.** ``net``'s top-level children (``net.named_children()``, in the order they were
-assigned) are the network's layers, ``layer_1 … layer_L``; the network must compute
-``layer_L ∘ … ∘ layer_1`` and nothing else, as an ``nn.Sequential`` does. The one operation
-allowed between two children is a flatten to (N, −1) (``torch.flatten(x, 1)``, as torchvision's
-ResNets and VGGs do before their classifier): the chain puts an ``nn.Flatten`` in front of that
-child. The rule is checked, not assumed: ``net`` runs once on two training samples (in eval
-mode, no gradient) with hooks on its children, and a child that is not called, is called twice,
-runs out of order, or receives anything but its predecessor's output (a skip connection, a
-branch, another operation) is named in a :class:`ConfigError`, as is a forward that changes the
-last child's output.
-
-**Blocks.** ``split_after`` names children; a block ends after each (block_t maps Z_{t−1} to
-Z_t, as for the built-in networks: :class:`admm_core.blocks.BlockNet`, which holds ``net``'s own
-child modules, so ``net`` itself is the trained network when the run ends).
+**Blocks.** ``split_after`` names cut points on ``net``'s traced graph (:mod:`admm_core.cuts`):
+a module path (``"layer2.1"``: after that module's last operation) or a graph node name; exactly
+one tensor must cross each cut (block_t maps Z_{t−1} to Z_t and nothing else passes). ``admm cuts``
+or :func:`cut_table` lists a model's valid cut points with their shapes. The blocks hold ``net``'s
+own module objects, so ``net`` itself is the trained network when the run ends. A submodule that
+torch.fx cannot trace (control flow on the data) can be kept whole: ``leaf_modules=["path"]``.
 
 **Data.** A registered data set's name (``"mnist"``; ``train_limit`` / ``test_limit`` apply), a
 pair of tensors ``(x, y)`` (y: class indices), or a map-style ``torch.utils.data.Dataset`` whose
@@ -28,9 +20,9 @@ items are ``(x, y)``; tensors and Datasets need ``test_data`` in the same form.
 **The run.** The config is an ordinary :class:`RunConfig` (``model.arch = 'own'``, and
 ``data.name = 'own'`` for tensors or a Dataset), trained by :class:`admm_core.network.NetworkTask`
 through the one run loop: the same metrics lines, checkpoint, status, summary, TensorBoard files.
-Besides them: ``model.json`` (the chain: each child's class, output shape and parameters; the
-blocks) and, at the end, ``weights.safetensors`` (``net.state_dict()``, its own keys: load it into
-a fresh instance with ``safetensors.torch.load_file``). Nothing is ever unpickled.
+Besides them: ``model.json`` (the network's children, the cut points and what each block
+holds) and, at the end, ``weights.safetensors`` (``net.state_dict()``, its own keys: load it into a
+fresh instance with ``safetensors.torch.load_file``). Nothing is ever unpickled.
 """
 
 from __future__ import annotations
@@ -48,6 +40,7 @@ from torch import nn
 
 from . import data as data_mod
 from .blocks import BlockNet
+from .cuts import cut, table, trace
 from .errors import ConfigError
 from .loop import run_loop
 from .network import NetworkTask
@@ -69,124 +62,50 @@ class Run:
     summary: dict
 
 
-# --- the chain -----------------------------------------------------------------------------------
+# --- the blocks ----------------------------------------------------------------------------------
 
 
-class _Flatten(nn.Module):
-    """A child that the network's forward fed with its predecessor's output flattened to (N, −1)."""
-
-    def __init__(self, layer: nn.Module):
-        super().__init__()
-        self.flatten, self.layer = nn.Flatten(), layer
-
-    def forward(self, x):
-        return self.layer(self.flatten(x))
+def children_rows(model: nn.Module) -> list[dict]:
+    """``model``'s top-level children (name, class, parameters): what identifies the network when
+    a run is resumed with a module handed again."""
+    return [
+        {"name": n, "class": type(c).__name__, "params": sum(p.numel() for p in c.parameters())}
+        for n, c in model.named_children()
+    ]
 
 
-def chain(model: nn.Module, probe: torch.Tensor) -> tuple[OrderedDict, list[dict]]:
-    """``model``'s top-level children as the named layers of a chain, checked on ``probe`` (a
-    batch of inputs) against ``model``'s own forward; (layers, one row per layer for model.json).
-    A :class:`ConfigError` names the child that breaks the rule (module docstring)."""
-    what = type(model).__name__
-    if not isinstance(model, nn.Module):
-        raise ConfigError(f"model: {what} is not a torch.nn.Module")
-    children = list(model.named_children())
-    if not children:
-        raise ConfigError(f"model: {what} has no child modules to make a chain of (e.g. an nn.Sequential)")
-    seen: list[tuple[str, torch.Tensor, torch.Tensor]] = []
-    inputs: dict[str, object] = {}
-
-    def pre(name):
-        def hook(mod, args):
-            inputs[name] = args[0].detach().clone() if len(args) == 1 and torch.is_tensor(args[0]) else args
-
-        return hook
-
-    def post(name):
-        def hook(mod, args, out):
-            seen.append((name, inputs.get(name), out.detach().clone() if torch.is_tensor(out) else out))
-
-        return hook
-
-    param = next(model.parameters(), None)
-    probe = probe.to(param.device) if param is not None else probe  # where the user's module is
-    handles = [h for n, c in children for h in (c.register_forward_pre_hook(pre(n)), c.register_forward_hook(post(n)))]
-    was = model.training
-    try:
-        model.eval()  # batch norm on running statistics, no dropout: the same function twice
-        with torch.no_grad():
-            out = model(probe)
-    except Exception as e:  # noqa: BLE001 - the user's forward can fail in any way
-        raise ConfigError(f"model: {what}.forward failed on two training samples ({type(e).__name__}: {e})") from None
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was)
-    names = [n for n, _ in children]
-    called = [n for n, _, _ in seen]
-    for n, c in children:
-        k = called.count(n)
-        if k != 1:
-            how = "is not called by" if k == 0 else f"is called {k} times by"
-            raise ConfigError(
-                f"model: child {n!r} ({type(c).__name__}) {how} {what}.forward: every top-level child must be "
-                f"one layer of the chain, called once, in order (children: {', '.join(names)})"
-            )
-    if called != names:
-        raise ConfigError(
-            f"model: {what}.forward calls its children in the order {', '.join(called)}, not in the order they "
-            f"were assigned ({', '.join(names)}); the chain follows the assignment order"
-        )
-    layers, rows, prev, prev_name = OrderedDict(), [], probe, "the input"
-    for (n, c), (_, inp, o) in zip(children, seen):
-        flat = torch.is_tensor(prev) and prev.dim() > 2 and _same(inp, prev.flatten(1))
-        if not (_same(inp, prev) or flat):
-            raise ConfigError(
-                f"model: child {n!r} ({type(c).__name__}) does not take the output of {prev_name} as its input: "
-                f"{what}.forward does something between them (a skip connection, a branch, another operation); "
-                "only a flatten to (N, -1) may come between two children"
-            )
-        if not torch.is_tensor(o):
-            raise ConfigError(f"model: child {n!r} ({type(c).__name__}) returns {type(o).__name__}, not a tensor")
-        layers[n] = _Flatten(c) if flat and not _same(inp, prev) else c
-        rows.append(
-            {
-                "name": n,
-                "class": type(c).__name__,
-                "out_shape": list(o.shape[1:]),
-                "params": sum(p.numel() for p in c.parameters()),
-                "flatten_before": layers[n] is not c,
-            }
-        )
-        prev, prev_name = o, f"child {n!r}"
-    if not _same(out, prev):
-        raise ConfigError(
-            f"model: {what}.forward does something after its last child {names[-1]!r} (its output differs from "
-            "that child's): the chain's output is the last child's"
-        )
-    return layers, rows
+def split_model(
+    model: nn.Module, probe: torch.Tensor, split_after: Sequence[str], leaf_modules: Sequence[str] = ()
+) -> tuple[OrderedDict, list[dict]]:
+    """``model`` traced and cut after each of ``split_after`` (module paths or graph node names,
+    :mod:`admm_core.cuts`), checked on ``probe`` (two training samples): (the blocks, one row per
+    block for model.json). One :class:`ConfigError` names what is wrong."""
+    graph = trace(model, probe, leaf_modules)
+    return cut(graph, split_after)
 
 
-def _same(a, b) -> bool:
-    return torch.is_tensor(a) and torch.is_tensor(b) and a.shape == b.shape and torch.equal(a, b)
+def cut_table(model: nn.Module, probe: torch.Tensor, leaf_modules: Sequence[str] = (), everything: bool = False):
+    """``model``'s cut points on inputs like ``probe``: rows (name, other names, output shape per
+    sample, valid, why not), in the order its forward runs them (what ``admm cuts`` prints)."""
+    return table(trace(model, probe, leaf_modules), everything)
 
 
-def check_split(rows: list[dict], split_after: Sequence[str]) -> tuple[str, ...]:
-    """``split_after`` checked against the chain: every bad name at once, with the names allowed."""
-    if isinstance(split_after, str):
-        split_after = [split_after]
-    names = [r["name"] for r in rows]
-    allowed = ", ".join(names[:-1]) or "none: the network has one child"
-    split = tuple(split_after)
-    bad = [f"{s!r}: no such child" for s in split if s not in names]
-    bad += [f"{s!r}: the last child (a split must fall before it)" for s in split if s == names[-1]]
-    if len(set(split)) != len(split):
-        bad.append("a name appears twice")
-    if not bad and [names.index(s) for s in split] != sorted(names.index(s) for s in split):
-        bad.append("the names must follow the order of the children")
-    if bad:
-        raise ConfigError(f"split_after = {list(split)!r}: {'; '.join(bad)} (children to split after: {allowed})")
-    return split
+def model_info(model: nn.Module, split: Sequence[str], leaf_modules: Sequence[str], block_rows: list[dict]) -> dict:
+    """model.json: the network's class and top-level children, the cut points, the modules kept
+    whole, and per block what it holds and its output shape."""
+    return {
+        "class": type(model).__name__,
+        "layers": children_rows(model),
+        "split": list(split),
+        "leaf_modules": list(leaf_modules),
+        "blocks": [r["modules"] for r in block_rows],
+        "block_rows": block_rows,
+    }
+
+
+def _blocknet(blocks: OrderedDict) -> BlockNet:
+    """The engine's :class:`BlockNet` over the traced blocks (one "layer" each, cut after all but the last)."""
+    return BlockNet(blocks, tuple(blocks)[:-1])
 
 
 # --- the data ------------------------------------------------------------------------------------
@@ -244,9 +163,9 @@ class OwnTask(NetworkTask):
     """:class:`NetworkTask` with the network and data handed over: the same loop, checkpoint and
     metrics; model.json when the run starts, weights.safetensors when it finishes."""
 
-    def __init__(self, cfg: RunConfig, model: nn.Module, net: BlockNet, dataset: data_mod.Dataset, rows: list[dict]):
+    def __init__(self, cfg: RunConfig, model: nn.Module, net: BlockNet, dataset: data_mod.Dataset, info: dict):
         super().__init__(cfg)
-        self.model, self.net, self.dataset, self.rows = model, net, dataset, rows
+        self.model, self.net, self.dataset, self.info = model, net, dataset, info
 
     def setup(self, run_dir, status, resumed: bool) -> float:
         from .device import machine
@@ -255,15 +174,7 @@ class OwnTask(NetworkTask):
         self.sess = build(self.cfg, net=self.net, dataset=self.dataset)
         status.update(force=True, machine=machine(self.sess.device))
         if self.lead and not resumed:
-            write_json(
-                Path(run_dir) / MODEL_FILE,
-                {
-                    "class": type(self.model).__name__,
-                    "layers": self.rows,
-                    "split": list(self.cfg.model.split),
-                    "blocks": self.net.block_layers,
-                },
-            )
+            write_json(Path(run_dir) / MODEL_FILE, self.info)
         return 0.0
 
     def finished(self, run_dir) -> None:
@@ -282,6 +193,8 @@ def train(
     method: str = "block-admm",
     *,
     test_data=None,
+    leaf_modules: Sequence[str] = (),
+    source: dict | None = None,
     settings: dict | None = None,
     train_limit: int | None = None,
     test_limit: int | None = None,
@@ -293,7 +206,12 @@ def train(
     should_stop: Callable[[], bool] | None = None,
     **train_settings,
 ) -> Run:
-    """Train ``model`` split after ``split_after`` on ``data`` by ``method`` into a new run directory.
+    """Train ``model`` cut after ``split_after`` on ``data`` by ``method`` into a new run directory.
+
+    ``split_after``: cut points (module paths such as ``"layer2.1"`` or graph node names; ``[]``:
+    one block); ``leaf_modules``: module paths torch.fx must not trace into (kept whole);
+    ``source``: where the module came from ({file, name, sha256}: ``admm train --model``), kept in
+    model.json so that the run can be resumed from the command line;
 
     ``settings``: the method's settings (``admm methods`` lists them; checked by its record);
     ``train_settings``: any field of the config's ``train`` part (``epochs``, ``batch_size``,
@@ -307,8 +225,11 @@ def train(
             f"{', '.join(bad)}: not a train setting (choose from {[f.name for f in dataclasses.fields(TrainConfig)]})"
         )
     dataset, data_name = dataset_of(data, test_data, train_limit, test_limit, data_root)
-    layers, rows = chain(model, dataset.x_train[:2])
-    split = check_split(rows, split_after)
+    split = (split_after,) if isinstance(split_after, str) else tuple(split_after)
+    blocks, block_rows = split_model(model, dataset.x_train[:2], split, leaf_modules)
+    info = model_info(model, split, leaf_modules, block_rows)
+    if source:
+        info["source"] = dict(source)
     cfg = RunConfig(
         method=method,
         data=DataConfig(data_name, root=data_root, train_limit=train_limit, test_limit=test_limit),
@@ -316,20 +237,20 @@ def train(
         train=TrainConfig(**train_settings),
         method_params=dict(settings or {}),
     )
-    net = BlockNet(layers, split)
+    net = _blocknet(blocks)
     if METHODS[cfg.method].needs_linear_chain:  # the lifted baselines' closed-form solves: refused before any file
         from .methods.lifted import mlp_linears
 
         mlp_linears(net, cfg.method)
     label = re.sub(r"[^A-Za-z0-9._-]+", "-", name or type(model).__name__.lower()).strip("-.")[:60] or "own"
     run_dir = Path(out) if out else unique_run_dir(f"{label}-{cfg.method}-s{cfg.train.seed}", runs_dir)
-    task = OwnTask(cfg, model, net, dataset, rows)
+    task = OwnTask(cfg, model, net, dataset, info)
     summary = run_loop(task, run_dir, should_stop=should_stop, on_progress=on_progress)
     return Run(run_dir, summary)
 
 
-def _reopen(model: nn.Module, run_dir: Path, data, test_data) -> tuple[RunConfig, OrderedDict, list, data_mod.Dataset]:
-    """A run of the API with ``model`` handed again: (config, layers, model.json rows, data), checked."""
+def _reopen(model: nn.Module, run_dir: Path, data, test_data) -> tuple[RunConfig, BlockNet, dict, data_mod.Dataset]:
+    """A run of the API with ``model`` handed again: (config, its blocks, model.json, data), checked."""
     d = read_json(run_dir / "config.json")
     if not isinstance(d, dict):
         raise ConfigError(f"run_dir = {str(run_dir)!r}: no readable config.json there")
@@ -342,9 +263,9 @@ def _reopen(model: nn.Module, run_dir: Path, data, test_data) -> tuple[RunConfig
         raise ConfigError("data: the run trained on tensors or a Dataset you passed; pass the same data again")
     src = cfg.data.name if data is None else data
     dataset, _ = dataset_of(src, test_data, cfg.data.train_limit, cfg.data.test_limit, cfg.data.root)
-    layers, rows = chain(model, dataset.x_train[:2])
-    recorded = (read_json(run_dir / MODEL_FILE, {}) or {}).get("layers", [])
-    now = [(r["name"], r["class"], r["params"]) for r in rows]
+    recorded_info = read_json(run_dir / MODEL_FILE, {}) or {}
+    recorded = recorded_info.get("layers", [])
+    now = [(r["name"], r["class"], r["params"]) for r in children_rows(model)]
     was = [(r.get("name"), r.get("class"), r.get("params")) for r in recorded]
     if recorded and now != was:
         diff = next(
@@ -352,7 +273,9 @@ def _reopen(model: nn.Module, run_dir: Path, data, test_data) -> tuple[RunConfig
             f"{len(now)} children, the run's {len(was)}",
         )
         raise ConfigError(f"model: not the run's network (child, class, parameters): {diff}")
-    return cfg, layers, rows, dataset
+    leaves = tuple(recorded_info.get("leaf_modules", ()))
+    blocks, block_rows = split_model(model, dataset.x_train[:2], cfg.model.split or (), leaves)
+    return cfg, _blocknet(blocks), model_info(model, cfg.model.split or (), leaves, block_rows), dataset
 
 
 def resume(
@@ -369,13 +292,13 @@ def resume(
     the same children, of the same shapes). Its config comes from ``run_dir``; ``data`` again
     only where the run trained on tensors or a Dataset; ``epochs``: a new length."""
     run_dir = Path(run_dir)
-    cfg, layers, rows, dataset = _reopen(model, run_dir, data, test_data)
+    cfg, net, info, dataset = _reopen(model, run_dir, data, test_data)
     if run_busy(run_dir):
         raise RunBusy(f"run_dir = {str(run_dir)!r}: being trained already; stop it first")
     if epochs:
         cfg = cfg.replace(train__epochs=epochs)
         write_text_atomic(run_dir / "config.json", cfg.to_json())
-    task = OwnTask(cfg, model, BlockNet(layers, cfg.model.split), dataset, rows)
+    task = OwnTask(cfg, model, net, dataset, info)
     summary = run_loop(task, run_dir, resume=True, should_stop=should_stop, on_progress=on_progress)
     return Run(run_dir, summary)
 
@@ -387,8 +310,8 @@ def evaluate(model: nn.Module, run_dir: str | Path, data=None, *, test_data=None
     from .network import build
 
     run_dir = Path(run_dir)
-    cfg, layers, _, dataset = _reopen(model, run_dir, data, test_data)
-    sess = build(cfg, net=BlockNet(layers, cfg.model.split), dataset=dataset)
+    cfg, net, _, dataset = _reopen(model, run_dir, data, test_data)
+    sess = build(cfg, net=net, dataset=dataset)
     epoch, _ = load_checkpoint(run_dir / "checkpoint.pt", sess)
     with torch.no_grad():
         return {"epoch": epoch, **sess.evaluate()}
@@ -404,5 +327,5 @@ def load_weights(model: nn.Module, run_dir: str | Path) -> nn.Module:
 
 
 def describe(run_dir: str | Path) -> dict:
-    """A run's model.json (its chain and blocks), {} when it has none."""
+    """A run's model.json (the network's children, its cut points and blocks), {} when it has none."""
     return json.loads((Path(run_dir) / MODEL_FILE).read_text()) if (Path(run_dir) / MODEL_FILE).exists() else {}

@@ -36,11 +36,22 @@ import torchvision
 from torch import nn
 
 from .errors import ConfigError
-from .own import _Flatten
 from .rundir import write_text_atomic
 from .spec.archs import needs_image
 from .spec.config import ModelConfig
 from .spec.tv import TV_RECORDS, cache_file
+
+
+class _Flatten(nn.Module):
+    """A child that torchvision's forward feeds with its predecessor's output flattened to (N, −1)."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.flatten, self.layer = nn.Flatten(), layer
+
+    def forward(self, x):
+        return self.layer(self.flatten(x))
+
 
 VGG_STAGES = ((0, 4), (4, 8), (8, 15), (15, 22), (22, 29))  # vgg11_bn's features, cut after each max-pool
 MOBILENET_STAGES = ((1, 2), (2, 4), (4, 7), (7, 11), (11, 14), (14, 17), (17, 18))  # rows n = 1, 2, 3, 4, 3, 3, 1

@@ -14,7 +14,6 @@ from helpers import cli_call
 from torch import nn
 
 from admm_core import own
-from admm_core.blocks import BlockNet
 from admm_core.errors import ConfigError
 from admm_core.rundir import read_json, read_metrics
 from admm_core.spec.datasets import available
@@ -72,7 +71,8 @@ def test_three_methods_train_a_cnn_from_this_file_and_the_dashboard_lists_them(t
         assert len(lines[-1]["residuals"]) == (0 if method == "adam" else 3)  # T = 3 blocks (adam: end to end)
         chain = own.describe(run.dir)
         assert [r["name"] for r in chain["layers"]] == ["conv1", "conv2", "pool", "fc"]
-        assert chain["blocks"] == [["conv1"], ["conv2"], ["pool", "fc"]] and chain["layers"][-1]["flatten_before"]
+        assert chain["blocks"] == [["conv1"], ["conv2"], ["pool", "fc"]] and chain["split"] == ["conv1", "conv2"]
+        assert [r["out_shape"] for r in chain["block_rows"]] == [[4, 14, 14], [8, 7, 7], [10]]
         # the weights file loads into a fresh instance (safetensors, its own keys) and predicts the same
         x = torch.randn(5, 1, 28, 28)
         fresh = own.load_weights(SmallCNN(), run.dir).eval()
@@ -140,41 +140,108 @@ class Skip(nn.Module):
         return self.c(self.b(h) + h)  # a skip connection around b
 
 
-class Unused(Skip):
+class Shared(Skip):
+    def forward(self, x):
+        return self.c(self.a(self.b(self.a(x))))  # a's weights in both blocks when cut after b
+
+
+class DataDependent(Skip):
+    def forward(self, x):
+        h = self.a(x)
+        if h.sum() > 0:  # control flow on the data: torch.fx cannot trace it
+            h = -h
+        return self.c(self.b(h))
+
+
+class Branchy(Skip):
+    def forward(self, x):
+        return self.c(nn.functional.dropout(self.b(self.a(x)), 0.5, training=self.training))
+
+
+def test_cut_points_are_checked_on_the_traced_graph(tmp_path):
+    """Each way a cut can be wrong is one ConfigError naming it, before any run directory."""
+    data = (torch.randn(8, 4), torch.randint(0, 3, (8,)))
+
+    def refused(model, split, message, **kw):
+        with pytest.raises(ConfigError, match=message):
+            own.train(model, split, data, "adam", test_data=data, epochs=1, out=tmp_path / "r", **kw)
+        assert not (tmp_path / "r").exists()
+
+    # the skip connection h jumps the cut after b: two tensors cross it, the skip's source named
+    refused(Skip(), ["b"], r"'b': 2 values cross it: 'a' \(from a\), 'b' \(from b\).*valid cut points of Skip: a")
+    refused(Shared(), ["b"], r"'a' runs in blocks 1, 2")
+    refused(DataDependent(), ["a"], r"DataDependent cannot be traced by torch.fx.*control flow")
+    refused(Branchy(), ["a"], r"Branchy.forward computes something else in train and in eval mode")
+    refused(Skip(), ["nope", "c"], r"'nope': no such module or node; 'c': the network's end")
+    refused(Skip(), ["a"], r"leaf_modules.*'zz': no such module", leaf_modules=["zz"])
+    # the same skip network cut where one tensor crosses (after a: h feeds both b and the add)
+    run = own.train(Skip(), ["a"], data, "block-admm", test_data=data, epochs=1, out=tmp_path / "ok")
+    assert run.summary["status"] == "finished" and own.describe(run.dir)["blocks"] == [["a"], ["b", "c"]]
+
+
+class ExampleNet(nn.Module):
+    """The MNIST ``Net`` of PyTorch's examples (pytorch/examples, mnist/main.py), as written there:
+    functional ops in forward, dropout2 assigned before fc1 but run after it."""
+
     def __init__(self):
         super().__init__()
-        self.aux = nn.Linear(4, 2)
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
 
     def forward(self, x):
-        return self.c(self.b(self.a(x)))
+        x = nn.functional.relu(self.conv1(x))
+        x = nn.functional.relu(self.conv2(x))
+        x = self.dropout1(nn.functional.max_pool2d(x, 2))
+        x = torch.flatten(x, 1)
+        x = self.dropout2(nn.functional.relu(self.fc1(x)))
+        return nn.functional.log_softmax(self.fc2(x), dim=1)
 
 
-class Twice(Skip):
-    def forward(self, x):
-        return self.c(self.a(self.a(x)))
+def test_the_examples_net_and_a_resnet_cut_inside_a_stage_train_through_the_api(tmp_path):
+    """Two networks written by others, as written: the examples' MNIST Net (functional ops, dropout
+    out of assignment order) and torchvision's resnet18 (CIFAR stem) cut between two residual blocks
+    of a stage; each trains by block-admm, its blocks compute what the module computes, and the
+    module handed in is the trained network."""
+    import torchvision
 
+    torch.manual_seed(0)
+    x = torch.rand(64, 1, 28, 28)
+    y = torch.randint(0, 10, (64,))
+    net = ExampleNet()
+    before = net.fc1.weight.detach().clone()
+    run = own.train(
+        net, ["conv2", "fc1"], (x, y), "block-admm", test_data=(x[:16], y[:16]), epochs=1, out=tmp_path / "a"
+    )
+    assert run.summary["status"] == "finished" and not torch.equal(before, net.fc1.weight)
+    info = own.describe(run.dir)
+    assert info["blocks"] == [["conv1", "conv2"], ["dropout1", "fc1"], ["dropout2", "fc2"]]
+    resnet = torchvision.models.resnet18(num_classes=10)
+    resnet.conv1, resnet.maxpool = nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.Identity()
+    xs = torch.rand(16, 3, 32, 32)
+    rows = {r["name"]: r for r in own.cut_table(resnet, xs[:2])}
+    assert rows["layer2.0"]["valid"] and rows["layer2.0"]["out_shape"] == [128, 16, 16]
+    assert not rows["layer2.0.conv1"]["valid"] and "layer1_1_relu_1" in rows["layer2.0.conv1"]["why"]
+    from admm_core.cuts import cut, trace
 
-class After(Skip):
-    def forward(self, x):
-        return self.c(self.b(self.a(x))) * 2
-
-
-@pytest.mark.parametrize(
-    "model, message",
-    [
-        (Skip(), r"child 'c' \(Linear\) does not take the output of child 'b'.*skip connection"),
-        (Unused(), r"child 'aux' \(Linear\) is not called by Unused.forward"),
-        (Twice(), r"child 'a' \(Linear\) is called 2 times"),
-        (After(), r"something after its last child 'c'"),
-        (nn.Linear(4, 3), r"Linear has no child modules"),
-    ],
-    ids=["skip", "unused", "twice", "after", "leaf"],
-)
-def test_a_network_that_is_not_a_chain_is_refused_naming_the_child(model, message, tmp_path):
-    data = (torch.randn(8, 4), torch.randint(0, 3, (8,)))
-    with pytest.raises(ConfigError, match=message):
-        own.train(model, ["a"], data, "adam", test_data=data, epochs=1, out=tmp_path / "r")
-    assert not (tmp_path / "r").exists()  # refused before any run directory
+    blocks, _ = cut(trace(resnet, xs[:2]), ["layer2.0", "layer3.1"])
+    resnet.eval()
+    z = xs
+    with torch.no_grad():
+        for b in blocks.values():
+            z = b(z)
+        assert torch.equal(z, resnet(xs))
+    assert blocks["block1"].get_submodule("conv1") is resnet.conv1  # the user's modules, not copies
+    yr = torch.randint(0, 10, (16,))
+    before = resnet.layer2[1].conv1.weight.detach().clone()
+    run = own.train(
+        resnet, ["layer2.0", "layer3.1"], (xs, yr), "gotmare", test_data=(xs, yr), epochs=1, out=tmp_path / "r"
+    )
+    assert run.summary["status"] == "finished" and len(read_metrics(run.dir)[-1]["residuals"]) == 3
+    assert not torch.equal(before, resnet.layer2[1].conv1.weight)
 
 
 def test_bad_split_names_and_settings_are_named_at_once(tmp_path):
@@ -183,7 +250,11 @@ def test_bad_split_names_and_settings_are_named_at_once(tmp_path):
     with pytest.raises(ConfigError) as e:
         own.train(seq, ["7", "2"], data, "block-admm", test_data=data, epochs=1, out=tmp_path / "r")
     msg = str(e.value)
-    assert "'7': no such child" in msg and "'2': the last child" in msg and "split after: 0, 1" in msg
+    assert (
+        "'7': no such module or node" in msg
+        and "'2': the network's end" in msg
+        and "cut points of Sequential: 0, 1" in msg
+    )
     with pytest.raises(ConfigError, match="epoch: not a train setting"):
         own.train(seq, ["1"], data, "block-admm", test_data=data, epoch=1)
     with pytest.raises(ConfigError, match="test_data: needed"):
@@ -240,29 +311,6 @@ def test_every_network_method_of_the_registry_trains_an_own_mlp(tmp_path):
         if run.summary["status"] != "finished" or [m["epoch"] for m in lines] != [0, 1]:
             failed[method] = run.summary["status"]
     assert not failed and len(names_for(NETWORK)) >= 8
-
-
-def test_torchvision_models_are_chains_by_the_flattening_rule():
-    """torchvision's ResNet-18 (with the CIFAR stem: 3×3 stride-1 first conv, no max-pool) and
-    MobileNetV2, random init: their children form a chain on 32×32 inputs, the flatten before the
-    classifier put in front of it; the chain computes what the model computes."""
-    import torchvision
-
-    torch.manual_seed(0)
-    resnet = torchvision.models.resnet18(num_classes=10)
-    resnet.conv1, resnet.maxpool = nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.Identity()
-    for model, names in (
-        (resnet, ["conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc"]),
-        (torchvision.models.mobilenet_v2(num_classes=10), ["features", "classifier"]),
-    ):
-        x = torch.randn(2, 3, 32, 32)
-        layers, rows = own.chain(model, x)
-        assert [r["name"] for r in rows] == names and [r["flatten_before"] for r in rows] == [False] * (
-            len(names) - 1
-        ) + [True]
-        net = BlockNet(layers, own.check_split(rows, [names[-2]])).eval()
-        with torch.no_grad():
-            assert torch.equal(net(x), model.eval()(x))
 
 
 def test_an_own_run_shows_on_the_runs_and_compare_pages(tmp_path, monkeypatch):

@@ -2,6 +2,8 @@
 
     admm train --preset mnist-mlp-mse --method block-admm --epochs 10
     admm train --resume runs/<dir>            # continue a stopped run
+    admm train --model my_net.py:Net --split conv2,fc1 --data mnist   # your own network
+    admm cuts my_net.py:Net --data mnist      # its cut points and their shapes
     admm presets | methods | archs | datasets
     admm evaluate --run runs/<dir>
     admm export tensorboard runs/<dir> …      # event files for runs that have none
@@ -20,9 +22,37 @@ import sys
 
 from ..errors import ConfigError, DataError
 from ..rundir import os_error_line
-from . import archs, bench, datasets, deepfacto, evaluate, export, heatmaps, methods, presets, profile, sweep, train
+from . import (
+    archs,
+    bench,
+    cuts,
+    datasets,
+    deepfacto,
+    evaluate,
+    export,
+    heatmaps,
+    methods,
+    presets,
+    profile,
+    sweep,
+    train,
+)
 
-SUBCOMMANDS = (train, presets, methods, archs, datasets, evaluate, export, bench, profile, deepfacto, sweep, heatmaps)
+SUBCOMMANDS = (
+    train,
+    cuts,
+    presets,
+    methods,
+    archs,
+    datasets,
+    evaluate,
+    export,
+    bench,
+    profile,
+    deepfacto,
+    sweep,
+    heatmaps,
+)
 OWN_PARSER = {m.NAME: m for m in (bench, deepfacto, profile)}  # they parse the rest of the line themselves
 
 

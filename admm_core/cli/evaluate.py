@@ -10,6 +10,7 @@ import torch
 from ..checkpoint import load_checkpoint
 from ..network import build
 from ..spec.config import RunConfig
+from .train import own_source
 
 NAME = "evaluate"
 
@@ -23,6 +24,13 @@ def add_parser(sub) -> None:
 
 def run(a) -> int:
     run_dir = Path(a.run)
+    source = own_source(run_dir)
+    if source:  # a run of --model FILE.py:Name: the same file again, refused if it changed
+        from .. import modelfile, own
+
+        model = modelfile.reload(source, f"--run {str(run_dir)!r}")
+        print(json.dumps(own.evaluate(model, run_dir), indent=2))
+        return 0
     cfg = RunConfig.from_json((run_dir / "config.json").read_text())
     if a.data_root:
         cfg = cfg.replace(data__root=a.data_root)

@@ -39,6 +39,15 @@ def add_parser(sub) -> None:
     )
     t.add_argument("--config", help="a config.json to start from (e.g. of an earlier run)")
     t.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    t.add_argument(
+        "--model",
+        metavar="FILE.py:NAME",
+        help="your own network: an nn.Module class or a no-argument function in FILE.py; --split names its cut "
+        "points (admm cuts FILE.py:NAME lists them)",
+    )
+    t.add_argument(
+        "--leaf-modules", metavar="PATHS", help="with --model: module paths kept whole, not traced (comma-separated)"
+    )
     t.add_argument("--out", metavar="DIR", help="run directory (default: runs/<time>-<preset>-<method>-s<seed>)")
     t.add_argument("--epochs", type=int)
     t.add_argument("--data", help=f"data set name (overrides the preset): {', '.join(datasets.names_for(NETWORK))}")
@@ -150,11 +159,78 @@ def run(a) -> int:
     try:
         if _is_deepfacto(a):  # its own config and CLI (admm_core.deepfacto.commands)
             return deepfacto.cli_train(a)
+        if a.model or (a.resume and own_source(Path(a.resume))):
+            return _train_model_file(a)
         cfg, run_dir = _resumed(a) if a.resume else _new(a)
         return _train(a, cfg, distributed.broadcast(run_dir))  # rank 0's choice: one directory for every rank
     finally:
         if joined:
             distributed.shutdown()
+
+
+def own_source(run_dir: Path) -> dict | None:
+    """The model file a run of ``--model`` was built from (model.json's ``source``), else None."""
+    from ..own import describe
+
+    try:
+        src = describe(run_dir).get("source")
+    except (OSError, ValueError):
+        return None
+    return src if isinstance(src, dict) else None
+
+
+def _train_model_file(a) -> int:
+    """``--model FILE.py:Name`` (a new run through :mod:`admm_core.own`) or ``--resume`` of one:
+    the file imported again, refused when it changed since the run started."""
+    from .. import modelfile, own
+
+    should_stop = install_stop_handlers()
+    if a.resume:
+        run_dir = Path(a.resume)
+        model = modelfile.reload(own_source(run_dir), f"--resume {str(run_dir)!r}")
+        print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
+        cfg = RunConfig.from_json((run_dir / "config.json").read_text())
+        bar = _bar(a, a.epochs or cfg.train.epochs, run_dir)
+        run = own.resume(model, run_dir, epochs=a.epochs, on_progress=_progress(bar), should_stop=should_stop)
+    else:
+        if a.preset or a.config or a.arch or a.hidden or a.width:
+            raise ConfigError(
+                "--model: the network comes from the file; leave --preset, --config, --arch, --hidden and --width out"
+            )
+        cfg = config_from_args(a)
+        import torch
+
+        torch.manual_seed(cfg.train.seed)  # the file's initialisation is the seed's, as for the built-in networks
+        model, source = modelfile.load(a.model)
+        split = [s for s in (a.split or "").split(",") if s and s != "default"]
+        leaves = [s for s in (a.leaf_modules or "").split(",") if s]
+        train = {k: getattr(cfg.train, k) for k in (*TRAIN_FLAGS, "tensorboard")}
+        bar = _bar(a, cfg.train.epochs, None)
+        run = own.train(
+            model, split, cfg.data.name, cfg.method, leaf_modules=leaves, source=source,
+            settings=cfg.method_params, train_limit=cfg.data.train_limit, test_limit=cfg.data.test_limit,
+            data_root=cfg.data.root, out=a.out, name=source["name"].lower(), on_progress=_progress(bar),
+            should_stop=should_stop, **train,
+        )  # fmt: skip
+        print(f"run dir: {run.dir}", file=sys.stderr, flush=True)
+    if bar:
+        bar.close()
+    print(json.dumps(run.summary, indent=2))
+    return 0
+
+
+def _bar(a, epochs: int, run_dir: Path | None):
+    if a.quiet:
+        return None
+    bar = tqdm(
+        total=epochs,
+        unit="epoch",
+        bar_format="{l_bar}{bar}| {n:.2f}/{total} [{elapsed}<{remaining}] {postfix}",
+        file=sys.stderr,
+    )
+    if run_dir is not None:
+        bar.n = float((read_json(run_dir / "status.json", {}) or {}).get("epoch", 0))
+    return bar
 
 
 def _is_deepfacto(a) -> bool:
@@ -207,16 +283,7 @@ def _train(a, cfg: RunConfig, run_dir: Path) -> int:
     lead = distributed.is_lead()
     if lead:
         print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
-    bar = None
-    if not a.quiet and lead:
-        bar = tqdm(
-            total=cfg.train.epochs,
-            unit="epoch",
-            bar_format="{l_bar}{bar}| {n:.2f}/{total} [{elapsed}<{remaining}] {postfix}",
-            file=sys.stderr,
-        )
-        if a.resume:
-            bar.n = float((read_json(run_dir / "status.json", {}) or {}).get("epoch", 0))
+    bar = _bar(a, cfg.train.epochs, run_dir if a.resume else None) if lead else None
     summary = network.train(cfg, run_dir, resume=bool(a.resume), on_progress=_progress(bar), should_stop=should_stop)
     if bar:
         bar.close()

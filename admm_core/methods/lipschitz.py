@@ -72,6 +72,11 @@ def lipschitz_vectors(blocks: Sequence[nn.Module], shapes: Sequence[tuple], gen:
 
 def _is_linear_chain(block: nn.Module) -> bool:
     leaves = [m for m in block.modules() if not list(m.children())]
+    # a traced block (admm_core.cuts) may hold functions between its modules (a residual add, a
+    # scaling): the product of the Linear norms bounds L only for modules alone
+    traced = [m for m in block.modules() if isinstance(m, torch.fx.GraphModule)]
+    if any(n.op in ("call_function", "call_method") for m in traced for n in m.graph.nodes):
+        return False
     return all(isinstance(m, (nn.Linear, *_one_lipschitz())) for m in leaves)
 
 

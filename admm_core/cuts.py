@@ -1,0 +1,386 @@
+"""Cut points on a network's traced graph: any ``nn.Module`` as T blocks joined by one tensor each.
+
+Block-ADMM needs the network as a chain block_T ∘ … ∘ block_1 in which block_t maps Z_{t−1} to
+Z_t and nothing else crosses a boundary. A user's module is traced by ``torch.fx`` (its public,
+backward-compatible tracer) into a graph of nodes n_1 … n_N in execution order; every node
+remembers the module whose ``forward`` created it (its *module path*, e.g. ``layer2.1`` for the
+``add`` of a residual block, ``layer2.1.conv1`` for that convolution).
+
+**A cut point** is a module path (the cut falls after that module's last node) or a graph node
+name (after that node). The cut after node n_i is valid when exactly one tensor crosses it:
+
+    crossing(i) = { n_j : j ≤ i, n_j used by some n_k with k > i }  (the input counts as n_0)
+
+and |crossing(i)| = 1. A skip connection that jumps the cut makes it two (the message names the
+skip's source), a size computed before the cut and used after it is a non-tensor crossing.
+``torch.fx.passes.split_module`` then cuts the graph into one sub-graph per block; each holds the
+user's own module objects (not copies), so ``.train()`` / ``.eval()``, BatchNorm's statistics and
+the trained weights are the user's network's.
+
+Refused, each with one :class:`ConfigError` naming what is wrong: a name that is no module path
+and no node (with the valid cut points listed), a cut that more than one value crosses, a module
+or parameter that holds state and runs in two blocks, a forward that fx cannot trace (data-
+dependent control flow; the message names the module, which ``leaf_modules`` can keep whole), a
+forward that branches on ``self.training`` (traced twice, the graphs differ), and an output that
+is not one tensor. A module whose top-level children run in order (an ``nn.Sequential``) is the
+simple case: its children's names are cut points.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import fx, nn
+from torch.fx.passes.shape_prop import ShapeProp
+
+from .errors import ConfigError
+
+__all__ = ["CutPoint", "Graph", "trace", "cut", "cut_points"]
+
+
+class PathTracer(fx.Tracer):
+    """``fx.Tracer`` that records on each node the path of the module whose forward made it
+    (``node.meta["module_path"]``, '' for the root's own forward); ``leaves``: module paths kept
+    whole (called as one node, not traced into)."""
+
+    def __init__(self, leaves: Sequence[str] = ()):
+        super().__init__()
+        self.leaves = set(leaves)
+        self.stack: list[str] = []
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return qualname in self.leaves or super().is_leaf_module(m, qualname)
+
+    def call_module(self, m, forward, args, kwargs):
+        self.stack.append(self.path_of_module(m))
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        finally:
+            self.stack.pop()
+
+    def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        node.meta["module_path"] = self.stack[-1] if self.stack else ""
+        return node
+
+
+@dataclass
+class CutPoint:
+    """One place the graph can be cut: after node ``index``; ``names`` the module paths that end
+    there (outermost first) and the node's name; ``out_shape`` the crossing tensor's shape per
+    sample; ``crossing`` what crosses (one entry when valid); ``why`` the reason it is not."""
+
+    index: int
+    node: str
+    names: list[str]
+    out_shape: list[int] | None
+    crossing: list[str] = field(default_factory=list)
+    why: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return not self.why
+
+    @property
+    def name(self) -> str:
+        return self.names[0] if self.names else self.node
+
+
+@dataclass
+class Graph:
+    """A traced module: its GraphModule (shapes propagated on a probe), the nodes in order (no
+    placeholder, no output) and every node's index."""
+
+    model: nn.Module
+    gm: fx.GraphModule
+    nodes: list[fx.Node]
+    leaves: tuple[str, ...]
+
+    @property
+    def what(self) -> str:
+        return type(self.model).__name__
+
+
+def _trace_once(model: nn.Module, leaves: Sequence[str]) -> fx.GraphModule:
+    what = type(model).__name__
+    tracer = PathTracer(leaves)
+    try:
+        graph = tracer.trace(model)
+    except Exception as e:  # noqa: BLE001 - a user's forward can fail to trace in any way
+        where = tracer.stack[-1] if tracer.stack else ""
+        keep = f"; keep that module whole with leaf_modules=[{where!r}]" if where else ""
+        inside = f" inside {where!r} ({type(model.get_submodule(where)).__name__})" if where else ""
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(
+            f"model: {what} cannot be traced by torch.fx{inside} ({type(e).__name__}: {first}): a forward whose "
+            f"control flow depends on the data cannot be cut into blocks{keep}"
+        ) from None
+    return fx.GraphModule(tracer.root, graph, what)
+
+
+def trace(model: nn.Module, probe: torch.Tensor, leaf_modules: Sequence[str] = ()) -> Graph:
+    """``model`` traced (module paths on its nodes) and its shapes propagated on ``probe`` (a few
+    inputs; eval mode, no gradient). Refuses, naming the module: a non-module, an unknown leaf
+    path, an untraceable forward, a forward that differs between train and eval mode, a forward
+    that fails on the probe, an output that is not one tensor."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model: {type(model).__name__} is not a torch.nn.Module")
+    what = type(model).__name__
+    if isinstance(leaf_modules, str):
+        leaf_modules = [leaf_modules]
+    paths = {n for n, _ in model.named_modules()}
+    bad = [p for p in leaf_modules if p not in paths or p == ""]
+    if bad:
+        raise ConfigError(
+            f"leaf_modules = {list(leaf_modules)!r}: {', '.join(map(repr, bad))}: no such module in {what}"
+        )
+    leaves = tuple(leaf_modules)
+    was = model.training
+    try:
+        model.train()
+        gm = _trace_once(model, leaves)
+        model.eval()
+        other = _trace_once(model, leaves)
+    finally:
+        model.train(was)
+    if gm.code != other.code:
+        a = [n for n in gm.graph.nodes]
+        b = [n for n in other.graph.nodes]
+        diff = next((x for x, y in zip(a, b) if (x.op, x.target, str(x.args)) != (y.op, y.target, str(y.args))), a[-1])
+        where = diff.meta.get("module_path", "")
+        raise ConfigError(
+            f"model: {what}.forward computes something else in train and in eval mode (at node {diff.name!r}"
+            f"{f' in {where!r}' if where else ''}: e.g. F.dropout(x, training=self.training)); the traced graph "
+            "would keep one of them: use a module for it (nn.Dropout), or keep that module whole with leaf_modules"
+        )
+    param = next(model.parameters(), None)
+    probe = probe.to(param.device) if param is not None else probe
+    try:
+        model.eval()
+        with torch.no_grad():
+            out = ShapeProp(gm).propagate(probe)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"model: {what}.forward failed on two training samples ({type(e).__name__}: {e})") from None
+    finally:
+        model.train(was)
+    if not torch.is_tensor(out):
+        raise ConfigError(f"model: {what}.forward returns {type(out).__name__}, not one tensor (the last block's Z_T)")
+    nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    if (
+        not any(n.op == "placeholder" for n in gm.graph.nodes)
+        or sum(n.op == "placeholder" for n in gm.graph.nodes) != 1
+    ):
+        raise ConfigError(f"model: {what}.forward must take one input tensor")
+    return Graph(model, gm, nodes, leaves)
+
+
+def _module_ends(g: Graph) -> dict[str, int]:
+    """Every module path (and each of its parents) -> the index of its last node."""
+    last: dict[str, int] = {}
+    for i, n in enumerate(g.nodes):
+        path = n.target if n.op == "call_module" else n.meta.get("module_path", "")
+        parts = path.split(".") if path else []
+        for k in range(1, len(parts) + 1):
+            last[".".join(parts[:k])] = i
+    return last
+
+
+def _describe(n: fx.Node) -> str:
+    if n.op == "placeholder":
+        return f"{n.name!r} (the network's input)"
+    path = n.target if n.op == "call_module" else n.meta.get("module_path", "")
+    return f"{n.name!r} (from {path})" if path else repr(n.name)
+
+
+def cut_points(g: Graph) -> list[CutPoint]:
+    """One :class:`CutPoint` per node of ``g`` (the last excluded: nothing follows it), in order."""
+    index = {n: i for i, n in enumerate(g.nodes)}
+    placeholder = next(n for n in g.gm.graph.nodes if n.op == "placeholder")
+    index[placeholder] = -1
+    last_use = {}
+    for n, i in index.items():
+        uses = [index.get(u, len(g.nodes)) for u in n.users]  # the output node counts as after every cut
+        last_use[n] = max(uses, default=i)
+    ends: dict[int, list[str]] = {}
+    for path, i in sorted(_module_ends(g).items(), key=lambda kv: kv[0].count(".")):
+        ends.setdefault(i, []).append(path)
+    live = {placeholder} if last_use[placeholder] >= 0 else set()
+    points = []
+    for i, n in enumerate(g.nodes[:-1]):
+        if n.op != "get_attr" and last_use[n] > i:
+            live.add(n)
+        live = {m for m in live if last_use[m] > i}
+        crossing = sorted(live, key=lambda m: index[m])
+        meta = n.meta.get("tensor_meta")
+        shape = list(meta.shape[1:]) if meta is not None and hasattr(meta, "shape") else None
+        why = ""
+        if len(crossing) > 1:
+            why = f"{len(crossing)} values cross it: {', '.join(_describe(m) for m in crossing)}"
+        elif not crossing:
+            why = "nothing crosses it"
+        else:
+            m = crossing[0].meta.get("tensor_meta")
+            if m is None or not hasattr(m, "shape"):
+                why = f"the value crossing it, {_describe(crossing[0])}, is not a tensor"
+        shape = list(crossing[0].meta["tensor_meta"].shape[1:]) if not why else shape
+        points.append(CutPoint(i, n.name, ends.get(i, []), shape, [c.name for c in crossing], why))
+    return points
+
+
+def _find(points: list[CutPoint], ends: dict[str, int], name: str) -> CutPoint | None:
+    """The cut point ``name`` names: a module path first, else a node name."""
+    if name in ends and ends[name] < len(points):
+        return points[ends[name]]
+    return next((p for p in points if p.node == name), None)
+
+
+def valid_names(points: list[CutPoint]) -> list[str]:
+    """The module-path names of the valid cut points, in order (a node name where no module ends)."""
+    return [p.names[0] for p in points if p.valid and p.names]
+
+
+def cut(g: Graph, split_after: Sequence[str]) -> tuple[OrderedDict, list[dict]]:
+    """``g`` cut after each of ``split_after``: (the blocks as ``OrderedDict(name -> GraphModule)``,
+    one row per block for model.json: its cut name, output shape, the modules wholly inside it).
+    Every bad name is said at once, with the valid cut points."""
+    if isinstance(split_after, str):
+        split_after = [split_after]
+    split = list(split_after)
+    points = cut_points(g)
+    ends = _module_ends(g)
+    ok = valid_names(points)
+    shown = ", ".join(ok) if len(ok) <= 60 else ", ".join(ok[:60]) + f" … ({len(ok)} in all)"
+    bad, chosen = [], []
+    for s in split:
+        p = _find(points, ends, s) if isinstance(s, str) else None
+        if p is None:
+            last = ends.get(s) == len(g.nodes) - 1 or (g.nodes and g.nodes[-1].name == s)
+            bad.append(
+                f"{s!r}: the network's end (a cut must fall before it)" if last else f"{s!r}: no such module or node"
+            )
+        elif not p.valid:
+            bad.append(f"{s!r}: {p.why}")
+        else:
+            chosen.append(p)
+    if len(set(split)) != len(split) or len({p.index for p in chosen}) != len(chosen):
+        bad.append("a cut point appears twice")
+    if not bad and [p.index for p in chosen] != sorted(p.index for p in chosen):
+        bad.append("the cut points must follow the order the forward runs them in")
+    if bad:
+        raise ConfigError(
+            f"split_after = {split!r}: {'; '.join(bad)} (valid cut points of {g.what}: {shown or 'none'})"
+        )
+    bounds = [p.index for p in chosen]
+    where = {n: sum(i > b for b in bounds) for i, n in enumerate(g.nodes)}
+    _check_shared(g, where)
+    inputs = [next(n for n in g.gm.graph.nodes if n.op == "placeholder")]
+    inputs += [next(n for n in g.nodes if n.name == p.crossing[0]) for p in chosen]
+    blocks = OrderedDict((f"block{k + 1}", _block(g, where, k, inputs)) for k in range(len(bounds) + 1))
+    rows = []
+    shapes = [p.out_shape for p in chosen] + [_out_shape(g)]
+    for k in range(len(bounds) + 1):
+        rows.append(
+            {
+                "block": k + 1,
+                "ends_after": split[k] if k < len(split) else "(the output)",
+                "out_shape": shapes[k],
+                "modules": _inside(g, where, k),
+                "params": sum(p.numel() for p in blocks[f"block{k + 1}"].parameters()),
+            }
+        )
+    return blocks, rows
+
+
+def _block(g: Graph, where: dict[fx.Node, int], k: int, inputs: list[fx.Node]) -> fx.GraphModule:
+    """Block k + 1 as a GraphModule of its own: one placeholder (the tensor crossing the cut before
+    it), the nodes assigned to it in order, and as output the tensor crossing the next cut (the
+    network's output for the last block). A ``get_attr`` (a parameter or constant the forward reads
+    directly, e.g. ViT's class token) is copied into each block that reads it, not passed between
+    blocks: ``torch.fx.passes.split_module`` would pass it as a second input and break "one tensor
+    crosses". The GraphModule holds the user's module and parameter objects, not copies."""
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {inputs[k]: graph.placeholder("z")}
+    last = k == len(inputs) - 1
+    for n in g.nodes:
+        if where[n] != k and n.op != "get_attr":
+            continue
+        if n.op == "get_attr" and not any(where.get(u) == k or (last and u.op == "output") for u in n.users):
+            continue
+        if n in env:
+            continue
+        env[n] = graph.node_copy(n, lambda a: env[a])
+    out = next(n for n in g.gm.graph.nodes if n.op == "output")
+    graph.output(fx.map_arg(out.args[0], lambda a: env[a]) if last else env[inputs[k + 1]])
+    graph.lint()
+    return fx.GraphModule(g.gm, graph, f"{g.what}Block{k + 1}")
+
+
+def _out_shape(g: Graph) -> list[int] | None:
+    out = next(n for n in g.gm.graph.nodes if n.op == "output")
+    src = out.args[0]
+    meta = src.meta.get("tensor_meta") if isinstance(src, fx.Node) else None
+    return list(meta.shape[1:]) if meta is not None and hasattr(meta, "shape") else None
+
+
+def _check_shared(g: Graph, where: dict[fx.Node, int]) -> None:
+    """A module or parameter that holds state must live in one block (its Θ belongs to one P_t)."""
+    blocks_of: dict[str, set[int]] = {}
+    for n in g.nodes:
+        if n.op in ("call_module", "get_attr"):
+            blocks_of.setdefault(n.target, set()).add(where[n])
+    shared = []
+    for target, ks in blocks_of.items():
+        if len(ks) < 2:
+            continue
+        obj = g.gm.get_submodule(target) if _is_module(g.gm, target) else None
+        stateful = obj is None or any(True for _ in obj.parameters()) or any(True for _ in obj.buffers())
+        if stateful:
+            shared.append(f"{target!r} runs in blocks {', '.join(str(k + 1) for k in sorted(ks))}")
+    if shared:
+        raise ConfigError(
+            f"model: a module with parameters or buffers must lie in one block: {'; '.join(shared)} "
+            "(move the cuts so its uses fall in one block)"
+        )
+
+
+def _is_module(gm: fx.GraphModule, target: str) -> bool:
+    try:
+        gm.get_submodule(target)
+        return True
+    except AttributeError:
+        return False
+
+
+def _inside(g: Graph, where: dict[fx.Node, int], k: int) -> list[str]:
+    """The outermost module paths all of whose nodes fall in block k, in order of their first node."""
+    span: dict[str, list[int]] = {}
+    for n in g.nodes:
+        path = n.target if n.op == "call_module" else n.meta.get("module_path", "")
+        parts = path.split(".") if path else []
+        for j in range(1, len(parts) + 1):
+            span.setdefault(".".join(parts[:j]), []).append(where[n])
+    inside = [p for p, ks in span.items() if set(ks) == {k}]
+    top = [p for p in inside if "." not in p or p.rsplit(".", 1)[0] not in inside]
+    return top
+
+
+def table(g: Graph, everything: bool = False) -> list[dict]:
+    """The cut points of ``g`` as rows (name, other names, output shape, valid, why): those where a
+    module ends, or every node's with ``everything``; what ``admm cuts`` prints."""
+    rows = []
+    for p in cut_points(g):
+        if not (p.names or everything):
+            continue
+        rows.append(
+            {
+                "name": p.name,
+                "also": [x for x in p.names[1:]] + ([p.node] if p.names and p.node not in p.names else []),
+                "out_shape": p.out_shape,
+                "valid": p.valid,
+                "why": p.why,
+            }
+        )
+    return rows

@@ -1,0 +1,134 @@
+"""A network of one's own on the command line, ``admm train --model FILE.py:Name``: it trains on a
+registered data set, ``admm cuts`` lists its cut points, a run killed mid-way resumes to the
+uninterrupted run's result, and a run whose file changed since is refused (resume and evaluate)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helpers import ROOT, cli_call
+from safetensors.torch import load_file
+
+from admm_core.rundir import read_json, read_metrics
+
+# A user's file: functional ops in forward, a skip connection inside a block, and a short sleep per
+# forward so that an epoch lasts long enough to be killed in the middle of
+MODEL = """
+import os, time
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Res(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return F.relu(self.fc(x)) + x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(64, 32)
+        self.res = Res(32)
+        self.out = nn.Linear(32, 10)
+
+    def forward(self, x):
+        if SLOW:
+            time.sleep(SLOW)
+        return self.out(self.res(F.relu(self.inp(x))))
+
+
+def small():
+    return Net()
+"""
+
+
+def write_model(folder: Path, slow: float = 0.0) -> Path:
+    f = folder / "my_net.py"
+    f.write_text(f"SLOW = {slow}\n" + MODEL)
+    return f
+
+
+def admm(*args, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "admm_core", *args], capture_output=True, text=True, env=env, **kw)
+
+
+def test_cuts_lists_valid_points_and_bad_names_are_one_line(tmp_path):
+    f = write_model(tmp_path)
+    rc, out, err = cli_call(["cuts", f"{f}:Net", "--json"])
+    assert rc == 0, err
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert rows["inp"]["valid"] and rows["inp"]["out_shape"] == [32]
+    assert rows["res"]["valid"] and rows["res"]["out_shape"] == [32]
+    assert not rows["res.fc"]["valid"] and "2 values cross it" in rows["res.fc"]["why"]  # the skip jumps it
+    rc, out, err = cli_call(["cuts", f"{f}:small", "--data", "digits"])  # a factory function
+    assert rc == 0 and "res" in out and "yes" in out
+    for spec, said in (
+        (f"{f}:Nope", "has no 'Nope' (found: Net, Res, small)"),
+        (f"{tmp_path / 'x.py'}:Net", "is not a Python file"),
+        (str(f), "give FILE.py:Name"),
+    ):
+        rc, _, err = cli_call(["cuts", spec])
+        assert rc == 2 and said in err and "Traceback" not in err, err
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nraise RuntimeError('no GPU here')\n")
+    rc, _, err = cli_call(["cuts", f"{broken}:Net"])
+    assert rc == 2 and "importing broken.py failed (RuntimeError: no GPU here)" in err
+    rc, _, err = cli_call(["train", "--model", f"{f}:Net", "--split", "res.fc", "--epochs", "1", "--quiet"])
+    assert rc == 2 and "'res.fc': 2 values cross it" in err and "Traceback" not in err
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_result_and_a_changed_file_is_refused(tmp_path):
+    f = write_model(tmp_path, slow=0.002)  # ~30 forwards per minibatch of 32: an epoch of ~1-2 s
+    common = ["train", "--model", f"{f}:Net", "--split", "inp,res", "--data", "digits", "--method", "block-admm"]
+    common += ["--epochs", "3", "--batch-size", "32", "--quiet", "--no-tensorboard", "--train-limit", "512"]
+    full = admm(*common, "--out", str(tmp_path / "full"), timeout=600)
+    assert full.returncode == 0, full.stderr[-2000:]
+    info = read_json(tmp_path / "full" / "model.json")
+    assert info["source"]["name"] == "Net" and info["source"]["file"] == str(f) and len(info["source"]["sha256"]) == 64
+    assert info["blocks"] == [["inp"], ["res"], ["out"]]
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    killed = tmp_path / "killed"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "admm_core", *common, "--out", str(killed)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and len(read_metrics(killed)) < 2:  # epoch 1 written (and checkpointed)
+            time.sleep(0.05)
+        os.kill(p.pid, signal.SIGKILL)
+    finally:
+        p.wait()
+    assert 2 <= len(read_metrics(killed)) < 4  # killed after epoch 1, before the end
+    resumed = admm("train", "--resume", str(killed), "--quiet", timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a, b = read_metrics(tmp_path / "full"), read_metrics(killed)
+    assert [m["epoch"] for m in b] == [0, 1, 2, 3]
+    assert [(m["test_accuracy"], m["train_loss"], m["residuals"]) for m in a] == [
+        (m["test_accuracy"], m["train_loss"], m["residuals"]) for m in b
+    ]
+    wa, wb = load_file(str(tmp_path / "full" / "weights.safetensors")), load_file(str(killed / "weights.safetensors"))
+    assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
+    assert a[-1]["test_accuracy"] > 0.4  # it learned (digits, 3 epochs; chance 0.1)
+
+    ev = admm("evaluate", "--run", str(killed), timeout=300)
+    assert ev.returncode == 0 and json.loads(ev.stdout)["test_accuracy"] == b[-1]["test_accuracy"], ev.stderr
+    f.write_text(f.read_text() + "\n# edited\n")
+    for args in (("train", "--resume", str(killed), "--epochs", "4"), ("evaluate", "--run", str(killed))):
+        done = admm(*args, timeout=300)
+        assert done.returncode == 2 and "changed since the run started" in done.stderr and str(f) in done.stderr
+        assert "Traceback" not in done.stderr
+    assert [m["epoch"] for m in read_metrics(killed)] == [0, 1, 2, 3]  # nothing touched
