@@ -38,7 +38,7 @@ class DropoutMLP(nn.Module):
         return self.out(self.fc3(self.fc2(self.fc1(x.flatten(1)))))
 
 
-def train(tmp_path, method, settings=None, epochs=3, **kw):
+def train(tmp_path, method, settings=None, epochs=3, train_limit=None, **kw):
     torch.manual_seed(0)
     return own.train(
         DropoutMLP(**kw),
@@ -47,6 +47,7 @@ def train(tmp_path, method, settings=None, epochs=3, **kw):
         method,
         settings=settings,
         epochs=epochs,
+        train_limit=train_limit,
         loss="ce",
         out=tmp_path / f"{method}-{len(list(tmp_path.iterdir()))}",
     )
@@ -77,6 +78,7 @@ def test_held_masks_repeat_a_blocks_mask_and_leave_other_blocks_and_minibatches_
 @pytest.mark.parametrize(
     "method, module, settings",
     [("online-admm", online_admm, None), ("block-admm", block_admm, MINIBATCH_FORWARD)],
+    ids=["online-admm", "block-admm-minibatch"],
 )
 def test_a_forward_start_with_dropout_leaves_every_residual_exactly_zero(
     tmp_path, monkeypatch, method, module, settings
@@ -98,13 +100,14 @@ def test_a_forward_start_with_dropout_leaves_every_residual_exactly_zero(
         return sweep(blocks, z0, zs, *args, forwards=forwards, **kw)
 
     monkeypatch.setattr(module, "reverse_z_sweep", checked)
-    train(tmp_path, method, settings, epochs=1, bn=True)
-    assert len(seen) > 5 and max(seen) == 0.0, seen[:5]
+    train(tmp_path, method, settings, epochs=1, train_limit=256, bn=True)
+    assert len(seen) >= 2 and max(seen) == 0.0, seen[:5]
 
 
 @pytest.mark.parametrize(
     "method, settings, bn, floor",
     [("online-admm", None, False, 0.5), ("block-admm", MINIBATCH_FORWARD, True, 0.8), ("block-admm", None, False, 0.3)],
+    ids=["online-admm", "block-admm-minibatch", "block-admm"],
 )
 def test_a_network_with_dropout_learns(tmp_path, method, settings, bn, floor):
     """Test accuracy after 3 epochs on digits (chance 10%), measured before → after one mask per
