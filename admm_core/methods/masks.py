@@ -28,7 +28,8 @@ def held_masks(blocks):
     is drawn per stochastic block (from the global generator, so runs stay reproducible by their
     seed and other minibatches and blocks get fresh masks), and each of its train-mode forwards runs
     inside ``torch.random.fork_rng`` with the CPU generator (and the CUDA generator of the input's
-    device) seeded by it; the global generators are left as they were.
+    device) seeded by it, so the held forwards leave the global generators where they were. Cost:
+    one RNG save, seed and restore per train-mode forward of such a block (~40 µs on a CPU).
 
     A block with no dropout-family module (``nn.Dropout``, ``Dropout1d/2d/3d``, ``AlphaDropout``,
     ``FeatureAlphaDropout``) is left alone: no seed drawn, no hook, the same numbers as without
