@@ -110,6 +110,10 @@ SLOW = {
     "test_own_network.py::test_torchvision_models_are_chains_by_the_flattening_rule",
     "test_own_network.py::test_an_own_run_shows_on_the_runs_and_compare_pages",
     "test_tensorboard.py::test_a_resumed_run_keeps_one_value_per_epoch",
+    "test_dropout.py::test_a_forward_start_with_dropout_leaves_every_residual_exactly_zero",
+    "test_dropout.py::test_a_network_with_dropout_learns[block-admm-minibatch]",
+    "test_dropout.py::test_a_network_with_dropout_learns[block-admm]",
+    "test_dropout.py::test_a_default_run_prints_no_future_or_deprecation_warning",  # a fresh process, four runs
     "test_online.py::test_adaptive_penalty_is_capped_and_ends_near_the_fixed_run_with_lower_violation",
     "test_online.py::test_bench_writes_its_table_into_a_markdown_section",
     "test_reliability.py::test_data_shapes_table_matches_the_loaders[mnist-5k]",

@@ -72,6 +72,7 @@ from .base import (
     tensor_bytes,
 )
 from .lipschitz import lipschitz_estimates, lipschitz_vectors, loss_curvature, loss_grad, z_step_sizes
+from .masks import held_masks
 from .probes import backprop_grads, block_update_grads, cosines, probe_rows
 from .zsweep import (
     ZRows,
@@ -346,12 +347,14 @@ class BlockADMM(BlockADMMSettings):
             self.set_lr(state, batch, b / len(batches))
             outs = [None] * T if self.dual_theta == "old" else None
             zr = None
-            for p in range(k):
-                if len(rows):
-                    zr = self.z_update_rows(net, state, batch, rows, step=state.z_steps + p + 1, first=p == 0)
-                self.theta_steps(net, state, batch, [idx], outputs=outs if p == k - 1 else None, zrows=zr)
-            if len(rows):
-                self.dual_rows(net, state, batch, rows, sq, zr, outs)
+            with held_masks(net.blocks):  # one dropout mask per block for all of this minibatch's passes
+                for p in range(k):
+                    if len(rows):  # Z-update (Alg. 1: Z_T-step, reverse sweep), rows i
+                        zr = self.z_update_rows(net, state, batch, rows, step=state.z_steps + p + 1, first=p == 0)
+                    # Θ-update (Alg. 1)
+                    self.theta_steps(net, state, batch, [idx], outputs=outs if p == k - 1 else None, zrows=zr)
+                if len(rows):  # U-update (Alg. 1: dual step), rows i
+                    self.dual_rows(net, state, batch, rows, sq, zr, outs)
             if progress and (b % 20 == 0 or b == len(batches) - 1):
                 progress((b + 1) / len(batches))
         state.z_steps += k
@@ -751,6 +754,10 @@ class BlockADMM(BlockADMMSettings):
         Sweep schedule: the Θ-step reads the stored Z, U. Minibatch schedule: it reads the rows
         after their Z-update, so the probe runs that update on copies (nothing in the state moves).
         """
+        with held_masks(net.blocks):  # the masks training would hold; backprop's pass sees them too
+            return self._backprop_cosine(net, state, batch)
+
+    def _backprop_cosine(self, net, state: BlockADMMState, batch: TrainBatch) -> list[float]:
         w = batch.shard
         idx = probe_rows(batch.n, batch.batch_size, state.iteration).to(batch.x.device)
         x = batch.inputs(idx)

@@ -36,10 +36,14 @@ def spectral_norm(w: torch.Tensor, v: torch.Tensor, steps: int) -> tuple[float, 
 
 
 def jacobian_norm(block: nn.Module, inp: torch.Tensor, v: torch.Tensor, steps: int) -> tuple[float, torch.Tensor]:
-    """‖∂block/∂z‖₂ at rows ``inp`` by power iteration on JᵀJ (one jvp and one vjp a step).
+    """‖∂block/∂z‖₂ at rows ``inp`` by power iteration on JᵀJ (one Jv and one Jᵀw a step).
 
     The rows are independent (eval mode), so J is block-diagonal and the estimate is the
     largest per-row Jacobian norm among these rows: a local estimate, not a global bound.
+    Jv is taken by reverse mode only, from the graph of Jᵀw (linear in w): Jv = ∂(Jᵀw)/∂w · v.
+    Forward-mode AD (``torch.func.jvp``) would do it in one pass, but its first use makes torch
+    compile its jvp decompositions with the deprecated ``torch.jit.script``, which prints a
+    FutureWarning into the user's console.
     """
     inp = inp.detach()
     n = inp.shape[0]
@@ -47,11 +51,17 @@ def jacobian_norm(block: nn.Module, inp: torch.Tensor, v: torch.Tensor, steps: i
         v = _unit(v.repeat(-(-n // v.shape[0]), *[1] * (v.dim() - 1))[:n])
     v = v[:n].to(inp)
     with torch.enable_grad():
-        out, vjp_fn = torch.func.vjp(block, inp)
+        inp = inp.requires_grad_()
+        out = block(inp)
+        w = torch.zeros_like(out, requires_grad=True)
+        jt_w = torch.autograd.grad(out, inp, w, create_graph=True)[0]  # Jᵀw, with its graph in w
+
+        def jv_of(v):
+            return torch.autograd.grad(jt_w, w, v, retain_graph=True)[0]
+
         for _ in range(steps):
-            jv = torch.func.jvp(block, (inp,), (v,))[1]
-            v = _unit(vjp_fn(jv)[0])
-        jv = torch.func.jvp(block, (inp,), (v,))[1]
+            v = _unit(torch.autograd.grad(out, inp, jv_of(v), retain_graph=True)[0])  # JᵀJv
+        jv = jv_of(v)
     return float(jv.detach().norm()), v.detach()
 
 

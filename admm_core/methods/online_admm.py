@@ -58,6 +58,7 @@ from .lipschitz import (
     loss_grad,
     z_step_sizes,
 )
+from .masks import held_masks
 from .probes import (
     backprop_grads,
     block_update_grads,
@@ -159,21 +160,22 @@ class OnlineADMM(OnlineADMMSettings):
             idx = idx.to(batch.x.device)
             x, y = batch.inputs(idx), batch.y[idx]  # this epoch's view of the inputs
             outs = [None] * T if self.dual_theta == "old" else None
-            z, couplings = self.primal_steps_on(net, state, batch, x, y, step_theta=True, outputs=outs)
-            # Alg. 2: dual update, with the new Θ (dual_theta='old': the Θ-step's outputs before it stepped)
-            with torch.no_grad(), norm_mode(net, self.bn_mode), phase("dual"):
-                inp = x
-                for t, block in enumerate(net.blocks):
-                    r = z.residual(t, block(inp) if outs is None else outs[t])
-                    rn = float(r.pow(2).sum().sqrt())
-                    sq[t] += rn * rn
-                    if self.dual == "feature":
-                        state.u[t] = state.u[t] + r.mean(0)  # u_t ← u_t + mean_i r_{t,i}
-                    elif self.dual == "damped":
-                        state.u[t] = self.dual_decay * state.u[t] + rn
-                    else:
-                        state.u[t] = state.u[t] + rn
-                    inp = z.z(t)
+            with held_masks(net.blocks):  # one dropout mask per block for all of this minibatch's passes
+                z, couplings = self.primal_steps_on(net, state, batch, x, y, step_theta=True, outputs=outs)
+                # Alg. 2: dual update, with the new Θ (dual_theta='old': the Θ-step's outputs before it stepped)
+                with torch.no_grad(), norm_mode(net, self.bn_mode), phase("dual"):
+                    inp = x
+                    for t, block in enumerate(net.blocks):
+                        r = z.residual(t, block(inp) if outs is None else outs[t])
+                        rn = float(r.pow(2).sum().sqrt())
+                        sq[t] += rn * rn
+                        if self.dual == "feature":
+                            state.u[t] = state.u[t] + r.mean(0)  # u_t ← u_t + mean_i r_{t,i}
+                        elif self.dual == "damped":
+                            state.u[t] = self.dual_decay * state.u[t] + rn
+                        else:
+                            state.u[t] = state.u[t] + rn
+                        inp = z.z(t)
             state.iteration += 1
             if progress and (b % 20 == 0 or b == len(batches) - 1):
                 progress((b + 1) / len(batches))
@@ -285,11 +287,12 @@ class OnlineADMM(OnlineADMMSettings):
         x, y = batch.inputs(idx), batch.y[idx]
         was = net.training
         vecs = [[v.clone() for v in vs] for vs in state.lip_vecs]
-        z, couplings = self.primal_steps_on(net, state, batch, x, y, step_theta=False, vecs=vecs)
-        with norm_mode(net, "train"):
-            inputs = self.theta_inputs(x, z)
-            mine = block_update_grads(net, inputs, lambda t, out: couplings[t](z.residual(t, out)) / len(idx))
-            cos = cosines(mine, backprop_grads(net, x, y, batch.loss))
+        with held_masks(net.blocks):  # the masks training would hold; backprop's pass sees them too
+            z, couplings = self.primal_steps_on(net, state, batch, x, y, step_theta=False, vecs=vecs)
+            with norm_mode(net, "train"):
+                inputs = self.theta_inputs(x, z)
+                mine = block_update_grads(net, inputs, lambda t, out: couplings[t](z.residual(t, out)) / len(idx))
+                cos = cosines(mine, backprop_grads(net, x, y, batch.loss))
         net.train(was)
         return cos
 
