@@ -90,7 +90,7 @@ def test_cuts_lists_valid_points_and_bad_names_are_one_line(tmp_path):
 
 
 def test_a_killed_run_resumes_to_the_uninterrupted_result_and_a_changed_file_is_refused(tmp_path):
-    f = write_model(tmp_path, slow=0.002)  # ~30 forwards per minibatch of 32: an epoch of ~1-2 s
+    f = write_model(tmp_path, slow=0.01)  # a few forwards per minibatch of 32: epochs of a few seconds
     common = ["train", "--model", f"{f}:Net", "--split", "inp,res", "--data", "digits", "--method", "block-admm"]
     common += ["--epochs", "3", "--batch-size", "32", "--quiet", "--no-tensorboard", "--train-limit", "512"]
     full = admm(*common, "--out", str(tmp_path / "full"), timeout=600)
@@ -107,7 +107,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result_and_a_changed_file_is_
     )  # fmt: skip
     try:
         deadline = time.time() + 300
-        while time.time() < deadline and len(read_metrics(killed)) < 2:  # epoch 1 written (and checkpointed)
+        while time.time() < deadline and not (len(read_metrics(killed)) >= 2 and (killed / "checkpoint.pt").exists()):
             time.sleep(0.05)
         os.kill(p.pid, signal.SIGKILL)
     finally:

@@ -187,9 +187,12 @@ def _train_model_file(a) -> int:
     should_stop = install_stop_handlers()
     if a.resume:
         run_dir = Path(a.resume)
+        cfg = RunConfig.from_json((run_dir / "config.json").read_text())
+        import torch
+
+        torch.manual_seed(cfg.train.seed)  # killed before its first checkpoint, the run starts again from the same Θ
         model = modelfile.reload(own_source(run_dir), f"--resume {str(run_dir)!r}")
         print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
-        cfg = RunConfig.from_json((run_dir / "config.json").read_text())
         bar = _bar(a, a.epochs or cfg.train.epochs, run_dir)
         run = own.resume(model, run_dir, epochs=a.epochs, on_progress=_progress(bar), should_stop=should_stop)
     else:
