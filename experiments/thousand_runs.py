@@ -669,7 +669,9 @@ def page_paths(value: str) -> set[str]:
     names = [x.strip() for x in value.split(",") if x.strip()]
     bad = [x for x in names if x not in paths]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"--pages {value!r}: unknown {bad or 'nothing named'}; pick from {sorted(paths)}")
+        raise argparse.ArgumentTypeError(
+            f"--pages {value!r}: unknown {bad or 'nothing named'}; pick from {sorted(paths)}"
+        )
     return {paths[x] for x in names}
 
 
