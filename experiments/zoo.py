@@ -242,6 +242,7 @@ def child(model_name: str, method: str, seed: int, out: Path) -> dict:
     )  # own.train reuses it
     gc.collect()
     peaks = Peaks()
+    result["load_start"] = os.getloadavg()[0]  # the machine's 1-minute load (this run adds about 1)
     if method != CKPT:  # the run loop's evaluations, fenced off the training peak (Peaks)
         from admm_core import network
 
@@ -278,6 +279,7 @@ def child(model_name: str, method: str, seed: int, out: Path) -> dict:
         evals = []
     result["wall_s"] = time.perf_counter() - t0
     result.update(peaks.end())
+    result["load_end"] = os.getloadavg()[0]
     keep = ("epoch", "wall_time_s", "test_accuracy", "train_loss", "state_bytes")
     result["evals"] = [{k: m.get(k) for k in keep if k in m} for m in evals]
     if evals:
@@ -389,8 +391,8 @@ def table(out: Path, rows, methods=METHODS, seeds=SEEDS) -> str:
     out = Path(out)
     lines = [
         "| model | method | final test acc. % | best test acc. % | s/epoch | × Adam | s to Adam's final acc."
-        " | peak training memory | peak with evaluation | state (Z/U) | seeds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        " | peak training memory | peak with evaluation | state (Z/U) | seeds | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     missing, blocked, failed, machines = [], {}, [], set()
     for row in rows:
@@ -428,12 +430,13 @@ def table(out: Path, rows, methods=METHODS, seeds=SEEDS) -> str:
             mem = [r["peak_train_bytes"] for r in rs if r.get("peak_train_bytes") is not None]
             run_mem = [r["peak_run_bytes"] for r in rs if r.get("peak_run_bytes") is not None]
             state = [r["state_bytes"] for r in rs if r.get("state_bytes") is not None]
+            load = [r[k] for r in rs for k in ("load_start", "load_end") if r.get(k) is not None]
             lines.append(
                 f"| {row.name} | {m} | {_pct([r['final_test_accuracy'] for r in rs])} "
                 f"| {_pct([r['best_test_accuracy'] for r in rs])} | {spe_s} | {x_adam} | {tt} "
                 f"| {human(statistics.fmean(mem)) if mem else '—'} | {human(statistics.fmean(run_mem)) if run_mem else '—'} "
                 f"| {human(statistics.fmean(state)) if state else '—'} "
-                f"| {len(rs)} |"
+                f"| {len(rs)} | {f'{statistics.fmean(load):.1f}' if load else '—'} |"
             )
     import torch
 

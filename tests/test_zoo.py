@@ -58,6 +58,8 @@ def _fake(z, out, model, method, seed, acc, spe, mem, state=0, evals=None):
         "state_bytes": state,
         "cpu_count": 2,
         "torch": "9.9",
+        "load_start": 1.0,
+        "load_end": 2.0,
         "evals": evals
         or [
             {"epoch": 0, "wall_time_s": 0.0, "test_accuracy": 0.1},
@@ -100,7 +102,7 @@ def test_table_block_from_result_files(zoo, tmp_path):
     adam = next(ln for ln in block.splitlines() if ln.startswith("| lenet5-bn | adam |"))
     cells = [c.strip() for c in adam.strip("|").split("|")]
     assert cells[2:6] == ["92.00 ± 2.00", "93.00 ± 2.00", "11.0", "1.00×"]
-    assert cells[7] == "2.0 MiB" and cells[8] == "4.0 MiB" and cells[10] == "2"
+    assert cells[7] == "2.0 MiB" and cells[8] == "4.0 MiB" and cells[10] == "2" and cells[11] == "1.5"
     badm = next(ln for ln in block.splitlines() if ln.startswith("| lenet5-bn | block-admm |"))
     cells = [c.strip() for c in badm.strip("|").split("|")]
     assert cells[2] == "95.00 ± 0.00" and cells[5] == "3.00×" and cells[6] == "33.0"
