@@ -145,6 +145,17 @@ class Peaks:
         return fenced
 
 
+def blocks_of(model, probe, cuts):
+    """``model`` cut at ``cuts`` as own.train cuts it: a BlockNet of its own modules (blocks:
+    ``.blocks``), or the API's ConfigError. The one place that follows own.train's split rule
+    (today: own.chain and own.check_split, top-level children of a chain)."""
+    from admm_core import own
+    from admm_core.blocks import BlockNet
+
+    layers, rows = own.chain(model, probe)
+    return BlockNet(layers, own.check_split(rows, cuts))
+
+
 def train_checkpointed(model, row: ZooRow, seed: int, dataset, run_dir: Path, device, peaks: Peaks) -> list[dict]:
     """Adam backprop with activation checkpointing over the row's blocks: each block's
     activations are recomputed in the backward pass instead of kept (only the blocks' inputs
@@ -154,8 +165,6 @@ def train_checkpointed(model, row: ZooRow, seed: int, dataset, run_dir: Path, de
     import torch
     from torch.utils.checkpoint import checkpoint
 
-    from admm_core import own
-    from admm_core.blocks import BlockNet
     from admm_core.losses import get_loss
     from admm_core.methods.base import evaluate
     from admm_core.methods.zsweep import minibatches
@@ -163,8 +172,7 @@ def train_checkpointed(model, row: ZooRow, seed: int, dataset, run_dir: Path, de
     from admm_core.rundir import append_metrics
     from admm_core.spec.methods.backprop import AdamSettings
 
-    layers, rows = own.chain(model, dataset.x_train[:2])
-    net = BlockNet(layers, own.check_split(rows, row.cuts)).to(device)
+    net = blocks_of(model, dataset.x_train[:2], row.cuts).to(device)
     s = AdamSettings()
     opt = torch.optim.Adam(net.parameters(), lr=s.lr, eps=s.eps)
     loss = get_loss("ce")
