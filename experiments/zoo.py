@@ -210,11 +210,14 @@ def train_checkpointed(model, row: ZooRow, seed: int, dataset, run_dir: Path, de
     return lines
 
 
-def child(model_name: str, method: str, seed: int, out: Path) -> dict:
+def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1) -> dict:
     """Train one row in this process and write its result file; returns the result."""
     import gc
 
     import torch
+
+    if threads:  # one thread: on a shared 2-core machine, two threads' OpenMP waits made epochs 20× slower
+        torch.set_num_threads(threads)
 
     from admm_core import data as data_mod
     from admm_core import own
@@ -307,8 +310,12 @@ def child(model_name: str, method: str, seed: int, out: Path) -> dict:
 # --- the parent: rows in subprocesses ------------------------------------------------------------
 
 
+THREADS = [1]  # torch threads per child (--threads)
+
+
 def _launch(model: str, method: str, seed: int, out: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", model, method, str(seed), "--out", str(out)]
+    cmd += ["--threads", str(THREADS[0])]
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
@@ -455,6 +462,9 @@ def table(out: Path, rows, methods=METHODS, seeds=SEEDS) -> str:
         text += "\nBlocked (the API refuses the network at these cuts):\n\n"
         for model, by_msg in blocked.items():
             for msg, which in by_msg.items():
+                if len(which) == len(methods) * len(seeds):
+                    text += f"- {model} (every method and seed): {msg}\n"
+                    continue
                 text += f"- {model} ({len(which)} row{'s' * (len(which) != 1)}: {', '.join(which)}): {msg}\n"
     if failed:
         text += "\nFailed (tried again at the next sitting):\n\n" + "".join(f"- {f}\n" for f in failed)
@@ -477,12 +487,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=OUT, help="result files (default bench_out/zoo)")
     p.add_argument("--markdown", type=Path, help="write the table into this page's section 'zoo'")
     p.add_argument("--table-only", action="store_true", help="no training: the table from the result files")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1; 0: torch's default)")
     p.add_argument("--child", nargs=3, metavar=("MODEL", "METHOD", "SEED"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
         model, method, seed = a.child
-        child(model, method, int(seed), a.out)
+        child(model, method, int(seed), a.out, a.threads)
         return 0
+    THREADS[0] = a.threads
     from admm_core.docs import code_version, command_line
 
     cmd, version = command_line(argv, prog="python experiments/zoo.py"), code_version()
