@@ -104,7 +104,7 @@ def model_info(model: nn.Module, split: Sequence[str], leaf_modules: Sequence[st
     }
 
 
-def _blocknet(blocks: OrderedDict) -> BlockNet:
+def blocknet(blocks: OrderedDict) -> BlockNet:
     """The engine's :class:`BlockNet` over the traced blocks (one "layer" each, cut after all but the last)."""
     return BlockNet(blocks, tuple(blocks)[:-1])
 
@@ -242,7 +242,7 @@ def train(
         train=TrainConfig(**train_settings),
         method_params={**(OWN_DEFAULTS.get(method, {}) if defaults else {}), **(settings or {})},
     )
-    net = _blocknet(blocks)
+    net = blocknet(blocks)
     if METHODS[cfg.method].needs_linear_chain:  # the lifted baselines' closed-form solves: refused before any file
         from .methods.lifted import mlp_linears
 
@@ -280,7 +280,7 @@ def _reopen(model: nn.Module, run_dir: Path, data, test_data) -> tuple[RunConfig
         raise ConfigError(f"model: not the run's network (child, class, parameters): {diff}")
     leaves = tuple(recorded_info.get("leaf_modules", ()))
     blocks, block_rows = split_model(model, dataset.x_train[:2], cfg.model.split or (), leaves)
-    return cfg, _blocknet(blocks), model_info(model, cfg.model.split or (), leaves, block_rows), dataset
+    return cfg, blocknet(blocks), model_info(model, cfg.model.split or (), leaves, block_rows), dataset
 
 
 def resume(

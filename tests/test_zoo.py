@@ -1,0 +1,166 @@
+"""The zoo benchmark's harness (experiments/zoo.py) and models (experiments/zoo_models.py):
+every model builds and gives (N, 10), the table from result files, a finished row not run again.
+Nothing is trained here."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def zoo(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    import zoo
+    import zoo_models
+
+    return zoo, zoo_models
+
+
+def test_every_zoo_model_builds_and_gives_ten_scores(zoo):
+    _, zm = zoo
+    assert len(zm.ROWS) == 7 and len(zm.BY_NAME) == 7
+    for row in zm.ROWS:
+        torch.manual_seed(0)
+        # the heavy optional row (VGG's 128.8 M parameters: seconds of init) on the meta device: shapes only
+        with torch.device("meta" if row.optional else "cpu"):
+            model = row.factory().eval()
+            with torch.no_grad():
+                out = model(torch.randn(3, *row.input_shape))
+        assert out.shape == (3, 10), row.name
+        names = dict(model.named_modules())
+        for cut in row.cuts:  # every cut point is a module path of the model
+            assert cut in names, (row.name, cut)
+        assert row.data in ("mnist", "fashion-mnist", "cifar10")
+
+
+def test_mnist_net_log_softmax_is_ce_compatible(zoo):
+    """Cross-entropy on Net's log-probabilities equals cross-entropy on its logits."""
+    logits = torch.randn(5, 10)
+    y = torch.tensor([0, 3, 9, 2, 2])
+    lp = torch.log_softmax(logits, 1)
+    assert torch.allclose(torch.log_softmax(lp, 1), lp, atol=1e-6)
+    assert torch.allclose(torch.nn.functional.cross_entropy(lp, y), torch.nn.functional.cross_entropy(logits, y))
+
+
+def _fake(z, out, model, method, seed, acc, spe, mem, state=0, evals=None):
+    r = {
+        "model": model,
+        "method": method,
+        "seed": seed,
+        "status": "finished",
+        "final_test_accuracy": acc,
+        "best_test_accuracy": acc + 0.01,
+        "seconds_per_epoch": spe,
+        "peak_train_bytes": mem,
+        "peak_run_bytes": 2 * mem,
+        "state_bytes": state,
+        "cpu_count": 2,
+        "torch": "9.9",
+        "load_start": 1.0,
+        "load_end": 2.0,
+        "evals": evals
+        or [
+            {"epoch": 0, "wall_time_s": 0.0, "test_accuracy": 0.1},
+            {"epoch": 2, "wall_time_s": 2 * spe, "test_accuracy": acc},
+        ],
+    }
+    z.write_result(z.result_path(out, model, method, seed), r)
+
+
+def test_table_block_from_result_files(zoo, tmp_path):
+    z, zm = zoo
+    out = tmp_path / "res"
+    # Adam on two seeds: 90% and 94% (mean 92, spread 2), 10 and 12 s/epoch (mean 11)
+    _fake(z, out, "lenet5-bn", "adam", 0, 0.90, 10.0, 2**20)
+    _fake(z, out, "lenet5-bn", "adam", 1, 0.94, 12.0, 3 * 2**20)
+    # block-admm, one seed: 33 s/epoch = 3.00× Adam's; reaches Adam's final 92% at its second evaluation
+    evals = [
+        {"epoch": 0, "wall_time_s": 0.0, "test_accuracy": 0.1},
+        {"epoch": 1, "wall_time_s": 33.0, "test_accuracy": 0.925},
+        {"epoch": 2, "wall_time_s": 66.0, "test_accuracy": 0.95},
+    ]
+    _fake(z, out, "lenet5-bn", "block-admm", 0, 0.95, 33.0, 5 * 2**20, state=1024, evals=evals)
+    z.write_result(
+        z.result_path(out, "resnet18", "adam", 0),
+        {
+            "model": "resnet18",
+            "method": "adam",
+            "seed": 0,
+            "status": "blocked",
+            "error": "split_after = ['layer2.0']: no",
+        },
+    )
+    page = tmp_path / "zoo.md"
+    page.write_text("# Zoo\n\nhand-written text\n\n<!-- generated:zoo -->\nold\n<!-- /generated:zoo -->\n\nafter\n")
+    z.write_table(out, page, zm.ROWS, methods=("adam", "block-admm"), seeds=(0, 1), command="python experiments/zoo.py")
+    text = page.read_text()
+    assert text.startswith("# Zoo\n\nhand-written text\n") and text.rstrip().endswith("after")
+    block = text.split("<!-- generated:zoo -->")[1].split("<!-- /generated:zoo -->")[0]
+    assert "old" not in block and text.count("<!-- generated:zoo -->") == 1
+    adam = next(ln for ln in block.splitlines() if ln.startswith("| lenet5-bn | adam |"))
+    cells = [c.strip() for c in adam.strip("|").split("|")]
+    assert cells[2:6] == ["92.00 ± 2.00", "93.00 ± 2.00", "11.0", "1.00×"]
+    assert cells[7] == "2.0 MiB" and cells[8] == "4.0 MiB" and cells[10] == "2" and cells[11] == "1.5"
+    badm = next(ln for ln in block.splitlines() if ln.startswith("| lenet5-bn | block-admm |"))
+    cells = [c.strip() for c in badm.strip("|").split("|")]
+    assert cells[2] == "95.00 ± 0.00" and cells[5] == "3.00×" and cells[6] == "33.0"
+    assert cells[7] == "5.0 MiB" and cells[9] == "1.0 KiB" and cells[10] == "1"
+    assert "2 CPU cores" in block and "torch 9.9" in block
+    assert "- resnet18 (1 row: adam s0): split_after = ['layer2.0']: no" in block
+    missing = block.split("Missing (not run yet):")[1]
+    assert "lenet5-bn block-admm s1" in missing and "mnist-net adam s0" in missing
+    assert "lenet5-bn adam s0" not in missing and "resnet18 adam s0," not in missing
+
+
+def test_finished_row_is_not_run_again(zoo, tmp_path):
+    z, zm = zoo
+    row = zm.BY_NAME["lenet5-bn"]
+    _fake(z, tmp_path, row.name, "adam", 0, 0.9, 1.0, 1)
+    launched = []
+
+    def launch(model, method, seed, out):  # a fake child: writes its result, no subprocess
+        launched.append((model, method, seed))
+        z.write_result(
+            z.result_path(out, model, method, seed),
+            {"model": model, "method": method, "seed": seed, "status": "blocked", "error": "refused"},
+        )
+
+    z.run_rows(tmp_path, [row], methods=("adam",), seeds=(0,), launch=launch, log=lambda s: None)
+    assert launched == []  # finished: no subprocess
+    z.run_rows(tmp_path, [row], methods=("adam", "sgd", "gotmare"), seeds=(0,), launch=launch, log=lambda s: None)
+    assert launched == [("lenet5-bn", "sgd", 0)]  # gotmare: blocked by the same check, no subprocess either
+    r = json.loads(z.result_path(tmp_path, row.name, "gotmare", 0).read_text())
+    assert r["status"] == "blocked" and r["error"] == "refused" and r["same_as"] == "lenet5-bn-sgd-s0.json"
+    launched.clear()  # a blocked row is tried again at the next sitting, a finished one never
+    z.run_rows(tmp_path, [row], methods=("adam", "sgd"), seeds=(0,), launch=launch, log=lambda s: None)
+    assert launched == [("lenet5-bn", "sgd", 0)]
+
+
+def test_checkpointed_adam_trains_over_the_rows_blocks(zoo, tmp_path):
+    import dataclasses
+
+    from admm_core import data as data_mod
+    from admm_core.errors import ConfigError
+
+    z, zm = zoo
+    row = dataclasses.replace(zm.BY_NAME["lenet5-bn"], epochs=1, batch_size=16)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(48, 1, 28, 28, generator=g), torch.randint(0, 10, (48,), generator=g)
+    ds = data_mod.Dataset("own", x, y, x[:16], y[:16], 10)
+    torch.manual_seed(0)
+    model = row.factory()
+    before = [p.detach().clone() for p in model.parameters()]
+    lines = z.train_checkpointed(model, row, 0, ds, tmp_path / "run", torch.device("cpu"), z.Peaks())
+    assert [m["epoch"] for m in lines] == [0, 1] and all(0 <= m["test_accuracy"] <= 1 for m in lines)
+    assert all(
+        not torch.equal(a, b) for a, b in zip(before, model.parameters()) if a.dim() > 1
+    )  # the model's own modules
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 2
+    assert len(z.blocks_of(zm.LeNet5(), x[:2], row.cuts).blocks) == 3
+    assert len(z.blocks_of(zm.Net(), x[:2], ("conv2", "fc1")).blocks) == 3  # a functional forward, cut on its graph
+    with pytest.raises(ConfigError, match="2 values cross it"):  # a residual block's inside: the API's own message
+        z.blocks_of(zm.BY_NAME["resnet18"].factory(), torch.randn(2, 3, 32, 32), ("layer2.0.conv1",))
