@@ -50,14 +50,20 @@ class PathTracer(fx.Tracer):
         super().__init__()
         self.leaves = set(leaves)
         self.stack: list[str] = []
+        self.failed_in: str | None = None  # the innermost module whose forward could not be traced
 
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
         return qualname in self.leaves or super().is_leaf_module(m, qualname)
 
     def call_module(self, m, forward, args, kwargs):
-        self.stack.append(self.path_of_module(m))
+        path = self.path_of_module(m)
+        self.stack.append(path)
         try:
             return super().call_module(m, forward, args, kwargs)
+        except Exception:
+            if self.failed_in is None:  # the innermost: the exception passes the outer ones on its way out
+                self.failed_in = path
+            raise
         finally:
             self.stack.pop()
 
@@ -110,7 +116,7 @@ def _trace_once(model: nn.Module, leaves: Sequence[str]) -> fx.GraphModule:
     try:
         graph = tracer.trace(model)
     except Exception as e:  # noqa: BLE001 - a user's forward can fail to trace in any way
-        where = tracer.stack[-1] if tracer.stack else ""
+        where = tracer.failed_in or ""
         keep = f"; keep that module whole with leaf_modules=[{where!r}]" if where else ""
         inside = f" inside {where!r} ({type(model.get_submodule(where)).__name__})" if where else ""
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""

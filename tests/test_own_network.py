@@ -153,6 +153,20 @@ class DataDependent(Skip):
         return self.c(self.b(h))
 
 
+class Flip(nn.Module):
+    def forward(self, h):
+        return -h if h.sum() > 0 else h  # control flow on the data, inside a submodule
+
+
+class WithFlip(Skip):
+    def __init__(self):
+        super().__init__()
+        self.flip = Flip()
+
+    def forward(self, x):
+        return self.c(self.b(self.flip(self.a(x))))
+
+
 class Branchy(Skip):
     def forward(self, x):
         return self.c(nn.functional.dropout(self.b(self.a(x)), 0.5, training=self.training))
@@ -174,6 +188,12 @@ def test_cut_points_are_checked_on_the_traced_graph(tmp_path):
     refused(Branchy(), ["a"], r"Branchy.forward computes something else in train and in eval mode")
     refused(Skip(), ["nope", "c"], r"'nope': no such module or node; 'c': the network's end")
     refused(Skip(), ["a"], r"leaf_modules.*'zz': no such module", leaf_modules=["zz"])
+    # an untraceable submodule is named, and kept whole it trains
+    refused(WithFlip(), ["a"], r"WithFlip cannot be traced by torch.fx inside 'flip' \(Flip\).*leaf_modules=\['flip'\]")
+    run = own.train(
+        WithFlip(), ["flip"], data, "adam", test_data=data, epochs=1, out=tmp_path / "leaf", leaf_modules=["flip"]
+    )
+    assert run.summary["status"] == "finished" and own.describe(run.dir)["leaf_modules"] == ["flip"]
     # the same skip network cut where one tensor crosses (after a: h feeds both b and the add)
     run = own.train(Skip(), ["a"], data, "block-admm", test_data=data, epochs=1, out=tmp_path / "ok")
     assert run.summary["status"] == "finished" and own.describe(run.dir)["blocks"] == [["a"], ["b", "c"]]
