@@ -36,7 +36,7 @@ from admm_core.spec.presets import _MB_RECIPE, _ONLINE_RECIPE, _RESNET_BLOCK  # 
 
 class LeNet5(nn.Module):
     """LeNet-5 as the common PyTorch tutorials write it, with BatchNorm after each convolution and
-    dropout before the classifier (the issue's network): conv-BN-ReLU-pool twice, then
+    dropout before the classifier: conv-BN-ReLU-pool twice, then
     Linear-ReLU-Dropout(0.1), Linear."""
 
     def __init__(self):

@@ -1,4 +1,4 @@
-"""The zoo benchmark: what Block-ADMM does to networks written by others (issue 63, item 5).
+"""The zoo benchmark: what Block-ADMM does to networks written by others.
 
     python experiments/zoo.py                                  # every row that is not optional
     python experiments/zoo.py --rows lenet5-bn vgg11_bn --seeds 0 1 --markdown docs/results/zoo.md
