@@ -368,3 +368,30 @@ def test_an_own_run_shows_on_the_runs_and_compare_pages(tmp_path, monkeypatch):
     assert not at.exception, [e.value for e in at.exception]
     said = " ".join(str(m.value) for kind in ("info", "warning", "error", "success") for m in at.get(kind))
     assert "Not loaded into the form" in said and "admm_core.own.resume" in said, said
+
+
+def test_a_network_of_ones_own_gets_the_measured_recipe_unless_told_otherwise(tmp_path):
+    """No settings: block-admm on the minibatch schedule (OWN_DEFAULTS), recorded in config.json;
+    given settings override it; defaults=False: the registry's (Alg. 1's sweep); recipe=paper: as printed."""
+    from admm_core.methods import make_method
+    from admm_core.spec.presets import OWN_DEFAULTS
+
+    data = (torch.randn(32, 4), torch.randint(0, 3, (32,)))
+    seq = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+
+    def params(out, **kw):
+        run = own.train(seq, ["1"], data, "block-admm", test_data=data, epochs=1, out=tmp_path / out, **kw)
+        cfg = read_json(run.dir / "config.json")
+        return cfg["method_params"], make_method("block-admm", cfg["method_params"])
+
+    given, m = params("own")
+    assert given == OWN_DEFAULTS["block-admm"] and m.z_schedule == "minibatch" and m.bn_mode == "train"
+    given, m = params(
+        "lr",
+        settings={"lr": 0.01, "z_schedule": "sweep", "z_start": "previous", "dual_theta": "new", "theta_input": "new"},
+    )
+    assert m.lr == 0.01 and m.z_schedule == "sweep" and m.primal_steps == OWN_DEFAULTS["block-admm"]["primal_steps"]
+    given, m = params("registry", defaults=False)
+    assert given == {} and m.z_schedule == "sweep"
+    given, m = params("paper", settings={"recipe": "paper"})
+    assert m.z_schedule == "sweep" and m.z_optimizer == "adam" and m.bn_mode == "eval"  # Alg. 1 as printed
