@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from admm_core import own  # noqa: E402
 from admm_core.docs import code_version, command_line, write_section  # noqa: E402
+from admm_core.errors import ConfigError  # noqa: E402
 from admm_core.rundir import read_metrics  # noqa: E402
 from admm_core.spec.presets import _MB_RECIPE, _ONLINE_RECIPE, _RESNET_BLOCK  # noqa: E402
 
@@ -65,6 +66,11 @@ ROWS = {
         "block-admm",
         {**_MB_RECIPE, "bn_mode": "train"},
         "the minibatch recipe, BatchNorm on the minibatch",
+    ),
+    "block-mb-bn-a01": (
+        "block-admm",
+        {**_MB_RECIPE, "bn_mode": "train", "dual_lr": 0.01},
+        "the same, dual step α = 0.01 (the ResNet recipe's; own.train's default)",
     ),
     "block-resnet": ("block-admm", dict(_RESNET_BLOCK), "block-admm, the ResNet-18 presets' recipe"),
     "gotmare-registry": ("gotmare", {}, "gotmare, the registry's defaults"),
@@ -116,10 +122,15 @@ def table(results: list[dict]) -> str:
         if not rs:
             lines.append(f"| {row} | {what} | not run yet | | | | |")
             continue
+        if not rs[0]["acc"]:
+            lines.append(f"| {row} | {what} | {rs[0]['status']} | | | | |")
+            continue
         first = ", ".join(f"{100 * a:.1f}" for a in rs[0]["acc"][1:])
+        if rs[0]["status"] != "finished":
+            first += f" ({rs[0]['status']})"
         finals = [100 * r["acc"][-1] for r in rs]
         spread = f" ± {statistics.pstdev(finals):.1f}" if len(finals) > 1 else ""
-        s = statistics.mean(r["s_per_epoch"] for r in rs)
+        s = statistics.mean(r["s_per_epoch"] or 0.0 for r in rs)
         x = f"{s / adam_s:.1f}" if adam_s else "—"
         load = statistics.mean(r["load"] for r in rs)
         lines.append(
@@ -153,7 +164,17 @@ def main(argv=None) -> int:
                 print(f"[own-defaults] {row} seed {seed}: done before", file=sys.stderr)
                 continue
             print(f"[own-defaults] {row} seed {seed} …", file=sys.stderr, flush=True)
-            r = run_row(row, seed, out, a.epochs, a.train_limit, a.test_limit)
+            try:
+                r = run_row(row, seed, out, a.epochs, a.train_limit, a.test_limit)
+            except ConfigError as e:  # a recipe that cannot run on this network is a row too
+                r = {
+                    "row": row,
+                    "seed": seed,
+                    "status": f"refused: {e}",
+                    "acc": [],
+                    "s_per_epoch": None,
+                    "load": os.getloadavg()[0],
+                }
             f.write_text(json.dumps(r))
             print(
                 f"[own-defaults] {row} seed {seed}: {r['acc'][-1]:.4f} in {r['s_per_epoch']:.1f} s/epoch",
