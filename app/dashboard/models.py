@@ -23,8 +23,9 @@ import sys
 from pathlib import Path
 
 from admm_core.errors import ConfigError
-from admm_core.rundir import default_runs_dir, write_text_atomic
+from admm_core.rundir import default_runs_dir, read_json_dict, write_text_atomic
 from admm_core.spawn import PROJECT_ROOT
+from admm_core.spec.archs import OWN_MESSAGE
 from admm_core.spec.datasets import cache_dir
 
 CHILD_TIMEOUT_S = 300
@@ -132,3 +133,21 @@ def _child(path: Path, name: str, data: str, cached: Path) -> list | str:
     except OSError:
         pass  # a read-only cache: kept in memory here, computed again by the next server
     return rows
+
+
+def resume_problem(run_dir: Path) -> str | None:
+    """Why a run of one's own network cannot be resumed here, or None: a run of the Python API (no
+    ``source`` in model.json: nothing to rebuild it from), or one whose model file is gone or changed
+    since (the worker would refuse it: said before it is launched)."""
+    source = read_json_dict(Path(run_dir) / "model.json").get("source")
+    if not isinstance(source, dict):
+        return f"{Path(run_dir).name}: {OWN_MESSAGE}"
+    path = Path(str(source.get("file", "")))
+    if not path.is_file():
+        return f"{Path(run_dir).name}: its model file {str(path)!r} is gone; restore it to resume the run"
+    if hashlib.sha256(path.read_bytes()).hexdigest() != source.get("sha256"):
+        return (
+            f"{Path(run_dir).name}: its model file {str(path)!r} changed since the run started: the checkpoint's "
+            "Θ belongs to the old network; restore the file or start a new run"
+        )
+    return None
