@@ -239,6 +239,8 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
     key = K + ff.key
     kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form)}
     kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
+    if ff.menu == "archs":
+        kw["help"] = f"with your own networks: the nn.Module classes and no-argument functions in {M.models_dir()}/*.py"
     if ff.kind in ("select", "radio"):
         opts = F.choices(ff, form, datasets)
         changed = ff.menu == "presets" and ss.get("preset_edited")  # its values changed since it was picked
