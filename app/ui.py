@@ -18,10 +18,11 @@ import streamlit as st
 from admm_core import status as status_mod
 from admm_core.errors import ConfigError
 from admm_core.rundir import read_json, read_metrics_cached
+from admm_core.spec.archs import OWN
 from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
 from admm_core.spec.kinds import DEEPFACTO, run_kind
 from app.dashboard import meta as M
-from app.dashboard import workers
+from app.dashboard import models, workers
 
 ss = st.session_state
 _STACKS = []  # set once the SIGUSR1 handler is in place
@@ -368,6 +369,9 @@ def resume_refusal(run_dir: Path, status: dict, done: int, target: int) -> str |
             "finishes, and has none before its first iteration); start a new run instead."
         )
     if not deepfacto:
+        if (saved.get("model") or {}).get("arch") == OWN:  # one's own network: its file, re-imported by the worker
+            if why := models.resume_problem(run_dir):
+                return why
         if target <= done:
             return f"Resume to epoch = {target}: {run_dir.name} has already done {done} epochs; choose a target above {done}."
         return None

@@ -41,6 +41,7 @@ from admm_core.spec.methods import names_for as methods_for
 from admm_core.spec.presets import PRESETS, preset_config
 from admm_core.spec.resources import MAX_PROCESSES, estimate_memory, preflight_problems
 from admm_core.spec.settings import parse_numbers, parse_widths
+from app.dashboard import models
 
 NO_PRESET = "none"
 DEFAULT_PRESET = "digits-mlp"
@@ -221,16 +222,13 @@ def choices(ff: FormField, form: dict | None = None, available: list[str] | None
         cur = form.get(ff.key)
         return here + ([cur] if cur is not None and cur not in here else [])
     if ff.menu == "archs":
-        return list(archs_for(NETWORK))  # the face backbone is DeepFacto's block 1
+        return list(archs_for(NETWORK)) + models.discover()  # the face backbone is DeepFacto's block 1
     if ff.menu == "methods":
         return list(methods_for(NETWORK))  # deepfacto runs with its own task and form
     if ff.kind == "split":
         # the network's split points, and the form's own entries that are not among them: a link's or
         # a loaded config's fc9 stays in the widget, so its message says why (never silently dropped)
-        try:
-            allowed = split_options(*network_of(form))[0]
-        except (ConfigError, KeyError, TypeError):
-            allowed = []
+        allowed = allowed_splits(form)
         return allowed + [s for s in form.get(ff.key) or [] if s not in allowed]
     return list(ff.choices or ())
 
@@ -239,6 +237,8 @@ def label_of(ff: FormField, value) -> str:
     """What a menu shows for ``value``: an architecture's label from its record, else the value."""
     if ff.menu == "archs" and value in ARCHS:
         return ARCHS[value].label or str(value)
+    if ff.menu == "archs" and models.is_entry(value):
+        return models.label(value)
     return str(value)
 
 
@@ -384,6 +384,17 @@ def split_options(arch: str, hidden: tuple[int, ...], width: int = 64) -> tuple[
     names = layer_names(arch, hidden, width)
     cfg = ModelConfig(arch, tuple(hidden), width=width)
     return list(archs.split_points(cfg, names)), list(archs.default_split(cfg, names))
+
+
+def allowed_splits(form: dict) -> list[str]:
+    """The split points of the form's network in forward order: a model file's valid cut points
+    (:func:`app.dashboard.models.cut_table`), else the architecture record's; [] when unknown."""
+    try:
+        if models.is_entry(form.get("arch")):
+            return [r["name"] for r in models.cut_table(form["arch"], form.get("data", DataConfig.name)) if r["valid"]]
+        return split_options(*network_of(form))[0]
+    except (ConfigError, KeyError, TypeError, OSError):
+        return []
 
 
 def data_shape(name: str) -> tuple[tuple[int, ...], int, int]:
@@ -768,6 +779,8 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
     if link:  # a link's values no widget could hold: their fields' errors, with the rest checked too
         got = check_form({k: v for k, v in form.items() if k != LINK}, available)
         return FormCheck(None, {**got.errors, **link}, got.warnings, got.estimate)
+    if models.is_entry(form.get("arch")):
+        return _check_model_file(form, available)
     cfg, errors, partial = _read(form)
     target = cfg or partial
     if target is None:
@@ -791,6 +804,26 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
     if not errors and processes > 1 and device_name(cfg.train.device) == "cpu":
         errors.update(processes_memory_errors(processes, mem))
     return FormCheck(None if errors else cfg, errors, warnings, estimate)
+
+
+def _check_model_file(form: dict, available: list[str] | None) -> FormCheck:
+    """A network from the models folder: its cut points checked against the file's table (computed
+    in a child process), every other field on the default network (its cfg is what the worker's
+    command line is made of: data, method, settings, training; no memory estimate)."""
+    base = {**form, "arch": ModelConfig.arch, "hidden": _to_widget(BY_PATH["model.hidden"], ModelConfig.hidden)}
+    base["split"] = split_options(ModelConfig.arch, ModelConfig.hidden)[1]
+    base[GIVEN] = [k for k in form.get(GIVEN) or () if k != "split"]
+    got = check_form(base, available)
+    errors = {k: v for k, v in got.errors.items() if k != "memory"}
+    try:
+        rows = models.cut_table(form["arch"], form.get("data", DataConfig.name))
+        valid = [r["name"] for r in rows if r["valid"]]
+        bad = [s for s in form.get("split") or () if s not in valid]
+        if bad:
+            errors["split"] = f"model.split = {', '.join(bad)}: not a valid cut point; choose from {', '.join(valid)}"
+    except ConfigError as e:
+        errors["arch"] = str(e)
+    return FormCheck(None if errors else got.cfg, errors, got.warnings, None)
 
 
 def cpu_cores() -> int:

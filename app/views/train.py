@@ -33,6 +33,7 @@ from app.dashboard import follow as FL
 from app.dashboard import form as F
 from app.dashboard import live as L
 from app.dashboard import live_charts as LC
+from app.dashboard import models as M
 from app.dashboard import tail as T
 from app.dashboard import workers as W
 from app.worker_panel import worker_panel
@@ -92,6 +93,9 @@ def on_method():
 
 
 def on_shape():
+    if M.is_entry(ss.get(K + "arch")):  # a model file's network: no cut until one is picked
+        ss[K + "split"] = []
+        return
     try:
         network = F.network_of({k: ss[K + k] for k in ("arch", "hidden", "width") if K + k in ss})
     except ConfigError:
@@ -103,10 +107,7 @@ def on_shape():
 def on_split():
     """The split's tags in network order, whatever order they were clicked in (unknown ones last)."""
     key = K + "split"
-    try:
-        allowed = F.split_options(*F.network_of(read_form()))[0]
-    except (ConfigError, KeyError, TypeError):
-        return
+    allowed = F.allowed_splits(read_form())
     ss[key] = sorted(ss.get(key) or [], key=lambda s: allowed.index(s) if s in allowed else len(allowed))
 
 
@@ -129,6 +130,10 @@ def on_start():
     cfg, errors = F.config_from_form(form, available(kind=NETWORK))
     if cfg is None:
         ss["notice"] = f"Not started: fix {ui.count(len(errors), 'field')}."
+        return
+    if M.is_entry(form["arch"]):  # the worker imports the file: admm train --model FILE.py:Name --split …
+        spec, split = form["arch"], list(form["split"])
+        launch_once(f"{spec}\n{split}\n{cfg.to_json()}", lambda: W.start_model_run(spec, split, cfg, ui.runs_root()))
         return
     n = int(form.get("processes", 1))  # > 1: the worker runs under torchrun (sample-sharded Z/U)
     # the form's check above was the preflight of this start: the launch does not run it again
@@ -181,10 +186,7 @@ def _load_config(cfg: dict) -> None:
 def _ordered_form() -> dict:
     """The form with the split in layer order."""
     form = read_form()
-    try:
-        allowed, _ = F.split_options(*F.network_of(form))
-    except (ConfigError, KeyError):
-        allowed = []
+    allowed = F.allowed_splits(form)
     form["split"] = sorted(form.get("split") or [], key=lambda s: allowed.index(s) if s in allowed else 99)
     return form
 
@@ -237,6 +239,8 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
     key = K + ff.key
     kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form)}
     kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
+    if ff.menu == "archs":
+        kw["help"] = f"with your own networks: the nn.Module classes and no-argument functions in {M.models_dir()}/*.py"
     if ff.kind in ("select", "radio"):
         opts = F.choices(ff, form, datasets)
         changed = ff.menu == "presets" and ss.get("preset_edited")  # its values changed since it was picked
@@ -325,7 +329,10 @@ def form_section(form: dict, got: F.FormCheck, notes: dict, datasets: list[str])
         st.markdown("**Data and network**")
         field_row(groups["data"], form, notes, datasets)
         field_row(groups["network"], form, notes, datasets)
-        draw_blocks(form, got, METHODS[form["method"]].uses_blocks)
+        if M.is_entry(form["arch"]):
+            draw_cuts(form)
+        else:
+            draw_blocks(form, got, METHODS[form["method"]].uses_blocks)
         note(notes, "memory")
 
 
@@ -434,7 +441,21 @@ def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
         )
 
 
-def start_section(cfg: RunConfig | None, errors: dict, method: str) -> None:
+def draw_cuts(form: dict) -> None:
+    """A model file's cut points in forward order: output shape per sample, and why not where invalid."""
+    try:
+        rows = M.cut_table(form["arch"], form["data"])
+    except ConfigError:
+        return  # said once, under the network field
+    shape = lambda r: "×".join(map(str, r["out_shape"])) if r["out_shape"] else "?"
+    table = [
+        {"cut point": r["name"], "output": shape(r), "can cut": "yes" if r["valid"] else f"no: {r['why']}"}
+        for r in rows
+    ]
+    st.dataframe(table, hide_index=True, width="stretch")
+
+
+def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
     """Start, Load and a one-line summary of the setup, above the form: on a 1000-px (or 800-px) high
     window they are in view without scrolling (issue 53; the form below is ~1000 px tall)."""
     c = st.columns([1.1, 1.5, 3])
@@ -450,12 +471,13 @@ def start_section(cfg: RunConfig | None, errors: dict, method: str) -> None:
     with c[2]:
         if cfg is None:
             st.caption(
-                f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(F.error_labels(errors, method))}."
+                f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(F.error_labels(errors, form['method']))}."
             )
         else:
             cls = METHODS[cfg.method]
-            T = len(split_of(cfg)) + 1 if cls.uses_blocks else 1
-            arch = F.network_caption(cfg.model)
+            own = M.is_entry(form["arch"])
+            T = (len(form["split"]) if own else len(split_of(cfg))) + 1 if cls.uses_blocks else 1
+            arch = M.label(form["arch"]) if own else F.network_caption(cfg.model)
             st.caption(
                 f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · {cfg.train.epochs} epochs. "
                 "The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
@@ -819,7 +841,7 @@ def _form_part() -> None:
     ss["train_form"] = form
     # Start first: validate() checked the form before any widget is drawn, so the row above the form
     # shows what the fields below hold (issue 53: Start was at y ≈ 1314 px, below a 1000-px window)
-    start_section(cfg, errors, form["method"])
+    start_section(cfg, errors, form)
     ui.show_notice()
     form_section(form, got, notes, datasets)
     method_section(form, notes, datasets)

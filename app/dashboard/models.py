@@ -1,0 +1,153 @@
+"""The models folder: networks of one's own (``.py`` files) offered in the Train page's network menu.
+
+A file's top-level ``nn.Module`` subclasses (classes whose bases mention ``Module``) and top-level
+functions without arguments are found by reading its source with :mod:`ast`: nothing is imported
+here, so the server never runs a user's file nor imports torch. A menu entry is ``FILE.py:Name``
+with FILE relative to the folder; an entry that leaves the folder (``..``, an absolute path, a
+symlink out) is refused.
+
+Cut points come from ``python -m admm_core cuts FILE.py:Name --data D --json`` in a child process
+(which imports the file and torch), cached, as torchvision's tables are (:mod:`admm_core.spec.tv`),
+in a JSON file under :func:`admm_core.spec.datasets.cache_dir` keyed by the file's SHA-256, Name
+and the data set.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from admm_core.errors import ConfigError
+from admm_core.rundir import default_runs_dir, read_json_dict, write_text_atomic
+from admm_core.spawn import PROJECT_ROOT
+from admm_core.spec.archs import OWN_MESSAGE
+from admm_core.spec.datasets import cache_dir
+
+CHILD_TIMEOUT_S = 300
+
+
+def models_dir() -> Path:
+    """``$ADMM_MODELS``, else ``models`` beside the default runs folder (``./models`` for ``./runs``)."""
+    return Path(os.environ.get("ADMM_MODELS") or default_runs_dir().parent / "models").expanduser().resolve()
+
+
+def is_entry(value) -> bool:
+    """Whether a network menu value names a model file's network (built-in names have no ``.py:``)."""
+    return isinstance(value, str) and ".py:" in value
+
+
+def label(entry: str) -> str:
+    """``my_net.py:Net`` -> ``my_net.py: Net`` (the menu's label)."""
+    file, _, name = entry.rpartition(":")
+    return f"{file}: {name}"
+
+
+def _names(source: str) -> list[str]:
+    """Top-level nn.Module classes and no-argument functions of ``source`` (raises SyntaxError)."""
+    out = []
+    for node in ast.parse(source).body:
+        if getattr(node, "name", "_").startswith("_"):  # private helpers, imports, assignments
+            continue
+        if isinstance(node, ast.ClassDef) and any("Module" in ast.unparse(b) for b in node.bases):
+            out.append(node.name)
+        elif isinstance(node, ast.FunctionDef):
+            a = node.args
+            if not (a.posonlyargs or a.args or a.kwonlyargs or a.vararg or a.kwarg):
+                out.append(node.name)
+    return out
+
+
+def discover(folder: Path | None = None) -> list[str]:
+    """Menu entries ``FILE.py:Name`` of the folder's ``.py`` files, by reading their source (a file
+    that does not parse offers nothing; its error shows when it is run)."""
+    folder = Path(folder or models_dir())
+    out = []
+    for p in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+        try:
+            path = resolve(f"{p.name}:x", folder)[0]
+            out += [f"{p.name}:{n}" for n in _names(path.read_text())]
+        except (ConfigError, OSError, SyntaxError, ValueError):
+            continue
+    return out
+
+
+def resolve(entry: str, folder: Path | None = None) -> tuple[Path, str]:
+    """(the file's real path, Name) of a menu entry, the file inside ``folder``; ConfigError otherwise."""
+    base = Path(folder or models_dir()).resolve()
+    file, sep, name = str(entry).rpartition(":")
+    bad = not sep or not name.isidentifier() or "\x00" in file or Path(file).is_absolute() or ".." in Path(file).parts
+    path = (base / file).resolve() if not bad else None
+    if bad or base not in path.parents or path.suffix != ".py" or not path.is_file():
+        raise ConfigError(f"model = {entry!r}: not a FILE.py:Name of a .py file inside the models folder {base}")
+    return path, name
+
+
+def cache_file(path: Path, name: str, data: str) -> Path:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return cache_dir() / "model-cuts" / f"{digest}_{name}_{data}.json"
+
+
+_MEMO: dict[Path, list | str] = {}  # cache file -> rows, or the error message
+
+
+def cut_table(entry: str, data: str, folder: Path | None = None) -> list[dict]:
+    """The entry's cut points as ``admm cuts --json`` rows {name, also, out_shape, valid, why}, for
+    the inputs of data set ``data``: cached, else from a child process; one ConfigError naming the
+    file when it cannot be imported or traced."""
+    path, name = resolve(entry, folder)
+    cached = cache_file(path, name, data)
+    if cached not in _MEMO:
+        try:
+            _MEMO[cached] = json.loads(cached.read_text())
+        except (OSError, ValueError):
+            _MEMO[cached] = _child(path, name, data, cached)
+    rows = _MEMO[cached]
+    if isinstance(rows, str):
+        raise ConfigError(rows)
+    return rows
+
+
+def _child(path: Path, name: str, data: str, cached: Path) -> list | str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "admm_core", "cuts", f"{path}:{name}", "--data", data, "--json"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{path.name}: its cut points could not be computed ({e})"
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or [f"exit code {p.returncode}"])[-1].removeprefix("error: ")
+        return f"{path.name}: {last}"
+    try:
+        rows = json.loads(p.stdout)
+    except ValueError:
+        return f"{path.name}: admm cuts printed no table"
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(cached, json.dumps(rows), durable=False)
+    except OSError:
+        pass  # a read-only cache: kept in memory here, computed again by the next server
+    return rows
+
+
+def resume_problem(run_dir: Path) -> str | None:
+    """Why a run of one's own network cannot be resumed here, or None: a run of the Python API (no
+    ``source`` in model.json: nothing to rebuild it from), or one whose model file is gone or changed
+    since (the worker would refuse it: said before it is launched)."""
+    source = read_json_dict(Path(run_dir) / "model.json").get("source")
+    if not isinstance(source, dict):
+        return f"{Path(run_dir).name}: {OWN_MESSAGE}"
+    path = Path(str(source.get("file", "")))
+    if not path.is_file():
+        return f"{Path(run_dir).name}: its model file {str(path)!r} is gone; restore it to resume the run"
+    if hashlib.sha256(path.read_bytes()).hexdigest() != source.get("sha256"):
+        return (
+            f"{Path(run_dir).name}: its model file {str(path)!r} changed since the run started: the checkpoint's "
+            "Θ belongs to the old network; restore the file or start a new run"
+        )
+    return None

@@ -1,0 +1,132 @@
+"""Networks of one's own in the dashboard: the models folder's files in the Train page's network menu
+(read, never imported, by the server), their cut points from ``admm cuts`` in a child, a link that
+names a file outside the folder refused, Start launching ``admm train --model``, Resume offered."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import wait
+from streamlit.testing.v1 import AppTest
+
+from admm_core.rundir import read_json
+from app import ui
+from app.dashboard import workers as W
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TINY = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(64, 16)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = self.act(self.fc1(x.flatten(1)))
+        return self.fc2(h) + 0 * h.sum()  # h crosses after fc2's input too: 'act' stays a cut, 'fc2' not
+
+
+class Helper:  # not a module
+    pass
+
+
+def small():
+    return Net()
+
+
+def widen(k):  # takes an argument: not offered
+    return Net()
+"""
+
+
+@pytest.fixture
+def folders(tmp_path, monkeypatch):
+    models, runs = tmp_path / "models", tmp_path / "runs"
+    models.mkdir()
+    (models / "tiny.py").write_text(TINY)
+    (models / "broken.py").write_text(
+        "import no_such_package_here\nfrom torch import nn\n\nclass Net(nn.Module):\n    pass\n"
+    )
+    (tmp_path / "outside.py").write_text(TINY)
+    (models / "escape.py").symlink_to(tmp_path / "outside.py")  # a symlink out of the folder: not offered
+    monkeypatch.setenv("ADMM_MODELS", str(models))
+    monkeypatch.setenv("ADMM_RUNS", str(runs))
+    monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
+    return models, runs
+
+
+def test_the_menu_reads_the_files_without_importing_them_or_torch(folders):
+    models, _ = folders
+    (models / "loud.py").write_text(
+        f"open({str(models / 'ran')!r}, 'w')\nimport torch.nn as nn\n\nclass A(nn.Module): ...\n"
+    )
+    code = "import sys, json\nfrom app.dashboard import models\nprint(json.dumps([models.discover(), 'torch' in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    found, torch_loaded = json.loads(out.stdout)
+    assert found == ["broken.py:Net", "loud.py:A", "tiny.py:Net", "tiny.py:small"], out.stderr
+    assert not torch_loaded and not (models / "ran").exists()
+
+
+def train_page(query: dict) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
+    at.query_params.update({"preset": "none", "data": "digits", "epochs": "1", **query})
+    return at.run()
+
+
+def test_the_cut_table_comes_from_the_child_and_a_bad_file_is_one_error(folders):
+    at = train_page({"arch": "tiny.py:Net", "split": "fc1"})
+    assert not at.exception, [e.value for e in at.exception]
+    assert (
+        "tiny.py: Net" in at.selectbox(key="f.arch").options and "broken.py: Net" in at.selectbox(key="f.arch").options
+    )
+    split = at.multiselect(key="f.split")
+    assert split.value == ["fc1"] and split.options == ["fc1", "act"]  # the valid cut points, in forward order
+    (table,) = at.dataframe
+    rows = table.value.to_dict("records")
+    assert [r["cut point"] for r in rows] == ["fc1", "act", "fc2"] and rows[0]["output"] == "16"
+    assert rows[2]["can cut"].startswith("no: 2 values cross it"), rows[2]
+    assert not at.button(key="start").disabled
+    at.selectbox(key="f.arch").set_value("broken.py:Net").run()
+    assert not at.exception, [e.value for e in at.exception]
+    errs = [e.value for e in at.error]
+    assert len(errs) == 1 and "broken.py" in errs[0] and "no_such_package_here" in errs[0], errs
+    assert "Traceback" not in errs[0] and at.button(key="start").disabled
+
+
+@pytest.mark.parametrize("entry", ["../outside.py:Net", "escape.py:Net", "/etc/passwd.py:Net"])
+def test_a_link_to_a_file_outside_the_models_folder_is_refused(folders, entry, monkeypatch):
+    launched = []
+    monkeypatch.setattr(W, "_spawn", lambda *a, **k: launched.append(a))
+    at = train_page({"arch": entry})
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="f.arch").value != entry
+    assert any(entry in e.value for e in at.error) and at.button(key="start").disabled
+    with pytest.raises(Exception, match="inside the models folder"):
+        W.start_model_run(entry, [], None)
+    assert launched == []
+
+
+def test_start_trains_the_file_s_network_and_resume_is_offered(folders):
+    models, runs = folders
+    at = train_page({"arch": "tiny.py:Net", "split": "fc1", "method": "block-admm"})
+    at.button(key="start").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (run,) = wait(lambda: list(runs.iterdir()), 30)
+    assert wait(lambda: (read_json(run / "status.json", {}) or {}).get("state") == "finished", 120), W.log_tail(run)
+    model = read_json(run / "model.json")
+    assert model["source"]["file"] == str(models / "tiny.py") and model["source"]["name"] == "Net"
+    assert read_json(run / "config.json")["model"]["split"] == ["fc1"]
+    status = W.state_of(run)
+    assert ui.resume_refusal(run, status, 1, 2) is None  # the Runs page's Resume launches it
+    (models / "tiny.py").write_text(TINY + "\n# edited\n")
+    assert "changed since the run started" in ui.resume_refusal(run, status, 1, 2)
