@@ -130,3 +130,20 @@ def test_start_trains_the_file_s_network_and_resume_is_offered(folders):
     assert ui.resume_refusal(run, status, 1, 2) is None  # the Runs page's Resume launches it
     (models / "tiny.py").write_text(TINY + "\n# edited\n")
     assert "changed since the run started" in ui.resume_refusal(run, status, 1, 2)
+
+
+def test_picking_a_model_file_shows_the_recipe_its_run_gets(folders):
+    """The method's fields show OWN_DEFAULTS (what admm train --model gives a network no preset knows),
+    for the method in force and after a change of method."""
+    from admm_core.spec.presets import OWN_DEFAULTS
+
+    at = train_page({"method": "block-admm"})
+    at.selectbox(key="f.arch").set_value("tiny.py:Net").run()
+    assert not at.exception, [e.value for e in at.exception]
+    want = OWN_DEFAULTS["block-admm"]
+    shown = at.session_state  # the fields' values (some sit in folded expanders, not drawn)
+    assert shown["f.mp.block-admm.z_schedule"] == want["z_schedule"] == "minibatch"
+    assert shown["f.mp.block-admm.dual_lr"] == "0.01" and shown["f.mp.block-admm.bn_mode"] == "train"
+    at.selectbox(key="f.method").set_value("online-admm").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state["f.mp.online-admm.power_every"] == OWN_DEFAULTS["online-admm"]["power_every"] == 10

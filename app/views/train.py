@@ -24,6 +24,7 @@ from admm_core.spec.deepfacto import DeepFactoConfig
 from admm_core.spec.faces import find_lfw
 from admm_core.spec.kinds import DEEPFACTO, NETWORK, run_kind, run_method
 from admm_core.spec.methods import METHODS
+from admm_core.spec.presets import OWN_DEFAULTS
 from admm_core.spec.resources import human as human_bytes
 from admm_core.spec.resources import split_of
 from app import ui
@@ -78,12 +79,23 @@ def on_preset():
         ss.pop(K + F.LINK, None)  # every field filled again: a link's errors about them are gone
 
 
+def own_recipe() -> None:
+    """A network of the models folder: the method's fields show the recipe measured for a network no
+    preset knows (OWN_DEFAULTS, what ``admm train --model`` gives), as a preset's fields show its own."""
+    method = ss.get(K + "method", F.DEFAULT_METHOD)
+    fresh = OWN_DEFAULTS.get(method, {})
+    given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]
+    set_form({"method": method, **F.method_fields(method, fresh), F.GIVEN: given + [F.MP + k for k in fresh]})
+
+
 def on_method():
     preset, method = ss[K + "preset"], ss[K + "method"]
     link = ss.get(K + F.LINK) or {}  # the old method's settings are not the form's any more
     ss[K + F.LINK] = {k: v for k, v in link.items() if not k.startswith(F.MP)}
     given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]  # the split's mark stays
-    if preset != F.NO_PRESET:
+    if M.is_entry(ss.get(K + "arch")):
+        own_recipe()
+    elif preset != F.NO_PRESET:
         fresh = F.default_form(preset, method)
         # with "method": set_form files the preset's settings under the new method's widgets
         mine = {k: v for k, v in fresh.items() if k.startswith(F.MP) or k == "batch_size"}
@@ -95,6 +107,7 @@ def on_method():
 def on_shape():
     if M.is_entry(ss.get(K + "arch")):  # a model file's network: no cut until one is picked
         ss[K + "split"] = []
+        own_recipe()
         return
     try:
         network = F.network_of({k: ss[K + k] for k in ("arch", "hidden", "width") if K + k in ss})
