@@ -177,7 +177,7 @@ def main(argv=None) -> int:
                 }
             f.write_text(json.dumps(r))
             print(
-                f"[own-defaults] {row} seed {seed}: {r['acc'][-1]:.4f} in {r['s_per_epoch']:.1f} s/epoch",
+                f"[own-defaults] {row} seed {seed}: {r['status']}, accuracy {r['acc'][-1:]}, {r['s_per_epoch']} s/epoch",
                 file=sys.stderr,
                 flush=True,
             )
