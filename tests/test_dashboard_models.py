@@ -118,14 +118,15 @@ def test_a_link_to_a_file_outside_the_models_folder_is_refused(folders, entry, m
 
 def test_start_trains_the_file_s_network_and_resume_is_offered(folders):
     models, runs = folders
-    at = train_page({"arch": "tiny.py:Net", "split": "fc1", "method": "block-admm"})
+    at = train_page({"arch": "tiny.py:Net", "split": "fc1", "method": "block-admm", "checkpoint_every": "3"})
     at.button(key="start").click().run()
     assert not at.exception, [e.value for e in at.exception]
     (run,) = wait(lambda: list(runs.iterdir()), 30)
     assert wait(lambda: (read_json(run / "status.json", {}) or {}).get("state") == "finished", 120), W.log_tail(run)
     model = read_json(run / "model.json")
     assert model["source"]["file"] == str(models / "tiny.py") and model["source"]["name"] == "Net"
-    assert read_json(run / "config.json")["model"]["split"] == ["fc1"]
+    cfg = read_json(run / "config.json")
+    assert cfg["model"]["split"] == ["fc1"] and cfg["train"]["checkpoint_every"] == 3  # every train field reaches it
     status = W.state_of(run)
     assert ui.resume_refusal(run, status, 1, 2) is None  # the Runs page's Resume launches it
     (models / "tiny.py").write_text(TINY + "\n# edited\n")
@@ -144,6 +145,8 @@ def test_picking_a_model_file_shows_the_recipe_its_run_gets(folders):
     shown = at.session_state  # the fields' values (some sit in folded expanders, not drawn)
     assert shown["f.mp.block-admm.z_schedule"] == want["z_schedule"] == "minibatch"
     assert shown["f.mp.block-admm.dual_lr"] == "0.01" and shown["f.mp.block-admm.bn_mode"] == "train"
+    drawn = {w.key for kind in ("checkbox", "selectbox", "number_input", "text_input") for w in at.get(kind)}
+    assert not drawn & {"f.augment", "f.init", "f.init_std"} and "f.epochs" in drawn  # fields the run would not read
     at.selectbox(key="f.method").set_value("online-admm").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state["f.mp.online-admm.power_every"] == OWN_DEFAULTS["online-admm"]["power_every"] == 10

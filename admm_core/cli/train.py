@@ -4,6 +4,7 @@ changed by the options), or ``--resume`` a stopped run; DeepFacto runs go to the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -196,9 +197,9 @@ def _train_model_file(a) -> int:
         bar = _bar(a, a.epochs or cfg.train.epochs, run_dir)
         run = own.resume(model, run_dir, epochs=a.epochs, on_progress=_progress(bar), should_stop=should_stop)
     else:
-        if a.preset or a.config or a.arch or a.hidden or a.width:
+        if a.preset or a.arch or a.hidden or a.width:
             raise ConfigError(
-                "--model: the network comes from the file; leave --preset, --config, --arch, --hidden and --width out"
+                "--model: the network comes from the file; leave --preset, --arch, --hidden and --width out"
             )
         cfg = config_from_args(a)
         import torch
@@ -207,7 +208,8 @@ def _train_model_file(a) -> int:
         model, source = modelfile.load(a.model)
         split = [s for s in (a.split or "").split(",") if s and s != "default"]
         leaves = [s for s in (a.leaf_modules or "").split(",") if s]
-        train = {k: getattr(cfg.train, k) for k in (*TRAIN_FLAGS, "tensorboard")}
+        # every train field (a --config's too: the dashboard's form); the config's model part is the file's
+        train = {f.name: getattr(cfg.train, f.name) for f in dataclasses.fields(cfg.train)}
         bar = _bar(a, cfg.train.epochs, None)
         run = own.train(
             model, split, cfg.data.name, cfg.method, leaf_modules=leaves, source=source,

@@ -90,6 +90,8 @@ class FormField:
     disabled_if: dict | None = None
 
     def enabled(self, form: dict) -> bool:
+        if (self.path or self.key) in NOT_FOR_MODEL_FILES and models.is_entry(form.get("arch")):
+            return False  # the file builds and initialises its network; `admm train --model` runs one process
         if self.kind == "split":  # an end-to-end method has no blocks: its split is ignored
             rec = METHODS.get(form.get("method"))
             return rec is None or rec.uses_blocks
@@ -101,6 +103,15 @@ class FormField:
 
 
 SIZE_PATHS = {f"model.{f}" for f in SIZE_FIELDS}
+# what a network of the models folder does not read: its file builds and initialises it
+NOT_FOR_MODEL_FILES = {
+    "data.augment",
+    "data.augment_pad",
+    "data.augment_flip",
+    "model.init",
+    "model.init_std",
+    "processes",
+}
 
 # How the form lays each config field out, by its path: group (a row of the form; "more" folds),
 # label, widget, the widget's step (and min, where the widget's differs from the field's rule), the

@@ -160,23 +160,16 @@ def start_run(cfg: RunConfig, root: str | Path | None = None, processes: int = 1
 
 
 def start_model_run(entry: str, split: list[str], cfg: RunConfig, root: str | Path | None = None) -> Path:
-    """Launch ``admm train --model FILE.py:Name --split …`` for a network of the models folder
-    (:mod:`app.dashboard.models`), with ``cfg``'s data, method, settings and training fields (its
-    network is not used); the worker writes config.json and model.json (with the file's source)."""
+    """Launch ``admm train --model FILE.py:Name --split … --config RUN/config.json`` for a network of
+    the models folder (:mod:`app.dashboard.models`): ``cfg``'s data, method, settings and every
+    training field (its network part is not used: the file's is); the worker rewrites config.json as
+    the run's and writes model.json (with the file's source)."""
     path, name = resolve(entry)
     run_dir = unique_run_dir(f"{name.lower()}-{cfg.method}-s{cfg.train.seed}", runs_root(root))
-    args = ["--model", f"{path}:{name}", "--split", ",".join(split), "--out", str(run_dir), "--method", cfg.method]
-    d, t = cfg.data, cfg.train
-    flags = {"--data": d.name, "--data-root": d.root, "--train-limit": d.train_limit, "--test-limit": d.test_limit}
-    flags |= {f"--{k.replace('_', '-')}": getattr(t, k) for k in MODEL_RUN_TRAIN}
-    args += [str(x) for k, v in flags.items() if v is not None for x in (k, v)]
-    args += [] if t.tensorboard else ["--no-tensorboard"]
-    args += [x for k, v in cfg.method_params.items() for x in ("--set", f"{k}={json.dumps(v)}")]
-    _spawn(args, run_dir)
+    write_text_atomic(run_dir / "config.json", cfg.to_json())
+    args = ["--model", f"{path}:{name}", "--split", ",".join(split), "--config", str(run_dir / "config.json")]
+    _spawn([*args, "--out", str(run_dir)], run_dir)
     return run_dir
-
-
-MODEL_RUN_TRAIN = ("epochs", "batch_size", "loss", "seed", "device", "eval_every", "lr_schedule")  # admm train's
 
 
 def start_deepfacto(cfg: DeepFactoConfig, root: str | Path | None = None) -> Path:
