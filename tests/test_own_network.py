@@ -395,3 +395,22 @@ def test_a_network_of_ones_own_gets_the_measured_recipe_unless_told_otherwise(tm
     assert given == {} and m.z_schedule == "sweep"
     given, m = params("paper", settings={"recipe": "paper"})
     assert m.z_schedule == "sweep" and m.z_optimizer == "adam" and m.bn_mode == "eval"  # Alg. 1 as printed
+
+
+def test_a_vision_transformer_cut_between_encoder_layers_trains_by_online_admm(tmp_path):
+    """torchvision's VisionTransformer, cut between encoder layers (its class token and position
+    embedding read in block 1): online-admm's Lipschitz estimate takes second derivatives through
+    attention, which CPU's fused attention kernels do not have."""
+    import torchvision
+
+    torch.manual_seed(0)
+    vit = torchvision.models.VisionTransformer(
+        image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=10
+    )
+    x, y = torch.randn(64, 3, 16, 16), torch.randint(0, 10, (64,))
+    run = own.train(
+        vit, ["encoder.layers.encoder_layer_0"], (x, y), "online-admm", test_data=(x[:16], y[:16]), epochs=1,
+        batch_size=16, out=tmp_path / "vit", tensorboard=False,
+    )  # fmt: skip
+    assert run.summary["status"] == "finished", run.summary
+    assert own.describe(run.dir)["blocks"][0] == ["conv_proj", "encoder.dropout", "encoder.layers.encoder_layer_0"]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 # Leaf modules whose Lipschitz constant is ≤ 1 (element-wise, in eval mode): a block made of
@@ -50,7 +51,9 @@ def jacobian_norm(block: nn.Module, inp: torch.Tensor, v: torch.Tensor, steps: i
     if v.shape[0] < n:  # the warm vector came from a smaller (last) minibatch: tile it back to n rows
         v = _unit(v.repeat(-(-n // v.shape[0]), *[1] * (v.dim() - 1))[:n])
     v = v[:n].to(inp)
-    with torch.enable_grad():
+    # second derivatives: the fused attention kernels (flash, memory-efficient) have no double
+    # backward on the CPU; the math kernel computes the same function from differentiable ops
+    with torch.enable_grad(), sdpa_kernel([SDPBackend.MATH]):
         inp = inp.requires_grad_()
         out = block(inp)
         w = torch.zeros_like(out, requires_grad=True)
