@@ -134,46 +134,12 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result_and_a_changed_file_is_
     assert [m["epoch"] for m in read_metrics(killed)] == [0, 1, 2, 3]  # nothing touched
 
 
-EXAMPLES_NET = """
-import torch
-from torch import nn
-import torch.nn.functional as F
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = self.conv1(x)
-        x = F.relu(x)
-        x = self.conv2(x)
-        x = F.relu(x)
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = self.fc1(x)
-        x = F.relu(x)
-        x = self.dropout2(x)
-        x = self.fc2(x)
-        output = F.log_softmax(x, dim=1)
-        return output
-"""
-
-
-def test_the_docs_cut_table_is_what_admm_cuts_prints(tmp_path):
+def test_the_docs_cut_table_is_what_admm_cuts_prints():
     """docs/your-own-network.md's table for PyTorch's examples' MNIST Net (pytorch/examples,
     mnist/main.py, as written there) is the command's output."""
     import re
 
-    f = tmp_path / "examples_net.py"
-    f.write_text(EXAMPLES_NET)
+    f = ROOT / "experiments" / "zoo_models.py"  # the zoo's copy of the examples' Net, as printed there
     rc, out, err = cli_call(["cuts", f"{f}:Net", "--data", "mnist"])
     assert rc == 0, err
     text = (ROOT / "docs" / "your-own-network.md").read_text()

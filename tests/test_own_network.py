@@ -199,26 +199,14 @@ def test_cut_points_are_checked_on_the_traced_graph(tmp_path):
     assert run.summary["status"] == "finished" and own.describe(run.dir)["blocks"] == [["a"], ["b", "c"]]
 
 
-class ExampleNet(nn.Module):
-    """The MNIST ``Net`` of PyTorch's examples (pytorch/examples, mnist/main.py), as written there:
-    functional ops in forward, dropout2 assigned before fc1 but run after it."""
+def example_net() -> nn.Module:
+    """The MNIST ``Net`` of PyTorch's examples (pytorch/examples, mnist/main.py), as the zoo writes it
+    (experiments/zoo_models.py): functional ops in forward, dropout2 assigned before fc1, run after."""
+    from helpers import ROOT
 
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
+    from admm_core import modelfile
 
-    def forward(self, x):
-        x = nn.functional.relu(self.conv1(x))
-        x = nn.functional.relu(self.conv2(x))
-        x = self.dropout1(nn.functional.max_pool2d(x, 2))
-        x = torch.flatten(x, 1)
-        x = self.dropout2(nn.functional.relu(self.fc1(x)))
-        return nn.functional.log_softmax(self.fc2(x), dim=1)
+    return modelfile.load(f"{ROOT / 'experiments' / 'zoo_models.py'}:Net")[0]
 
 
 def test_the_examples_net_and_a_resnet_cut_inside_a_stage_train_through_the_api(tmp_path):
@@ -231,7 +219,7 @@ def test_the_examples_net_and_a_resnet_cut_inside_a_stage_train_through_the_api(
     torch.manual_seed(0)
     x = torch.rand(64, 1, 28, 28)
     y = torch.randint(0, 10, (64,))
-    net = ExampleNet()
+    net = example_net()
     before = net.fc1.weight.detach().clone()
     run = own.train(
         net, ["conv2", "fc1"], (x, y), "block-admm", test_data=(x[:16], y[:16]), epochs=1, out=tmp_path / "a"
