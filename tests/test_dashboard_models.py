@@ -150,3 +150,20 @@ def test_picking_a_model_file_shows_the_recipe_its_run_gets(folders):
     at.selectbox(key="f.method").set_value("online-admm").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state["f.mp.online-admm.power_every"] == OWN_DEFAULTS["online-admm"]["power_every"] == 10
+
+
+def test_the_z_u_state_of_the_picked_cuts_is_shown(folders):
+    """Z and U for every training sample of each crossing tensor (and the output), by hand, against
+    what the page computes and shows; online-admm keeps one minibatch's."""
+    from admm_core.spec.config import DataConfig, RunConfig, TrainConfig
+    from app.views.train import state_of_cuts
+
+    rows = [{"name": "fc1", "out_shape": [16]}, {"name": "act", "out_shape": [16]}]
+    cfg = RunConfig(method="block-admm", data=DataConfig("digits", train_limit=1000), train=TrainConfig(batch_size=50))
+    assert state_of_cuts(rows, ["fc1"], cfg) == 1000 * (16 + 10) * 4 * 2  # Z and U, float32, plain Z steps
+    online = cfg.replace(method="online-admm")
+    assert state_of_cuts(rows, ["fc1"], online) < state_of_cuts(rows, ["fc1"], cfg) / 10
+    at = train_page({"arch": "tiny.py:Net", "split": "fc1", "method": "block-admm"})
+    assert not at.exception, [e.value for e in at.exception]
+    said = [c.value for c in at.caption if "Z/U state of these cuts" in c.value]
+    assert len(said) == 1, [c.value for c in at.caption]

@@ -11,6 +11,7 @@ callbacks of :mod:`app.ui`.
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -19,11 +20,12 @@ import streamlit as st
 from admm_core.errors import CheckpointError, ConfigError, DataError
 from admm_core.spec.archs import OWN, OWN_MESSAGE
 from admm_core.spec.config import RunConfig
-from admm_core.spec.datasets import available
+from admm_core.spec.datasets import DATASETS, available
 from admm_core.spec.deepfacto import DeepFactoConfig
 from admm_core.spec.faces import find_lfw
 from admm_core.spec.kinds import DEEPFACTO, NETWORK, run_kind, run_method
 from admm_core.spec.methods import METHODS
+from admm_core.spec.methods.base import StateSizes
 from admm_core.spec.presets import OWN_DEFAULTS
 from admm_core.spec.resources import human as human_bytes
 from admm_core.spec.resources import split_of
@@ -343,7 +345,7 @@ def form_section(form: dict, got: F.FormCheck, notes: dict, datasets: list[str])
         field_row(groups["data"], form, notes, datasets)
         field_row(groups["network"], form, notes, datasets)
         if M.is_entry(form["arch"]):
-            draw_cuts(form)
+            draw_cuts(form, got)
         else:
             draw_blocks(form, got, METHODS[form["method"]].uses_blocks)
         note(notes, "memory")
@@ -454,8 +456,9 @@ def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
         )
 
 
-def draw_cuts(form: dict) -> None:
-    """A model file's cut points in forward order: output shape per sample, and why not where invalid."""
+def draw_cuts(form: dict, got: F.FormCheck) -> None:
+    """A model file's cut points in forward order: output shape per sample, and why not where invalid;
+    then the Z/U state the picked cuts make, by the method's own rule on those shapes."""
     try:
         rows = M.cut_table(form["arch"], form["data"])
     except ConfigError:
@@ -466,6 +469,22 @@ def draw_cuts(form: dict) -> None:
         for r in rows
     ]
     st.dataframe(table, hide_index=True, width="stretch")
+    if got.cfg is not None and METHODS[got.cfg.method].uses_blocks:
+        state = state_of_cuts(rows, list(form["split"]), got.cfg)
+        limit = F.max_run_bytes()
+        said = f"Z/U state of these cuts: {human_bytes(state)} (limit {human_bytes(limit)})."
+        st.warning(said + " Cut at narrower tensors or use fewer samples.") if state > limit else st.caption(said)
+
+
+def state_of_cuts(rows: list[dict], split: list[str], cfg: RunConfig) -> int:
+    """Bytes of Z/U a run keeps for a model file cut at ``split``: the method's estimate
+    (``estimate_state_bytes``) on the crossing tensors' sizes (``rows``: the cut table) and the
+    network's output (one float per class)."""
+    shapes = {r["name"]: r["out_shape"] or [0] for r in rows}
+    spec = DATASETS[cfg.data.name]
+    n = min(spec.n_train, cfg.data.train_limit) if cfg.data.train_limit else spec.n_train
+    block_out = tuple(math.prod(shapes[s]) for s in split if s in shapes) + (spec.n_classes,)
+    return int(cfg.method_settings.estimate_state_bytes(StateSizes(n, cfg.train.batch_size, block_out, block_out)))
 
 
 def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
