@@ -406,6 +406,9 @@ def on_load(name: str) -> None:
     if not cfg:
         ss["notice"] = f"{name} has no readable config.json."
         return
+    entry = models.entry_of_run(runs_root() / name) if (cfg.get("model") or {}).get("arch") == OWN else None
+    if entry:  # a run of a models-folder network: the form shows that network and the run's cuts
+        cfg = {**cfg, "model": {**cfg["model"], "arch": entry}}
     ss["load_config"] = cfg
     ss["goto_train"] = True
     watch(name)

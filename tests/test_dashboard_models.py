@@ -129,6 +129,12 @@ def test_start_trains_the_file_s_network_and_resume_is_offered(folders):
     assert cfg["model"]["split"] == ["fc1"] and cfg["train"]["checkpoint_every"] == 3  # every train field reaches it
     status = W.state_of(run)
     assert ui.resume_refusal(run, status, 1, 2) is None  # the Runs page's Resume launches it
+    # Runs -> Load into Train: the form shows the file's network, the run's cuts and settings
+    at = train_page({"load": run.name})
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="f.arch").value == "tiny.py:Net" and at.multiselect(key="f.split").value == ["fc1"]
+    assert at.session_state["f.mp.block-admm.z_schedule"] == cfg["method_params"]["z_schedule"]
+    assert "Loaded the run's configuration" in " ".join(i.value for i in at.info)
     (models / "tiny.py").write_text(TINY + "\n# edited\n")
     assert "changed since the run started" in ui.resume_refusal(run, status, 1, 2)
 

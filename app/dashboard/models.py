@@ -151,3 +151,18 @@ def resume_problem(run_dir: Path) -> str | None:
             "Θ belongs to the old network; restore the file or start a new run"
         )
     return None
+
+
+def entry_of_run(run_dir: Path, folder: Path | None = None) -> str | None:
+    """The menu entry ``FILE.py:Name`` of a run of ``admm train --model`` whose file lies in the models
+    folder (so Runs → Load into Train can show it in the form), else None."""
+    source = read_json_dict(Path(run_dir) / "model.json").get("source")
+    if not isinstance(source, dict):
+        return None
+    base = Path(folder or models_dir()).resolve()
+    path = Path(str(source.get("file", ""))).resolve()
+    entry = f"{path.name}:{source.get('name')}"
+    try:
+        return entry if path.parent == base and resolve(entry, base)[0] == path else None
+    except ConfigError:
+        return None
