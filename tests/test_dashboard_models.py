@@ -13,7 +13,7 @@ import pytest
 from helpers import wait
 from streamlit.testing.v1 import AppTest
 
-from admm_core.rundir import read_json
+from admm_core.rundir import read_json, read_metrics
 from app import ui
 from app.dashboard import workers as W
 
@@ -173,3 +173,25 @@ def test_the_z_u_state_of_the_picked_cuts_is_shown(folders):
     assert not at.exception, [e.value for e in at.exception]
     said = [c.value for c in at.caption if "Z/U state of these cuts" in c.value]
     assert len(said) == 1, [c.value for c in at.caption]
+
+
+def test_stop_and_compare_treat_a_model_file_run_as_any_other(folders):
+    """Stop ends a models-folder run's worker at its next step with status 'stopped' and a
+    checkpoint; Compare draws it beside itself (its rows read like any run's)."""
+    from admm_core.spec.config import DataConfig, RunConfig, TrainConfig
+
+    _, runs = folders
+    cfg = RunConfig(method="online-admm", data=DataConfig("digits"), train=TrainConfig(epochs=500, batch_size=16))
+    run = W.start_model_run("tiny.py:Net", ["fc1"], cfg, runs)
+    assert wait(
+        lambda: len(read_json(run / "status.json", {}) or {}) and W.state_of(run).get("state") == "running", 120
+    )
+    assert wait(lambda: len(read_metrics(run)) >= 2, 120), W.log_tail(run)  # an epoch done: a checkpoint
+    assert W.stop_run(run)
+    assert wait(lambda: W.state_of(run).get("state") == "stopped", 60), (W.state_of(run), W.log_tail(run))
+    assert (run / "checkpoint.pt").exists() and read_json(run / "model.json")["source"]["name"] == "Net"
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "compare.py"), default_timeout=60)
+    at.query_params["runs"] = run.name
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.get("plotly_chart") and len(at.dataframe[0].value) == 1
