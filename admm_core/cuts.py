@@ -13,9 +13,9 @@ name (after that node). The cut after node n_i is valid when exactly one tensor 
 
 and |crossing(i)| = 1. A skip connection that jumps the cut makes it two (the message names the
 skip's source), a size computed before the cut and used after it is a non-tensor crossing.
-``torch.fx.passes.split_module`` then cuts the graph into one sub-graph per block; each holds the
-user's own module objects (not copies), so ``.train()`` / ``.eval()``, BatchNorm's statistics and
-the trained weights are the user's network's.
+Each block is then a GraphModule of its own nodes (:func:`_block`, which says why not
+``torch.fx.passes.split_module``); each holds the user's own module objects (not copies), so
+``.train()`` / ``.eval()``, BatchNorm's statistics and the trained weights are the user's network's.
 
 Refused, each with one :class:`ConfigError` naming what is wrong: a name that is no module path
 and no node (with the valid cut points listed), a cut that more than one value crosses, a module
@@ -153,8 +153,7 @@ def trace(model: nn.Module, probe: torch.Tensor, leaf_modules: Sequence[str] = (
     finally:
         model.train(was)
     if gm.code != other.code:
-        a = [n for n in gm.graph.nodes]
-        b = [n for n in other.graph.nodes]
+        a, b = list(gm.graph.nodes), list(other.graph.nodes)
         diff = next((x for x, y in zip(a, b) if (x.op, x.target, str(x.args)) != (y.op, y.target, str(y.args))), a[-1])
         where = diff.meta.get("module_path", "")
         raise ConfigError(
@@ -175,10 +174,7 @@ def trace(model: nn.Module, probe: torch.Tensor, leaf_modules: Sequence[str] = (
     if not torch.is_tensor(out):
         raise ConfigError(f"model: {what}.forward returns {type(out).__name__}, not one tensor (the last block's Z_T)")
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
-    if (
-        not any(n.op == "placeholder" for n in gm.graph.nodes)
-        or sum(n.op == "placeholder" for n in gm.graph.nodes) != 1
-    ):
+    if sum(n.op == "placeholder" for n in gm.graph.nodes) != 1:
         raise ConfigError(f"model: {what}.forward must take one input tensor")
     return Graph(model, gm, nodes, leaves)
 
