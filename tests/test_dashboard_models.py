@@ -195,3 +195,17 @@ def test_stop_and_compare_treat_a_model_file_run_as_any_other(folders):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.get("plotly_chart") and len(at.dataframe[0].value) == 1
+
+
+def test_a_setting_s_help_says_where_its_measured_value_comes_from(folders):
+    """The help of η names the preset's measured value under a preset, OWN_DEFAULTS' under a
+    models-folder network, and the method's default beside either."""
+    from admm_core.spec.presets import OWN_DEFAULTS, preset_config
+
+    at = train_page({"preset": "digits-mlp", "method": "block-admm"})
+    lr = at.text_input(key="f.mp.block-admm.lr")
+    want = preset_config("digits-mlp", "block-admm").method_params["lr"]
+    assert f"Measured for the preset digits-mlp: {want:g}." in lr.help and "The method's default: 0.001." in lr.help
+    at.selectbox(key="f.arch").set_value("tiny.py:Net").run()
+    lr = at.text_input(key="f.mp.block-admm.lr")
+    assert f"Measured for a network of one's own (OWN_DEFAULTS): {OWN_DEFAULTS['block-admm']['lr']:g}." in lr.help

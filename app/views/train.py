@@ -26,7 +26,7 @@ from admm_core.spec.faces import find_lfw
 from admm_core.spec.kinds import DEEPFACTO, NETWORK, run_kind, run_method
 from admm_core.spec.methods import METHODS
 from admm_core.spec.methods.base import StateSizes
-from admm_core.spec.presets import OWN_DEFAULTS
+from admm_core.spec.presets import OWN_DEFAULTS, PRESETS, preset_config
 from admm_core.spec.resources import human as human_bytes
 from admm_core.spec.resources import split_of
 from app import ui
@@ -369,6 +369,18 @@ def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
     return box
 
 
+def measured_values(form: dict, method: str) -> dict[str, str]:
+    """Per setting, where its measured value comes from, for its help: the recipe measured for a
+    network of one's own (a models-folder network) or the preset's measured value (where it sets one)."""
+    if M.is_entry(form.get("arch")):
+        where, params = "Measured for a network of one's own (OWN_DEFAULTS)", OWN_DEFAULTS.get(method, {})
+    elif form.get("preset") in PRESETS:
+        where, params = f"Measured for the preset {form['preset']}", preset_config(form["preset"], method).method_params
+    else:
+        return {}
+    return {k: f"{where}: {F.fmt_number(v)}. " for k, v in params.items()}
+
+
 def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
     """Method, training settings and the method's own settings (the rest in folded expanders)."""
     groups = F.groups()
@@ -384,6 +396,7 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
         if s not in settings and (k := wkey(F.MP + s["name"], method)) in ss:
             ss[k] = ss[k]  # an undrawn widget's value is dropped by Streamlit unless set as plain state
     more_settings = settings[MAIN_SETTINGS:]
+    measured = measured_values(form, method)
     with st.container(border=True):
         st.markdown("**Method and training**")
         field_row(groups["method"] + groups["train"], form, notes, datasets)
@@ -420,7 +433,9 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
             cols = grid if i < MAIN_SETTINGS else more_grid
             with cols[(i if i < MAIN_SETTINGS else i - MAIN_SETTINGS) % 4]:
                 label = s["label"]  # the paper's symbol and plain words; the code name is the help's
-                help_text = f"{s['help']}. Setting `{s['name']}`, default {F.fmt_number(s['default'])}."
+                help_text = f"{s['help']}. Setting `{s['name']}`. {measured.get(s['name'], '')}" + (
+                    f"The method's default: {F.fmt_number(s['default'])}."
+                )
                 kw = {"key": key, "help": help_text, "on_change": edited(F.MP + s["name"])}
                 if s["choices"] is not None:
                     st.selectbox(label, list(s["choices"]), **kw)
