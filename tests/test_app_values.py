@@ -258,3 +258,27 @@ def test_every_setting_a_sweep_may_search_has_the_forms_plain_label():
     assert F.labelled("beta", labels) == "β — penalty weight · beta"
     assert F.labelled("split", labels) == "Split after layers (block boundaries) · split"
     assert F.labelled("batch_size", labels) == "Batch size"  # not "Batch size · batch_size"
+
+
+def test_a_batch_size_above_the_training_set_is_said_to_be_clamped(tmp_path):
+    """batch_size=100000 on digits (1,347 training samples): a warning under the field says it is
+    clamped to the training set; a batch size that fits says nothing."""
+    from admm_core.spec.datasets import DATASETS
+
+    n = DATASETS["digits"].n_train
+    at = AppTest.from_file(str(APP / "views" / "train.py"), default_timeout=60)
+    at.query_params.update({"data": "digits", "batch_size": "100000"})
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = [w.value for w in at.warning if "clamped" in w.value]
+    assert said == [
+        f"Batch size 100,000 is more than the {n:,} training samples: it is clamped to {n:,}, so every epoch "
+        "is one minibatch of all of them (one Θ-step per epoch)"
+    ]
+    at.number_input(key="f.batch_size").set_value(64).run()
+    assert not [w for w in at.warning if "clamped" in w.value]
+    from helpers import cli_call  # the command line says the same
+
+    args = ["train", "--preset", "digits-mlp", "--method", "adam", "--epochs", "1", "--quiet", "--no-tensorboard"]
+    rc, _, err = cli_call([*args, "--batch-size", "100000", "--out", str(tmp_path / "r")])
+    assert rc == 0 and f"note: Batch size 100,000 is more than the {n:,} training samples: it is clamped" in err

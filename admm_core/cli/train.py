@@ -25,7 +25,7 @@ from ..spec.methods import DEFAULT_METHOD
 from ..spec.methods import names_for as methods_for
 from ..spec.methods.base import LR_SCHEDULES
 from ..spec.presets import PRESETS, preset_config
-from ..spec.resources import preflight
+from ..spec.resources import batch_note, preflight
 from ..spec.settings import parse_numbers, parse_sets, parse_widths
 from ..status import RunBusy, install_stop_handlers, run_busy
 
@@ -279,6 +279,8 @@ def _new(a) -> tuple[RunConfig, Path]:
     cfg = config_from_args(a)
     if not a.preflighted:  # device, data, split, per-block values, memory
         preflight(cfg)
+        if note := batch_note(cfg):
+            print(f"note: {note}", file=sys.stderr)
     # new_run_dir creates the directory: only rank 0 picks it, the others take its choice
     return cfg, Path(a.out) if a.out else (new_run_dir(cfg) if distributed.is_lead() else None)
 

@@ -70,6 +70,20 @@ def _samples(cfg: RunConfig) -> tuple[int, int]:
     return (min(n_train, lim_tr) if lim_tr else n_train), (min(n_test, lim_te) if lim_te else n_test)
 
 
+def batch_note(cfg: RunConfig) -> str | None:
+    """What a batch size above the training set does, or None: the minibatches are cut from the
+    samples there are, so every epoch is one minibatch of all of them (clamped, and said so)."""
+    if cfg.data.name not in data_mod.DATASETS:
+        return None
+    n, _ = _samples(cfg)
+    if cfg.train.batch_size <= n:
+        return None
+    return (
+        f"Batch size {cfg.train.batch_size:,} is more than the {n:,} training samples: it is clamped to {n:,}, so "
+        "every epoch is one minibatch of all of them (one Θ-step per epoch)"
+    )
+
+
 def estimate_memory(cfg: RunConfig) -> dict:
     """Bytes a run of ``cfg`` keeps resident: {param_bytes, optimizer_bytes, state_bytes, data_bytes, total_bytes}."""
     check(cfg.data.name in data_mod.DATASETS, "data.name", cfg.data.name, "no size known for this data set")

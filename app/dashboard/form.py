@@ -803,7 +803,7 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
         if partial is not None and key == "memory":
             continue  # said once the other fields are right (the estimate is shown meanwhile)
         errors.setdefault(key, msg)
-    warnings = {**step_size_warnings(target), **processes_warnings(target, processes)}
+    warnings = {**step_size_warnings(target), **processes_warnings(target, processes), **batch_warnings(target)}
     sized_by = {*NETWORK_KEYS, "split", "data", "train_limit", "method", "batch_size"}  # what the memory depends on
     estimate = None if sized_by & set(errors) or any(k.startswith(MP) for k in errors) else target
     if partial is not None or set(errors) - {"memory"}:
@@ -1029,6 +1029,12 @@ def query_keys(method: str | None = None) -> set[str]:
     if method in METHODS:
         keys |= {"m." + s["name"] for s in METHODS[method].settings()}
     return keys
+
+
+def batch_warnings(cfg: RunConfig) -> dict[str, str]:
+    """A warning under the batch size when it exceeds the training set (:func:`resources.batch_note`)."""
+    said = resources.batch_note(cfg)
+    return {"batch_size": said} if said else {}
 
 
 STEP_WARN = 10.0  # a learning rate or step size this large makes the run diverge (it ends 'diverged')
