@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import fx, nn
-from torch.fx.passes.shape_prop import ShapeProp
 
 from .errors import ConfigError
 
@@ -110,6 +109,24 @@ class Graph:
         return type(self.model).__name__
 
 
+class _Shapes(fx.Interpreter):
+    """Runs the graph once and records each tensor value's shape on its node (``meta["shape"]``).
+    Not ``torch.fx.passes.shape_prop.ShapeProp``: that prints a traceback into the user's console
+    when the forward fails, which here is a message of its own."""
+
+    def run_node(self, n):
+        result = super().run_node(n)
+        if torch.is_tensor(result):
+            n.meta["shape"] = tuple(result.shape)
+        return result
+
+
+def _shape(n: fx.Node) -> list[int] | None:
+    """The per-sample shape of a node's tensor value (None: not a tensor)."""
+    shape = n.meta.get("shape")
+    return list(shape[1:]) if shape is not None else None
+
+
 def _trace_once(model: nn.Module, leaves: Sequence[str]) -> fx.GraphModule:
     what = type(model).__name__
     tracer = PathTracer(leaves)
@@ -166,9 +183,13 @@ def trace(model: nn.Module, probe: torch.Tensor, leaf_modules: Sequence[str] = (
     try:
         model.eval()
         with torch.no_grad():
-            out = ShapeProp(gm).propagate(probe)
+            out = _Shapes(gm).run(probe)
     except Exception as e:  # noqa: BLE001
-        raise ConfigError(f"model: {what}.forward failed on two training samples ({type(e).__name__}: {e})") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(
+            f"model: {what}.forward failed on two training samples of shape {tuple(probe.shape[1:])} "
+            f"({type(e).__name__}: {first})"
+        ) from None
     finally:
         model.train(was)
     if not torch.is_tensor(out):
@@ -216,18 +237,16 @@ def cut_points(g: Graph) -> list[CutPoint]:
             live.add(n)
         live = {m for m in live if last_use[m] > i}
         crossing = sorted(live, key=lambda m: index[m])
-        meta = n.meta.get("tensor_meta")
-        shape = list(meta.shape[1:]) if meta is not None and hasattr(meta, "shape") else None
+        shape = _shape(n)
         why = ""
         if len(crossing) > 1:
             why = f"{len(crossing)} values cross it: {', '.join(_describe(m) for m in crossing)}"
         elif not crossing:
             why = "nothing crosses it"
         else:
-            m = crossing[0].meta.get("tensor_meta")
-            if m is None or not hasattr(m, "shape"):
+            if _shape(crossing[0]) is None:
                 why = f"the value crossing it, {_describe(crossing[0])}, is not a tensor"
-        shape = list(crossing[0].meta["tensor_meta"].shape[1:]) if not why else shape
+        shape = _shape(crossing[0]) if not why else shape
         points.append(CutPoint(i, n.name, ends.get(i, []), shape, [c.name for c in crossing], why))
     return points
 
@@ -323,8 +342,7 @@ def _block(g: Graph, where: dict[fx.Node, int], k: int, inputs: list[fx.Node]) -
 def _out_shape(g: Graph) -> list[int] | None:
     out = next(n for n in g.gm.graph.nodes if n.op == "output")
     src = out.args[0]
-    meta = src.meta.get("tensor_meta") if isinstance(src, fx.Node) else None
-    return list(meta.shape[1:]) if meta is not None and hasattr(meta, "shape") else None
+    return _shape(src) if isinstance(src, fx.Node) else None
 
 
 def _check_shared(g: Graph, where: dict[fx.Node, int]) -> None:

@@ -209,3 +209,40 @@ def test_a_setting_s_help_says_where_its_measured_value_comes_from(folders):
     at.selectbox(key="f.arch").set_value("tiny.py:Net").run()
     lr = at.text_input(key="f.mp.block-admm.lr")
     assert f"Measured for a network of one's own (OWN_DEFAULTS): {OWN_DEFAULTS['block-admm']['lr']:g}." in lr.help
+
+
+def test_bad_model_files_are_each_one_message_and_the_page_goes_on(folders):
+    """A syntax error (its line named), a class that needs arguments, a network that does not take
+    the data set's inputs (the shapes named), an untraceable one (the module and the leaf-module way
+    out named), and a file deleted after it was picked: each one message, no traceback."""
+    models, _ = folders
+    (models / "typo.py").write_text("from torch import nn\n\nclass Net(nn.Module)\n    pass\n")
+    (models / "more.py").write_text(
+        "import torch\nfrom torch import nn\n\n\nclass Wide(nn.Module):\n    def __init__(self, width):\n"
+        "        super().__init__()\n        self.fc = nn.Linear(64, width)\n\n    def forward(self, x):\n"
+        "        return self.fc(x)\n\n\nclass Images(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = nn.Linear(784, 10)\n\n    def forward(self, x):\n        return self.fc(x)\n\n\n"
+        "class Flip(nn.Module):\n    def forward(self, h):\n        return -h if h.sum() > 0 else h\n\n\n"
+        "class Moody(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(64, 10)\n"
+        "        self.flip = Flip()\n\n    def forward(self, x):\n        return self.flip(self.fc(x))\n"
+    )
+    at = train_page({"data": "digits"})
+    assert not at.exception, [e.value for e in at.exception]
+    said = [w.value for w in at.warning]
+    assert any("typo.py: a syntax error at line 3" in w for w in said), said
+    for entry, want in (
+        ("more.py:Wide", "Wide() failed (TypeError"),
+        ("more.py:Images", "forward failed on two training samples"),
+        ("more.py:Moody", "cannot be traced by torch.fx inside 'flip' (Flip)"),
+    ):
+        at.selectbox(key="f.arch").set_value(entry).run()
+        assert not at.exception, [e.value for e in at.exception]
+        errs = [e.value for e in at.error]
+        assert len(errs) == 1 and want in errs[0] and "Traceback" not in errs[0], (entry, errs)
+        assert at.button(key="start").disabled
+    assert "leaf_modules=['flip']" in errs[0]
+    at.selectbox(key="f.arch").set_value("tiny.py:Net").run()
+    (models / "tiny.py").unlink()  # deleted after it was picked
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.button(key="start").disabled and any("tiny.py" in e.value for e in at.error), [e.value for e in at.error]

@@ -62,6 +62,21 @@ def _names(source: str) -> list[str]:
     return out
 
 
+def unreadable(folder: Path | None = None) -> list[str]:
+    """One line per ``.py`` file of the folder that offers nothing because it does not parse: the
+    file, the line and Python's message (the menu cannot list what it cannot read; this says why)."""
+    folder = Path(folder or models_dir())
+    out = []
+    for p in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+        try:
+            ast.parse(resolve(f"{p.name}:x", folder)[0].read_text())
+        except SyntaxError as e:
+            out.append(f"{p.name}: a syntax error at line {e.lineno} ({e.msg}); it offers no network until fixed")
+        except (ConfigError, OSError, ValueError):
+            continue
+    return out
+
+
 def discover(folder: Path | None = None) -> list[str]:
     """Menu entries ``FILE.py:Name`` of the folder's ``.py`` files, by reading their source (a file
     that does not parse offers nothing; its error shows when it is run)."""

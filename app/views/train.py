@@ -344,6 +344,8 @@ def form_section(form: dict, got: F.FormCheck, notes: dict, datasets: list[str])
         st.markdown("**Data and network**")
         field_row(groups["data"], form, notes, datasets)
         field_row(groups["network"], form, notes, datasets)
+        for line in M.unreadable():  # a models-folder file the menu cannot list: said, with its line
+            st.warning(line, icon="⚠️")
         if M.is_entry(form["arch"]):
             draw_cuts(form, got)
         else:
