@@ -25,14 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from admm_core import own
+from admm_core.docs import code_version, command_line, write_section
+from admm_core.errors import ConfigError
+from admm_core.rundir import read_metrics
+from admm_core.spec.presets import _MB_RECIPE, _ONLINE_RECIPE, _RESNET_BLOCK
 
-from admm_core import own  # noqa: E402
-from admm_core.docs import code_version, command_line, write_section  # noqa: E402
-from admm_core.errors import ConfigError  # noqa: E402
-from admm_core.rundir import read_metrics  # noqa: E402
-from admm_core.spec.presets import _MB_RECIPE, _ONLINE_RECIPE, _RESNET_BLOCK  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class LeNet5(nn.Module):

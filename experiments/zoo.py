@@ -35,13 +35,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-if str(ROOT / "experiments") not in sys.path:
-    sys.path.insert(0, str(ROOT / "experiments"))
+from zoo_models import BY_NAME, ROWS, ZooRow  # beside this script (its folder is on the path)
 
-from zoo_models import BY_NAME, ROWS, ZooRow  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 API_METHODS = ("adam", "sgd", "block-admm", "online-admm", "gotmare")
 CKPT = "adam-ckpt"
