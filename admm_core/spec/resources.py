@@ -63,7 +63,8 @@ def split_of(cfg: RunConfig) -> tuple[str, ...]:
     return ARCHS[cfg.model.arch].default_split(names)
 
 
-def _samples(cfg: RunConfig) -> tuple[int, int]:
+def samples(cfg: RunConfig) -> tuple[int, int]:
+    """(training rows, test rows) a run of ``cfg`` uses: its data set's, cut to the sample limits."""
     ds = data_mod.DATASETS[cfg.data.name]
     n_train, n_test = ds.n_train, ds.n_test
     lim_tr, lim_te = cfg.data.train_limit, cfg.data.test_limit
@@ -75,7 +76,7 @@ def batch_note(cfg: RunConfig) -> str | None:
     samples there are, so every epoch is one minibatch of all of them (clamped, and said so)."""
     if cfg.data.name not in data_mod.DATASETS:
         return None
-    n, _ = _samples(cfg)
+    n, _ = samples(cfg)
     if cfg.train.batch_size <= n:
         return None
     return (
@@ -90,7 +91,7 @@ def estimate_memory(cfg: RunConfig) -> dict:
     layers = layers_of(cfg)
     shapes = {name: s for name, s, _ in layers}
     n_params = sum(p for _, _, p in layers)
-    n, n_test = _samples(cfg)
+    n, n_test = samples(cfg)
     method = cfg.method_settings
     # Z_t is the output of block t: of the layer before each split point, and of the last layer
     block_out = [math.prod(shapes[s]) for s in split_of(cfg) if s in shapes] + [math.prod(layers[-1][1])]
@@ -171,7 +172,7 @@ def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict
     free, what = available if available is not None else available_memory(device)
     if est["total_bytes"] > free:
         size = ARCHS[cfg.model.arch].describe(cfg.model)
-        n, _ = _samples(cfg)
+        n, _ = samples(cfg)
         raise ConfigError(
             f"{size} on {cfg.data.name} ({n} training samples) with {cfg.method}: needs about "
             f"{human(est['total_bytes'])} (parameters {human(est['param_bytes'])}, optimizer "

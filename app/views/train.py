@@ -28,7 +28,7 @@ from admm_core.spec.methods import METHODS
 from admm_core.spec.methods.base import StateSizes
 from admm_core.spec.presets import OWN_DEFAULTS, PRESETS, preset_config
 from admm_core.spec.resources import human as human_bytes
-from admm_core.spec.resources import split_of
+from admm_core.spec.resources import samples, split_of
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import deepfacto_form as D
@@ -498,9 +498,8 @@ def state_of_cuts(rows: list[dict], split: list[str], cfg: RunConfig) -> int:
     (``estimate_state_bytes``) on the crossing tensors' sizes (``rows``: the cut table) and the
     network's output (one float per class)."""
     shapes = {r["name"]: r["out_shape"] or [0] for r in rows}
-    spec = DATASETS[cfg.data.name]
-    n = min(spec.n_train, cfg.data.train_limit) if cfg.data.train_limit else spec.n_train
-    block_out = tuple(math.prod(shapes[s]) for s in split if s in shapes) + (spec.n_classes,)
+    n, _ = samples(cfg)  # the training rows, as the memory estimate counts them
+    block_out = tuple(math.prod(shapes[s]) for s in split if s in shapes) + (DATASETS[cfg.data.name].n_classes,)
     return int(cfg.method_settings.estimate_state_bytes(StateSizes(n, cfg.train.batch_size, block_out, block_out)))
 
 
