@@ -201,14 +201,17 @@ def test_a_setting_s_help_says_where_its_measured_value_comes_from(folders):
     """The help of η names the preset's measured value under a preset, OWN_DEFAULTS' under a
     models-folder network, and the method's default beside either."""
     from admm_core.spec.presets import OWN_DEFAULTS, preset_config
+    from app.dashboard.form import fmt_number
 
     at = train_page({"preset": "digits-mlp", "method": "block-admm"})
     lr = at.text_input(key="f.mp.block-admm.lr")
     want = preset_config("digits-mlp", "block-admm").method_params["lr"]
-    assert f"Measured for the preset digits-mlp: {want:g}." in lr.help and "The method's default: 0.001." in lr.help
+    assert f"In force: {fmt_number(want)}, the value measured for the preset digits-mlp" in lr.help
+    assert "the method's default is 0.001" in lr.help
     at.selectbox(key="f.arch").set_value("tiny.py:Net").run()
     lr = at.text_input(key="f.mp.block-admm.lr")
-    assert f"Measured for a network of one's own (OWN_DEFAULTS): {OWN_DEFAULTS['block-admm']['lr']:g}." in lr.help
+    own = fmt_number(OWN_DEFAULTS["block-admm"]["lr"])
+    assert f"In force: {own}, the value measured for a network of one's own (OWN_DEFAULTS)" in lr.help
 
 
 def test_bad_model_files_are_each_one_message_and_the_page_goes_on(folders):

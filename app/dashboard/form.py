@@ -944,9 +944,27 @@ def _from_text(ff: FormField, text: str):
     return text
 
 
+PAGE_KEYS = {"run", "load", "mode"}  # link keys the page reads itself (watched run, Runs → Load, the form shown)
+DEEPFACTO_PREFIX = "df."  # the DeepFacto form's keys (dashboard.deepfacto_form), read with mode=deepfacto
+MODES = ("network", "deepfacto")
+SETTING_PREFIX = "m."  # a method setting in a link: m.<name>
+
+
+def _setting_owners(name: str) -> list[str]:
+    return [m for m in METHODS if name in {s["name"] for s in METHODS[m].settings()}]
+
+
 def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
-    """Form values from a query mapping (unknown keys ignored); returns (form, warnings)."""
-    warnings: list[str] = []
+    """Form values from a link's query: every value is applied or accounted for -> (form, notes).
+
+    ``notes`` name, each with its reason, the values not applied: an unknown key, an unknown method
+    or preset, a method setting for another method than the one in force (the link's, else the
+    default method), a value its field cannot hold. Those meant for a field are also errors of
+    that field (``form[LINK]``), holding Start until it is edited; the field shows the default.
+    The answer for a value does not depend on what else the link holds.
+    """
+    notes: list[str] = []
+    link: dict[str, str] = {}
     q = {k: (v[-1] if isinstance(v, list) else v) for k, v in dict(query).items()}
     if q.get("augment") in LEGACY_AUGMENT:  # augment=none|crop-flip|shift (one menu before #34)
         on, flip = LEGACY_AUGMENT[q["augment"]]
@@ -956,10 +974,16 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     preset = q.get("preset", (base or {}).get("preset", DEFAULT_PRESET))
     method = q.get("method", (base or {}).get("method", DEFAULT_METHOD))
     if preset not in PRESETS and preset != NO_PRESET:
-        warnings.append(f"preset = {preset!r} in the link is unknown; using {DEFAULT_PRESET}")
+        link["preset"] = (
+            f"Preset: preset = {preset!r} in the link is an unknown preset; choose from "
+            f"{[NO_PRESET, *sorted(PRESETS)]}. The field shows {DEFAULT_PRESET} (pick one to go on)"
+        )
         preset = DEFAULT_PRESET
     if method not in METHODS:
-        warnings.append(f"method = {method!r} in the link is unknown; using {DEFAULT_METHOD}")
+        link["method"] = (
+            f"Method: method = {method!r} in the link is an unknown method; choose from {sorted(METHODS)}. "
+            f"The field shows {DEFAULT_METHOD} (pick one to go on)"
+        )
         method = DEFAULT_METHOD
     form = dict(base) if base else default_form(preset, method)
     if form.get("method") != method:
@@ -970,8 +994,8 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     form["preset"], form["method"] = preset, method
     # a value no widget can hold (text for a number, a name not in a menu) is an error of its field,
     # holding Start until that field is edited: never dropped for the widget's value without a word
-    link: dict[str, str] = {}
-    for ff in _shown():
+    shown = {ff.key: ff for ff in _shown()}
+    for ff in shown.values():
         if ff.key in q and ff.key not in ("preset", "method"):
             try:
                 value = _from_text(ff, q[ff.key])
@@ -992,12 +1016,33 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
             pass
     settings = {s["name"]: s for s in METHODS[method].settings()}
     for k, v in q.items():
-        if not k.startswith("m."):
+        if k in shown or k in PAGE_KEYS or k.startswith(DEEPFACTO_PREFIX):
+            if k == "mode" and v not in MODES:
+                notes.append(f"mode = {v!r}: choose from {list(MODES)}; the page shows the network form")
+            elif k.startswith(DEEPFACTO_PREFIX) and q.get("mode") != "deepfacto":
+                notes.append(f"{k} = {v!r}: a DeepFacto setting, read only with mode=deepfacto in the link; ignored")
             continue
-        name = k[2:]
+        if not k.startswith(SETTING_PREFIX):
+            if k in settings:  # the setting's name without its m.: meant for that field
+                link[MP + k] = (
+                    f"{settings[k]['label']}: {k} = {v!r} in the link is an unknown key; a method setting is "
+                    f"written m.{k}. The field shows {form.get(MP + k)!r} (edit it to go on)"
+                )
+            else:
+                notes.append(f"{k} = {v!r}: unknown key (no field of this page reads it); ignored")
+            continue
+        name = k[len(SETTING_PREFIX) :]
         s = settings.get(name)
         if s is None:
-            warnings.append(f"{method} has no setting {name!r} (from the link); ignored")
+            owners = _setting_owners(name)
+            if owners:  # meant for a method the link does not choose: Start waits on the method's field
+                why = (
+                    f"{k} = {v!r} in the link is not a setting of {method} (the method in force), but of "
+                    f"{', '.join(owners)}: add method={owners[0]} to the link, or pick that method"
+                )
+                link["method"] = f"{link['method']} · {why}" if "method" in link else f"Method: {why}"
+            else:
+                notes.append(f"{k} = {v!r}: no method has a setting {name!r}; ignored")
             continue
         shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
         if s["choices"] is not None and v not in s["choices"]:
@@ -1018,7 +1063,7 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
             form[MP + name] = v
     if link:
         form[LINK] = link
-    return form, warnings
+    return form, notes + list(link.values())
 
 
 _KIND_WORDS = {"int": "a whole number", "float": "a number", "check": "true or false"}

@@ -48,6 +48,9 @@ MAIN_SETTINGS = 8  # method settings shown at once; the rest sit in an expander
 ss = st.session_state
 
 
+LINK_NOTICE = "link_notice"  # the link's values not applied, each with its reason (F.from_query)
+
+
 def wkey(field: str, method: str | None = None) -> str:
     """Widget key of a form field; method settings are keyed per method."""
     if field.startswith(F.MP):
@@ -130,6 +133,7 @@ def edited(field: str, then=None):
     """The on_change of a field: a link's error about it goes (the user has edited it), then ``then``."""
 
     def callback():
+        ss.pop(LINK_NOTICE, None)  # the user has taken the form over from the link
         link = ss.get(K + F.LINK) or {}
         if field in link:
             ss[K + F.LINK] = {k: v for k, v in link.items() if k != field}
@@ -193,6 +197,7 @@ def _load_config(cfg: dict) -> None:
     form, problems = F.form_from_dict(cfg)
     set_form(form)
     ss.pop(K + F.LINK, None)  # the loaded config replaces what a link gave
+    ss.pop(LINK_NOTICE, None)
     ss["form_notice"] = "Loaded the run's configuration into the form." + (
         " Not loaded: " + " · ".join(problems) if problems else ""
     )
@@ -217,10 +222,10 @@ def init_form() -> None:
     if K + "method" not in ss or K + "data" not in ss:
         qp = st.query_params.to_dict()
         form = None
-        if any(k in qp for k in F.query_keys()):
-            form, warnings = F.from_query(qp)
-            if warnings:
-                ss["form_notice"] = " · ".join(warnings)
+        if set(qp) - {"run"}:  # a link: every value applied or named (F.from_query), whatever else it holds
+            form, notes = F.from_query(qp)
+            if notes:
+                ss[LINK_NOTICE] = notes
         set_form(form or ss.get("train_form") or F.default_form())
     if "train_mode" not in ss:
         qp = st.query_params.to_dict()
@@ -228,7 +233,7 @@ def init_form() -> None:
         values, warnings = D.from_query(qp)
         set_deepfacto(values)
         if warnings and ss["train_mode"] == D.MODE:
-            ss["form_notice"] = " · ".join(warnings)
+            ss[LINK_NOTICE] = [*ss.get(LINK_NOTICE, []), *warnings]
     ui.watched()  # ?run= in a link picks the watched run
 
 
@@ -371,16 +376,35 @@ def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
     return box
 
 
-def measured_values(form: dict, method: str) -> dict[str, str]:
-    """Per setting, where its measured value comes from, for its help: the recipe measured for a
-    network of one's own (a models-folder network) or the preset's measured value (where it sets one)."""
+def measured_values(form: dict, method: str) -> tuple[str, dict]:
+    """Where the form's measured values of the method's settings come from, and those values: the
+    recipe measured for a network of one's own (a models-folder network) or the preset's measured
+    values (where it sets one); ("", {}) for neither."""
     if M.is_entry(form.get("arch")):
-        where, params = "Measured for a network of one's own (OWN_DEFAULTS)", OWN_DEFAULTS.get(method, {})
-    elif form.get("preset") in PRESETS:
-        where, params = f"Measured for the preset {form['preset']}", preset_config(form["preset"], method).method_params
+        return "the value measured for a network of one's own (OWN_DEFAULTS)", OWN_DEFAULTS.get(method, {})
+    if form.get("preset") in PRESETS:
+        return f"the value measured for the preset {form['preset']}", preset_config(form["preset"], method).method_params
+    return "", {}
+
+
+def setting_help(s: dict, value, measured: tuple[str, dict]) -> str:
+    """A method setting's help: what it is, the value in force and where it comes from (the preset's
+    or one's own network's measured value, the method's default, or set here), the method's default
+    beside any other, and its code name."""
+    where, params = measured
+    shown = F.fmt_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+    def same(v) -> bool:
+        return (str(v) if isinstance(v, (bool, str)) else F.fmt_number(v)) == shown
+
+    if s["name"] in params and same(params[s["name"]]):
+        source = where
+    elif same(s["default"]):
+        source = "the method's default"
     else:
-        return {}
-    return {k: f"{where}: {F.fmt_number(v)}. " for k, v in params.items()}
+        source = "set here (or by the link or loaded run)"
+    default = "" if source == "the method's default" else f"; the method's default is {F.fmt_number(s['default'])}"
+    return f"{s['help']}. In force: {shown}, {source}{default}. Setting `{s['name']}`."
 
 
 def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
@@ -435,9 +459,7 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
             cols = grid if i < MAIN_SETTINGS else more_grid
             with cols[(i if i < MAIN_SETTINGS else i - MAIN_SETTINGS) % 4]:
                 label = s["label"]  # the paper's symbol and plain words; the code name is the help's
-                help_text = f"{s['help']}. Setting `{s['name']}`. {measured.get(s['name'], '')}" + (
-                    f"The method's default: {F.fmt_number(s['default'])}."
-                )
+                help_text = setting_help(s, form.get(F.MP + s["name"]), measured)
                 kw = {"key": key, "help": help_text, "on_change": edited(F.MP + s["name"])}
                 if s["choices"] is not None:
                     st.selectbox(label, list(s["choices"]), **kw)
@@ -862,6 +884,11 @@ def main() -> None:
     )
     if ss.get("form_notice"):
         st.info(ss.pop("form_notice"))
+    if ss.get(LINK_NOTICE):  # until a field is edited: a rerun does not take it away
+        st.warning(
+            "Not applied from the link: " + " · ".join(ss[LINK_NOTICE]) + ".",
+            icon=":material/link_off:",
+        )
     st.segmented_control(
         "What to train",
         ["network", D.MODE],

@@ -1,0 +1,105 @@
+"""Every value in a Train-page link is accounted for: applied, or named in the link's one message
+with the reason (an unknown key, an unknown method or preset, a method setting for a method the
+link does not choose, a value its field cannot hold), with Start held where the value was meant
+for a field; the same link gets the same answer whatever else it holds. And the help of a method
+setting says the value in force and where it comes from. AppTest pages on an empty runs folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = Path(__file__).resolve().parent.parent / "app"
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
+    return tmp_path
+
+
+def page(query: dict) -> AppTest:
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def said(at: AppTest) -> str:
+    """Everything the page says in boxes: errors under fields, warnings, notices."""
+    return " | ".join(e.value for e in [*at.error, *at.warning, *at.info])
+
+
+def held(at: AppTest) -> bool:
+    return at.button(key="start").disabled
+
+
+# (link, what the page must say (each), whether Start waits for it)
+LINKS = [
+    # a setting of the method in force (the default method when the link names none): validated
+    ({"m.beta": "-3"}, ["-3"], True),
+    ({"m.z_step": "wrong"}, ["z_step = 'wrong' in the link"], True),
+    ({"method": "block-admm", "m.beta": "-3"}, ["-3"], True),
+    # a setting of another method than the one in force
+    ({"m.momentum": "0.9"}, ["m.momentum", "sgd", "not a setting of block-admm"], True),
+    ({"method": "sgd", "m.beta": "2"}, ["m.beta", "not a setting of sgd"], True),
+    # a key no field reads
+    ({"beta": "-3"}, ["beta = '-3'", "unknown key", "m.beta"], True),
+    ({"foo": "1"}, ["foo = '1'", "unknown key"], False),
+    ({"mode": "nope"}, ["mode = 'nope'", "network", "deepfacto"], False),
+    ({"df.rank": "4"}, ["df.rank", "mode=deepfacto"], False),
+    # an unknown method or preset, on its own or with other fields beside it
+    ({"method": "nope"}, ["method = 'nope'", "unknown method"], True),
+    ({"preset": "nope"}, ["preset = 'nope'", "unknown preset"], True),
+]
+
+
+@pytest.mark.parametrize("link, needles, start_held", LINKS, ids=["&".join(f"{k}={v}" for k, v in q.items()) for q, _, _ in LINKS])
+@pytest.mark.parametrize("beside", [{}, {"epochs": "3"}], ids=["alone", "beside-epochs"])
+def test_every_value_of_a_link_is_applied_or_named(runs, link, needles, start_held, beside):
+    at = page({**beside, **link})
+    text = said(at)
+    for needle in needles:
+        assert needle in text, (needle, text)
+    assert held(at) == start_held, text
+    if beside:
+        assert at.number_input(key="f.epochs").value == 3  # the other values are applied
+
+
+def test_a_method_setting_without_method_is_kept_in_its_field_and_the_url(runs):
+    """?m.beta=-3: β shows -3 (not 1) and the URL keeps it (it was rewritten to m.beta=1)."""
+    at = page({"m.beta": "-3"})
+    assert at.text_input(key="f.mp.block-admm.beta").value == "-3"
+    q = {k: (v[-1] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert q.get("m.beta") == "-3", q
+    at.text_input(key="f.mp.block-admm.beta").set_value("2").run()
+    assert not held(at), said(at)
+
+
+def test_the_links_message_lasts_until_a_field_is_edited(runs):
+    """The message is not a one-time notice: a rerun (a fragment, the URL rewrite) keeps it."""
+    at = page({"method": "nope"})
+    assert "unknown method" in said(at)
+    at.run()
+    assert "unknown method" in said(at) and held(at)
+    at.selectbox(key="f.method").set_value("sgd").run()
+    assert "unknown method" not in said(at) and not held(at), said(at)
+
+
+def test_a_method_settings_help_says_the_value_in_force_and_where_it_comes_from(runs):
+    """digits-mlp measured k = 1 (the method's default 3): the help says 1 is in force, from the preset."""
+    at = page({"preset": "digits-mlp", "method": "block-admm"})
+    k = at.number_input(key="f.mp.block-admm.primal_steps")
+    assert k.value == 1
+    assert "In force: 1, the value measured for the preset digits-mlp" in k.help, k.help
+    assert "the method's default is 3" in k.help, k.help
+    k.set_value(4).run()
+    k = at.number_input(key="f.mp.block-admm.primal_steps")
+    assert "In force: 4, set here" in k.help, k.help
+    at = page({"preset": "none", "method": "block-admm"})
+    k = at.number_input(key="f.mp.block-admm.primal_steps")
+    assert k.value == 3 and "In force: 3, the method's default" in k.help, k.help
