@@ -102,7 +102,8 @@ def test_grouping_by_method_and_by_method_times_setting(runs):
     opts = at.selectbox(key="cmp_group").options
     assert {"method", "method × lr", "lr", "method × seed"} <= set(opts), opts
     at.selectbox(key="cmp_group").set_value("method").run()
-    assert chart_names(at) == ["block-admm (n = 3)", "sgd (n = 2)"]
+    # the block-admm runs differ in lr besides the seed: the legend says so (not pooled as seeds)
+    assert chart_names(at) == ["block-admm · pools lr 2e-3 / 5e-3 (n = 3)", "sgd (n = 2)"]
     at.selectbox(key="cmp_group").set_value("method × m.lr").run()
     assert chart_names(at) == ["block-admm · lr 2e-3 (n = 2)", "block-admm · lr 5e-3 (n = 1)", "sgd · lr 0.05 (n = 2)"]
 
@@ -235,3 +236,70 @@ def test_parallel_coordinates_put_a_seed_axis_at_its_values_only():
     fig = C.parallel_figure([{"final test %": 90.0}, {"final test %": 91.0}], flat, ["train.seed"])
     seed = fig.data[0].dimensions[0]
     assert seed.label == "seed" and seed.tickvals == (0, 1) and seed.ticktext == ("0", "1")
+
+
+# --- resolved values and what a group pools ------------------------------------------------------
+
+
+def write_run(root: Path, name: str, cfg, epochs: int, age: int, acc0: float = 0.5) -> None:
+    """A finished run of ``cfg`` with a test accuracy and per-block residuals at epochs 0…epochs."""
+    d = root / name
+    d.mkdir()
+    write_json(d / "config.json", cfg.to_dict())
+    write_json(d / "status.json", {"state": "finished", "epoch": epochs, "epochs": epochs})
+    lines = [
+        {"epoch": e, "wall_time_s": 1.0 * e, "test_accuracy": acc0 + 0.001 * e, "residuals": [0.1, 0.2]}
+        for e in range(epochs + 1)
+    ]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    t = 1.7e9 + age
+    os.utime(d, (t, t))
+
+
+def test_a_runs_default_split_is_shown_and_in_the_csv(tmp_path, monkeypatch):
+    """A block-admm run with no split in its config was trained in its network's default blocks
+    (fc1, fc2 of a 64,64 MLP): the ⚙ split column and the CSV say so, not '—' / an empty cell."""
+    base = preset_config("digits-mlp", "block-admm").replace(model__hidden=(64, 64), train__epochs=2)
+    write_run(tmp_path, "a-default-split", base, 2, 0)
+    write_run(tmp_path, "b-one-cut", base.replace(model__split=("fc1",)), 2, 1)
+    write_run(
+        tmp_path, "c-sgd", preset_config("digits-mlp", "sgd").replace(model__hidden=(64, 64), train__epochs=2), 2, 2
+    )
+    monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
+    at = compare(["a-default-split", "b-one-cut", "c-sgd"])
+    table = at.dataframe[0].value
+    split = [v if isinstance(v, str) else None for v in table["⚙ model.split"]]
+    assert split == ["fc1,fc2", "fc1", None]  # sgd: end to end, no blocks
+    row = json.loads((tmp_path / "a-default-split" / "config.json").read_text())
+    assert row["model"]["split"] is None and C.settings_of(row)["model.split"] == "fc1,fc2"
+    assert "fc1,fc2" in table.to_csv(index=False)  # the CSV is this table's columns
+
+
+def test_grouping_by_method_says_what_it_pools_and_n_at_each_x(tmp_path, monkeypatch):
+    """Three block-admm runs of two networks and of 6, 20 and 60 epochs grouped by method: the legend
+    says what the group pools (not as if they were seeds), n is the number of runs at each x (3 up to
+    epoch 6, 1 past epoch 20), and the grouped residual chart has its legend too."""
+    base = preset_config("digits-mlp", "block-admm")
+    write_run(tmp_path, "r6", base.replace(model__hidden=(64, 64, 64), train__epochs=6), 6, 0)
+    write_run(tmp_path, "r20", base.replace(model__hidden=(128, 128), train__epochs=20), 20, 1)
+    write_run(tmp_path, "r60", base.replace(model__hidden=(128, 128), train__epochs=60), 60, 2)
+    monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
+    at = compare(["r6", "r20", "r60"])
+    at.selectbox(key="cmp_group").set_value("method").run()
+    names = chart_names(at)
+    assert len(names) == 1, names
+    assert "pools" in names[0] and "hidden widths 64,64,64 / 128,128" in names[0], names
+    assert "epochs 6 / 20 / 60" in names[0] and "(n = 1–3 by x)" in names[0], names
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    mean = next(t for t in spec["data"] if t.get("showlegend", True) is not False)
+    n_at = dict(zip(mean["x"], mean["customdata"]))
+    assert n_at[3] == 3 and n_at[10] == 2 and n_at[40] == 1, n_at
+    assert spec["layout"].get("showlegend") is not False
+    residual = json.loads(at.get("plotly_chart")[3].proto.spec)
+    assert residual["layout"].get("showlegend") is True, residual["layout"].get("showlegend")
+    # grouped by method × network: the 128,128 group still says it pools two lengths
+    at.selectbox(key="cmp_group").set_value("method × model.hidden").run()
+    assert chart_names(at) == [
+        "block-admm · hidden widths 64,64,64 (n = 1)",
+        "block-admm · hidden widths 128,128 · pools epochs 20 / 60 (n = 1–2 by x)",
+    ]

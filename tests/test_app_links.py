@@ -58,7 +58,9 @@ LINKS = [
 ]
 
 
-@pytest.mark.parametrize("link, needles, start_held", LINKS, ids=["&".join(f"{k}={v}" for k, v in q.items()) for q, _, _ in LINKS])
+@pytest.mark.parametrize(
+    "link, needles, start_held", LINKS, ids=["&".join(f"{k}={v}" for k, v in q.items()) for q, _, _ in LINKS]
+)
 @pytest.mark.parametrize("beside", [{}, {"epochs": "3"}], ids=["alone", "beside-epochs"])
 def test_every_value_of_a_link_is_applied_or_named(runs, link, needles, start_held, beside):
     at = page({**beside, **link})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import math
 import time
@@ -101,6 +102,7 @@ def _figure(
     run: str | None = None,
     yaxis: dict | None = None,
     annotation: str | None = None,
+    legend: bool = False,
 ) -> go.Figure:
     """The shared look, built as one dict and validated once (a live refresh rebuilds seven
     figures; plotly's per-call update_* validation made that 10× slower): wrapped title, legend
@@ -150,11 +152,12 @@ def _figure(
         y = {"type": "linear", "hoverformat": ".2f", "exponentformat": "none"}
     layout["yaxis"] = {"title": {"text": ytitle}, **y, **(yaxis or {})}
     shown = [tr.get("name") or "" for tr in traces if tr.get("showlegend") is not False]
-    if len(shown) > 1:  # room for the legend row(s) under the x axis title
+    if len(shown) > 1 or (legend and shown):  # room for the legend row(s) under the x axis title
         band = LEGEND
         rows = math.ceil(sum(len(n) * band["char_px"] + band["entry_px"] for n in shown) / band["row_px"])
         layout["height"] += band["row_height"] * rows
         layout["margin"]["b"] = band["bottom"] + band["row_height"] * rows
+        layout["showlegend"] = True  # plotly hides a legend of one entry by itself
     else:
         layout["showlegend"] = False
     if run:  # the page script (ui.KEEP_VIEW_JS) links the x axes of one run's charts
@@ -440,7 +443,10 @@ def thin(traces: list[dict], max_points: int | None) -> list[dict]:
                 keep.add(max(idx, key=ys.__getitem__))
         keep.add(n - 1)
         order = sorted(keep)
-        out.append({**t, "x": [xs[i] for i in order], "y": [ys[i] for i in order]})
+        kept = {"x": [xs[i] for i in order], "y": [ys[i] for i in order]}
+        if isinstance(t.get("customdata"), list) and len(t["customdata"]) == n:  # per point (a band's n)
+            kept["customdata"] = [t["customdata"][i] for i in order]
+        out.append({**t, **kept})
     return out
 
 
@@ -462,10 +468,13 @@ class Overlay:
     height: int = OVERLAY_HEIGHT
     max_points: int | None = None
 
-    def figure(self, traces: list[dict]) -> go.Figure:
+    def figure(self, traces: list[dict], legend: bool = False) -> go.Figure:
+        """``legend``: a legend even for one entry (a grouped chart's says what is pooled)."""
         xtitle = "wall time (s)" if self.x_key == "wall_time_s" else "epoch"
         ytitle = "%" if self.percent else ""
-        return _figure(thin(traces, self.max_points), self.title, xtitle, ytitle, self.log_y, height=self.height)
+        return _figure(
+            thin(traces, self.max_points), self.title, xtitle, ytitle, self.log_y, height=self.height, legend=legend
+        )
 
 
 def compare_figure(series: list[tuple[str, list[dict]]], key: str, look: Overlay = Overlay()) -> go.Figure:
@@ -516,9 +525,36 @@ def settings_of(cfg: dict) -> dict:
             if k == "root":
                 continue
             out[f"{section}.{k}"] = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
+    if out.get("model.split") is None and (split := default_split(cfg)) is not None:
+        out["model.split"] = ",".join(split)  # the run's own split: its network's default one
     for k, v in method_params(cfg).items():
         out[f"m.{k}"] = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
     return out
+
+
+def default_split(cfg: dict) -> tuple[str, ...] | None:
+    """The split a run without one in its config had: its network's default split (the blocks it was
+    trained in); None for an end-to-end method (no blocks) or a network no record rebuilds."""
+    from admm_core.spec.methods import METHODS
+
+    rec = METHODS.get(cfg.get("method")) if isinstance(cfg.get("method"), str) else None
+    model = cfg.get("model") or {}
+    if rec is None or not rec.uses_blocks or not isinstance(model, dict) or kinds.run_method(cfg) != cfg.get("method"):
+        return None
+    try:
+        from admm_core.spec.config import ModelConfig
+
+        hidden = tuple(model.get("hidden", ModelConfig.hidden))
+        return _default_split(model.get("arch", ModelConfig.arch), hidden, model.get("width", ModelConfig.width))
+    except Exception:  # noqa: BLE001 - a network since removed, a bad config: no value to show
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _default_split(arch: str, hidden: tuple, width: int) -> tuple[str, ...]:
+    from app.dashboard.form import split_options
+
+    return tuple(split_options(arch, hidden, width)[1])
 
 
 def method_params(cfg: dict) -> dict:
@@ -788,11 +824,12 @@ def group_figure(
         xy = [_run_xy(m, key, x_key, 100.0 if percent else 1.0, smoothing, log_y) for m in runs]
         grid = _grid(xy)
         cols = [_interp(xr, yr, grid) for xr, yr in xy]
-        xs, mean, lo, hi = [], [], [], []
+        xs, mean, lo, hi, counts = [], [], [], [], []
         for j, x in enumerate(grid):
             vals = [c[j] for c in cols if c[j] is not None]
             if not vals:
                 continue
+            counts.append(len(vals))
             mu = sum(vals) / len(vals)
             if spread == "range":
                 a, b = min(vals), max(vals)
@@ -805,7 +842,10 @@ def group_figure(
             mean.append(mu)
             lo.append(a)
             hi.append(b)
-        name = f"{label} (n = {len(runs)})"
+        # n: the runs at each x (a run that ended, or began later, does not count there): in the hover
+        # per point, and in the legend as its range where it changes along the x axis
+        few, most = (min(counts), max(counts)) if counts else (len(runs), len(runs))
+        name = f"{label} (n = {most})" if few == most else f"{label} (n = {few}–{most} by x)"
         band = {"type": "scatter", "x": xs, "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip"}
         traces.append({**band, "y": hi, "legendgroup": label, "showlegend": False, "name": f"{label} hi"})
         traces.append(
@@ -819,8 +859,11 @@ def group_figure(
                 "name": f"{label} lo",
             }
         )
-        traces.append({**_scatter(xs, mean, name, colour, "lines"), "legendgroup": label, **_no_legend_if_empty(mean)})
-    return look.figure(traces)
+        line = {**_scatter(xs, mean, name, colour, "lines"), "legendgroup": label, **_no_legend_if_empty(mean)}
+        line["customdata"] = counts
+        line["hovertemplate"] = f"%{{y}} (n = %{{customdata}}) · {label}<extra></extra>"
+        traces.append(line)
+    return look.figure(traces, legend=True)  # a legend even for one group: it says what is pooled, and n
 
 
 @dataclass(frozen=True)
@@ -875,6 +918,13 @@ def compare_csv(nets: list[Series], faces: list[Series], x_key: str) -> str:
 # --- Compare: what differs between runs, as legends and groups --------------------------------------
 
 SEED = "train.seed"
+
+
+def _per_method(key: str) -> bool:
+    """A setting only some methods' runs have: a method's own, and the split (none end to end)."""
+    return key.startswith("m.") or key == "model.split"
+
+
 NOT_IN_LEGEND = ("method", "preset")  # the method leads every legend; the preset only names defaults
 
 
@@ -886,7 +936,7 @@ def table_settings(cfgs: list[dict]) -> list[str]:
     return [
         k
         for k in differing_settings(cfgs)
-        if not k.startswith("m.") or len({json_key(f[k]) for f in flat if f.get(k) is not None}) > 1
+        if not _per_method(k) or len({json_key(f[k]) for f in flat if f.get(k) is not None}) > 1
     ]
 
 
@@ -900,7 +950,7 @@ def distinguishing_settings(cfgs: list[dict]) -> list[str]:
     for k in differing_settings(cfgs):
         if k in NOT_IN_LEGEND:
             continue
-        if k.startswith("m."):
+        if _per_method(k):
             per: dict[str, set] = {}
             for f, kind in zip(flat, kinds_):
                 if f.get(k) is not None:
@@ -992,15 +1042,41 @@ def group_labels(cfgs: list[dict], tags: list[list[str]], by: str) -> list[str]:
     runs share: 'block-admm · lr 5e-4' for 'seeds' or 'method × m.lr', 'block-admm' for 'method'.
     Every choice but a setting alone or a tag keeps different methods apart."""
     if by == "tag":
-        return [", ".join(t) or "no tag" for t in tags]
+        return _pooling([", ".join(t) or "no tag" for t in tags], cfgs, ())
     if by == "seeds":
         return legend_labels(cfgs, skip=(SEED,), number=False)
     if by == "method":
-        return [run_kind(c) for c in cfgs]
+        return _pooling([run_kind(c) for c in cfgs], cfgs, ())
     key = by[len("method × ") :] if by.startswith("method × ") else by
     out = []
     for c in cfgs:
         v = settings_of(c).get(key)
         part = f"no {setting_name(key)}" if v is None else setting_part(key, v)
         out.append(f"{run_kind(c)} · {part}" if by.startswith("method × ") else part)
+    return _pooling(out, cfgs, (key,))
+
+
+POOLED_VALUES = 3  # values of a pooled setting a legend names before "…"
+
+
+def _pooling(labels: list[str], cfgs: list[dict], skip: tuple) -> list[str]:
+    """Each group's label with what its runs differ in besides the seed (and ``skip``): 'block-admm ·
+    pools hidden widths 64,64,64 / 128,128, epochs 6 / 20 / 60', so runs of different setups are
+    never pooled as if they were seeds without a word."""
+    out = list(labels)
+    for label in dict.fromkeys(labels):
+        idx = [i for i, lab in enumerate(labels) if lab == label]
+        group = [cfgs[i] for i in idx]
+        keys = [k for k in distinguishing_settings(group) if k != SEED and k not in skip]
+        if len(group) < 2 or not keys:
+            continue
+        parts = []
+        for k in keys:
+            vals = list(
+                dict.fromkeys(fmt_value(settings_of(c).get(k)) for c in group if settings_of(c).get(k) is not None)
+            )
+            more = " / …" if len(vals) > POOLED_VALUES else ""
+            parts.append(f"{setting_name(k)} {' / '.join(vals[:POOLED_VALUES])}{more}")
+        for i in idx:
+            out[i] = f"{label} · pools {', '.join(parts)}"
     return out

@@ -166,7 +166,8 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
     )
     st.caption(
         f"⚙ columns: the settings that differ between the selected runs ({len(gears)}; a setting only one "
-        "method's runs have, at one value, is left out); — : the run has no such value. Click a header to sort. "
+        "method's runs have, at one value, is left out); — : the run has no such value (an end-to-end method "
+        "has no split). Click a header to sort. "
         "Paper figures (the paper's tables) are shown only for a run whose setup is the paper's"
         + (" (none here: the last column says why; the CSV has every column). " if none_paper else ". ")
         + "Memory is the size of the method's auxiliary state (Z, U and their moments); end-to-end methods keep none."
@@ -319,7 +320,9 @@ def main() -> None:
         format_func=C.group_option_label,
         help="One line per group: the mean of its runs, in a band of ± one standard deviation or min to max. "
         "'seeds' pools the runs alike in every setting but the seed; 'method × lr' the runs of one method "
-        "and one learning rate. Only a setting alone or a tag pools different methods.",
+        "and one learning rate. Only a setting alone or a tag pools different methods. A group whose runs differ "
+        "in more than the seed says so in its legend ('pools epochs 6 / 20'); n is the number of runs at each x "
+        "(in the hover; a range in the legend where runs end or begin at different x).",
     )
     spread = c[1].radio("Band", ["std", "range"], horizontal=True, key="cmp_spread", disabled=group_by == "nothing")
     charts_section([by_id[n] for n in chosen], x_key, log_y, acc_log, smoothing, group_by, spread)

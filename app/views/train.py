@@ -383,7 +383,9 @@ def measured_values(form: dict, method: str) -> tuple[str, dict]:
     if M.is_entry(form.get("arch")):
         return "the value measured for a network of one's own (OWN_DEFAULTS)", OWN_DEFAULTS.get(method, {})
     if form.get("preset") in PRESETS:
-        return f"the value measured for the preset {form['preset']}", preset_config(form["preset"], method).method_params
+        return f"the value measured for the preset {form['preset']}", preset_config(
+            form["preset"], method
+        ).method_params
     return "", {}
 
 
