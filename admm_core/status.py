@@ -124,6 +124,19 @@ def proc_start(pid: int) -> int | None:
         return None
 
 
+def _first_start(path: Path) -> float | None:
+    """When the run in ``path``'s directory first started, from the status a previous process
+    wrote (None for a new run, or an unreadable status)."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(old, dict):
+        return None
+    first = old.get("first_started", old.get("started"))
+    return first if isinstance(first, (int, float)) and not isinstance(first, bool) else None
+
+
 class RunStatus:
     """``status.json`` of a run and the end of its life, written by the one run loop
     (:func:`admm_core.loop.run_loop`): running → finished / stopped / diverged (``summary.json``
@@ -155,6 +168,9 @@ class RunStatus:
             "error": None,
             **extra,
         }
+        first = _first_start(self.path)
+        if first is not None:  # a resume: "started" is this process's start, "first_started" the run's
+            self.status["first_started"] = first
         self._written = 0.0
         self._beating = threading.Event()
         self._wake = threading.Event()  # an epoch ended: sample now

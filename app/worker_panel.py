@@ -55,7 +55,10 @@ def worker_panel() -> None:
         if S.next_notice(seen, watched, state):
             text = S.notice_text(watched, state, status)
             ss["run_notice"] = (watched, state, text)
-            st.toast(text, icon="✅" if state == "finished" else "⚠️", duration="long")
+            # material icons: the system fonts lack the ✅ emoji (the toast showed an empty box)
+            st.toast(
+                text, icon=":material/check_circle:" if state == "finished" else ":material/warning:", duration="long"
+            )
         notice = ss.get("run_notice")
         if notice and notice[0] == watched and notice[1] == state:  # until the run changes again
             (st.success if state == "finished" else st.warning)(notice[2])

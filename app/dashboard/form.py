@@ -637,7 +637,7 @@ def error_labels(errors: dict, method: str) -> list[str]:
     labels = {f.key: f.label or f.key for f in FIELDS}
     if method in METHODS:
         labels |= {MP + s["name"]: s["label"] for s in METHODS[method].settings()}
-    labels |= {"memory": "memory", "_form": "the setup"}
+    labels |= {"memory": "the run's memory (under the block diagram)", "_form": "the setup"}
     return [labels.get(k, k) for k in errors]
 
 
@@ -805,7 +805,9 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
         errors.setdefault(key, msg)
     warnings = {**step_size_warnings(target), **processes_warnings(target, processes), **batch_warnings(target)}
     sized_by = {*NETWORK_KEYS, "split", "data", "train_limit", "method", "batch_size"}  # what the memory depends on
-    estimate = None if sized_by & set(errors) or any(k.startswith(MP) for k in errors) else target
+    # a wrong number of the method (β, a step size: they size nothing) keeps the estimate, on its default
+    floats = {MP + x["name"] for x in METHODS[method].settings() if x["type"] == "float" and x["choices"] is None}
+    estimate = None if sized_by & set(errors) or any(k.startswith(MP) and k not in floats for k in errors) else target
     if partial is not None or set(errors) - {"memory"}:
         return FormCheck(None, errors, warnings, estimate)
     # memory by arithmetic (no network is built): the page's limit, then what is free here (preflight)

@@ -301,6 +301,12 @@ def launching(run_dir: Path) -> bool:
     return False
 
 
+def started_at(status: dict):
+    """When the run first started: a resumed run's status keeps that as ``first_started`` (its
+    ``started`` is the last resume's)."""
+    return status.get("first_started") or status.get("started")
+
+
 def state_of(run_dir: str | Path) -> dict:
     """The engine's run_status, plus 'starting' for a launched worker that has not reported yet.
 

@@ -143,7 +143,7 @@ def table(runs: list[dict]) -> str | None:
                 "epoch": f"{ui.done_epochs(r['dir'], st_)}/{st_.get('epochs') or (cfg.get('train') or {}).get('epochs', '?')}",
                 "test %": _last_test(r),
                 "size": human_bytes(W.dir_size(r["dir"], _size_stamp(st_))),
-                "started": _moment(st_.get("started")),
+                "started": _moment(W.started_at(st_)),
                 "duration": duration_text(st_),
                 "updated": _moment(st_.get("updated")),
                 "error": st_.get("error") or "",
@@ -195,8 +195,9 @@ def details(r: dict) -> None:
         st.markdown(f"#### {ui.state_md(state)} {title}")  # h3 broke "digits-block-admm-s0" at 1280 px
         epochs = status.get("epochs") or (cfg.get("train") or {}).get("epochs", "?")
         st.write(
-            f"epoch {ui.done_epochs(run_dir, status)} of {epochs} · started {_when(status.get('started'))} · "
-            f"updated {_when(status.get('updated'))}"  # "started": not a column of the table
+            f"epoch {ui.done_epochs(run_dir, status)} of {epochs} · started {_when(W.started_at(status))} · "
+            + (f"resumed {_when(status.get('started'))} · " if status.get("first_started") else "")
+            + f"updated {_when(status.get('updated'))}"  # "started": not a column of the table
         )
         st.caption(
             f"id `{name}`"

@@ -542,9 +542,15 @@ def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
     )
     with c[2]:
         if cfg is None:
-            st.caption(
-                f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(F.error_labels(errors, form['method']))}."
-            )
+            fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
+            said = [
+                f"Fix {ui.count(len(fields), 'field')} below to start: {', '.join(F.error_labels(fields, form['method']))}."
+            ]
+            if "memory" in errors:
+                said.append("The run does not fit in memory: see the estimate under the block diagram.")
+            if "_form" in errors:
+                said.append("The setup as a whole is refused: see the message below the form.")
+            st.caption(" ".join(said[0 if fields else 1 :]))
         else:
             cls = METHODS[cfg.method]
             own = M.is_entry(form["arch"])

@@ -1,0 +1,71 @@
+"""Smaller things the Train and Runs pages say: the summary beside Start names fields by their labels
+and the run's memory as what it is (not "a field: memory"), the memory estimate stays while a number
+of the method (β) is wrong, and a resumed run's first start is kept apart from its last resume."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = Path(__file__).resolve().parent.parent / "app"
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
+    return tmp_path
+
+
+def page(query: dict) -> AppTest:
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def summary(at) -> str:
+    return " ".join(c.value for c in at.caption)
+
+
+def test_a_run_too_big_is_not_called_a_field_named_memory(runs, monkeypatch):
+    monkeypatch.setenv("ADMM_DASH_MAX_RUN_GB", "0.000001")
+    at = page({"preset": "digits-mlp"})
+    assert at.button(key="start").disabled
+    text = summary(at)
+    assert "does not fit in memory" in text and "field" not in text.split("does not fit")[0], text
+    assert "Fix 1 field below to start: memory" not in text
+
+
+def test_a_wrong_beta_keeps_the_memory_estimate(runs):
+    """β sizes nothing: while it is wrong the estimate (on its default) stays beside the message."""
+    at = page({"preset": "digits-mlp", "m.beta": "-3"})
+    assert at.button(key="start").disabled and any("-3" in e.value for e in at.error)
+    assert "to train (limit" in summary(at), summary(at)
+
+
+def test_a_resumed_run_keeps_its_first_start(tmp_path):
+    from admm_core.rundir import read_json
+    from admm_core.status import RunStatus
+    from app.dashboard.workers import started_at
+
+    first = RunStatus(tmp_path / "r", epochs=2)
+    t0 = first.status["started"]
+    first.stop({})  # the run is stopped, to be resumed
+    time.sleep(0.01)
+    again = RunStatus(tmp_path / "r", epochs=2)  # the resume's writer
+    try:
+        status = read_json(tmp_path / "r" / "status.json")
+        assert status["first_started"] == pytest.approx(t0) and status["started"] > t0
+        assert started_at(status) == pytest.approx(t0)  # what the Runs page calls "started"
+    finally:
+        again.stop({})
+    fresh = RunStatus(tmp_path / "new", epochs=2)
+    try:
+        assert "first_started" not in fresh.status  # a new run: its start is its only one
+    finally:
+        fresh.stop({})
