@@ -387,15 +387,15 @@ def test_a_saved_run_through_the_page_starts_its_own_config(env_runs, monkeypatc
 def test_train_bad_values_show_messages_not_tracebacks(env_runs):
     at = app({"epochs": "0"}).run()  # the widget stops at its minimum; a link can still say 0
     no_exceptions(at)
-    assert any("train.epochs = 0" in e for e in form_errors(at))
+    assert any("Epochs = 0" in e for e in form_errors(at))  # by its label
     assert widget(at, "button", "start").disabled
     widget(at, "number_input", "f.epochs").set_value(5).run()
-    assert not any("train.epochs" in e for e in form_errors(at))
+    assert not any("Epochs =" in e for e in form_errors(at))
     widget(at, "text_input", "f.hidden").set_value("128,x").run()
-    assert any("model.hidden" in e for e in form_errors(at))
+    assert any("MLP hidden widths" in e for e in form_errors(at))
     widget(at, "text_input", "f.hidden").set_value("128,128").run()
     widget(at, "text_input", "f.mp.block-admm.lr").set_value("-0.1").run()
-    assert any("block-admm.lr = -0.1" in e for e in form_errors(at))
+    assert any("η — Θ step size = -0.1" in e for e in form_errors(at))
     widget(at, "text_input", "f.mp.block-admm.lr").set_value("1e-3").run()
     widget(at, "text_input", "f.mp.block-admm.beta").set_value("1,2").run()
     assert any("one per block (T = 3)" in e for e in form_errors(at)), form_errors(at)
@@ -1481,8 +1481,8 @@ def test_an_absurd_learning_rate_is_warned_not_refused(env_runs):
     no_exceptions(at)
     assert widget(at, "text_input", "f.mp.block-admm.dual_lr").value == "50"
     warned = [w.value for w in at.warning if "very large" in w.value]
-    assert any(w.startswith("block-admm.lr = 1e+09") for w in warned), warned
-    assert any(w.startswith("block-admm.dual_lr = 50") for w in warned), warned
+    assert any(w.startswith("η — Θ step size = 1e+09") for w in warned), warned
+    assert any(w.startswith("α — dual step size = 50") for w in warned), warned
     assert not form_errors(at) and not widget(at, "button", "start").disabled
 
 

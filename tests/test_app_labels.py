@@ -85,10 +85,10 @@ def test_the_network_help_is_plain_and_the_resnet_on_digits_message_is_readable(
     menu = at.selectbox(key="f.arch")
     assert menu.help and "admm_core" not in menu.help, menu.help
     menu.set_value("resnet18").run()
-    msg = next(e.value for e in at.error if e.value.startswith("model.arch"))
+    msg = next(e.value for e in at.error if e.value.startswith("Network = "))
     assert "flat vectors of 64 numbers" in msg and "Choose an image data set" in msg, msg
     # drawn below the row, at the row's width: not in the menu's narrow column
-    assert not [e for c in at.columns for e in c.error if e.value.startswith("model.arch")]
+    assert not [e for c in at.columns for e in c.error if e.value.startswith("Network = ")]
     assert at.button(key="start").disabled
 
 

@@ -42,7 +42,7 @@ def held(at: AppTest) -> bool:
 LINKS = [
     # a setting of the method in force (the default method when the link names none): validated
     ({"m.beta": "-3"}, ["-3"], True),
-    ({"m.z_step": "wrong"}, ["z_step = 'wrong' in the link"], True),
+    ({"m.z_step": "wrong"}, ["Z-step rule = 'wrong' in the link"], True),
     ({"method": "block-admm", "m.beta": "-3"}, ["-3"], True),
     # a setting of another method than the one in force
     ({"m.momentum": "0.9"}, ["m.momentum", "sgd", "not a setting of block-admm"], True),

@@ -54,7 +54,7 @@ def test_typed_out_of_range_numbers_reach_the_page_and_are_all_said(runs):
     at.number_input(key="f.seed").set_value(-1)
     at.number_input(key="f.eval_every").set_value(0).run()
     got = messages(at)
-    for needle in ("train.epochs = 0", "train.seed = -1", "train.eval_every = 0"):
+    for needle in ("Epochs = 0", "Seed = -1", "Evaluate every = 0"):  # by their labels
         assert any(needle in m for m in got), (needle, got)
     assert start(at).disabled
     assert "Fix 3 fields" in summary(at) and " epochs." not in summary(at)
@@ -68,9 +68,9 @@ def test_typed_out_of_range_numbers_reach_the_page_and_are_all_said(runs):
 @pytest.mark.parametrize(
     "split, kept, needle",
     [
-        ("fc3", ["fc3"], "model.split = 'fc3': that is the last layer"),
-        ("fc9", ["fc9"], "model.split = 'fc9': no such layer"),
-        ("fc1,fc3", ["fc1", "fc3"], "model.split = 'fc3'"),
+        ("fc3", ["fc3"], "Split after layers (block boundaries) = 'fc3': that is the last layer"),
+        ("fc9", ["fc9"], "Split after layers (block boundaries) = 'fc9': no such layer"),
+        ("fc1,fc3", ["fc1", "fc3"], "Split after layers (block boundaries) = 'fc3'"),
     ],
 )
 def test_a_links_wrong_split_is_kept_and_named_not_dropped(runs, split, kept, needle):
@@ -84,11 +84,13 @@ def test_a_links_wrong_split_is_kept_and_named_not_dropped(runs, split, kept, ne
 
 def test_a_links_absurd_batch_size_and_two_wrong_fields_are_all_said(runs):
     at = page({"batch_size": BIG})
-    assert any(f"train.batch_size = {BIG}" in m for m in messages(at)), messages(at)
+    assert any(f"Batch size = {BIG}" in m for m in messages(at)), messages(at)
     assert start(at).disabled
     at = page({"epochs": "0", "split": "fc3"})  # a wrong epoch count does not hide a wrong split
     got = messages(at)
-    assert any("train.epochs = 0" in m for m in got) and any("model.split = 'fc3'" in m for m in got), got
+    assert any("Epochs = 0" in m for m in got) and any(
+        "Split after layers (block boundaries) = 'fc3'" in m for m in got
+    ), got
     at = page({"epochs": "0", "seed": "-1"})
     assert len(messages(at)) == 2 and "to train (limit" in summary(at)
 
@@ -97,7 +99,7 @@ def test_a_links_absurd_batch_size_and_two_wrong_fields_are_all_said(runs):
 def test_empty_hidden_widths_are_an_error_naming_the_field(runs, text):
     at = page()
     at.text_input(key="f.hidden").set_value(text).run()
-    assert any(m.startswith(f"model.hidden = {text!r}") for m in messages(at)), messages(at)
+    assert any(m.startswith(f"MLP hidden widths = {text!r}") for m in messages(at)), messages(at)
     assert start(at).disabled
 
 
@@ -107,7 +109,7 @@ def test_more_processes_than_cores_on_a_cpu_is_a_warning(runs, monkeypatch):
     assert not [w for w in at.warning if "processes" in w.value] and not start(at).disabled
     at.number_input(key="f.processes").set_value(4).run()
     warned = [w.value for w in at.warning if "processes" in w.value]
-    assert any("processes = 4" in w and "2 CPU cores" in w for w in warned), warned
+    assert any("Processes = 4" in w and "2 CPU cores" in w for w in warned), warned
     assert not messages(at) and not start(at).disabled  # allowed: the processes take turns
 
 
@@ -130,7 +132,7 @@ def test_a_loaded_configs_wrong_fields_are_each_named_in_the_form(runs):
     (run / "status.json").write_text(json.dumps({"state": "finished"}))
     at = page({"load": "r-bad"})
     got = messages(at)
-    for needle in ("train.epochs = 0", "model.split = 'fc9'", "block-admm.lr = -1"):
+    for needle in ("Epochs = 0", "Split after layers (block boundaries) = 'fc9'", "η — Θ step size = -1"):
         assert any(needle in m for m in got), (needle, got)
     assert start(at).disabled
     notice = " ".join(i.value for i in at.info)
@@ -199,7 +201,7 @@ def test_a_link_value_no_widget_can_hold_holds_start_until_its_field_is_edited(r
     Start off until that field is edited; never a silent fallback to the widget's value."""
     at = page({"epochs": "abc", "loss": "hinge", "m.z_step": "x"})
     got = messages(at)
-    for needle in ("train.epochs = 'abc' in the link", "train.loss = 'hinge' in the link", "z_step = 'x' in the link"):
+    for needle in ("Epochs = 'abc' in the link", "Loss = 'hinge' in the link", "Z-step rule = 'x' in the link"):
         assert any(needle in m for m in got), (needle, got)
     assert start(at).disabled
     at.number_input(key="f.epochs").set_value(5).run()

@@ -96,7 +96,7 @@ def test_a_links_bad_values_are_each_named_and_hold_start(server, browser):
         page.goto(f"{url}/?preset=digits-mlp&method=block-admm&epochs=0&batch_size={BIG}&split=fc9")
         start = page.get_by_role("button", name=re.compile("Start run"))
         start.wait_for()
-        for said in ("train.epochs = 0", f"train.batch_size = {BIG}", "model.split = 'fc9'"):
+        for said in ("Epochs = 0", f"Batch size = {BIG}", "Split after layers (block boundaries) = 'fc9'"):
             page.get_by_text(said, exact=False).first.wait_for()
         page.get_by_text(re.compile(r"Fix 3 fields below to start")).wait_for()
         assert start.is_disabled()

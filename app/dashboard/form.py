@@ -378,6 +378,7 @@ def _from_widget(ff: FormField, w):
 
 FIELDS: tuple[FormField, ...] = _all_fields()
 BY_PATH = {f.path: f for f in FIELDS if f.path}
+BY_KEY = {f.key: f for f in FIELDS}
 if len({f.key for f in FIELDS}) != len(FIELDS):
     raise RuntimeError("two config fields share a form key: give one a 'key' hint in its metadata")
 
@@ -648,6 +649,22 @@ SWEEP_FIELDS = {
     "loss": "train.loss",
     "batch_size": "train.batch_size",
 }
+
+
+def on_page(message: str, key: str, method: str) -> str:
+    """A field's message as the page says it: led by the field's label, not its code name
+    ("Epochs = 0: …", not "train.epochs = 0: …"; the code name is in the field's help)."""
+    head, sep, rest = message.partition(" = ")
+    if not sep:
+        return message
+    label = None
+    if key.startswith(MP):
+        name = key[len(MP) :]
+        if head in (f"{method}.{name}", f"method_params.{name}", name):
+            label = method_labels(method).get(name)
+    elif key in BY_KEY and head in (BY_KEY[key].path, key):
+        label = BY_KEY[key].label
+    return f"{label} = {rest}" if label else message
 
 
 def method_labels(method: str) -> dict[str, str]:

@@ -251,13 +251,15 @@ def note(notes: dict, field: str) -> None:
     """The field's message (from the validation that ran before the form was drawn), under its widget."""
     if field in notes:
         kind, msg = notes.pop(field)
+        msg = F.on_page(msg, field, ss.get(K + "method", F.DEFAULT_METHOD))  # by its label, as the page shows it
         (st.error if kind == "error" else st.warning)(msg, icon="⚠️")
 
 
 def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) -> None:
     """The widget of one config field, as its metadata declares it; its message below."""
     key = K + ff.key
-    kw = {"key": key, "help": ff.help or None, "disabled": not ff.enabled(form)}
+    code = f"Setting `{ff.path or ff.key}`."  # the code name: messages and labels use the label
+    kw = {"key": key, "help": f"{ff.help.rstrip('.')}. {code}" if ff.help else code, "disabled": not ff.enabled(form)}
     kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
     if ff.menu == "archs":
         kw["help"] = f"with your own networks: the nn.Module classes and no-argument functions in {M.models_dir()}/*.py"
