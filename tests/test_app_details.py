@@ -69,3 +69,12 @@ def test_a_resumed_run_keeps_its_first_start(tmp_path):
         assert "first_started" not in fresh.status  # a new run: its start is its only one
     finally:
         fresh.stop({})
+
+
+def test_the_preset_box_says_in_words_what_was_edited_since_it_was_picked(runs):
+    at = page({"preset": "digits-mlp"})
+    assert not [c for c in at.caption if c.value.startswith("Edited since picked")]
+    at.selectbox(key="f.data").set_value("cifar10").run()
+    at.selectbox(key="f.arch").set_value("resnet18").run()
+    said = [c.value for c in at.caption if c.value.startswith("Edited since picked")]
+    assert len(said) == 1 and "Data set, Network" in said[0] and "differ from digits-mlp" in said[0], said

@@ -616,6 +616,34 @@ def preset_edited(form: dict, cfg: RunConfig | None) -> bool:
     return mine != theirs or cfg.method_settings != ref.method_settings or form.get("processes", 1) != 1
 
 
+def preset_changes(form: dict, cfg: RunConfig | None) -> list[str]:
+    """The labels of the fields where the form's run is no longer the preset it names (empty for no
+    preset, or none changed); ["a field that is wrong"] while the form does not make a config."""
+    if not preset_edited(form, cfg):
+        return []
+    if cfg is None:
+        return ["a field that is wrong"]
+    ref = preset_config(form["preset"], form.get("method", DEFAULT_METHOD))
+    out = []
+    for ff in FIELDS:
+        if not ff.path or ff.kind == "hidden" or ff.key == "preset":
+            continue
+        part, _, name = ff.path.rpartition(".")
+        mine, theirs = (getattr(getattr(c, part) if part else c, name) for c in (cfg, ref))
+        if ff.key == "split":
+            mine, theirs = (
+                list(c.model.split or split_options(c.model.arch, c.model.hidden, c.model.width)[1]) for c in (cfg, ref)
+            )
+        if mine != theirs:
+            out.append(ff.label or ff.key)
+    labels = method_labels(cfg.method)
+    a, b = vars(cfg.method_settings), vars(ref.method_settings)
+    out += [labels.get(k, k) for k in a if a[k] != b.get(k)]
+    if form.get("processes", 1) != 1:
+        out.append(BY_KEY["processes"].label or "processes")
+    return out
+
+
 def default_form(preset: str = DEFAULT_PRESET, method: str = DEFAULT_METHOD) -> dict:
     cfg = preset_config(preset, method) if preset != NO_PRESET else RunConfig(method=method)
     return form_from_config(cfg)
@@ -973,6 +1001,61 @@ def _setting_owners(name: str) -> list[str]:
     return [m for m in METHODS if name in {s["name"] for s in METHODS[m].settings()}]
 
 
+def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict) -> list[str]:
+    """The link's keys beyond the form's fields: method settings (m.<name>) applied to ``form`` or
+    said wrong in ``link`` (by field); unknown keys, modes and DeepFacto keys without its mode as
+    notes (returned)."""
+    notes: list[str] = []
+    settings = {s["name"]: s for s in METHODS[method].settings()}
+    for k, v in q.items():
+        if k in shown or k in PAGE_KEYS or k.startswith(DEEPFACTO_PREFIX):
+            if k == "mode" and v not in MODES:
+                notes.append(f"mode = {v!r}: choose from {list(MODES)}; the page shows the network form")
+            elif k.startswith(DEEPFACTO_PREFIX) and q.get("mode") != "deepfacto":
+                notes.append(f"{k} = {v!r}: a DeepFacto setting, read only with mode=deepfacto in the link; ignored")
+            continue
+        if not k.startswith(SETTING_PREFIX):
+            if k in settings:  # the setting's name without its m.: meant for that field
+                link[MP + k] = (
+                    f"{settings[k]['label']}: {k} = {v!r} in the link is an unknown key; a method setting is "
+                    f"written m.{k}. The field shows {form.get(MP + k)!r} (edit it to go on)"
+                )
+            else:
+                notes.append(f"{k} = {v!r}: unknown key (no field of this page reads it); ignored")
+            continue
+        name = k[len(SETTING_PREFIX) :]
+        s = settings.get(name)
+        if s is None:
+            owners = _setting_owners(name)
+            if owners:  # meant for a method the link does not choose: Start waits on the method's field
+                why = (
+                    f"{k} = {v!r} in the link is not a setting of {method} (the method in force), but of "
+                    f"{', '.join(owners)}: add method={owners[0]} to the link, or pick that method"
+                )
+                link["method"] = f"{link['method']} · {why}" if "method" in link else f"Method: {why}"
+            else:
+                notes.append(f"{k} = {v!r}: no method has a setting {name!r}; ignored")
+            continue
+        shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
+        if s["choices"] is not None and v not in s["choices"]:
+            link[MP + name] = f"{method}.{name} = {v!r} in the link: choose from {list(s['choices'])}; {shows}"
+        elif s["choices"] is not None or s["type"] == "str":
+            form[MP + name] = v
+        elif s["type"] == "bool":
+            if v.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                link[MP + name] = f"{method}.{name} = {v!r} in the link: not true or false; {shows}"
+            else:
+                form[MP + name] = v.lower() in ("true", "1", "yes")
+        elif s["type"] == "int":
+            try:
+                form[MP + name] = int(v)
+            except ValueError:
+                link[MP + name] = f"{method}.{name} = {v!r} in the link: not a whole number; {shows}"
+        else:
+            form[MP + name] = v
+    return notes
+
+
 def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     """Form values from a link's query: every value is applied or accounted for -> (form, notes).
 
@@ -1033,66 +1116,13 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
             form[GIVEN] = [k for k in form.get(GIVEN) or () if k != "split"]
         except (ConfigError, KeyError, TypeError):
             pass
-    settings = {s["name"]: s for s in METHODS[method].settings()}
-    for k, v in q.items():
-        if k in shown or k in PAGE_KEYS or k.startswith(DEEPFACTO_PREFIX):
-            if k == "mode" and v not in MODES:
-                notes.append(f"mode = {v!r}: choose from {list(MODES)}; the page shows the network form")
-            elif k.startswith(DEEPFACTO_PREFIX) and q.get("mode") != "deepfacto":
-                notes.append(f"{k} = {v!r}: a DeepFacto setting, read only with mode=deepfacto in the link; ignored")
-            continue
-        if not k.startswith(SETTING_PREFIX):
-            if k in settings:  # the setting's name without its m.: meant for that field
-                link[MP + k] = (
-                    f"{settings[k]['label']}: {k} = {v!r} in the link is an unknown key; a method setting is "
-                    f"written m.{k}. The field shows {form.get(MP + k)!r} (edit it to go on)"
-                )
-            else:
-                notes.append(f"{k} = {v!r}: unknown key (no field of this page reads it); ignored")
-            continue
-        name = k[len(SETTING_PREFIX) :]
-        s = settings.get(name)
-        if s is None:
-            owners = _setting_owners(name)
-            if owners:  # meant for a method the link does not choose: Start waits on the method's field
-                why = (
-                    f"{k} = {v!r} in the link is not a setting of {method} (the method in force), but of "
-                    f"{', '.join(owners)}: add method={owners[0]} to the link, or pick that method"
-                )
-                link["method"] = f"{link['method']} · {why}" if "method" in link else f"Method: {why}"
-            else:
-                notes.append(f"{k} = {v!r}: no method has a setting {name!r}; ignored")
-            continue
-        shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
-        if s["choices"] is not None and v not in s["choices"]:
-            link[MP + name] = f"{method}.{name} = {v!r} in the link: choose from {list(s['choices'])}; {shows}"
-        elif s["choices"] is not None or s["type"] == "str":
-            form[MP + name] = v
-        elif s["type"] == "bool":
-            if v.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                link[MP + name] = f"{method}.{name} = {v!r} in the link: not true or false; {shows}"
-            else:
-                form[MP + name] = v.lower() in ("true", "1", "yes")
-        elif s["type"] == "int":
-            try:
-                form[MP + name] = int(v)
-            except ValueError:
-                link[MP + name] = f"{method}.{name} = {v!r} in the link: not a whole number; {shows}"
-        else:
-            form[MP + name] = v
+    notes += _link_settings(q, form, method, set(shown), link)
     if link:
         form[LINK] = link
     return form, notes + list(link.values())
 
 
 _KIND_WORDS = {"int": "a whole number", "float": "a number", "check": "true or false"}
-
-
-def query_keys(method: str | None = None) -> set[str]:
-    keys = {f.key for f in _shown()}
-    if method in METHODS:
-        keys |= {"m." + s["name"] for s in METHODS[method].settings()}
-    return keys
 
 
 def batch_warnings(cfg: RunConfig) -> dict[str, str]:

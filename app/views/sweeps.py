@@ -58,7 +58,7 @@ DEFAULT_ROWS = [
 
 # the menus in words (their code names, as `admm sweep` takes them, in the help)
 OBJECTIVE_LABELS = {"best_test_accuracy": "best test accuracy", "time_to_95_s": "seconds to 95% test accuracy"}
-PRUNER_LABELS = {"median": "median (stop the trailing)", "hyperband": "hyperband", "none": "none (run every trial out)"}
+PRUNER_LABELS = {"median": "median (stop laggards)", "hyperband": "hyperband", "none": "none (run every trial out)"}
 # a search dimension's kinds in words (their code names, as `--space` takes them, in the column's help)
 KIND_LABELS = {
     "log": "log-uniform",

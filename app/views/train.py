@@ -282,6 +282,9 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) 
         st.number_input(ff.label, step=num(ff.step or 1), **kw)
     else:
         st.text_input(ff.label, **kw)
+    if ff.menu == "presets" and ss.get("preset_edited") and form.get(ff.key) != F.NO_PRESET:
+        # said in words too: the menu's "(edited)" is easily missed, and does not say what changed
+        st.caption(f"Edited since picked: {', '.join(ss['preset_edited'])} differ from {form.get(ff.key)}.")
     note(notes, ff.key)
 
 
@@ -338,7 +341,7 @@ def validate(datasets: list[str]) -> tuple[dict, F.FormCheck, dict]:
             ss[key] = F.method_fields(method)[F.MP + s["name"]]
     form = _ordered_form()  # every value as given: a wrong one is said under its field, never dropped
     got = F.check_form(form, datasets)
-    ss["preset_edited"] = F.preset_edited(form, got.cfg)
+    ss["preset_edited"] = F.preset_changes(form, got.cfg)  # the fields that differ from the preset
     # allowed, but said: an absurd learning rate / step size, more processes than cores
     notes = {k: ("warning", m) for k, m in got.warnings.items()} | {k: ("error", m) for k, m in got.errors.items()}
     return form, got, notes

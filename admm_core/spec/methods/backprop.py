@@ -32,9 +32,7 @@ class SGDSettings(BackpropSettings):
     lr: float = setting(5e-3, "η: learning rate (paper: 5e-3)", label="η — learning rate")
     momentum: float = setting(0.0, "heavy-ball momentum", positive=False, max=0.999, label="Momentum")
     weight_decay: float = setting(0.0, "L2 weight decay", positive=False, label="Weight decay")
-    fused: bool = setting(
-        False, "fused optimizer kernel (GPU speed option; same update)", label="Fused optimizer kernel"
-    )
+    fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)", label="Fused kernel")
 
     def theta_moments(self) -> int:
         return 1 if self.momentum > 0 else 0
@@ -49,9 +47,7 @@ class AdamSettings(BackpropSettings):
     implementation = "admm_core.methods.backprop:Adam"
     lr: float = setting(1e-3, "η: learning rate", label="η — learning rate")
     lr_decay: float = lr_decay_setting()
-    fused: bool = setting(
-        False, "fused optimizer kernel (GPU speed option; same update)", label="Fused optimizer kernel"
-    )
+    fused: bool = setting(False, "fused optimizer kernel (GPU speed option; same update)", label="Fused kernel")
     eps: float = setting(
         1e-8,
         "ε of Adam's denominator √v + ε (PyTorch's 1e-8 hides gradients far below it)",

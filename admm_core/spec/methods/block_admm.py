@@ -185,12 +185,12 @@ class BlockADMMSettings(MethodBase):
     fused: bool = setting(
         False,
         "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)",
-        label="Fused optimizer kernel",
+        label="Fused kernel",
     )
     bn_calibrate: bool = setting(
         True,
         "set BatchNorm running statistics by a pass over the inputs before Z's forward-pass start",
-        label="Calibrate BatchNorm first",
+        label="Calibrate BN first",
     )
     z_schedule: str = setting(
         "sweep",

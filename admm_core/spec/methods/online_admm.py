@@ -87,7 +87,7 @@ class OnlineADMMSettings(MethodBase):
     fused: bool = setting(
         False,
         "fused Θ-optimizer kernel instead of foreach (same update; faster on GPU and CPU)",
-        label="Fused optimizer kernel",
+        label="Fused kernel",
     )
     dual_theta: str = setting(
         "new",
