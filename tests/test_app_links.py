@@ -105,3 +105,18 @@ def test_a_method_settings_help_says_the_value_in_force_and_where_it_comes_from(
     at = page({"preset": "none", "method": "block-admm"})
     k = at.number_input(key="f.mp.block-admm.primal_steps")
     assert k.value == 3 and "In force: 3, the method's default" in k.help, k.help
+
+
+def test_a_config_fields_help_says_the_value_in_force_and_where_it_comes_from(runs):
+    from admm_core.spec.config import TrainConfig
+    from admm_core.spec.presets import preset_config
+
+    epochs = preset_config("digits-mlp", "block-admm").train.epochs
+    assert epochs != TrainConfig.epochs  # else this test tells nothing
+    at = page({"preset": "digits-mlp"})
+    help_ = at.number_input(key="f.epochs").help
+    assert f"In force: {epochs}, the preset digits-mlp's (the default: {TrainConfig.epochs})" in help_, help_
+    assert "Setting `train.epochs`" in help_
+    at.number_input(key="f.epochs").set_value(epochs + 1).run()
+    assert f"In force: {epochs + 1}, set here" in at.number_input(key="f.epochs").help
+    assert "the network's default split" in at.multiselect(key="f.split").help

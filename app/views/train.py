@@ -10,6 +10,7 @@ callbacks of :mod:`app.ui`.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -255,10 +256,43 @@ def note(notes: dict, field: str) -> None:
         (st.error if kind == "error" else st.warning)(msg, icon="⚠️")
 
 
+@functools.lru_cache(maxsize=64)
+def _reference_form(preset: str, method: str) -> dict:
+    """The form a preset (or none: the config's defaults) gives: what a field's help compares with."""
+    try:
+        return F.default_form(preset, method)
+    except (ConfigError, KeyError):
+        return {}
+
+
+def in_force(ff: F.FormField, form: dict) -> str:
+    """A config field's value in force and where it comes from, for its help: the preset's value,
+    the default, or set here (by hand, a link or a loaded run)."""
+    if ff.key in ("preset", "method") or ff.kind == "hidden" or ff.key not in form:
+        return ""
+    value, method = form[ff.key], form.get("method", F.DEFAULT_METHOD)
+    preset = form.get("preset")
+    shown = ", ".join(map(str, value)) or "none" if isinstance(value, list) else F.label_of(ff, value)
+    if ff.kind == "split":
+        try:
+            split = F.split_options(*F.network_of(form))[1]
+        except (ConfigError, KeyError, TypeError):
+            return ""
+        return f"In force: {shown}, {'the network' + chr(39) + 's default split' if value == split else 'set here'}. "
+    default = _reference_form(F.NO_PRESET, method).get(ff.key, value)
+    if preset in PRESETS and _reference_form(preset, method).get(ff.key) == value:
+        source = f"the preset {preset}'s" + ("" if value == default else f" (the default: {F.label_of(ff, default)})")
+    elif value == default:
+        source = "the default"
+    else:
+        source = "set here"
+    return f"In force: {shown}, {source}. "
+
+
 def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) -> None:
     """The widget of one config field, as its metadata declares it; its message below."""
     key = K + ff.key
-    code = f"Setting `{ff.path or ff.key}`."  # the code name: messages and labels use the label
+    code = f"{in_force(ff, form)}Setting `{ff.path or ff.key}`."  # the code name: messages use the label
     kw = {"key": key, "help": f"{ff.help.rstrip('.')}. {code}" if ff.help else code, "disabled": not ff.enabled(form)}
     kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
     if ff.menu == "archs":
