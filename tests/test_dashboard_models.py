@@ -246,3 +246,15 @@ def test_bad_model_files_are_each_one_message_and_the_page_goes_on(folders):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.button(key="start").disabled and any("tiny.py" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_a_models_folder_leaves_the_shipped_deepfacto_models_found(folders):
+    """$ADMM_MODELS (one's own network files) is not where the shipped DeepFacto models lie: with it
+    set to a user's folder, the Heatmaps page still offers them (from assets/models)."""
+    models, _ = folders
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120).run()
+    at.switch_page("views/heatmaps.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    menu = at.selectbox(key="hm_model")
+    assert [o.split(" (")[0] for o in menu.options][:2] == ["shipped · DeepFacto r = 4", "shipped · DeepFacto r = 32"]
+    assert not any("No DeepFacto model" in i.value for i in at.info)
