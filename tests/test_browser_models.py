@@ -27,6 +27,25 @@ SUBSET = "train_limit=256&test_limit=256"  # an MNIST subset: an epoch of the co
 
 pytestmark = needs_chromium
 
+# a residual block: after 'conv2' two tensors cross (the skip from 'conv1' and conv2's output)
+SKIP_NET = """import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SkipNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.conv3 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):
+        h = F.relu(self.conv1(x.view(-1, 1, 8, 8)))  # digits come flat: 64 pixels
+        y = F.relu(self.conv2(h))
+        y = self.conv3(y) + h
+        return self.fc(F.relu(y).flatten(1))
+"""
 BROKEN = "import torch\nfrom torch import nn\n\n\nclass Net(nn.Module)\n    pass\n"  # line 5: no colon
 
 
@@ -49,6 +68,7 @@ def models_server(tmp_path_factory):
     runs.mkdir()
     (models / "mnist_net.py").write_text(examples_net_source())
     (models / "broken.py").write_text(BROKEN)
+    (models / "skip_net.py").write_text(SKIP_NET)
     (tmp / "x.py").write_text(examples_net_source())  # beside the folder: a link to it is refused
     env = {**os.environ, "ADMM_RUNS": str(runs), "ADMM_MODELS": str(models), "PYTHONPATH": str(ROOT)}
     env["ADMM_CACHE"] = str(tmp / "cache")
@@ -73,6 +93,12 @@ def _pick(page, menu: str, option: str) -> None:
     page.get_by_role("option", name=option, exact=True).click()
 
 
+def _cells(page, pattern: str):
+    """The first cell of the page's table whose text matches ``pattern`` (the grid draws on a canvas;
+    its accessible table, hidden, holds the cells)."""
+    return page.locator("[data-testid=stDataFrame] [role=gridcell]").filter(has_text=re.compile(pattern)).first
+
+
 def _new_run(runs: Path, before: set[str]) -> Path | None:
     return wait(lambda: next((d for d in runs.iterdir() if d.is_dir() and d.name not in before), None), 60)
 
@@ -85,7 +111,6 @@ def test_the_examples_net_from_the_models_folder_trains_stops_resumes_and_compar
     from app.dashboard import workers as W
 
     url, runs, _ = models_server
-    shots = _screenshots_dir(runs.parent)
     t0 = time.time()
     page = _page(browser)
     page.add_init_script(SEEN_JS)
@@ -96,21 +121,16 @@ def test_the_examples_net_from_the_models_folder_trains_stops_resumes_and_compar
         # the models folder's network is in the menu, beside the built-in ones
         page.get_by_role("combobox", name="Network").click()
         listed = page.get_by_role("option", name="mnist_net.py: Net", exact=True)
-        listed.wait_for()
-        page.screenshot(path=str(shots / "dashboard-models-menu.png"))
         listed.click()
         # its cut table, from the traced graph: valid cuts and one that is not (and why)
-        table = page.get_by_text("cut point", exact=True).first
-        table.wait_for()
+        page.locator("[data-testid=stDataFrame]").wait_for()
+        _cells(page, r"^yes$").wait_for(state="attached")  # a chain: every layer is a valid cut
         _pick(page, "Split after layers (block boundaries)", "conv2")
         _pick(page, "Split after layers (block boundaries)", "fc1")
         page.keyboard.press("Escape")
         expect(page).to_have_url(re.compile(r"split=conv2(%2C|,)fc1"), timeout=TIMEOUT_MS)
         start = page.get_by_role("button", name=re.compile("Start run"))
         expect(start).to_be_enabled(timeout=TIMEOUT_MS)
-        page.evaluate("() => document.querySelector('[data-testid=stDataFrame]').scrollIntoView({block: 'center'})")
-        page.wait_for_timeout(800)
-        page.screenshot(path=str(shots / "dashboard-models-cuts.png"))
         picked = time.time()
 
         hogs = busy_cores(runs.parent)  # both cores busy from Start to the first epoch on the chart
@@ -171,6 +191,36 @@ def test_the_examples_net_from_the_models_folder_trains_stops_resumes_and_compar
         page.close()
         for r in started:
             W.stop_run(r)
+
+
+def test_the_cut_table_marks_valid_and_invalid_cuts(models_server, browser):
+    """A residual network's table: the points inside the skip are not cuts, with the skip named."""
+    from playwright.sync_api import expect
+
+    url, runs, _ = models_server
+    page = _page(browser, height=1100)
+    try:
+        page.goto(f"{url}/?preset=none&data=digits&method=block-admm")
+        page.get_by_role("combobox", name="Network").click()
+        listed = page.get_by_role("option", name="skip_net.py: SkipNet", exact=True)
+        listed.wait_for()
+        listed.scroll_into_view_if_needed()  # the menu's end: the models folder's networks
+        listed.hover()
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(_screenshots_dir(runs.parent) / "dashboard-models-menu.png"))
+        listed.click()
+        page.locator("[data-testid=stDataFrame]").wait_for()
+        _cells(page, r"^no: 2 values cross it").wait_for(state="attached")
+        _cells(page, r"^yes$").wait_for(state="attached")
+        _pick(page, "Split after layers (block boundaries)", "conv1")
+        page.keyboard.press("Escape")
+        expect(page).to_have_url(re.compile(r"split=conv1(&|$)"), timeout=TIMEOUT_MS)
+        expect(page.get_by_role("button", name=re.compile("Start run"))).to_be_enabled(timeout=TIMEOUT_MS)
+        page.evaluate("() => document.querySelector('[data-testid=stDataFrame]').scrollIntoView({block: 'center'})")
+        page.wait_for_timeout(800)
+        page.screenshot(path=str(_screenshots_dir(runs.parent) / "dashboard-models-cuts.png"))
+    finally:
+        page.close()
 
 
 def _no_traceback(page) -> None:
