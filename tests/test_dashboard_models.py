@@ -103,6 +103,15 @@ def test_the_cut_table_comes_from_the_child_and_a_bad_file_is_one_error(folders)
     assert "Traceback" not in errs[0] and at.button(key="start").disabled
 
 
+def test_a_link_naming_a_model_file_without_cuts_starts_with_none(folders):
+    """As picking it in the menu does: not the built-in network's default split (fc1, fc2 here, which
+    the file's network happens to name too, one of them no valid cut)."""
+    at = train_page({"arch": "tiny.py:Net"})
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.multiselect(key="f.split").value == [] and not at.error, [e.value for e in at.error]
+    assert at.multiselect(key="f.split").options == ["fc1", "act"]
+
+
 @pytest.mark.parametrize("entry", ["../outside.py:Net", "escape.py:Net", "/etc/passwd.py:Net"])
 def test_a_link_to_a_file_outside_the_models_folder_is_refused(folders, entry, monkeypatch):
     launched = []
