@@ -73,6 +73,7 @@ SLOW = {
     "test_browser_heatmaps.py",
     "test_browser_layout.py",
     "test_browser_live.py",
+    "test_browser_models.py",
     "test_browser_pages.py",
     "test_browser_values.py",
     "test_app.py::test_a_watched_run_that_ends_gives_one_notice",

@@ -626,7 +626,7 @@ def _png(arr: np.ndarray) -> bytes:
 
 
 def test_heatmaps_page_without_any_model(env_runs, monkeypatch, tmp_path):
-    monkeypatch.setenv("ADMM_MODELS", str(tmp_path / "no-models"))
+    monkeypatch.setenv("ADMM_DEEPFACTO_MODELS", str(tmp_path / "no-models"))
     at = app().run()
     at.switch_page("views/heatmaps.py").run()
     no_exceptions(at)
@@ -674,7 +674,7 @@ def test_heatmaps_page_lists_deepfacto_runs_and_checks_uploads(tmp_path, monkeyp
     (root / "plain").mkdir()
     (root / "plain" / "config.json").write_text(digits_cfg("block-admm", 2, n=300).to_json())
     monkeypatch.setenv("ADMM_RUNS", str(root))
-    monkeypatch.setenv("ADMM_MODELS", str(tmp_path / "no-models"))  # runs only
+    monkeypatch.setenv("ADMM_DEEPFACTO_MODELS", str(tmp_path / "no-models"))  # runs only
     at = app().run()
     at.switch_page("views/heatmaps.py").run()
     no_exceptions(at)

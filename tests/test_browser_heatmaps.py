@@ -43,7 +43,7 @@ def _bare_checkout(dest: Path) -> Path:
 @pytest.mark.skipif(not PHOTO.is_file(), reason=f"no face photo to upload ({PHOTO} missing: set ADMM_DATA)")
 def test_heatmaps_of_an_uploaded_photo_with_no_data_root(tmp_path, browser):
     checkout = _bare_checkout(tmp_path / "nowhere" / "checkout")  # ../shared does not exist here
-    env = {k: v for k, v in os.environ.items() if k not in ("ADMM_DATA", "ADMM_MODELS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("ADMM_DATA", "ADMM_DEEPFACTO_MODELS")}
     env |= {"ADMM_RUNS": str(tmp_path / "runs"), "ADMM_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(checkout)}
     with dashboard(env, tmp_path / "server.log", checkout=checkout) as (url, _):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})

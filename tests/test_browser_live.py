@@ -584,6 +584,22 @@ def _lines(run_dir: Path) -> list[dict]:
         return []
 
 
+def busy_cores(folder: Path) -> list:
+    """One busy loop per core, started as the dashboard starts its workers (their own session, the
+    workers' niceness, as other runs or a sweep would be): the machine "under load". End with end_busy."""
+    from admm_core.spawn import spawn_detached
+
+    # each loop ends itself after 15 min: a test killed from outside must not leave them spinning
+    busy = [sys.executable, "-c", "import time\nend = time.time() + 900\nwhile time.time() < end: pass"]
+    return [spawn_detached(busy, folder / f"busy-{i}.log")[0] for i in range(os.cpu_count() or 2)]
+
+
+def end_busy(hogs: list) -> None:
+    for h in hogs:
+        h.kill()
+        h.wait()
+
+
 LIVE_IN_VIEW_JS = """() => { const h = document.getElementById('live');
     if (!h) return null; const r = h.getBoundingClientRect(); return [r.top, r.bottom, window.innerHeight]; }"""
 
@@ -600,14 +616,11 @@ def test_start_and_resume_under_load_chart_the_first_point_within_15_s(live_serv
     the Live panel is scrolled into view (a 1440 × 1000 window: it is below the form)."""
     from playwright.sync_api import expect
 
-    from admm_core.spawn import spawn_detached
     from app.dashboard import workers as W
 
     url, root, _ = live_server
     tries = int(os.environ.get("DASH_LOAD_TRIES", str(SUITE_LOAD_TRIES)))
-    # each loop ends itself after 15 min: a test killed from outside must not leave them spinning
-    busy = [sys.executable, "-c", "import time\nend = time.time() + 900\nwhile time.time() < end: pass"]
-    hogs = [spawn_detached(busy, root / f"busy-{i}.log")[0] for i in range(os.cpu_count() or 2)]
+    hogs = busy_cores(root)
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.set_default_timeout(TIMEOUT_MS)
     page.add_init_script(SEEN_JS)
@@ -655,9 +668,7 @@ def test_start_and_resume_under_load_chart_the_first_point_within_15_s(live_serv
         assert all(x is not None and x <= 15 for x in lags), report
         assert all(ok for _, what, ok in report if what == "in view"), report
     finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
+        end_busy(hogs)
         page.close()
         for name in started:
             W.stop_run(root / name)

@@ -103,6 +103,15 @@ def test_the_cut_table_comes_from_the_child_and_a_bad_file_is_one_error(folders)
     assert "Traceback" not in errs[0] and at.button(key="start").disabled
 
 
+def test_a_link_naming_a_model_file_without_cuts_starts_with_none(folders):
+    """As picking it in the menu does: not the built-in network's default split (fc1, fc2 here, which
+    the file's network happens to name too, one of them no valid cut)."""
+    at = train_page({"arch": "tiny.py:Net"})
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.multiselect(key="f.split").value == [] and not at.error, [e.value for e in at.error]
+    assert at.multiselect(key="f.split").options == ["fc1", "act"]
+
+
 @pytest.mark.parametrize("entry", ["../outside.py:Net", "escape.py:Net", "/etc/passwd.py:Net"])
 def test_a_link_to_a_file_outside_the_models_folder_is_refused(folders, entry, monkeypatch):
     launched = []
@@ -249,3 +258,15 @@ def test_bad_model_files_are_each_one_message_and_the_page_goes_on(folders):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.button(key="start").disabled and any("tiny.py" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_a_models_folder_leaves_the_shipped_deepfacto_models_found(folders):
+    """$ADMM_MODELS (one's own network files) is not where the shipped DeepFacto models lie: with it
+    set to a user's folder, the Heatmaps page still offers them (from assets/models)."""
+    models, _ = folders
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120).run()
+    at.switch_page("views/heatmaps.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    menu = at.selectbox(key="hm_model")
+    assert [o.split(" (")[0] for o in menu.options][:2] == ["shipped · DeepFacto r = 4", "shipped · DeepFacto r = 32"]
+    assert not any("No DeepFacto model" in i.value for i in at.info)

@@ -849,6 +849,16 @@ for page in ("views/train.py", "views/runs.py", "views/compare.py", "views/sweep
     at.run()  # a refresh
     assert not at.exception, [e.value for e in at.exception]
     seen[page] = "torch" in sys.modules
+# a models-folder network picked: its cut table (traced in a child process), the memory estimate and
+# Start drawn; the server itself reads the file's source only
+at = AppTest.from_file(main, default_timeout=300)
+at.query_params.update({"preset": "none", "data": "digits", "arch": "tiny.py:Net", "split": "fc1", "run": run})
+at.run()
+at.run()  # a refresh
+assert not at.exception, [e.value for e in at.exception]
+assert [r["cut point"] for r in at.dataframe[0].value.to_dict("records")] == ["fc1", "act", "fc2"], at.error
+assert at.multiselect(key="f.split").value == ["fc1"] and not at.button(key="start").disabled
+seen["views/train.py with a model file"] = "torch" in sys.modules
 seen["modules"] = sorted(m for m in sys.modules if m == "admm_core" or m.startswith("admm_core."))
 print(json.dumps(seen))
 """
@@ -874,18 +884,27 @@ SERVER_MODULES = {
 }
 
 
-def test_every_page_never_imports_torch(tmp_path):
+def test_every_page_never_imports_torch(tmp_path, monkeypatch):
     """The server's memory target (≤ 500 MB, docs/reliability.md): ``import torch`` alone is ~500 MB
-    resident, so no page (a run picked, a refresh) may import it; the server holds the spec layer
-    (:mod:`admm_core.spec`) and the readers of run files, nothing else of the package."""
+    resident, so no page (a run picked, a refresh, a models-folder network picked with its cut
+    points drawn) may import it; the server holds the spec layer (:mod:`admm_core.spec`) and the
+    readers of run files, nothing else of the package."""
+    from test_dashboard_models import TINY
+
     root = tmp_path / "runs"
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "tiny.py").write_text(TINY)
+    monkeypatch.setenv("ADMM_MODELS", str(tmp_path / "models"))
+    monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))  # the cut table computed afresh, in its child
     train(tiny("block-admm", epochs=1), root / "20260101-000000-digits-block-admm-s0")
     seen = fresh_python_json(
         NO_TORCH_PAGES, ROOT / "app" / "main.py", "20260101-000000-digits-block-admm-s0", runs_root=root
     )
     modules = set(seen.pop("modules"))
     pages = ("train", "runs", "compare", "sweeps", "heatmaps")
-    assert seen == {"imports": False} | {f"views/{p}.py": False for p in pages}, seen
+    want = {"imports": False} | {f"views/{p}.py": False for p in pages} | {"views/train.py with a model file": False}
+    assert seen == want, seen
+    assert (tmp_path / "cache" / "model-cuts").is_dir()  # the child traced it (no cached table to read)
     outside = sorted(m for m in modules if not m.startswith("admm_core.spec") and m not in SERVER_MODULES)
     assert not outside, outside
     assert {"admm_core.spec.config", "admm_core.spec.resources", "admm_core.rundir"} <= modules  # it read them

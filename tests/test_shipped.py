@@ -166,7 +166,7 @@ def test_export_gives_the_runs_own_scores_and_a_new_run_starts_from_it(tiny_run,
     img = DATA / "lfw-deepfunneled-160" / "Aaron_Eckhart" / "Aaron_Eckhart_0001.jpg"
     face = hm.read_image(str(img))[None]
     s_run = load_inference_model(tiny_run).scores(face)
-    monkeypatch.setenv("ADMM_MODELS", str(out))
+    monkeypatch.setenv("ADMM_DEEPFACTO_MODELS", str(out))
     s_ship = hm.load_model("shipped:deepfacto-r4").scores(face)
     # the same weights bit for bit; the scores agree to float tolerance (the run's M is a transposed
     # view, the file's is contiguous: another matmul order inside the iterative NNLS)

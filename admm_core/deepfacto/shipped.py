@@ -47,8 +47,9 @@ DATA_TERMS = (
 
 
 def models_dir() -> Path:
-    """Where the shipped models lie: ``$ADMM_MODELS``, else ``assets/models`` of this checkout."""
-    return Path(os.environ.get("ADMM_MODELS") or PROJECT_ROOT / "assets" / "models")
+    """Where the shipped models lie: ``$ADMM_DEEPFACTO_MODELS``, else ``assets/models`` of this checkout.
+    (``$ADMM_MODELS`` is the dashboard's folder of one's own network files, another thing.)"""
+    return Path(os.environ.get("ADMM_DEEPFACTO_MODELS") or PROJECT_ROOT / "assets" / "models")
 
 
 def sha256(path: Path) -> str:

@@ -1110,7 +1110,10 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
                     f"{ff.path or ff.key} = {q[ff.key]!r} in the link: {why}; the field shows "
                     f"{form.get(ff.key)!r} (edit it to go on)"
                 )
-    if "split" not in q and any(k in q for k in NETWORK_KEYS):  # another network: its default split
+    if "split" not in q and models.is_entry(form.get("arch")):  # a model file's: no cut until one is picked
+        form["split"] = []
+        form[GIVEN] = [k for k in form.get(GIVEN) or () if k != "split"]
+    elif "split" not in q and any(k in q for k in NETWORK_KEYS):  # another network: its default split
         try:
             form["split"] = split_options(*network_of(form))[1]
             form[GIVEN] = [k for k in form.get(GIVEN) or () if k != "split"]
