@@ -1,6 +1,6 @@
 """Dashboard pages under streamlit.testing.v1.AppTest, on real run directories.
 
-The runs are made by the engine itself (admm_core.runs.train on a tiny digits config); the
+The runs are made by the engine itself (admm_core.network.train on a tiny digits config); the
 Train page's Start button is checked with the worker launch replaced by a recorder, so the
 config the form produces is compared with the expected RunConfig field by field.
 """
@@ -23,7 +23,8 @@ from helpers import wait as _wait
 from streamlit.testing.v1 import AppTest
 
 from admm_core.errors import ConfigError
-from admm_core.runs import read_json, train, write_json
+from admm_core.network import train
+from admm_core.rundir import read_json, write_json
 from admm_core.spec.archs import ARCHS, archs_for
 from admm_core.spec.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from admm_core.spec.datasets import available
@@ -598,7 +599,7 @@ def test_compare_page_table_and_csv(env_runs):
 
 def test_compare_rows_carry_the_paper_figures(runs_root):
     cfg = json.loads((runs_root / "r1-digits-block-admm" / "config.json").read_text())
-    from admm_core.runs import read_metrics
+    from admm_core.rundir import read_metrics
     from admm_core.spec.presets import PAPER
     from app.dashboard.charts import run_row
 
@@ -1416,7 +1417,7 @@ def test_worker_writes_system_metrics_and_train_charts_them(env_runs):
 def test_a_watched_run_that_ends_gives_one_notice(tmp_path, monkeypatch):
     """running → finished while watched: one toast and a line; not again on the next rerun; a
     run that had ended before the tab opened gives none."""
-    from admm_core.runs import proc_start
+    from admm_core.status import proc_start
 
     root = tmp_path / "runs"
     train(digits_cfg("sgd", 1, n=300), root / "done")
@@ -1509,7 +1510,7 @@ def test_system_sampler_records_gpu_memory_when_cuda_is_in_use(tmp_path, monkeyp
     a CPU-only process gets none, and the sampler never initialises CUDA itself."""
     import torch
 
-    from admm_core.runs import SystemSampler
+    from admm_core.status import SystemSampler
 
     s = SystemSampler(tmp_path / "system.jsonl")
     first = s.sample(0)

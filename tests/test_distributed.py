@@ -1,7 +1,7 @@
 """Block-ADMM on torch.distributed (gloo, CPU): sample sharding and blocks in parallel.
 
 Worker processes are spawned with torch.multiprocessing, bind 127.0.0.1 on a free port and
-train digits through the ordinary run loop (admm_core.runs.train); their per-rank checkpoint
+train digits through the ordinary run loop (admm_core.network.train); their per-rank checkpoint
 files are compared with single-process runs of the same seed.
 """
 
@@ -18,7 +18,8 @@ import torch
 import torch.multiprocessing as mp
 
 from admm_core import distributed as D
-from admm_core.runs import read_metrics, train
+from admm_core.network import train
+from admm_core.rundir import read_metrics
 from admm_core.spec.config import ConfigError
 from admm_core.spec.presets import preset_config
 
@@ -41,7 +42,7 @@ def free_port() -> int:
 
 
 def _worker(rank, world, port, cfg_json, run_dir, resume, die_mid_epoch, stop_rank0_at=None):
-    from admm_core.runs import train
+    from admm_core.network import train
     from admm_core.spec.config import RunConfig
 
     torch.set_num_threads(1)
