@@ -208,8 +208,9 @@ def train_checkpointed(model, row: ZooRow, seed: int, dataset, run_dir: Path, de
     return lines
 
 
-def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1) -> dict:
-    """Train one row in this process and write its result file; returns the result."""
+def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1, overrides=None) -> dict:
+    """Train one row in this process and write its result file; returns the result. ``overrides``:
+    settings of this row's method given on top of its defaults (an ablation's one change, ``--set``)."""
     import gc
 
     import torch
@@ -242,6 +243,7 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1) 
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "run_dir": str(run_dir),
+        "settings": dict(overrides or {}),
     }
     torch.manual_seed(seed)
     model = row.factory()
@@ -268,7 +270,7 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1) 
                 split_after=list(row.cuts),
                 data=row.data,
                 method=method,
-                settings={},
+                settings=dict(overrides or {}),
                 epochs=row.epochs,
                 batch_size=row.batch_size,
                 loss="ce",
@@ -309,11 +311,36 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1) 
 
 
 THREADS = [1]  # torch threads per child (--threads)
+OVERRIDES: dict[str, dict] = {}  # method -> settings given on top of its defaults (--set)
+
+
+def parse_overrides(items) -> dict[str, dict]:
+    """``["block-admm.lr=1e-3", "adam.lr=2e-3"]`` -> ``{"block-admm": {"lr": 0.001}, "adam": {"lr": 0.002}}``
+    (values read as JSON where they parse, else kept as text); every malformed item named at once."""
+    out: dict[str, dict] = {}
+    bad = []
+    for item in items or ():
+        head, eq, value = item.partition("=")
+        method, dot, key = head.partition(".")
+        if not (eq and dot and method in METHODS and key):
+            bad.append(item)
+            continue
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+        out.setdefault(method, {})[key] = value
+    if bad:
+        raise SystemExit(
+            f"--set: {', '.join(map(repr, bad))}: expected METHOD.SETTING=VALUE, METHOD one of {', '.join(METHODS)}"
+        )
+    return out
 
 
 def _launch(model: str, method: str, seed: int, out: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", model, method, str(seed), "--out", str(out)]
     cmd += ["--threads", str(THREADS[0])]
+    cmd += [f"--set={method}.{k}={json.dumps(v)}" for k, v in OVERRIDES.get(method, {}).items()]
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
@@ -340,6 +367,11 @@ def run_rows(out: Path, rows, methods=METHODS, seeds=SEEDS, launch=_launch, log=
         paths.append(path)
         tag = f"[{i}/{len(todo)}] {row.name} {method} s{seed}"
         if is_done(path):
+            had = (read_result(path) or {}).get("settings", {})
+            if had != OVERRIDES.get(method, {}):  # one folder, one reading of the settings
+                raise SystemExit(
+                    f"{path}: measured with settings {had}, asked for {OVERRIDES.get(method, {})}; use another --out"
+                )
             log(f"{tag}: done already ({path.name})")
             continue
         if row.name in blocked:
@@ -559,11 +591,20 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", type=Path, help="write the table into this page's section 'zoo'")
     p.add_argument("--table-only", action="store_true", help="no training: the table from the result files")
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1; 0: torch's default)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="METHOD.SETTING=VALUE",
+        help="an ablation: a method's setting over its defaults (repeatable; give it its own --out)",
+    )
     p.add_argument("--child", nargs=3, metavar=("MODEL", "METHOD", "SEED"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    OVERRIDES.clear()
+    OVERRIDES.update(parse_overrides(a.set))
     if a.child:
         model, method, seed = a.child
-        child(model, method, int(seed), a.out, a.threads)
+        child(model, method, int(seed), a.out, a.threads, OVERRIDES.get(method))
         return 0
     THREADS[0] = a.threads
     from admm_core.docs import code_version, command_line

@@ -140,6 +140,28 @@ def test_finished_row_is_not_run_again(zoo, tmp_path):
     assert launched == [("lenet5-bn", "sgd", 0)]
 
 
+def test_an_ablation_s_settings_reach_the_child_and_a_folder_holds_one_reading(zoo, tmp_path, monkeypatch):
+    z, zm = zoo
+    assert z.parse_overrides(["block-admm.lr=1e-3", "block-admm.z_step=scaled", "adam.lr=2e-3"]) == {
+        "block-admm": {"lr": 1e-3, "z_step": "scaled"},
+        "adam": {"lr": 2e-3},
+    }
+    with pytest.raises(SystemExit) as e:  # every bad item at once
+        z.parse_overrides(["lr=1", "nope.lr=1", "adam.lr=1"])
+    assert "'lr=1'" in str(e.value) and "'nope.lr=1'" in str(e.value) and "'adam.lr=1'" not in str(e.value)
+    calls = []
+    monkeypatch.setattr(z.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+    monkeypatch.setattr(z, "OVERRIDES", {"block-admm": {"lr": 1e-3}})
+    z._launch("lenet5-bn", "block-admm", 0, tmp_path)
+    z._launch("lenet5-bn", "adam", 0, tmp_path)
+    assert "--set=block-admm.lr=0.001" in calls[0] and not any(c.startswith("--set") for c in calls[1])
+    # a finished row measured with other settings is not taken as this reading's
+    row = zm.BY_NAME["lenet5-bn"]
+    _fake(z, tmp_path, row.name, "block-admm", 0, 0.9, 1.0, 1)
+    with pytest.raises(SystemExit, match="another --out"):
+        z.run_rows(tmp_path, [row], methods=("block-admm",), seeds=(0,), launch=None, log=lambda s: None)
+
+
 def test_checkpointed_adam_trains_over_the_rows_blocks(zoo, tmp_path):
     import dataclasses
 
