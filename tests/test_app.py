@@ -856,7 +856,7 @@ def test_memory_estimate_refuses_absurd_sizes_without_building_them():
     ok = F.config_from_form(F.default_form(), available=["digits"])[0]
     assert ok is not None
     # the page's figures are the engine's: Θ as float32, Z and U for every training sample and block
-    mem = F.memory_of(ok)
+    mem = F.check_form(F.default_form(), available=["digits"]).memory
     assert mem == estimate_memory(ok)
     blocks = F.describe_blocks(ok.model.arch, ok.model.hidden, list(split_of(ok)), ok.data.name)
     assert mem["param_bytes"] == 4 * sum(b["params"] for b in blocks)
@@ -969,6 +969,32 @@ def test_start_is_idempotent_per_click(env_runs, monkeypatch):
     assert len(launched) == 1, launched
     assert watch_pick(at).value == launched[0].name  # the new run is watched
     shutil.rmtree(launched[0])
+
+
+def test_start_click_checks_the_form_once_and_estimates_memory_once(env_runs, monkeypatch):
+    """A Start click runs one preflight (one memory estimate): the drawing after the callback reuses
+    the callback's check of the same form; a drawing without a click checks once too."""
+    import admm_core.spec.resources as R
+
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: 1)
+    calls = {"check": 0, "estimate": 0}
+    check, estimate = F.check_form, R.estimate_memory
+
+    def counted_check(*a, **k):
+        calls["check"] += 1
+        return check(*a, **k)
+
+    def counted_estimate(*a, **k):
+        calls["estimate"] += 1
+        return estimate(*a, **k)
+
+    monkeypatch.setattr(F, "check_form", counted_check)
+    monkeypatch.setattr(R, "estimate_memory", counted_estimate)
+    at = app().run()
+    assert calls == {"check": 1, "estimate": 1}, calls  # one drawing
+    widget(at, "button", "start").click().run()
+    no_exceptions(at)
+    assert calls == {"check": 2, "estimate": 2}, calls  # the click's check, reused by its drawing
 
 
 def test_processes_field_starts_the_worker_under_torchrun(env_runs, monkeypatch):
