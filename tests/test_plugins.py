@@ -7,70 +7,27 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# the plugin's record (torch-free: the dashboard's server may read it) names its engine class
-RECORD = '''
-from dataclasses import dataclass
-
-from admm_core.spec.archs import ARCHS, Arch, mlp_table
-from admm_core.spec.datasets import DatasetSpec
-from admm_core.spec.methods.backprop import BackpropSettings
-from admm_core.spec.methods.base import setting
+DOC = (ROOT / "docs" / "extending.md").read_text().split("## A plugin")[1]
+(PYPROJECT,) = re.findall(r"```toml\n(.*?)```", DOC, re.S)
+MODULES = {re.match(r"# (\w+)\.py\n", code).group(1): code for code in re.findall(r"```python\n(.*?)```", DOC, re.S)}
 
 
-@dataclass(frozen=True)
-class ToyRMSprop(BackpropSettings):
-    """End-to-end backprop with RMSprop."""
-
-    name = "toy-rmsprop"
-    summary = "End-to-end backprop, RMSprop (a plugin)"
-    implementation = "toy_plugin_engine:ToyRMSprop"
-    lr: float = setting(1e-3, "η: learning rate")
-
-
-TOY_MLP = Arch("admm_core.models:build_mlp", mlp_table, None, ARCHS["mlp"].default_split, "Toy MLP",
-               sizes=("hidden",), linear_chain=True)
-TOY_DIGITS = DatasetSpec("toy-digits", "admm_core.data:load_digits", (64,), 10, 1347, 450, bundled=True,
-                         ships_with="scikit-learn")
-'''
-
-ENGINE = '''
-import os
-from dataclasses import dataclass
-from pathlib import Path
-
-import torch
-
-from admm_core.methods.backprop import Backprop
-from toy_plugin import ToyRMSprop as Record
-
-
-@dataclass(frozen=True)
-class ToyRMSprop(Record, Backprop):
-    def make_optimizer(self, params):
-        Path(os.environ["TOY_PLUGIN_MARK"]).write_text("toy-rmsprop trained")  # the plugin's code ran
-        return torch.optim.RMSprop(params, lr=self.lr)
-'''
-
-ENTRY_POINTS = """
-[admm_core.methods]
-toy-rmsprop = toy_plugin:ToyRMSprop
-
-[admm_core.archs]
-toy-mlp = toy_plugin:TOY_MLP
-
-[admm_core.datasets]
-toy-digits = toy_plugin:TOY_DIGITS
-"""
+def entry_points_txt(pyproject: str) -> str:
+    """The entry_points.txt an installer writes from the pyproject's [project.entry-points.*] tables."""
+    groups = tomllib.loads(pyproject)["project"]["entry-points"]
+    return "".join(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n" for g, eps in groups.items())
 
 
 def distribution(where: Path, name: str, entry_points: str, modules: dict[str, str]) -> None:
@@ -86,16 +43,23 @@ def distribution(where: Path, name: str, entry_points: str, modules: dict[str, s
 @pytest.fixture
 def plugin_env(tmp_path):
     site = tmp_path / "site"
-    distribution(site, "toy_plugin", ENTRY_POINTS, {"toy_plugin": RECORD, "toy_plugin_engine": ENGINE})
+    distribution(site, "toy_plugin", entry_points_txt(PYPROJECT), MODULES)
     # a second package whose entry point cannot be imported: it must not break the others
     distribution(site, "broken_plugin", "[admm_core.methods]\nbroken = no_such_module_xyz:Thing\n", {})
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)]),
-        "TOY_PLUGIN_MARK": str(tmp_path / "mark"),
         "ADMM_RUNS": str(tmp_path / "runs"),
     }
     return tmp_path, env
+
+
+def trained_by_rmsprop(run_dir: Path) -> bool:
+    """The checkpoint holds RMSprop's moments (square_avg), not Adam's or SGD's: the plugin's engine ran."""
+    from admm_core.checkpoint import safe_load
+
+    state = safe_load(run_dir / "checkpoint.pt")["method_state"]["opt"]["state"]
+    return bool(state) and all(set(s) == {"step", "square_avg"} for s in state.values())
 
 
 def admm(env, *args, timeout=300):
@@ -113,7 +77,7 @@ def test_a_plugin_distribution_trains_through_the_cli_in_a_fresh_process(plugin_
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["method"], cfg["model"]["arch"], cfg["data"]["name"]) == ("toy-rmsprop", "toy-mlp", "toy-digits")
     assert json.loads((out / "status.json").read_text())["state"] == "finished"
-    assert (tmp / "mark").read_text() == "toy-rmsprop trained"
+    assert trained_by_rmsprop(out)
     # the broken package: one line naming its entry point, no traceback, the other methods unharmed
     said = [line for line in p.stderr.splitlines() if "broken" in line]
     assert len(said) == 1 and "'broken'" in said[0] and "no_such_module_xyz" in said[0], p.stderr[-3000:]
@@ -139,12 +103,17 @@ def test_a_plugin_method_trains_from_the_dashboards_worker(plugin_env):
     server runs it: the worker it spawns finds the plugin by itself."""
     tmp, env = plugin_env
     script = textwrap.dedent(f"""
-        from admm_core.spec.config import RunConfig
+        from admm_core.spec.datasets import available
+        from app.dashboard import form as F
         from app.dashboard import workers as W
-        cfg = RunConfig.from_dict({{"method": "toy-rmsprop", "data": {{"name": "toy-digits"}},
-                                   "model": {{"arch": "toy-mlp", "hidden": [16]}},
-                                   "train": {{"epochs": 1, "device": "cpu"}}}})
-        print(W.start_run(cfg, {str(tmp / "runs")!r}))
+        form = {{**{{k: v for k, v in F.default_form().items() if not k.startswith(F.MP)}},
+                **F.method_fields("toy-rmsprop"), "method": "toy-rmsprop", "arch": "toy-mlp", "hidden": "16,16",
+                "data": "toy-digits", "epochs": 1, "device": "cpu"}}
+        got = F.check_form(form, available())  # the Train page's check of its form, as Start runs it
+        assert got.cfg is not None, got.errors
+        menus = {{k: F.choices(F.BY_PATH[k], form) for k in ("method", "model.arch", "data.name")}}
+        assert ["toy-rmsprop", "toy-mlp", "toy-digits"] == [v for m in menus.values() for v in m if "toy" in v], menus
+        print(W.start_run(got.cfg, {str(tmp / "runs")!r}, checked=True))
     """)
     p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -158,4 +127,4 @@ def test_a_plugin_method_trains_from_the_dashboards_worker(plugin_env):
         time.sleep(1)
     assert state == "finished", (state, [p.read_text()[-2000:] for p in run_dir.glob("*.log")])
     assert json.loads((run_dir / "config.json").read_text())["method"] == "toy-rmsprop"
-    assert (tmp / "mark").read_text() == "toy-rmsprop trained"
+    assert trained_by_rmsprop(run_dir)
