@@ -113,6 +113,8 @@ def test_a_plugin_method_trains_from_the_dashboards_worker(plugin_env):
         assert got.cfg is not None, got.errors
         menus = {{k: F.choices(F.BY_PATH[k], form) for k in ("method", "model.arch", "data.name")}}
         assert ["toy-rmsprop", "toy-mlp", "toy-digits"] == [v for m in menus.values() for v in m if "toy" in v], menus
+        import sys
+        assert "torch" not in sys.modules, "the server read the plugin's records without torch"
         print(W.start_run(got.cfg, {str(tmp / "runs")!r}, checked=True))
     """)
     p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
