@@ -130,3 +130,21 @@ def test_a_plugin_method_trains_from_the_dashboards_worker(plugin_env):
     assert state == "finished", (state, [p.read_text()[-2000:] for p in run_dir.glob("*.log")])
     assert json.loads((run_dir / "config.json").read_text())["method"] == "toy-rmsprop"
     assert trained_by_rmsprop(run_dir)
+
+
+def test_a_child_process_gets_the_checkout_and_the_callers_path_from_one_place(monkeypatch):
+    """Every child that runs admm_core (worker, table child, scorer, backbone check) takes its
+    environment from admm_core.child_env: this checkout first, the caller's PYTHONPATH (plugins) after."""
+    from admm_core import child_env
+
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/plugins")
+    env = child_env(OMP_NUM_THREADS="1")
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/somewhere/plugins"]
+    assert env["OMP_NUM_THREADS"] == "1"
+    writers = [
+        str(p.relative_to(ROOT))
+        for d in ("admm_core", "app")
+        for p in sorted((ROOT / d).rglob("*.py"))
+        if '"PYTHONPATH"' in p.read_text()
+    ]
+    assert writers == ["admm_core/__init__.py"]

@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+from admm_core import child_env
 from admm_core.errors import CheckpointError
 from admm_core.rundir import (
     checkpoint_world,
@@ -30,7 +31,7 @@ from admm_core.rundir import (
     unique_run_dir,
     write_text_atomic,
 )
-from admm_core.spawn import PROJECT_ROOT, spawn_detached
+from admm_core.spawn import spawn_detached
 from admm_core.spec.config import ConfigError, RunConfig
 from admm_core.spec.deepfacto import DeepFactoConfig, run_config_dict, run_dir_name
 from admm_core.spec.device import device_name
@@ -206,7 +207,7 @@ def check_backbone(path: str | Path) -> None:
     ValueError; the message names the file and why), asked of a short subprocess: the server never
     imports torch."""
     cmd = [sys.executable, "-c", _CHECK_BACKBONE, str(path)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = child_env()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if done.returncode == 0:
         return
