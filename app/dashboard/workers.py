@@ -37,7 +37,7 @@ from admm_core.spec.deepfacto import DeepFactoConfig, run_config_dict, run_dir_n
 from admm_core.spec.device import device_name
 from admm_core.spec.faces import find_lfw
 from admm_core.spec.resources import preflight
-from admm_core.status import ACTIVE, list_runs, pid_alive, record_exit, run_busy, run_status
+from admm_core.status import list_runs, pid_alive, record_exit, run_busy, run_status
 from app.dashboard.models import resolve
 
 
@@ -300,6 +300,23 @@ def launching(run_dir: Path) -> bool:
     except OSError:
         return False
     return False
+
+
+# the states of a run that a worker trains, or is about to: the engine's "running" and this
+# dashboard's "starting" (launched, not reported yet: state_of)
+ACTIVE = ("running", "starting")
+
+
+def done_epochs(status: dict, metrics) -> int:
+    """Epochs the run has completed: its status's, else its last evaluation's (a resumed run is
+    'starting' again). ``metrics``: its metrics lines, or a function that reads them (called only
+    when the status does not say)."""
+    done = int(status.get("epoch") or 0)
+    if status.get("state") == "starting" or not done:
+        lines = metrics() if callable(metrics) else metrics
+        if lines:
+            done = max(done, int(lines[-1].get("epoch") or 0))
+    return done
 
 
 def state_of(run_dir: str | Path) -> dict:
