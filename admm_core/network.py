@@ -30,6 +30,7 @@ from .methods.base import TrainBatch
 from .spec.archs import OWN, OWN_MESSAGE
 from .spec.config import RunConfig
 from .spec.datasets import OWN_DATA
+from .spec.resources import augment_problem
 from .status import RunStatus
 
 TRAIN_EVAL_LIMIT = 10_000  # train loss/accuracy are measured on the first 10k training samples
@@ -144,8 +145,8 @@ def build(cfg: RunConfig, net: BlockNet | None = None, dataset: data_mod.Dataset
         x_train = x_train.contiguous(memory_format=torch.channels_last)
     augment = None
     if cfg.data.augment:
-        check(x_train.dim() == 4, "data.augment", True, f"needs image inputs (N, C, H, W); {ds.name} is flat")
-        check(method.supports_augment, "data.augment", True, f"method {cfg.method!r} does not support augmentation")
+        if problem := augment_problem(cfg, tuple(x_train.shape[1:])):
+            raise ConfigError(problem)
         augment = data_mod.CropFlip(
             x_train.shape[0], ds.pad_value, pad=cfg.data.augment_pad, flip=cfg.data.augment_flip, seed=cfg.train.seed
         )
@@ -228,7 +229,7 @@ class NetworkTask(Task):
         self.tensorboard = cfg.train.tensorboard
         self.lead = dist_mod.is_lead()  # under torchrun only rank 0 writes status, metrics and summary
         self.error_file = "error.txt" if self.lead else f"error-rank{dist_mod.rank()}.txt"
-        self.factor = getattr(cfg.train, "diverge_factor", 100.0)
+        self.factor = cfg.train.diverge_factor
         self.best_loss = self.first_loss = None
 
     def resume_point(self, run_dir: Path):

@@ -17,7 +17,7 @@ from admm_core.errors import ConfigError
 from admm_core.methods import block_admm
 from admm_core.methods.base import TrainBatch
 from admm_core.spec import datasets
-from admm_core.spec.config import ModelConfig
+from admm_core.spec.config import ModelConfig, RunConfig
 from admm_core.spec.presets import preset_config
 
 CIFAR_DIR = next(
@@ -287,3 +287,15 @@ def test_block_admm_z_starts_from_calibrated_statistics():
         net2, batch, torch.Generator()
     )
     assert float((st2.z[0] - z_train[0]).norm() / z_train[0].norm()) > 0.3
+
+
+def test_augmentation_of_flat_inputs_is_refused_by_the_engine_as_by_the_preflight():
+    """network.build (a caller that skipped the preflight) refuses with the preflight's own message."""
+    from admm_core.spec.resources import preflight_problems
+
+    cfg = RunConfig(method="sgd").replace(data__name="digits", data__augment=True, model__hidden=(8,))
+    said = preflight_problems(cfg)["data.augment"]
+    assert said == "data.augment = true: needs images; digits gives flat vectors (64,)"
+    with pytest.raises(ConfigError) as got:
+        network.build(cfg)
+    assert str(got.value) == said

@@ -286,15 +286,8 @@ def preflight_report(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
         for f in dataclasses.fields(method):
             if f.metadata.get("per_block"):
                 attempt(f"method_params.{f.name}", per_block, getattr(method, f.name), T, f"{cfg.method}.{f.name}")
-    if cfg.data.augment:
-        if len(shape) != 3:
-            out["data.augment"] = ConfigError(
-                f"data.augment = true: needs images; {cfg.data.name} gives flat vectors {shape}"
-            )
-        elif not method_cls.supports_augment:
-            out["data.augment"] = ConfigError(
-                f"data.augment = true: method {cfg.method!r} does not support augmentation"
-            )
+    if problem := augment_problem(cfg, shape):
+        out["data.augment"] = ConfigError(problem)
     problem = _processes_problem(processes, cfg, method, T, device, n_gpus, device_mod.cuda_device_count)
     if problem:
         out["processes"] = ConfigError(problem)
@@ -309,6 +302,27 @@ def preflight_report(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
     return PreflightReport(out, estimate)
 
 
+def augment_problem(cfg: RunConfig, shape: tuple[int, ...]) -> str | None:
+    """Why ``cfg``'s ``data.augment`` cannot run on inputs of ``shape`` (one sample's), or None: the
+    preflight's check, and the engine's for a caller of ``network.train`` that skipped the preflight."""
+    if not cfg.data.augment:
+        return None
+    if len(shape) != 3:
+        return f"data.augment = true: needs images; {cfg.data.name} gives flat vectors {tuple(shape)}"
+    if not METHODS[cfg.method].supports_augment:
+        return f"data.augment = true: method {cfg.method!r} does not support augmentation"
+    return None
+
+
+def multi_process_problem(method: str) -> str | None:
+    """Why ``method`` cannot run on several processes (its record's ``multi_process``), or None: the
+    preflight's refusal and the launcher's (``admm_core.distributed.distribute``) under torchrun."""
+    if METHODS[method].multi_process:
+        return None
+    multi = " and ".join(m for m, c in METHODS.items() if c.multi_process)
+    return f"only {multi} run on several processes (method {method!r})"
+
+
 def _processes_problem(n, cfg, method, T, device, n_gpus, gpu_count) -> str | None:
     """Why ``n`` worker processes cannot run ``cfg``, or None: what the workers would otherwise fail on."""
     ok = isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_PROCESSES
@@ -316,10 +330,8 @@ def _processes_problem(n, cfg, method, T, device, n_gpus, gpu_count) -> str | No
         return f"processes = {n!r}: must be a whole number from 1 to {MAX_PROCESSES}"
     if n == 1:
         return None
-    # the record's answer, which admm_core.distributed.distribute asks too
-    if not method.multi_process:
-        multi = [m for m, c in METHODS.items() if c.multi_process]
-        return f"processes = {n}: only {' and '.join(multi)} run on several processes (method {cfg.method!r})"
+    if problem := multi_process_problem(cfg.method):
+        return f"processes = {n}: {problem}"
     try:  # the settings' own check of n processes (block parallelism: its size, the sweep it needs)
         method.check_processes(n, T)
     except ConfigError as e:
@@ -343,6 +355,8 @@ __all__ = [
     "preflight_report",
     "PreflightReport",
     "MAX_PROCESSES",
+    "augment_problem",
+    "multi_process_problem",
     "layers_of",
     "layer_table",
     "split_of",
