@@ -221,8 +221,8 @@ class NetworkTask(Task):
 
     kind = "network"
 
-    def __init__(self, cfg: RunConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: RunConfig, config_written: bool = False):
+        self.cfg, self.config_written = cfg, config_written
         self.epochs = cfg.train.epochs
         self.eval_every = cfg.train.eval_every
         self.checkpoint_every = cfg.train.checkpoint_every
@@ -237,7 +237,8 @@ class NetworkTask(Task):
         return True if dist_mod.checkpoint_world(run_dir) is not None else None
 
     def config_text(self, resumed: bool) -> str | None:
-        return None if resumed else self.cfg.to_json()  # a resume keeps the file (the CLI rewrites a new length)
+        # a resume keeps the file (the CLI rewrites a new length); so does a run whose file holds cfg
+        return None if resumed or self.config_written else self.cfg.to_json()
 
     def setup(self, run_dir: Path, status: RunStatus, resumed: bool) -> float:
         self.sess = build(self.cfg)
@@ -289,12 +290,16 @@ def train(
     resume: bool = False,
     on_progress: Callable[[float, dict | None], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    config_written: bool = False,
 ) -> dict:
     """Train ``cfg`` into ``run_dir`` (resuming from its checkpoint if asked); returns the summary.
+    ``config_written``: ``run_dir``/config.json holds ``cfg`` already (the loop leaves it).
 
     ``on_progress(epochs_done_as_float, metrics_or_None)`` is called during epochs and after
     each evaluation. ``should_stop()`` is polled; when true the run ends at once as 'stopped'
     (the last checkpoint remains, so it can be resumed). The loop is :func:`admm_core.loop.run_loop`.
     """
     should_stop = dist_mod.agreed(should_stop)  # every rank stops at the same point
-    return run_loop(NetworkTask(cfg), run_dir, resume=resume, should_stop=should_stop, on_progress=on_progress)
+    return run_loop(
+        NetworkTask(cfg, config_written), run_dir, resume=resume, should_stop=should_stop, on_progress=on_progress
+    )
