@@ -148,3 +148,54 @@ def test_a_child_process_gets_the_checkout_and_the_callers_path_from_one_place(m
         if '"PYTHONPATH"' in p.read_text()
     ]
     assert writers == ["admm_core/__init__.py"]
+
+
+@pytest.fixture
+def plugin_here(plugin_env, monkeypatch):
+    """The plugin distribution on this process's path too (the dashboard's server), its records
+    loaded afresh, and gone again after the test."""
+    from admm_core.spec import plugins
+    from admm_core.spec.archs import ARCHS
+    from admm_core.spec.datasets import DATASETS
+    from admm_core.spec.methods import METHODS
+
+    tmp, env = plugin_env
+    monkeypatch.syspath_prepend(str(tmp / "site"))
+    monkeypatch.setenv("PYTHONPATH", str(tmp / "site"))  # the worker's: child_env puts the checkout first
+    monkeypatch.setenv("ADMM_RUNS", str(tmp / "runs"))
+    for registry in (METHODS, ARCHS, DATASETS):
+        monkeypatch.setattr(registry, "_loaded", False)
+    yield tmp
+    for registry, name in ((METHODS, "toy-rmsprop"), (ARCHS, "toy-mlp"), (DATASETS, "toy-digits")):
+        dict.pop(registry, name, None)
+    for failed in plugins.FAILED.values():
+        failed.clear()
+    for module in ("toy_plugin", "toy_plugin_engine"):
+        sys.modules.pop(module, None)
+
+
+def test_a_plugin_method_trains_from_the_dashboards_start_button(plugin_here):
+    """The Train page offers the plugin's method, network and data set in its menus; Start launches
+    a worker (the real one: a process of its own) that trains it to the end."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=60).run()
+    for key, value in (("f.method", "toy-rmsprop"), ("f.arch", "toy-mlp"), ("f.data", "toy-digits")):
+        at.selectbox(key=key).set_value(value).run()
+    at.text_input(key="f.hidden").set_value("16,16").run()
+    at.number_input(key="f.epochs").set_value(1).run()
+    at.button(key="start").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (run_dir,) = (plugin_here / "runs").iterdir()
+    status = run_dir / "status.json"
+    deadline = time.time() + 240
+    state = None
+    while time.time() < deadline:
+        state = json.loads(status.read_text()).get("state") if status.exists() else None
+        if state in ("finished", "failed", "stopped", "crashed"):
+            break
+        time.sleep(1)
+    assert state == "finished", (state, [p.read_text()[-2000:] for p in run_dir.glob("*.log")])
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert (cfg["method"], cfg["model"]["arch"], cfg["data"]["name"]) == ("toy-rmsprop", "toy-mlp", "toy-digits")
+    assert trained_by_rmsprop(run_dir)
