@@ -199,3 +199,33 @@ def test_a_plugin_method_trains_from_the_dashboards_start_button(plugin_here):
     cfg = json.loads((run_dir / "config.json").read_text())
     assert (cfg["method"], cfg["model"]["arch"], cfg["data"]["name"]) == ("toy-rmsprop", "toy-mlp", "toy-digits")
     assert trained_by_rmsprop(run_dir)
+
+
+def test_a_registry_loads_its_group_once_and_leaves_a_bad_entry_point_out(monkeypatch, capsys):
+    """In-process: the group's entry points are loaded at the first read and only then (a record that
+    reads the registry while it is added does not load it again); a bad one is one stderr line and
+    the reason in the unknown-name message."""
+    from importlib.metadata import EntryPoint
+
+    from admm_core.spec import plugins
+
+    group = "admm_core.archs"
+    monkeypatch.setitem(plugins.FAILED, group, {})
+    eps = [EntryPoint("good", "json:dumps", group), EntryPoint("bad", "no_such_mod_q:x", group)]
+    listed = []
+    monkeypatch.setattr(plugins, "entry_points", lambda g: listed.append(g) or eps)
+
+    def add(name, obj):
+        assert "built-in" in reg  # a plugin reading the registry as it loads
+        dict.__setitem__(reg, name, obj)
+
+    reg = plugins.PluginRegistry(group, {"built-in": 0}, add=add)
+    assert listed == []  # nothing is loaded before the first read
+    assert sorted(reg) == ["built-in", "good"] and "bad" not in reg and reg.get("good") is json.dumps
+    assert listed == [group]
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("admm_core: plugin entry point 'bad' = 'no_such_mod_q:x'") and "ModuleNotFoundError" in line
+    assert plugins.failure(group, "bad").endswith(
+        "failed to load: ModuleNotFoundError: No module named 'no_such_mod_q'"
+    )
+    assert plugins.failure(group, "good") == ""

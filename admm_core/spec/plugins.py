@@ -43,22 +43,25 @@ class PluginRegistry(dict):
 
     def __init__(self, group: str, records=(), add: Callable[[str, object], object] | None = None):
         super().__init__(records)
-        self.group, self.add, self._loaded = group, add, False
+        self.group, self.add, self._loaded, self._loading = group, add, False, False
 
     def load(self) -> None:
         if self._loaded or not _READY or self.add is None:
             return
-        with _LOCK:
-            if self._loaded:
+        with _LOCK:  # another thread waits here until every record is in
+            if self._loaded or self._loading:  # _loading: a plugin module reading the registry as it loads
                 return
-            self._loaded = True  # a plugin module that reads the registry while it loads sees the rest
-            for ep in entry_points(self.group):
-                try:
-                    self.add(ep.name, ep.load())
-                except Exception as e:  # noqa: BLE001 - any failure of a foreign module leaves it out, said once
-                    why = f"{type(e).__name__}: {e}"
-                    FAILED[self.group][ep.name] = f"{describe(ep)} failed to load: {why}"
-                    print(f"admm_core: plugin {describe(ep)} left out: {why}", file=sys.stderr)
+            self._loading = True
+            try:
+                for ep in entry_points(self.group):
+                    try:
+                        self.add(ep.name, ep.load())
+                    except Exception as e:  # noqa: BLE001 - any failure of a foreign module leaves it out, said once
+                        why = f"{type(e).__name__}: {e}"
+                        FAILED[self.group][ep.name] = f"{describe(ep)} failed to load: {why}"
+                        print(f"admm_core: plugin {describe(ep)} left out: {why}", file=sys.stderr)
+            finally:
+                self._loading, self._loaded = False, True
 
     def __getitem__(self, key):
         if not dict.__contains__(self, key):
