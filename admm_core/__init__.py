@@ -25,6 +25,19 @@ functions that draw.
 """
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment (plus ``extra``) for a child process that runs this checkout's
+    ``admm_core`` (``python -m admm_core …``): the folder holding the package first on PYTHONPATH,
+    whatever the child's working directory, then the caller's own PYTHONPATH (a plugin there is
+    found by the child too)."""
+    import os
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, **extra, "PYTHONPATH": path}
+
+
 def _version() -> str:
     """pyproject.toml's version, the one place it is written: read from the source tree when the package
     runs from one (a checkout, an editable install, whose metadata goes stale on a bump), else from the

@@ -30,6 +30,7 @@ from .methods.base import TrainBatch
 from .spec.archs import OWN, OWN_MESSAGE
 from .spec.config import RunConfig
 from .spec.datasets import OWN_DATA
+from .spec.resources import augment_problem
 from .status import RunStatus
 
 TRAIN_EVAL_LIMIT = 10_000  # train loss/accuracy are measured on the first 10k training samples
@@ -144,8 +145,8 @@ def build(cfg: RunConfig, net: BlockNet | None = None, dataset: data_mod.Dataset
         x_train = x_train.contiguous(memory_format=torch.channels_last)
     augment = None
     if cfg.data.augment:
-        check(x_train.dim() == 4, "data.augment", True, f"needs image inputs (N, C, H, W); {ds.name} is flat")
-        check(method.supports_augment, "data.augment", True, f"method {cfg.method!r} does not support augmentation")
+        if problem := augment_problem(cfg, tuple(x_train.shape[1:])):
+            raise ConfigError(problem)
         augment = data_mod.CropFlip(
             x_train.shape[0], ds.pad_value, pad=cfg.data.augment_pad, flip=cfg.data.augment_flip, seed=cfg.train.seed
         )
@@ -220,15 +221,15 @@ class NetworkTask(Task):
 
     kind = "network"
 
-    def __init__(self, cfg: RunConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: RunConfig, config_written: bool = False):
+        self.cfg, self.config_written = cfg, config_written
         self.epochs = cfg.train.epochs
         self.eval_every = cfg.train.eval_every
         self.checkpoint_every = cfg.train.checkpoint_every
         self.tensorboard = cfg.train.tensorboard
         self.lead = dist_mod.is_lead()  # under torchrun only rank 0 writes status, metrics and summary
         self.error_file = "error.txt" if self.lead else f"error-rank{dist_mod.rank()}.txt"
-        self.factor = getattr(cfg.train, "diverge_factor", 100.0)
+        self.factor = cfg.train.diverge_factor
         self.best_loss = self.first_loss = None
 
     def resume_point(self, run_dir: Path):
@@ -236,7 +237,8 @@ class NetworkTask(Task):
         return True if dist_mod.checkpoint_world(run_dir) is not None else None
 
     def config_text(self, resumed: bool) -> str | None:
-        return None if resumed else self.cfg.to_json()  # a resume keeps the file (the CLI rewrites a new length)
+        # a resume keeps the file (the CLI rewrites a new length); so does a run whose file holds cfg
+        return None if resumed or self.config_written else self.cfg.to_json()
 
     def setup(self, run_dir: Path, status: RunStatus, resumed: bool) -> float:
         self.sess = build(self.cfg)
@@ -288,12 +290,16 @@ def train(
     resume: bool = False,
     on_progress: Callable[[float, dict | None], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    config_written: bool = False,
 ) -> dict:
     """Train ``cfg`` into ``run_dir`` (resuming from its checkpoint if asked); returns the summary.
+    ``config_written``: ``run_dir``/config.json holds ``cfg`` already (the loop leaves it).
 
     ``on_progress(epochs_done_as_float, metrics_or_None)`` is called during epochs and after
     each evaluation. ``should_stop()`` is polled; when true the run ends at once as 'stopped'
     (the last checkpoint remains, so it can be resumed). The loop is :func:`admm_core.loop.run_loop`.
     """
     should_stop = dist_mod.agreed(should_stop)  # every rank stops at the same point
-    return run_loop(NetworkTask(cfg), run_dir, resume=resume, should_stop=should_stop, on_progress=on_progress)
+    return run_loop(
+        NetworkTask(cfg, config_written), run_dir, resume=resume, should_stop=should_stop, on_progress=on_progress
+    )

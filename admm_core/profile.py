@@ -8,7 +8,7 @@ went. On a GPU each phase boundary synchronises the device, so kernels are charg
 that launched them (which slows a profiled run a little; timings elsewhere are unaffected).
 
     with profiling() as times:
-        runs.train(cfg, run_dir)
+        network.train(cfg, run_dir)
     times.exclusive  # {"z_sweep": 41.2, "z_sweep.block3": 2.1, "theta": 30.5, "eval": 3.3, ...}
 """
 

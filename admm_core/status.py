@@ -371,21 +371,6 @@ def record_exit(run_dir: Path, pid: int, returncode: int | None, detail: str = "
     return st
 
 
-ACTIVE = ("running", "starting")  # the states of a run that a worker trains, or is about to
-
-
-def done_epochs(status: dict, metrics) -> int:
-    """Epochs the run has completed: its status's, else its last evaluation's (a resumed run is
-    'starting' again). ``metrics``: its metrics lines, or a function that reads them (called only
-    when the status does not say)."""
-    done = int(status.get("epoch") or 0)
-    if status.get("state") == "starting" or not done:
-        lines = metrics() if callable(metrics) else metrics
-        if lines:
-            done = max(done, int(lines[-1].get("epoch") or 0))
-    return done
-
-
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie does not; another user's process does)."""
     try:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import streamlit as st
 
-from admm_core import status as status_mod
 from admm_core.errors import ConfigError
 from admm_core.rundir import read_json, read_metrics_cached
 from admm_core.spec.archs import OWN
@@ -47,7 +46,7 @@ STATE_COLOURS = {
     "unknown": "gray",
 }
 FAILED = ("crashed", "diverged")  # shown with their error message
-ACTIVE = status_mod.ACTIVE  # the one list of live states (admm_core.status)
+ACTIVE = workers.ACTIVE  # the one list of live states (app.dashboard.workers)
 TRAIN_PAGE = "views/train.py"
 HEATMAPS_PAGE = "views/heatmaps.py"
 
@@ -345,8 +344,8 @@ def watch(name: str | None) -> None:
 
 
 def done_epochs(run_dir: Path, status: dict) -> int:
-    """Epochs the run has completed (:func:`admm_core.status.done_epochs`, its metrics read if needed)."""
-    return status_mod.done_epochs(status, lambda: read_metrics_cached(run_dir))
+    """Epochs the run has completed (:func:`app.dashboard.workers.done_epochs`, its metrics read if needed)."""
+    return workers.done_epochs(status, lambda: read_metrics_cached(run_dir))
 
 
 def on_stop(name: str) -> None:

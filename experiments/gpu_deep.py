@@ -56,7 +56,8 @@ from pathlib import Path
 
 import torch
 
-from admm_core import network, runs
+from admm_core import checkpoint as checkpoint_mod
+from admm_core import network, rundir
 from admm_core.bench import machine, table
 from admm_core.data import pack_cifar10
 from admm_core.docs import add_collect_parser, write_section
@@ -147,7 +148,7 @@ def probe(a, log) -> dict:
             if method == "sgd" and "chunk_size" in opt:
                 continue
             cfg = job_config(method, a, {method: opt}).replace(data__train_limit=n, data__test_limit=256)
-            sess = runs.build(cfg)
+            sess = network.build(cfg)
             secs = timed_epochs(cfg, sess)
             timings.setdefault(method, {})[name] = {"warmup_s": secs[0], "epoch_s": secs[1], "samples": n}
             log(f"probe {method:10s} {name:26s} {secs[1]:.3f} s/epoch on {n} samples (warm-up {secs[0]:.2f} s)")
@@ -171,7 +172,7 @@ def timed_epochs(cfg, sess) -> list[float]:
         sess.batch.set_epoch(epoch)
         _sync(sess.device)
         t0 = time.perf_counter()
-        with runs.autocast(cfg, sess.device):
+        with network.autocast(cfg, sess.device):
             sess.method.run_epoch(sess.net, sess.state, sess.batch)
         _sync(sess.device)
         secs.append(time.perf_counter() - t0)
@@ -186,10 +187,10 @@ def epoch_seconds(a, options: dict, methods, log) -> dict:
     out = {}
     for method in methods:
         cfg = job_config(method, a, options).replace(data__train_limit=n)
-        sess = runs.build(cfg)
+        sess = network.build(cfg)
         secs = timed_epochs(cfg, sess)
         t0 = time.perf_counter()
-        with runs.autocast(cfg, sess.device):
+        with network.autocast(cfg, sess.device):
             sess.evaluate()
         _sync(sess.device)
         out[method] = secs[1] * n_full / n + (time.perf_counter() - t0)
@@ -212,15 +213,15 @@ def run_job(job: str, cfg, run_dir: Path, deadline: float, state_file: Path | No
     Returns (summary, session) — the session for the returned state.
     """
     captured = {}
-    build = runs.build
+    build = network.build
 
-    def build_and_keep(c):  # runs.train builds its session itself; keep a handle on it
+    def build_and_keep(c):  # network.train builds its session itself; keep a handle on it
         sess = build(c)
         captured["sess"] = sess
         return sess
 
     resume = False
-    saved = runs.safe_load(state_file) if state_file is not None else None  # tensors only: never runs code
+    saved = checkpoint_mod.safe_load(state_file) if state_file is not None else None  # tensors only: never runs code
     if saved is not None and saved["epoch"] > 0:
         sess = build(cfg)
         sess.net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in saved["net"].items()})
@@ -228,7 +229,7 @@ def run_job(job: str, cfg, run_dir: Path, deadline: float, state_file: Path | No
         sess.state = sess.method.init_state(
             sess.net, sess.batch, torch.Generator().manual_seed(cfg.train.seed + saved["epoch"])
         )
-        runs.save_checkpoint(run_dir / "checkpoint.pt", sess, saved["epoch"], saved["wall_time_s"])
+        checkpoint_mod.save_checkpoint(run_dir / "checkpoint.pt", sess, saved["epoch"], saved["wall_time_s"])
         del sess
         resume = True
         log(f"{job}: warm resume at epoch {saved['epoch']}")
@@ -245,7 +246,7 @@ def run_job(job: str, cfg, run_dir: Path, deadline: float, state_file: Path | No
             )
 
     def should_stop():
-        # The first poll after an evaluation is runs.train's end-of-epoch check: stop there when
+        # The first poll after an evaluation is network.train's end-of-epoch check: stop there when
         # one more epoch (as long as the last) would overrun the deadline. Mid-epoch polls stop
         # only a minute past it (that epoch is then lost).
         now = time.time()
@@ -256,7 +257,7 @@ def run_job(job: str, cfg, run_dir: Path, deadline: float, state_file: Path | No
 
     network.build = build_and_keep  # NetworkTask.setup calls network.build
     try:
-        summary = runs.train(cfg, run_dir, resume=resume, on_progress=on_progress, should_stop=should_stop)
+        summary = network.train(cfg, run_dir, resume=resume, on_progress=on_progress, should_stop=should_stop)
     finally:
         network.build = build
     (run_dir / "checkpoint.pt").unlink(missing_ok=True)  # large (Z, U) and never returned
@@ -306,7 +307,7 @@ def plot_curves(run_dirs: dict, out: Path) -> None:
         return
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
     for job, d in run_dirs.items():
-        ms = [m for m in runs.read_metrics(d) if m["epoch"] > 0]
+        ms = [m for m in rundir.read_metrics(d) if m["epoch"] > 0]
         if not ms:
             continue
         ax = axes[1] if job == "fmnist" else axes[0]
@@ -356,10 +357,10 @@ def run(a) -> int:
             tf.extractall(work, filter="data")
     done = {}
     for j in SHARES:
-        s = runs.read_json(runs_root / j / "summary.json")
+        s = rundir.read_json(runs_root / j / "summary.json")
         if s and s.get("status") == "finished":
             done[j] = s
-    probe_info = runs.read_json(resume / "probe.json") if resume is not None else None
+    probe_info = rundir.read_json(resume / "probe.json") if resume is not None else None
     if "probe" in jobs and probe_info is None:
         probe_info = probe(a, log)
         (out / "probe.json").write_text(json.dumps(probe_info, indent=2))
@@ -449,7 +450,7 @@ def collect(src: Path, markdown: Path, section: str, call: str, note: str = "") 
             "|---|---|---|",
         ]
         for d in sorted(Path(tmp, "runs").iterdir()):
-            ms = [m for m in runs.read_metrics(d) if m["epoch"] > 0]
+            ms = [m for m in rundir.read_metrics(d) if m["epoch"] > 0]
             if not ms:
                 continue
             accs = ", ".join(f"{100 * m['test_accuracy']:.1f}" for m in ms)

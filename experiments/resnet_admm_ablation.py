@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from admm_core import runs
+from admm_core import network, rundir
 from admm_core.methods import block_admm
 from admm_core.spec.presets import preset_config
 from admm_core.spec.settings import parse_sets
@@ -82,9 +82,9 @@ def main(argv=None) -> int:
         cfg = cfg.replace(method_params={**cfg.method_params, **parse_sets(a.set)})
     d = Path(tempfile.mkdtemp())
     t0 = time.time()
-    runs.train(cfg, d)
+    network.train(cfg, d)
     tag = f"{a.method} augment={a.augment}{' reanchor' if a.reanchor else ''} {' '.join(a.set)}".strip()
-    for m in runs.read_metrics(d):
+    for m in rundir.read_metrics(d):
         res = [round(r, 1) for r in m["residuals"]]
         duals = [round(r, 1) for r in m["dual_norms"]]
         print(

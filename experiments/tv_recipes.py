@@ -20,7 +20,7 @@ import torch
 
 from admm_core.device import machine
 from admm_core.docs import code_version, command_line, write_section
-from admm_core.runs import train
+from admm_core.network import train
 from admm_core.spec.presets import TV_BLOCK_LR, preset_config
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architectures.md"

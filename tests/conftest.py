@@ -44,7 +44,7 @@ def finished_run(tmp_path_factory) -> Path:
     (``run_copy``) before changing anything in it."""
     from helpers import tiny
 
-    from admm_core.runs import train
+    from admm_core.network import train
 
     d = tmp_path_factory.mktemp("finished") / "run"
     train(tiny(), d)

@@ -19,7 +19,8 @@ from admm_core import data
 from admm_core.data import Dataset, load_digits
 from admm_core.errors import ConfigError
 from admm_core.models import build_layers
-from admm_core.runs import read_metrics, train
+from admm_core.network import train
+from admm_core.rundir import read_metrics
 from admm_core.spec import archs, datasets
 from admm_core.spec.config import ModelConfig, RunConfig
 from admm_core.spec.datasets import DatasetSpec

@@ -2,7 +2,7 @@
 
 The module below is written to a temporary directory, imported, and registered with one
 ``register_method`` call; nothing else in the project is edited. It then trains through the
-ordinary run loop (``runs.train``) on digits, its memory estimate comes from its own
+ordinary run loop (``network.train``) on digits, its memory estimate comes from its own
 declaration and equals the Z bytes the run measured, and the dashboard's live charts show
 the per-block metrics it declares.
 """
@@ -105,7 +105,8 @@ def toy(tmp_path):
 
 
 def test_a_method_in_one_module_plus_one_registry_call_trains_estimates_and_charts(toy, tmp_path):
-    from admm_core.runs import read_metrics, train
+    from admm_core.network import train
+    from admm_core.rundir import read_metrics
     from admm_core.spec.presets import preset_config
     from admm_core.spec.resources import estimate_memory, preflight
     from app.dashboard import charts as C

@@ -1,6 +1,6 @@
 """Dashboard pages under streamlit.testing.v1.AppTest, on real run directories.
 
-The runs are made by the engine itself (admm_core.runs.train on a tiny digits config); the
+The runs are made by the engine itself (admm_core.network.train on a tiny digits config); the
 Train page's Start button is checked with the worker launch replaced by a recorder, so the
 config the form produces is compared with the expected RunConfig field by field.
 """
@@ -23,7 +23,8 @@ from helpers import wait as _wait
 from streamlit.testing.v1 import AppTest
 
 from admm_core.errors import ConfigError
-from admm_core.runs import read_json, train, write_json
+from admm_core.network import train
+from admm_core.rundir import read_json, write_json
 from admm_core.spec.archs import ARCHS, archs_for
 from admm_core.spec.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from admm_core.spec.datasets import available
@@ -598,7 +599,7 @@ def test_compare_page_table_and_csv(env_runs):
 
 def test_compare_rows_carry_the_paper_figures(runs_root):
     cfg = json.loads((runs_root / "r1-digits-block-admm" / "config.json").read_text())
-    from admm_core.runs import read_metrics
+    from admm_core.rundir import read_metrics
     from admm_core.spec.presets import PAPER
     from app.dashboard.charts import run_row
 
@@ -855,7 +856,7 @@ def test_memory_estimate_refuses_absurd_sizes_without_building_them():
     ok = F.config_from_form(F.default_form(), available=["digits"])[0]
     assert ok is not None
     # the page's figures are the engine's: Θ as float32, Z and U for every training sample and block
-    mem = F.memory_of(ok)
+    mem = F.check_form(F.default_form(), available=["digits"]).memory
     assert mem == estimate_memory(ok)
     blocks = F.describe_blocks(ok.model.arch, ok.model.hidden, list(split_of(ok)), ok.data.name)
     assert mem["param_bytes"] == 4 * sum(b["params"] for b in blocks)
@@ -968,6 +969,32 @@ def test_start_is_idempotent_per_click(env_runs, monkeypatch):
     assert len(launched) == 1, launched
     assert watch_pick(at).value == launched[0].name  # the new run is watched
     shutil.rmtree(launched[0])
+
+
+def test_start_click_checks_the_form_once_and_estimates_memory_once(env_runs, monkeypatch):
+    """A Start click runs one preflight (one memory estimate): the drawing after the callback reuses
+    the callback's check of the same form; a drawing without a click checks once too."""
+    import admm_core.spec.resources as R
+
+    monkeypatch.setattr(W, "_spawn", lambda args, run_dir, processes=1: 1)
+    calls = {"check": 0, "estimate": 0}
+    check, estimate = F.check_form, R.estimate_memory
+
+    def counted_check(*a, **k):
+        calls["check"] += 1
+        return check(*a, **k)
+
+    def counted_estimate(*a, **k):
+        calls["estimate"] += 1
+        return estimate(*a, **k)
+
+    monkeypatch.setattr(F, "check_form", counted_check)
+    monkeypatch.setattr(R, "estimate_memory", counted_estimate)
+    at = app().run()
+    assert calls == {"check": 1, "estimate": 1}, calls  # one drawing
+    widget(at, "button", "start").click().run()
+    no_exceptions(at)
+    assert calls == {"check": 2, "estimate": 2}, calls  # the click's check, reused by its drawing
 
 
 def test_processes_field_starts_the_worker_under_torchrun(env_runs, monkeypatch):
@@ -1416,7 +1443,7 @@ def test_worker_writes_system_metrics_and_train_charts_them(env_runs):
 def test_a_watched_run_that_ends_gives_one_notice(tmp_path, monkeypatch):
     """running → finished while watched: one toast and a line; not again on the next rerun; a
     run that had ended before the tab opened gives none."""
-    from admm_core.runs import proc_start
+    from admm_core.status import proc_start
 
     root = tmp_path / "runs"
     train(digits_cfg("sgd", 1, n=300), root / "done")
@@ -1509,7 +1536,7 @@ def test_system_sampler_records_gpu_memory_when_cuda_is_in_use(tmp_path, monkeyp
     a CPU-only process gets none, and the sampler never initialises CUDA itself."""
     import torch
 
-    from admm_core.runs import SystemSampler
+    from admm_core.status import SystemSampler
 
     s = SystemSampler(tmp_path / "system.jsonl")
     first = s.sample(0)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from admm_core.runs import write_json
+from admm_core.rundir import write_json
 from admm_core.spec.presets import preset_config
 from app.dashboard import charts as C
 

@@ -15,7 +15,8 @@ from admm_core.methods.base import TrainBatch
 from admm_core.methods.dladmm import _backtrack
 from admm_core.methods.lifted import Solver, cross, gram, linear, mlp_linears, read_weights, relu_argmin, solve_weights
 from admm_core.methods.zsweep import minibatches
-from admm_core.runs import build, read_metrics, train
+from admm_core.network import build, train
+from admm_core.rundir import read_metrics
 from admm_core.spec.config import ConfigError, ModelConfig
 from admm_core.spec.methods import METHODS
 

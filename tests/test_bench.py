@@ -34,7 +34,8 @@ def test_epochs_for_sets_each_methods_length(tmp_path, capsys):
 def test_collect_names_the_machine_each_run_recorded(tmp_path, capsys):
     """The table header says where the runs were measured, read from their status.json, not
     the collecting process's machine (a collect may read runs made elsewhere)."""
-    from admm_core.runs import machine, read_json, write_json
+    from admm_core.device import machine
+    from admm_core.rundir import read_json, write_json
 
     out = tmp_path / "b"
     assert bench.main(["--preset", "digits-mlp", "--methods", "adam,sgd", "--epochs", "1", "--out", str(out)]) == 0
@@ -99,7 +100,7 @@ def test_plot_cli_names_a_missing_folder(tmp_path, capsys):
 
 def test_machines_line_names_what_runs_recorded_and_says_what_they_did_not():
     from admm_core.bench import machines_line
-    from admm_core.runs import machine
+    from admm_core.device import machine
 
     assert machines_line([{"machine": "A"}, {"machine": "A"}]) == "machine: A"
     assert machines_line([{"machine": "A"}, {"machine": "B"}, {}]) == (

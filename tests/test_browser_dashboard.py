@@ -46,7 +46,7 @@ def server(tmp_path_factory):
     """The dashboard on 127.0.0.1:<free port> with its own runs folder; stopped afterwards."""
     import torch
 
-    from admm_core.runs import train
+    from admm_core.network import train
 
     root, plain = _runs_folder(tmp_path_factory)
     # small finished runs of three methods for the Compare page (made the CLI's / a notebook's way)
@@ -120,7 +120,7 @@ def _plot(page, prefix: str, run: str | None = None) -> dict | None:
 
 
 def test_train_watch_stop_in_chromium(server, browser):
-    from admm_core.runs import read_metrics
+    from admm_core.rundir import read_metrics
     from app.dashboard import workers as W
 
     url, root, _ = server
@@ -492,7 +492,7 @@ def test_deepfacto_from_train_stop_resume_then_heatmaps(server, browser):
     its finished run opens on Heatmaps with score maps over a held-out face."""
     from playwright.sync_api import expect
 
-    from admm_core.runs import read_metrics
+    from admm_core.rundir import read_metrics
     from app.dashboard import workers as W
 
     url, root, _ = server

@@ -36,7 +36,7 @@ LONG = "20261202-052512-digits-mlp-block-admm-20261202-052506-t9"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, finished_run):
-    from admm_core.runs import train
+    from admm_core.network import train
 
     root = tmp_path_factory.mktemp("layout-runs")
     online = tmp_path_factory.mktemp("layout-online") / "run"

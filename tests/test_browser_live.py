@@ -140,7 +140,7 @@ def live_server(tmp_path_factory):
     """The dashboard on 127.0.0.1 over a runs folder holding one finished tiny digits run."""
     import torch
 
-    from admm_core.runs import train
+    from admm_core.network import train
     from admm_core.spec.presets import preset_config
 
     root = tmp_path_factory.mktemp("live-runs")
@@ -474,7 +474,7 @@ CHART_JS = """([title, what]) => { const d = [...document.querySelectorAll('.js-
 def test_live_chart_controls(live_server, browser):
     """The live charts' own controls (app/dashboard/live_charts.html), on a finished run: log scale per
     chart, smoothing, x by step, linked x axes, CSV and PNG per chart."""
-    from admm_core.runs import read_metrics
+    from admm_core.rundir import read_metrics
     from app.dashboard import charts as C
 
     url, root, _ = live_server
@@ -703,7 +703,7 @@ def test_train_light_dark_and_compare_seed_bands(live_server, browser):
     the screenshots go to $ADMM_SCREENSHOTS (the docs' assets/) or the test's folder."""
     import torch
 
-    from admm_core.runs import train
+    from admm_core.network import train
     from admm_core.spec.presets import preset_config
 
     url, root, _ = live_server

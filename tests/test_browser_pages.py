@@ -31,7 +31,7 @@ pytestmark = needs_chromium
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The dashboard on 127.0.0.1 over a runs folder holding one finished tiny digits run."""
-    from admm_core.runs import train
+    from admm_core.network import train
 
     tmp = tmp_path_factory.mktemp("pages")
     root = tmp / "runs"
@@ -130,7 +130,7 @@ def test_train_tab_notices_the_end_and_charts_the_worker(server, browser):
     costs the server almost nothing."""
     import json
 
-    from admm_core.runs import proc_start
+    from admm_core.status import proc_start
 
     url, root, pid, _ = server
     live = root / "20260101-000002-live"

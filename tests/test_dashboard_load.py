@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from admm_core import runs
-from admm_core.runs import append_metrics
+from admm_core import rundir
+from admm_core.rundir import append_metrics
 from app.dashboard import charts as C
 
 
@@ -17,7 +17,7 @@ def _live_run(root: Path, name: str, epoch: int) -> Path:
     d.mkdir(parents=True)
     (d / "config.json").write_text("{}")
     status = {"state": "running", "pid": os.getpid(), "pid_start": None, "host": None, "epoch": epoch, "epochs": 100}
-    runs.write_json(d / "status.json", {**status, "updated": 1.0})
+    rundir.write_json(d / "status.json", {**status, "updated": 1.0})
     return d
 
 
@@ -32,16 +32,16 @@ def test_runs_stamp_changes_with_a_live_rows_values_not_with_its_files(tmp_path,
     append_metrics(live, {"epoch": 3, "test_accuracy": 0.5})
     done = root / "a-done"
     done.mkdir()
-    runs.write_json(done / "status.json", {"state": "finished"})
+    rundir.write_json(done / "status.json", {"state": "finished"})
     names = frozenset({"b-live"})
     stamp = R.runs_stamp(root, names)
     append_metrics(live, {"epoch": 3, "test_accuracy": 0.5, "system": 1})  # nothing shown changes
-    runs.write_json(live / "status.json", {**json.loads((live / "status.json").read_text()), "updated": 2.0})
+    rundir.write_json(live / "status.json", {**json.loads((live / "status.json").read_text()), "updated": 2.0})
     assert R.runs_stamp(root, names) == stamp
     append_metrics(live, {"epoch": 4, "test_accuracy": 0.6})  # a new test accuracy in the row
     after = R.runs_stamp(root, names)
     assert after != stamp
-    runs.write_json(live / "status.json", {**json.loads((live / "status.json").read_text()), "epoch": 4})
+    rundir.write_json(live / "status.json", {**json.loads((live / "status.json").read_text()), "epoch": 4})
     assert R.runs_stamp(root, names) != after
     before = R.runs_stamp(root, names)
     os.utime(done, ns=(1, 1))  # a finished run's folder changed (a rename in it moves its mtime)
@@ -131,7 +131,7 @@ def test_a_page_follows_the_runs_folder_through_the_stamp_route(tmp_path, monkey
     root = tmp_path / "runs"
     done = root / "20260101-000000-done"
     done.mkdir(parents=True)
-    runs.write_json(done / "status.json", {"state": "finished"})
+    rundir.write_json(done / "status.json", {"state": "finished"})
     monkeypatch.setenv("ADMM_RUNS", str(root))
     monkeypatch.setenv(FL.ENV, "1")
     app = Path(__file__).resolve().parents[1] / "app" / "views" / "runs.py"

@@ -11,13 +11,13 @@ import torch
 import torch.nn.functional as F
 
 from admm_core import data as data_mod
-from admm_core import runs
+from admm_core import network
 from admm_core.blocks import build_blocknet
 from admm_core.errors import ConfigError
 from admm_core.methods import block_admm
 from admm_core.methods.base import TrainBatch
 from admm_core.spec import datasets
-from admm_core.spec.config import ModelConfig
+from admm_core.spec.config import ModelConfig, RunConfig
 from admm_core.spec.presets import preset_config
 
 CIFAR_DIR = next(
@@ -153,7 +153,7 @@ def test_one_epoch_of_each_method_on_real_cifar(cifar_pack, method, tmp_path):
         data__root=str(root), data__train_limit=None, data__test_limit=None, model__width=8, train__epochs=1
     )
     assert cfg.data.augment and cfg.model.split == ("conv3_x",)
-    s = runs.train(cfg, tmp_path / method)
+    s = network.train(cfg, tmp_path / method)
     assert s["status"] == "finished" and s["epochs"] == 1
     assert math.isfinite(s["train_loss"]) and 0.0 <= s["test_accuracy"] <= 1.0
     z_bytes = 200 * (16 * 16 * 16 + 10) * 4  # Z_1 (2w = 16 channels, 16×16) and Z_2 (logits), 200 samples
@@ -171,10 +171,10 @@ def test_bf16_channels_last_block_admm_keeps_z_float32(cifar_pack):
         train__channels_last=True,
         train__device="cpu",
     )
-    sess = runs.build(cfg)
+    sess = network.build(cfg)
     z_before = sess.state.z[0].clone()
     sess.batch.set_epoch(1)
-    with runs.autocast(cfg, sess.device):
+    with network.autocast(cfg, sess.device):
         sess.method.run_epoch(sess.net, sess.state, sess.batch)
     assert all(z.dtype == torch.float32 for z in sess.state.z + sess.state.u)
     assert not torch.equal(sess.state.z[0], z_before) and torch.isfinite(sess.state.z[0]).all()
@@ -185,7 +185,7 @@ def test_augmentation_with_a_method_that_reads_raw_inputs_is_refused(cifar_pack)
     root, _ = cifar_pack
     cfg = preset_config("cifar10-resnet18-small", "dladmm").replace(data__root=str(root))
     with pytest.raises(ConfigError, match="data.augment.*dladmm"):
-        runs.build(cfg)
+        network.build(cfg)
 
 
 def test_z_step_size_can_be_set_per_block():
@@ -213,7 +213,7 @@ def test_bf16_epoch_follows_the_weights_it_updates(method):
         )
         if method == "sgd":
             cfg = cfg.replace(method_params={**cfg.method_params, "lr": 0.3})
-        sess = runs.build(cfg)
+        sess = network.build(cfg)
         losses, loss = [], sess.batch.loss
 
         def recording(z, y):
@@ -222,7 +222,7 @@ def test_bf16_epoch_follows_the_weights_it_updates(method):
             return out
 
         sess.batch.loss = recording
-        with runs.autocast(cfg, sess.device):
+        with network.autocast(cfg, sess.device):
             sess.method.run_epoch(sess.net, sess.state, sess.batch)
         return np.array(losses), [p.detach().clone() for p in sess.net.parameters()]
 
@@ -287,3 +287,15 @@ def test_block_admm_z_starts_from_calibrated_statistics():
         net2, batch, torch.Generator()
     )
     assert float((st2.z[0] - z_train[0]).norm() / z_train[0].norm()) > 0.3
+
+
+def test_augmentation_of_flat_inputs_is_refused_by_the_engine_as_by_the_preflight():
+    """network.build (a caller that skipped the preflight) refuses with the preflight's own message."""
+    from admm_core.spec.resources import preflight_problems
+
+    cfg = RunConfig(method="sgd").replace(data__name="digits", data__augment=True, model__hidden=(8,))
+    said = preflight_problems(cfg)["data.augment"]
+    assert said == "data.augment = true: needs images; digits gives flat vectors (64,)"
+    with pytest.raises(ConfigError) as got:
+        network.build(cfg)
+    assert str(got.value) == said

@@ -224,7 +224,7 @@ def test_a_stop_ends_an_svm_set_between_svms(monkeypatch, n_jobs):
     """should_stop is asked before each SVM is handed out: a stop raises StopRun after a few
     SVMs instead of after all of them (in-process and with worker processes)."""
     from admm_core.deepfacto import attributes as df
-    from admm_core.runs import StopRun
+    from admm_core.loop import StopRun
 
     rng = np.random.default_rng(0)
     x_tr, x_te = rng.normal(size=(40, 5)), rng.normal(size=(30, 5))
@@ -434,7 +434,7 @@ def test_config_validation_names_field():
 def test_smoke_run_through_the_cli(tmp_path):
     from admm_core.cli import main
     from admm_core.heatmaps import heatmaps
-    from admm_core.runs import read_json, read_metrics
+    from admm_core.rundir import read_json, read_metrics
 
     run = tmp_path / "run"
     sets = [
@@ -510,7 +510,7 @@ def test_smoke_run_through_the_cli(tmp_path):
     assert df_main(["evaluate", "--run", str(run), "--set", "rank=8"]) == 2  # training fields need a new run
     assert df_main(["evaluate", "--run", str(tmp_path / "nope")]) == 2
     # the bench table of finished runs under --out (this run: `run` matches r*) names where it ran
-    from admm_core.runs import machine
+    from admm_core.device import machine
 
     assert read_json(run / "status.json")["machine"] == machine("cpu")
     page = tmp_path / "page.md"
@@ -525,7 +525,7 @@ def test_stopped_run_resumes_to_the_same_result(tmp_path):
     """A run stopped after iteration 1 and resumed through the CLI ends where an unbroken run ends."""
     from admm_core.cli import main
     from admm_core.deepfacto.run import train_deepfacto
-    from admm_core.runs import read_json, read_metrics
+    from admm_core.rundir import read_json, read_metrics
     from admm_core.spec.config import ConfigError
     from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
 
@@ -615,7 +615,7 @@ def test_run_stopped_during_its_evaluation_resumes_to_the_end(tmp_path, monkeypa
     ends as the unbroken run; it starts from the run's own backbone.pt."""
     from admm_core.deepfacto import run as run_mod
     from admm_core.deepfacto.run import train_deepfacto
-    from admm_core.runs import read_json, read_metrics
+    from admm_core.rundir import read_json, read_metrics
     from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
 
     cfg = DeepFactoConfig(

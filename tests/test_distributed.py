@@ -1,7 +1,7 @@
 """Block-ADMM on torch.distributed (gloo, CPU): sample sharding and blocks in parallel.
 
 Worker processes are spawned with torch.multiprocessing, bind 127.0.0.1 on a free port and
-train digits through the ordinary run loop (admm_core.runs.train); their per-rank checkpoint
+train digits through the ordinary run loop (admm_core.network.train); their per-rank checkpoint
 files are compared with single-process runs of the same seed.
 """
 
@@ -18,7 +18,8 @@ import torch
 import torch.multiprocessing as mp
 
 from admm_core import distributed as D
-from admm_core.runs import read_metrics, train
+from admm_core.network import train
+from admm_core.rundir import read_metrics
 from admm_core.spec.config import ConfigError
 from admm_core.spec.presets import preset_config
 
@@ -41,7 +42,7 @@ def free_port() -> int:
 
 
 def _worker(rank, world, port, cfg_json, run_dir, resume, die_mid_epoch, stop_rank0_at=None):
-    from admm_core.runs import train
+    from admm_core.network import train
     from admm_core.spec.config import RunConfig
 
     torch.set_num_threads(1)
@@ -353,3 +354,16 @@ def test_a_stop_asked_of_one_rank_stops_every_rank(tmp_path):
     spawn(2, digits(), tmp_path / "run", stop_rank0_at=1.4)  # returns: no rank hangs in a collective
     assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "stopped"
     assert json.loads((tmp_path / "run" / D.MANIFEST).read_text())["epoch"] == 1  # resumable
+
+
+def test_a_method_of_one_process_is_refused_under_torchrun_as_the_preflight_refuses_it(monkeypatch):
+    """The launcher's refusal is the preflight's (one message, from spec.resources.multi_process_problem)."""
+    from admm_core.methods import make_method
+    from admm_core.spec.resources import preflight_problems
+
+    monkeypatch.setattr(D, "world_size", lambda: 2)
+    with pytest.raises(ConfigError) as got:
+        D.distribute(make_method("sgd"), None, None)
+    said = preflight_problems(preset_config("mnist5k-mlp", "sgd"), 2)["processes"]
+    assert str(got.value) == "world size = 2: only block-admm and gotmare run on several processes (method 'sgd')"
+    assert said == "processes = 2: only block-admm and gotmare run on several processes (method 'sgd')"

@@ -55,7 +55,7 @@ def test_the_backprop_method_example_registers_and_trains(tmp_path, monkeypatch,
     import types
     from pathlib import Path
 
-    from admm_core.runs import train
+    from admm_core.network import train
     from admm_core.spec import methods
     from admm_core.spec.config import RunConfig
 

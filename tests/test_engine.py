@@ -12,7 +12,8 @@ from helpers import cli_call, cli_proc, digits_cfg
 
 from admm_core.blocks import build_blocknet
 from admm_core.methods import make_method
-from admm_core.runs import build, read_json, read_metrics, train
+from admm_core.network import build, train
+from admm_core.rundir import read_json, read_metrics
 from admm_core.spec.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
 from admm_core.spec.methods import names_for
 from admm_core.spec.presets import PRESETS, preset_config
@@ -211,7 +212,7 @@ def test_cli_train_and_bad_split(tmp_path):
 
 def test_engine_does_not_import_ui_libraries():
     code = (
-        "import sys, admm_core.cli, admm_core.runs, admm_core.methods; "
+        "import sys, admm_core.cli, admm_core.network, admm_core.loop, admm_core.methods; "
         "bad = [m for m in ('streamlit', 'plotly', 'matplotlib') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

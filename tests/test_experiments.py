@@ -127,7 +127,7 @@ def test_deepfacto_gpu_trains_from_a_face_pack_and_the_svms_are_fitted_here(tmp_
     from admm_core.deepfacto import run as run_mod
     from admm_core.faces.lfw import pack_faces
     from admm_core.faces.lfw import unpack_faces as unpack
-    from admm_core.runs import read_json
+    from admm_core.rundir import read_json
 
     monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
     dg = load("deepfacto_gpu")

@@ -98,9 +98,8 @@ def test_the_cli_sets_the_init_and_a_sigma_alone_means_normal():
 
 
 def test_a_trained_run_records_its_init_and_was_built_with_it(tmp_path):
-    from admm_core.network import build
+    from admm_core.network import build, train
     from admm_core.rundir import read_json
-    from admm_core.runs import train
 
     cfg = tiny(method="adam", epochs=1).replace(model__init="normal", model__init_std=0.2)
     train(cfg, tmp_path / "r")

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from admm_core import runs
-from admm_core.runs import read_metrics, train
+from admm_core import rundir
+from admm_core.network import train
+from admm_core.rundir import read_metrics
 from admm_core.spec.config import RunConfig
 from app.dashboard import charts as C
 from app.dashboard import tail as T
@@ -224,9 +225,9 @@ def test_route_starts_over_when_the_file_is_replaced_truncated_or_rewritten(tmp_
     assert g2 not in (g0, g1) and [m["epoch"] for m in have] == [1, 2, 3, 4, 5]
     # a resume rewrites the file in place with the lines its checkpoint covers, then appends: by the
     # next read it may be longer than before, with other bytes before the old offset
-    runs.reset_metrics(run, keep_through=2)
+    rundir.reset_metrics(run, keep_through=2)
     for e in range(3, 9):
-        runs.append_metrics(run, {"epoch": e, "train_loss": 0.5})
+        rundir.append_metrics(run, {"epoch": e, "train_loss": 0.5})
     g3, have = _ask(tok, have, g2)
     assert g3 not in (g0, g1, g2) and have == read_metrics(run) and len(have) == 8
 
@@ -280,7 +281,7 @@ def test_the_answer_that_says_ended_carries_every_line(tmp_path, monkeypatch):
     def worker_finishes_now(path):  # the worker's last two writes land exactly at the route's first read
         if not (run / "done").exists():
             (run / "done").touch()
-            runs.append_metrics(run, {"epoch": 2})
+            rundir.append_metrics(run, {"epoch": 2})
             (run / "status.json").write_text(json.dumps({"state": "finished", "epoch": 2, "epochs": 2}))
         return real(path)
 
@@ -308,7 +309,7 @@ def test_a_run_launched_but_not_reporting_is_starting_and_the_answer_carries_the
     (run / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid(), "epoch": 0, "epochs": 30}))
     second = json.loads(T.body(tok, 0, first["gen"]))
     assert second["status"]["state"] == "running" and second["stamp"] != first["stamp"]
-    runs.append_metrics(run, {"epoch": 1, "test_accuracy": 0.5})
+    rundir.append_metrics(run, {"epoch": 1, "test_accuracy": 0.5})
     third = json.loads(T.body(tok, 0, second["gen"]))
     assert third["stamp"] == second["stamp"] and len(third["lines"]) == 1  # a line: the page draws it itself
 
@@ -327,7 +328,7 @@ def test_the_panel_draws_the_digest_the_route_answers_until_the_state_changes(tm
     (run / "config.json").write_text(json.dumps(RunConfig().to_dict()))
     status = {"state": "running", "pid": os.getpid(), "epoch": 1, "epochs": 30, "progress": 0.03}
     (run / "status.json").write_text(json.dumps(status))
-    runs.append_metrics(run, {"epoch": 1, "test_accuracy": 0.5, "time": 1.0})
+    rundir.append_metrics(run, {"epoch": 1, "test_accuracy": 0.5, "time": 1.0})
     monkeypatch.setenv("ADMM_RUNS", str(root))
     monkeypatch.setenv(FL.ENV, "1")
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "main.py"), default_timeout=120)
@@ -339,7 +340,7 @@ def test_the_panel_draws_the_digest_the_route_answers_until_the_state_changes(tm
     assert args["live"]["route"] == T.ROUTE and args["style"] == C.STYLE
     answer = json.loads(T.body(args["live"]["token"], 0, 0))
     assert answer["stamp"] == args["drawn"] and answer["status"]["state"] == "running"
-    runs.append_metrics(run, {"epoch": 2, "test_accuracy": 0.6, "time": 2.0})  # a new line: the page's own
+    rundir.append_metrics(run, {"epoch": 2, "test_accuracy": 0.6, "time": 2.0})  # a new line: the page's own
     assert json.loads(T.body(args["live"]["token"], 1, answer["gen"]))["stamp"] == args["drawn"]
     (run / "status.json").write_text(json.dumps({**status, "state": "finished"}))
     assert json.loads(T.body(args["live"]["token"], 2, answer["gen"]))["stamp"] != args["drawn"]  # told

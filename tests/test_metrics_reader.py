@@ -10,7 +10,7 @@ import random
 import pytest
 
 from admm_core import rundir
-from admm_core.runs import append_metrics, read_metrics, read_metrics_cached, reset_metrics
+from admm_core.rundir import append_metrics, read_metrics, read_metrics_cached, reset_metrics
 
 
 def line(epoch: int, **kw) -> bytes:

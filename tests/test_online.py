@@ -18,7 +18,8 @@ from admm_core.methods import make_method
 from admm_core.methods.base import TrainBatch
 from admm_core.methods.lipschitz import lipschitz_estimates, lipschitz_vectors, spectral_norm
 from admm_core.models import mlp_layers
-from admm_core.runs import read_json, read_metrics, train
+from admm_core.network import train
+from admm_core.rundir import read_json, read_metrics
 from admm_core.spec.presets import preset_config
 
 N, D, H1, H2, C = 19, 7, 6, 5, 4
@@ -280,9 +281,9 @@ def test_fixed_z_step_diverges_where_the_scaled_step_holds(tmp_path):
 
 def test_a_loss_explosion_past_its_best_ends_the_run(tmp_path, monkeypatch):
     """Finite but exploding: training loss above diverge_factor × its best (and its start)."""
-    from admm_core import runs
+    from admm_core import network
 
-    real = runs.Session.evaluate
+    real = network.Session.evaluate
     calls = {"n": 0}
 
     def evaluate(self):
@@ -292,7 +293,7 @@ def test_a_loss_explosion_past_its_best_ends_the_run(tmp_path, monkeypatch):
             m["train_loss"] = 1e4
         return m
 
-    monkeypatch.setattr(runs.Session, "evaluate", evaluate)
+    monkeypatch.setattr(network.Session, "evaluate", evaluate)
     summary = train(digits("adam", 4).replace(train__diverge_factor=50.0), tmp_path)
     st = read_json(tmp_path / "status.json")
     assert summary["status"] == st["state"] == "diverged" and summary["epochs"] == 2

@@ -24,25 +24,20 @@ import torch
 from helpers import cli_run, tiny
 from helpers import wait as _wait
 
+from admm_core import checkpoint as checkpoint_mod
 from admm_core import data as data_mod
-from admm_core import network, runs
+from admm_core import network, rundir
 from admm_core import status as status_mod
+from admm_core.checkpoint import atomic_torch_save, verify_checkpoint
 from admm_core.errors import CheckpointError, ConfigError
 from admm_core.methods.base import tensor_bytes
-from admm_core.runs import (
-    atomic_torch_save,
-    list_runs,
-    read_json,
-    read_metrics,
-    run_status,
-    unique_run_dir,
-    verify_checkpoint,
-)
+from admm_core.rundir import read_json, read_metrics, unique_run_dir
 from admm_core.spec import datasets
 from admm_core.spec.config import RunConfig
 from admm_core.spec.datasets import DATASETS
 from admm_core.spec.methods import names_for
 from admm_core.spec.resources import available_memory, check_fits, estimate_memory, preflight
+from admm_core.status import list_runs, run_status
 from app.dashboard import workers as W
 
 NETWORK_METHODS = names_for("network")  # deepfacto runs with its own task
@@ -61,7 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_memory_estimate_equals_what_the_run_allocates(method, params):
     """param_bytes = Σ numel(Θ)·4 and state_bytes = the bytes of Z, U (moments, lifted variables) built."""
     cfg = tiny(method, method_params=params)
-    sess = runs.build(cfg)
+    sess = network.build(cfg)
     st = sess.state
     if method == "online-admm":  # its Z lives per minibatch: measured over one epoch
         sess.method.run_epoch(sess.net, st, sess.batch, None)
@@ -244,7 +239,7 @@ def test_dead_worker_is_recorded_crashed_on_disk_by_whoever_notices(run_copy):
     p = subprocess.Popen(["true"])
     p.wait()  # a pid that no longer exists
     st = read_json(run_copy / "status.json")
-    runs.write_json(run_copy / "status.json", {**st, "state": "running", "pid": p.pid})
+    rundir.write_json(run_copy / "status.json", {**st, "state": "running", "pid": p.pid})
     seen = run_status(run_copy)  # the CLI / dashboard reading it
     assert seen["state"] == "crashed" and "without reporting" in seen["error"]
     assert read_json(run_copy / "status.json")["state"] == "crashed"  # on disk, for every reader
@@ -376,7 +371,7 @@ def test_stop_during_a_checkpoint_write_finishes_the_write(tmp_path):
         real_save(obj, f)
 
     def child():
-        should_stop = runs.install_stop_handlers()
+        should_stop = status_mod.install_stop_handlers()
         torch.save = save_with_stop
         atomic_torch_save({"epoch": 3, "wall_time_s": 1.0, "net": {"w": torch.arange(10.0)}, "method_state": {}}, path)
         result.write_text(str(should_stop()))
@@ -407,37 +402,37 @@ def test_stamped_json_reads_are_cached_only_while_the_file_is_unchanged(tmp_path
     old = time.time() - 60
     p.write_text('{"a": 1}')
     os.utime(p, (old, old))
-    assert runs.read_json_stamped(p) == {"a": 1}
+    assert rundir.read_json_stamped(p) == {"a": 1}
     with open(p, "r+") as f:  # same inode, size and mtime: the cache is what answers
         f.write('{"a": 2}')
     os.utime(p, (old, old))
-    assert runs.read_json_stamped(p) == {"a": 1}
+    assert rundir.read_json_stamped(p) == {"a": 1}
     os.utime(p, (old + 1, old + 1))  # any new stamp: parsed again
-    assert runs.read_json_stamped(p) == {"a": 2}
+    assert rundir.read_json_stamped(p) == {"a": 2}
     p.write_text('{"a": 3}')  # just written: never trusted to the cache (coarse file clocks)
-    assert runs.read_json_stamped(p) == {"a": 3}
+    assert rundir.read_json_stamped(p) == {"a": 3}
     with open(p, "r+") as f:
         f.write('{"a": 4}')
-    assert runs.read_json_stamped(p) == {"a": 4}
+    assert rundir.read_json_stamped(p) == {"a": 4}
     p.unlink()
-    assert runs.read_json_stamped(p, "gone") == "gone"
+    assert rundir.read_json_stamped(p, "gone") == "gone"
 
 
 def test_checkpoint_from_before_states_counted_epochs_resumes_the_decay(tmp_path):
     """A checkpoint whose method state lacks ``epoch`` (written before states counted epochs)
     resumes with η·γ^epoch of the epoch it reached, not η again: it ends as an unbroken run."""
     cfg = tiny("sgd", epochs=3, method_params={"lr": 0.05, "lr_decay": 0.5})
-    whole = runs.train(cfg, tmp_path / "whole")
+    whole = network.train(cfg, tmp_path / "whole")
     part = tmp_path / "part"
-    runs.train(cfg.replace(train__epochs=2), part)
+    network.train(cfg.replace(train__epochs=2), part)
     ck = torch.load(part / "checkpoint.pt", weights_only=True)
     assert ck["method_state"].pop("epoch") == 2
-    runs.atomic_torch_save(ck, part / "checkpoint.pt")
+    checkpoint_mod.atomic_torch_save(ck, part / "checkpoint.pt")
     rc, err = cli_run(["train", "--resume", str(part), "--epochs", "3", "--quiet"])
     assert rc == 0, err
-    last = [m for m in runs.read_metrics(part) if m["epoch"] == 3][0]
+    last = [m for m in rundir.read_metrics(part) if m["epoch"] == 3][0]
     assert last["test_accuracy"] == whole["test_accuracy"]
-    assert last["train_loss"] == pytest.approx(runs.read_metrics(tmp_path / "whole")[-1]["train_loss"], rel=1e-6)
+    assert last["train_loss"] == pytest.approx(rundir.read_metrics(tmp_path / "whole")[-1]["train_loss"], rel=1e-6)
 
 
 @pytest.mark.parametrize("end", ["stopped", "diverged"])
@@ -448,7 +443,7 @@ def test_an_end_whose_summary_cannot_be_written_is_recorded_not_left_running(tmp
     import errno
 
     run = tmp_path / "r"
-    real = runs.write_json
+    real = rundir.write_json
 
     def full(path, obj, durable=True):
         if Path(path).name == "summary.json":
@@ -465,15 +460,15 @@ def test_an_end_whose_summary_cannot_be_written_is_recorded_not_left_running(tmp
             network, "divergence", lambda sess, m, *a: "the loss exploded (test)" if m["epoch"] >= 2 else None
         )
     with pytest.raises(OSError) as e:
-        runs.train(tiny(epochs=3), run, should_stop=should_stop)
+        network.train(tiny(epochs=3), run, should_stop=should_stop)
     assert e.value.errno == errno.ENOSPC
     st = json.loads((run / "status.json").read_text())
     assert st["state"] == end and st["error"].startswith("disk full: No space left on device writing ")
     assert "summary.json" in st["error"] and not (run / "summary.json").exists()
-    assert runs.verify_checkpoint(run / "checkpoint.pt")["epoch"] == 1
+    assert checkpoint_mod.verify_checkpoint(run / "checkpoint.pt")["epoch"] == 1
     assert not list(run.glob("*.tmp"))
     monkeypatch.setattr(status_mod, "write_json", real)
     monkeypatch.undo()
-    runs.train(tiny(epochs=3), run, resume=True)
+    network.train(tiny(epochs=3), run, resume=True)
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
-    assert [m["epoch"] for m in runs.read_metrics(run)] == [0, 1, 2, 3]  # epoch 0: before training
+    assert [m["epoch"] for m in rundir.read_metrics(run)] == [0, 1, 2, 3]  # epoch 0: before training

@@ -24,9 +24,13 @@ import pytest
 from helpers import cli_run, fresh_python_json
 from test_browser_dashboard import ARGS, CHROMIUM, _free_port
 
-from admm_core import rundir, runs
+from admm_core import checkpoint as checkpoint_mod
+from admm_core import device as device_mod
+from admm_core import rundir
 from admm_core import status as status_mod
-from admm_core.runs import read_json, read_metrics, train, verify_checkpoint
+from admm_core.checkpoint import verify_checkpoint
+from admm_core.network import train
+from admm_core.rundir import read_json, read_metrics
 from admm_core.spec.config import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +119,7 @@ def test_run_on_a_full_disk_stops_with_one_line_and_resumes_when_space_is_back(s
     st = read_json(run / "status.json")
     assert st["state"] == "crashed" and st["error"].startswith("disk full:"), st
     assert not list(run.glob("*.tmp"))
-    assert runs.run_status(run)["state"] == "crashed"  # not 'running' for ever: the claim was released
+    assert status_mod.run_status(run)["state"] == "crashed"  # not 'running' for ever: the claim was released
 
     filler.unlink()  # space is back
     rc, err = cli_run(["train", "--resume", str(run), "--epochs", "4", "--quiet"])
@@ -210,7 +214,7 @@ def test_enospc_during_a_checkpoint_keeps_the_last_good_one(tmp_path, monkeypatc
     run = tmp_path / "r"
     train(tiny(epochs=2), run)
     good = (run / "checkpoint.pt").read_bytes()
-    real_write = runs._KeepWriteError.write
+    real_write = checkpoint_mod._KeepWriteError.write
 
     def full_after_half(self, b):
         self.n = getattr(self, "n", 0) + len(b)
@@ -219,7 +223,7 @@ def test_enospc_during_a_checkpoint_keeps_the_last_good_one(tmp_path, monkeypatc
             raise self.error
         return real_write(self, b)
 
-    monkeypatch.setattr(runs._KeepWriteError, "write", full_after_half)
+    monkeypatch.setattr(checkpoint_mod._KeepWriteError, "write", full_after_half)
     rc, err = cli_run(["train", "--resume", str(run), "--epochs", "3", "--quiet"])
     assert rc == 1 and "Traceback" not in err
     (line,) = [ln for ln in err.strip().splitlines() if not ln.startswith("run dir:")]
@@ -228,7 +232,7 @@ def test_enospc_during_a_checkpoint_keeps_the_last_good_one(tmp_path, monkeypatc
     st = read_json(run / "status.json")
     assert st["state"] == "crashed" and st["error"].startswith("disk full:")
     assert not list(run.glob("*.tmp"))
-    monkeypatch.setattr(runs._KeepWriteError, "write", real_write)
+    monkeypatch.setattr(checkpoint_mod._KeepWriteError, "write", real_write)
     rc, err = cli_run(["train", "--resume", str(run), "--epochs", "3", "--quiet"])
     assert rc == 0, err
     assert_intact(run, 3)
@@ -303,7 +307,7 @@ def test_deepfacto_training_write_errors_end_the_run_and_it_resumes(tmp_path, mo
         if target != "summary.json":
             assert (run / STATE_FILE).read_bytes() == good, target  # kept: a resume is possible
     # the last try got through iteration 2 (its state saved) and failed on the summary: kept too
-    assert runs.safe_load(run / STATE_FILE)["iteration"] == 2
+    assert checkpoint_mod.safe_load(run / STATE_FILE)["iteration"] == 2
     done = train_deepfacto(cfg, run, resume=True, **quiet)  # space back
     assert done["status"] == "finished" and read_json(run / "status.json")["state"] == "finished"
     assert [x["epoch"] for x in read_metrics(run)] == [0, 1, 2]
@@ -327,7 +331,7 @@ def test_a_set_of_files_is_replaced_together_or_not_at_all(tmp_path, monkeypatch
 
     monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(OSError) as e:
-        runs.write_files_atomic({a: "new a", b: "new b"})
+        rundir.write_files_atomic({a: "new a", b: "new b"})
     assert e.value.filename == str(b)
     assert (a.read_text(), b.read_text()) == ("old a", "old b")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
@@ -382,7 +386,7 @@ def _workers_of(run_dir: Path) -> list[int]:
                 b"admm_core" in args
                 and b"train" in args
                 and str(run_dir).encode() in args
-                and runs.pid_alive(int(p.name))
+                and status_mod.pid_alive(int(p.name))
             ):
                 out.append(int(p.name))
     return out
@@ -483,7 +487,7 @@ def test_dashboard_killed_under_four_live_runs_and_a_second_dashboard(tmp_path):
 RESUMER = """
 import json, os, subprocess, sys, time
 from pathlib import Path
-from admm_core.runs import write_text_atomic
+from admm_core.rundir import write_text_atomic
 from app.dashboard import workers as W
 
 def spawn(args, run_dir, processes=1):  # a stand-in worker: launching a real one takes a while too
@@ -531,7 +535,7 @@ def test_two_dashboards_pressing_resume_at_once_start_one_worker(tmp_path):
             said.append(sorted(p.stdout.readline().split(" ")[0].strip() for p in procs))
             pid = json.loads((run / "launch.json").read_text())["pid"]
             os.kill(pid, signal.SIGKILL)
-            _wait(lambda: not runs.pid_alive(pid), 10)
+            _wait(lambda: not status_mod.pid_alive(pid), 10)
             (run / "status.json").write_bytes(status)  # stopped again for the next round
             (run / "launch.json").unlink()
     finally:
@@ -539,7 +543,7 @@ def test_two_dashboards_pressing_resume_at_once_start_one_worker(tmp_path):
             p.kill()
             p.wait()
         launch = read_json(run / "launch.json") or {}
-        if isinstance(launch.get("pid"), int) and runs.pid_alive(launch["pid"]):
+        if isinstance(launch.get("pid"), int) and status_mod.pid_alive(launch["pid"]):
             os.kill(launch["pid"], signal.SIGKILL)
     assert said == [["refused", "started"]] * ROUNDS, said
     assert {n: (run / n).read_bytes() for n in keep} == keep
@@ -576,11 +580,11 @@ def test_a_second_worker_on_a_claimed_run_is_refused_and_changes_nothing(tmp_pat
     run = tmp_path / "r"
     train(tiny(epochs=2), run)
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
-    claim = runs.claim_run(run)  # a worker training it (the lock is what a live worker holds)
+    claim = status_mod.claim_run(run)  # a worker training it (the lock is what a live worker holds)
     try:
         rc, err = cli_run(["train", "--resume", str(run), "--epochs", "3", "--quiet"])
-        with pytest.raises(runs.RunBusy):
-            runs.RunStatus(run, 3)
+        with pytest.raises(status_mod.RunBusy):
+            status_mod.RunStatus(run, 3)
     finally:
         claim.close()
     assert rc == 2 and err.strip().splitlines()[-1].startswith("error: --resume") and "being trained already" in err
@@ -700,20 +704,22 @@ def test_liveness_is_the_workers_own_pid_start_time_and_heartbeat(tmp_path):
     run = tmp_path / "r"
     train(tiny(epochs=1), run)
     st = {**read_json(run / "status.json"), "state": "running"}
-    me = runs.proc_start(os.getpid())
-    runs.write_json(run / "status.json", {**st, "pid": os.getpid(), "pid_start": me, "host": socket.gethostname()})
-    assert runs.run_status(run)["state"] == "running"  # this very process: alive
-    runs.write_json(run / "status.json", {**st, "pid": os.getpid(), "pid_start": me + 1, "host": socket.gethostname()})
-    seen = runs.run_status(run)
+    me = status_mod.proc_start(os.getpid())
+    rundir.write_json(run / "status.json", {**st, "pid": os.getpid(), "pid_start": me, "host": socket.gethostname()})
+    assert status_mod.run_status(run)["state"] == "running"  # this very process: alive
+    rundir.write_json(
+        run / "status.json", {**st, "pid": os.getpid(), "pid_start": me + 1, "host": socket.gethostname()}
+    )
+    seen = status_mod.run_status(run)
     assert seen["state"] == "crashed" and read_json(run / "status.json")["state"] == "crashed"
 
     far = {**st, "pid": 999_999_999, "pid_start": 1, "host": "another-host"}  # its pid means nothing here
-    runs.write_json(run / "status.json", far)
+    rundir.write_json(run / "status.json", far)
     (run / "heartbeat").touch()
-    assert runs.run_status(run)["state"] == "running"
-    stale = time.time() - runs.HEARTBEAT_STALE_S - 10
+    assert status_mod.run_status(run)["state"] == "running"
+    stale = time.time() - status_mod.HEARTBEAT_STALE_S - 10
     os.utime(run / "heartbeat", (stale, stale))
-    seen = runs.run_status(run)
+    seen = status_mod.run_status(run)
     assert seen["state"] == "crashed" and "no heartbeat from another-host" in seen["error"]
     assert read_json(run / "status.json")["state"] == "running"  # not written
 
@@ -721,7 +727,7 @@ def test_liveness_is_the_workers_own_pid_start_time_and_heartbeat(tmp_path):
 def test_a_worker_touches_its_heartbeat_while_it_trains(tmp_path, monkeypatch):
     """RunStatus's thread touches RUN/heartbeat every HEARTBEAT_S, also inside a long step; it stops at the end."""
     monkeypatch.setattr(status_mod, "HEARTBEAT_S", 0.05)  # RunStatus lives in admm_core.status
-    status = runs.RunStatus(tmp_path / "r", 1)
+    status = status_mod.RunStatus(tmp_path / "r", 1)
     beat = tmp_path / "r" / "heartbeat"
     first = _wait(lambda: beat.exists() and beat.stat().st_mtime_ns, 5)
     assert _wait(lambda: beat.stat().st_mtime_ns > first, 5)  # no update() call in between: the thread did it
@@ -729,7 +735,7 @@ def test_a_worker_touches_its_heartbeat_while_it_trains(tmp_path, monkeypatch):
     time.sleep(0.2)
     last = beat.stat().st_mtime_ns
     time.sleep(0.3)
-    assert beat.stat().st_mtime_ns == last and not runs.run_busy(tmp_path / "r")
+    assert beat.stat().st_mtime_ns == last and not status_mod.run_busy(tmp_path / "r")
 
 
 # --- a thousand runs ---------------------------------------------------------------------------------
@@ -756,15 +762,15 @@ def test_a_thousand_runs_are_listed_from_an_index_and_paged(tmp_path, monkeypatc
     live = root / "20270101-000000-live"  # newest, 'running' with a live pid (this process)
     shutil.copytree(seed, live)
     st = read_json(live / "status.json")
-    runs.write_json(
+    rundir.write_json(
         live / "status.json", {**st, "state": "running", "pid": os.getpid(), "pid_start": None, "host": None}
     )
-    assert len(runs.list_runs(root)) == 1001
+    assert len(status_mod.list_runs(root)) == 1001
     reads = []
     real = rundir.read_json  # list_runs reads through admm_core.rundir
     monkeypatch.setattr(rundir, "read_json", lambda p, default=None: reads.append(Path(p)) or real(p, default))
-    runs._STAMPED.clear()  # only the index may spare the reads
-    listed = runs.list_runs(root)
+    rundir._STAMPED.clear()  # only the index may spare the reads
+    listed = status_mod.list_runs(root)
     assert len(listed) == 1001 and listed[0]["name"] == live.name and listed[0]["status"]["state"] == "running"
     assert {p.parent for p in reads} <= {live}, sorted({p.parent.name for p in reads})[:5]
     victim = root / "20260101-000500-digits-sgd-s0"
@@ -772,8 +778,8 @@ def test_a_thousand_runs_are_listed_from_an_index_and_paged(tmp_path, monkeypatc
     assert old["stamp"] is not None and ui._meta(old)["name"] == ""  # indexed, its meta remembered
     M.write_meta(victim, "renamed", "big", "")  # a rename in its folder: the folder's mtime moves
     other = root / "20260101-000600-digits-sgd-s0"
-    runs.write_json(other / "status.json", {**read_json(other / "status.json"), "state": "stopped"})
-    now = {r["name"]: r for r in runs.list_runs(root)}
+    rundir.write_json(other / "status.json", {**read_json(other / "status.json"), "state": "stopped"})
+    now = {r["name"]: r for r in status_mod.list_runs(root)}
     assert now[victim.name]["stamp"] != old["stamp"] and ui._meta(now[victim.name])["name"] == "renamed"
     assert now[other.name]["status"]["state"] == "stopped"
     final = list(now)
@@ -816,7 +822,7 @@ def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
     assert done.returncode == 0, done.stderr
     text = page.read_text()
     assert "stale-table" not in text and text.endswith("<!-- /thousand-runs -->\ntail\n")
-    assert "30 finished runs + 0 live ones" in text and runs.machine("cpu").split("; CPU only")[0] in text
+    assert "30 finished runs + 0 live ones" in text and device_mod.machine("cpu").split("; CPU only")[0] in text
     assert "| Runs |" in text and "| Train (run menu) |" in text and "Server memory (resident)" in text
     assert "PyTorch imported by the pages: no" in text
     if Path(CHROMIUM).exists():  # a real `streamlit run` opened in Chromium: its rows and memory
@@ -825,7 +831,7 @@ def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
         assert "refreshes in 1 s" in text and "once with a new profile" in text
         assert "a page with one menu and nothing else showed it in" in text
         assert "a page with one two-point chart and nothing else showed it in" in text
-    listed = runs.list_runs(tmp_path / "runs")
+    listed = status_mod.list_runs(tmp_path / "runs")
     assert len(listed) == 30 and {r["status"]["state"] for r in listed} == {"finished"}
 
 

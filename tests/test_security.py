@@ -28,9 +28,9 @@ import torch
 from helpers import cli_run
 from helpers import free_port as _free_port
 
-from admm_core import runs
+from admm_core import network
+from admm_core.checkpoint import load_checkpoint, safe_load, save_checkpoint
 from admm_core.errors import CheckpointError, ConfigError
-from admm_core.runs import load_checkpoint, safe_load, save_checkpoint
 from admm_core.spec.config import RunConfig
 from admm_core.spec.methods import names_for
 from app.dashboard import workers as W
@@ -73,7 +73,7 @@ def test_a_code_payload_as_checkpoint_is_refused_and_runs_nothing(run_copy, tmp_
         assert rc == 2 and "Traceback" not in err
         (line,) = err.strip().splitlines()
         assert str(run / "checkpoint.pt") in line and "refused" in line, line
-    sess = runs.build(RunConfig.from_json((run / "config.json").read_text()))
+    sess = network.build(RunConfig.from_json((run / "config.json").read_text()))
     with pytest.raises(CheckpointError, match="refused"):
         load_checkpoint(run / "checkpoint.pt", sess)
     assert not marker.exists()
@@ -106,12 +106,12 @@ def test_a_code_payload_as_deepfacto_checkpoint_is_refused(tmp_path):
 @pytest.mark.parametrize("method", sorted(names_for("network")))  # a DeepFacto checkpoint: tests below
 def test_our_checkpoints_load_with_weights_only(method, tmp_path):
     cfg = RunConfig(method=method).replace(data__train_limit=100, data__test_limit=50, model__hidden=(16, 16))
-    sess = runs.build(cfg)
+    sess = network.build(cfg)
     sess.method.run_epoch(sess.net, sess.state, sess.batch, None)  # optimizer moments, generator state
     save_checkpoint(tmp_path / "checkpoint.pt", sess, 1, 0.5)
     ck = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert ck["epoch"] == 1
-    fresh = runs.build(cfg)
+    fresh = network.build(cfg)
     assert load_checkpoint(tmp_path / "checkpoint.pt", fresh) == (1, 0.5)
     for a, b in zip(sess.net.parameters(), fresh.net.parameters()):
         assert torch.equal(a, b)

@@ -170,7 +170,7 @@ def test_export_gives_the_runs_own_scores_and_a_new_run_starts_from_it(tiny_run,
     s_ship = hm.load_model("shipped:deepfacto-r4").scores(face)
     # the same weights bit for bit; the scores agree to float tolerance (the run's M is a transposed
     # view, the file's is contiguous: another matmul order inside the iterative NNLS)
-    from admm_core.runs import safe_load
+    from admm_core.checkpoint import safe_load
 
     ck, ship = safe_load(tiny_run / "checkpoint.pt"), shipped.inference_checkpoint("deepfacto-r4", out)
     for part in ("backbone", "fc"):

@@ -104,7 +104,7 @@ def test_cross_validated_attribute_svms_agree_across_solvers():
 
 
 def test_newton_stops_between_chunks():
-    from admm_core.runs import StopRun
+    from admm_core.loop import StopRun
 
     rng = np.random.default_rng(0)
     x_tr, x_te = rng.normal(size=(40, 5)), rng.normal(size=(30, 5))

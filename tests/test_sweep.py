@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 
 from admm_core import sweep as S
 from admm_core.errors import ConfigError
-from admm_core.runs import read_json, read_metrics
+from admm_core.rundir import read_json, read_metrics
 from admm_core.spec.presets import preset_config
 from admm_core.sweep.worker import run_sweep
 

@@ -20,10 +20,10 @@ from helpers import cli_call
 from streamlit.testing.v1 import AppTest
 from test_archs import built_table
 
+from admm_core.checkpoint import load_checkpoint
 from admm_core.errors import ConfigError
-from admm_core.network import build
+from admm_core.network import build, train
 from admm_core.rundir import read_metrics
-from admm_core.runs import load_checkpoint, train
 from admm_core.spec import tv
 from admm_core.spec.archs import ARCHS, archs_for
 from admm_core.spec.config import ModelConfig

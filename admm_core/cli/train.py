@@ -14,7 +14,7 @@ from tqdm import tqdm
 from .. import distributed, network
 from ..checkpoint import verify_checkpoint
 from ..deepfacto import commands as deepfacto
-from ..rundir import new_run_dir, read_json, read_json_dict, write_text_atomic
+from ..rundir import new_run_dir, read_json, write_text_atomic
 from ..spec import datasets
 from ..spec.archs import OWN, OWN_MESSAGE, archs_for
 from ..spec.config import DEVICES, INITS, LOSSES, ConfigError, RunConfig
@@ -115,11 +115,7 @@ METHOD_FLAGS = (
 def config_from_args(a: argparse.Namespace) -> RunConfig:
     """Preset (or defaults) + method + command-line overrides -> validated RunConfig."""
     if a.config:
-        try:
-            text = Path(a.config).read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"--config {a.config!r}: cannot read it ({type(e).__name__}: {e})") from None
-        cfg = RunConfig.from_json(text)
+        cfg = RunConfig.from_json(config_text(a))
         if a.method:
             cfg = cfg.replace(method=a.method, method_params={})
     elif a.preset:
@@ -153,6 +149,17 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         ch["method_params"] = {**cfg.method_params, **mp}
     cfg = cfg.augmented(a.augment, a.augment_pad, False if a.no_flip else None)
     return cfg.replace(**ch) if ch else cfg
+
+
+def config_text(a) -> str:
+    """The text of ``--config``, read once per command (kept on ``a``: the kind check and the config
+    read the same text)."""
+    if getattr(a, "config_text", None) is None:
+        try:
+            a.config_text = Path(a.config).read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"--config {a.config!r}: cannot read it ({type(e).__name__}: {e})") from None
+    return a.config_text
 
 
 def run(a) -> int:
@@ -244,7 +251,13 @@ def _is_deepfacto(a) -> bool:
         return True
     if a.resume and run_kind(read_json(Path(a.resume) / "config.json", {})) == DEEPFACTO:
         return True
-    return bool(a.config) and run_kind(read_json_dict(Path(a.config))) == DEEPFACTO
+    if not a.config:
+        return False
+    try:
+        given = json.loads(config_text(a))
+    except ValueError:
+        return False  # not JSON: the config's own reading says so
+    return isinstance(given, dict) and run_kind(given) == DEEPFACTO
 
 
 def _resumed(a) -> tuple[RunConfig, Path]:
@@ -291,7 +304,14 @@ def _train(a, cfg: RunConfig, run_dir: Path) -> int:
     if lead:
         print(f"run dir: {run_dir}", file=sys.stderr, flush=True)
     bar = _bar(a, cfg.train.epochs, run_dir if a.resume else None) if lead else None
-    summary = network.train(cfg, run_dir, resume=bool(a.resume), on_progress=_progress(bar), should_stop=should_stop)
+    # a worker the dashboard launched reads the config.json it trains (--config RUN/config.json --out
+    # RUN): the file holds this config already and is not written again
+    written = bool(a.config and not a.resume) and (
+        Path(a.config).resolve() == (Path(run_dir) / "config.json").resolve() and config_text(a) == cfg.to_json()
+    )
+    summary = network.train(
+        cfg, run_dir, resume=bool(a.resume), on_progress=_progress(bar), should_stop=should_stop, config_written=written
+    )
     if bar:
         bar.close()
     if lead:

@@ -33,7 +33,7 @@ def config_from_cli(a) -> DeepFactoConfig:
     """`python -m admm_core train --preset lfwa-deepfacto ...` flags -> DeepFactoConfig."""
     kw: dict = {}
     if getattr(a, "config", None):
-        d = json.loads(Path(a.config).read_text())
+        d = json.loads(getattr(a, "config_text", None) or Path(a.config).read_text())  # the CLI's one read
         kw.update(saved_names(d.get("deepfacto", d)))  # a run's config.json, saved before the renames too
     for flag, key in (
         ("rank", "rank"),

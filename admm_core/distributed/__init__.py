@@ -43,7 +43,7 @@ from ..methods.base import TrainBatch, evaluate
 from ..methods.block_admm import BlockADMM
 from ..methods.world import World
 from ..rundir import MANIFEST, checkpoint_world, read_checkpoint_manifest, write_text_atomic
-from ..spec.methods import METHODS
+from ..spec.resources import multi_process_problem
 
 
 # --- the process group ---------------------------------------------------------------
@@ -133,9 +133,8 @@ def distribute(method, batch: TrainBatch, net) -> tuple[object, TrainBatch]:
     w = world_size()
     if w == 1:
         return method, batch
-    if not method.multi_process:  # the record's answer (the preflight asks it too)
-        multi = " and ".join(m for m, c in METHODS.items() if c.multi_process)
-        raise ConfigError(f"method = {method.name!r}: only {multi} run on several processes (world size {w})")
+    if problem := multi_process_problem(method.name):  # the preflight's refusal, for a launch that skipped it
+        raise ConfigError(f"world size = {w}: {problem}")
     if method.parallel == "blocks":
         return method, dataclasses.replace(batch, shard=block_world(method, rank(), w, net.T))
     r = rank()

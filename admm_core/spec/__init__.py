@@ -15,6 +15,7 @@ the package, so its pages never pay ``import torch`` (~500 MB resident). The eng
     config      RunConfig: data, model, train and the method's settings, JSON round trip
     presets     the paper's setups as configs, and the paper's figures
     device      which device a config names, asked without torch
+    plugins     other installed packages' methods, architectures and data sets (entry points)
     resources   the memory estimate and the preflight: {field: message}, every bad field at once
 
 A record names its torch half by import path (``"admm_core.models:build_mlp"``, :mod:`.refs`): the
@@ -23,4 +24,8 @@ engine imports it there; this layer never does. Tests check the rule (tests/test
 
 # the registries complete whatever is imported first: DeepFacto's records (its method, the face
 # backbone, LFWA) are registered by their modules, imported here
-from . import faces, methods, tv  # noqa: E402, F401
+from . import faces, methods, plugins, tv  # noqa: E402, F401
+
+# from here on a registry's first read adds the installed packages' records (entry points): their
+# modules may import any of this layer
+plugins.ready()

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from .plugins import PluginRegistry
 
 if TYPE_CHECKING:
     from .config import ModelConfig
@@ -148,6 +149,8 @@ ARCHS: dict[str, Arch] = {
         examples=tuple(((3, 32, 32), {"width": w}) for w in (8, 16, 64)) + (((1, 28, 28), {"width": 16}),),
     ),
 }
+# the built-in records; an installed package's come from its "admm_core.archs" entry points (.plugins)
+ARCHS = PluginRegistry("admm_core.archs", ARCHS)
 
 
 def archs_for(kind: str) -> tuple[str, ...]:
@@ -167,6 +170,15 @@ def register_arch(name: str, arch: Arch) -> Arch:
         raise ValueError(f"architecture {name!r} is registered already")
     ARCHS[name] = arch
     return arch
+
+
+def _add_plugin(name: str, arch) -> None:
+    if not isinstance(arch, Arch):
+        raise TypeError(f"{arch!r} is not an Arch record")
+    register_arch(name, arch)
+
+
+ARCHS.add = _add_plugin
 
 
 def layer_names(cfg: ModelConfig, in_shape: tuple[int, ...] = (3, 32, 32), n_out: int = 10) -> list[str]:

@@ -21,6 +21,7 @@ from .datasets import DATASETS, OWN_DATA
 from .kinds import KINDS
 from .methods import DEFAULT_METHOD, METHODS, make_settings
 from .methods.base import LR_SCHEDULES
+from .plugins import failure
 from .settings import check_fields, setting
 
 __all__ = ["ConfigError", "check", "DataConfig", "ModelConfig", "TrainConfig", "RunConfig"]
@@ -56,7 +57,7 @@ class DataConfig:
             isinstance(self.name, str) and (self.name in DATASETS or self.name == OWN_DATA),
             "data.name",
             self.name,
-            f"unknown data set; choose from {sorted(DATASETS)}",
+            f"unknown data set; choose from {sorted(DATASETS)}{failure('admm_core.datasets', self.name)}",
         )
         check(
             self.root is None or (isinstance(self.root, str) and "\x00" not in self.root),
@@ -96,7 +97,7 @@ class ModelConfig:
             isinstance(self.arch, str) and (self.arch in ARCHS or self.arch == OWN),
             "model.arch",
             self.arch,
-            f"unknown architecture; choose from {sorted(ARCHS)}",
+            f"unknown architecture; choose from {sorted(ARCHS)}{failure('admm_core.archs', self.arch)}",
         )
         check(isinstance(self.hidden, (list, tuple)), "model.hidden", self.hidden, "must be a list of widths")
         object.__setattr__(self, "hidden", tuple(self.hidden))
@@ -172,7 +173,7 @@ class RunConfig:
             isinstance(self.method, str) and self.method in METHODS,
             "method",
             self.method,
-            f"unknown method; choose from {sorted(METHODS)}",
+            f"unknown method; choose from {sorted(METHODS)}{failure('admm_core.methods', self.method)}",
         )
         for key, klass in (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig)):
             check(isinstance(getattr(self, key), klass), key, getattr(self, key), "must be an object of settings")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
+from .plugins import PluginRegistry, check_name, failure
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +74,7 @@ class DatasetSpec:
         return self.bundled or any((r / f).exists() for r in roots for f in self.files)
 
 
-DATASETS: dict[str, DatasetSpec] = {}
+DATASETS: dict[str, DatasetSpec] = PluginRegistry("admm_core.datasets")  # + installed packages' (.plugins)
 OWN_DATA = "own"  # data.name of a run trained on tensors or a Dataset handed to the Python API (admm_core.own)
 
 
@@ -83,6 +84,16 @@ def register_dataset(spec: DatasetSpec) -> DatasetSpec:
         raise ValueError(f"data set {spec.name!r} is registered already")
     DATASETS[spec.name] = spec
     return spec
+
+
+def _add_plugin(name: str, spec) -> None:
+    if not isinstance(spec, DatasetSpec):
+        raise TypeError(f"{spec!r} is not a DatasetSpec record")
+    check_name("admm_core.datasets", name, spec.name)
+    register_dataset(spec)
+
+
+DATASETS.add = _add_plugin
 
 
 _IDX = "raw/train-images-idx3-ubyte"
@@ -109,7 +120,9 @@ BUNDLED = tuple(n for n, s in DATASETS.items() if s.bundled)
 def spec(name: str) -> DatasetSpec:
     """The registered record of ``name`` (DataError naming the choices otherwise)."""
     if name not in DATASETS:
-        raise DataError(f"unknown data set '{name}'; choose from {sorted(DATASETS)}")
+        raise DataError(
+            f"unknown data set '{name}'; choose from {sorted(DATASETS)}{failure('admm_core.datasets', name)}"
+        )
     return DATASETS[name]
 
 

@@ -85,10 +85,12 @@ def batch_note(cfg: RunConfig) -> str | None:
     )
 
 
-def estimate_memory(cfg: RunConfig) -> dict:
-    """Bytes a run of ``cfg`` keeps resident: {param_bytes, optimizer_bytes, state_bytes, data_bytes, total_bytes}."""
+def estimate_memory(cfg: RunConfig, layers: list | None = None) -> dict:
+    """Bytes a run of ``cfg`` keeps resident: {param_bytes, optimizer_bytes, state_bytes, data_bytes, total_bytes}.
+
+    ``layers``: :func:`layers_of` ``cfg`` where the caller has it already."""
     check(cfg.data.name in data_mod.DATASETS, "data.name", cfg.data.name, "no size known for this data set")
-    layers = layers_of(cfg)
+    layers = layers_of(cfg) if layers is None else layers
     shapes = {name: s for name, s, _ in layers}
     n_params = sum(p for _, _, p in layers)
     n, n_test = samples(cfg)
@@ -165,10 +167,11 @@ def physical_memory() -> int:
         return 16 * 2**30
 
 
-def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict:
-    """Raise ConfigError (estimate and what is available) unless ``cfg`` fits; returns the estimate."""
+def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None, estimate: dict | None = None) -> dict:
+    """Raise ConfigError (estimate and what is available) unless ``cfg`` fits; returns the estimate
+    (``estimate``: the one :func:`estimate_memory` made of ``cfg`` already, else made here)."""
     device = device_mod.device_name(cfg.train.device).split(":")[0]
-    est = estimate_memory(cfg)
+    est = estimate_memory(cfg) if estimate is None else estimate
     free, what = available if available is not None else available_memory(device)
     if est["total_bytes"] > free:
         size = ARCHS[cfg.model.arch].describe(cfg.model)
@@ -185,10 +188,10 @@ def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None) -> dict
 def preflight(cfg: RunConfig, available: tuple[int, str] | None = None, processes: int = 1) -> dict:
     """The CLI's and the worker launch's form of :func:`preflight_problems`: raises the first
     problem (ConfigError / DeviceError / DataError naming the field); returns the estimate."""
-    problems = preflight_errors(cfg, processes, free=available)
-    if problems:
-        raise next(iter(problems.values()))
-    return estimate_memory(cfg)
+    report = preflight_report(cfg, processes, free=available)
+    if report.errors:
+        raise next(iter(report.errors.values()))
+    return report.estimate
 
 
 MAX_PROCESSES = 64  # worker processes of one run on one machine (torchrun --nproc-per-node)
@@ -215,9 +218,29 @@ def preflight_problems(
 
 def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=None, n_gpus=None) -> dict:
     """:func:`preflight_problems` with the exceptions themselves (ConfigError, DataError, DeviceError)."""
+    return preflight_report(cfg, processes, datasets=datasets, free=free, n_gpus=n_gpus).errors
+
+
+@dataclasses.dataclass(frozen=True)
+class PreflightReport:
+    """What one preflight found: ``errors`` {field: ConfigError / DataError / DeviceError} ({} = runnable)
+    and ``estimate``, the memory estimate (:func:`estimate_memory`) made once on the way, or None
+    where the network could not be sized (its fields are wrong)."""
+
+    errors: dict
+    estimate: dict | None
+
+    @property
+    def problems(self) -> dict[str, str]:
+        return {k: str(e) for k, e in self.errors.items()}
+
+
+def preflight_report(cfg: RunConfig, processes: int = 1, *, datasets=None, free=None, n_gpus=None) -> PreflightReport:
+    """Every check of :func:`preflight_problems`, with the memory estimate it made (once) of ``cfg``:
+    the CLI, the worker launch and the dashboard's form all read their figures from here."""
     out: dict[str, Exception] = {}
     if cfg.model.arch == OWN or cfg.data.name == OWN_DATA:  # nothing here to rebuild it from
-        return {"model.arch" if cfg.model.arch == OWN else "data.name": ConfigError(OWN_MESSAGE)}
+        return PreflightReport({"model.arch" if cfg.model.arch == OWN else "data.name": ConfigError(OWN_MESSAGE)}, None)
 
     def attempt(key: str, fn, *args):
         try:
@@ -247,7 +270,7 @@ def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
             f"model.arch = {cfg.model.arch!r}: a network of {arch.kind} runs; method {cfg.method!r} trains: {archs}"
         )
     if ds.kind != kind or arch.kind != kind:
-        return out  # the checks below would only restate the mismatch
+        return PreflightReport(out, None)  # the checks below would only restate the mismatch
     shape = ds.input_shape
     layers = attempt("model.arch", layers_of, cfg)
     split = split_of(cfg) if layers is not None else ()
@@ -263,21 +286,41 @@ def preflight_errors(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
         for f in dataclasses.fields(method):
             if f.metadata.get("per_block"):
                 attempt(f"method_params.{f.name}", per_block, getattr(method, f.name), T, f"{cfg.method}.{f.name}")
-    if cfg.data.augment:
-        if len(shape) != 3:
-            out["data.augment"] = ConfigError(
-                f"data.augment = true: needs images; {cfg.data.name} gives flat vectors {shape}"
-            )
-        elif not method_cls.supports_augment:
-            out["data.augment"] = ConfigError(
-                f"data.augment = true: method {cfg.method!r} does not support augmentation"
-            )
+    if problem := augment_problem(cfg, shape):
+        out["data.augment"] = ConfigError(problem)
     problem = _processes_problem(processes, cfg, method, T, device, n_gpus, device_mod.cuda_device_count)
     if problem:
         out["processes"] = ConfigError(problem)
+    estimate = None
+    if layers is not None and not any(k == "model.split" or k.startswith("method_params.") for k in out):
+        try:  # the one estimate of this preflight: the memory check below and every caller's figures
+            estimate = estimate_memory(cfg, layers)
+        except (ConfigError, DataError) as e:
+            out.setdefault("memory", e)
     if not out:
-        attempt("memory", check_fits, cfg, free)
-    return out
+        attempt("memory", check_fits, cfg, free, estimate)
+    return PreflightReport(out, estimate)
+
+
+def augment_problem(cfg: RunConfig, shape: tuple[int, ...]) -> str | None:
+    """Why ``cfg``'s ``data.augment`` cannot run on inputs of ``shape`` (one sample's), or None: the
+    preflight's check, and the engine's for a caller of ``network.train`` that skipped the preflight."""
+    if not cfg.data.augment:
+        return None
+    if len(shape) != 3:
+        return f"data.augment = true: needs images; {cfg.data.name} gives flat vectors {tuple(shape)}"
+    if not METHODS[cfg.method].supports_augment:
+        return f"data.augment = true: method {cfg.method!r} does not support augmentation"
+    return None
+
+
+def multi_process_problem(method: str) -> str | None:
+    """Why ``method`` cannot run on several processes (its record's ``multi_process``), or None: the
+    preflight's refusal and the launcher's (``admm_core.distributed.distribute``) under torchrun."""
+    if METHODS[method].multi_process:
+        return None
+    multi = " and ".join(m for m, c in METHODS.items() if c.multi_process)
+    return f"only {multi} run on several processes (method {method!r})"
 
 
 def _processes_problem(n, cfg, method, T, device, n_gpus, gpu_count) -> str | None:
@@ -287,10 +330,8 @@ def _processes_problem(n, cfg, method, T, device, n_gpus, gpu_count) -> str | No
         return f"processes = {n!r}: must be a whole number from 1 to {MAX_PROCESSES}"
     if n == 1:
         return None
-    # the record's answer, which admm_core.distributed.distribute asks too
-    if not method.multi_process:
-        multi = [m for m, c in METHODS.items() if c.multi_process]
-        return f"processes = {n}: only {' and '.join(multi)} run on several processes (method {cfg.method!r})"
+    if problem := multi_process_problem(cfg.method):
+        return f"processes = {n}: {problem}"
     try:  # the settings' own check of n processes (block parallelism: its size, the sweep it needs)
         method.check_processes(n, T)
     except ConfigError as e:
@@ -311,7 +352,11 @@ __all__ = [
     "available_memory",
     "preflight",
     "preflight_problems",
+    "preflight_report",
+    "PreflightReport",
     "MAX_PROCESSES",
+    "augment_problem",
+    "multi_process_problem",
     "layers_of",
     "layer_table",
     "split_of",

@@ -15,7 +15,6 @@ torch and torchvision versions. The first look at a (record, shape, classes) cos
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import child_env
 from ..errors import ConfigError
 from .archs import Arch, register_arch
 
@@ -88,9 +88,7 @@ def _read(path: Path) -> list | None:
 
 def _child(requests: list[tuple[str, tuple[int, ...], int]]) -> list[list | str]:
     """The tables (or error messages) of ``requests``, from one ``python -m admm_core.tv``."""
-    pkg_root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)
+    env = child_env(OMP_NUM_THREADS="1")
     arg = json.dumps([[r, list(s), n] for r, s, n in requests])
     what = ", ".join(sorted({r for r, _, _ in requests}))
     try:

@@ -1,7 +1,7 @@
 """Sweeps: Optuna studies whose trials are ordinary run directories.
 
 A sweep searches a preset's settings for one method. Each trial is trained by
-:func:`admm_core.runs.train` into its own run directory (so the Compare and Runs pages see
+:func:`admm_core.network.train` into its own run directory (so the Compare and Runs pages see
 it) and tagged with its study and trial number in ``meta.json``
 (``{"name", "tags": ["study:<name>", "trial:<n>"], "note"}``) and in ``summary.json["sweep"]``.
 

@@ -16,7 +16,7 @@ the method settings (and ``split``) the loaded config gave explicitly, so that r
 back gives the same config, field for field.
 
 :func:`config_from_form` validates each field on its own (so every wrong field gets its own
-message), then the spec's :func:`admm_core.spec.resources.preflight_problems`, and returns the messages keyed
+message), then the spec's :func:`admm_core.spec.resources.preflight_report`, and returns the messages keyed
 by form field, so the page can show each one next to its widget.
 """
 
@@ -39,7 +39,7 @@ from admm_core.spec.kinds import NETWORK
 from admm_core.spec.methods import DEFAULT_METHOD, METHODS, make_settings
 from admm_core.spec.methods import names_for as methods_for
 from admm_core.spec.presets import PRESETS, preset_config
-from admm_core.spec.resources import MAX_PROCESSES, estimate_memory, preflight_problems
+from admm_core.spec.resources import MAX_PROCESSES, preflight_report
 from admm_core.spec.settings import parse_numbers, parse_widths
 from app.dashboard import models
 
@@ -745,14 +745,15 @@ NETWORK_KEYS = ("arch", "hidden", "width")  # the form fields the network's laye
 @dataclass(frozen=True)
 class FormCheck:
     """What :func:`check_form` found: ``cfg`` (None unless every field is right), ``errors``
-    {form field: message}, ``warnings`` (allowed, but said), and ``estimate``: the config the
-    memory estimate can still be made of while some fields are wrong (they are not ones the memory
-    depends on: those fields at their defaults; None when one the memory depends on is wrong)."""
+    {form field: message}, ``warnings`` (allowed, but said), and ``memory``: the preflight's memory
+    estimate (:func:`admm_core.spec.resources.estimate_memory`, made once per check), which still
+    stands while some fields are wrong if they are not ones the memory depends on (those fields at
+    their defaults; None when one the memory depends on is wrong)."""
 
     cfg: RunConfig | None
     errors: dict
     warnings: dict
-    estimate: RunConfig | None
+    memory: dict | None
 
 
 def read_config(form: dict) -> tuple[RunConfig | None, dict[str, str]]:
@@ -826,7 +827,7 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
     links and loaded configs alike).
 
     :func:`read_config` (each field on its own), then the engine's
-    :func:`admm_core.spec.resources.preflight_problems` (data set present, split, per-block values,
+    :func:`admm_core.spec.resources.preflight_report` (data set present, split, per-block values,
     augmentation, processes, memory free here) — on the config with the wrong fields at their defaults
     too, so a wrong epoch count does not hide a wrong split — then the page's memory limit.
     ``available``: the data sets present (default: looked up under the data root).
@@ -834,7 +835,7 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
     link = dict(form.get(LINK) or {})
     if link:  # a link's values no widget could hold: their fields' errors, with the rest checked too
         got = check_form({k: v for k, v in form.items() if k != LINK}, available)
-        return FormCheck(None, {**got.errors, **link}, got.warnings, got.estimate)
+        return FormCheck(None, {**got.errors, **link}, got.warnings, got.memory)
     if models.is_entry(form.get("arch")):
         return _check_model_file(form, available)
     cfg, errors, partial = _read(form)
@@ -843,7 +844,8 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
         return FormCheck(None, errors, {}, None)
     method = target.method
     processes = form.get("processes", 1)
-    for path, msg in preflight_problems(target, processes, datasets=available).items():
+    report = preflight_report(target, processes, datasets=available)  # the one estimate of this check
+    for path, msg in report.problems.items():
         key = path if path in ("memory", "processes") else _key_of(path + " = ", method)
         if partial is not None and key == "memory":
             continue  # said once the other fields are right (the estimate is shown meanwhile)
@@ -852,16 +854,16 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
     sized_by = {*NETWORK_KEYS, "split", "data", "train_limit", "method", "batch_size"}  # what the memory depends on
     # a wrong number of the method (β, a step size: they size nothing) keeps the estimate, on its default
     floats = {MP + x["name"] for x in METHODS[method].settings() if x["type"] == "float" and x["choices"] is None}
-    estimate = None if sized_by & set(errors) or any(k.startswith(MP) and k not in floats for k in errors) else target
-    if partial is not None or set(errors) - {"memory"}:
-        return FormCheck(None, errors, warnings, estimate)
+    unsized = sized_by & set(errors) or any(k.startswith(MP) and k not in floats for k in errors)
+    mem = None if unsized else report.estimate
+    if partial is not None or set(errors) - {"memory"} or mem is None:
+        return FormCheck(None, errors, warnings, mem)
     # memory by arithmetic (no network is built): the page's limit, then what is free here (preflight)
-    mem = memory_of(cfg)
     if mem["total_bytes"] > max_run_bytes():
         errors["memory"] = memory_message(cfg, mem)
     if not errors and processes > 1 and device_name(cfg.train.device) == "cpu":
         errors.update(processes_memory_errors(processes, mem))
-    return FormCheck(None if errors else cfg, errors, warnings, estimate)
+    return FormCheck(None if errors else cfg, errors, warnings, mem)
 
 
 def _check_model_file(form: dict, available: list[str] | None) -> FormCheck:
@@ -926,11 +928,6 @@ def processes_memory_errors(n_proc: int, mem: dict, free: int | None = None) -> 
         f"run needs about {resources.human(need)} in all, over the {resources.human(limit)} available "
         "(free memory or the page's limit); use fewer processes"
     }
-
-
-def memory_of(cfg: RunConfig) -> dict:
-    """The engine's estimate (:func:`admm_core.spec.resources.estimate_memory`) of a valid config."""
-    return estimate_memory(cfg)
 
 
 def memory_message(cfg: RunConfig, mem: dict) -> str:

@@ -22,9 +22,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from admm_core import child_env
 from admm_core.errors import ConfigError
 from admm_core.rundir import default_runs_dir, read_json_dict, write_text_atomic
-from admm_core.spawn import PROJECT_ROOT
 from admm_core.spec.archs import OWN_MESSAGE
 from admm_core.spec.datasets import cache_dir
 
@@ -128,8 +128,7 @@ def cut_table(entry: str, data: str, folder: Path | None = None) -> list[dict]:
 
 
 def _child(path: Path, name: str, data: str, cached: Path) -> list | str:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = child_env(OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "admm_core", "cuts", f"{path}:{name}", "--data", data, "--json"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from admm_core import child_env
 from admm_core.errors import CheckpointError, ConfigError, DataError, ImageError
 from admm_core.status import pid_alive
 
@@ -57,7 +58,7 @@ class Scorer:
     def _start(self) -> None:
         _remove_orphans()
         self._dir = Path(tempfile.mkdtemp(prefix=f"admm-scorer-{os.getpid()}-"))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env = child_env()
         with open(self._dir / "stderr.txt", "wb") as err:  # the child keeps its own descriptor
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "admm_core.heatmaps", "serve", str(self._dir)],

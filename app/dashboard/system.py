@@ -1,5 +1,5 @@
 """The worker's system metrics (``RUN/system.jsonl``, written by the engine's heartbeat thread,
-:class:`admm_core.runs.SystemSampler`) as a figure, and the end-of-run notice text (no Streamlit here).
+:class:`admm_core.status.SystemSampler`) as a figure, and the end-of-run notice text (no Streamlit here).
 """
 
 from __future__ import annotations

@@ -32,10 +32,9 @@ import threading
 import time
 from pathlib import Path
 
-from admm_core import status as status_mod
 from admm_core.rundir import metrics_since, read_json_dict
 from app.dashboard.live import digest, live_stamp
-from app.dashboard.workers import state_of
+from app.dashboard.workers import ACTIVE, done_epochs, state_of
 
 ROUTE = "/api/admm/live"
 
@@ -77,12 +76,12 @@ def panel_status(run_dir: Path, lines: list[dict], status: dict | None = None) -
     epochs = status.get("epochs")
     if not epochs:
         epochs = (read_json_dict(Path(run_dir) / "config.json").get("train") or {}).get("epochs") or 0
-    frac, text = progress_text(state, status, status_mod.done_epochs(status, lines), int(epochs), lines)
+    frac, text = progress_text(state, status, done_epochs(status, lines), int(epochs), lines)
     last = lines[-1] if lines else {}
     acc = last.get("test_accuracy")
     return {
         "state": state,
-        "live": state in status_mod.ACTIVE,
+        "live": state in ACTIVE,
         "progress": round(frac, 4),
         "text": text,
         "test": None if not C._finite(acc) else f"test {100 * acc:.2f}% at epoch {last.get('epoch', '?')}",

@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+from admm_core import child_env
 from admm_core.errors import CheckpointError
 from admm_core.rundir import (
     checkpoint_world,
@@ -30,13 +31,13 @@ from admm_core.rundir import (
     unique_run_dir,
     write_text_atomic,
 )
-from admm_core.spawn import PROJECT_ROOT, spawn_detached
+from admm_core.spawn import spawn_detached
 from admm_core.spec.config import ConfigError, RunConfig
 from admm_core.spec.deepfacto import DeepFactoConfig, run_config_dict, run_dir_name
 from admm_core.spec.device import device_name
 from admm_core.spec.faces import find_lfw
 from admm_core.spec.resources import preflight
-from admm_core.status import ACTIVE, list_runs, pid_alive, record_exit, run_busy, run_status
+from admm_core.status import list_runs, pid_alive, record_exit, run_busy, run_status
 from app.dashboard.models import resolve
 
 
@@ -206,7 +207,7 @@ def check_backbone(path: str | Path) -> None:
     ValueError; the message names the file and why), asked of a short subprocess: the server never
     imports torch."""
     cmd = [sys.executable, "-c", _CHECK_BACKBONE, str(path)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = child_env()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if done.returncode == 0:
         return
@@ -305,6 +306,23 @@ def started_at(status: dict):
     """When the run first started: a resumed run's status keeps that as ``first_started`` (its
     ``started`` is the last resume's)."""
     return status.get("first_started") or status.get("started")
+
+
+# the states of a run that a worker trains, or is about to: the engine's "running" and this
+# dashboard's "starting" (launched, not reported yet: state_of)
+ACTIVE = ("running", "starting")
+
+
+def done_epochs(status: dict, metrics) -> int:
+    """Epochs the run has completed: its status's, else its last evaluation's (a resumed run is
+    'starting' again). ``metrics``: its metrics lines, or a function that reads them (called only
+    when the status does not say)."""
+    done = int(status.get("epoch") or 0)
+    if status.get("state") == "starting" or not done:
+        lines = metrics() if callable(metrics) else metrics
+        if lines:
+            done = max(done, int(lines[-1].get("epoch") or 0))
+    return done
 
 
 def state_of(run_dir: str | Path) -> dict:

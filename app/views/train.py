@@ -147,7 +147,8 @@ def edited(field: str, then=None):
 def on_start():
     """Launch the form's run once per click: the same config again within START_DEDUP_S is the same click."""
     form = _ordered_form()
-    cfg, errors = F.config_from_form(form, available(kind=NETWORK))
+    got = checked_form(form, available(kind=NETWORK), click=True)
+    cfg, errors = got.cfg, got.errors
     if cfg is None:
         ss["notice"] = f"Not started: fix {ui.count(len(errors), 'field')}."
         return
@@ -363,6 +364,20 @@ def _row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]
             note(notes, key)
 
 
+def checked_form(form: dict, datasets: list[str], *, click: bool = False) -> F.FormCheck:
+    """:func:`dashboard.form.check_form` of ``form``, once per click: Start's callback (``click``)
+    checks the form afresh (what is free now, not what was free at the last drawing) and the drawing
+    that follows reuses that check while the form is the same (one preflight, one memory estimate)."""
+    key = repr((form, datasets))
+    last = ss.pop("form_check", None)
+    if not click and last is not None and last[0] == key:
+        return last[1]
+    got = F.check_form(form, datasets)
+    if click:
+        ss["form_check"] = (key, got)
+    return got
+
+
 def validate(datasets: list[str]) -> tuple[dict, F.FormCheck, dict]:
     """The form as the widgets will show it, checked before any widget is drawn, so each message is
     drawn under its field as the form goes (no placeholder per field: ~40 fewer elements for the
@@ -374,7 +389,7 @@ def validate(datasets: list[str]) -> tuple[dict, F.FormCheck, dict]:
         if key not in ss:
             ss[key] = F.method_fields(method)[F.MP + s["name"]]
     form = _ordered_form()  # every value as given: a wrong one is said under its field, never dropped
-    got = F.check_form(form, datasets)
+    got = checked_form(form, datasets)
     ss["preset_edited"] = F.preset_changes(form, got.cfg)  # the fields that differ from the preset
     # allowed, but said: an absurd learning rate / step size, more processes than cores
     notes = {k: ("warning", m) for k, m in got.warnings.items()} | {k: ("error", m) for k, m in got.errors.items()}
@@ -527,8 +542,8 @@ def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
         return
     dark = (st.context.theme.type or "light") == "dark"  # the diagram's lines follow the theme
     st.graphviz_chart(F.block_diagram_dot(blocks, uses_blocks, dark), width="content")
-    if got.estimate is not None:
-        mem = F.memory_of(got.estimate)
+    if got.memory is not None:
+        mem = got.memory  # the form check's (preflight's) estimate: not made again here
         st.caption(
             f"{sum(b['params'] for b in blocks):,} parameters ({human_bytes(mem['param_bytes'])}); "
             f"Z/U state {human_bytes(mem['state_bytes'])}; about {human_bytes(mem['total_bytes'])} to train "

@@ -10,6 +10,7 @@ method is one module and one :func:`register_method` line (docs/extending.md).
 from __future__ import annotations
 
 from ...errors import ConfigError
+from ..plugins import PluginRegistry, check_name, failure
 from .backprop import AdamSettings, SGDSettings
 from .base import MethodBase
 from .block_admm import BlockADMMSettings, GotmareSettings
@@ -17,7 +18,8 @@ from .deepfacto import DeepFacto
 from .lifted import ADMMClosedSettings, BCDSettings, DLADMMSettings, TaylorSettings
 from .online_admm import OnlineADMMSettings
 
-METHODS: dict[str, type] = {}
+# the built-in records; an installed package's come from its "admm_core.methods" entry points (..plugins)
+METHODS: dict[str, type] = PluginRegistry("admm_core.methods")
 DEFAULT_METHOD = "block-admm"  # a new config's method, the dashboard's and the CLI's default
 
 
@@ -34,6 +36,14 @@ def register_method(cls: type) -> type:
         raise ConfigError(f"register_method: a method named {name!r} is already registered ({METHODS[name].__name__})")
     METHODS[name] = cls
     return cls
+
+
+def _add_plugin(name: str, cls) -> None:
+    check_name("admm_core.methods", name, getattr(cls, "name", None))
+    register_method(cls)
+
+
+METHODS.add = _add_plugin
 
 
 for _cls in (
@@ -60,7 +70,9 @@ def names_for(kind: str) -> tuple[str, ...]:
 def record(name: str) -> type:
     """The registered record of ``name`` (ConfigError naming the choices otherwise)."""
     if name not in METHODS:
-        raise ConfigError(f"method = {name!r}: unknown method; choose from {sorted(METHODS)}")
+        raise ConfigError(
+            f"method = {name!r}: unknown method; choose from {sorted(METHODS)}{failure(METHODS.group, name)}"
+        )
     return METHODS[name]
 
 
