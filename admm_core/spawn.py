@@ -24,7 +24,7 @@ def spawn_detached(cmd: list[str], log_path: Path, env: dict | None = None) -> t
     if AUTOGROUP_NICE and AUTOGROUP.exists() and shutil.which("sh"):
         # The worker's new session is its own autogroup, and with autogroups on (the kernel's default here)
         # CFS shares the CPU between autogroups first: `nice` alone only ranks the worker's threads against
-        # each other, so 4 workers took 4/5 of the cores from the browser whatever their niceness (issue 36).
+        # each other, so 4 workers took 4/5 of the cores from the browser whatever their niceness.
         # The autogroup's niceness is set from inside the session, before the exec.
         cmd = ["sh", "-c", f'echo {NICE} > /proc/self/autogroup 2>/dev/null; exec "$@"', "sh", *cmd]
     with open(log_path, "ab") as log:

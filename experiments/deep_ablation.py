@@ -11,7 +11,7 @@ fast proxy of real data, the baselines measured in the same study:
   the recipe and its ablations at the size the issue asks for; 6–14 min per row on one core.
 - ``deep20``: MNIST, the 20-layer MLP (``mnist-deep20``), all 60,000 training images, 4 epochs, cosine η.
 - ``mnist-final``: MNIST, 784-128-128-10 (``mnist-mlp-mse``), 50 epochs: time to 95% and the final
-  accuracy of Block-ADMM's schedules and of online-admm's knobs, beside Adam (issue 35).
+  accuracy of Block-ADMM's schedules and of online-admm's knobs, beside Adam.
 
     python experiments/deep_ablation.py resnet-small --out bench_out/ablation --jobs 2 \\
         --markdown docs/results/deep-networks.md
@@ -42,7 +42,7 @@ LOAD_FILE = "ablation_load.json"  # the machine's load average while a row train
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Block-ADMM's settings before issue 31 (the sweep schedule of Alg. 1 as printed, the small preset's
+# Block-ADMM's settings before the ResNet-18 recipe (the sweep schedule of Alg. 1 as printed, the small preset's
 # ζ = 0.5, η = 1e-3), written out in full so that a row is the same run whatever the presets say now.
 OLD = {
     "lr": 1e-3,
@@ -86,7 +86,7 @@ DEEP = {
     "dual_theta": "old",
     "dual_lr": 0.1,
 }
-# MNIST (issue 35): Alg. 1's sweep schedule as the mnist-mlp-mse preset has it, and the minibatch schedule
+# MNIST: Alg. 1's sweep schedule as the mnist-mlp-mse preset has it, and the minibatch schedule
 # from a forward start that made ResNet-18 learn (no BatchNorm here); settings written out in full.
 # (The preset's defaults are now the measured minibatch recipe, so the sweep schedule is spelled out too.)
 MNIST_SWEEP = {
@@ -107,7 +107,7 @@ MNIST_MB = {
     "z_start": "forward",
     "dual_theta": "old",
 }
-# online-admm as the preset had it before issue 51 (its defaults are now the "online-pe10-start" row)
+# online-admm as the preset had it before the measured recipes (its defaults are now the "online-pe10-start" row)
 MNIST_ONLINE = {
     "lr": 1e-3,
     "z_lr": 0.1,
@@ -272,7 +272,7 @@ STUDIES = {
             ),
         },
     },
-    # Issue 35: time to 95% on MNIST by Block-ADMM's own knobs (the paper's 784-128-128-10, MSE), against
+    # Time to 95% on MNIST by Block-ADMM's own knobs (the paper's 784-128-128-10, MSE), against
     # Adam measured in the same study; 50 epochs for the final accuracy (the preset's η is constant).
     "mnist-final": {"args": ["--preset", "mnist-mlp-mse", "--epochs", "50"], "target": 0.95, "rows": MNIST_ROWS},
     "deep20": {
@@ -296,7 +296,7 @@ STUDIES = {
     },
 }
 
-# Issue 51: the duals on ResNet-18. Screened on the small proxy (5,000 / 2,000 images, 5 epochs, constant η)
+# The duals on ResNet-18. Screened on the small proxy (5,000 / 2,000 images, 5 epochs, constant η)
 # from the recipe of the presets: a growing β (the minibatch schedule, β ×1.5 an epoch, U rescaled so βU
 # stays), several Z-steps per visit, a dual reset (U ← 0 every epoch) that lets the duals take full steps.
 SMALL_ARGS = [*SMALL, "--epochs", "5", "--batch-size", "128", "--lr-schedule", "constant"]
@@ -363,7 +363,7 @@ STUDIES["resnet-duals"] = {
     "groups": {what: [f"{k}-s{seed}" for seed in (0, 1, 2)] for k, (_, _, what) in DUAL_VARIANTS.items()},
 }
 
-# Issue 51: the paper's regime. Every Linear weight ~ N(0, σ²), biases 0 (model.init = normal), all 60,000
+# The paper's regime. Every Linear weight ~ N(0, σ²), biases 0 (model.init = normal), all 60,000
 # MNIST images, 20 epochs at a constant η (the -paper presets' length): where does Adam backprop sit near
 # the paper's 58% on the 10-layer MLP while SGD stays at chance?
 _BP = {
@@ -429,7 +429,7 @@ for _sig in (0.005, 0.015):
         ["--init-std", str(_sig)],
     )
 
-# Issue 51: Block-ADMM in that regime, on a 10,000-image proxy (2,000 test images), σ = 0.01 (Adam and SGD
+# Block-ADMM in that regime, on a 10,000-image proxy (2,000 test images), σ = 0.01 (Adam and SGD
 # backprop at chance on all 60,000 images for 20 epochs), batch 64 for every row, 8 epochs, constant η.
 # Alg. 1 as the paper prints it: persistent Z, Adam on Z and Θ, β = 1, 3 primal steps, duals on (U
 # uniform at the start, as its §MNIST says), the sweep schedule.
@@ -537,12 +537,12 @@ STUDIES["paper10-full"] = {
     },
 }
 
-# Issue 51, defaults by measurement: per MLP preset, block-admm and online-admm as the preset had them (Alg. 1's
+# Defaults by measurement: per MLP preset, block-admm and online-admm as the preset had them (Alg. 1's
 # sweep schedule; online with L_t every minibatch), the minibatch recipe of speed.md (mnist-final's mb-start,
 # online-pe10-start), and the paper's Alg. 1 / Alg. 2 as printed (recipe = paper); Adam beside them.
 MB_START = {**MNIST_MB, "lr": 2e-3, "theta_input": "start"}
 ONLINE_START = {"power_every": 10, "dual_theta": "old", "theta_input": "start"}
-# the presets' settings before issue 51, written out in full (a row stays the same run whatever the presets say)
+# the presets' settings before the measured recipes, written out in full (a row stays the same run whatever the presets say)
 _SWEEP_KEYS = {"z_schedule": "sweep", "z_start": "previous", "dual_theta": "new", "theta_input": "new"}
 _ONLINE_KEYS = {"power_every": 1, "dual_theta": "new", "theta_input": "new"}
 _OLD = {  # preset: (epochs, block-admm, online-admm)
@@ -662,7 +662,7 @@ def fmt(vals, digits=2) -> str:
 
 def table(study: str, names: list[str], out: Path) -> str:
     target = STUDIES[study].get("target")
-    steps = STUDIES[study].get("steps", False)  # the per-block Z- and Θ-step sizes (issue 51)
+    steps = STUDIES[study].get("steps", False)  # the per-block Z- and Θ-step sizes
     to = f" time to {100 * target:.0f}% (s) |" if target else ""
     to += " Z-step / ‖Z‖ per block | ‖ΔΘ‖/‖Θ‖ per epoch, per block |" if steps else ""
     extra = ("---|" if target else "") + ("---|---|" if steps else "")

@@ -1,6 +1,6 @@
 """DeepFacto's rank table trained on a GPU, its attribute SVMs fitted here.
 
-Issue 17: the r = 4 / 32 / 256 table took hours on the 2-core CPU (r = 256 alone: 53 min of
+The r = 4 / 32 / 256 table took hours on the 2-core CPU (r = 256 alone: 53 min of
 training), so no run had been made on a GPU. The device machine has no copy of LFW and gives
 back at most 8 files, so:
 
@@ -17,7 +17,7 @@ back at most 8 files, so:
     python -m admm_core deepfacto bench --ranks '' --out bench_out/deepfacto-gpu \
         --markdown docs/results/deepfacto.md --section gpu-w32
 
-Measured (issue 17, one NVIDIA H200): the whole call for r = 32, 256, 4 took 133 s, the
+Measured (one NVIDIA H200): the whole call for r = 32, 256, 4 took 133 s, the
 backbone 41 s, DeepFacto's 13 iterations 3 / 12 / 2 s; the SVMs here about an hour per r = 256 run.
 
 The SVMs are fitted here, from the original JPEGs (``evaluate`` recomputes every feature with the
@@ -27,7 +27,7 @@ faces trained on there went through one JPEG round trip (quality 95, mean pixel 
 ``run --svm`` fits them there instead, by the batched Newton solver (``svm_solver=newton``, the
 default: the same problem as LinearSVC, experiments/svm_solver_bench.py compares the two), on the pack's faces;
 the runs then come back finished and ``evaluate`` here is a check on the original images.
-The next device call for issue 17 (the r = 256 target) is experiments/deepfacto_gpu_next.sh.
+The next device call (the r = 256 target) is experiments/deepfacto_gpu_next.sh.
 """
 
 from __future__ import annotations

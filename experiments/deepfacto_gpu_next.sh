@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next device call for issue 17: the r = 256 target (81.4; best so far 81.31 on an H200).
+# The next device call: the r = 256 target (81.4; best so far 81.31 on an H200).
 #
 # The loss at r = 256 sits under the raw backbone features (S 0.5 under them), so both variants
 # train a stronger backbone from scratch, then r = 256, 32 and 4 on it with the 48 warm-up

@@ -1,4 +1,4 @@
-"""When does a dashboard page become usable in the browser, and what holds it back (issue #36)?
+"""When does a dashboard page become usable in the browser, and what holds it back?
 
 A probe beside ``thousand_runs.py``: the same runs folder (``--finished`` copied runs, ``--live``
 real workers) served by ``streamlit run app/serve.py``, each page opened ``--tabs`` times in

@@ -1,6 +1,6 @@
 """Answers: does Block-ADMM train ResNet-18 on CIFAR-10 (and Fashion-MNIST to convergence) on a GPU?
 
-The deep-network runs of issue 18 on a GPU machine, in one budgeted, resumable call.
+The deep-network runs (docs/results/deep-networks.md) on a GPU machine, in one budgeted, resumable call.
 
 The GPU machine has no copy of the data and nothing travels but the working tree (≤ 64 MiB)
 and at most 8 files back (16 MiB each, 64 MiB in all). So:
@@ -103,7 +103,7 @@ def job_config(job: str, a, options: dict):
         if a.fmnist_epochs:
             cfg = cfg.replace(train__epochs=a.fmnist_epochs)
     else:
-        # the preset's recipe for each method (issue 31's, chosen on the CPU proxy), cosine Θ schedule
+        # the preset's recipe for each method (chosen on the CPU proxy), cosine Θ schedule
         cfg = preset_config("cifar10-resnet18", job).replace(
             data__augment=True, model__width=a.width, train__epochs=a.epochs, train__checkpoint_every=10**6
         )

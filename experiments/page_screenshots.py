@@ -1,4 +1,4 @@
-"""Every dashboard page at 1440×1000 and 1280×800 (issue 53), as a user first sees it.
+"""Every dashboard page at 1440×1000 and 1280×800, as a user first sees it.
 
 Against a running dashboard (``scripts/run.sh``, or ``streamlit run app/serve.py --server.port P``)
 whose runs folder holds the runs to show; Compare opens on ``--compare`` (run ids, comma-separated):

@@ -1,6 +1,6 @@
 """Answers: how fast is DeepFacto's test-time projection S = argmin_{S≥0}‖Z − M S‖ on a GPU?
 
-Issue 17 asks for the projection batched on the GPU where there is one; r = 256 took 12 minutes
+The projection is batched on the GPU where there is one; r = 256 took 12 minutes
 on the 2-core CPU for LFWA's 13,143 faces. The device machine has no copy of LFW, so:
 
     python experiments/projection_speed.py pack --run bench_out/deepfacto-full/r256 --out .devpack

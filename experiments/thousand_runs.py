@@ -1,4 +1,4 @@
-"""A thousand runs: how the dashboard's listings hold up (issue #36).
+"""A thousand runs: how the dashboard's listings hold up.
 
 Makes a runs folder with ``--finished`` finished runs (copies of three small digits runs, each
 with its own id, so no training is repeated) and ``--live`` live ones (real workers training

@@ -45,6 +45,10 @@ METHODS = (*API_METHODS, CKPT)
 SEEDS = (0, 1)
 OUT = ROOT / "bench_out" / "zoo"
 SECTION = "zoo"  # docs/results/zoo.md's generated section: <!-- generated:zoo --> … <!-- /generated:zoo -->
+# the per-block figures of a metrics line that say where a split run breaks (read by `diagnostics`)
+DIAGNOSTICS = ("residuals", "dual_norms", "betas", "z_step_rel", "theta_step_rel", "backprop_cosine")
+SPLIT = ("block-admm", "online-admm", "gotmare")  # the methods the goal is about (gotmare: no duals)
+GOAL_POINTS, GOAL_TIMES = 1.0, 1.5  # within 1 point of Adam's final accuracy at ≤ 1.5× its s/epoch
 DONE = {"finished", "diverged"}  # a result file with one of these is a measured row: never run again
 
 
@@ -204,8 +208,9 @@ def train_checkpointed(model, row: ZooRow, seed: int, dataset, run_dir: Path, de
     return lines
 
 
-def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1) -> dict:
-    """Train one row in this process and write its result file; returns the result."""
+def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1, overrides=None) -> dict:
+    """Train one row in this process and write its result file; returns the result. ``overrides``:
+    settings of this row's method given on top of its defaults (an ablation's one change, ``--set``)."""
     import gc
 
     import torch
@@ -238,6 +243,7 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1) 
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "run_dir": str(run_dir),
+        "settings": dict(overrides or {}),
     }
     torch.manual_seed(seed)
     model = row.factory()
@@ -264,7 +270,7 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1) 
                 split_after=list(row.cuts),
                 data=row.data,
                 method=method,
-                settings={},
+                settings=dict(overrides or {}),
                 epochs=row.epochs,
                 batch_size=row.batch_size,
                 loss="ce",
@@ -285,7 +291,7 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1) 
     result["wall_s"] = time.perf_counter() - t0
     result.update(peaks.end())
     result["load_end"] = os.getloadavg()[0]
-    keep = ("epoch", "wall_time_s", "test_accuracy", "train_loss", "state_bytes")
+    keep = ("epoch", "wall_time_s", "test_accuracy", "train_loss", "state_bytes", *DIAGNOSTICS)
     result["evals"] = [{k: m.get(k) for k in keep if k in m} for m in evals]
     if evals:
         accs = [m["test_accuracy"] for m in evals if m.get("test_accuracy") is not None]
@@ -305,11 +311,36 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1) 
 
 
 THREADS = [1]  # torch threads per child (--threads)
+OVERRIDES: dict[str, dict] = {}  # method -> settings given on top of its defaults (--set)
+
+
+def parse_overrides(items) -> dict[str, dict]:
+    """``["block-admm.lr=1e-3", "adam.lr=2e-3"]`` -> ``{"block-admm": {"lr": 0.001}, "adam": {"lr": 0.002}}``
+    (values read as JSON where they parse, else kept as text); every malformed item named at once."""
+    out: dict[str, dict] = {}
+    bad = []
+    for item in items or ():
+        head, eq, value = item.partition("=")
+        method, dot, key = head.partition(".")
+        if not (eq and dot and method in METHODS and key):
+            bad.append(item)
+            continue
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+        out.setdefault(method, {})[key] = value
+    if bad:
+        raise SystemExit(
+            f"--set: {', '.join(map(repr, bad))}: expected METHOD.SETTING=VALUE, METHOD one of {', '.join(METHODS)}"
+        )
+    return out
 
 
 def _launch(model: str, method: str, seed: int, out: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", model, method, str(seed), "--out", str(out)]
     cmd += ["--threads", str(THREADS[0])]
+    cmd += [f"--set={method}.{k}={json.dumps(v)}" for k, v in OVERRIDES.get(method, {}).items()]
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
@@ -336,6 +367,11 @@ def run_rows(out: Path, rows, methods=METHODS, seeds=SEEDS, launch=_launch, log=
         paths.append(path)
         tag = f"[{i}/{len(todo)}] {row.name} {method} s{seed}"
         if is_done(path):
+            had = (read_result(path) or {}).get("settings", {})
+            if had != OVERRIDES.get(method, {}):  # one folder, one reading of the settings
+                raise SystemExit(
+                    f"{path}: measured with settings {had}, asked for {OVERRIDES.get(method, {})}; use another --out"
+                )
             log(f"{tag}: done already ({path.name})")
             continue
         if row.name in blocked:
@@ -463,7 +499,80 @@ def table(out: Path, rows, methods=METHODS, seeds=SEEDS) -> str:
     if failed:
         text += "\nFailed (tried again at the next sitting):\n\n" + "".join(f"- {f}\n" for f in failed)
     text += "\nMissing (not run yet): " + (", ".join(missing) if missing else "none") + ".\n"
-    return text
+    return text + diagnostics(out, rows, methods, seeds)
+
+
+def _last_metrics(r: dict) -> dict:
+    """The last metrics line of a result: its kept evaluations, or (older result files, which kept
+    fewer keys) the run directory's metrics.jsonl beside it."""
+    last = (r.get("evals") or [{}])[-1]
+    if any(k in last for k in DIAGNOSTICS) or not r.get("run_dir"):
+        return last
+    path = Path(r["run_dir"]) / "metrics.jsonl"
+    if not path.is_file():
+        return last
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else last
+    except json.JSONDecodeError:  # a half-written last line: the one before it
+        return json.loads(lines[-2]) if len(lines) > 1 else last
+
+
+def diagnostics(out: Path, rows, methods=METHODS, seeds=SEEDS) -> str:
+    """Where each split-method row that misses the goal breaks: per block, at the last epoch of its
+    first seed, the residual ‖z_t − f_t(z_{t-1})‖ (RMS), the dual's norm, β, the relative size of the
+    last Z- and Θ-steps, and the cosine of the Θ-step's gradient with backprop's."""
+    out = Path(out)
+    lines = []
+    for row in rows:
+        adam = [
+            r for s in seeds if (r := read_result(result_path(out, row.name, "adam", s))) and r.get("status") in DONE
+        ]
+        if not adam:
+            continue
+        a_acc = statistics.fmean(r["final_test_accuracy"] for r in adam)
+        a_spe = [r["seconds_per_epoch"] for r in adam if r.get("seconds_per_epoch")]
+        for m in (x for x in methods if x in SPLIT):
+            rs = [r for s in seeds if (r := read_result(result_path(out, row.name, m, s))) and r.get("status") in DONE]
+            if not rs:
+                continue
+            gap = 100 * (a_acc - statistics.fmean(r["final_test_accuracy"] for r in rs))
+            spe = [r["seconds_per_epoch"] for r in rs if r.get("seconds_per_epoch")]
+            times = statistics.fmean(spe) / statistics.fmean(a_spe) if spe and a_spe else None
+            why = []
+            if gap > GOAL_POINTS:
+                why.append(f"{gap:.1f} pt below Adam")
+            if times is not None and times > GOAL_TIMES:
+                why.append(f"{times:.2f}× Adam's s/epoch")
+            if not why:
+                continue
+            last = _last_metrics(rs[0])
+            res = last.get("residuals") or []
+            for t in range(len(res)):
+
+                def cell(key, fmt="{:.2e}", t=t, last=last):
+                    v = last.get(key) or []
+                    return fmt.format(v[t]) if t < len(v) and v[t] is not None else "—"
+
+                lines.append(
+                    f"| {row.name} | {m} | {'; '.join(why) if t == 0 else ''} | {t + 1} | {cell('residuals')} "
+                    f"| {cell('dual_norms')} | {cell('betas', '{:g}')} | {cell('z_step_rel')} "
+                    f"| {cell('theta_step_rel')} | {cell('backprop_cosine', '{:.4f}')} |"
+                )
+    if not lines:
+        return ""
+    head = (
+        "\n### Where the rows that miss the goal break\n\n"
+        f"Split-method rows more than {GOAL_POINTS:g} point below Adam's final accuracy or above "
+        f"{GOAL_TIMES:g}× its seconds per epoch; per block t, the last epoch's metrics line of the first "
+        "seed: the residual ‖z_t − f_t(z_{t−1})‖ (RMS), ‖U_t‖, β_t, the last Z-step and Θ-step over "
+        "the size of what they moved, and the cosine between the gradient block t's Θ-step follows "
+        "(of its augmented Lagrangian term) and backprop's gradient on the same minibatch (1: backprop's "
+        "direction). Online-admm records no Z- or Θ-step sizes (—).\n\n"
+        "| model | method | misses by | block | residual | ‖U‖ | β | Z step (rel.) | Θ step (rel.) | cos(Θ gradient, backprop's) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    return head + "\n".join(lines) + "\n"
 
 
 def write_table(out: Path, markdown: Path, rows, methods=METHODS, seeds=SEEDS, command=None, version=None) -> Path:
@@ -482,11 +591,20 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", type=Path, help="write the table into this page's section 'zoo'")
     p.add_argument("--table-only", action="store_true", help="no training: the table from the result files")
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1; 0: torch's default)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="METHOD.SETTING=VALUE",
+        help="an ablation: a method's setting over its defaults (repeatable; give it its own --out)",
+    )
     p.add_argument("--child", nargs=3, metavar=("MODEL", "METHOD", "SEED"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    OVERRIDES.clear()
+    OVERRIDES.update(parse_overrides(a.set))
     if a.child:
         model, method, seed = a.child
-        child(model, method, int(seed), a.out, a.threads)
+        child(model, method, int(seed), a.out, a.threads, OVERRIDES.get(method))
         return 0
     THREADS[0] = a.threads
     from admm_core.docs import code_version, command_line

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18's deep-network runs on a GPU machine in one budgeted call (experiments/gpu_deep.py):
+# The deep-network runs on a GPU machine in one budgeted call (experiments/gpu_deep.py):
 # a speed-option probe, CIFAR-10 ResNet-18 (sgd, block-admm, gotmare) and fmnist-mlp-ce, each
 # stopping at an epoch boundary inside its share of --budget-s; results, a plot and the Θ of
 # unfinished jobs come back under OUT. Before the call, here: python experiments/gpu_deep.py pack

@@ -28,6 +28,10 @@ echo "[test] ruff (format and lint)"
 .venv/bin/ruff format --check --quiet . && .venv/bin/ruff check --quiet .
 export ADMM_DATA=${ADMM_DATA:-$(cd .. && pwd)/shared/data}
 export ADMM_SMALL=1   # notebooks run in small mode
+if [ "${1:-}" = "--full" ]; then  # the full tier (tests/conftest.py FULL) alone, two workers
+  shift
+  exec .venv/bin/python -m pytest -q --durations=10 -n "${ADMM_TEST_WORKERS:-2}" -m full tests "$@"
+fi
 if [ $# -gt 0 ]; then  # a file, a -k filter...: as asked, in one process
   exec .venv/bin/python -m pytest -q --durations=15 --nbmake "$@"
 fi
@@ -36,6 +40,6 @@ fi
 # (ADMM_TEST_WORKERS=3, 2026-12-02): load ~9 and 24:18 for the parallel part, 13 min of it three tests
 # timing out on a test bug since fixed, so not shown faster; untried again.
 rc=0
-.venv/bin/python -m pytest -q --durations=15 -n "${ADMM_TEST_WORKERS:-2}" --dist loadfile -m "not serial" --nbmake tests notebooks || rc=$?
+.venv/bin/python -m pytest -q --durations=15 -n "${ADMM_TEST_WORKERS:-2}" --dist loadfile -m "not serial and not full" --nbmake tests notebooks || rc=$?
 .venv/bin/python -m pytest -q --durations=10 -m serial tests || rc=$((rc ? rc : $?))
 exit $rc

@@ -36,7 +36,7 @@ from ..errors import ConfigError, check
 __all__ = ["MAX_INT", "applies", "setting", "check_fields", "described", "parse_sets", "parse_widths", "parse_numbers"]
 
 # the largest integer a browser's number holds exactly (2**53 - 1): above it a link's or a typed
-# value is not the value the page shows, so no int setting goes past it (issue 53)
+# value is not the value the page shows, so no int setting goes past it
 MAX_INT = 2**53 - 1
 
 
