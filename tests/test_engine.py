@@ -294,7 +294,16 @@ def test_no_class_has_two_bases_that_both_carry_behaviour():
     def own_methods(cls) -> set:
         if cls.__module__ == "builtins" or not cls.__module__.startswith("admm_core"):
             return set()
-        made = {"__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__", "__getstate__", "__setstate__"}
+        made = {
+            "__init__",
+            "__repr__",
+            "__eq__",
+            "__hash__",
+            "__setattr__",
+            "__delattr__",
+            "__getstate__",
+            "__setstate__",
+        }
         return {k for k, v in vars(cls).items() if inspect.isfunction(v) and k not in made}
 
     seen, both = 0, []
