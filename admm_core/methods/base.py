@@ -96,6 +96,14 @@ class Engine:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.settings!r})"
 
+    # an engine is its record put to work: two are equal when their classes and records are (the parts
+    # it builds are functions of the record), as when the method was the record itself
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.settings == self.settings
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.settings))
+
 
 @runtime_checkable
 class State(Protocol):
