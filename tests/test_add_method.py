@@ -147,12 +147,12 @@ def test_register_method_refuses_a_taken_name():
     from admm_core.spec.methods.block_admm import BlockADMMSettings
 
     @dataclass(frozen=True)
-    class Impostor(BlockADMM):
+    class Impostor(BlockADMMSettings):
         name = "block-admm"
 
     with pytest.raises(ConfigError, match="already registered"):
         register_method(Impostor)
-    with pytest.raises(ConfigError, match="already registered"):  # the engine's class is not the record
+    with pytest.raises(ConfigError, match="has no name"):  # the engine holds the record, it is not one
         register_method(BlockADMM)
     assert register_method(BlockADMMSettings) is BlockADMMSettings and METHODS["block-admm"] is BlockADMMSettings
 

@@ -111,11 +111,11 @@ def test_z_u_at_the_papers_split_need_13_gb_and_stop_with_a_clear_message(monkey
     net = build_blocknet(ModelConfig("resnet18", split=("conv3_x",)), (3, 32, 32), 10).eval()
     x = torch.zeros(1, 3, 32, 32).expand(50_000, 3, 32, 32)  # 50,000 rows, one row of memory
     batch = TrainBatch(x, torch.zeros(50_000, dtype=torch.long), None, 128)
-    monkeypatch.setattr(block_admm, "free_bytes", lambda device: 64 * 10**9)
+    monkeypatch.setattr(block_admm.state, "free_bytes", lambda device: 64 * 10**9)
     with torch.no_grad():
         need = block_admm.check_state_fits("block-admm", net, batch)
     assert need == 50_000 * (128 * 16 * 16 + 10) * 4 * 2  # ≈ 13.1 GB
-    monkeypatch.setattr(block_admm, "free_bytes", lambda device: 8 * 10**9)
+    monkeypatch.setattr(block_admm.state, "free_bytes", lambda device: 8 * 10**9)
     with pytest.raises(ConfigError, match=r"block-admm: Z and U need 13\.1 GB .* has 8\.0 GB free"):
         with torch.no_grad():
             block_admm.check_state_fits("block-admm", net, batch)

@@ -66,10 +66,10 @@ def test_the_backprop_method_example_registers_and_trains(tmp_path, monkeypatch,
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
     exec(compile(code, "docs/extending.md", "exec"), mod.__dict__)
     request.addfinalizer(lambda: methods.METHODS.pop("rmsprop", None))
-    methods.register_method(mod.RMSprop)  # the registry line
+    methods.register_method(mod.RMSpropSettings)  # the registry line
 
     cfg = RunConfig(method="rmsprop", method_params={"lr": 3e-3}).replace(train__epochs=3)
     summary = train(cfg, tmp_path / "run")
     assert summary["status"] == "finished" and summary["method"] == "rmsprop"
     assert summary["test_accuracy"] > 0.5  # it learned (10 classes: chance is 0.1)
-    assert {s["name"] for s in mod.RMSprop.settings()} == {"lr", "lr_decay"}  # lr_decay comes with Backprop
+    assert {s["name"] for s in mod.RMSpropSettings.settings()} == {"lr", "lr_decay"}  # lr_decay comes with Backprop

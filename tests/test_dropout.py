@@ -77,7 +77,7 @@ def test_held_masks_repeat_a_blocks_mask_and_leave_other_blocks_and_minibatches_
 
 @pytest.mark.parametrize(
     "method, module, settings",
-    [("online-admm", online_admm, None), ("block-admm", block_admm, MINIBATCH_FORWARD)],
+    [("online-admm", online_admm, None), ("block-admm", block_admm.minibatch, MINIBATCH_FORWARD)],
     ids=["online-admm", "block-admm-minibatch"],
 )
 def test_a_forward_start_with_dropout_leaves_every_residual_exactly_zero(

@@ -251,12 +251,15 @@ def _assert_same(a, b, where):
 
 
 def test_every_record_names_the_engine_class_that_runs_it():
-    """A record (spec, no torch) and the engine's class of it: the class derives from the record, so
-    it has exactly the record's settings, checks and declarations; make_method builds it from the
-    record's settings; DeepFacto, a record of another kind of run, has no network class."""
+    """A record (spec, no torch) and the engine's class of it: the engine holds the record (not a
+    subclass of it), so its settings, checks and declarations are exactly the record's; make_method
+    builds it around the record's settings; DeepFacto, a record of another kind of run, has no
+    network class; gotmare is Block-ADMM's engine around its own record (the dual rule off)."""
     import dataclasses
 
     from admm_core.methods import implementation, make_method
+    from admm_core.methods.base import Engine
+    from admm_core.methods.block_admm import BlockADMM
     from admm_core.spec.methods import METHODS, make_settings
     from admm_core.spec.methods.base import MethodBase
 
@@ -267,9 +270,55 @@ def test_every_record_names_the_engine_class_that_runs_it():
             assert not hasattr(record, "run_epoch")
             continue
         impl = implementation(name)
-        assert issubclass(impl, record) and issubclass(record, MethodBase) and impl.name == name
+        assert issubclass(impl, Engine) and not issubclass(impl, record) and issubclass(record, MethodBase)
         assert not hasattr(record, "run_epoch") and callable(impl.run_epoch)
         settings = make_settings(name, {})
         method = make_method(name, settings)
-        assert type(method) is impl
-        assert dataclasses.asdict(method) == dataclasses.asdict(settings)
+        assert type(method) is impl and method.settings is settings and method.name == name
+        fields = dataclasses.fields(settings)
+        assert fields and all(getattr(method, f.name) == getattr(settings, f.name) for f in fields)
+        assert method.live_metrics == record.live_metrics
+    assert implementation("gotmare") is BlockADMM
+    gotmare = make_method("gotmare")
+    assert not gotmare.dual.used and make_method("block-admm").dual.used
+
+
+def test_no_class_has_two_bases_that_both_carry_behaviour():
+    """One class per method, its settings held: no class in admm_core derives from two of the
+    project's classes that each define methods (a record and an engine, say)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import admm_core
+
+    def own_methods(cls) -> set:
+        if cls.__module__ == "builtins" or not cls.__module__.startswith("admm_core"):
+            return set()
+        made = {
+            "__init__",
+            "__repr__",
+            "__eq__",
+            "__hash__",
+            "__setattr__",
+            "__delattr__",
+            "__getstate__",
+            "__setstate__",
+        }
+        return {k for k, v in vars(cls).items() if inspect.isfunction(v) and k not in made}
+
+    seen, both = 0, []
+    for info in pkgutil.walk_packages(admm_core.__path__, "admm_core."):
+        if info.name.startswith(("admm_core.distributed.", "admm_core.sweep.")) or info.name.endswith("__main__"):
+            continue
+        try:
+            mod = importlib.import_module(info.name)
+        except ImportError:  # an optional dependency
+            continue
+        for cls in vars(mod).values():
+            if inspect.isclass(cls) and cls.__module__ == mod.__name__:
+                seen += 1
+                carrying = [b.__name__ for b in cls.__bases__ if own_methods(b)]
+                if len(carrying) > 1:
+                    both.append(f"{mod.__name__}.{cls.__name__}{tuple(carrying)}")
+    assert seen > 50 and not both, both

@@ -1,28 +1,26 @@
 """Training methods behind one protocol: the engine's class of each method record.
 
 A method's record (its settings, checks and declarations) is the spec layer's
-(:data:`admm_core.spec.methods.METHODS`); the class here derives from it and adds the protocol
-calls (:mod:`.base`). :func:`make_method` builds the one method object a run uses. Adding a method
+(:data:`admm_core.spec.methods.METHODS`); the engine class the record names (``implementation``,
+an :class:`~.base.Engine`) holds it and adds the protocol calls (:mod:`.base`). :func:`make_method` builds the one method object a run uses. Adding a method
 is one module and one ``register_method`` line (docs/extending.md).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 from ..errors import ConfigError
 from ..spec.methods import make_settings, record
 from ..spec.refs import resolve
 from .admm_closed import ADMMClosed
 from .backprop import SGD, Adam
+from .base import Engine
 from .bcd import BCD
 from .block_admm import BlockADMM
 from .dladmm import DLADMM
-from .gotmare import Gotmare
 from .online_admm import OnlineADMM
 from .taylor import Taylor
 
-BUILT_IN = (BlockADMM, OnlineADMM, SGD, Adam, ADMMClosed, Taylor, DLADMM, BCD, Gotmare)
+BUILT_IN = (BlockADMM, OnlineADMM, SGD, Adam, ADMMClosed, Taylor, DLADMM, BCD)  # gotmare: BlockADMM
 
 
 def implementation(name: str) -> type:
@@ -37,8 +35,8 @@ def implementation(name: str) -> type:
             + (" (admm train --preset lfwa-deepfacto)" if cls.kind == "deepfacto" else "")
         )
     impl = resolve(cls.implementation, f"method = {name!r}")
-    if not (isinstance(impl, type) and issubclass(impl, cls)):
-        raise ConfigError(f"method = {name!r}: {cls.implementation!r} is not a class deriving from its record")
+    if not (isinstance(impl, type) and issubclass(impl, Engine)):
+        raise ConfigError(f"method = {name!r}: {cls.implementation!r} is not an engine class (derive it from Engine)")
     return impl
 
 
@@ -47,10 +45,9 @@ def make_method(name: str, params: dict | None = None):
     settings raise ConfigError): the object whose protocol calls train a network."""
     settings = params if isinstance(params, record(name)) else make_settings(name, params)
     impl = implementation(name)
-    if type(settings) is impl:
+    if type(settings) is impl:  # a plugin's one module: the record is its own engine
         return settings
-    # dataclasses.fields, not __dataclass_fields__: that also lists ClassVar pseudo-fields (a record's PAPER)
-    return impl(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)})
+    return impl(settings)  # the engine holds the record
 
 
 __all__ = ["BUILT_IN", "implementation", "make_method"]

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import torch
 
-from ..spec.methods.lifted import ADMMClosedSettings
 from .base import TrainBatch
 from .lifted import (
     ClosedFormADMM,
@@ -55,7 +54,7 @@ from .lifted import (
 )
 
 
-class ADMMClosed(ADMMClosedSettings, ClosedFormADMM):
+class ADMMClosed(ClosedFormADMM):
     """Standard ADMM with closed-form updates (supplement Alg. 3). See the module docstring."""
 
     def init_vars(self, net, lins, x, batch: TrainBatch, gen):

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from ..profile import phase
-from ..spec.methods.backprop import AdamSettings, BackpropSettings, SGDSettings
-from .base import MethodState, TrainBatch, set_epoch_lr
+from .base import Engine, MethodState, TrainBatch, set_epoch_lr
 from .zsweep import minibatches
 
 
@@ -24,9 +23,9 @@ class BackpropState(MethodState):
     epoch: int = 0  # epochs done: this epoch's step size is η·γ^epoch
 
 
-class Backprop(BackpropSettings):
+class Backprop(Engine):
     """End-to-end backprop on the whole network; a subclass names its optimizer (see SGD, Adam)
-    and may give ``lr`` its own default (its settings: :class:`~admm_core.spec.methods.backprop.BackpropSettings`)."""
+    and may give ``lr`` its own default (its record: :class:`~admm_core.spec.methods.backprop.BackpropSettings`)."""
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -59,7 +58,7 @@ class Backprop(BackpropSettings):
         return 0  # no auxiliary variables; optimizer moments are O(|Θ|)
 
 
-class SGD(SGDSettings, Backprop):
+class SGD(Backprop):
     """Minibatch SGD with backpropagation through the whole network."""
 
     def make_optimizer(self, params):
@@ -67,7 +66,7 @@ class SGD(SGDSettings, Backprop):
         return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay, **impl)
 
 
-class Adam(AdamSettings, Backprop):
+class Adam(Backprop):
     """Adam with backpropagation through the whole network."""
 
     def make_optimizer(self, params):

@@ -14,7 +14,7 @@ Protocol (:class:`Method`, :class:`State`)::
 
 A method's record (its settings, checks and declarations: ``MethodBase``, ``setting``,
 ``StateSizes``) is the spec layer's (:mod:`admm_core.spec.methods.base`); the engine's class of a
-method derives from its record and adds the protocol calls. The machinery around the protocol lives
+method (an :class:`Engine`) holds its record and adds the protocol calls. The machinery around the protocol lives
 by job: :mod:`.zsweep` (the Z sweep, Θ-steps, BatchNorm
 modes), :mod:`.lipschitz` (curvature-scaled Z steps), :mod:`.probes` (cosines with backprop),
 :mod:`.world` (which rows and blocks this process updates, and the collectives).
@@ -77,6 +77,32 @@ class TrainBatch:
         """Draw epoch ``epoch``'s augmentation view (no-op without augmentation)."""
         if self.augment is not None:
             self.augment.set_epoch(epoch, self.x.device)
+
+
+class Engine:
+    """The engine of a method: it holds the method's settings record (``self.settings``, the frozen,
+    torch-free dataclass the spec layer checks and the dashboard reads) and adds the protocol
+    calls. The record's fields and declarations read through the engine as well
+    (``engine.lr`` is ``engine.settings.lr``), so a method's code and its callers name a setting once."""
+
+    def __init__(self, settings):
+        self.settings = settings
+
+    def __getattr__(self, name: str):
+        if name == "settings":  # not set yet (copy, unpickling): no record to read from
+            raise AttributeError(name)
+        return getattr(self.settings, name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.settings!r})"
+
+    # an engine is its record put to work: two are equal when their classes and records are (the parts
+    # it builds are functions of the record), as when the method was the record itself
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.settings == self.settings
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.settings))
 
 
 @runtime_checkable
@@ -194,6 +220,7 @@ def evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, loss, chunk: int 
 
 
 __all__ = [
+    "Engine",
     "TrainBatch",
     "State",
     "Method",

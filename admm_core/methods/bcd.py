@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import torch
 
-from ..spec.methods.lifted import BCDSettings
 from .base import TrainBatch
 from .lifted import (
     LiftedMethod,
@@ -50,7 +49,7 @@ from .lifted import (
 )
 
 
-class BCD(BCDSettings, LiftedMethod):
+class BCD(LiftedMethod):
     """Block coordinate descent (Zeng et al. 2019, Alg. 1). See the module docstring."""
 
     def init_vars(self, net, lins, x, batch: TrainBatch, gen):

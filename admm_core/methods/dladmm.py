@@ -37,7 +37,6 @@ import math
 
 import torch
 
-from ..spec.methods.lifted import DLADMMSettings
 from .base import TrainBatch
 from .lifted import (
     LiftedMethod,
@@ -62,7 +61,7 @@ def _backtrack(start: float, needed: float) -> float:
     return t
 
 
-class DLADMM(DLADMMSettings, LiftedMethod):
+class DLADMM(LiftedMethod):
     """dlADMM (Wang et al. 2019). See the module docstring."""
 
     def init_vars(self, net, lins, x, batch: TrainBatch, gen):

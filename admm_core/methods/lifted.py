@@ -40,8 +40,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..losses import mse_sum
 from ..spec.archs import linear_chains
-from ..spec.methods.lifted import ClosedFormADMMSettings, LiftedSettings
-from .base import TrainBatch, tensor_bytes
+from .base import Engine, TrainBatch, tensor_bytes
 
 # --------------------------------------------------------------------------------------
 # the network
@@ -297,7 +296,7 @@ class LiftedState:
         self.cache.clear()
 
 
-class LiftedMethod(LiftedSettings):
+class LiftedMethod(Engine):
     """Protocol glue for full-batch lifted methods. Subclasses implement ``init_vars`` and ``sweep``.
 
     An *epoch* is ``iters_per_epoch`` outer iterations, each one sweep over every variable
@@ -439,7 +438,7 @@ def forward_vars(lins, x: torch.Tensor, chunk: int) -> tuple[list[torch.Tensor],
     return z, a
 
 
-class ClosedFormADMM(ClosedFormADMMSettings, LiftedMethod):
+class ClosedFormADMM(LiftedMethod):
     """The start shared by the closed-form ADMM baselines (admm-closed, taylor): W, b ~ U(0, init_scale)
     then one forward pass for Z, A (the seed paper's init for both)."""
 

@@ -43,14 +43,15 @@ import torch
 
 from ..profile import phase
 from ..spec.methods.base import per_block
-from ..spec.methods.online_admm import OnlineADMMSettings
 from .base import (
+    Engine,
     MethodState,
     TrainBatch,
     make_theta_optimizer,
     set_epoch_lr,
     tensor_bytes,
 )
+from .block_admm.zstep import gradient_step
 from .lipschitz import (
     lipschitz_estimates,
     lipschitz_vectors,
@@ -68,7 +69,6 @@ from .probes import (
 from .zsweep import (
     ZRows,
     _modules_of,
-    adam_z_step,
     forward_start,
     minibatches,
     norm_mode,
@@ -93,7 +93,7 @@ class OnlineADMMState(MethodState):
     batch_bytes: int = 0  # bytes of the largest minibatch's z (and Adam moments)
 
 
-class OnlineADMM(OnlineADMMSettings):
+class OnlineADMM(Engine):
     """Online Stochastic Block-ADMM (Alg. 2). See the module docstring for the math; the settings and
     their checks are the record's (:class:`~admm_core.spec.methods.online_admm.OnlineADMMSettings`)."""
 
@@ -234,12 +234,8 @@ class OnlineADMM(OnlineADMMSettings):
         if vecs is None:
             state.lips = lips
         for p in range(self.primal_steps if step_theta else 1):
-            # Z-update (Alg. 2): z_T-step, then reverse sweep
-            def plain_step(t, zt, g, p=p):
-                if moments is None:
-                    return zt - z_lrs[t] * g
-                return adam_z_step(zt, g, moments[t][0], moments[t][1], p + 1, z_lrs[t])
-
+            # Z-update (Alg. 2): z_T-step, then reverse sweep; the step is Block-ADMM's Z-step rule
+            plain_step = gradient_step(z_lrs, (lambda t: moments[t]) if moments else None, p + 1)
             z_step = normalised_steps(
                 plain_step, "off" if self.z_norm == "signal" else self.z_norm, net.T
             )  # z_norm: not in the paper (issue 51)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import torch
 
-from ..spec.methods.lifted import TaylorSettings
 from .base import TrainBatch
 from .lifted import (
     ClosedFormADMM,
@@ -53,7 +52,7 @@ from .lifted import (
 )
 
 
-class Taylor(TaylorSettings, ClosedFormADMM):
+class Taylor(ClosedFormADMM):
     """Taylor et al. 2016 (Alg. 1). See the module docstring."""
 
     def init_vars(self, net, lins, x, batch: TrainBatch, gen):
