@@ -575,10 +575,12 @@ def diagnostics(out: Path, rows, methods=METHODS, seeds=SEEDS) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def write_table(out: Path, markdown: Path, rows, methods=METHODS, seeds=SEEDS, command=None, version=None) -> Path:
+def write_table(
+    out: Path, markdown: Path, rows, methods=METHODS, seeds=SEEDS, command=None, version=None, section=SECTION
+) -> Path:
     from admm_core.docs import write_section
 
-    return write_section(markdown, SECTION, table(out, rows, methods, seeds), command=command, version=version)
+    return write_section(markdown, section, table(out, rows, methods, seeds), command=command, version=version)
 
 
 def main(argv=None) -> int:
@@ -589,6 +591,12 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--out", type=Path, default=OUT, help="result files (default bench_out/zoo)")
     p.add_argument("--markdown", type=Path, help="write the table into this page's section 'zoo'")
+    p.add_argument(
+        "--section",
+        default=SECTION,
+        help=f"the page's generated section to write (default {SECTION!r}, every model; another name: an "
+        "ablation's table of the rows and methods asked for)",
+    )
     p.add_argument("--table-only", action="store_true", help="no training: the table from the result files")
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1; 0: torch's default)")
     p.add_argument(
@@ -617,10 +625,10 @@ def main(argv=None) -> int:
     if not a.table_only:
         print(f"zoo: {len(rows)} models × {len(a.methods)} methods × {len(a.seeds)} seeds into {a.out}", flush=True)
         run_rows(a.out, rows, a.methods, a.seeds, log=lambda s: print(s, flush=True))
-    text = table(a.out, ROWS, a.methods, a.seeds)  # the table has every model: the ones not run are listed
-    print(text)
+    shown = ROWS if a.section == SECTION else rows  # the main table has every model: the ones not run are listed
+    print(table(a.out, shown, a.methods, a.seeds))
     if a.markdown:
-        write_table(a.out, a.markdown, ROWS, a.methods, a.seeds, command=cmd, version=version)
+        write_table(a.out, a.markdown, shown, a.methods, a.seeds, command=cmd, version=version, section=a.section)
     return 0
 
 
