@@ -263,7 +263,7 @@ def state_md(state: str | None) -> str:
 
 
 # a longer run id is shortened in a table (Runs, a study's trials; the details and menus give it whole), to fit a
-# 1280-px window beside the table's other columns (issue 53: at 31 characters "updated" lay past the edge):
+# 1280-px window beside the table's other columns (at 31 characters "updated" lay past the edge):
 # a stamped id ("20261202-052512-digits-mlp-block-admm-20261202-052506-t9", a sweep trial's; a dashboard run's
 # "…-mnist5k-mlp-block-admm-s0") keeps its start stamp and its last part, its trial or seed
 # ("20261202-052512…t9"): its preset and method are the table's own columns; any other long id keeps its

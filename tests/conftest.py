@@ -16,7 +16,7 @@ os.environ.setdefault("ADMM_CACHE", "/tmp/admm-test-cache")
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A failed test with a dashboard running gets the server's threads in its report: a page that
-    never drew (a rare Train tab, issue 36) can be told from a script run stuck in the server."""
+    never drew (a rare Train tab) can be told from a script run stuck in the server."""
     outcome = yield
     rep = outcome.get_result()
     if rep.when == "call" and rep.failed:
@@ -219,7 +219,7 @@ SLOW = {
     "test_speed.py::test_online_forward_start_serving_the_theta_step_changes_nothing",
     "test_speed.py::test_profile_command_charges_an_epoch_to_its_phases",
     # over ~5 s each in a fast-tier run on an idle 2-core machine (-n 2, 2026-12-03: 208 s for the tier,
-    # asked ≤ 2 min by issue 52): children without torch, scorer processes, a backbone upload, an epoch
+    # the aim is ≤ 2 min): children without torch, scorer processes, a backbone upload, an epoch
     "test_app.py::test_deepfacto_backbone_upload_keeps_only_plain_weights",
     "test_app.py::test_heatmaps_page_works_out_of_the_box_with_the_shipped_models",
     "test_tv_archs.py::test_the_table_comes_from_a_child_without_torch_and_equals_an_in_process_meta_build",

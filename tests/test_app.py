@@ -369,7 +369,7 @@ def test_preset_through_the_page_starts_exactly_the_preset(preset, env_runs, mon
     kinds = ("selectbox", "number_input", "checkbox", "text_input", "multiselect", "radio")
     shown = {w.key for kind in kinds for w in getattr(at, kind)}
     form = {f.key: at.session_state[f"f.{f.key}"] for f in F.FIELDS if f"f.{f.key}" in at.session_state}
-    # a widget for every config field that applies here, none for one that does not (issue 53)
+    # a widget for every config field that applies here, none for one that does not
     applies = {f"f.{f.key}" for f in F.FIELDS if f.kind != "hidden" and f.enabled(form)}
     assert applies <= shown, sorted(applies - shown)
     assert not shown & {f"f.{f.key}" for f in F.FIELDS if not f.enabled(form)}
@@ -659,7 +659,7 @@ def test_heatmaps_page_works_out_of_the_box_with_the_shipped_models(env_runs, mo
     no_exceptions(at)
     comps = widget(at, "multiselect", "hm_comps.shipped:deepfacto-r32")
     assert "r = 32" in comps.label
-    # the r = 32 model's own most used rows, not the r = 4 model's picks kept (issue 53 item 7)
+    # the r = 32 model's own most used rows, not the r = 4 model's picks kept
     from app.dashboard.scorer import scorer
 
     _, order = scorer().info("shipped:deepfacto-r32")
@@ -768,7 +768,7 @@ def test_worker_runs_at_lower_priority_and_stops(tmp_path):
     pid = W.worker_pid(run_dir)
     assert os.getpriority(os.PRIO_PROCESS, pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + 5, 19)
     # where the kernel groups sessions (autogroups), nice alone ranks the worker only against itself:
-    # its own session's group must carry the niceness too (without it: "nice 0", issue 36)
+    # its own session's group must carry the niceness too (without it: "nice 0")
     if Path(f"/proc/{pid}/autogroup").exists() and Path("/proc/self/autogroup").exists():
         assert open(f"/proc/{pid}/autogroup").read().split()[-1] == "5", open(f"/proc/{pid}/autogroup").read()
         assert open(f"/proc/{pid}/cmdline").read().split("\0")[1:3] == ["-m", "admm_core"]  # exec'd: the same pid
@@ -811,7 +811,7 @@ def test_chart_helpers():
     assert len(fig.data) == 4 and fig.data[0].x == (0.0, 2.0, 4.0, 6.0)
 
 
-# --- issue 16: arithmetic diagram, memory, ticks, meta, images, selection -----------------------
+# --- arithmetic diagram, memory, ticks, meta, images, selection ----------------------------------
 
 
 def test_layer_arithmetic_matches_the_built_network():
@@ -1346,7 +1346,7 @@ def test_live_stamp_changes_only_with_what_the_panel_shows(tmp_path):
     s_none = live_stamp(root, run.name)
     write_json(run / "launch.json", {"pid": os.getpid(), "cmd": [], "launched": 0.0})  # launched, not reporting
     s_launched = live_stamp(root, run.name)
-    assert s_launched != s_none and s_launched[-1] == "starting"  # issue 53: it read 'unknown' here
+    assert s_launched != s_none and s_launched[-1] == "starting"  # it read 'unknown' here
     status = {"state": "running", "pid": os.getpid(), "epoch": 1, "epochs": 10, "progress": 0.10}
     write_json(run / "status.json", status)
     s0 = live_stamp(root, run.name)
@@ -1419,7 +1419,7 @@ def test_parallel_coordinates_only_over_settings_every_run_has():
     assert dims[1].ticktext == ("0.01", "0.02", "0.05", "0.1")  # log10 positions named by value
 
 
-# --- worker system metrics and the end-of-run notice (issue 33) ----------------------------------
+# --- worker system metrics and the end-of-run notice ----------------------------------
 
 
 def test_worker_writes_system_metrics_and_train_charts_them(env_runs):
@@ -1477,7 +1477,7 @@ def test_folded_settings_keep_their_values_and_are_not_sent_while_closed(env_run
     unfold(at, "block-admm")
     folded = {w.key for kind in kinds for w in getattr(at, kind)} - closed  # sent only while open
     settings = {f"f.mp.block-admm.{s['name']}" for s in METHODS["block-admm"].settings()}
-    # those that apply with the preset's values (issue 53)
+    # those that apply with the preset's values
     shown = len(METHODS["block-admm"].shown_settings(preset_config("digits-mlp", "block-admm").method_params))
     assert {"f.mp.block-admm.dual_lr", "f.precision", "f.channels_last"} <= folded
     assert len(folded & settings) == shown - 8 >= 10  # all but the first 8 that apply

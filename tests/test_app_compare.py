@@ -1,4 +1,4 @@
-"""The Compare page (issue 53, item 6): grouping that keeps methods apart, grouped curves on a common
+"""The Compare page: grouping that keeps methods apart, grouped curves on a common
 time grid, legends from the runs' configs, a selection that lasts, the table and the settings chart.
 
 The run directories are written here (config.json from the presets, status.json, metrics.jsonl of
@@ -229,7 +229,7 @@ def test_settings_chart_log_axis_for_lr_and_room_for_method_names():
 
 
 def test_parallel_coordinates_put_a_seed_axis_at_its_values_only():
-    """Two seeds: the axis says 0 and 1, not 0, 0.2, 0.4, … (issue 53: raw fractions of a whole number)."""
+    """Two seeds: the axis says 0 and 1, not 0, 0.2, 0.4, … (raw fractions of a whole number)."""
     from app.dashboard import charts as C
 
     flat = [{"method": "sgd", "train.seed": 0}, {"method": "sgd", "train.seed": 1}]

@@ -1,4 +1,4 @@
-"""The Train form in a user's words (issue 53 item 4): method settings under plain labels from
+"""The Train form in a user's words: method settings under plain labels from
 their records (the paper's symbol first where it has one, the code name in the help), only the
 settings that apply to the method shown, no registry names in the help, readable messages, and a
 block diagram that agrees with its caption. AppTest pages on an empty runs folder."""
@@ -122,7 +122,7 @@ def test_form_rows_hold_at_most_five_fields_as_even_as_can_be():
 
 def test_form_columns_are_wide_enough_for_their_labels_and_number_buttons():
     """At 1280 px "Training samples (0 = all)" wrapped onto two lines in a column of weight 0.8, and
-    number boxes under ~120 px lost their − / + buttons (issue 53)."""
+    number boxes under ~120 px lost their − / + buttons."""
     from app.dashboard import form as F
     from app.views.train import WEIGHT, _label_text
 
@@ -227,7 +227,7 @@ def test_runs_table_times_and_its_columns_on_screen(runs):
     assert row["started"].timestamp() == t0 and row["updated"].timestamp() == t0 + 3725.0  # times: they sort as times
     columns = json.loads(grid.proto.columns)
     assert columns["started"]["type_config"]["format"] == "MMM D HH:mm", columns["started"]  # no year: narrower
-    # the id column is not pinned: Streamlit fades a pinned column like an index (issue 53)
+    # the id column is not pinned: Streamlit fades a pinned column like an index
     assert not columns["run"].get("pinned"), columns["run"]
     # on screen: no column that no run fills (five pushed "updated" past the edge at 1440 px), the size last
     shown = list(grid.proto.column_order)
@@ -296,7 +296,7 @@ def _rows_of_columns(node) -> list[list[list[str]]]:
 def test_deepfacto_main_settings_stand_in_two_rows_of_three(runs):
     """DeepFacto's six main settings in two rows of three columns, one setting each, in the record's
     order: six in one row wrapped "Block-ADMM training images" onto two lines and hid the number
-    boxes' − / + at 1280 px (issue 53; seen in screenshots, held here)."""
+    boxes' − / + at 1280 px (seen in screenshots, held here)."""
     from app.dashboard import deepfacto_form as D
 
     at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)

@@ -1,4 +1,4 @@
-"""The Runs page's download of a whole run (issue 53 item 8): the zip its button serves holds the
+"""The Runs page's download of a whole run: the zip its button serves holds the
 run's files, the checkpoint is a download of its own, and no path outside the runs root is ever
 zipped — not a run that is a link to a folder elsewhere, not a link inside a run, not a name with
 ``..`` — whatever name reaches the page.

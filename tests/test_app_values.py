@@ -1,4 +1,4 @@
-"""One rule for bad values on the dashboard (issue 53): typed, from a link, from a loaded config or
+"""One rule for bad values on the dashboard: typed, from a link, from a loaded config or
 a sweep's search space, every wrong field is named at once under its field, Start (Launch) waits
 for it, and nothing is silently dropped. AppTest pages on an empty runs folder (no run is trained)."""
 
@@ -245,7 +245,7 @@ def test_a_preset_picked_after_a_bad_link_clears_the_links_errors(runs):
 
 
 def test_every_setting_a_sweep_may_search_has_the_forms_plain_label():
-    """The Sweeps space table names its settings as the Train form does (issue 53): a label for
+    """The Sweeps space table names its settings as the Train form does: a label for
     every name `admm sweep --space` takes, the code name after it, the paper's symbol where it has one."""
     from admm_core.spec.kinds import NETWORK
     from admm_core.spec.methods import names_for

@@ -220,7 +220,7 @@ def test_train_watch_stop_in_chromium(server, browser):
     assert report["median_s"] < 30.0, report
 
 
-# --- issue 16 ----------------------------------------------------------------------------------
+# --- the diagram, memory, ticks, meta, images ---------------------------------------------------
 
 WATCH_JS = """() => { const b = [...document.querySelectorAll("[data-testid='stSelectbox']")]
     .find(e => e.innerText.startsWith('Run'));

@@ -1,4 +1,4 @@
-"""Start above the fold (issue 53 item 2): on the default Train page and its DeepFacto form, in a real Chromium at
+"""Start above the fold: on the default Train page and its DeepFacto form, in a real Chromium at
 1440 × 1000 and at 1280 × 800, the Start button lies inside the window without any scrolling (it
 was at y ≈ 1314 px, under the whole form), and the start row's link brings the Live panel into view."""
 

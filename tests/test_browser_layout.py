@@ -1,4 +1,4 @@
-"""The dashboard as a user sees it, in a real Chromium (issue 53): what AppTest cannot see, since it
+"""The dashboard as a user sees it, in a real Chromium: what AppTest cannot see, since it
 has no layout (a cut label, a column past a table's edge) or no browser (the page's URL, a reload).
 
 - a link's bad values are each named and hold Start (AppTest sets query parameters; here the page
@@ -199,7 +199,7 @@ def test_runs_table_fits_1440_and_1280_and_train_labels_stay_on_one_line_at_1280
         )
         assert height < 1.5 * line, f"'Training samples (0 = all)' on {height / line:.1f} lines at 1280 px"
         # no label of the form cut short ("Aug…": a checkbox beside four fields once non-applicable ones were
-        # no longer drawn, issue 53)
+        # no longer drawn)
         page.get_by_text("Augment", exact=True).wait_for()
         cut = page.evaluate(
             """() => [...document.querySelectorAll('[data-testid="stWidgetLabel"] [data-testid="stMarkdownContainer"]')]

@@ -1,5 +1,5 @@
 """The live panel in a real Chromium: the browser asks, nothing is polled through Streamlit and
-nothing is pushed (issues 33, 52, 53).
+nothing is pushed.
 
 - an idle tab on a finished run costs the server almost no CPU (read from /proc) and almost no
   websocket traffic;
@@ -45,7 +45,7 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"system Chr
 # lag, CPU and under-load figures: scripts/test.sh runs these alone, after the parallel part; the
 # zoom, controls and light/dark tests measure no time and run in the parallel part
 timing = pytest.mark.serial
-# The suite checks the behaviour at a smaller size (issue 52: the whole suite in ~15 min); the figures
+# The suite checks the behaviour at a smaller size (the whole suite in ~15 min); the figures
 # (8 tabs over 30 s, Start 10 times, 5 tries under load) come from scripts/bench_live.sh, which runs
 # these same tests at full size and writes the lag table into docs/dashboard.md.
 SUITE_TABS, SUITE_START_TRIES, SUITE_LOAD_TRIES = 4, 4, 2
@@ -606,7 +606,7 @@ LIVE_IN_VIEW_JS = """() => { const h = document.getElementById('live');
 
 @timing
 def test_start_and_resume_under_load_chart_the_first_point_within_15_s(live_server, browser):
-    """Issue 53: on a machine kept busy by other processes (one busy loop per core, started here as
+    """On a machine kept busy by other processes (one busy loop per core, started here as
     the dashboard starts its workers: their own session, the workers' niceness, as other runs or a
     sweep would be),
     a run started or resumed from a tab is followed by that tab, however long its worker takes to

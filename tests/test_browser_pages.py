@@ -1,4 +1,4 @@
-"""Runs and Heatmaps in a real Chromium (issue 33).
+"""Runs and Heatmaps in a real Chromium.
 
 - The Runs page is redrawn when the runs folder changes, not every 2 s (its follow component asks
   the stamp route and reruns the panel on a change): an idle Runs tab costs the server almost no
@@ -109,7 +109,7 @@ def test_a_refused_upload_is_named_and_clears_the_previous_message(server, brows
         bad, big = tmp / "bad.jpg", tmp / "big.jpg"
         bad.write_bytes(b"not an image" * 100)  # reaches the page: its message names it
         big.write_bytes(b"\xff\xd8" + bytes(25 * 2**20))  # over the photo limit (20 MB): refused in the browser
-        # the widget says the page's limit, not the server's 50 MB (issue 53 item 7)
+        # the widget says the page's limit, not the server's 50 MB
         assert "20MB per file" in page.locator("[data-testid=stFileUploader]").first.inner_text()
         upload.set_input_files(str(bad))
         assert _wait(lambda: any(e.startswith("bad.jpg") for e in page.evaluate(errors_js)), 60), page.evaluate(

@@ -1,4 +1,4 @@
-"""Typed bad values in a real Chromium (issue 53): a number typed outside a widget's bounds is not
+"""Typed bad values in a real Chromium: a number typed outside a widget's bounds is not
 sent by the browser (a red outline, the old value kept), so the page would say "30 epochs" and keep
 Start on. With no bounds on the form's numbers, 0 epochs and seed -1 typed into the Train form, and
 0 trials typed into Sweeps, each reach the page, are named, and hold Start / Launch."""

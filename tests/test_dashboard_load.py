@@ -1,4 +1,4 @@
-"""What a live page costs per redraw (issue #36, a thousand runs): the Runs page's stamp follows
+"""What a live page costs per redraw (a thousand runs): the Runs page's stamp follows
 what a live row shows, not its files' times; Compare's charts draw a bounded number of points."""
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def test_the_dashboard_server_parses_http_with_httptools_and_runs_uvloop():
 
 
 def test_the_dashboard_uses_streamlits_public_api_only():
-    """Issue 52: the pages follow the runs on Streamlit's documented API (``st.*``, ``st.App``,
+    """The pages follow the runs on Streamlit's documented API (``st.*``, ``st.App``,
     ``streamlit.components.v1``). No module of app/ imports another part of Streamlit, or reaches
     for a private name of it (the push thread drove ``Runtime.instance()._session_mgr``,
     ``session._event_loop``, ``_create_scriptrunner`` and rebuilt ``RerunData``; it failed this)."""

@@ -1,4 +1,4 @@
-"""Issue 18's deep-network pieces: the CIFAR-10 augmentation on tensors, the ResNet-18 width
+"""The deep-network pieces: the CIFAR-10 augmentation on tensors, the ResNet-18 width
 setting, the Z/U memory check, the JPEG pack, and one epoch of each method on real images."""
 
 from __future__ import annotations

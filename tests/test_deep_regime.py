@@ -1,4 +1,4 @@
-"""Block-ADMM in the paper's vanishing-gradient regime (issue 51): the knobs that give a deep block a
+"""Block-ADMM in the paper's vanishing-gradient regime: the knobs that give a deep block a
 training signal of its own, checked against independent computations, and the sanity test — on a
 network whose bottom-layer backprop gradient is below float32 resolution, block-admm's bottom block
 still gets a signal of ordinary relative size, pointing along backprop's (float64) direction."""

@@ -1,4 +1,4 @@
-"""``model.init``: a network's initialisation is a setting (issue 51) — the config, the CLI, the Train
+"""``model.init``: a network's initialisation is a setting — the config, the CLI, the Train
 form, presets and run files; old run files load as the framework default."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_a_config_round_trips_its_init_and_an_old_run_file_loads_as_the_default(
     back = RunConfig.from_json(cfg.to_json())
     assert back == cfg and back.model.init == "normal" and back.model.init_std == 0.02
     old = json.loads(tiny().to_json())
-    del old["model"]["init"], old["model"]["init_std"]  # config.json as written before issue 51
+    del old["model"]["init"], old["model"]["init_std"]  # config.json as written before init was a setting
     loaded = RunConfig.from_dict(old)
     assert loaded.model.init == "default" and loaded == tiny()
 

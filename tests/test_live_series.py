@@ -1,4 +1,4 @@
-"""The live charts drawn in the browser equal the server's rule (issue 33).
+"""The live charts drawn in the browser equal the server's rule.
 
 ``app/dashboard/live_series.js`` builds the Train page's charts from the declarations
 (``charts.live_spec``), the style (``charts.STYLE``: it has no palette or legend sizes of its own)
@@ -7,7 +7,7 @@ on the same lines (a real digits run's, DeepFacto-shaped lines and edge cases), 
 node, and every trace (type, name, colour, x, y) and the legend sizing must agree. Plus the data
 route's server half (``app/dashboard/tail.py``): incremental reads equal ``read_metrics``, a
 half-written line waits, a truncated file starts over, tokens are the only key, and a run launched
-but not yet reporting reads 'starting' (issue 53).
+but not yet reporting reads 'starting'.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def test_browser_traces_equal_the_servers(real_lines):
 @pytest.mark.skipif(NODE is None, reason="node is not installed (scripts/test.sh installs it with apt)")
 def test_a_narrow_chart_wraps_its_title_and_legend_to_its_width(real_lines):
     """A third of the panel at 1280 px (~270 px): "Cosine with backprop's gradient" ran under the modebar and
-    three block entries took two legend rows where one was reserved, over the x axis title (issue 53)."""
+    three block entries took two legend rows where one was reserved, over the x axis title."""
     runner = """
 const L = require(process.argv[1]);
 const c = JSON.parse(require('fs').readFileSync(0, 'utf8'));
@@ -291,7 +291,7 @@ def test_the_answer_that_says_ended_carries_every_line(tmp_path, monkeypatch):
 
 
 def test_a_run_launched_but_not_reporting_is_starting_and_the_answer_carries_the_panels_stamp(tmp_path):
-    """Issue 53: the chart's first request can come before the new worker writes status.json. The
+    """The chart's first request can come before the new worker writes status.json. The
     route reads the run's state as the dashboard does (launch.json with a live pid: 'starting'), so
     the page keeps asking; and each answer carries the digest of what the panel draws, which
     changes with the state (then the page reruns the panel), not with a new line."""

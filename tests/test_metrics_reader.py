@@ -1,4 +1,4 @@
-"""The incremental metrics reader (issue #36): :func:`runs.read_metrics_cached` returns what
+"""The incremental metrics reader: :func:`runs.read_metrics_cached` returns what
 :func:`runs.read_metrics` returns, reading only the bytes appended since its last call."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Python API for a user's own network (admm_core.own, issue 54 item 1): a CNN defined here and
+"""The Python API for a user's own network (admm_core.own): a CNN defined here and
 nowhere else in the project, split by name, trained by three methods of the registry on real MNIST
 into ordinary run directories that the dashboard's run list reads; resume after a stop with the
 same module; one clear error naming the child for a network that is not a chain."""

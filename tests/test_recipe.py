@@ -1,5 +1,4 @@
-"""``recipe``: the presets' measured defaults, with the paper's Alg. 1 / Alg. 2 as printed one setting away
-(issue 51)."""
+"""``recipe``: the presets' measured defaults, with the paper's Alg. 1 / Alg. 2 as printed one setting away."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reliability under load and faults (issue #36): a full disk, a dashboard killed under live runs,
+"""Reliability under load and faults: a full disk, a dashboard killed under live runs,
 two dashboards on one runs folder, parallel sweep workers.
 
 Each case is made for real where the machine allows it (a size-limited tmpfs mounted by the

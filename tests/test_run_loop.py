@@ -1,4 +1,4 @@
-"""The one run loop (admm_core.loop) and the run's kind (admm_core.spec.kinds), issue 34: both kinds of
+"""The one run loop (admm_core.loop) and the run's kind (admm_core.spec.kinds), both kinds of
 run go through run_loop, the run records its kind, and runs saved before that are read by the old rule."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sanity ladder on ResNet-18 (issue 31): Block-ADMM's Θ-update, as the methods actually take it,
+"""The sanity ladder on ResNet-18: Block-ADMM's Θ-update, as the methods actually take it,
 against backprop's gradient in the same BatchNorm modes.
 
 Rung (a): online-admm with a small ζ and one sweep starts z at the forward pass, so each block's

@@ -1,6 +1,6 @@
 """The Heatmaps page's scorer process (app/dashboard/scorer.py): the same maps as the engine computes
 in-process, the engine's own errors, a fresh process after a crash, none left when idle, and a
-dashboard server that never imports torch while it draws maps (issue 36: server memory ≤ 500 MB)."""
+dashboard server that never imports torch while it draws maps (server memory ≤ 500 MB)."""
 
 from __future__ import annotations
 

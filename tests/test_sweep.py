@@ -240,7 +240,7 @@ def test_sweeps_page_lists_the_study_and_its_best_trial(study_root, monkeypatch)
 
 
 def test_optunas_figures_name_the_settings_as_the_form_does(study_root, monkeypatch):
-    """Issue 53: the importances, slice and parallel-coordinates figures say "β — penalty weight" (or
+    """The importances, slice and parallel-coordinates figures say "β — penalty weight" (or
     "β" on a narrow axis), never the code name ``beta`` that Optuna labels them with."""
     from app.dashboard import form as F
 

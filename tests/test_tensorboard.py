@@ -1,4 +1,4 @@
-"""TensorBoard event files (admm_core.tboard, issue 54 item 3): what TensorBoard's own reader gets
+"""TensorBoard event files (admm_core.tboard): what TensorBoard's own reader gets
 back from a run's folder equals metrics.jsonl, per block, for a run the loop wrote, a run resumed
 after a stop, and an old run exported by ``admm export tensorboard``."""
 

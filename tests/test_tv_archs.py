@@ -1,4 +1,4 @@
-"""torchvision's architectures as records (issue 54 item 2: admm_core.spec.tv, admm_core.tv).
+"""torchvision's architectures as records (admm_core.spec.tv, admm_core.tv).
 
 Their tables come from a child process (the asking process never imports torch) and a cache
 file; the chains compose to torchvision's own networks; each record trains an epoch by

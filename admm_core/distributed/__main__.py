@@ -100,7 +100,7 @@ def memory_markdown() -> str:
 
 
 # --- the MNIST measurements -------------------------------------------------------------
-# Alg. 1's sweep schedule with the settings mnist-mlp-mse had before issue 51 (its default is now the
+# Alg. 1's sweep schedule with the settings mnist-mlp-mse had before the measured recipes (its default is now the
 # minibatch recipe, which block-parallel training does not run): the measurement stays the same
 SWEEP = [
     f"--set={k}={v}"

@@ -238,7 +238,7 @@ class OnlineADMM(Engine):
             plain_step = gradient_step(z_lrs, (lambda t: moments[t]) if moments else None, p + 1)
             z_step = normalised_steps(
                 plain_step, "off" if self.z_norm == "signal" else self.z_norm, net.T
-            )  # z_norm: not in the paper (issue 51)
+            )  # z_norm: not in the paper
 
             first = p == 0  # the first sweep reuses the forward start and steps displacements from it
             offsets = [None] * net.T

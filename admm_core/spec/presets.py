@@ -24,7 +24,7 @@ _MNIST_TRAIN = {"block-admm": {"batch_size": 256}}  # per-method overrides of th
 # ζ/(β_t + β_{t+1}L²_{t+1}) with ζ = 0.1 starts at the same size (ζ_T,eff = 0.05) and stays
 # below the stability bound by 20× however ‖W‖ grows (docs/results/online.md).
 _MNIST_ONLINE = {"lr": 1e-3, "z_lr": 0.1, "z_step": "scaled"}
-# The measured recipes (issue 51; docs/results/speed.md, table ablation-mnist-final): each minibatch's Z rows
+# The measured recipes (docs/results/speed.md, table ablation-mnist-final): each minibatch's Z rows
 # updated from the current forward pass just before its Θ-step, the Θ-steps at that pass's inputs, the dual
 # residual read off the Θ-step's pass. mnist-mlp-mse: 98.2% after 50 epochs against the sweep schedule's 97.9%,
 # 95% after 2.3 s against 24.9 s. Online: L_t every 10 minibatches, Θ at the start's inputs (98.1%, 95% in
@@ -68,7 +68,7 @@ _PAPER_BASELINES = {
     "bcd": {"gamma": 1.0, "rho": 1.0, "alpha": 5.0},
 }
 
-# Block-ADMM on ResNet-18 (issue 31; docs/results/deep-networks.md, "What made Block-ADMM learn ResNet-18";
+# Block-ADMM on ResNet-18 (docs/results/deep-networks.md, "What made Block-ADMM learn ResNet-18";
 # each choice is an ablation row there): the minibatch schedule (each minibatch's Z rows updated just before
 # its Θ-step), BatchNorm on the minibatch's statistics in every pass, the Z-update started at the forward
 # pass, a small curvature-scaled Z step (ζ = 0.1: block 2 then trains on inputs block 1 really produces),
@@ -96,7 +96,7 @@ _RESNET_SMALL = {
     **_RESNET_BACKPROP,
 }
 
-# Block-ADMM on the 20-layer MLP (issue 31; docs/results/deep-networks.md, "mnist-deep20"): the Z-update
+# Block-ADMM on the 20-layer MLP (docs/results/deep-networks.md, "mnist-deep20"): the Z-update
 # starts at the forward pass with ζβ = 1, so its reverse sweep is backprop's adjoint recursion and every Z_t
 # moves by exactly that block's backprop signal (however small: the displacement form keeps it in float32);
 # each Θ_t then steps on its own coupling term with its own Adam. Smaller ζ scales block t's signal by
@@ -115,7 +115,7 @@ _DEEP_BLOCK = {
     "dual_lr": 0.1,
 }
 
-# The paper's vanishing-gradient regime (issue 51; docs/results/deep-networks.md, "The paper's regime"): every
+# The paper's vanishing-gradient regime (docs/results/deep-networks.md, "The paper's regime"): every
 # Linear weight ~ N(0, σ²), biases 0. At σ = 0.01 Adam and SGD backprop stay at chance on all 60,000 images
 # (the σ sweep there). Block-ADMM learns it when the signal each block passes down keeps the size of ∇J
 # (z_norm = signal): from the forward start with ζβ = 1 its direction is backprop's per block, its size no
@@ -302,7 +302,7 @@ PRESETS: dict[str, dict] = {
 }
 
 
-# torchvision's networks (issue 54; docs/architectures.md, "Recipes"): Block-ADMM with the ResNet-18 recipe and a
+# torchvision's networks (docs/architectures.md, "Recipes"): Block-ADMM with the ResNet-18 recipe and a
 # small Θ step. At η = 5e-3 these BatchNorm nets diverged in the previous attempt's measurements (the stale
 # running statistics of evaluation mode); the table in docs/architectures.md is measured again by
 # experiments/tv_recipes.py. Backprop: Adam at η = 1e-3 (at the ResNet-18 presets' 5e-3 it diverged there

@@ -1,4 +1,4 @@
-"""A run directory as one zip, built in memory for the Runs page's download button (issue 53 item 8).
+"""A run directory as one zip, built in memory for the Runs page's download button.
 
 The run is named by the page (a URL's ``?run=`` included), so it is found through
 :func:`workers.run_path`: one plain name, no symlink, inside the allowed runs root, else

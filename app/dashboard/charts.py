@@ -27,7 +27,7 @@ TICKS = {
 }
 # A title's lines: each adds LINE_PX to the figure and to its top margin (TOP_PX the first); CHAR_PX a
 # character at 14 px, for the browser to wrap a title to a chart narrower than WRAP characters (a third of a
-# 1280-px window: "Cosine with backprop's gradient" ran under the modebar, issue 53).
+# 1280-px window: "Cosine with backprop's gradient" ran under the modebar).
 # plotly lifts a title hung by its top (yanchor 'top') about SHIFT_PX a line past the first: its padding
 # takes that back (the first line of "Seconds per epoch (training only)" was cut at the top; Chromium).
 TITLE = {"wrap": 38, "char_px": 7.5, "line_px": 18, "top_px": 20, "pad_px": 8, "shift_px": 10}
@@ -502,7 +502,7 @@ def compare_figure(series: list[tuple[str, list[dict]]], key: str, look: Overlay
 
 def _no_legend_if_empty(ys: list) -> dict:
     """A series with nothing to draw (all zero on a log axis, or missing) keeps no legend entry:
-    it vanished from the plot but its entry stayed (issue 33)."""
+    it vanished from the plot but its entry stayed."""
     return {} if any(y is not None for y in ys) else {"showlegend": False}
 
 

@@ -299,8 +299,7 @@ def column_widths(
     """Widths for ``st.columns``: each column's share by its weight, but never narrower than its
     label needs (``len(label) * CHAR_PX + HELP_PX``) nor than ``least``, taken from the others in
     proportion to theirs; where they need more than the row, each gets what it needs (the row is
-    then shared in those proportions). "Training samples (0 = all)" wrapped onto two lines at 1280 px
-    (issue 53)."""
+    then shared in those proportions). "Training samples (0 = all)" wrapped onto two lines at 1280 px."""
     free = row_px - GAP_PX * (len(weights) - 1)
     need = [max(len(t) * CHAR_PX + HELP_PX, m) for t, m in zip(labels, least or [0.0] * len(labels))]
     fixed: dict[int, float] = {}
@@ -823,7 +822,7 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
 
 
 def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
-    """Every check of ``form``, every wrong field at once (the one rule of issue 53 for typed values,
+    """Every check of ``form``, every wrong field at once (one rule for typed values,
     links and loaded configs alike).
 
     :func:`read_config` (each field on its own), then the engine's

@@ -1,4 +1,4 @@
-"""The live panel's charts as one Streamlit component drawn in the browser (issue 33).
+"""The live panel's charts as one Streamlit component drawn in the browser.
 
 Drawn as seven ``st.plotly_chart`` elements, every new point made Streamlit mount seven fresh
 plots in each tab, and with eight tabs open the points were 20 s behind the disk. Here the panel

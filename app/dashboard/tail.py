@@ -1,4 +1,4 @@
-"""The live charts' data channel: a run's new metrics lines over one HTTP route (issue 33).
+"""The live charts' data channel: a run's new metrics lines over one HTTP route.
 
 Pushing each new point through Streamlit cost a fragment rerun per open tab per point (figures
 built, the whole series re-sent, the component re-rendered): with eight tabs on a 2-core machine
@@ -13,7 +13,7 @@ Streamlit does nothing per point.
   so a request reads only what was appended since (a replaced, truncated or rewritten file starts
   a new generation, and the page starts over).
 - The state is the dashboard's (:func:`app.dashboard.workers.state_of`): 'starting' from the moment
-  a worker is launched, before it writes status.json, so a page asking then keeps asking (issue 53:
+  a worker is launched, before it writes status.json, so a page asking then keeps asking (before,
   it read no status.json, took the run for ended and never asked again).
 - The page never names a path: the Streamlit page :func:`grant`\\ s a random token for the run
   directory it shows, and the route serves that directory's ``metrics.jsonl`` and status, nothing

@@ -158,7 +158,7 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
                 "preset's data, sample limits, network, epochs and loss",
             ),
             "paper": st.column_config.TextColumn(help="whether this run's setup is the paper's, and what differs"),
-            # not pinned: Streamlit draws a pinned column faded, like an index (issue 53)
+            # not pinned: Streamlit draws a pinned column faded, like an index
             "run": st.column_config.TextColumn(help="the run's folder in the runs folder"),
             # the settings by the Train form's labels (the paper's symbol first); the code name in the help and the CSV
             **{g: st.column_config.Column(f"⚙ {gear_label(g[2:], methods)}", help=f"setting `{g[2:]}`") for g in gears},
@@ -262,7 +262,7 @@ def main() -> None:
     all_data = sorted({W.data_of(r) for r in runs})
     all_methods = sorted({C.run_kind(r["config"]) for r in runs})
     all_states = sorted({r["status"].get("state", "unknown") for r in runs})
-    # wrap: in a column the chips otherwise stay on one row and the last is cut ("block-adm…", issue 53)
+    # wrap: in a column the chips otherwise stay on one row and the last is cut ("block-adm…")
     data_sel = c[0].multiselect("Data set", all_data, default=all_data, key="cmp_data", wrap=True)
     method_sel = c[1].multiselect("Method / kind", all_methods, default=all_methods, key="cmp_methods", wrap=True)
     state_sel = c[2].multiselect("Status", all_states, default=all_states, key="cmp_states", wrap=True)

@@ -40,14 +40,14 @@ def _moment(ts) -> dt.datetime | None:
 
 # the table's times as times (they sort as times), drawn "Dec 2 05:25": to the minute, no year (the details give
 # the whole date and seconds); ~30 px narrower each than "2026-12-02 05:25", which with a sweep trial's
-# 56-character id pushed "updated" past a 1440-px window (issue 53)
+# 56-character id pushed "updated" past a 1440-px window
 TABLE_TIME = "MMM D HH:mm"
 # columns shown only where some run of the page has a value: five empty ones pushed "updated" past the
-# table's right edge at 1440 px (issue 53)
+# table's right edge at 1440 px
 SPARSE = ("name", "tags", "preset", "error", "note")
 # no "started" on screen (the data keeps it; the details give it): a stamped id begins with it and it is
 # "updated" less "duration" (a resumed run: less the time before its resume); with it "updated" lay past a
-# 1280-px window (issue 53)
+# 1280-px window
 ORDER = ("run", "status", "data", "method", "preset", "epoch", "test %", "duration", "updated")
 ORDER += ("name", "tags", "size", "error", "note")
 TEXT_PX = 220  # a free text's column (name, tags, error, note): the rest of it in the cell's tooltip
@@ -399,7 +399,7 @@ def runs_panel() -> None:
     """The table and the picked run's details, redrawn when the runs folder changes: the follow
     component asks the dashboard's route for :func:`runs_stamp` every ASK_EVERY_S and reruns this
     fragment when it differs from the drawn one (:mod:`dashboard.follow`). An idle Runs tab costs a
-    stat per run a second and sends nothing (it re-ran every 2 s before: 24 % of a core, issue 33)."""
+    stat per run a second and sends nothing (it re-ran every 2 s before: 24 % of a core)."""
     root = str(ui.runs_root())
     before = ss.get("runs_live", frozenset())
     stamp = runs_stamp(root, before)  # before reading: a change while drawing redraws again

@@ -360,7 +360,7 @@ def study_view(study_name: str):
         # a searched setting to 3 significant digits (four decimals read lr = 1.49e-4 as "0.0001")
         fixed = ("trial", "state", "value", "epochs", "seconds", "preset", "run")
         # a searched setting: its symbol ("β"; the summary above says "β — penalty weight"), its whole label and
-        # code name in the help: with three settings' whole labels the run column lay past a 1280-px window (issue 53)
+        # code name in the help: with three settings' whole labels the run column lay past a 1280-px window
         for k in (k for k in df.columns if k not in fixed):
             label = labels.get(k, k)
             head, said = symbol(label), f"{label} · setting `{k}`"

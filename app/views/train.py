@@ -336,7 +336,7 @@ def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list
     below each row, at the row's width (a column of a radio is ten characters wide: a message there
     reads one word a line). A field that does not apply (the other network's size field, Init σ under
     the default initialisation, the shift of no augmentation, the split of an end-to-end method) is not
-    drawn unless it has a message (issue 53); its value stays as plain session state (Streamlit drops
+    drawn unless it has a message; its value stays as plain session state (Streamlit drops
     an undrawn widget's), so it is back as it was when the field applies again."""
     shown = []
     for ff in fields:
@@ -381,7 +381,7 @@ def checked_form(form: dict, datasets: list[str], *, click: bool = False) -> F.F
 def validate(datasets: list[str]) -> tuple[dict, F.FormCheck, dict]:
     """The form as the widgets will show it, checked before any widget is drawn, so each message is
     drawn under its field as the form goes (no placeholder per field: ~40 fewer elements for the
-    browser, issue 36). Returns (form, what :func:`dashboard.form.check_form` found, notes: field ->
+    browser). Returns (form, what :func:`dashboard.form.check_form` found, notes: field ->
     (kind, message))."""
     method = ss[K + "method"]
     for s in METHODS[method].settings():  # a method's settings default to its own
@@ -416,7 +416,7 @@ def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
     """An expander whose widgets exist only while it is open: the container to draw them in, or None.
 
     Closed, its widgets are not sent at all: ~40 elements fewer for the browser to lay out on a new
-    Train tab (issue 36, docs/reliability.md "First paint"). Streamlit drops the value of a widget a
+    Train tab (docs/reliability.md "First paint"). Streamlit drops the value of a widget a
     run does not draw, so a closed expander's values (``widget_keys``) are set again as plain session
     state, which Streamlit keeps; the widgets take them back when drawn. An expander with a message
     for one of its fields (``has_message``) is opened, so the message is seen.
@@ -583,7 +583,7 @@ def state_of_cuts(rows: list[dict], split: list[str], cfg: RunConfig) -> int:
 
 def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
     """Start, Load and a one-line summary of the setup, above the form: on a 1000-px (or 800-px) high
-    window they are in view without scrolling (issue 53; the form below is ~1000 px tall)."""
+    window they are in view without scrolling (the form below is ~1000 px tall)."""
     c = st.columns([1.1, 1.5, 3])
     c[0].button(
         "Start run",
@@ -741,7 +741,7 @@ def deepfacto_section() -> dict:
             "Heatmaps page draws the rows of S over faces. The paper's ranks: 4, 32, 256."
         )
         # two rows of three: six in one row wrapped "Block-ADMM training images" onto two lines and hid the
-        # number boxes' − / + at 1280 px (issue 53)
+        # number boxes' − / + at 1280 px
         for row in F.rows(list(D.MAIN), most=3):
             labels = [D.label_of(n) for n in row]
             least = [F.NUMBER_PX if n in D.NUMBERS else 0 for n in row]
@@ -845,7 +845,7 @@ def live_panel():
     root, before = ui.runs_root(), ui.watched()
     drawn = L.live_stamp(root, before)  # before reading: a change while drawing redraws again
     st.subheader("Live", anchor="live")
-    if ss.pop("show_live", False):  # just started: the panel is below the form (issue 53)
+    if ss.pop("show_live", False):  # just started: the panel is below the form
         ui.scroll_into_view("live")
     runs = ui.list_runs()
     picked = _watch_menu(runs)
@@ -977,7 +977,7 @@ def _form_part() -> None:
     cfg, errors = got.cfg, got.errors
     ss["train_form"] = form
     # Start first: validate() checked the form before any widget is drawn, so the row above the form
-    # shows what the fields below hold (issue 53: Start was at y ≈ 1314 px, below a 1000-px window)
+    # shows what the fields below hold (Start was at y ≈ 1314 px, below a 1000-px window)
     start_section(cfg, errors, form)
     ui.show_notice()
     form_section(form, got, notes, datasets)

@@ -79,7 +79,7 @@ class ZStepRule:
         (``moments``: [m rows, v rows]), rescaled per ``z_norm``, and the Newton direction of
         ``z_step='newton'`` (else None)."""
         plain = gradient_step(z_lrs, (lambda t: (moments[0][t], moments[1][t])) if moments else None, step)
-        # Deviation (z_norm, not in the paper): each Z_t-step given the Z_T-step's size (issue 51)
+        # Deviation (z_norm, not in the paper): each Z_t-step given the Z_T-step's size
         z_step = normalised_steps(plain, "off" if self.signal_norm else self.norm, T)
         if self.kind != "newton":
             return z_step, None
