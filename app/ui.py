@@ -443,13 +443,26 @@ def follow_goto() -> None:
         st.switch_page(TRAIN_PAGE, query_params={"run": ss.get("watch") or ""})
 
 
-def scroll_into_view(anchor: str) -> None:
+def scroll_into_view(anchor: str, then: str | None = None) -> None:
     """Scroll the page to the element with id ``anchor`` (a header's anchor), once: a page script drawn
-    in this run only (each with its own number, so a second one in a row runs again)."""
+    in this run only (each with its own number, so a second one in a row runs again). ``then``: a CSS
+    selector of what the reader came for below the anchor (the live charts); when it appears, lower
+    than 60% of the window down, it is scrolled to the top too (a heading in view over charts below
+    the fold shows nothing)."""
     n = ss["scrolls"] = ss.get("scrolls", 0) + 1
+    more = ""
+    if then:
+        more = (
+            f"let t2 = 0; const more = () => {{ const f = [...document.querySelectorAll({then!r})].find("
+            "x => el.compareDocumentPosition(x) & Node.DOCUMENT_POSITION_FOLLOWING); "
+            "if (!f) { if (t2++ < 100) setTimeout(more, 100); return; } "
+            "if (f.getBoundingClientRect().top > 0.6 * window.innerHeight) f.scrollIntoView({block: 'start'}); }; "
+            "setTimeout(more, 600); "
+        )
     script = (
         f"<script>/* {n} */ (() => {{ let tries = 0; const go = () => {{ const el = document.getElementById({anchor!r}); "
-        "if (el) el.scrollIntoView({block: 'start', behavior: 'smooth'}); else if (tries++ < 50) setTimeout(go, 100); }; "
+        "if (!el) { if (tries++ < 50) setTimeout(go, 100); return; } "
+        f"el.scrollIntoView({{block: 'start', behavior: 'smooth'}}); {more}}}; "
         "setTimeout(go, 0); })();</script>"
     )
     st.html(script, unsafe_allow_javascript=True, width="content")

@@ -38,6 +38,13 @@ def browser():
         b.close()
 
 
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    """An empty runs folder for the dashboard ($ADMM_RUNS); a test file may define its own."""
+    monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
+    return tmp_path
+
+
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory) -> Path:
     """A finished 2-epoch ``helpers.tiny()`` digits run, made once per test process: copy it

@@ -2,7 +2,8 @@
 
 Configs (``digits_cfg``, ``tiny``), the command line in-process (``cli_call``, ``cli_run``) and as a
 fresh interpreter (``cli_proc``), and the dashboard in a real Chromium (``dashboard``, ``CHROMIUM``,
-``ARGS``, ``needs_chromium``; the ``browser`` fixture is in conftest.py)."""
+``ARGS``, ``needs_chromium``; the ``browser`` fixture is in conftest.py), and a page under Streamlit's
+AppTest (``app_page``; the ``runs`` fixture, an empty runs folder, is in conftest.py)."""
 
 from __future__ import annotations
 
@@ -216,3 +217,15 @@ def dashboard(env: dict, log_path: Path, checkout: Path = ROOT, health_timeout: 
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+
+
+def app_page(query: dict | None = None):
+    """The dashboard drawn once by Streamlit's AppTest with ``query`` as its link; no exception raised."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=60)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at

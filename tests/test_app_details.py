@@ -5,27 +5,11 @@ of the method (β) is wrong, and a resumed run's first start is kept apart from 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
+from helpers import app_page
 
-APP = Path(__file__).resolve().parent.parent / "app"
-
-
-@pytest.fixture
-def runs(tmp_path, monkeypatch):
-    monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
-    return tmp_path
-
-
-def page(query: dict) -> AppTest:
-    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+page = app_page
 
 
 def summary(at) -> str:

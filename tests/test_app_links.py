@@ -6,27 +6,11 @@ setting says the value in force and where it comes from. AppTest pages on an emp
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers import app_page
 from streamlit.testing.v1 import AppTest
 
-APP = Path(__file__).resolve().parent.parent / "app"
-
-
-@pytest.fixture
-def runs(tmp_path, monkeypatch):
-    monkeypatch.setenv("ADMM_RUNS", str(tmp_path))
-    return tmp_path
-
-
-def page(query: dict) -> AppTest:
-    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+page = app_page
 
 
 def said(at: AppTest) -> str:

@@ -30,6 +30,7 @@ HTML = Path(__file__).with_name("live_charts.html")
 SERIES_JS = Path(__file__).with_name("live_series.js")
 FOLLOW_JS = Path(__file__).with_name("follow") / "follow.js"
 NAME = "admm_live_charts"
+SELECTOR = f"iframe[src*='{NAME}']"  # the charts' frame, as a page script finds it
 FILES = ("index.html", "live_series.js", "follow.js", "plotly.min.js")
 
 _component = None

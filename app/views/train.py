@@ -846,7 +846,7 @@ def live_panel():
     drawn = L.live_stamp(root, before)  # before reading: a change while drawing redraws again
     st.subheader("Live", anchor="live")
     if ss.pop("show_live", False):  # just started: the panel is below the form
-        ui.scroll_into_view("live")
+        ui.scroll_into_view("live", then=LC.SELECTOR)
     runs = ui.list_runs()
     picked = _watch_menu(runs)
     watched = ui.watched()
