@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,11 +26,8 @@ OLD = Path(__file__).parent / "fixtures" / "oldrun"
 
 
 def _unpack(folder: Path) -> dict:
-    sys.path.insert(0, str(OLD))
-    try:
-        from packing import unpack
-    finally:
-        sys.path.remove(str(OLD))
+    from fixtures.oldrun.packing import unpack  # tests/ is on the path (pytest's rootdir conftest)
+
     return unpack(folder)
 
 

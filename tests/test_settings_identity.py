@@ -6,18 +6,14 @@ now resolves to other settings or a method record that lost an attribute fails h
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _now() -> dict:
-    sys.path.insert(0, str(FIXTURES))
-    try:
-        from make_settings_snapshot import snapshot
-    finally:
-        sys.path.remove(str(FIXTURES))
+    from fixtures.make_settings_snapshot import snapshot  # tests/ is on the path (pytest's rootdir conftest)
+
     # through JSON, as the snapshot was stored: tuples become lists, the keys strings
     return json.loads(json.dumps(snapshot(), sort_keys=True))
 
