@@ -38,6 +38,9 @@ from pathlib import Path
 import pytest
 from test_browser_dashboard import CHROMIUM, PLOTS_JS, WATCH_JS, _eval_frames, _free_port, _wait
 
+from app.dashboard.live_charts import NAME as LIVE_NAME
+from app.dashboard.live_charts import SELECTOR as LIVE_FRAME
+
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_MS = int(float(os.environ.get("DASH_BROWSER_TIMEOUT_S", "240")) * 1000)
 
@@ -85,7 +88,7 @@ def _browser_cpu_s() -> float:
 
 def _show_live_charts(page) -> None:
     """Scroll the live charts into view, as a user watching them would."""
-    box = page.locator("iframe[src*='admm_live_charts']")
+    box = page.locator(LIVE_FRAME)
     (box if box.count() else page.locator(".js-plotly-plot").first).scroll_into_view_if_needed()
 
 
@@ -482,7 +485,7 @@ def test_live_chart_controls(live_server, browser):
     page = _open(browser, url, TEMPLATE, width=1440)
     try:
         assert _wait(lambda: _acc_points(page, TEMPLATE) >= len(metrics), TIMEOUT_MS / 1000)
-        frame = next((f for f in page.frames if "admm_live_charts" in f.url), None)
+        frame = next((f for f in page.frames if LIVE_NAME in f.url), None)
         assert frame is not None, [f.url for f in page.frames]  # drawn by the component, not the server
         frame.locator("#grid").scroll_into_view_if_needed()
         chart = lambda title: frame.evaluate(CHART_JS, [title, None])  # noqa: E731
@@ -546,10 +549,7 @@ def test_start_switches_the_live_panel_every_time(live_server, browser):
         expect(page.get_by_label("Epochs", exact=True)).to_have_value("2", timeout=TIMEOUT_MS)
         page.wait_for_function(f"name => ({WATCH_JS})().includes(name)", arg=old.dir.name)
         for seed in range(1, int(os.environ.get("DASH_START_TRIES", str(SUITE_START_TRIES))) + 1):
-            seed_box = page.get_by_label("Seed", exact=True)
-            seed_box.fill(str(seed))
-            seed_box.press("Enter")
-            expect(page).to_have_url(re.compile(f"seed={seed}(&|$)"), timeout=TIMEOUT_MS)
+            _set_seed(page, seed)
             before = {d.name for d in root.iterdir()}
             page.get_by_role("button", name=re.compile("Start run")).click()
             new = _wait(lambda: next((d.name for d in root.iterdir() if d.is_dir() and d.name not in before), None), 30)
@@ -569,6 +569,22 @@ def test_start_switches_the_live_panel_every_time(live_server, browser):
         page.close()
         for name in started:
             W.stop_run(root / name)
+
+
+def _set_seed(page, seed: int) -> None:
+    """Type ``seed`` into the Seed box and wait until the page's link holds it. A rerun that redraws the
+    box between the typing and Enter (the end of the previous try's run, a Resume under load) drops the
+    typed value, as it would a user's (seen in CI at c2050a8 and b5e0fbf): then it is typed again."""
+    from playwright.sync_api import expect
+
+    want = re.compile(f"seed={seed}(&|$)")
+    for _ in range(3):
+        box = page.get_by_label("Seed", exact=True)
+        box.fill(str(seed))
+        box.press("Enter")
+        if _wait(lambda: want.search(page.url), 15, every=0.25):
+            return
+    expect(page).to_have_url(want, timeout=TIMEOUT_MS)
 
 
 def _first_seen(page, run: str, i: int) -> float | None:
@@ -601,8 +617,10 @@ def end_busy(hogs: list) -> None:
 
 
 # where the live charts' frame is after Start: [its top, its bottom, the window's height] (null: not drawn yet)
-LIVE_IN_VIEW_JS = """() => { const f = document.querySelector("iframe[src*='admm_live_charts']");
-    if (!f) return null; const r = f.getBoundingClientRect(); return [r.top, r.bottom, window.innerHeight]; }"""
+LIVE_IN_VIEW_JS = (
+    f"() => {{ const f = document.querySelector({LIVE_FRAME!r}); if (!f) return null; "
+    "const r = f.getBoundingClientRect(); return [r.top, r.bottom, window.innerHeight]; }"
+)
 
 
 @timing
@@ -631,16 +649,7 @@ def test_start_and_resume_under_load_chart_the_first_point_within_15_s(live_serv
         page.goto(f"{url}/?preset=digits-mlp&method=sgd&epochs=1&train_limit=200&test_limit=200&eval_every=1")
         expect(page.get_by_label("Epochs", exact=True)).to_have_value("1", timeout=TIMEOUT_MS)
         for k in range(1, tries + 1):
-            # the Resume before this try reruns the page under load: a rerun that redraws the seed box
-            # between fill and Enter drops the typing (seen once in CI at c2050a8), so type again then
-            want = re.compile(f"seed={100 + k}(&|$)")
-            for _ in range(3):
-                seed_box = page.get_by_label("Seed", exact=True)
-                seed_box.fill(str(100 + k))
-                seed_box.press("Enter")
-                if _wait(lambda: want.search(page.url), 15, every=0.25):
-                    break
-            expect(page).to_have_url(want, timeout=TIMEOUT_MS)
+            _set_seed(page, 100 + k)
             before = {d.name for d in root.iterdir()}
             page.get_by_role("button", name=re.compile("Start run")).click()
             run = _wait(lambda: next((d for d in root.iterdir() if d.is_dir() and d.name not in before), None), 60)
