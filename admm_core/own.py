@@ -49,7 +49,6 @@ from .spec.archs import OWN
 from .spec.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from .spec.datasets import DATASETS, OWN_DATA
 from .spec.methods import METHODS
-from .spec.presets import OWN_DEFAULTS
 from .status import RunBusy, run_busy
 
 MODEL_FILE, WEIGHTS_FILE = "model.json", "weights.safetensors"
@@ -197,7 +196,6 @@ def train(
     leaf_modules: Sequence[str] = (),
     source: dict | None = None,
     settings: dict | None = None,
-    defaults: bool = True,
     train_limit: int | None = None,
     test_limit: int | None = None,
     data_root: str | None = None,
@@ -216,9 +214,9 @@ def train(
     model.json so that the run can be resumed from the command line;
 
     ``settings``: the method's settings (``admm methods`` lists them; checked by its record), over
-    the measured recipe for a network no preset knows (:data:`admm_core.spec.presets.OWN_DEFAULTS`:
-    block-admm and gotmare on the minibatch schedule, not Alg. 1's sweep) unless ``defaults=False``
-    (then over the registry's defaults); ``{"recipe": "paper"}`` gives Alg. 1 / Alg. 2 as printed;
+    the method's defaults, which are the recipe measured across the zoo of others' networks (block-admm
+    and gotmare on the minibatch schedule, not Alg. 1's sweep); ``{"recipe": "paper"}`` gives Alg. 1 /
+    Alg. 2 as printed;
     ``train_settings``: any field of the config's ``train`` part (``epochs``, ``batch_size``,
     ``loss``, ``seed``, ``device``, ``eval_every``, ``lr_schedule``, ``tensorboard`` …). ``out``:
     the run directory (default: a new ``<runs_dir>/<time>-<name>-<method>-s<seed>``, ``runs_dir``
@@ -240,7 +238,7 @@ def train(
         data=DataConfig(data_name, root=data_root, train_limit=train_limit, test_limit=test_limit),
         model=ModelConfig(OWN, hidden=(), split=split),
         train=TrainConfig(**train_settings),
-        method_params={**(OWN_DEFAULTS.get(method, {}) if defaults else {}), **(settings or {})},
+        method_params=dict(settings or {}),
     )
     net = blocknet(blocks)
     if METHODS[cfg.method].needs_linear_chain:  # the lifted baselines' closed-form solves: refused before any file

@@ -77,18 +77,22 @@ def test_the_links_message_lasts_until_a_field_is_edited(runs):
 
 
 def test_a_method_settings_help_says_the_value_in_force_and_where_it_comes_from(runs):
-    """digits-mlp measured k = 1 (the method's default 3): the help says 1 is in force, from the preset."""
+    """digits-mlp was measured at η = 2e-3 (the method's default 1e-3): the help says 0.002 is in force,
+    from the preset; a value typed is "set here"; with no preset the default is in force."""
+    from admm_core.spec.methods import make_settings
+
+    assert make_settings("block-admm").lr == 1e-3  # else this test tells nothing
     at = page({"preset": "digits-mlp", "method": "block-admm"})
-    k = at.number_input(key="f.mp.block-admm.primal_steps")
-    assert k.value == 1
-    assert "In force: 1, the value measured for the preset digits-mlp" in k.help, k.help
-    assert "the method's default is 3" in k.help, k.help
-    k.set_value(4).run()
-    k = at.number_input(key="f.mp.block-admm.primal_steps")
-    assert "In force: 4, set here" in k.help, k.help
+    lr = at.text_input(key="f.mp.block-admm.lr")
+    assert lr.value == "0.002"
+    assert "In force: 0.002, the value measured for the preset digits-mlp" in lr.help, lr.help
+    assert "the method's default is 0.001" in lr.help, lr.help
+    lr.set_value("0.005").run()
+    lr = at.text_input(key="f.mp.block-admm.lr")
+    assert "In force: 0.005, set here" in lr.help, lr.help
     at = page({"preset": "none", "method": "block-admm"})
-    k = at.number_input(key="f.mp.block-admm.primal_steps")
-    assert k.value == 3 and "In force: 3, the method's default" in k.help, k.help
+    lr = at.text_input(key="f.mp.block-admm.lr")
+    assert lr.value == "0.001" and "In force: 0.001, the method's default" in lr.help, lr.help
 
 
 def test_a_config_fields_help_says_the_value_in_force_and_where_it_comes_from(runs):

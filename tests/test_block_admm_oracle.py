@@ -98,6 +98,8 @@ def test_one_iteration_matches_hand_written_equations(z_step):
             beta=betas,
             primal_steps=1,
             iters_per_epoch=1,
+            z_schedule="sweep",  # Alg. 1's schedule and full dual step, as the reference writes them
+            dual_lr=1.0,
             u_init="uniform",
             u_init_scale=0.5,
             chunk_size=10,
@@ -133,7 +135,7 @@ def test_one_iteration_matches_hand_written_equations(z_step):
 def test_folded_dual_step_equals_separate_dual_steps():
     """run_epoch folds the dual step into the next sweep; the numbers must not change."""
     net, x, y = tiny_problem(3)
-    params = dict(lr=1e-2, z_lr=0.4, primal_steps=2, iters_per_epoch=3, chunk_size=8)
+    params = dict(lr=1e-2, z_lr=0.4, primal_steps=2, iters_per_epoch=3, chunk_size=8, z_schedule="sweep")
     method = make_method("block-admm", params)
     batch = TrainBatch(x, y, mse_sum, batch_size=4)
     net_b = copy.deepcopy(net)

@@ -149,22 +149,24 @@ def test_start_trains_the_file_s_network_and_resume_is_offered(folders):
 
 
 def test_picking_a_model_file_shows_the_recipe_its_run_gets(folders):
-    """The method's fields show OWN_DEFAULTS (what admm train --model gives a network no preset knows),
-    for the method in force and after a change of method."""
-    from admm_core.spec.presets import OWN_DEFAULTS
+    """The method's fields show the method's defaults (the measured recipe: what admm train --model
+    gives a network no preset knows), not the preset's values, for the method in force and after a
+    change of method."""
+    from admm_core.spec.methods import make_settings
 
-    at = train_page({"method": "block-admm"})
+    at = train_page({"preset": "digits-mlp", "method": "block-admm"})
+    assert at.session_state["f.mp.block-admm.dual_lr"] == "1"  # the preset's, measured on Alg. 1's α
     at.selectbox(key="f.arch").set_value("tiny.py:Net").run()
     assert not at.exception, [e.value for e in at.exception]
-    want = OWN_DEFAULTS["block-admm"]
+    want = make_settings("block-admm")
     shown = at.session_state  # the fields' values (some sit in folded expanders, not drawn)
-    assert shown["f.mp.block-admm.z_schedule"] == want["z_schedule"] == "minibatch"
-    assert shown["f.mp.block-admm.dual_lr"] == "0.01" and shown["f.mp.block-admm.bn_mode"] == "train"
+    assert shown["f.mp.block-admm.z_schedule"] == want.z_schedule == "minibatch"
+    assert shown["f.mp.block-admm.dual_lr"] == "0.01" and shown["f.mp.block-admm.bn_mode"] == want.bn_mode == "train"
     drawn = {w.key for kind in ("checkbox", "selectbox", "number_input", "text_input") for w in at.get(kind)}
     assert not drawn & {"f.augment", "f.init", "f.init_std"} and "f.epochs" in drawn  # fields the run would not read
     at.selectbox(key="f.method").set_value("online-admm").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.session_state["f.mp.online-admm.power_every"] == OWN_DEFAULTS["online-admm"]["power_every"] == 10
+    assert at.session_state["f.mp.online-admm.power_every"] == make_settings("online-admm").power_every == 10
 
 
 def test_the_z_u_state_of_the_picked_cuts_is_shown(folders):
@@ -207,9 +209,10 @@ def test_stop_and_compare_treat_a_model_file_run_as_any_other(folders):
 
 
 def test_a_setting_s_help_says_where_its_measured_value_comes_from(folders):
-    """The help of η names the preset's measured value under a preset, OWN_DEFAULTS' under a
-    models-folder network, and the method's default beside either."""
-    from admm_core.spec.presets import OWN_DEFAULTS, preset_config
+    """The help of η names the preset's measured value under a preset, with the method's default
+    beside it; under a models-folder network (no preset knows it) the method's default, the recipe
+    measured across the zoo."""
+    from admm_core.spec.presets import preset_config
     from app.dashboard.form import fmt_number
 
     at = train_page({"preset": "digits-mlp", "method": "block-admm"})
@@ -219,8 +222,7 @@ def test_a_setting_s_help_says_where_its_measured_value_comes_from(folders):
     assert "the method's default is 0.001" in lr.help
     at.selectbox(key="f.arch").set_value("tiny.py:Net").run()
     lr = at.text_input(key="f.mp.block-admm.lr")
-    own = fmt_number(OWN_DEFAULTS["block-admm"]["lr"])
-    assert f"In force: {own}, the value measured for a network of one's own (OWN_DEFAULTS)" in lr.help
+    assert "In force: 0.001, the method's default." in lr.help and "digits-mlp" not in lr.help
 
 
 def test_bad_model_files_are_each_one_message_and_the_page_goes_on(folders):

@@ -249,7 +249,13 @@ def test_settings_that_need_the_minibatch_schedule_say_so():
 
     for bad in ({"z_sweeps": 2}, {"z_step": "newton"}, {"z_norm": "top"}):
         with pytest.raises(ConfigError, match="needs z_schedule='minibatch'"):
-            make_method("block-admm", bad)
+            make_method("block-admm", {"z_schedule": "sweep", **bad})
+        make_method("block-admm", bad)  # the default schedule is the minibatch one
+    # what only a minibatch's own Z-update reads means nothing under the sweep: it reads as the sweep has it
+    m = make_method("block-admm", {"z_schedule": "sweep", "z_start": "forward", "theta_input": "start"})
+    assert (m.z_start, m.theta_input, m.dual_theta) == ("previous", "new", "new")
+    m = make_method("block-admm", {"z_start": "previous", "theta_input": "start"})  # no forward start to reuse
+    assert (m.z_schedule, m.theta_input) == ("minibatch", "new")
     with pytest.raises(ConfigError, match="block-admm.z_norm"):
         make_method("block-admm", {**MB, "z_norm": "all"})
 

@@ -291,12 +291,12 @@ def test_block_parallel_killed_run_resumes_where_unbroken_run_ends(blocks_ref):
 def test_block_parallel_refuses_what_it_cannot_run():
     from admm_core.methods import make_method
 
-    jac = make_method("block-admm", {"z_sweep": "jacobi", "parallel": "blocks"})
+    jac = make_method("block-admm", {"z_sweep": "jacobi", "parallel": "blocks", "z_schedule": "sweep"})
     with pytest.raises(ConfigError, match="T = 3 blocks but world size 4"):
         D.block_world(jac, 0, 4, 3)
     assert D.block_world(jac, 1, 2, 3).owner == (0, 1, 1)
     with pytest.raises(ConfigError, match="z_sweep"):
-        D.block_world(make_method("block-admm", {"parallel": "blocks"}), 0, 3, 3)
+        D.block_world(make_method("block-admm", {"parallel": "blocks", "z_schedule": "sweep"}), 0, 3, 3)
     with pytest.raises(ConfigError, match="z_schedule"):
         D.block_world(make_method("block-admm", {"z_sweep": "jacobi", "z_schedule": "minibatch"}), 0, 3, 3)
 

@@ -110,6 +110,8 @@ def test_online_iteration_matches_hand_written_equations(dual, z_step):
             beta=betas,
             dual=dual,
             dual_decay=decay,
+            theta_input="new",  # Alg. 2's Θ-step and dual step, as the reference writes them
+            dual_theta="new",
         ),
     )
     batch = TrainBatch(x, y, mse_sum, batch_size=N)  # one minibatch = the whole set
@@ -149,7 +151,8 @@ def test_theta_step_size_decays_once_per_epoch_by_gamma():
     lr, gamma, betas, z_lr = 0.05, 0.5, [0.7, 1.3, 0.9], 0.4
     method = make_method(
         "online-admm",
-        dict(lr=lr, lr_decay=gamma, theta_optimizer="sgd", z_lr=z_lr, z_step="fixed", beta=betas, dual="additive"),
+        dict(lr=lr, lr_decay=gamma, theta_optimizer="sgd", z_lr=z_lr, z_step="fixed", beta=betas, dual="additive")
+        | {"theta_input": "new", "dual_theta": "new"},  # Alg. 2's, as the reference writes it
     )
     batch = TrainBatch(x, y, mse_sum, batch_size=N)
     state = method.init_state(net, batch, torch.Generator().manual_seed(1))

@@ -359,10 +359,9 @@ def test_an_own_run_shows_on_the_runs_and_compare_pages(tmp_path, monkeypatch):
 
 
 def test_a_network_of_ones_own_gets_the_measured_recipe_unless_told_otherwise(tmp_path):
-    """No settings: block-admm on the minibatch schedule (OWN_DEFAULTS), recorded in config.json;
-    given settings override it; defaults=False: the registry's (Alg. 1's sweep); recipe=paper: as printed."""
+    """No settings: block-admm's defaults, the minibatch recipe (nothing recorded as given); given
+    settings override it; z_schedule=sweep alone is Alg. 1's schedule; recipe=paper: Alg. 1 as printed."""
     from admm_core.methods import make_method
-    from admm_core.spec.presets import OWN_DEFAULTS
 
     data = (torch.randn(32, 4), torch.randint(0, 3, (32,)))
     seq = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
@@ -373,16 +372,17 @@ def test_a_network_of_ones_own_gets_the_measured_recipe_unless_told_otherwise(tm
         return cfg["method_params"], make_method("block-admm", cfg["method_params"])
 
     given, m = params("own")
-    assert given == OWN_DEFAULTS["block-admm"] and m.z_schedule == "minibatch" and m.bn_mode == "train"
-    given, m = params(
-        "lr",
-        settings={"lr": 0.01, "z_schedule": "sweep", "z_start": "previous", "dual_theta": "new", "theta_input": "new"},
-    )
-    assert m.lr == 0.01 and m.z_schedule == "sweep" and m.primal_steps == OWN_DEFAULTS["block-admm"]["primal_steps"]
-    given, m = params("registry", defaults=False)
-    assert given == {} and m.z_schedule == "sweep"
+    assert given == {}
+    assert (m.z_schedule, m.z_start, m.theta_input, m.dual_theta) == ("minibatch", "forward", "start", "old")
+    assert (m.bn_mode, m.dual_lr, m.primal_steps, m.lr) == ("train", 0.01, 1, 1e-3)
+    given, m = params("lr", settings={"lr": 0.01, "z_schedule": "sweep"})
+    assert given == {"lr": 0.01, "z_schedule": "sweep"}
+    # the minibatch schedule's own settings read as the sweep has them, the rest stay the recipe's
+    assert (m.lr, m.z_schedule, m.z_start, m.theta_input, m.dual_theta) == (0.01, "sweep", "previous", "new", "new")
+    assert m.primal_steps == 1 and m.bn_mode == "train"
     given, m = params("paper", settings={"recipe": "paper"})
     assert m.z_schedule == "sweep" and m.z_optimizer == "adam" and m.bn_mode == "eval"  # Alg. 1 as printed
+    assert m.primal_steps == 3 and m.dual_lr == 1.0 and m.u_init == "uniform"
 
 
 def test_a_vision_transformer_cut_between_encoder_layers_trains_by_online_admm(tmp_path):

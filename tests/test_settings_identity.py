@@ -47,7 +47,8 @@ def test_the_comparison_sees_a_changed_default():
     now = json.loads(json.dumps(before))
     now["methods"]["gotmare"]["defaults"]["dual_lr"] = 0.5
     now["presets"]["digits-mlp"]["methods"]["block-admm"]["settings_not_default"]["lr"] = 1.0
+    was = before["methods"]["gotmare"]["defaults"]["dual_lr"]
     assert _diff(before, now) == [
-        "/methods/gotmare/defaults/dual_lr: 1.0 -> 0.5",
+        f"/methods/gotmare/defaults/dual_lr: {was!r} -> 0.5",
         "/presets/digits-mlp/methods/block-admm/settings_not_default/lr: 0.002 -> 1.0",
     ]

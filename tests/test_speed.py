@@ -21,6 +21,7 @@ RECIPE = {
     "z_step": "scaled",
     "z_lr": 0.1,
     "dual_theta": "old",
+    "theta_input": "new",  # the ResNet presets' (block 1's forward start alone serves its Θ-step)
     "primal_steps": 1,
 }
 
@@ -152,7 +153,7 @@ def assert_same_training(fast, slow):
 @pytest.mark.parametrize(
     "make, params",
     [
-        (small_resnet, {"z_lr": 0.1}),  # BatchNorm in train mode in every pass (the preset's)
+        (small_resnet, {"z_lr": 0.1, "theta_input": "new"}),  # BatchNorm in train mode in every pass (the preset's)
         (small_mlp, {"z_lr": 0.1, "primal_steps": 2, "dual": "feature"}),
         (small_mlp, {"z_lr": 0.1, "theta_input": "start", "dual": "literal"}),
     ],
@@ -177,8 +178,8 @@ def test_online_forward_start_serving_the_theta_step_changes_nothing(monkeypatch
 @pytest.mark.parametrize(
     "params, per_minibatch",
     [
-        ({}, [2, 3, 3]),  # forward start (block 1's pass = the Θ-step's), Θ-step (blocks 2, 3), dual step
-        ({"dual_theta": "old"}, [1, 2, 2]),  # the dual step reads the Θ-step's outputs
+        ({"dual_theta": "new", "theta_input": "new"}, [2, 3, 3]),  # forward start (block 1's = the Θ-step's), Θ, dual
+        ({"dual_theta": "old", "theta_input": "new"}, [1, 2, 2]),  # the dual step reads the Θ-step's outputs
         ({"dual_theta": "old", "theta_input": "start"}, [1, 1, 1]),  # one forward pass of each block
     ],
 )
@@ -195,16 +196,18 @@ def test_online_dual_from_the_theta_steps_outputs_trains_the_same_with_the_addit
     """dual='additive': u sits outside the square, so reading the dual residual before the Θ-step moved
     (dual_theta='old') leaves the training unchanged; u then sums ‖z_t − block_t(z_{t−1})‖ with the old Θ."""
     net, batch = small_mlp()
-    new, new_state = online_epochs(make_method("online-admm", {"z_lr": 0.1}), copy.deepcopy(net), batch)
-    old, old_state = online_epochs(make_method("online-admm", {"z_lr": 0.1, "dual_theta": "old"}), net, batch)
+    alg2 = {"z_lr": 0.1, "theta_input": "new"}
+    new, new_state = online_epochs(make_method("online-admm", {**alg2, "dual_theta": "new"}), copy.deepcopy(net), batch)
+    old, old_state = online_epochs(make_method("online-admm", {**alg2, "dual_theta": "old"}), net, batch)
     assert_same_training(new, old)
     assert all(a != b for a, b in zip(new_state.u, old_state.u))  # the record differs: Θ before the step
     assert all(u > 0 for u in old_state.u)
 
 
-def test_online_theta_input_start_needs_one_primal_step():
-    with pytest.raises(Exception, match="theta_input"):
-        make_method("online-admm", {"theta_input": "start", "primal_steps": 2})
+def test_online_theta_input_start_reads_new_inputs_after_more_than_one_primal_step():
+    """Passes after the first have no forward start to reuse: the Θ-step reads its inputs anew."""
+    assert make_method("online-admm", {}).theta_input == "start"
+    assert make_method("online-admm", {"theta_input": "start", "primal_steps": 2}).theta_input == "new"
 
 
 @pytest.mark.parametrize("kind", ["adam", "sgd"])

@@ -1,11 +1,9 @@
-"""``admm methods``: the method registry, each method's settings with their defaults and help, and
-where a network of one's own (``admm train --model``, ``admm_core.own.train``) gets another value
-by default (the measured recipe, :data:`admm_core.spec.presets.OWN_DEFAULTS`)."""
+"""``admm methods``: the method registry, each method's settings with their defaults (the recipe
+measured across the zoo; docs/deviations.md) and help."""
 
 from __future__ import annotations
 
 from ..spec.methods import METHODS
-from ..spec.presets import OWN_DEFAULTS
 
 NAME = "methods"
 
@@ -19,8 +17,5 @@ def run(a) -> int:
         print(f"{name}: {cls.summary}")
         for s in cls.settings():
             choices = f" {list(s['choices'])}" if s["choices"] else ""
-            own = OWN_DEFAULTS.get(name, {})
-            differs = s["name"] in own and own[s["name"]] != s["default"]
-            mark = f" (a network of one's own: {own[s['name']]!r})" if differs else ""
-            print(f"    {s['name']} = {s['default']!r}{mark}{choices}  — {s['help']}")
+            print(f"    {s['name']} = {s['default']!r}{choices}  — {s['help']}")
     return 0

@@ -27,7 +27,7 @@ from admm_core.spec.faces import find_lfw
 from admm_core.spec.kinds import DEEPFACTO, NETWORK, run_kind, run_method
 from admm_core.spec.methods import METHODS
 from admm_core.spec.methods.base import StateSizes
-from admm_core.spec.presets import OWN_DEFAULTS, PRESETS, preset_config
+from admm_core.spec.presets import PRESETS, preset_config
 from admm_core.spec.resources import human as human_bytes
 from admm_core.spec.resources import samples, split_of
 from app import ui
@@ -85,35 +85,32 @@ def on_preset():
         ss.pop(K + F.LINK, None)  # every field filled again: a link's errors about them are gone
 
 
-def own_recipe() -> None:
-    """A network of the models folder: the method's fields show the recipe measured for a network no
-    preset knows (OWN_DEFAULTS, what ``admm train --model`` gives), as a preset's fields show its own."""
+def method_defaults() -> None:
+    """The method's fields at its defaults (the recipe measured across the zoo: what ``admm train --model``
+    gives a network no preset knows); the network's marks stay given."""
     method = ss.get(K + "method", F.DEFAULT_METHOD)
-    fresh = OWN_DEFAULTS.get(method, {})
-    given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]
-    set_form({"method": method, **F.method_fields(method, fresh), F.GIVEN: given + [F.MP + k for k in fresh]})
+    given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]  # the split's mark stays
+    set_form({"method": method, **F.method_fields(method), F.GIVEN: given})
 
 
 def on_method():
     preset, method = ss[K + "preset"], ss[K + "method"]
     link = ss.get(K + F.LINK) or {}  # the old method's settings are not the form's any more
     ss[K + F.LINK] = {k: v for k, v in link.items() if not k.startswith(F.MP)}
-    given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]  # the split's mark stays
-    if M.is_entry(ss.get(K + "arch")):
-        own_recipe()
-    elif preset != F.NO_PRESET:
+    if preset != F.NO_PRESET and not M.is_entry(ss.get(K + "arch")):
+        given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]
         fresh = F.default_form(preset, method)
         # with "method": set_form files the preset's settings under the new method's widgets
         mine = {k: v for k, v in fresh.items() if k.startswith(F.MP) or k == "batch_size"}
         set_form({"method": method, **mine, F.GIVEN: given + [k for k in fresh[F.GIVEN] if k.startswith(F.MP)]})
-    else:
-        set_form({"method": method, **F.method_fields(method), F.GIVEN: given})
+    else:  # no preset, or a models-folder network (no preset knows it)
+        method_defaults()
 
 
 def on_shape():
     if M.is_entry(ss.get(K + "arch")):  # a model file's network: no cut until one is picked
         ss[K + "split"] = []
-        own_recipe()
+        method_defaults()
         return
     try:
         network = F.network_of({k: ss[K + k] for k in ("arch", "hidden", "width") if K + k in ss})
@@ -432,11 +429,9 @@ def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
 
 def measured_values(form: dict, method: str) -> tuple[str, dict]:
     """Where the form's measured values of the method's settings come from, and those values: the
-    recipe measured for a network of one's own (a models-folder network) or the preset's measured
-    values (where it sets one); ("", {}) for neither."""
-    if M.is_entry(form.get("arch")):
-        return "the value measured for a network of one's own (OWN_DEFAULTS)", OWN_DEFAULTS.get(method, {})
-    if form.get("preset") in PRESETS:
+    preset's (where it sets one; a models-folder network has none: the method's defaults are the
+    recipe measured across the zoo); ("", {}) for none."""
+    if form.get("preset") in PRESETS and not M.is_entry(form.get("arch")):
         return f"the value measured for the preset {form['preset']}", preset_config(
             form["preset"], method
         ).method_params

@@ -56,10 +56,10 @@ def power_steps_setting():
     )
 
 
-def power_every_setting():
+def power_every_setting(default: int = 1):
     """``power_every``: how often L_t is re-estimated (it moves slowly with Θ; the estimate is warm)."""
     return setting(
-        1,
+        default,
         "re-estimate L_t every this many Z-updates (scaled Z step; minibatch Z-updates count one each)",
         label="Re-estimate Lₜ every",
         when={"z_step": "scaled"},
