@@ -1,6 +1,7 @@
 """Start above the fold: on the default Train page and its DeepFacto form, in a real Chromium at
 1440 × 1000 and at 1280 × 800, the Start button lies inside the window without any scrolling (it
-was at y ≈ 1314 px, under the whole form), and the start row's link brings the Live panel into view; after Start at 1280 × 800 the live charts are in view."""
+was at y ≈ 1314 px, under the whole form), and the start row's link brings the Live panel into view;
+after Start at 1280 × 800 the live charts are in view."""
 
 from __future__ import annotations
 
