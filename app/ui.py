@@ -446,17 +446,17 @@ def follow_goto() -> None:
 def scroll_into_view(anchor: str, then: str | None = None) -> None:
     """Scroll the page to the element with id ``anchor`` (a header's anchor), once: a page script drawn
     in this run only (each with its own number, so a second one in a row runs again). ``then``: a CSS
-    selector of what the reader came for below the anchor (the live charts); when it appears, lower
-    than 60% of the window down, it is scrolled to the top too (a heading in view over charts below
-    the fold shows nothing)."""
+    selector of what the reader came for below the anchor (the live charts); once drawn (100 px tall: an
+    empty frame's box passed for in view), lower than 60% of the window or past its bottom, it is scrolled
+    to the top too (a heading in view over charts below the fold shows nothing)."""
     n = ss["scrolls"] = ss.get("scrolls", 0) + 1
     more = ""
     if then:
         more = (
             f"let t2 = 0; const more = () => {{ const f = [...document.querySelectorAll({then!r})].find("
             "x => el.compareDocumentPosition(x) & Node.DOCUMENT_POSITION_FOLLOWING); "
-            "if (!f) { if (t2++ < 100) setTimeout(more, 100); return; } "
-            "if (f.getBoundingClientRect().top > 0.6 * window.innerHeight) f.scrollIntoView({block: 'start'}); }; "
+            "const r = f && f.getBoundingClientRect(); if (!r || r.height < 100) { if (t2++ < 300) setTimeout(more, 100); return; } "
+            "if (r.top > 0.6 * innerHeight || r.bottom > innerHeight) f.scrollIntoView({block: 'start'}); }; "
             "setTimeout(more, 600); "
         )
     script = (

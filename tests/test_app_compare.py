@@ -68,9 +68,9 @@ def compare(runs_picked: list[str]) -> AppTest:
 
 
 def chart_names(at: AppTest, i: int = 0) -> list[str]:
-    """Legend entries of the page's i-th chart (the test accuracy chart first)."""
+    """Legend entries of the page's i-th chart (the test accuracy chart first), each on one line."""
     spec = json.loads(at.get("plotly_chart")[i].proto.spec)
-    return [t["name"] for t in spec["data"] if t.get("showlegend", True) is not False]
+    return [t["name"].replace("<br>", " ") for t in spec["data"] if t.get("showlegend", True) is not False]
 
 
 # --- grouping -------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Start above the fold: on the default Train page and its DeepFacto form, in a real Chromium at
 1440 × 1000 and at 1280 × 800, the Start button lies inside the window without any scrolling (it
-was at y ≈ 1314 px, under the whole form), and the start row's link brings the Live panel into view."""
+was at y ≈ 1314 px, under the whole form), and the start row's link brings the Live panel into view;
+after Start at 1280 × 800 the live charts are in view."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import dashboard, needs_chromium
+from helpers import dashboard, needs_chromium, wait
 
 pytestmark = needs_chromium
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,3 +57,28 @@ def test_start_is_in_view_without_scrolling(server, browser, width, height, mode
         )
     finally:
         page.close()
+
+
+def test_start_brings_the_live_charts_into_view_at_1280(server, browser):
+    """After Start in a 1280 × 800 window the live charts' frame, once drawn (100 px tall), lies whole in the
+    window or its top in the upper 40% of it: scrolled to the Live heading alone, or judged by the empty
+    frame's box before its charts, the frame stayed at 654-1024 px, its charts under the fold."""
+    from playwright.sync_api import expect
+    from test_browser_live import LIVE_IN_VIEW_JS
+
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        page.goto(f"{server}/?preset=digits-mlp&method=sgd&epochs=1&train_limit=200&test_limit=200&eval_every=1")
+        expect(page.get_by_label("Epochs", exact=True)).to_have_value("1", timeout=TIMEOUT_MS)
+        page.get_by_role("button", name=re.compile("Start run")).click()
+        seen = []
+
+        def in_view():
+            r = page.evaluate(LIVE_IN_VIEW_JS)  # [top, bottom, window height]
+            seen.append(r)
+            return r and r[1] - r[0] >= 100 and r[0] >= -1 and (r[1] <= r[2] or r[0] <= 0.4 * r[2])
+
+        assert wait(in_view, 30), f"the live charts' frame (top, bottom, window height) after Start: {seen[-3:]}"
+    finally:
+        page.close()  # the run (one epoch of 200 digits) ends by itself

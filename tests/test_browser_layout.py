@@ -32,6 +32,8 @@ BIG = "99999999999999999999"
 RUNS = ["tiny-block-admm-s0", "tiny-block-admm-s1", "tiny-online-admm-s0", "tiny-online-admm-s1"]
 # a sweep trial's id as the dashboard names it (56 characters): at full length "updated" lay past the edge
 LONG = "20261202-052512-digits-mlp-block-admm-20261202-052506-t9"
+# block-admm runs of other widths and lengths: grouped by method, their legend names what it pools
+POOLED = {"tiny-block-admm-wide-s2": ((128, 128, 64), 60), "tiny-block-admm-long-s3": ((64, 64, 64, 32), 20)}
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +49,11 @@ def server(tmp_path_factory, finished_run):
         cfg = json.loads((d / "config.json").read_text())
         cfg["train"]["seed"] = int(name[-1])  # the seed differs: a legend and a group say so
         (d / "config.json").write_text(json.dumps(cfg))
+    for name, (hidden, epochs) in POOLED.items():
+        shutil.copytree(finished_run, root / name)
+        cfg = json.loads((root / name / "config.json").read_text())
+        cfg["model"]["hidden"], cfg["train"]["epochs"], cfg["train"]["seed"] = hidden, epochs, int(name[-1])
+        (root / name / "config.json").write_text(json.dumps(cfg))
     shutil.copytree(online, root / LONG)  # the widest method name beside the longest id
     cfg = json.loads((root / LONG / "config.json").read_text())
     cfg["preset"] = "digits-mlp"  # a sweep trial's: its preset column is shown
@@ -138,6 +145,45 @@ def test_compare_at_1280_shows_whole_labels_and_names_groups_by_method(server, b
         assert legend == ["block-admm (n = 2)", "online-admm (n = 2)"], legend
         shown = page.locator(".js-plotly-plot").first.locator(".legendtext").all_text_contents()
         assert shown == legend, shown  # drawn whole, not only in the figure's data
+    finally:
+        page.close()
+
+
+# each grouped chart's (a chart with bands) legend entries' text boxes and its outer svg box (plotly draws a
+# long entry past the svg's edge, where the page cuts it)
+GROUPED_JS = (
+    "[...document.querySelectorAll('.js-plotly-plot')].filter(d => (d.data || []).some(t => t.fill === 'tonexty'))"
+)
+LEGENDS_JS = f"""() => {GROUPED_JS}.map(d => {{
+    const svg = d.querySelector('svg.main-svg').getBoundingClientRect();
+    return {{svg: [svg.left, svg.top, svg.right, svg.bottom], title: d.layout.title.text,
+             entries: [...d.querySelectorAll('g.legend .legendtext')].map(t => {{
+                const r = t.getBoundingClientRect(); return [t.textContent, r.left, r.top, r.right, r.bottom]; }})}}; }})"""
+
+
+def test_compare_grouped_legends_fit_1280(server, browser):
+    """Grouped by method, block-admm's group pools runs of other widths and lengths and its legend says so
+    at length ("… · pools hidden widths …, epochs …"): at 1280 px every grouped chart has a legend and each
+    entry lies whole inside its chart (the entry ran 200 px past the chart's right edge, cut there)."""
+    url, _ = server
+    page = _page(browser, 1280, 800)
+    try:
+        page.goto(f"{url}/compare?runs={','.join(RUNS + list(POOLED))}")
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4")
+        page.get_by_role("combobox", name="Group runs by").click()
+        page.get_by_role("option", name="method", exact=True).click()
+        page.wait_for_function(f"() => {GROUPED_JS}.length === 4")
+        page.wait_for_timeout(1000)
+        charts = page.evaluate(LEGENDS_JS)
+        assert len(charts) == 4, charts
+        for c in charts:
+            text = " ".join(e[0] for e in c["entries"])
+            assert "pools" in text and "online-admm" in text, c  # every grouped chart has its legend
+            left, top, right, bottom = c["svg"]
+            out = [
+                e for e in c["entries"] if e[1] < left - 1 or e[2] < top - 1 or e[3] > right + 1 or e[4] > bottom + 1
+            ]
+            assert not out, f"{c['title']!r}: legend entries past the chart's box {c['svg']}: {out}"
     finally:
         page.close()
 

@@ -17,8 +17,9 @@ from admm_core.spec import kinds
 COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f", "#7c3aed", "#0f766e"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 LIVE_HEIGHT = 250
-# The legend's own band under the x axis: rows of about ROW_PX, each entry CHAR_PX a character + ENTRY_PX.
-LEGEND = {"char_px": 6.5, "entry_px": 40, "row_px": 450, "row_height": 22, "bottom": 48}
+# The legend's own band under the x axis: rows of about ROW_PX, each entry CHAR_PX a character + ENTRY_PX, its
+# lines WRAP characters at most (plotly does not wrap: a grouped chart's "… · pools …" was cut at 1280 px).
+LEGEND = {"char_px": 6.5, "entry_px": 40, "row_px": 450, "row_height": 22, "bottom": 48, "wrap": 56}
 # Log-axis ticks: 1-2-5 per decade, decades only past MAX, finer ladders under a decade (log_ticks).
 TICKS = {
     "max": 8,
@@ -151,10 +152,12 @@ def _figure(
     else:
         y = {"type": "linear", "hoverformat": ".2f", "exponentformat": "none"}
     layout["yaxis"] = {"title": {"text": ytitle}, **y, **(yaxis or {})}
-    shown = [tr.get("name") or "" for tr in traces if tr.get("showlegend") is not False]
+    band, named = LEGEND, lambda t: t.get("showlegend") is not False
+    traces = [{**t, "name": wrap(t.get("name") or "", band["wrap"])} if named(t) else t for t in traces]
+    shown = [t["name"].split("<br>") for t in traces if named(t)]
     if len(shown) > 1 or (legend and shown):  # room for the legend row(s) under the x axis title
-        band = LEGEND
-        rows = math.ceil(sum(len(n) * band["char_px"] + band["entry_px"] for n in shown) / band["row_px"])
+        rows = math.ceil(sum(len(max(n, key=len)) * band["char_px"] + band["entry_px"] for n in shown) / band["row_px"])
+        rows += sum(len(n) - 1 for n in shown)  # a wrapped entry's lines past its first
         layout["height"] += band["row_height"] * rows
         layout["margin"]["b"] = band["bottom"] + band["row_height"] * rows
         layout["showlegend"] = True  # plotly hides a legend of one entry by itself
