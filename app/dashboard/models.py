@@ -180,3 +180,85 @@ def entry_of_run(run_dir: Path, folder: Path | None = None) -> str | None:
         return entry if path.parent == base and resolve(entry, base)[0] == path else None
     except ConfigError:
         return None
+
+
+def toggle_cut(rows: list[dict], split: list[str], name: str) -> tuple[list[str], str]:
+    """A click on cut point ``name`` of the drawn graph: (``split`` with it added or removed, in
+    forward order, "") for a valid cut; (``split`` unchanged, why not) for one that is not a cut."""
+    row = next((r for r in rows if r["name"] == name), None)
+    if row is None or not row["valid"]:
+        return list(split), f"Not a cut point: {name} — {row['why'] if row else 'not in the traced graph'}."
+    picked, names = set(split) ^ {name}, [r["name"] for r in rows]
+    return [n for n in names if n in picked] + [s for s in split if s not in names], ""
+
+
+CUT_STYLE = {  # state -> legend label, marker
+    "picked": ("picked cut", {"symbol": "diamond", "size": 20, "color": "#FF4B4B"}),
+    "valid": (
+        "can cut: click to pick",
+        {"symbol": "circle-open", "size": 16, "color": "#1C83E1", "line": {"width": 3}},
+    ),
+    "invalid": (
+        "cannot cut: hover for why",
+        {"symbol": "x-thin-open", "size": 12, "color": "#A3A8B8", "line": {"width": 3}},
+    ),
+}
+
+
+def cut_figure(rows: list[dict], split: list[str], input_shape=None, per_row: int = 8):
+    """The traced layers in forward order as a chain snaking over rows of ``per_row``, each with its
+    output shape; the marker after a layer is the cut there: picked, valid (clickable) or not (grey,
+    why on hover). Each marker's customdata is its cut point's name."""
+    import plotly.graph_objects as go
+
+    shape = lambda s: "×".join(map(str, s)) if s else "?"
+    nodes = [("input", shape(input_shape), None)] + [(r["name"], shape(r["out_shape"]), r) for r in rows]
+    xy = [
+        ((i % per_row) if (i // per_row) % 2 == 0 else per_row - 1 - i % per_row, -(i // per_row))
+        for i in range(len(nodes))
+    ]
+    state = lambda r: "picked" if r["name"] in split else "valid" if r["valid"] else "invalid"
+    hover = {
+        "picked": "picked: click to remove this cut",
+        "valid": "a valid cut (one tensor crosses): click to cut here",
+    }
+    fig = go.Figure(
+        go.Scatter(
+            x=[x for x, _ in xy],
+            y=[y for _, y in xy],
+            mode="lines+markers+text",
+            hoverinfo="skip",
+            showlegend=False,
+            text=[f"<b>{n}</b><br>{s}" for n, s, _ in nodes],
+            textposition="bottom center",
+            line={"color": "#A3A8B8"},
+            marker={"size": 6},
+        )
+    )
+    for st_, (label, marker) in CUT_STYLE.items():
+        mine = [(i, r) for i, (_, _, r) in enumerate(nodes) if r and state(r) == st_]
+        fig.add_scatter(
+            x=[xy[i][0] for i, _ in mine],
+            y=[xy[i][1] for i, _ in mine],
+            mode="markers",
+            name=label,
+            marker=marker,
+            customdata=[[r["name"]] for _, r in mine],
+            unselected={"marker": {"opacity": 1}},
+            hovertext=[
+                f"after {r['name']} ({shape(r['out_shape'])}): {hover.get(st_) or 'not a cut: ' + r['why']}"
+                for _, r in mine
+            ],
+            hovertemplate="%{hovertext}<extra></extra>",
+        )
+    n_rows = -min(y for _, y in xy) + 1
+    fig.update_xaxes(visible=False, range=[-0.5, per_row - 0.5], fixedrange=True)
+    fig.update_yaxes(visible=False, range=[-n_rows + 0.4, 0.35], fixedrange=True)
+    fig.update_layout(
+        height=95 * n_rows + 60,
+        margin={"l": 0, "r": 0, "t": 30, "b": 0},
+        dragmode=False,
+        clickmode="event+select",
+        legend={"orientation": "h", "x": 0, "y": 1, "yanchor": "bottom"},
+    )
+    return fig
