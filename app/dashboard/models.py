@@ -232,11 +232,14 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None, per_row: in
             text=[f"<b>{n}</b><br>{s}" for n, s, _ in nodes],
             textposition="bottom center",
             line={"color": "#A3A8B8"},
-            marker={"size": 6},
+            # the input a grey dot; the layers' (under their cut markers) as large as those, clear,
+            # so each label starts below its marker
+            marker={"size": [8] + [22] * len(rows), "color": ["#A3A8B8"] + ["rgba(0,0,0,0)"] * len(rows)},
         )
     )
     for st_, (label, marker) in CUT_STYLE.items():
-        mine = [(i, r) for i, (_, _, r) in enumerate(nodes) if r and state(r) == st_]
+        if not (mine := [(i, r) for i, (_, _, r) in enumerate(nodes) if r and state(r) == st_]):
+            continue  # the legend names the states drawn
         fig.add_scatter(
             x=[xy[i][0] for i, _ in mine],
             y=[xy[i][1] for i, _ in mine],
@@ -253,9 +256,9 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None, per_row: in
         )
     n_rows = -min(y for _, y in xy) + 1
     fig.update_xaxes(visible=False, range=[-0.5, per_row - 0.5], fixedrange=True)
-    fig.update_yaxes(visible=False, range=[-n_rows + 0.4, 0.35], fixedrange=True)
+    fig.update_yaxes(visible=False, range=[-n_rows + 0.4, 0.25], fixedrange=True)
     fig.update_layout(
-        height=95 * n_rows + 60,
+        height=85 * n_rows + 45,
         margin={"l": 0, "r": 0, "t": 30, "b": 0},
         dragmode=False,
         clickmode="event+select",

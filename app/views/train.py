@@ -556,8 +556,11 @@ CUTS = "cuts_graph"  # the drawn graph's key: its selection is the click on a cu
 
 def on_cut_click() -> None:
     """A click on the graph's cut point toggles it in the split (as the multiselect does), or says
-    why that point is no cut. The graph is drawn afresh with the new split, so no selection stays."""
+    why that point is no cut. The graph is then drawn as a new chart (:data:`CUTS` ``.n`` counts the
+    clicks into its figure): a chart that was clicked never comes back with its old selection, which
+    would turn the next click on that point into an unselect (no event)."""
     form = read_form()
+    ss[CUTS + ".n"] = ss.get(CUTS + ".n", 0) + 1
     for p in ss[CUTS].selection.points[:1]:
         split, ss["cut_why"] = M.toggle_cut(
             M.cut_table(form["arch"], form["data"]), form.get("split") or [], p["customdata"][0]
@@ -576,7 +579,7 @@ def draw_cuts(form: dict, got: F.FormCheck) -> None:
     except ConfigError:
         return  # said once, under the network field
     shape = getattr(DATASETS.get(form["data"]), "input_shape", None)
-    fig = M.cut_figure(rows, list(form["split"]), shape)
+    fig = M.cut_figure(rows, list(form["split"]), shape).update_layout(meta=ss.get(CUTS + ".n", 0))
     alt = "The network's layers in forward order; a click on a cut point picks or removes it"
     st.plotly_chart(
         fig, key=CUTS, on_select=on_cut_click, selection_mode="points", config={"displayModeBar": False}, alt=alt
