@@ -126,7 +126,7 @@ def test_a_click_on_the_graph_toggles_a_valid_cut_and_says_why_not_for_another(f
     assert next(t["customdata"] for t in graph(at) if t.get("name") == "picked cut") == [["fc1"], ["act"]]
 
 
-def test_the_cut_table_comes_from_the_child_and_a_bad_file_is_one_error(folders):
+def test_the_cut_graph_comes_from_the_child_and_a_bad_file_is_one_error(folders):
     at = train_page({"arch": "tiny.py:Net", "split": "fc1"})
     assert not at.exception, [e.value for e in at.exception]
     assert (
