@@ -1,11 +1,11 @@
 """A network of one's own in a real Chromium: the models folder ($ADMM_MODELS) holds PyTorch's MNIST
-example ``Net`` as its file; the Train page lists it, two cut points are picked in the split menu
-(the valid cuts of its traced graph), Block-ADMM starts on an MNIST subset and the live chart shows
+example ``Net`` as its file; the Train page lists it, two cut points are picked by clicks on its drawn
+graph (the valid cuts of its traced layers), Block-ADMM starts on an MNIST subset and the live chart shows
 its first epoch with both cores busy; then Stop, Resume, and the run on Compare beside an Adam run
 of the same file. A file with a syntax error and links naming a file outside the folder are each a
 message on the page, no traceback, and the server goes on serving the other pages.
 
-With ADMM_SCREENSHOTS=assets the models menu and the drawn cut table are saved for docs/dashboard.md.
+With ADMM_SCREENSHOTS=assets the models menu and the drawn graph of cut points are saved for docs/dashboard.md.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ SUBSET = "train_limit=256&test_limit=256"  # an MNIST subset: an epoch of the co
 
 pytestmark = needs_chromium
 
-# a residual block: after 'conv2' two tensors cross (the skip from 'conv1' and conv2's output)
+# a residual block: after 'conv2' and 'conv3' two tensors cross (the skip from 'conv1' and the block's own)
 SKIP_NET = """import torch.nn as nn
 import torch.nn.functional as F
 
@@ -38,13 +38,14 @@ class SkipNet(nn.Module):
         self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
         self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
         self.conv3 = nn.Conv2d(8, 8, 3, padding=1)
+        self.conv4 = nn.Conv2d(8, 8, 3, padding=1)
         self.fc = nn.Linear(8 * 8 * 8, 10)
 
     def forward(self, x):
         h = F.relu(self.conv1(x.view(-1, 1, 8, 8)))  # digits come flat: 64 pixels
         y = F.relu(self.conv2(h))
         y = self.conv3(y) + h
-        return self.fc(F.relu(y).flatten(1))
+        return self.fc(F.relu(self.conv4(F.relu(y))).flatten(1))
 """
 BROKEN = "import torch\nfrom torch import nn\n\n\nclass Net(nn.Module)\n    pass\n"  # line 5: no colon
 
@@ -93,10 +94,37 @@ def _pick(page, menu: str, option: str) -> None:
     page.get_by_role("option", name=option, exact=True).click()
 
 
-def _cells(page, pattern: str):
-    """The first cell of the page's table whose text matches ``pattern`` (the grid draws on a canvas;
-    its accessible table, hidden, holds the cells)."""
-    return page.locator("[data-testid=stDataFrame] [role=gridcell]").filter(has_text=re.compile(pattern)).first
+GRAPH_JS = "document.querySelector('.st-key-cuts_graph .js-plotly-plot')"
+
+
+def _drawn(page) -> dict:
+    """The drawn graph's cut points by state (the legend's label -> names), once it is drawn."""
+    page.locator(".st-key-cuts_graph .js-plotly-plot .scatterlayer").wait_for()
+    return page.evaluate(
+        f"() => Object.fromEntries({GRAPH_JS}.data.filter(t => t.name).map(t => [t.name, t.customdata.map(c => c[0])]))"
+    )
+
+
+def _point(page, name: str) -> dict:
+    """Where cut point ``name``'s marker is on the screen (plotly's own axes place it)."""
+    page.wait_for_function(f"() => {GRAPH_JS}?._fullLayout?.xaxis")  # drawn again after a rerun
+    return page.evaluate(
+        f"""name => {{ const gd = {GRAPH_JS}, L = gd._fullLayout;
+        gd.scrollIntoView({{block: 'center'}}); const r = gd.getBoundingClientRect();
+        const t = gd.data.find(t => (t.customdata || []).some(c => c[0] === name));
+        const j = t.customdata.findIndex(c => c[0] === name);
+        return {{x: r.x + L.xaxis._offset + L.xaxis.l2p(t.x[j]), y: r.y + L.yaxis._offset + L.yaxis.l2p(t.y[j])}}; }}""",
+        name,
+    )
+
+
+def _click_cut(page, name: str, picked: bool) -> None:
+    """Click cut point ``name`` on the drawn graph, as a user does, and wait until the page has drawn
+    it (un)picked."""
+    at = _point(page, name)
+    page.mouse.click(at["x"], at["y"])
+    wait_js = f"name => {GRAPH_JS}?.data.some(t => t.name === 'picked cut' && t.customdata.some(c => c[0] === name))"
+    page.wait_for_function(wait_js if picked else f"name => !({wait_js.split('=> ', 1)[1]})", arg=name)
 
 
 def _new_run(runs: Path, before: set[str]) -> Path | None:
@@ -122,13 +150,14 @@ def test_the_examples_net_from_the_models_folder_trains_stops_resumes_and_compar
         page.get_by_role("combobox", name="Network").click()
         listed = page.get_by_role("option", name="mnist_net.py: Net", exact=True)
         listed.click()
-        # its cut table, from the traced graph: valid cuts and one that is not (and why)
-        page.locator("[data-testid=stDataFrame]").wait_for()
-        _cells(page, r"^yes$").wait_for(state="attached")  # a chain: every layer is a valid cut
-        _pick(page, "Split after layers (block boundaries)", "conv2")
-        _pick(page, "Split after layers (block boundaries)", "fc1")
-        page.keyboard.press("Escape")
-        expect(page).to_have_url(re.compile(r"split=conv2(%2C|,)fc1"), timeout=TIMEOUT_MS)
+        # its traced layers drawn in order: a chain, every layer a valid cut; two are picked by a click
+        assert _drawn(page) == {"can cut: click to pick": ["conv1", "conv2", "dropout1", "fc1", "dropout2", "fc2"]}
+        _click_cut(page, "fc1", picked=True)
+        _click_cut(page, "conv2", picked=True)
+        expect(page).to_have_url(re.compile(r"split=conv2(%2C|,)fc1(&|$)"), timeout=TIMEOUT_MS)
+        assert _drawn(page)["picked cut"] == ["conv2", "fc1"]
+        menu = page.locator("[data-testid=stMultiSelect]", has_text="Split after layers")
+        assert re.findall(r"conv2|fc1|dropout\d|conv1|fc2", menu.inner_text()) == ["conv2", "fc1"]  # the menu too
         start = page.get_by_role("button", name=re.compile("Start run"))
         expect(start).to_be_enabled(timeout=TIMEOUT_MS)
         picked = time.time()
@@ -195,8 +224,9 @@ def test_the_examples_net_from_the_models_folder_trains_stops_resumes_and_compar
             W.stop_run(r)
 
 
-def test_the_cut_table_marks_valid_and_invalid_cuts(models_server, browser):
-    """A residual network's table: the points inside the skip are not cuts, with the skip named."""
+def test_the_drawn_graph_marks_valid_and_invalid_cuts(models_server, browser):
+    """A residual network's graph: the points inside the skip are not cuts, and a click there says
+    why (the skip named) and picks nothing; a click on a valid one picks it, a second removes it."""
     from playwright.sync_api import expect
 
     url, runs, _ = models_server
@@ -211,14 +241,26 @@ def test_the_cut_table_marks_valid_and_invalid_cuts(models_server, browser):
         page.wait_for_timeout(300)
         page.screenshot(path=str(_screenshots_dir(runs.parent) / "dashboard-models-menu.png"))
         listed.click()
-        page.locator("[data-testid=stDataFrame]").wait_for()
-        _cells(page, r"^no: 2 values cross it").wait_for(state="attached")
-        _cells(page, r"^yes$").wait_for(state="attached")
-        _pick(page, "Split after layers (block boundaries)", "conv1")
-        page.keyboard.press("Escape")
+        assert _drawn(page) == {
+            "can cut: click to pick": ["conv1", "conv4"],
+            "cannot cut: hover for why": ["conv2", "conv3"],
+        }
+        at = _point(page, "conv2")
+        page.mouse.click(at["x"], at["y"])
+        page.get_by_text("Not a cut point: conv2 — 2 values cross it").wait_for()
+        assert re.search(r"split=-(&|$)", page.url), page.url  # no cut picked (written "-")
+        _click_cut(page, "conv1", picked=True)
+        expect(page).to_have_url(re.compile(r"split=conv1(&|$)"), timeout=TIMEOUT_MS)
+        _click_cut(page, "conv1", picked=False)  # a second click removes it
+        _click_cut(page, "conv1", picked=True)
         expect(page).to_have_url(re.compile(r"split=conv1(&|$)"), timeout=TIMEOUT_MS)
         expect(page.get_by_role("button", name=re.compile("Start run"))).to_be_enabled(timeout=TIMEOUT_MS)
-        page.evaluate("() => document.querySelector('[data-testid=stDataFrame]').scrollIntoView({block: 'center'})")
+        at = _point(page, "conv3")  # another point that is no cut: said too, the pick kept
+        page.mouse.click(at["x"], at["y"])
+        page.get_by_text("Not a cut point: conv3 — 2 values cross it").wait_for()
+        assert _drawn(page)["picked cut"] == ["conv1"] and re.search(r"split=conv1(&|$)", page.url), page.url
+        page.mouse.move(5, 5)  # no hover label over the graph
+        page.evaluate("() => document.querySelector('.st-key-cuts_graph').scrollIntoView({block: 'center'})")
         page.wait_for_timeout(800)
         page.screenshot(path=str(_screenshots_dir(runs.parent) / "dashboard-models-cuts.png"))
     finally:

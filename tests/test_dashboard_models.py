@@ -83,7 +83,50 @@ def train_page(query: dict) -> AppTest:
     return at.run()
 
 
-def test_the_cut_table_comes_from_the_child_and_a_bad_file_is_one_error(folders):
+def graph(at: AppTest) -> list[dict]:
+    """The traces of the drawn graph of cut points (one plotly chart on the page)."""
+    (chart,) = at.get("plotly_chart")
+    return json.loads(chart.proto.spec)["data"]
+
+
+def click(at: AppTest, name: str) -> AppTest:
+    """Run the page as after a click on cut point ``name`` of the graph: the chart's selection as the
+    browser sends it (AppTest has no plotly interaction: the widget state is added by hand)."""
+    (chart,) = at.get("plotly_chart")
+    states = at._tree.get_widget_states()
+    sel = {"points": [{"customdata": [name], "curve_number": 1, "point_number": 0}], "point_indices": [0]}
+    states.widgets.add(id=chart.proto.id, string_value=json.dumps({"selection": {**sel, "box": [], "lasso": []}}))
+    return at._run(states)
+
+
+def test_a_click_on_the_graph_toggles_a_valid_cut_and_says_why_not_for_another(folders):
+    from app.dashboard.models import toggle_cut
+
+    rows = [
+        {"name": "fc1", "valid": True},
+        {"name": "act", "valid": True},
+        {"name": "fc2", "valid": False, "why": "2 cross"},
+    ]
+    assert toggle_cut(rows, ["act"], "fc1") == (["fc1", "act"], "")  # forward order, whatever the click order
+    assert toggle_cut(rows, ["fc1", "act"], "fc1") == (["act"], "")
+    assert toggle_cut(rows, ["act"], "fc2") == (["act"], "Not a cut point: fc2 — 2 cross.")
+    at = train_page({"arch": "tiny.py:Net", "method": "block-admm"})
+    for name, want in (("act", ["act"]), ("fc1", ["fc1", "act"]), ("fc2", ["fc1", "act"]), ("act", ["fc1"])):
+        click(at, name)
+        assert not at.exception, [e.value for e in at.exception]
+        assert at.multiselect(key="f.split").value == want, (name, at.multiselect(key="f.split").value)
+        assert at.query_params["split"] == ",".join(want)  # the link holds the cuts
+        picked = next(t["customdata"] for t in graph(at) if t.get("name") == "picked cut")
+        assert picked == [[c] for c in want]  # drawn highlighted
+        said = [c.value for c in at.caption if "Not a cut point" in c.value]
+        assert said == (
+            ["Not a cut point: fc2 — 2 values cross it: 'act' (from act), 'fc2' (from fc2)."] if name == "fc2" else []
+        )
+    at.multiselect(key="f.split").set_value(["act", "fc1"]).run()  # the menu, the other way: the graph follows
+    assert next(t["customdata"] for t in graph(at) if t.get("name") == "picked cut") == [["fc1"], ["act"]]
+
+
+def test_the_cut_graph_comes_from_the_child_and_a_bad_file_is_one_error(folders):
     at = train_page({"arch": "tiny.py:Net", "split": "fc1"})
     assert not at.exception, [e.value for e in at.exception]
     assert (
@@ -91,10 +134,11 @@ def test_the_cut_table_comes_from_the_child_and_a_bad_file_is_one_error(folders)
     )
     split = at.multiselect(key="f.split")
     assert split.value == ["fc1"] and split.options == ["fc1", "act"]  # the valid cut points, in forward order
-    (table,) = at.dataframe
-    rows = table.value.to_dict("records")
-    assert [r["cut point"] for r in rows] == ["fc1", "act", "fc2"] and rows[0]["output"] == "16"
-    assert rows[2]["can cut"].startswith("no: 2 values cross it"), rows[2]
+    drawn = {t["name"]: t for t in graph(at) if t.get("name")}  # the traced layers, each cut point a marker
+    assert [c for t in drawn.values() for (c,) in t["customdata"]] == ["fc1", "act", "fc2"]
+    assert drawn["can cut: click to pick"]["customdata"] == [["act"]] and drawn["picked cut"]["customdata"] == [["fc1"]]
+    (why,) = drawn["cannot cut: hover for why"]["hovertext"]
+    assert why.startswith("after fc2 (10): not a cut: 2 values cross it"), why
     assert not at.button(key="start").disabled
     at.selectbox(key="f.arch").set_value("broken.py:Net").run()
     assert not at.exception, [e.value for e in at.exception]

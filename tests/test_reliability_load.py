@@ -855,14 +855,15 @@ for page in ("views/train.py", "views/runs.py", "views/compare.py", "views/sweep
     at.run()  # a refresh
     assert not at.exception, [e.value for e in at.exception]
     seen[page] = "torch" in sys.modules
-# a models-folder network picked: its cut table (traced in a child process), the memory estimate and
+# a models-folder network picked: its cut graph (traced in a child process), the memory estimate and
 # Start drawn; the server itself reads the file's source only
 at = AppTest.from_file(main, default_timeout=300)
 at.query_params.update({"preset": "none", "data": "digits", "arch": "tiny.py:Net", "split": "fc1", "run": run})
 at.run()
 at.run()  # a refresh
 assert not at.exception, [e.value for e in at.exception]
-assert [r["cut point"] for r in at.dataframe[0].value.to_dict("records")] == ["fc1", "act", "fc2"], at.error
+drawn = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]  # the layers, each cut point a marker
+assert [c for t in drawn[1:] for (c,) in t["customdata"]] == ["fc1", "act", "fc2"], at.error
 assert at.multiselect(key="f.split").value == ["fc1"] and not at.button(key="start").disabled
 seen["views/train.py with a model file"] = "torch" in sys.modules
 seen["modules"] = sorted(m for m in sys.modules if m == "admm_core" or m.startswith("admm_core."))

@@ -180,3 +180,77 @@ def entry_of_run(run_dir: Path, folder: Path | None = None) -> str | None:
         return entry if path.parent == base and resolve(entry, base)[0] == path else None
     except ConfigError:
         return None
+
+
+def toggle_cut(rows: list[dict], split: list[str], name: str) -> tuple[list[str], str]:
+    """A click on cut point ``name`` of the drawn graph: (``split`` with it added or removed, in
+    forward order, "") for a valid cut; (``split`` unchanged, why not) for one that is not a cut."""
+    row = next((r for r in rows if r["name"] == name), None)
+    if row is None or not row["valid"]:
+        return list(split), f"Not a cut point: {name} — {row['why'] if row else 'not in the traced graph'}."
+    picked, names = set(split) ^ {name}, [r["name"] for r in rows]
+    return [n for n in names if n in picked] + [s for s in split if s not in names], ""
+
+
+GREY = "#A3A8B8"
+CUT_STYLE = {  # state -> legend label, what hovering says, marker
+    "picked": (
+        "picked cut",
+        "picked: click to remove this cut",
+        {"symbol": "diamond", "size": 20, "color": "#FF4B4B", "line": {"width": 0}},
+    ),
+    "valid": (
+        "can cut: click to pick",
+        "one tensor crosses: click to cut here",
+        {"symbol": "circle-open", "size": 16, "color": "#1C83E1"},
+    ),
+    "invalid": ("cannot cut: hover for why", "not a cut: ", {"symbol": "x-thin-open", "size": 12, "color": GREY}),
+}
+
+
+def cut_figure(rows: list[dict], split: list[str], input_shape=None):
+    """The traced layers in forward order as a chain snaking over rows (as many layers to a row as
+    their longest name leaves room for in a ~900-px form, at most 8), each with its output shape;
+    the marker on a layer is the cut after it: picked, valid (clickable) or not (grey, why on hover).
+    Each marker's customdata is its cut point's name."""
+    import plotly.graph_objects as go
+
+    shape = lambda s: "×".join(map(str, s)) if s else "?"
+    nodes = [{"name": "input", "out_shape": input_shape}, *rows]
+    per_row = max(3, min(8, int(900 / (7.5 * max(len(n["name"]) for n in nodes) + 12))))  # ~7.5 px a letter
+    xy = [(c if r % 2 == 0 else per_row - 1 - c, -r) for r, c in (divmod(i, per_row) for i in range(len(nodes)))]
+    fig = go.Figure(
+        go.Scatter(
+            x=[x for x, _ in xy],
+            y=[y for _, y in xy],
+            mode="lines+markers+text",
+            hoverinfo="skip",
+            showlegend=False,
+            text=[f"<b>{n['name']}</b><br>{shape(n['out_shape'])}" for n in nodes],
+            textposition="bottom center",
+            line={"color": GREY},  # the input a grey dot; a layer's clear, as large as its cut marker (the label below)
+            marker={"size": [8] + [22] * len(rows), "color": [GREY] + ["rgba(0,0,0,0)"] * len(rows)},
+        )
+    )
+    state = lambda r: "picked" if r["name"] in split else "valid" if r["valid"] else "invalid"
+    for key, (label, says, marker) in CUT_STYLE.items():
+        if mine := [(i, r) for i, r in enumerate(nodes) if i and state(r) == key]:  # the states drawn
+            fig.add_scatter(
+                x=[xy[i][0] for i, _ in mine],
+                y=[xy[i][1] for i, _ in mine],
+                mode="markers",
+                name=label,
+                marker={"line": {"width": 3}, **marker},
+                customdata=[[r["name"]] for _, r in mine],
+                hovertext=[f"after {r['name']} ({shape(r['out_shape'])}): {says}{r['why']}" for _, r in mine],
+                hovertemplate="%{hovertext}<extra></extra>",
+                unselected={"marker": {"opacity": 1}},
+            )
+    n_rows = len(nodes) // per_row + (len(nodes) % per_row > 0)
+    fig.update_xaxes(visible=False, range=[-0.5, per_row - 0.5], fixedrange=True)
+    fig.update_yaxes(visible=False, range=[-n_rows + 0.4, 0.25], fixedrange=True)
+    legend = {"orientation": "h", "x": 0, "y": 1, "yanchor": "bottom"}
+    margin = {"l": 0, "r": 0, "t": 30, "b": 0}
+    return fig.update_layout(
+        height=85 * n_rows + 45, margin=margin, dragmode=False, clickmode="event+select", legend=legend
+    )

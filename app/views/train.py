@@ -546,19 +546,40 @@ def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
         )
 
 
+CUTS = "cuts_graph"  # the drawn graph's key: its selection is the click on a cut point
+
+
+def on_cut_click() -> None:
+    """A click on the graph's cut point toggles it in the split (as the multiselect does), or says
+    why that point is no cut. The graph is then drawn as a new chart (:data:`CUTS` ``.n`` counts the
+    clicks into its figure): a chart that was clicked never comes back with its old selection, which
+    would turn the next click on that point into an unselect (no event)."""
+    form = read_form()
+    ss[CUTS + ".n"] = ss.get(CUTS + ".n", 0) + 1
+    for p in ss[CUTS].selection.points[:1]:
+        split, ss["cut_why"] = M.toggle_cut(
+            M.cut_table(form["arch"], form["data"]), form.get("split") or [], p["customdata"][0]
+        )
+        if split != form.get("split"):
+            ss[K + "split"] = split
+            edited("split", on_split)()
+
+
 def draw_cuts(form: dict, got: F.FormCheck) -> None:
-    """A model file's cut points in forward order: output shape per sample, and why not where invalid;
-    then the Z/U state the picked cuts make, by the method's own rule on those shapes."""
+    """A model file's traced layers in forward order with their output shapes, the cut points picked
+    on it by a click (:func:`on_cut_click`); then the Z/U state the picked cuts make, by the method's
+    own rule on those shapes."""
     try:
         rows = M.cut_table(form["arch"], form["data"])
     except ConfigError:
         return  # said once, under the network field
-    shape = lambda r: "×".join(map(str, r["out_shape"])) if r["out_shape"] else "?"
-    table = [
-        {"cut point": r["name"], "output": shape(r), "can cut": "yes" if r["valid"] else f"no: {r['why']}"}
-        for r in rows
-    ]
-    st.dataframe(table, hide_index=True, width="stretch")
+    shape = getattr(DATASETS.get(form["data"]), "input_shape", None)
+    fig = M.cut_figure(rows, list(form["split"]), shape).update_layout(meta=ss.get(CUTS + ".n", 0))
+    alt = "The network's layers in forward order; a click on a cut point picks or removes it"
+    st.plotly_chart(
+        fig, key=CUTS, on_select=on_cut_click, selection_mode="points", config={"displayModeBar": False}, alt=alt
+    )
+    st.caption(ss.pop("cut_why", "") or "Click a point to cut after its layer (or pick in the split menu).")
     if got.cfg is not None and METHODS[got.cfg.method].uses_blocks:
         state = state_of_cuts(rows, list(form["split"]), got.cfg)
         limit = F.max_run_bytes()
