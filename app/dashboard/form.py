@@ -40,7 +40,7 @@ from admm_core.spec.methods import DEFAULT_METHOD, METHODS, make_settings
 from admm_core.spec.methods import names_for as methods_for
 from admm_core.spec.presets import PRESETS, preset_config
 from admm_core.spec.resources import MAX_PROCESSES, preflight_report
-from admm_core.spec.settings import parse_numbers, parse_widths
+from admm_core.spec.settings import parse_numbers, parse_sets, parse_widths
 from app.dashboard import models
 
 NO_PRESET = "none"
@@ -66,7 +66,8 @@ class FormField:
     """One field of the form: where it lives in the config and how it is edited.
 
     ``kind``: select, radio, split (a multiselect of layer names), check, int, float, widths
-    (comma-separated integers as text) or hidden (carried, not shown). ``none``: the widget value
+    (comma-separated integers as text), set (text read like the CLI's ``--set NAME=VALUE``: JSON
+    where it parses, else the text), text, or hidden (carried, not shown). ``none``: the widget value
     that stands for None (0 for "all samples"). ``enabled_if`` / ``disabled_if``: {form key: value}.
     ``menu``: the registry whose names are its choices (:func:`choices`, read when drawn).
     A size field of the network (``model.hidden``, ``model.width``) is enabled when the form's
@@ -149,7 +150,9 @@ LAYOUT: dict[str, dict] = {
 HIDDEN = {"data.root"}  # carried through unchanged (method_params is the mp.* fields)
 
 
-def _kind(tp, hints: dict, rules) -> str:
+def _kind(tp, hints: dict, rules, as_set: tuple = ()) -> str:
+    """The widget kind of a field by its hint, its choices or its type; ``as_set``: kinds drawn as
+    "set" text instead (DeepFacto's floats and lists, typed as ``--set`` reads them)."""
     if hints.get("widget"):
         return hints["widget"]
     if rules.get("choices") is not None:
@@ -158,34 +161,40 @@ def _kind(tp, hints: dict, rules) -> str:
     base = {a for a in typing.get_args(tp) if a is not type(None)} if union else {tp}
     (t,) = base if len(base) == 1 else (str,)
     if t is bool:
-        return "check"
-    if t is int:
-        return "int"
-    if t is float:
-        return "float"
-    if typing.get_origin(t) is tuple:
-        return "widths"
-    return "text"
+        kind = "check"
+    elif t is int:
+        kind = "int"
+    elif t is float:
+        kind = "float"
+    elif typing.get_origin(t) is tuple:
+        kind = "widths"
+    else:
+        kind = "text"
+    return "set" if kind in as_set else kind
 
 
-def _fields_of(klass, prefix: str) -> list[FormField]:
+def _fields_of(
+    klass, prefix: str, layout: dict = LAYOUT, skip: tuple = ("method_params",), as_set: tuple = ()
+) -> list[FormField]:
+    """The form fields of a settings dataclass, by its fields' declarations (help, rules, label) and
+    ``layout``'s hints per path (``prefix`` + name); ``skip``: fields no widget edits."""
     out = []
     types = typing.get_type_hints(klass)
     for f in dataclasses.fields(klass):
-        if f.name == "method_params" or f.type in ("DataConfig", "ModelConfig", "TrainConfig"):
+        if f.name in skip or f.type in ("DataConfig", "ModelConfig", "TrainConfig"):
             continue
         path = f"{prefix}{f.name}"
         default = f.default if f.default is not dataclasses.MISSING else None
         if path in HIDDEN:
             out.append(FormField(f.name, path, "hidden", default=default))
             continue
-        hints, rules = LAYOUT.get(path, {}), f.metadata
+        hints, rules = layout.get(path, {}), f.metadata
         ff = FormField(
             key=hints.get("key", f.name),
             path=path,
-            kind=_kind(types[f.name], hints, rules),
+            kind=_kind(types[f.name], hints, rules, as_set),
             group=hints.get("group", "more"),
-            label=hints.get("label", f.name),
+            label=hints.get("label", rules.get("label", f.name)),
             help=rules.get("help", ""),
             choices=tuple(rules["choices"]) if rules.get("choices") is not None else None,
             menu=hints.get("menu"),
@@ -197,6 +206,20 @@ def _fields_of(klass, prefix: str) -> list[FormField]:
         )
         out.append(dataclasses.replace(ff, default=_to_widget(ff, default)))
     return out
+
+
+def setting_field(method: str, s: dict) -> FormField:
+    """The form field of one of ``method``'s settings (``s``: one of its record's ``settings()``):
+    floats are text, so a per-block value can be written "1,0.5,1"."""
+    kind = {"bool": "check", "int": "int"}.get(s["type"], "text")
+    return FormField(
+        key=MP + s["name"],
+        path=f"{method}.{s['name']}",
+        kind="select" if s["choices"] is not None else kind,
+        label=s["label"],
+        help=s["help"],
+        choices=tuple(s["choices"]) if s["choices"] is not None else None,
+    )
 
 
 PROCESSES = FormField(
@@ -343,6 +366,8 @@ def _to_widget(ff: FormField, v):
     """A config value as the widget holds it."""
     if v is None and ff.none is not None:
         return ff.none
+    if ff.kind == "set":
+        return v if isinstance(v, str) else json.dumps(list(v) if isinstance(v, tuple) else v)
     if ff.kind == "widths":
         return ",".join(map(str, v or ()))
     if ff.kind == "split":
@@ -356,6 +381,8 @@ def _from_widget(ff: FormField, w):
         return None
     if ff.kind == "widths":
         return list(parse_widths(w, ff.path))
+    if ff.kind == "set" and isinstance(w, str):
+        return parse_sets([f"{ff.key}={w}"])[ff.key]
     if ff.kind == "split":
         if not isinstance(w, (list, tuple)):
             raise ConfigError(f"{ff.path} = {w!r}: must be a list of layer names")
@@ -952,19 +979,18 @@ def _shown() -> list[FormField]:
     return [f for f in FIELDS if f.kind != "hidden"]
 
 
+def query_text(ff: FormField, v) -> str:
+    """A widget's value as a link writes it (:func:`read_text` reads it back)."""
+    if ff.kind == "split":
+        return ",".join(v or []) or "-"
+    if isinstance(v, bool):
+        return json.dumps(v)
+    return "" if v is None else str(v)
+
+
 def to_query(form: dict) -> dict[str, str]:
     """Flat str -> str mapping for st.query_params (every shown field; the chosen method's settings)."""
-    q = {}
-    for ff in _shown():
-        if ff.key not in form:
-            continue
-        v = form[ff.key]
-        if ff.kind == "split":
-            q[ff.key] = ",".join(v or []) or "-"
-        elif isinstance(v, bool):
-            q[ff.key] = json.dumps(v)
-        else:
-            q[ff.key] = "" if v is None else str(v)
+    q = {ff.key: query_text(ff, form[ff.key]) for ff in _shown() if ff.key in form}
     if form.get("method") in METHODS:
         for k, v in form.items():
             if k.startswith(MP):
@@ -972,19 +998,26 @@ def to_query(form: dict) -> dict[str, str]:
     return q
 
 
-def _from_text(ff: FormField, text: str):
-    """A query value as the widget holds it; ValueError when it does not read."""
+_KIND_WORDS = {"int": "a whole number", "float": "a number"}
+
+
+def read_text(ff: FormField, text: str, form: dict | None = None):
+    """A link's text as the widget of ``ff`` holds it; ValueError saying why it cannot (the menu's
+    choices of ``form``, or the kind of value it takes)."""
     if ff.kind == "split":
         return [] if text in ("-", "") else [s for s in text.split(",") if s]
     if ff.kind == "check":
         if text.lower() not in ("true", "false", "1", "0"):
             raise ValueError("not true or false")
         return text.lower() in ("true", "1")
-    if ff.kind == "int":
-        return int(text)
-    if ff.kind == "float":
-        return float(text)
-    return text
+    if ff.kind in _KIND_WORDS:
+        try:
+            return int(text) if ff.kind == "int" else float(text)
+        except ValueError:
+            raise ValueError(f"not {_KIND_WORDS[ff.kind]}") from None
+    if ff.kind in ("select", "radio") and ff.menu != "datasets" and text not in choices(ff, form):
+        raise ValueError(f"choose from {choices(ff, form)}")
+    return str(text)
 
 
 PAGE_KEYS = {"run", "load", "mode"}  # link keys the page reads itself (watched run, Runs → Load, the form shown)
@@ -1096,14 +1129,10 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     for ff in shown.values():
         if ff.key in q and ff.key not in ("preset", "method"):
             try:
-                value = _from_text(ff, q[ff.key])
-                if ff.kind in ("select", "radio") and ff.menu != "datasets" and value not in choices(ff, form):
-                    raise ValueError(f"choose from {choices(ff, form)}")
-                form[ff.key] = value
+                form[ff.key] = read_text(ff, q[ff.key], form)
             except ValueError as e:
-                why = str(e) if str(e).startswith("choose") else f"not {_KIND_WORDS.get(ff.kind, 'a value here')}"
                 link[ff.key] = (
-                    f"{ff.path or ff.key} = {q[ff.key]!r} in the link: {why}; the field shows "
+                    f"{ff.path or ff.key} = {q[ff.key]!r} in the link: {e}; the field shows "
                     f"{form.get(ff.key)!r} (edit it to go on)"
                 )
     if "split" not in q and models.is_entry(form.get("arch")):  # a model file's: no cut until one is picked
@@ -1119,9 +1148,6 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     if link:
         form[LINK] = link
     return form, notes + list(link.values())
-
-
-_KIND_WORDS = {"int": "a whole number", "float": "a number", "check": "true or false"}
 
 
 def batch_warnings(cfg: RunConfig) -> dict[str, str]:
