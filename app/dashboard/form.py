@@ -972,7 +972,8 @@ def memory_message(cfg: RunConfig, mem: dict) -> str:
 
 # --- form <-> URL query ----------------------------------------------------------------------
 
-LEGACY_AUGMENT = {"none": (False, None), "crop-flip": (True, True), "shift": (True, False)}  # links before #34
+# the links of the one augment menu before its three fields
+LEGACY_AUGMENT = {"none": (False, None), "crop-flip": (True, True), "shift": (True, False)}
 
 
 def _shown() -> list[FormField]:
@@ -1097,7 +1098,7 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     notes: list[str] = []
     link: dict[str, str] = {}
     q = {k: (v[-1] if isinstance(v, list) else v) for k, v in dict(query).items()}
-    if q.get("augment") in LEGACY_AUGMENT:  # augment=none|crop-flip|shift (one menu before #34)
+    if q.get("augment") in LEGACY_AUGMENT:  # augment=none|crop-flip|shift (the old one menu)
         on, flip = LEGACY_AUGMENT[q["augment"]]
         q["augment"] = json.dumps(on)
         if flip is not None:

@@ -583,19 +583,25 @@ def state_of_cuts(rows: list[dict], split: list[str], cfg: RunConfig) -> int:
     return int(cfg.method_settings.estimate_state_bytes(StateSizes(n, cfg.train.batch_size, block_out, block_out)))
 
 
+def start_button(column, key: str, disabled: bool, on_click, args: tuple = ()) -> None:
+    """The Start button of a form (the network's or DeepFacto's), at the head of its start row."""
+    column.button(
+        "Start run",
+        icon=":material/play_arrow:",
+        type="primary",
+        disabled=disabled,
+        key=key,
+        on_click=on_click,
+        args=args,
+        width="stretch",
+    )
+
+
 def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
     """Start, Load and a one-line summary of the setup, above the form: on a 1000-px (or 800-px) high
     window they are in view without scrolling (the form below is ~1000 px tall)."""
     c = st.columns([1.1, 1.5, 3])
-    c[0].button(
-        "Start run",
-        icon=":material/play_arrow:",
-        type="primary",
-        disabled=cfg is None,
-        key="start",
-        on_click=on_start,
-        width="stretch",
-    )
+    start_button(c[0], "start", cfg is None, on_start)
     with c[2]:
         if cfg is None:
             fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
@@ -763,16 +769,8 @@ def deepfacto_section() -> dict:
 def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_problem: str | None) -> None:
     c = st.columns([1.1, 4.4])
     ready = cfg is not None and backbone_ok and lfw_problem is None
-    c[0].button(
-        "Start run",
-        icon=":material/play_arrow:",
-        type="primary",
-        disabled=not ready,
-        key="start_df",
-        on_click=on_start_deepfacto,
-        args=(json.dumps(cfg.to_dict()) if cfg is not None else "",),
-        width="stretch",
-    )
+    cfg_json = json.dumps(cfg.to_dict()) if cfg is not None else ""
+    start_button(c[0], "start_df", not ready, on_start_deepfacto, (cfg_json,))
     with c[1]:
         if lfw_problem:
             st.warning(f"LFWA is not here: {lfw_problem}")
@@ -952,11 +950,7 @@ def main() -> None:
 def _form_part() -> None:
     """What to train, and how: the network form or DeepFacto's, the Start button, the URL mirror."""
     if ss["train_mode"] == D.MODE:
-        query = deepfacto_section()
-        if ui.watched():
-            query["run"] = ui.watched()
-        if st.query_params.to_dict() != query:
-            st.query_params.from_dict(query)
+        mirror(deepfacto_section())
         return
     datasets = available(kind=NETWORK)
     form, got, notes = validate(datasets)
@@ -970,7 +964,11 @@ def _form_part() -> None:
     method_section(form, notes, datasets)
     for field in list(notes):  # a field without a widget of its own
         note(notes, field)
-    query = F.to_query(form)
+    mirror(F.to_query(form))
+
+
+def mirror(query: dict) -> None:
+    """The URL holds the form's setup (``query``) and the watched run: a shareable link."""
     if ui.watched():
         query["run"] = ui.watched()
     if st.query_params.to_dict() != query:
