@@ -613,8 +613,7 @@ def form_from_dict(d: dict) -> tuple[dict, list[str]]:
             continue
         if s["choices"] is None and s["type"] == "float" and not isinstance(v, str):
             v = fmt_number(v)  # edited as text; a wrong number is the validation's
-        kind = {"bool": bool, "int": int}.get(s["type"])
-        if (s["choices"] is not None and v not in s["choices"]) or (kind and type(v) is not kind):
+        if _holds(setting_field(method, s), v):
             notes.append(f"{method}.{k} = {v!r}: the widget cannot show it; the form shows {form[MP + k]!r}")
             continue
         form[MP + k] = v
@@ -1008,9 +1007,9 @@ def read_text(ff: FormField, text: str, form: dict | None = None):
     if ff.kind == "split":
         return [] if text in ("-", "") else [s for s in text.split(",") if s]
     if ff.kind == "check":
-        if text.lower() not in ("true", "false", "1", "0"):
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
             raise ValueError("not true or false")
-        return text.lower() in ("true", "1")
+        return text.lower() in ("true", "1", "yes")
     if ff.kind in _KIND_WORDS:
         try:
             return int(text) if ff.kind == "int" else float(text)
@@ -1066,23 +1065,11 @@ def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict) -> 
             else:
                 notes.append(f"{k} = {v!r}: no method has a setting {name!r}; ignored")
             continue
-        shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
-        if s["choices"] is not None and v not in s["choices"]:
-            link[MP + name] = f"{method}.{name} = {v!r} in the link: choose from {list(s['choices'])}; {shows}"
-        elif s["choices"] is not None or s["type"] == "str":
-            form[MP + name] = v
-        elif s["type"] == "bool":
-            if v.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                link[MP + name] = f"{method}.{name} = {v!r} in the link: not true or false; {shows}"
-            else:
-                form[MP + name] = v.lower() in ("true", "1", "yes")
-        elif s["type"] == "int":
-            try:
-                form[MP + name] = int(v)
-            except ValueError:
-                link[MP + name] = f"{method}.{name} = {v!r} in the link: not a whole number; {shows}"
-        else:
-            form[MP + name] = v
+        try:
+            form[MP + name] = read_text(setting_field(method, s), v)
+        except ValueError as e:
+            shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
+            link[MP + name] = f"{method}.{name} = {v!r} in the link: {e}; {shows}"
     return notes
 
 
