@@ -622,33 +622,16 @@ def form_from_dict(d: dict) -> tuple[dict, list[str]]:
     return form, notes
 
 
-def preset_edited(form: dict, cfg: RunConfig | None) -> bool:
-    """Whether the form's run is no longer the preset it names (a value edited since it was picked;
-    a form with a wrong field is not the preset either). False for no preset."""
-    preset, method = form.get("preset"), form.get("method", DEFAULT_METHOD)
-    if preset in (None, NO_PRESET) or preset not in PRESETS or method not in METHODS:
-        return False
-    if cfg is None:
-        return True
-    ref = preset_config(preset, method)
-    mine, theirs = cfg.to_dict(), ref.to_dict()
-    mine.pop("method_params"), theirs.pop("method_params")
-    # the default split written out equals None; explicit defaults of the method equal omitted ones
-    for d, c in ((mine, cfg), (theirs, ref)):
-        d["model"]["split"] = list(split_options(c.model.arch, c.model.hidden, c.model.width)[1])
-        if c.model.split is not None:
-            d["model"]["split"] = list(c.model.split)
-    return mine != theirs or cfg.method_settings != ref.method_settings or form.get("processes", 1) != 1
-
-
 def preset_changes(form: dict, cfg: RunConfig | None) -> list[str]:
     """The labels of the fields where the form's run is no longer the preset it names (empty for no
-    preset, or none changed); ["a field that is wrong"] while the form does not make a config."""
-    if not preset_edited(form, cfg):
+    preset, or none changed); ["a field that is wrong"] while the form does not make a config. The
+    default split equals no split given; explicit defaults of the method equal omitted ones."""
+    preset, method = form.get("preset"), form.get("method", DEFAULT_METHOD)
+    if preset not in PRESETS or method not in METHODS:
         return []
     if cfg is None:
         return ["a field that is wrong"]
-    ref = preset_config(form["preset"], form.get("method", DEFAULT_METHOD))
+    ref = preset_config(preset, method)
     out = []
     for ff in FIELDS:
         if not ff.path or ff.kind == "hidden" or ff.key == "preset":

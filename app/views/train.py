@@ -492,9 +492,7 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
     values = {s["name"]: form.get(F.MP + s["name"]) for s in cls.settings()}
     applying = {s["name"] for s in cls.shown_settings(values)}
     settings = [s for s in cls.settings() if s["name"] in applying or F.MP + s["name"] in notes]
-    for s in cls.settings():
-        if s not in settings and (k := wkey(F.MP + s["name"], method)) in ss:
-            ss[k] = ss[k]  # an undrawn widget's value is dropped by Streamlit unless set as plain state
+    keep_undrawn(wkey(F.MP + s["name"], method) for s in cls.settings() if s not in settings)
     more_settings = settings[MAIN_SETTINGS:]
     measured = measured_values(form, method)
     with st.container(border=True):
