@@ -125,9 +125,7 @@ def on_shape():
 
 def on_split():
     """The split's tags in network order, whatever order they were clicked in (unknown ones last)."""
-    key = K + "split"
-    allowed = F.allowed_splits(read_form())
-    ss[key] = sorted(ss.get(key) or [], key=lambda s: allowed.index(s) if s in allowed else len(allowed))
+    ss[K + "split"] = _ordered_form()["split"]
 
 
 def edited(field: str, then=None):
@@ -206,10 +204,10 @@ def _load_config(cfg: dict) -> None:
 
 
 def _ordered_form() -> dict:
-    """The form with the split in layer order."""
+    """The form with the split in layer order (unknown entries last)."""
     form = read_form()
     allowed = F.allowed_splits(form)
-    form["split"] = sorted(form.get("split") or [], key=lambda s: allowed.index(s) if s in allowed else 99)
+    form["split"] = sorted(form.get("split") or [], key=lambda s: allowed.index(s) if s in allowed else len(allowed))
     return form
 
 
