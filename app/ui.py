@@ -301,13 +301,6 @@ def run_label(r: dict) -> str:
     return f"{name} ({r['name']})" if name else r["name"]
 
 
-def pick_id(value, names) -> str | None:
-    """The run id a menu's value stands for: the id itself, else the id inside a stale label."""
-    if value is None or value in names:
-        return value
-    return next((n for n in names if n in str(value)), None)
-
-
 # --- the one selection ----------------------------------------------------------------------
 
 

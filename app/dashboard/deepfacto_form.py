@@ -1,48 +1,32 @@
 """The DeepFacto form of the Train page, without Streamlit: widget values <-> DeepFactoConfig <-> URL.
 
-Every :class:`~admm_core.deepfacto.DeepFactoConfig` field is a widget. The main ones are numbers
-or menus; the rest are text read like the CLI's ``--set NAME=VALUE`` (JSON where it parses, else a
-string), so a list such as ``svm_c = [0.001, 0.01]`` or ``data_limit = null`` is typed the same way
-in both places. Validation is the engine's: each field is checked alone against the defaults, so
-every wrong field gets its own message.
+Every :class:`~admm_core.deepfacto.DeepFactoConfig` field is a form field generated from its
+declaration as the network form's are (:func:`app.dashboard.form._fields_of`: label, help, choices)
+and drawn by the same renderer. Integers are number inputs, choices menus; the rest are text read
+like the CLI's ``--set NAME=VALUE`` (JSON where it parses, else a string), so a list such as
+``svm_c = [0.001, 0.01]`` or ``data_limit = null`` is typed the same way in both places. Validation
+is the engine's: each field is checked alone against the defaults, so every wrong field gets its
+own message.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import re
 from pathlib import Path
 
 from admm_core.rundir import write_atomic
 from admm_core.spec.config import ConfigError
 from admm_core.spec.datasets import cache_dir
-from admm_core.spec.deepfacto import BACKBONE_SOURCES, RENAMED, SVM_SOLVERS, DeepFactoConfig, field_help, saved_fields
+from admm_core.spec.deepfacto import RENAMED, DeepFactoConfig, saved_fields
 from admm_core.spec.methods.deepfacto import DeepFactoSettings
-from admm_core.spec.settings import parse_sets
+from app.dashboard import form as F
 from app.dashboard import workers as W
 
 MODE = "deepfacto"  # ?mode=deepfacto opens the Train page on this form
 PREFIX = "df."  # widget keys and URL keys: df.<field>
-NUMBERS = (  # number inputs (integers); the rest are text or menus
-    "rank",
-    "warmup_epochs",
-    "finetune_epochs",
-    "admm_images",
-    "seed",
-    "backbone_epochs",
-    "backbone_width",
-    "data_limit",
-)
 MAIN = ("rank", "warmup_epochs", "finetune_epochs", "admm_images", "seed", "device")
-MENUS = {
-    "device": ("auto", "cpu", "cuda"),
-    # the algorithm's menus: the choices its settings declare (s_mode, m_update)
-    **{f.name: f.metadata["choices"] for f in dataclasses.fields(DeepFactoSettings) if f.metadata.get("choices")},
-    "svm_solver": SVM_SOLVERS,
-    "backbone_source": BACKBONE_SOURCES,
-}
 # "All DeepFacto settings" by what they set; the algorithm's are the method's own (DeepFactoSettings)
 GROUPS = {
     "The algorithm (the method's settings)": tuple(f.name for f in dataclasses.fields(DeepFactoSettings)),
@@ -66,17 +50,20 @@ GROUPS = {
     ),
 }
 OWN_WIDGETS = ("backbone_weights", "data_root")  # the backbone choice / the environment set these
-RANKS = (4, 32, 256)  # the paper's ranks (any r ≥ 1 may be typed)
 UPLOAD_LIMIT = (
     50 * 10**6
 )  # bytes of an uploaded backbone: the server's per-file cap (.streamlit/config.toml maxUploadSize = 50 MB)
+# 0 labelled images stands for None (all of them)
+LAYOUT = {"deepfacto.data_limit": {"none": 0}}
+FIELDS = {
+    ff.key: ff for ff in F._fields_of(DeepFactoConfig, "deepfacto.", LAYOUT, OWN_WIDGETS, as_set=("float", "text"))
+}
 
 
 def label_of(name: str) -> str:
     """A field's name on screen: its record's ``label`` (admm_core/spec/deepfacto.py and the method
     record), else the name in words."""
-    f = {f.name: f for f in dataclasses.fields(DeepFactoConfig)}.get(name)
-    return (f.metadata.get("label") if f else None) or name.replace("_", " ").capitalize()
+    return FIELDS[name].label if name in FIELDS else name.replace("_", " ").capitalize()
 
 
 def grouped(names: list[str]) -> list[tuple[str, list[str]]]:
@@ -88,59 +75,33 @@ def grouped(names: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def fields() -> list[str]:
-    return [f.name for f in dataclasses.fields(DeepFactoConfig) if f.name not in OWN_WIDGETS]
+    return list(FIELDS)
 
 
 def help_of(name: str) -> str:
-    d = DeepFactoConfig().to_dict()[name]
-    return f"{field_help().get(name, '')}. Setting `{name}`, default {to_text(d)}.".lstrip(". ")
-
-
-def to_text(v) -> str:
-    """A value as its text widget shows it (and as ``--set`` reads it back)."""
-    if isinstance(v, str):
-        return v
-    return json.dumps(list(v) if isinstance(v, tuple) else v)
-
-
-def widget_value(name: str, v):
-    """A config value as its widget holds it."""
-    if name == "data_limit":
-        return int(v or 0)
-    if name in NUMBERS or name in MENUS:
-        return v
-    return to_text(v)
+    return f"{FIELDS[name].help}. Setting `{name}`, default {F.query_text(FIELDS[name], FIELDS[name].default)}."
 
 
 def default_values() -> dict:
-    return {k: widget_value(k, v) for k, v in DeepFactoConfig().to_dict().items() if k not in OWN_WIDGETS}
+    return {name: ff.default for name, ff in FIELDS.items()}
 
 
 def values_from_config(cfg: dict) -> dict:
     """Widget values of a run's config.json["deepfacto"] (unknown keys are ignored)."""
-    known = set(fields())
     cfg = saved_fields(cfg)  # old names renamed; a field the run predates: the value it ran with
-    return {**default_values(), **{k: widget_value(k, v) for k, v in cfg.items() if k in known}}
-
-
-def _parse(name: str, v):
-    if name == "data_limit":
-        return int(v) or None if v is not None else None
-    if isinstance(v, str) and name not in MENUS:
-        return parse_sets([f"{name}={v}"])[name]
-    return v
+    return {**default_values(), **{k: F._to_widget(FIELDS[k], v) for k, v in cfg.items() if k in FIELDS}}
 
 
 def config_from_values(values: dict, backbone_weights: str | None = None) -> tuple[DeepFactoConfig | None, dict]:
     """(config, {}) or (None, {field: message}); each field is validated on its own first."""
-    base = DeepFactoConfig()
+    base = DeepFactoConfig().to_dict()
     kw, errors = {}, {}
-    for name in fields():
+    for name, ff in FIELDS.items():
         if name not in values:
             continue
         try:
-            kw[name] = _parse(name, values[name])
-            DeepFactoConfig.from_dict({**base.to_dict(), name: kw[name]})
+            kw[name] = F._from_widget(ff, values[name])
+            DeepFactoConfig.from_dict({**base, name: kw[name]})
         except (ConfigError, TypeError, ValueError) as e:
             errors[name] = _message(e, name)
     if errors:
@@ -160,11 +121,8 @@ def _message(e: Exception, name: str) -> str:
 def to_query(values: dict) -> dict:
     """The URL of the form: ``mode=deepfacto`` and the fields that differ from the defaults."""
     d = default_values()
-    q = {"mode": MODE}
-    for k, v in values.items():
-        if k in d and v != d[k]:
-            q[PREFIX + k] = to_text(v)
-    return q
+    changed = {k: v for k, v in values.items() if k in d and v != d[k]}
+    return {"mode": MODE, **{PREFIX + k: F.query_text(FIELDS[k], v) for k, v in changed.items()}}
 
 
 def from_query(qp: dict) -> tuple[dict, list[str]]:
@@ -174,21 +132,13 @@ def from_query(qp: dict) -> tuple[dict, list[str]]:
         if not key.startswith(PREFIX):
             continue
         name = RENAMED.get(key[len(PREFIX) :], key[len(PREFIX) :])  # a link made before the renames
-        if name not in values:
+        if name not in FIELDS:
             warnings.append(f"{key}: not a DeepFacto setting (ignored)")
             continue
-        if name in NUMBERS:
-            try:
-                values[name] = int(text)
-            except ValueError:
-                warnings.append(f"{key} = {text!r}: not an integer (ignored)")
-        elif name in MENUS:
-            if text in MENUS[name]:
-                values[name] = text
-            else:
-                warnings.append(f"{key} = {text!r}: choose from {list(MENUS[name])} (ignored)")
-        else:
-            values[name] = str(text)
+        try:
+            values[name] = F.read_text(FIELDS[name], text)
+        except ValueError as e:
+            warnings.append(f"{key} = {text!r}: {e} (ignored)")
     return values, warnings
 
 

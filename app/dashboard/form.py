@@ -40,7 +40,7 @@ from admm_core.spec.methods import DEFAULT_METHOD, METHODS, make_settings
 from admm_core.spec.methods import names_for as methods_for
 from admm_core.spec.presets import PRESETS, preset_config
 from admm_core.spec.resources import MAX_PROCESSES, preflight_report
-from admm_core.spec.settings import parse_numbers, parse_widths
+from admm_core.spec.settings import parse_numbers, parse_sets, parse_widths
 from app.dashboard import models
 
 NO_PRESET = "none"
@@ -66,7 +66,8 @@ class FormField:
     """One field of the form: where it lives in the config and how it is edited.
 
     ``kind``: select, radio, split (a multiselect of layer names), check, int, float, widths
-    (comma-separated integers as text) or hidden (carried, not shown). ``none``: the widget value
+    (comma-separated integers as text), set (text read like the CLI's ``--set NAME=VALUE``: JSON
+    where it parses, else the text), text, or hidden (carried, not shown). ``none``: the widget value
     that stands for None (0 for "all samples"). ``enabled_if`` / ``disabled_if``: {form key: value}.
     ``menu``: the registry whose names are its choices (:func:`choices`, read when drawn).
     A size field of the network (``model.hidden``, ``model.width``) is enabled when the form's
@@ -149,7 +150,9 @@ LAYOUT: dict[str, dict] = {
 HIDDEN = {"data.root"}  # carried through unchanged (method_params is the mp.* fields)
 
 
-def _kind(tp, hints: dict, rules) -> str:
+def _kind(tp, hints: dict, rules, as_set: tuple = ()) -> str:
+    """The widget kind of a field by its hint, its choices or its type; ``as_set``: kinds drawn as
+    "set" text instead (DeepFacto's floats and lists, typed as ``--set`` reads them)."""
     if hints.get("widget"):
         return hints["widget"]
     if rules.get("choices") is not None:
@@ -158,34 +161,40 @@ def _kind(tp, hints: dict, rules) -> str:
     base = {a for a in typing.get_args(tp) if a is not type(None)} if union else {tp}
     (t,) = base if len(base) == 1 else (str,)
     if t is bool:
-        return "check"
-    if t is int:
-        return "int"
-    if t is float:
-        return "float"
-    if typing.get_origin(t) is tuple:
-        return "widths"
-    return "text"
+        kind = "check"
+    elif t is int:
+        kind = "int"
+    elif t is float:
+        kind = "float"
+    elif typing.get_origin(t) is tuple:
+        kind = "widths"
+    else:
+        kind = "text"
+    return "set" if kind in as_set else kind
 
 
-def _fields_of(klass, prefix: str) -> list[FormField]:
+def _fields_of(
+    klass, prefix: str, layout: dict = LAYOUT, skip: tuple = ("method_params",), as_set: tuple = ()
+) -> list[FormField]:
+    """The form fields of a settings dataclass, by its fields' declarations (help, rules, label) and
+    ``layout``'s hints per path (``prefix`` + name); ``skip``: fields no widget edits."""
     out = []
     types = typing.get_type_hints(klass)
     for f in dataclasses.fields(klass):
-        if f.name == "method_params" or f.type in ("DataConfig", "ModelConfig", "TrainConfig"):
+        if f.name in skip or f.type in ("DataConfig", "ModelConfig", "TrainConfig"):
             continue
         path = f"{prefix}{f.name}"
         default = f.default if f.default is not dataclasses.MISSING else None
         if path in HIDDEN:
             out.append(FormField(f.name, path, "hidden", default=default))
             continue
-        hints, rules = LAYOUT.get(path, {}), f.metadata
+        hints, rules = layout.get(path, {}), f.metadata
         ff = FormField(
             key=hints.get("key", f.name),
             path=path,
-            kind=_kind(types[f.name], hints, rules),
+            kind=_kind(types[f.name], hints, rules, as_set),
             group=hints.get("group", "more"),
-            label=hints.get("label", f.name),
+            label=hints.get("label", rules.get("label", f.name)),
             help=rules.get("help", ""),
             choices=tuple(rules["choices"]) if rules.get("choices") is not None else None,
             menu=hints.get("menu"),
@@ -197,6 +206,20 @@ def _fields_of(klass, prefix: str) -> list[FormField]:
         )
         out.append(dataclasses.replace(ff, default=_to_widget(ff, default)))
     return out
+
+
+def setting_field(method: str, s: dict) -> FormField:
+    """The form field of one of ``method``'s settings (``s``: one of its record's ``settings()``):
+    floats are text, so a per-block value can be written "1,0.5,1"."""
+    kind = {"bool": "check", "int": "int"}.get(s["type"], "text")
+    return FormField(
+        key=MP + s["name"],
+        path=f"{method}.{s['name']}",
+        kind="select" if s["choices"] is not None else kind,
+        label=s["label"],
+        help=s["help"],
+        choices=tuple(s["choices"]) if s["choices"] is not None else None,
+    )
 
 
 PROCESSES = FormField(
@@ -343,6 +366,8 @@ def _to_widget(ff: FormField, v):
     """A config value as the widget holds it."""
     if v is None and ff.none is not None:
         return ff.none
+    if ff.kind == "set":
+        return v if isinstance(v, str) else json.dumps(list(v) if isinstance(v, tuple) else v)
     if ff.kind == "widths":
         return ",".join(map(str, v or ()))
     if ff.kind == "split":
@@ -356,6 +381,8 @@ def _from_widget(ff: FormField, w):
         return None
     if ff.kind == "widths":
         return list(parse_widths(w, ff.path))
+    if ff.kind == "set" and isinstance(w, str):
+        return parse_sets([f"{ff.key}={w}"])[ff.key]
     if ff.kind == "split":
         if not isinstance(w, (list, tuple)):
             raise ConfigError(f"{ff.path} = {w!r}: must be a list of layer names")
@@ -586,8 +613,7 @@ def form_from_dict(d: dict) -> tuple[dict, list[str]]:
             continue
         if s["choices"] is None and s["type"] == "float" and not isinstance(v, str):
             v = fmt_number(v)  # edited as text; a wrong number is the validation's
-        kind = {"bool": bool, "int": int}.get(s["type"])
-        if (s["choices"] is not None and v not in s["choices"]) or (kind and type(v) is not kind):
+        if _holds(setting_field(method, s), v):
             notes.append(f"{method}.{k} = {v!r}: the widget cannot show it; the form shows {form[MP + k]!r}")
             continue
         form[MP + k] = v
@@ -596,33 +622,16 @@ def form_from_dict(d: dict) -> tuple[dict, list[str]]:
     return form, notes
 
 
-def preset_edited(form: dict, cfg: RunConfig | None) -> bool:
-    """Whether the form's run is no longer the preset it names (a value edited since it was picked;
-    a form with a wrong field is not the preset either). False for no preset."""
-    preset, method = form.get("preset"), form.get("method", DEFAULT_METHOD)
-    if preset in (None, NO_PRESET) or preset not in PRESETS or method not in METHODS:
-        return False
-    if cfg is None:
-        return True
-    ref = preset_config(preset, method)
-    mine, theirs = cfg.to_dict(), ref.to_dict()
-    mine.pop("method_params"), theirs.pop("method_params")
-    # the default split written out equals None; explicit defaults of the method equal omitted ones
-    for d, c in ((mine, cfg), (theirs, ref)):
-        d["model"]["split"] = list(split_options(c.model.arch, c.model.hidden, c.model.width)[1])
-        if c.model.split is not None:
-            d["model"]["split"] = list(c.model.split)
-    return mine != theirs or cfg.method_settings != ref.method_settings or form.get("processes", 1) != 1
-
-
 def preset_changes(form: dict, cfg: RunConfig | None) -> list[str]:
     """The labels of the fields where the form's run is no longer the preset it names (empty for no
-    preset, or none changed); ["a field that is wrong"] while the form does not make a config."""
-    if not preset_edited(form, cfg):
+    preset, or none changed); ["a field that is wrong"] while the form does not make a config. The
+    default split equals no split given; explicit defaults of the method equal omitted ones."""
+    preset, method = form.get("preset"), form.get("method", DEFAULT_METHOD)
+    if preset not in PRESETS or method not in METHODS:
         return []
     if cfg is None:
         return ["a field that is wrong"]
-    ref = preset_config(form["preset"], form.get("method", DEFAULT_METHOD))
+    ref = preset_config(preset, method)
     out = []
     for ff in FIELDS:
         if not ff.path or ff.kind == "hidden" or ff.key == "preset":
@@ -945,26 +954,26 @@ def memory_message(cfg: RunConfig, mem: dict) -> str:
 
 # --- form <-> URL query ----------------------------------------------------------------------
 
-LEGACY_AUGMENT = {"none": (False, None), "crop-flip": (True, True), "shift": (True, False)}  # links before #34
+# the links of the one augment menu before its three fields
+LEGACY_AUGMENT = {"none": (False, None), "crop-flip": (True, True), "shift": (True, False)}
 
 
 def _shown() -> list[FormField]:
     return [f for f in FIELDS if f.kind != "hidden"]
 
 
+def query_text(ff: FormField, v) -> str:
+    """A widget's value as a link writes it (:func:`read_text` reads it back)."""
+    if ff.kind == "split":
+        return ",".join(v or []) or "-"
+    if isinstance(v, bool):
+        return json.dumps(v)
+    return "" if v is None else str(v)
+
+
 def to_query(form: dict) -> dict[str, str]:
     """Flat str -> str mapping for st.query_params (every shown field; the chosen method's settings)."""
-    q = {}
-    for ff in _shown():
-        if ff.key not in form:
-            continue
-        v = form[ff.key]
-        if ff.kind == "split":
-            q[ff.key] = ",".join(v or []) or "-"
-        elif isinstance(v, bool):
-            q[ff.key] = json.dumps(v)
-        else:
-            q[ff.key] = "" if v is None else str(v)
+    q = {ff.key: query_text(ff, form[ff.key]) for ff in _shown() if ff.key in form}
     if form.get("method") in METHODS:
         for k, v in form.items():
             if k.startswith(MP):
@@ -972,19 +981,26 @@ def to_query(form: dict) -> dict[str, str]:
     return q
 
 
-def _from_text(ff: FormField, text: str):
-    """A query value as the widget holds it; ValueError when it does not read."""
+_KIND_WORDS = {"int": "a whole number", "float": "a number"}
+
+
+def read_text(ff: FormField, text: str, form: dict | None = None):
+    """A link's text as the widget of ``ff`` holds it; ValueError saying why it cannot (the menu's
+    choices of ``form``, or the kind of value it takes)."""
     if ff.kind == "split":
         return [] if text in ("-", "") else [s for s in text.split(",") if s]
     if ff.kind == "check":
-        if text.lower() not in ("true", "false", "1", "0"):
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
             raise ValueError("not true or false")
-        return text.lower() in ("true", "1")
-    if ff.kind == "int":
-        return int(text)
-    if ff.kind == "float":
-        return float(text)
-    return text
+        return text.lower() in ("true", "1", "yes")
+    if ff.kind in _KIND_WORDS:
+        try:
+            return int(text) if ff.kind == "int" else float(text)
+        except ValueError:
+            raise ValueError(f"not {_KIND_WORDS[ff.kind]}") from None
+    if ff.kind in ("select", "radio") and ff.menu != "datasets" and text not in choices(ff, form):
+        raise ValueError(f"choose from {choices(ff, form)}")
+    return str(text)
 
 
 PAGE_KEYS = {"run", "load", "mode"}  # link keys the page reads itself (watched run, Runs → Load, the form shown)
@@ -1032,23 +1048,11 @@ def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict) -> 
             else:
                 notes.append(f"{k} = {v!r}: no method has a setting {name!r}; ignored")
             continue
-        shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
-        if s["choices"] is not None and v not in s["choices"]:
-            link[MP + name] = f"{method}.{name} = {v!r} in the link: choose from {list(s['choices'])}; {shows}"
-        elif s["choices"] is not None or s["type"] == "str":
-            form[MP + name] = v
-        elif s["type"] == "bool":
-            if v.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                link[MP + name] = f"{method}.{name} = {v!r} in the link: not true or false; {shows}"
-            else:
-                form[MP + name] = v.lower() in ("true", "1", "yes")
-        elif s["type"] == "int":
-            try:
-                form[MP + name] = int(v)
-            except ValueError:
-                link[MP + name] = f"{method}.{name} = {v!r} in the link: not a whole number; {shows}"
-        else:
-            form[MP + name] = v
+        try:
+            form[MP + name] = read_text(setting_field(method, s), v)
+        except ValueError as e:
+            shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
+            link[MP + name] = f"{method}.{name} = {v!r} in the link: {e}; {shows}"
     return notes
 
 
@@ -1064,7 +1068,7 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     notes: list[str] = []
     link: dict[str, str] = {}
     q = {k: (v[-1] if isinstance(v, list) else v) for k, v in dict(query).items()}
-    if q.get("augment") in LEGACY_AUGMENT:  # augment=none|crop-flip|shift (one menu before #34)
+    if q.get("augment") in LEGACY_AUGMENT:  # augment=none|crop-flip|shift (the old one menu)
         on, flip = LEGACY_AUGMENT[q["augment"]]
         q["augment"] = json.dumps(on)
         if flip is not None:
@@ -1096,14 +1100,10 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     for ff in shown.values():
         if ff.key in q and ff.key not in ("preset", "method"):
             try:
-                value = _from_text(ff, q[ff.key])
-                if ff.kind in ("select", "radio") and ff.menu != "datasets" and value not in choices(ff, form):
-                    raise ValueError(f"choose from {choices(ff, form)}")
-                form[ff.key] = value
+                form[ff.key] = read_text(ff, q[ff.key], form)
             except ValueError as e:
-                why = str(e) if str(e).startswith("choose") else f"not {_KIND_WORDS.get(ff.kind, 'a value here')}"
                 link[ff.key] = (
-                    f"{ff.path or ff.key} = {q[ff.key]!r} in the link: {why}; the field shows "
+                    f"{ff.path or ff.key} = {q[ff.key]!r} in the link: {e}; the field shows "
                     f"{form.get(ff.key)!r} (edit it to go on)"
                 )
     if "split" not in q and models.is_entry(form.get("arch")):  # a model file's: no cut until one is picked
@@ -1119,9 +1119,6 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     if link:
         form[LINK] = link
     return form, notes + list(link.values())
-
-
-_KIND_WORDS = {"int": "a whole number", "float": "a number", "check": "true or false"}
 
 
 def batch_warnings(cfg: RunConfig) -> dict[str, str]:

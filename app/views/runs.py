@@ -59,12 +59,7 @@ def duration_text(st_: dict) -> str:
     sec = st_.get("elapsed_s")
     if sec is None and isinstance(start, (int, float)) and isinstance(end, (int, float)):
         sec = end - start
-    if not isinstance(sec, (int, float)) or sec < 0:
-        return "—"
-    sec = int(round(sec))
-    if sec >= 3600:
-        return f"{sec // 3600} h {sec % 3600 // 60:02d} min"
-    return f"{sec // 60} min {sec % 60:02d} s" if sec >= 60 else f"{sec} s"
+    return C.fmt_duration(sec) if isinstance(sec, (int, float)) and sec >= 0 else "—"
 
 
 def _do_delete(name):

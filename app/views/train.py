@@ -122,9 +122,7 @@ def on_shape():
 
 def on_split():
     """The split's tags in network order, whatever order they were clicked in (unknown ones last)."""
-    key = K + "split"
-    allowed = F.allowed_splits(read_form())
-    ss[key] = sorted(ss.get(key) or [], key=lambda s: allowed.index(s) if s in allowed else len(allowed))
+    ss[K + "split"] = _ordered_form()["split"]
 
 
 def edited(field: str, then=None):
@@ -203,10 +201,10 @@ def _load_config(cfg: dict) -> None:
 
 
 def _ordered_form() -> dict:
-    """The form with the split in layer order."""
+    """The form with the split in layer order (unknown entries last)."""
     form = read_form()
     allowed = F.allowed_splits(form)
-    form["split"] = sorted(form.get("split") or [], key=lambda s: allowed.index(s) if s in allowed else 99)
+    form["split"] = sorted(form.get("split") or [], key=lambda s: allowed.index(s) if s in allowed else len(allowed))
     return form
 
 
@@ -287,12 +285,18 @@ def in_force(ff: F.FormField, form: dict) -> str:
     return f"In force: {shown}, {source}. "
 
 
-def field_widget(ff: F.FormField, form: dict, notes: dict, datasets: list[str]) -> None:
-    """The widget of one config field, as its metadata declares it; its message below."""
-    key = K + ff.key
-    code = f"{in_force(ff, form)}Setting `{ff.path or ff.key}`."  # the code name: messages use the label
-    kw = {"key": key, "help": f"{ff.help.rstrip('.')}. {code}" if ff.help else code, "disabled": not ff.enabled(form)}
-    kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
+def field_widget(
+    ff: F.FormField, form: dict, notes: dict, datasets: list[str], key: str | None = None, help: str | None = None
+) -> None:
+    """The widget of one form field, as its metadata declares it; its message below. Every form of
+    the page draws with it: ``key`` is the widget's key (default: the network form's, K + form
+    key), ``help`` its help (default: what it is, the value in force and its code name)."""
+    if help is None:
+        code = f"{in_force(ff, form)}Setting `{ff.path or ff.key}`."  # the code name: messages use the label
+        help = f"{ff.help.rstrip('.')}. {code}" if ff.help else code
+    kw = {"key": key or K + ff.key, "help": help, "disabled": not ff.enabled(form)}
+    if kw["key"].startswith(K):  # the network form's: a link's error about the field goes once it is edited
+        kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
     if ff.menu == "archs":
         kw["help"] = f"with your own networks: the nn.Module classes and no-argument functions in {M.models_dir()}/*.py"
     if ff.kind in ("select", "radio"):
@@ -328,24 +332,28 @@ def keep_undrawn(keys) -> None:
             ss[k] = ss[k]
 
 
-def field_row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
+def field_row(
+    fields: list[F.FormField], form: dict, notes: dict, datasets: list[str], most: int = F.ROW_MAX, draw=None
+) -> None:
     """Fields in rows of at most :data:`dashboard.form.ROW_MAX`, as even as can be; their messages
     below each row, at the row's width (a column of a radio is ten characters wide: a message there
     reads one word a line). A field that does not apply (the other network's size field, Init σ under
     the default initialisation, the shift of no augmentation, the split of an end-to-end method) is not
     drawn unless it has a message; its value stays as plain session state (Streamlit drops
-    an undrawn widget's), so it is back as it was when the field applies again."""
+    an undrawn widget's), so it is back as it was when the field applies again. ``draw(ff)``: how a
+    field is drawn (default: :func:`field_widget` on the network form)."""
+    draw = draw or (lambda ff: field_widget(ff, form, notes, datasets))
     shown = []
     for ff in fields:
         if ff.enabled(form) or ff.key in notes:
             shown.append(ff)
         else:
             keep_undrawn([K + ff.key])
-    for row in F.rows(shown):
-        _row(row, form, notes, datasets)
+    for row in F.rows(shown, most):
+        _row(row, notes, draw)
 
 
-def _row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]) -> None:
+def _row(fields: list[F.FormField], notes: dict, draw) -> None:
     mine = {ff.key: notes.pop(ff.key) for ff in fields if ff.key in notes}
     widths = F.column_widths(
         [WEIGHT.get(f.kind, 1.0) for f in fields],
@@ -354,11 +362,19 @@ def _row(fields: list[F.FormField], form: dict, notes: dict, datasets: list[str]
     )
     for col, ff in zip(st.columns(widths), fields):
         with col:
-            field_widget(ff, form, notes, datasets)
+            draw(ff)
     for key in (ff.key for ff in fields):
         if key in mine:
             notes[key] = mine[key]
             note(notes, key)
+
+
+def field_grid(fields: list, draw, columns: int = 4) -> None:
+    """``draw(field)`` for each of ``fields`` in ``columns`` columns, filled in turn."""
+    grid = st.columns(columns)
+    for i, ff in enumerate(fields):
+        with grid[i % columns]:
+            draw(ff)
 
 
 def checked_form(form: dict, datasets: list[str], *, click: bool = False) -> F.FormCheck:
@@ -469,9 +485,7 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
     values = {s["name"]: form.get(F.MP + s["name"]) for s in cls.settings()}
     applying = {s["name"] for s in cls.shown_settings(values)}
     settings = [s for s in cls.settings() if s["name"] in applying or F.MP + s["name"] in notes]
-    for s in cls.settings():
-        if s not in settings and (k := wkey(F.MP + s["name"], method)) in ss:
-            ss[k] = ss[k]  # an undrawn widget's value is dropped by Streamlit unless set as plain state
+    keep_undrawn(wkey(F.MP + s["name"], method) for s in cls.settings() if s not in settings)
     more_settings = settings[MAIN_SETTINGS:]
     measured = measured_values(form, method)
     with st.container(border=True):
@@ -486,13 +500,15 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
         )
         if box is not None:
             with box:
-                grid = st.columns(4)
-                for i, ff in enumerate(more):
-                    with grid[i % 4]:
-                        field_widget(ff, form, notes, datasets)
+                field_grid(more, lambda ff: field_widget(ff, form, notes, datasets))
         st.caption(f"**{method}** — {cls.summary}" + ("" if cls.uses_blocks else " (end-to-end: the split is ignored)"))
-        grid = st.columns(4)
-        more_grid, drawn = grid, settings
+
+        def draw_setting(s: dict) -> None:
+            ff = F.setting_field(method, s)  # labelled by the paper's symbol and words; the code name is the help's
+            help_text = setting_help(s, form.get(ff.key), measured)
+            field_widget(ff, form, notes, datasets, key=wkey(ff.key, method), help=help_text)
+
+        field_grid(settings[:MAIN_SETTINGS], draw_setting)
         if more_settings:
             box = folded(
                 f"More {method} settings ({len(more_settings)})",
@@ -500,27 +516,9 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
                 [wkey(F.MP + s["name"], method) for s in more_settings],
                 any(F.MP + s["name"] in notes for s in more_settings),
             )
-            if box is None:
-                drawn = settings[:MAIN_SETTINGS]
-            else:
+            if box is not None:
                 with box:
-                    more_grid = st.columns(4)
-        for i, s in enumerate(drawn):
-            key = wkey(F.MP + s["name"], method)
-            cols = grid if i < MAIN_SETTINGS else more_grid
-            with cols[(i if i < MAIN_SETTINGS else i - MAIN_SETTINGS) % 4]:
-                label = s["label"]  # the paper's symbol and plain words; the code name is the help's
-                help_text = setting_help(s, form.get(F.MP + s["name"]), measured)
-                kw = {"key": key, "help": help_text, "on_change": edited(F.MP + s["name"])}
-                if s["choices"] is not None:
-                    st.selectbox(label, list(s["choices"]), **kw)
-                elif s["type"] == "bool":
-                    st.checkbox(label, **kw)
-                elif s["type"] == "int":
-                    st.number_input(label, step=1, **kw)
-                else:
-                    st.text_input(label, **kw)
-                note(notes, F.MP + s["name"])
+                    field_grid(more_settings, draw_setting)
 
 
 def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
@@ -597,19 +595,25 @@ def state_of_cuts(rows: list[dict], split: list[str], cfg: RunConfig) -> int:
     return int(cfg.method_settings.estimate_state_bytes(StateSizes(n, cfg.train.batch_size, block_out, block_out)))
 
 
+def start_button(column, key: str, disabled: bool, on_click, args: tuple = ()) -> None:
+    """The Start button of a form (the network's or DeepFacto's), at the head of its start row."""
+    column.button(
+        "Start run",
+        icon=":material/play_arrow:",
+        type="primary",
+        disabled=disabled,
+        key=key,
+        on_click=on_click,
+        args=args,
+        width="stretch",
+    )
+
+
 def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
     """Start, Load and a one-line summary of the setup, above the form: on a 1000-px (or 800-px) high
     window they are in view without scrolling (the form below is ~1000 px tall)."""
     c = st.columns([1.1, 1.5, 3])
-    c[0].button(
-        "Start run",
-        icon=":material/play_arrow:",
-        type="primary",
-        disabled=cfg is None,
-        key="start",
-        on_click=on_start,
-        width="stretch",
-    )
+    start_button(c[0], "start", cfg is None, on_start)
     with c[2]:
         if cfg is None:
             fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
@@ -664,15 +668,9 @@ def read_deepfacto() -> dict:
     return {k: ss[D.PREFIX + k] for k in D.fields() if D.PREFIX + k in ss}
 
 
-def _df_widget(name: str, slots: dict) -> None:
-    key, label, help_text = D.PREFIX + name, D.label_of(name), D.help_of(name)
-    if name in D.MENUS:
-        st.selectbox(label, list(D.MENUS[name]), key=key, help=help_text)
-    elif name in D.NUMBERS:
-        st.number_input(label, key=key, step=1, help=help_text)
-    else:
-        st.text_input(label, key=key, help=help_text)
-    slots[name] = st.empty()
+def deepfacto_drawer(values: dict, notes: dict):
+    """How a DeepFacto field is drawn: by the form's one renderer, under its own key and help."""
+    return lambda ff: field_widget(ff, values, notes, [], key=D.PREFIX + ff.key, help=D.help_of(ff.key))
 
 
 BACKBONE_WIDGETS = ("backbone_source", "backbone_epochs", "backbone_width")  # shown with the backbone choice
@@ -687,7 +685,7 @@ def backbone_note(cfg: DeepFactoConfig) -> str:
     )
 
 
-def backbone_choice(slots: dict) -> tuple[str | None, bool]:
+def backbone_choice(draw) -> tuple[str | None, bool]:
     """The backbone radio: (weights file or None, whether the choice is complete)."""
     st.radio(
         "Face backbone (block 1)",
@@ -705,10 +703,7 @@ def backbone_choice(slots: dict) -> tuple[str | None, bool]:
     )
     choice = ss["df_backbone"]
     if choice == "train":
-        c = st.columns(4)
-        for col, name in zip(c, BACKBONE_WIDGETS):
-            with col:
-                _df_widget(name, slots)
+        field_grid([D.FIELDS[name] for name in BACKBONE_WIDGETS], draw)
         return None, True
     if choice == "saved":
         files = [str(p) for p in D.saved_backbones()]
@@ -742,12 +737,15 @@ def on_start_deepfacto(cfg_json: str) -> None:
 
 def deepfacto_section() -> dict:
     """DeepFacto on LFWA: backbone → NMF (rank r) → FC, trained by Block-ADMM; returns the URL query."""
-    slots: dict = {}
     lfw_problem = None
     try:
         find_lfw()
     except DataError as e:
         lfw_problem = str(e)
+    values = read_deepfacto()
+    _, field_errors = D.config_from_values(values)  # each field on its own: its message under its widget
+    notes = {k: ("error", m) for k, m in field_errors.items()}
+    draw = deepfacto_drawer(values, notes)
     top = st.container()  # Start's row, above the form (in view without scrolling), filled once the form is read
     with st.container(border=True):
         st.markdown("**DeepFacto on LFWA faces**")
@@ -758,30 +756,20 @@ def deepfacto_section() -> dict:
         )
         # two rows of three: six in one row wrapped "Block-ADMM training images" onto two lines and hid the
         # number boxes' − / + at 1280 px
-        for row in F.rows(list(D.MAIN), most=3):
-            labels = [D.label_of(n) for n in row]
-            least = [F.NUMBER_PX if n in D.NUMBERS else 0 for n in row]
-            for col, name in zip(st.columns(F.column_widths([1.0] * len(row), labels, least=least)), row):
-                with col:
-                    _df_widget(name, slots)
-        weights, backbone_ok = backbone_choice(slots)
+        field_row([D.FIELDS[n] for n in D.MAIN], values, notes, [], most=3, draw=draw)
+        weights, backbone_ok = backbone_choice(draw)
         rest = [f for f in D.fields() if f not in D.MAIN and f not in BACKBONE_WIDGETS]
-        _, pre_errors = D.config_from_values(read_deepfacto(), weights)
-        with st.expander(f"All DeepFacto settings ({len(rest)})", expanded=bool(set(pre_errors) & set(rest))):
+        with st.expander(f"All DeepFacto settings ({len(rest)})", expanded=bool(set(field_errors) & set(rest))):
             st.caption("Text fields read like `--set NAME=VALUE`: JSON where it parses (numbers, lists, null).")
             for title, names in D.grouped(rest):
                 st.markdown(f"**{title}**")
-                grid = st.columns(4)
-                for i, name in enumerate(names):
-                    with grid[i % 4]:
-                        _df_widget(name, slots)
-    values = read_deepfacto()
+                field_grid([D.FIELDS[n] for n in names], draw)
+    for field in list(notes):  # a message about no one field (a combination of them)
+        note(notes, field)
     cfg, errors = D.config_from_values(values, weights)
     for field, msg in errors.items():
-        (slots.get(field) or st).error(msg, icon="⚠️")
-    # allowed, but said: an absurd learning rate / step size ends the run 'diverged'
-    for field, msg in (F.step_size_warnings(cfg) if cfg is not None else {}).items():
-        (slots.get(field) or st).warning(msg, icon="⚠️")
+        if field not in field_errors:  # about the backbone file with the rest (said above otherwise)
+            st.error(msg, icon="⚠️")
     with top:
         _deepfacto_start_row(cfg, errors, weights, backbone_ok, lfw_problem)
         ui.show_notice()  # "Not started: …", beside the button that was pressed
@@ -793,16 +781,8 @@ def deepfacto_section() -> dict:
 def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_problem: str | None) -> None:
     c = st.columns([1.1, 4.4])
     ready = cfg is not None and backbone_ok and lfw_problem is None
-    c[0].button(
-        "Start run",
-        icon=":material/play_arrow:",
-        type="primary",
-        disabled=not ready,
-        key="start_df",
-        on_click=on_start_deepfacto,
-        args=(json.dumps(cfg.to_dict()) if cfg is not None else "",),
-        width="stretch",
-    )
+    cfg_json = json.dumps(cfg.to_dict()) if cfg is not None else ""
+    start_button(c[0], "start_df", not ready, on_start_deepfacto, (cfg_json,))
     with c[1]:
         if lfw_problem:
             st.warning(f"LFWA is not here: {lfw_problem}")
@@ -982,11 +962,7 @@ def main() -> None:
 def _form_part() -> None:
     """What to train, and how: the network form or DeepFacto's, the Start button, the URL mirror."""
     if ss["train_mode"] == D.MODE:
-        query = deepfacto_section()
-        if ui.watched():
-            query["run"] = ui.watched()
-        if st.query_params.to_dict() != query:
-            st.query_params.from_dict(query)
+        mirror(deepfacto_section())
         return
     datasets = available(kind=NETWORK)
     form, got, notes = validate(datasets)
@@ -1000,7 +976,11 @@ def _form_part() -> None:
     method_section(form, notes, datasets)
     for field in list(notes):  # a field without a widget of its own
         note(notes, field)
-    query = F.to_query(form)
+    mirror(F.to_query(form))
+
+
+def mirror(query: dict) -> None:
+    """The URL holds the form's setup (``query``) and the watched run: a shareable link."""
     if ui.watched():
         query["run"] = ui.watched()
     if st.query_params.to_dict() != query:
