@@ -186,7 +186,10 @@ def test_start_trains_the_file_s_network_and_resume_is_offered(folders):
     at = train_page({"load": run.name})
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="f.arch").value == "tiny.py:Net" and at.multiselect(key="f.split").value == ["fc1"]
-    assert at.session_state["f.mp.block-admm.z_schedule"] == cfg["method_params"]["z_schedule"]
+    from admm_core.spec.methods import make_settings
+
+    ran = make_settings("block-admm", cfg["method_params"])  # the run's settings (its defaults not recorded)
+    assert at.session_state["f.mp.block-admm.z_schedule"] == ran.z_schedule
     assert "Loaded the run's configuration" in " ".join(i.value for i in at.info)
     (models / "tiny.py").write_text(TINY + "\n# edited\n")
     assert "changed since the run started" in ui.resume_refusal(run, status, 1, 2)
