@@ -95,6 +95,28 @@ def test_a_method_settings_help_says_the_value_in_force_and_where_it_comes_from(
     assert lr.value == "0.001" and "In force: 0.001, the method's default" in lr.help, lr.help
 
 
+def test_a_measured_default_s_help_says_so_and_names_the_paper_s_value(runs):
+    """A default that is a measured recipe (it differs from Alg. 1 as printed) says so in its help,
+    with the printed value and the setting that restores it; one the paper agrees with does not."""
+    from admm_core.spec.methods import record
+
+    paper = record("block-admm").PAPER
+    at = page({"preset": "none", "method": "block-admm"})
+    drawn = {
+        w.key.rsplit(".", 1)[-1]: w for w in [*at.text_input, *at.selectbox] if w.key.startswith("f.mp.block-admm.")
+    }
+    default = {s["name"]: s["default"] for s in record("block-admm").settings()}
+    measured = [n for n in drawn if n in paper and default[n] != paper[n]]
+    assert measured, sorted(drawn)  # else this test tells nothing
+    for n in measured:
+        h = drawn[n].help
+        assert "a measured default" in h and "Recipe = paper" in h, (n, h)
+        printed = paper[n]
+        assert (str(printed) in h) or (f"{printed:g}" in h if isinstance(printed, float) else False), (n, h)
+    agreed = [n for n in drawn if n in paper and n not in measured]
+    assert agreed and all("a measured default" not in drawn[n].help for n in agreed), agreed
+
+
 def test_a_config_fields_help_says_the_value_in_force_and_where_it_comes_from(runs):
     from admm_core.spec.config import TrainConfig
     from admm_core.spec.presets import preset_config

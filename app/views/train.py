@@ -454,10 +454,11 @@ def measured_values(form: dict, method: str) -> tuple[str, dict]:
     return "", {}
 
 
-def setting_help(s: dict, value, measured: tuple[str, dict]) -> str:
+def setting_help(s: dict, value, measured: tuple[str, dict], paper: dict | None = None) -> str:
     """A method setting's help: what it is, the value in force and where it comes from (the preset's
     or one's own network's measured value, the method's default, or set here), the method's default
-    beside any other, and its code name."""
+    beside any other, whether that default is a measured one (it differs from the paper's algorithm as
+    printed, ``paper``: the record's ``PAPER``), and its code name."""
     where, params = measured
     shown = F.fmt_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
@@ -471,6 +472,12 @@ def setting_help(s: dict, value, measured: tuple[str, dict]) -> str:
     else:
         source = "set here (or by the link or loaded run)"
     default = "" if source == "the method's default" else f"; the method's default is {F.fmt_number(s['default'])}"
+    if s["name"] in (paper or {}) and paper[s["name"]] != s["default"]:
+        printed = paper[s["name"]]
+        printed = F.fmt_number(printed) if isinstance(printed, float) else str(printed)
+        default += (
+            f" (a measured default, docs/deviations.md: the paper's algorithm as printed has {printed}, Recipe = paper)"
+        )
     return f"{s['help']}. In force: {shown}, {source}{default}. Setting `{s['name']}`."
 
 
@@ -505,7 +512,7 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
 
         def draw_setting(s: dict) -> None:
             ff = F.setting_field(method, s)  # labelled by the paper's symbol and words; the code name is the help's
-            help_text = setting_help(s, form.get(ff.key), measured)
+            help_text = setting_help(s, form.get(ff.key), measured, cls.PAPER)
             field_widget(ff, form, notes, datasets, key=wkey(ff.key, method), help=help_text)
 
         field_grid(settings[:MAIN_SETTINGS], draw_setting)
