@@ -12,7 +12,7 @@ name (after that node). The cut after node n_i is valid when exactly one tensor 
     crossing(i) = { n_j : j ≤ i, n_j used by some n_k with k > i }  (the input counts as n_0)
 
 and |crossing(i)| = 1. A skip connection that jumps the cut makes it two (the message names the
-skip's source), a size computed before the cut and used after it is a non-tensor crossing.
+skip's source module and its consumer, :func:`skip_words`), a size computed before the cut and used after it is a non-tensor crossing.
 Each block is then a GraphModule of its own nodes (:func:`_block`, which says why not
 ``torch.fx.passes.split_module``); each holds the user's own module objects (not copies), so
 ``.train()`` / ``.eval()``, BatchNorm's statistics and the trained weights are the user's network's.
@@ -218,6 +218,42 @@ def _describe(n: fx.Node) -> str:
     return f"{n.name!r} (from {path})" if path else repr(n.name)
 
 
+def _path(n: fx.Node) -> str:
+    return n.target if n.op == "call_module" else n.meta.get("module_path", "")
+
+
+def _source(n: fx.Node, ends: list[str]) -> str:
+    """A crossing value's producer in the user's terms: the innermost module (not the leaf that
+    computed it) whose output the value is, e.g. ``layer1.1`` for the ReLU ending that residual
+    block; the producing module itself where none encloses it; "the network's input"."""
+    if n.op == "placeholder":
+        return "the network's input"
+    own = _path(n)
+    containers = [p for p in ends if p != own or n.op != "call_module"]
+    if containers or own:
+        return containers[-1] if containers else own
+    first = next((a for a in n.args if isinstance(a, fx.Node)), None)  # F.relu(self.conv1(x)): conv1
+    return _source(first, []) if first is not None and first.op != "placeholder" else n.name
+
+
+def skip_words(g: Graph, crossing: list[fx.Node], i: int, index: dict, ends_of: dict) -> str:
+    """Why a cut that more than one value crosses is no cut, in the user's words: every value
+    besides the newest one (the chain's own tensor) is a skip that jumps the cut, named by its
+    producer and its next consumer after the cut: "the skip from layer1.1 (to layer2.0.downsample)
+    crosses here". A non-tensor value (a size) is named as such."""
+    *extra, _main = crossing  # the cut falls after node i; the newest value is the chain's own
+    words = []
+    for m in extra:
+        src = _source(m, ends_of.get(m, []))
+        after = sorted((u for u in m.users if index.get(u, len(g.nodes)) > i), key=lambda u: index.get(u, len(g.nodes)))
+        to = ""
+        if after:  # the next consumer: its module, else the graph node (a function at top level)
+            to = " (to the output)" if after[0].op == "output" else f" (to {_path(after[0]) or after[0].name})"
+        kind = "skip" if _shape(m) is not None or m.op == "placeholder" else "non-tensor value"
+        words.append(f"the {kind} from {src}{to} crosses here")
+    return "; ".join(words)
+
+
 def cut_points(g: Graph) -> list[CutPoint]:
     """One :class:`CutPoint` per node of ``g`` (the last excluded: nothing follows it), in order."""
     index = {n: i for i, n in enumerate(g.nodes)}
@@ -230,6 +266,7 @@ def cut_points(g: Graph) -> list[CutPoint]:
     ends: dict[int, list[str]] = {}
     for path, i in sorted(_module_ends(g).items(), key=lambda kv: kv[0].count(".")):
         ends.setdefault(i, []).append(path)
+    ends_of = {n: ends.get(i, []) for n, i in index.items()}
     live = {placeholder} if last_use[placeholder] >= 0 else set()
     points = []
     for i, n in enumerate(g.nodes[:-1]):
@@ -240,7 +277,7 @@ def cut_points(g: Graph) -> list[CutPoint]:
         shape = _shape(n)
         why = ""
         if len(crossing) > 1:
-            why = f"{len(crossing)} values cross it: {', '.join(_describe(m) for m in crossing)}"
+            why = skip_words(g, crossing, i, index, ends_of)
         elif not crossing:
             why = "nothing crosses it"
         else:

@@ -27,7 +27,7 @@ SUBSET = "train_limit=256&test_limit=256"  # an MNIST subset: an epoch of the co
 
 pytestmark = needs_chromium
 
-# a residual block: after 'conv2' and 'conv3' two tensors cross (the skip from 'conv1' and the block's own)
+# a residual block: after 'conv2' and 'conv3' the skip from 'conv1' crosses beside the block's own tensor
 SKIP_NET = """import torch.nn as nn
 import torch.nn.functional as F
 
@@ -247,7 +247,7 @@ def test_the_drawn_graph_marks_valid_and_invalid_cuts(models_server, browser):
         }
         at = _point(page, "conv2")
         page.mouse.click(at["x"], at["y"])
-        page.get_by_text("Not a cut point: conv2 — 2 values cross it").wait_for()
+        page.get_by_text("Not a cut point: conv2 — the skip from conv1 (to add) crosses here").wait_for()
         assert re.search(r"split=-(&|$)", page.url), page.url  # no cut picked (written "-")
         _click_cut(page, "conv1", picked=True)
         expect(page).to_have_url(re.compile(r"split=conv1(&|$)"), timeout=TIMEOUT_MS)
@@ -257,7 +257,7 @@ def test_the_drawn_graph_marks_valid_and_invalid_cuts(models_server, browser):
         expect(page.get_by_role("button", name=re.compile("Start run"))).to_be_enabled(timeout=TIMEOUT_MS)
         at = _point(page, "conv3")  # another point that is no cut: said too, the pick kept
         page.mouse.click(at["x"], at["y"])
-        page.get_by_text("Not a cut point: conv3 — 2 values cross it").wait_for()
+        page.get_by_text("Not a cut point: conv3 — the skip from conv1 (to add) crosses here").wait_for()
         assert _drawn(page)["picked cut"] == ["conv1"] and re.search(r"split=conv1(&|$)", page.url), page.url
         page.mouse.move(5, 5)  # no hover label over the graph
         page.evaluate("() => document.querySelector('.st-key-cuts_graph').scrollIntoView({block: 'center'})")

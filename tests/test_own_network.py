@@ -181,8 +181,8 @@ def test_cut_points_are_checked_on_the_traced_graph(tmp_path):
             own.train(model, split, data, "adam", test_data=data, epochs=1, out=tmp_path / "r", **kw)
         assert not (tmp_path / "r").exists()
 
-    # the skip connection h jumps the cut after b: two tensors cross it, the skip's source named
-    refused(Skip(), ["b"], r"'b': 2 values cross it: 'a' \(from a\), 'b' \(from b\).*valid cut points of Skip: a")
+    # the skip connection h jumps the cut after b: the skip named by its source and its consumer
+    refused(Skip(), ["b"], r"'b': the skip from a \(to add\) crosses here.*valid cut points of Skip: a")
     refused(Shared(), ["b"], r"'a' runs in blocks 1, 2")
     refused(DataDependent(), ["a"], r"DataDependent cannot be traced by torch.fx.*control flow")
     refused(Branchy(), ["a"], r"Branchy.forward computes something else in train and in eval mode")
@@ -207,6 +207,23 @@ def example_net() -> nn.Module:
     from admm_core import modelfile
 
     return modelfile.load(f"{ROOT / 'experiments' / 'zoo_models.py'}:Net")[0]
+
+
+def test_an_invalid_cut_names_the_skip_that_jumps_it_in_module_terms():
+    """The why of a cut that two values cross names the skip by the module whose output jumps the
+    cut and its consumer, on a hand-written skip net and on torchvision's ResNet-18 (CIFAR stem)."""
+    from admm_core import cuts
+    from experiments.zoo_models import resnet18_cifar
+
+    def why(model, probe):
+        return {n: p.why for p in cuts.cut_points(cuts.trace(model, probe)) for n in p.names}
+
+    assert why(Skip(), torch.zeros(1, 4)) == {"a": "", "b": "the skip from a (to add) crosses here"}
+    resnet = why(resnet18_cifar(), torch.zeros(1, 3, 32, 32))
+    assert resnet["layer2.0.conv1"] == "the skip from layer1.1 (to layer2.0.downsample.0) crosses here"
+    assert resnet["layer1.1.bn2"] == "the skip from layer1.0 (to layer1.1) crosses here"
+    assert resnet["layer3.1.conv2"] == "the skip from layer3.0 (to layer3.1) crosses here"
+    assert resnet["layer2.0"] == resnet["layer3.1"] == resnet["conv1"] == ""  # between blocks: one tensor
 
 
 def test_the_examples_net_and_a_resnet_cut_inside_a_stage_train_through_the_api(tmp_path):
