@@ -84,6 +84,7 @@ class CutPoint:
     out_shape: list[int] | None
     crossing: list[str] = field(default_factory=list)
     why: str = ""
+    skips: list[tuple[int, int]] = field(default_factory=list)  # (producer, last consumer) of each skip
 
     @property
     def valid(self) -> bool:
@@ -284,7 +285,8 @@ def cut_points(g: Graph) -> list[CutPoint]:
             if _shape(crossing[0]) is None:
                 why = f"the value crossing it, {_describe(crossing[0])}, is not a tensor"
         shape = _shape(crossing[0]) if not why else shape
-        points.append(CutPoint(i, n.name, ends.get(i, []), shape, [c.name for c in crossing], why))
+        skips = [(index[m], last_use[m]) for m in crossing[:-1]] if len(crossing) > 1 else []
+        points.append(CutPoint(i, n.name, ends.get(i, []), shape, [c.name for c in crossing], why, skips))
     return points
 
 
@@ -426,11 +428,18 @@ def _inside(g: Graph, where: dict[fx.Node, int], k: int) -> list[str]:
 
 def table(g: Graph, everything: bool = False) -> list[dict]:
     """The cut points of ``g`` as rows (name, other names, output shape, valid, why): those where a
-    module ends, or every node's with ``everything``; what ``admm cuts`` prints."""
+    module ends, or every node's with ``everything``; what ``admm cuts`` prints. ``skip_to`` on a
+    row: the rows where a value made by that row's layer (or, on none, the input) is used again
+    after jumping at least one cut: the skip arcs the dashboard draws."""
+    points = cut_points(g)
+    shown = [p for p in points if p.names or everything]
+    # a value's row: the first shown cut at or after it (a consumer past the last one: the last row)
+    row_of = lambda i: (
+        next((p.name for p in shown if p.index >= i), shown[-1].name if shown else None) if i >= 0 else "input"
+    )
+    arcs = sorted({(row_of(a), row_of(b)) for p in points for a, b in p.skips})
     rows = []
-    for p in cut_points(g):
-        if not (p.names or everything):
-            continue
+    for p in shown:
         rows.append(
             {
                 "name": p.name,
@@ -438,6 +447,7 @@ def table(g: Graph, everything: bool = False) -> list[dict]:
                 "out_shape": p.out_shape,
                 "valid": p.valid,
                 "why": p.why,
+                "skip_to": [b for a, b in arcs if a == p.name and b and b != a],
             }
         )
     return rows

@@ -132,7 +132,8 @@ def test_the_cut_graph_comes_from_the_child_and_a_bad_file_is_one_error(folders)
     )
     split = at.multiselect(key="f.split")
     assert split.value == ["fc1"] and split.options == ["fc1", "act"]  # the valid cut points, in forward order
-    drawn = {t["name"]: t for t in graph(at) if t.get("name")}  # the traced layers, each cut point a marker
+    drawn = {t["name"]: t for t in graph(at) if t.get("customdata")}  # the traced layers, each cut point a marker
+    assert [t["hovertext"] for t in graph(at) if t.get("legendgroup") == "skip"] == ["skip from act to fc2"]
     assert [c for t in drawn.values() for (c,) in t["customdata"]] == ["fc1", "act", "fc2"]
     assert drawn["can cut: click to pick"]["customdata"] == [["act"]] and drawn["picked cut"]["customdata"] == [["fc1"]]
     (why,) = drawn["cannot cut: hover for why"]["hovertext"]
@@ -317,3 +318,29 @@ def test_a_models_folder_leaves_the_shipped_deepfacto_models_found(folders):
     menu = at.selectbox(key="hm_model")
     assert [o.split(" (")[0] for o in menu.options][:2] == ["shipped · DeepFacto r = 4", "shipped · DeepFacto r = 32"]
     assert not any("No DeepFacto model" in i.value for i in at.info)
+
+
+def test_the_cut_graph_draws_one_arc_per_skip_of_the_traced_graph():
+    """Every value that jumps a cut (a skip) is drawn as an arc from its producer's layer to its
+    consumer's: counted against the engine's own skips, on a hand-written skip net and on
+    torchvision's ResNet-18 (8 residual blocks; 3 more where fx runs the main path before the
+    downsample branch, whose output then jumps it)."""
+    import torch
+    from test_own_network import Skip
+
+    from admm_core import cuts
+    from app.dashboard.models import cut_figure
+    from experiments.zoo_models import resnet18_cifar
+
+    for model, probe, n_skips in ((Skip(), torch.zeros(1, 4), 1), (resnet18_cifar(), torch.zeros(1, 3, 32, 32), 11)):
+        g = cuts.trace(model, probe)
+        values = {a for p in cuts.cut_points(g) for a, _ in p.skips}  # the engine's skip values
+        rows = cuts.table(g)
+        arcs = [t for t in cut_figure(rows, []).to_dict()["data"] if t.get("legendgroup") == "skip"]
+        assert len(arcs) == len(values) == n_skips, (type(model).__name__, len(arcs), len(values))
+        assert all(len(t["x"]) == 3 and t["line"]["shape"] == "spline" for t in arcs)
+        said = {t["hovertext"] for t in arcs}
+        if n_skips == 1:
+            assert said == {"skip from a to b"}
+        else:
+            assert "skip from layer1 to layer2.0.downsample.0" in said  # layer1.1's output to layer2.0's shortcut

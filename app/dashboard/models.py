@@ -212,7 +212,9 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None):
     """The traced layers in forward order as a chain snaking over rows (as many layers to a row as
     their longest name leaves room for in a ~900-px form, at most 8), each with its output shape;
     the marker on a layer is the cut after it: picked, valid (clickable) or not (grey, why on hover).
-    Each marker's customdata is its cut point's name."""
+    A dotted orange arc joins a skip's producer to its consumer (the rows' ``skip_to``): the value
+    that crosses beside the chain's own and makes the cuts it jumps none. Each marker's customdata
+    is its cut point's name."""
     import plotly.graph_objects as go
 
     shape = lambda s: "×".join(map(str, s)) if s else "?"
@@ -232,6 +234,21 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None):
             marker={"size": [8] + [22] * len(rows), "color": [GREY] + ["rgba(0,0,0,0)"] * len(rows)},
         )
     )
+    at = {n["name"]: xy[i] for i, n in enumerate(nodes)}
+    arcs = [(r["name"], to) for r in nodes for to in r.get("skip_to", []) if r["name"] in at and to in at]
+    for k, (a, b) in enumerate(arcs):  # a skip: the value jumps the cuts between; bowed up to clear the chain
+        (x0, y0), (x1, y1) = at[a], at[b]
+        fig.add_scatter(
+            x=[x0, (x0 + x1) / 2, x1],
+            y=[y0, max(y0, y1) + 0.3, y1],
+            mode="lines",
+            line={"shape": "spline", "color": "#FFA421", "dash": "dot", "width": 2},
+            name="skip: why the cuts it jumps are none",
+            legendgroup="skip",
+            showlegend=k == 0,
+            hovertext=f"skip from {a} to {b}",
+            hoverinfo="text",
+        )
     state = lambda r: "picked" if r["name"] in split else "valid" if r["valid"] else "invalid"
     for key, (label, says, marker) in CUT_STYLE.items():
         if mine := [(i, r) for i, r in enumerate(nodes) if i and state(r) == key]:  # the states drawn

@@ -561,7 +561,7 @@ def on_cut_click() -> None:
     would turn the next click on that point into an unselect (no event)."""
     form = read_form()
     ss[CUTS + ".n"] = ss.get(CUTS + ".n", 0) + 1
-    for p in ss[CUTS].selection.points[:1]:
+    for p in [q for q in ss[CUTS].selection.points if q.get("customdata")][:1]:  # a marker, not a skip's arc
         split, ss["cut_why"] = M.toggle_cut(
             M.cut_table(form["arch"], form["data"]), form.get("split") or [], p["customdata"][0]
         )
