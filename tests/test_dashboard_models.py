@@ -344,3 +344,40 @@ def test_the_cut_graph_draws_one_arc_per_skip_of_the_traced_graph():
             assert said == {"skip from a to b"}
         else:
             assert "skip from layer1 to layer2.0.downsample.0" in said  # layer1.1's output to layer2.0's shortcut
+
+
+RESNET = """
+from torch import nn
+from torchvision.models import resnet18
+
+
+def resnet18_cifar():
+    m = resnet18(num_classes=10)
+    m.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)  # the CIFAR stem
+    m.maxpool = nn.Identity()
+    return m
+"""
+
+
+def test_torchvision_s_resnet18_from_a_models_file_draws_and_says_why_inside_a_block(folders):
+    """torchvision's ResNet-18 as a factory in the models folder: the graph draws its ~50 layers over
+    rows of at most 8, the valid cut points are the block boundaries, and a cut inside a residual
+    block says which skip jumps it."""
+    models, _ = folders
+    (models / "rn.py").write_text(RESNET)
+    at = train_page({"arch": "rn.py:resnet18_cifar", "data": "cifar10", "split": "layer2.0"})
+    assert not at.exception, [e.value for e in at.exception]
+    split = at.multiselect(key="f.split")
+    assert split.value == ["layer2.0"] and {"layer1.0", "layer2.0", "layer3", "layer4.0"} <= set(split.options)
+    drawn = {t["name"]: t for t in graph(at) if t.get("customdata")}
+    (chain,) = [t for t in graph(at) if t.get("mode") == "lines+markers+text"]
+    per_row = len({x for x in chain["x"]})
+    assert 4 <= per_row <= 8 and len(chain["x"]) > 45, (per_row, len(chain["x"]))
+    why = dict(
+        zip(
+            [c for (c,) in drawn["cannot cut: hover for why"]["customdata"]],
+            drawn["cannot cut: hover for why"]["hovertext"],
+        )
+    )
+    assert why["layer2.0.conv1"].endswith("not a cut: the skip from layer1.1 (to layer2.0.downsample.0) crosses here")
+    assert sum(t.get("legendgroup") == "skip" for t in graph(at)) == 11
