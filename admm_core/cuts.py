@@ -437,7 +437,9 @@ def table(g: Graph, everything: bool = False) -> list[dict]:
     row_of = lambda i: (
         next((p.name for p in shown if p.index >= i), shown[-1].name if shown else None) if i >= 0 else "input"
     )
-    arcs = sorted({(row_of(a), row_of(b)) for p in points for a, b in p.skips})
+    # a producer's row: the last shown layer at or before it (F.relu(self.conv1(x)) is conv1's)
+    made_by = lambda i: next((p.name for p in reversed(shown) if p.index <= i), "input")
+    arcs = sorted({(made_by(a), row_of(b)) for p in points for a, b in p.skips})
     rows = []
     for p in shown:
         rows.append(

@@ -98,10 +98,11 @@ GRAPH_JS = "document.querySelector('.st-key-cuts_graph .js-plotly-plot')"
 
 
 def _drawn(page) -> dict:
-    """The drawn graph's cut points by state (the legend's label -> names), once it is drawn."""
+    """The drawn graph's cut points by state (the legend's label -> names; the skips' arcs, which
+    carry no cut point, left out), once it is drawn."""
     page.locator(".st-key-cuts_graph .js-plotly-plot .scatterlayer").wait_for()
     return page.evaluate(
-        f"() => Object.fromEntries({GRAPH_JS}.data.filter(t => t.name).map(t => [t.name, t.customdata.map(c => c[0])]))"
+        f"() => Object.fromEntries({GRAPH_JS}.data.filter(t => t.customdata).map(t => [t.name, t.customdata.map(c => c[0])]))"
     )
 
 

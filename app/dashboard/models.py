@@ -240,7 +240,7 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None):
         (x0, y0), (x1, y1) = at[a], at[b]
         fig.add_scatter(
             x=[x0, (x0 + x1) / 2, x1],
-            y=[y0, max(y0, y1) + 0.3, y1],
+            y=[y0, max(y0, y1) + 0.2, y1],  # under the axis top (0.25): drawn whole
             mode="lines",
             line={"shape": "spline", "color": "#FFA421", "dash": "dot", "width": 2},
             name="skip: why the cuts it jumps are none",
