@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from apptest_adapter import select_points
 from helpers import wait
 from streamlit.testing.v1 import AppTest
 
@@ -91,12 +92,8 @@ def graph(at: AppTest) -> list[dict]:
 
 def click(at: AppTest, name: str) -> AppTest:
     """Run the page as after a click on cut point ``name`` of the graph: the chart's selection as the
-    browser sends it (AppTest has no plotly interaction: the widget state is added by hand)."""
-    (chart,) = at.get("plotly_chart")
-    states = at._tree.get_widget_states()
-    sel = {"points": [{"customdata": [name], "curve_number": 1, "point_number": 0}], "point_indices": [0]}
-    states.widgets.add(id=chart.proto.id, string_value=json.dumps({"selection": {**sel, "box": [], "lasso": []}}))
-    return at._run(states)
+    browser sends it (AppTest has no public plotly interaction: tests/apptest_adapter.py adds it)."""
+    return select_points(at, [{"customdata": [name], "curve_number": 1, "point_number": 0}])
 
 
 def test_a_click_on_the_graph_toggles_a_valid_cut_and_says_why_not_for_another(folders):
