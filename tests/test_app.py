@@ -1438,8 +1438,8 @@ def test_worker_writes_system_metrics_and_train_charts_them(env_runs):
 
 
 def test_a_watched_run_that_ends_gives_one_notice(tmp_path, monkeypatch):
-    """running → finished while watched: one toast and a line; not again on the next rerun; a
-    run that had ended before the tab opened gives none."""
+    """running → finished while watched: one toast, its icon drawn from Streamlit's own icon font, and a
+    line; not again on the next rerun; a run that had ended before the tab opened gives none."""
     from admm_core.status import proc_start
 
     root = tmp_path / "runs"
@@ -1458,6 +1458,9 @@ def test_a_watched_run_that_ends_gives_one_notice(tmp_path, monkeypatch):
     at.run()
     no_exceptions(at)
     assert [t.value for t in at.toast] == ["Run live finished at epoch 1/1"], [t.value for t in at.toast]
+    # a Material Symbols icon (Streamlit ships that font): the ✅ emoji showed as an empty box where the
+    # system fonts lack it
+    assert [t.icon for t in at.toast] == [":material/check_circle:"], [t.icon for t in at.toast]
     assert [s.value for s in at.success if s.value.startswith("Run live finished")]
     at.run()
     assert not at.toast  # once per state change

@@ -10,7 +10,9 @@ has no layout (a cut label, a column past a table's edge) or no browser (the pag
 - the Runs table's columns fit a 1440-px and a 1280-px window with a sweep trial's 56-character id and
   its preset ("updated" lay past the right edge: 52 px at 1440, before its fix; 134 px at 1280, before
   its own) and "Training samples (0 = all)" stays on one line at 1280 px;
-- a study's trials table, three settings searched, fits a 1280-px window with its trials' 56-character ids.
+- a study's trials table, three settings searched, fits a 1280-px window with its trials' 56-character ids;
+- at 1280 × 800 no widget label and no select's chosen value is cut short on Train (ResNet-18 and a torchvision
+  VGG, every settings expander open) or Sweeps ("Calibrate BatchNor…", "median (stop the trailin" once).
 """
 
 from __future__ import annotations
@@ -270,5 +272,63 @@ def test_sweeps_trials_table_fits_1280_with_three_settings(server, browser):
         page.wait_for_function("el => el.scrollWidth > 400", arg=scroller.element_handle())
         hidden = scroller.evaluate(HIDDEN_JS)
         assert hidden <= 0, f"the trials table's columns run {hidden} px past its right edge at 1280 px"
+    finally:
+        page.close()
+
+
+# every widget label, a select's chosen value (the text of its input), and every text drawn with an ellipsis
+# (a chip) whose text is wider than its box: what the page cuts ("Calibrate BatchNor…", "median (stop the
+# trailin")
+CUT_JS = """() => {
+  const seen = new Set([
+    ...document.querySelectorAll('[data-testid="stWidgetLabel"], [data-testid="stWidgetLabel"] *'),
+    ...document.querySelectorAll('[data-testid="stSelectbox"] input[role="combobox"]'),
+    ...[...document.querySelectorAll('[data-testid="stMain"] *')].filter(
+      el => getComputedStyle(el).textOverflow === 'ellipsis'),
+  ]);
+  const text = el => (el.tagName === 'INPUT' ? el.value : el.textContent).trim();
+  return [...seen].filter(el => el.offsetParent && text(el) && el.scrollWidth - el.clientWidth > 1)
+    .map(el => `${text(el)} (${el.scrollWidth - el.clientWidth} px)`);
+}"""
+
+
+def _unfold(page, names: tuple[str, ...]) -> None:
+    """Opens the page's folded expanders named ``names``, one by one: each a rerun that draws its widgets."""
+    for name in names:
+        summary = page.locator("[data-testid='stExpander'] summary", has_text=name)
+        summary.wait_for()
+        summary.click()
+        box = page.locator("[data-testid='stExpander']", has=page.locator("details[open]", has_text=name))
+        box.locator("[data-testid='stWidgetLabel']").first.wait_for()
+
+
+@pytest.mark.parametrize(
+    "path, unfold, longest",
+    [
+        ("/?preset=none&data=cifar10&arch=resnet18&method=block-admm", ("More training", "More block"),
+         "Calibrate BN first"),
+        ("/?preset=none&data=cifar10&arch=tv-vgg11-bn&method=online-admm", ("More training", "More online"),
+         "BatchNorm in Z steps"),
+        ("/sweeps", ("New study",), "median (stop laggards)"),
+    ],
+    ids=["train-resnet18-block-admm", "train-vgg11-online-admm", "sweeps"],
+)  # fmt: skip
+def test_no_label_or_chosen_value_is_cut_at_1280(server, browser, path, unfold, longest):
+    """Train under ResNet-18 and a torchvision VGG (the forms with the longest labels), their settings
+    unfolded, and Sweeps' new-study form at 1280 × 800: no widget label and no select's chosen value is cut
+    short (each page's once-cut text among them)."""
+    url, _ = server
+    page = _page(browser, 1280, 800)
+    try:
+        page.goto(f"{url}{path}")
+        _unfold(page, unfold)
+        page.get_by_role("button", name=re.compile("Start run|Launch study")).first.wait_for()
+        shown = page.locator("[data-testid='stWidgetLabel']", has_text=longest).or_(
+            page.locator(f"input[role='combobox'][value='{longest}']")
+        )
+        shown.first.wait_for()
+        page.wait_for_timeout(500)  # the last rerun's widgets laid out
+        cut = page.evaluate(CUT_JS)
+        assert not cut, f"cut at 1280 px on {path}: {cut}"
     finally:
         page.close()
