@@ -43,6 +43,7 @@ import torch
 
 from ..profile import phase
 from ..spec.methods.base import per_block
+from . import zsweep
 from .base import (
     Engine,
     MethodState,
@@ -69,6 +70,7 @@ from .probes import (
 from .zsweep import (
     ZRows,
     _modules_of,
+    block_params,
     forward_start,
     minibatches,
     norm_mode,
@@ -242,6 +244,11 @@ class OnlineADMM(Engine):
 
             first = p == 0  # the first sweep reuses the forward start and steps displacements from it
             offsets = [None] * net.T
+            # Every block's Θ-step reads this forward start right after this one Gauss–Seidel pass, with
+            # the same z and u: the sweep's vjps through the blocks give ∇_{Θ_t} T_t as well, and the
+            # Θ-step runs no backward pass of its own (:func:`reverse_z_sweep`'s theta_params)
+            fused = zsweep.THETA_GRADS_FROM_SWEEP and step_theta and first and given is not None and len(given) == net.T
+            theta_grads = {} if fused else None
             with norm_mode(net, self.bn_mode), phase("z_sweep"):
                 z = reverse_z_sweep(
                     net.blocks,
@@ -253,9 +260,11 @@ class OnlineADMM(Engine):
                     forwards=forwards if first else None,
                     own_grad=self.own_grad(state),
                     offsets=offsets if first else None,
-                    keep_graphs=given is not None and len(given) > 1,
+                    keep_graphs=given is not None and len(given) > 1 and not fused,
                     objective_grad=loss_grad(batch.loss, y),
                     signal_norm=self.z_norm == "signal",
+                    theta_params=[block_params(b) for b in net.blocks] if fused else None,
+                    theta_grads=theta_grads,
                 )
             zr = ZRows([out.detach() for _, out in forwards], offsets) if first else ZRows(None, z)
             if step_theta:  # Θ-update (Alg. 2)
@@ -268,7 +277,13 @@ class OnlineADMM(Engine):
                             outputs[t] = out.detach()
                         return couplings[t](zr.residual(t, out)) / len(x)
 
-                    theta_step(net, state.opt, inputs, coupling, given=given if first else None)
+                    grads = None
+                    if fused:  # the sweep's ∇_{Θ_t} T_t divided by |i|; its outputs on to the dual step
+                        grads = {t: [None if g is None else g / len(x) for g in gs] for t, gs in theta_grads.items()}
+                        if outputs is not None:
+                            for t in grads:
+                                outputs[t] = given[t].detach()
+                    theta_step(net, state.opt, inputs, coupling, given=given if first else None, grads=grads)
         return zr, couplings
 
     def backprop_cosine(self, net, state: OnlineADMMState, batch: TrainBatch) -> list[float]:

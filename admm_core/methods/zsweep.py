@@ -16,6 +16,13 @@ from ..profile import phase
 
 _MODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
+# Where a Θ-step follows a Z sweep at the forward start's inputs (theta_input='start'), the sweep's
+# vector-Jacobian products also give the Θ-step's gradients (:func:`reverse_z_sweep`'s
+# ``theta_params``): one backward pass per block instead of two. False: the Θ-step runs its own
+# backward, the plain computation (the tests compare the two). Speed only: the same numbers up to
+# float rounding.
+THETA_GRADS_FROM_SWEEP = True
+
 
 def _modules_of(net: nn.Module) -> tuple[list, list]:
     """(every module, the BatchNorm modules) of ``net``, listed once per network: the walk costs
@@ -67,6 +74,11 @@ def norm_mode(net: nn.Module, mode: str):
         set_mode(net, was)
 
 
+def block_params(block: nn.Module) -> list[torch.Tensor]:
+    """Θ_t: the parameters of ``block`` that train, in one fixed order (the Θ-step's and the sweep's)."""
+    return [p for p in block.parameters() if p.requires_grad]
+
+
 def theta_step(
     net,
     opt: torch.optim.Optimizer,
@@ -75,29 +87,38 @@ def theta_step(
     reduce_grads: Callable[[list[torch.Tensor]], None] | None = None,
     given: dict | None = None,
     blocks: Sequence[int] | None = None,
+    grads: dict | None = None,
 ) -> None:
     """Θ-update of every block (or of ``blocks``, the ones this process owns) on one minibatch: Θ_t ← Θ_t − η ∇_{Θ_t} P_t.
 
     ``inputs[t]`` is block t's (detached) input Z_{t−1}; ``coupling_losses(t, out)`` its P_t.
     P_t depends on Θ_t alone (Z and U are fixed here), so the gradient of Σ_t P_t w.r.t.
     Θ_t is ∇_{Θ_t} P_t: one backward call gives every block its own update and no
-    gradient crosses a block boundary (the inputs carry no graph).
+    gradient crosses a block boundary (the inputs carry no graph). The backward is asked for Θ
+    alone: inputs that are leaves of a forward start's graph get no gradient they would not use.
 
     ``reduce_grads(params)`` runs between backward and step (the data-parallel all-reduce);
     with it, empty ``inputs`` (this rank holds none of the minibatch's rows) skip the forward.
     ``given[t]``: block t's output on ``inputs[t]`` already computed with Θ_t's graph (it is used
     instead of a second forward pass; the caller vouches that Θ_t and the input are the same).
+    ``grads[t]``: ∇_{Θ_t} P_t already computed (one tensor or None per :func:`block_params` of block t),
+    e.g. by the Z sweep's vector-Jacobian product through block t (:func:`reverse_z_sweep`'s
+    ``theta_grads``); block t then has neither forward nor backward here.
     """
     opt.zero_grad(set_to_none=True)
     if reduce_grads is None or inputs[0].shape[0] > 0:
         with phase("theta.forward_backward"):
-            given = given or {}
-            total = sum(
-                coupling_losses(t, given[t] if t in given else block(inputs[t]))
-                for t, block in enumerate(net.blocks)
-                if blocks is None or t in blocks
-            )
-            total.backward()
+            given, grads = given or {}, grads or {}
+            todo = [t for t in range(len(net.blocks)) if blocks is None or t in blocks]
+            for t in todo:
+                for p, g in zip(block_params(net.blocks[t]), grads.get(t, ())):
+                    if g is not None:
+                        p.grad = g if p.grad is None else p.grad + g  # a parameter shared by two blocks adds up
+            rest = [t for t in todo if t not in grads]
+            params = [p for t in rest for p in block_params(net.blocks[t])]
+            if params:
+                total = sum(coupling_losses(t, given[t] if t in given else net.blocks[t](inputs[t])) for t in rest)
+                torch.autograd.backward(total, inputs=params)
     if reduce_grads is not None:
         with phase("theta.all_reduce"):
             reduce_grads([p for g in opt.param_groups for p in g["params"]])
@@ -124,6 +145,7 @@ class ZRows:
     base: list | None
     delta: list
     given: dict | None = None  # {t: block_t's output with Θ_t's graph}, for the Θ-step to reuse
+    theta_grads: dict | None = None  # {t: ∇_{Θ_t} P_t}, taken by the sweep's vjp (``reverse_z_sweep``)
 
     def z(self, t: int) -> torch.Tensor:
         return self.delta[t] if self.base is None else self.base[t] + self.delta[t]
@@ -181,6 +203,8 @@ def reverse_z_sweep(
     objective_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
     solve: Callable | None = None,
     signal_norm: bool = False,
+    theta_params: Sequence[Sequence[torch.Tensor]] | None = None,
+    theta_grads: dict | None = None,
 ) -> list[torch.Tensor]:
     """One Z-update pass of Alg. 1/2 on some rows: Z_T first, then t = T−1 … 1.
 
@@ -215,7 +239,17 @@ def reverse_z_sweep(
     ``signal_norm``: the signal from block_{t+1} (the vjp above) is raised to the size of ∇J(Z_T)
     where it is smaller (``z_norm='signal'``); Z_t's own term β_t(r_t + U_t) keeps its size, so
     with ζβ = 1 from a forward start U_t still cancels out of the residual.
+    ``theta_params[t]``: Θ_t (:func:`block_params`), to get the Θ-step's gradients out of the sweep's
+    backward passes: the vjp through block_{t+1} is also taken w.r.t. Θ_{t+1}, giving ∇_{Θ_{t+1}} P_{t+1}
+    at the final Z_{t+1} of this Gauss–Seidel pass, and after Z_1's step one more vjp gives ∇_{Θ_1} P_1;
+    each is written into ``theta_grads[t]`` (a dict). When the Θ-step follows at the forward start's
+    inputs and outputs (``theta_input='start'``) with Z and U as this pass leaves them, these are its
+    gradients of P_t (up to its factor 1/|i|), so one backward pass through each block serves both
+    the Z-update and the Θ-step. Needs ``forwards`` (the blocks' graphs from Θ) and a Gauss–Seidel pass;
+    that the Θ-step follows with the same Z and U is the caller's to vouch.
     """
+    if theta_params is not None and (forwards is None or jacobi):
+        raise ValueError("theta_params: needs a Gauss–Seidel pass from a forward start (forwards)")
     sweep = _Sweep(blocks, z0, zs, couplings, z_step, on_forward, forwards, own_grad)
     T = len(blocks)
     with torch.enable_grad():
@@ -236,10 +270,18 @@ def reverse_z_sweep(
             with phase(f"z_sweep.block{t + 1}"):
                 # P_{t+1} at the new Z_{t+1} (Jacobi: the old one), differentiated through block_{t+1} only
                 r_next = sweep.residual(t + 1, out.detach() if own_grad is not None else out, new=not jacobi)
+                wrt = [inp] if theta_params is None else [inp, *theta_params[t + 1]]  # Θ_{t+1} too: its Θ-step's
                 if own_grad is not None:  # a vjp with ∇_out P_{t+1} = −∇_r P_{t+1}
-                    g_next = torch.autograd.grad(out, inp, -own_grad(t + 1, r_next), retain_graph=keep)[0]
+                    vjp = torch.autograd.grad(
+                        out, wrt, -own_grad(t + 1, r_next), retain_graph=keep, allow_unused=len(wrt) > 1
+                    )
                 else:
-                    g_next = torch.autograd.grad(couplings[t + 1](r_next), inp, retain_graph=keep)[0]
+                    vjp = torch.autograd.grad(
+                        couplings[t + 1](r_next), wrt, retain_graph=keep, allow_unused=len(wrt) > 1
+                    )
+                g_next = vjp[0]
+                if theta_params is not None:
+                    theta_grads[t + 1] = list(vjp[1:])
                 if signal_norm:  # z_norm='signal' (not in the paper): the signal keeps ∇J's size
                     size = _size(g_next)
                     if 0 < size < top:
@@ -249,6 +291,18 @@ def reverse_z_sweep(
                 g = sweep.own(t, out) + g_next
                 sweep.step(t, g if solve is None else solve(t, g, *nxt))
                 del nxt
+        if theta_params is not None:  # block 1's Θ-gradient at its final Z_1 (no Z-step reads it)
+            with phase("z_sweep.block1"):
+                if own_grad is not None:
+                    r = sweep.residual(0, out.detach())
+                    vjp = torch.autograd.grad(
+                        out, theta_params[0], -own_grad(0, r), retain_graph=keep, allow_unused=True
+                    )
+                else:
+                    vjp = torch.autograd.grad(
+                        couplings[0](sweep.residual(0, out)), theta_params[0], retain_graph=keep, allow_unused=True
+                    )
+                theta_grads[0] = list(vjp)
     return sweep.result(offsets)
 
 

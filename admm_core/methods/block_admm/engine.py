@@ -12,7 +12,7 @@ from ..base import Engine, TrainBatch, make_theta_optimizer, set_epoch_lr, tenso
 from ..lipschitz import lipschitz_vectors
 from ..masks import held_masks
 from ..probes import backprop_grads, block_update_grads, cosines, probe_rows
-from ..zsweep import ZRows, norm_mode, theta_step
+from ..zsweep import ZRows, norm_mode, set_mode, theta_step
 from .dual import DualRule
 from .minibatch import MinibatchSchedule
 from .penalty import PenaltyRule
@@ -143,7 +143,7 @@ class BlockADMM(Engine):
         if not idx_list:
             return
         with phase("theta"):
-            net.train()
+            set_mode(net, True)
             shard = batch.shard
             reduce = shard.sum_grads if shard.shards_rows else None
             own = None if not shard.shards_blocks else [t for t in range(net.T) if shard.owns(t)]
@@ -163,7 +163,17 @@ class BlockADMM(Engine):
                         outputs[t] = out.detach()
                     return terms[t](zr.residual(t, out)) / size  # P_t / |i|
 
-                theta_step(net, state.opt, inputs, coupling, reduce_grads=reduce, given=zr.given, blocks=own)
+                # ∇_{Θ_t} P_t the Z sweep took with its vjp through block t: divided by |i| here, and
+                # the output that step computed handed on to the dual step as above
+                grads = None
+                if zr.theta_grads:
+                    grads = {t: [None if g is None else g / size for g in gs] for t, gs in zr.theta_grads.items()}
+                    if outputs is not None:
+                        for t in grads:
+                            outputs[t] = zr.given[t].detach()
+                theta_step(
+                    net, state.opt, inputs, coupling, reduce_grads=reduce, given=zr.given, blocks=own, grads=grads
+                )
             shard.average_buffers(net)
 
     # --- diagnostics --------------------------------------------------------------------

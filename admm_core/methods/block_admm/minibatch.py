@@ -24,9 +24,10 @@ import torch
 
 from ...errors import ConfigError
 from ...profile import phase
+from .. import zsweep
 from ..lipschitz import loss_grad
 from ..masks import held_masks
-from ..zsweep import ZRows, forward_start, minibatches, norm_mode, reverse_z_sweep
+from ..zsweep import ZRows, block_params, forward_start, minibatches, norm_mode, reverse_z_sweep, set_mode
 from .state import coupling_terms
 from .sweep import primal_passes
 
@@ -102,11 +103,11 @@ class MinibatchSchedule:
         given = None
         with phase("forward_start"):  # the Z sub-problem warm-started at the current forward pass
             if reuse and s.theta_input == "start":  # this pass is every block's Θ-step forward
-                net.train()
+                set_mode(net, True)
                 zs, forwards = forward_start(net.blocks, x, net.blocks[0](x))
                 return zs, forwards, {t: out for t, (_, out) in enumerate(forwards)}
             if reuse:  # block 1's pass is its Θ-step's forward (statistics updated once, as there)
-                net.train()
+                set_mode(net, True)
                 with torch.enable_grad():
                     given = {0: net.blocks[0](x)}
             with norm_mode(net, s.bn_mode):
@@ -139,6 +140,19 @@ class MinibatchSchedule:
             signal_norm=m.z_rule.signal_norm,
         )
         objective, couplings = (lambda z: batch.loss(z, y)), coupling_terms(state.beta, us)
+        # Every block's Θ-step reads this forward start (theta_input='start') right after this one
+        # Gauss–Seidel pass, with the same Z and U: the sweep's vjps through the blocks then give
+        # the Θ-step's ∇_{Θ_t} P_t as well, and the Θ-step runs no backward pass of its own.
+        shard = batch.shard
+        fused = (
+            zsweep.THETA_GRADS_FROM_SWEEP
+            and given is not None
+            and len(given) == T
+            and s.z_sweeps == 1
+            and s.z_sweep != "jacobi"
+            and not (shard.shards_rows or shard.shards_blocks)
+        )
+        theta_grads = {} if fused else None
         with norm_mode(net, s.bn_mode):
             new = reverse_z_sweep(
                 net.blocks,
@@ -149,7 +163,9 @@ class MinibatchSchedule:
                 z_step,
                 forwards=forwards,
                 offsets=offsets if forwards is not None else None,
-                keep_graphs=given is not None and len(given) > 1,
+                keep_graphs=given is not None and len(given) > 1 and not fused,
+                theta_params=[block_params(b) for b in net.blocks] if fused else None,
+                theta_grads=theta_grads,
                 **sweep,
             )
             for _ in range(s.z_sweeps - 1):  # more Z-steps on the same rows before the Θ-step
@@ -158,7 +174,7 @@ class MinibatchSchedule:
                     offsets = [z - out.detach() for z, (_, out) in zip(new, forwards)]
         if forwards is None:
             return ZRows(None, [z.to(state.z[t].dtype) for t, z in enumerate(new)]), moments
-        return ZRows([out.detach() for _, out in forwards], offsets, given), moments
+        return ZRows([out.detach() for _, out in forwards], offsets, given, theta_grads), moments
 
     @torch.no_grad()
     def dual_rows(self, m, net, state, batch, rows: torch.Tensor, sq: list, zr: ZRows, outs=None) -> None:

@@ -1,0 +1,117 @@
+"""CPU seconds of one training epoch per method on the zoo's MNIST-sized rows, one torch thread.
+
+    ADMM_DATA=/work/shared/data python experiments/epoch_cpu.py --rows lenet5-bn mnist-net \
+        --methods adam block-admm online-admm --repeats 3 --out bench_out/epoch-cpu.json
+
+On a shared machine the wall clock measures the neighbours as much as the run, so this reads the
+process's CPU time (``time.process_time``: every thread of the process, and with one torch
+thread that is the epoch's own work) around each call of the run loop's epoch (evaluation,
+metrics and checkpoints excluded). Each repeat trains every (row, method) in turn, so the methods'
+runs interleave and a slow window of the machine falls on all of them alike. Prints one line per
+run and the median per (row, method) with its ratio to Adam's; ``--out`` keeps every reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # zoo_models beside this script
+
+from zoo_models import BY_NAME  # noqa: E402
+
+from admm_core import own  # noqa: E402
+from admm_core.network import NetworkTask  # noqa: E402
+
+
+def epoch_seconds(row, method: str, seed: int, epochs: int, settings: dict | None = None) -> dict:
+    """Train ``row`` by ``method`` for ``epochs`` epochs; the CPU and wall seconds of each epoch
+    and the final metrics line (for a before/after check of the numbers)."""
+    cpu, wall = [], []
+    plain = NetworkTask.run_epoch
+
+    def timed(self, epoch, progress):
+        c0, w0 = time.process_time(), time.perf_counter()
+        plain(self, epoch, progress)
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+
+    NetworkTask.run_epoch = timed
+    try:
+        torch.manual_seed(seed)
+        with tempfile.TemporaryDirectory() as d:
+            run = own.train(
+                row.factory(),
+                split_after=list(row.cuts),
+                data=row.data,
+                method=method,
+                settings=dict(settings or {}),
+                epochs=epochs,
+                batch_size=row.batch_size,
+                loss="ce",
+                seed=seed,
+                train_limit=row.train_limit,
+                test_limit=row.test_limit,
+                tensorboard=False,
+                out=Path(d) / "run",
+            )
+            from admm_core.rundir import read_metrics
+
+            last = read_metrics(run.dir)[-1]
+    finally:
+        NetworkTask.run_epoch = plain
+    return {
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "test_accuracy": last.get("test_accuracy"),
+        "train_loss": last.get("train_loss"),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rows", nargs="+", default=["quickstart-mlp", "lenet5-bn", "mnist-net"], choices=list(BY_NAME))
+    p.add_argument("--methods", nargs="+", default=["adam", "block-admm", "online-admm"])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=2, help="epochs per run (every epoch is one reading)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, help="write every reading here (JSON)")
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)
+    runs = []
+    for rep in range(a.repeats):
+        for name in a.rows:
+            for method in a.methods:
+                r = epoch_seconds(BY_NAME[name], method, a.seed, a.epochs)
+                r.update(row=name, method=method, repeat=rep)
+                runs.append(r)
+                cpu = " ".join(f"{c:.2f}" for c in r["cpu_s"])
+                print(
+                    f"{rep} {name:15s} {method:12s} cpu/epoch {cpu}  test {r['test_accuracy']}  loss {r['train_loss']}",
+                    flush=True,
+                )
+    print("\nmedian CPU s per epoch (all epochs of all repeats), × adam")
+    for name in a.rows:
+        per = {
+            m: statistics.median([c for r in runs if r["row"] == name and r["method"] == m for c in r["cpu_s"]])
+            for m in a.methods
+        }
+        base = per.get("adam")
+        for m, v in per.items():
+            ratio = f"{v / base:.2f}×" if base else "—"
+            print(f"{name:15s} {m:12s} {v:.3f} s  {ratio}")
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(runs, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
