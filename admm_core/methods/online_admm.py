@@ -266,7 +266,7 @@ class OnlineADMM(Engine):
                     theta_params=[block_params(b) for b in net.blocks] if fused else None,
                     theta_grads=theta_grads,
                 )
-            zr = ZRows([out.detach() for _, out in forwards], offsets) if first else ZRows(None, z)
+            zr = ZRows([out.detach() for _, out in forwards], offsets, values=z) if first else ZRows(None, z)
             if step_theta:  # Θ-update (Alg. 2)
                 set_mode(net, True)
                 with phase("theta"):
@@ -280,9 +280,9 @@ class OnlineADMM(Engine):
                     grads = None
                     if fused:  # the sweep's ∇_{Θ_t} T_t divided by |i|; its outputs on to the dual step
                         grads = {t: [None if g is None else g / len(x) for g in gs] for t, gs in theta_grads.items()}
-                        if outputs is not None:
+                        if outputs is not None:  # the forward start's outputs (zr.base: its residual is δ_t)
                             for t in grads:
-                                outputs[t] = given[t].detach()
+                                outputs[t] = zr.base[t]
                     theta_step(net, state.opt, inputs, coupling, given=given if first else None, grads=grads)
         return zr, couplings
 

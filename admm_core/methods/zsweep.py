@@ -139,23 +139,36 @@ class ZRows:
 
     Residuals are formed as (base_t − out) + δ_t: when out is that same forward pass, base_t − out
     is exactly 0 and the residual is δ_t, however small against the activations (see
-    :func:`reverse_z_sweep`'s ``forwards``).
+    :func:`reverse_z_sweep`'s ``forwards``). Passed ``base[t]`` itself (no graph), the residual is
+    δ_t with no arithmetic: (base_t − base_t) + δ_t = δ_t (where base_t is not finite, δ_t is NaN
+    already: the sweep formed its residuals the same way).
     """
 
     base: list | None
     delta: list
     given: dict | None = None  # {t: block_t's output with Θ_t's graph}, for the Θ-step to reuse
     theta_grads: dict | None = None  # {t: ∇_{Θ_t} P_t}, taken by the sweep's vjp (``reverse_z_sweep``)
+    values: list | None = None  # Z_t = base_t + δ_t where already formed (the sweep's return), else formed once
 
     def z(self, t: int) -> torch.Tensor:
-        return self.delta[t] if self.base is None else self.base[t] + self.delta[t]
+        if self.base is None:
+            return self.delta[t]
+        if self.values is None:
+            self.values = [None] * len(self.delta)
+        if self.values[t] is None:
+            self.values[t] = self.base[t] + self.delta[t]
+        return self.values[t]
 
     def zs(self) -> list[torch.Tensor]:
         return [self.z(t) for t in range(len(self.delta))]
 
     def residual(self, t: int, out: torch.Tensor) -> torch.Tensor:
         """Z_t − out."""
-        return self.delta[t] - out if self.base is None else (self.base[t] - out) + self.delta[t]
+        if self.base is None:
+            return self.delta[t] - out
+        if out is self.base[t]:
+            return self.delta[t]
+        return (self.base[t] - out) + self.delta[t]
 
 
 def forward_start(

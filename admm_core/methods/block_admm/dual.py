@@ -62,9 +62,13 @@ class DualRule:
             u.add_(r, alpha=self.alpha)
 
     def add_rows(self, u: torch.Tensor, rows, r: torch.Tensor, epoch: int) -> None:
-        """U[rows] ← U[rows] + α r (an index tensor or a slice of rows)."""
+        """U[rows] ← U[rows] + α r (an index tensor of distinct rows, or a slice of rows)."""
         if self.on(epoch):
-            u[rows] += self.alpha * r.to(u.dtype)
+            step = self.alpha * r.to(u.dtype)
+            if torch.is_tensor(rows):  # in place, no gathered copy: the same sums as u[rows] += step
+                u.index_add_(0, rows, step)
+            else:
+                u[rows] += step
 
     def state_tensors(self, state) -> list[torch.Tensor]:
         """The duals a run keeps as its state (none when U ≡ 0: the zeros are not a variable)."""

@@ -156,7 +156,9 @@ class BlockADMM(Engine):
                     else ZRows(None, [rows_of(z, idx, shard.holds(t)) for t, z in enumerate(state.z)])
                 )
                 inputs = self.theta_inputs(batch.inputs(idx), zr)
-                terms = coupling_terms(state.beta, [rows_of(u, idx, shard.owns(t)) for t, u in enumerate(state.u)])
+                done = zr.theta_grads or {}  # blocks whose ∇_{Θ_t} P_t the Z sweep took: no U rows needed here
+                us = [rows_of(u, idx, shard.owns(t)) if t not in done else None for t, u in enumerate(state.u)]
+                terms = coupling_terms(state.beta, us)
 
                 def coupling(t, out, zr=zr, terms=terms):
                     if outputs is not None:
@@ -166,11 +168,11 @@ class BlockADMM(Engine):
                 # ∇_{Θ_t} P_t the Z sweep took with its vjp through block t: divided by |i| here, and
                 # the output that step computed handed on to the dual step as above
                 grads = None
-                if zr.theta_grads:
-                    grads = {t: [None if g is None else g / size for g in gs] for t, gs in zr.theta_grads.items()}
-                    if outputs is not None:
+                if done:
+                    grads = {t: [None if g is None else g / size for g in gs] for t, gs in done.items()}
+                    if outputs is not None:  # the forward start's outputs (zr.base: its residual is δ_t)
                         for t in grads:
-                            outputs[t] = zr.given[t].detach()
+                            outputs[t] = zr.base[t]
                 theta_step(
                     net, state.opt, inputs, coupling, reduce_grads=reduce, given=zr.given, blocks=own, grads=grads
                 )

@@ -28,7 +28,7 @@ from .. import zsweep
 from ..lipschitz import loss_grad
 from ..masks import held_masks
 from ..zsweep import ZRows, block_params, forward_start, minibatches, norm_mode, reverse_z_sweep, set_mode
-from .state import coupling_terms
+from .state import coupling_terms, squared_norm
 from .sweep import primal_passes
 
 
@@ -174,7 +174,9 @@ class MinibatchSchedule:
                     offsets = [z - out.detach() for z, (_, out) in zip(new, forwards)]
         if forwards is None:
             return ZRows(None, [z.to(state.z[t].dtype) for t, z in enumerate(new)]), moments
-        return ZRows([out.detach() for _, out in forwards], offsets, given, theta_grads), moments
+        # one sweep from the forward start: its Z_t is base_t + δ_t as ZRows forms it (the same sum)
+        values = new if s.z_sweeps == 1 else None
+        return ZRows([out.detach() for _, out in forwards], offsets, given, theta_grads, values), moments
 
     @torch.no_grad()
     def dual_rows(self, m, net, state, batch, rows: torch.Tensor, sq: list, zr: ZRows, outs=None) -> None:
@@ -187,5 +189,5 @@ class MinibatchSchedule:
                 z = zr.z(t)
                 r = zr.residual(t, block(inp) if outs is None else outs[t])
                 m.dual.add_rows(state.u[t], rows, r, state.epoch)
-                sq[t] += r.double().pow(2).sum()
+                sq[t] += squared_norm(r)
                 inp = z

@@ -38,9 +38,14 @@ class BlockADMMState(MethodState):
         """Add a Z_t-step of some rows (and those rows' new Z_t) to this epoch's sums."""
         acc = self.z_moves[t] if t < len(self.z_moves) else None
         if acc is not None:  # tensors on the data's device: no sync per minibatch
-            acc[0] = acc[0] + step.detach().double().pow(2).sum()
-            acc[1] = acc[1] + z.detach().double().pow(2).sum()
+            acc[0] = acc[0] + squared_norm(step)
+            acc[1] = acc[1] + squared_norm(z)
             acc[2] += int(z.shape[0])
+
+
+def squared_norm(x: torch.Tensor) -> torch.Tensor:
+    """Σ x² in float64 (a 0-d tensor), reduced without a float64 copy of ``x``."""
+    return torch.linalg.vector_norm(x.detach(), dtype=torch.float64).square()
 
 
 def coupling_terms(beta, us) -> list:
