@@ -283,3 +283,69 @@ def test_sweep_with_closed_form_gradients_equals_the_autograd_sweep(make):
 
     for a, b in zip(sweep(True), sweep(False)):
         assert torch.allclose(a, b, atol=1e-12, rtol=1e-10)
+
+
+# --- the Θ-step's gradients from the Z sweep's vector-Jacobian products --------------------------
+
+
+def backward_passes(net) -> list[int]:
+    """How many backward passes run through each block's output (a pre-hook on its grad_fn), per block."""
+    counts = [0] * net.T
+
+    def hook(module, inputs, out, t):
+        if out.grad_fn is not None:
+            out.grad_fn.register_prehook(lambda g: counts.__setitem__(t, counts[t] + 1))
+
+    for t, block in enumerate(net.blocks):
+        block.register_forward_hook(lambda m, i, o, t=t: hook(m, i, o, t))
+    return counts
+
+
+def float64_run(make, batch_size=20):
+    """``make``'s network and data in float64, minibatches of 20, 20 and 8 rows (1/|i| is then not
+    always a power of two, so the two computations differ by float rounding, not by nothing)."""
+    net, batch = make()
+    batch.x, batch.batch_size = batch.x.double(), batch_size
+    return net.double(), batch
+
+
+@pytest.mark.parametrize("name", ["block-admm", "online-admm"])
+@pytest.mark.parametrize("make", [small_mlp, small_resnet])
+def test_theta_gradients_from_the_sweep_train_as_the_theta_steps_own_backward(monkeypatch, name, make):
+    """The defaults (theta_input='start'): the sweep's vjp through block t, taken at the final Z_t of its
+    Gauss–Seidel pass, also gives ∇_{Θ_t} P_t, and the Θ-step runs no backward of its own. Two epochs of
+    it (β per block ≠ 1, minibatches of unequal size) end where the plain Θ-step's own backward ends:
+    weights, BatchNorm statistics, Z, U and the recorded residuals, to float64 rounding."""
+    from admm_core.methods import zsweep
+
+    beta = [0.7, 1.3, 0.9] if make is small_mlp else [0.7, 1.3]
+    method = make_method(name, {"beta": beta, "z_lr": 0.3})
+    net, batch = float64_run(make)
+    runs = {}
+    for fused in (True, False):
+        monkeypatch.setattr(zsweep, "THETA_GRADS_FROM_SWEEP", fused)
+        runs[fused] = online_epochs(method, copy.deepcopy(net), batch)
+    (fast, fast_state), (slow, slow_state) = runs[True], runs[False]
+    assert any(not torch.equal(fast[k], net.state_dict()[k]) for k in fast)  # it trained
+    for k in fast:
+        assert torch.allclose(fast[k].double(), slow[k].double(), atol=1e-10, rtol=1e-9), k
+    tensors = (lambda s: [*s.z, *s.u]) if name == "block-admm" else (lambda s: [torch.as_tensor(u) for u in s.u])
+    for a, b in zip(tensors(fast_state), tensors(slow_state)):
+        assert torch.allclose(a, b, atol=1e-10, rtol=1e-9)
+    assert fast_state.residuals == pytest.approx(slow_state.residuals, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("name", ["block-admm", "online-admm"])
+def test_one_backward_pass_through_each_block_per_minibatch(monkeypatch, name):
+    """With the Θ-gradients from the sweep, each block is backpropagated once per minibatch (its vjp);
+    the plain Θ-step backpropagates blocks 2 … T a second time."""
+    from admm_core.methods import zsweep
+
+    method = make_method(name, {"power_every": 1000} if name == "online-admm" else {})
+    for fused, per_minibatch in ((True, [1, 1, 1]), (False, [1, 2, 2])):
+        monkeypatch.setattr(zsweep, "THETA_GRADS_FROM_SWEEP", fused)
+        net, batch = small_mlp()
+        state = method.init_state(net, batch, torch.Generator().manual_seed(0))
+        counts = backward_passes(net)
+        method.run_epoch(net, state, batch)
+        assert counts == [3 * n for n in per_minibatch]  # 48 rows / 16 = 3 minibatches

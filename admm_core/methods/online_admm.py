@@ -133,8 +133,8 @@ class OnlineADMM(Engine):
     def own_grad(self, state: OnlineADMMState):
         """∇_r T_t in closed form where the coupling is a plain square (additive: βr; feature:
         β(r + u)); None (autograd) for the readings with ‖r‖ inside."""
-        if self.dual == "additive":
-            return lambda t, r: state.beta[t] * r
+        if self.dual == "additive":  # β_t = 1: r itself (the same numbers without the product)
+            return lambda t, r: r if state.beta[t] == 1 else state.beta[t] * r
         if self.dual == "feature":
             return lambda t, r: state.beta[t] * (r + state.u[t])
         return None

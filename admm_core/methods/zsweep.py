@@ -140,8 +140,7 @@ class ZRows:
     Residuals are formed as (base_t − out) + δ_t: when out is that same forward pass, base_t − out
     is exactly 0 and the residual is δ_t, however small against the activations (see
     :func:`reverse_z_sweep`'s ``forwards``). Passed ``base[t]`` itself (no graph), the residual is
-    δ_t with no arithmetic: (base_t − base_t) + δ_t = δ_t (where base_t is not finite, δ_t is NaN
-    already: the sweep formed its residuals the same way).
+    δ_t with no arithmetic: (base_t − base_t) + δ_t = δ_t wherever the activations are finite.
     """
 
     base: list | None
@@ -282,7 +281,10 @@ def reverse_z_sweep(
         for t in range(T - 2, -1, -1):
             with phase(f"z_sweep.block{t + 1}"):
                 # P_{t+1} at the new Z_{t+1} (Jacobi: the old one), differentiated through block_{t+1} only
-                r_next = sweep.residual(t + 1, out.detach() if own_grad is not None else out, new=not jacobi)
+                if own_grad is not None:
+                    r_next = sweep.closed_residual(t + 1, out, new=not jacobi)
+                else:
+                    r_next = sweep.residual(t + 1, out, new=not jacobi)
                 wrt = [inp] if theta_params is None else [inp, *theta_params[t + 1]]  # Θ_{t+1} too: its Θ-step's
                 if own_grad is not None:  # a vjp with ∇_out P_{t+1} = −∇_r P_{t+1}
                     vjp = torch.autograd.grad(
@@ -307,7 +309,7 @@ def reverse_z_sweep(
         if theta_params is not None:  # block 1's Θ-gradient at its final Z_1 (no Z-step reads it)
             with phase("z_sweep.block1"):
                 if own_grad is not None:
-                    r = sweep.residual(0, out.detach())
+                    r = sweep.closed_residual(0, out)
                     vjp = torch.autograd.grad(
                         out, theta_params[0], -own_grad(0, r), retain_graph=keep, allow_unused=True
                     )
@@ -351,11 +353,19 @@ class _Sweep:
             return (self.deltas if new else self.old_deltas)[t] + (self.forwards[t][1].detach() - out)
         return (self.zs if new else self.z_old)[t].detach() - out
 
+    def closed_residual(self, t: int, out: torch.Tensor, new: bool = True) -> torch.Tensor:
+        """:meth:`residual` without a graph, for ``own_grad``: from a forward start, where ``out`` is
+        that forward pass (every caller's), (out − out) + δ_t is δ_t itself (no arithmetic; the same
+        numbers wherever the activations are finite)."""
+        if self.forwards is not None:
+            return (self.deltas if new else self.old_deltas)[t]
+        return self.residual(t, out.detach(), new)
+
     def own(self, t: int, out: torch.Tensor) -> torch.Tensor:
         """∇ of block t's own coupling term P_t in Z_t (closed form when given, else autograd)."""
-        r = self.residual(t, out.detach())
         if self.own_grad is not None:
-            return self.own_grad(t, r)
+            return self.own_grad(t, self.closed_residual(t, out))
+        r = self.residual(t, out.detach())
         r = r.requires_grad_()
         return torch.autograd.grad(self.couplings[t](r), r)[0]
 

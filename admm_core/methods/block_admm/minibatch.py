@@ -28,7 +28,7 @@ from .. import zsweep
 from ..lipschitz import loss_grad
 from ..masks import held_masks
 from ..zsweep import ZRows, block_params, forward_start, minibatches, norm_mode, reverse_z_sweep, set_mode
-from .state import coupling_terms, squared_norm
+from .state import coupling_grad, coupling_terms, squared_norm
 from .sweep import primal_passes
 
 
@@ -134,7 +134,7 @@ class MinibatchSchedule:
         offsets = [None] * T
         sweep = dict(
             jacobi=s.z_sweep == "jacobi",
-            own_grad=lambda t, r: state.beta[t] * (r + us[t]),  # ∇_Z P_t in closed form
+            own_grad=coupling_grad(state.beta, us),  # ∇_Z P_t in closed form
             objective_grad=loss_grad(batch.loss, y),
             solve=solve,
             signal_norm=m.z_rule.signal_norm,

@@ -48,6 +48,17 @@ def squared_norm(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(x.detach(), dtype=torch.float64).square()
 
 
+def coupling_grad(beta, us):
+    """∇_r P_t = β_t (r + U_t) as a function of (t, r) (β_t = 1: r + U_t, the same numbers without
+    the product); ``beta`` is read at each call."""
+
+    def grad(t: int, r: torch.Tensor) -> torch.Tensor:
+        w = r + us[t]
+        return w if beta[t] == 1 else beta[t] * w
+
+    return grad
+
+
 def coupling_terms(beta, us) -> list:
     """P_t as a function of its residual r = Z_t − block_t(Z_{t−1}): β_t/2 ‖r + U_t‖² per block."""
     return [(lambda r, u=u, b=b: 0.5 * b * (r + u).pow(2).sum()) for b, u in zip(beta, us)]
