@@ -39,6 +39,10 @@ Implementation choices (measured, see README):
 - The adaptive penalty (paper eq. for ρ_k, ρ = 1/β) is off by default (:mod:`.penalty`). Prop. 1
   also needs the primal sub-problem solved ever more accurately: ``primal_growth`` adds a primal
   pass every that many dual steps (up to ``primal_steps_max``; :func:`.sweep.primal_passes`).
+- With the Θ-steps at the forward start's inputs (``theta_input='start'``, the default) the Z sweep's
+  vector-Jacobian products are also taken w.r.t. Θ and give the Θ-step's ∇_{Θ_t} P_t
+  (:data:`admm_core.methods.zsweep.THETA_GRADS_FROM_SWEEP`): one backward pass per block and
+  minibatch, as in backprop; the same update, in Alg. 1's order, up to float rounding.
 - Blocks run in eval mode (BatchNorm uses running statistics) in Z sweeps and dual steps,
   so the Z objective really separates per sample; Θ-steps run in train mode.
 - Sample sharding (``batch.shard``, :mod:`admm_core.distributed`): this process holds the
