@@ -102,7 +102,8 @@ def resolve(entry: str, folder: Path | None = None) -> tuple[Path, str]:
     return path, name
 
 
-TABLE_FORMAT = 2  # the rows' fields (2: also_blocks, on_skip, skip arcs to the join): a cached older table is made again
+# the rows' fields (2: also_blocks, on_skip, skip arcs to the join): a cached older table is made again
+TABLE_FORMAT = 2
 
 
 def cache_file(path: Path, name: str, data: str) -> Path:
@@ -183,6 +184,24 @@ def entry_of_run(run_dir: Path, folder: Path | None = None) -> str | None:
         return entry if path.parent == base and resolve(entry, base)[0] == path else None
     except ConfigError:
         return None
+
+
+def canonical(rows: list[dict], split: list[str]) -> list[str]:
+    """``split`` with every cut point under the name the menu and the graph give it: a point's other
+    names (a row's ``also``: ``layer3.1``, the block whose output is ``layer3``'s, or its graph
+    node) become its row's name; a point named twice is kept once; an unknown name stays, for the
+    form to say why."""
+    name_of = {x: r["name"] for r in rows for x in r.get("also", [])} | {r["name"]: r["name"] for r in rows}
+    out = []
+    for s in split:
+        if (n := name_of.get(s, s)) not in out:
+            out.append(n)
+    return out
+
+
+def menu_label(row: dict) -> str:
+    """A cut point in the split menu: ``layer3 (= layer3.1)`` where it ends a block of another name."""
+    return row["name"] + (f" (= {', '.join(row['also_blocks'])})" if row.get("also_blocks") else "")
 
 
 def toggle_cut(rows: list[dict], split: list[str], name: str) -> tuple[list[str], str]:

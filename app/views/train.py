@@ -308,7 +308,9 @@ def field_widget(
         else:
             st.selectbox(ff.label, opts, format_func=fmt, **kw)
     elif ff.kind == "split":  # the options keep a wrong entry of a link or a loaded config: its message says why
-        st.multiselect(ff.label, F.choices(ff, form, datasets), wrap=True, **kw)  # a ResNet's many splits: on rows
+        labels = F.split_labels(form)  # layer3 (= layer3.1): typing either name finds it
+        opts = F.choices(ff, form, datasets)
+        st.multiselect(ff.label, opts, format_func=lambda v: labels.get(v, v), wrap=True, **kw)  # on rows
     elif ff.kind == "check":
         st.checkbox(ff.label, **kw)
     elif ff.kind in ("int", "float"):
