@@ -988,12 +988,20 @@ def _form_part() -> None:
     mirror(F.to_query(form))
 
 
+MIRRORED = "mirrored_query"  # the query this session last wrote into the URL
+
+
 def mirror(query: dict) -> None:
-    """The URL holds the form's setup (``query``) and the watched run: a shareable link."""
+    """The URL holds the form's setup (``query``) and the watched run: a shareable link.
+
+    Written when the URL the browser sent differs, and also when this session last wrote another:
+    a click soon after an edit reaches the server with the URL from before that edit's write, which
+    then lands after this run's, and the link would stay one edit behind the form."""
     if ui.watched():
         query["run"] = ui.watched()
-    if st.query_params.to_dict() != query:
+    if st.query_params.to_dict() != query or ss.get(MIRRORED) != query:
         st.query_params.from_dict(query)
+        ss[MIRRORED] = query
 
 
 main()
