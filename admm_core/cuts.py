@@ -426,11 +426,58 @@ def _inside(g: Graph, where: dict[fx.Node, int], k: int) -> list[str]:
     return top
 
 
+def _node_args(n: fx.Node) -> list[fx.Node]:
+    """The distinct graph values ``n`` reads, in order (constants and get_attr's left out)."""
+    out: list[fx.Node] = []
+    fx.map_arg((n.args, n.kwargs), lambda a: out.append(a) if a.op != "get_attr" and a not in out else None)
+    return out
+
+
+def skip_arcs(g: Graph, points: list[CutPoint]) -> list[tuple[int, int, list[int]]]:
+    """The skips of ``g`` as (producer, join, side branch), node indices (the input is −1).
+
+    A skip is a value m that crosses a cut beside the chain's own tensor (``CutPoint.skips``). Its
+    last consumer u starts a *side branch*: u, then u's one user, … while each node reads one value
+    and has one user; the branch ends at the first node that reads two or more (the *join*: a
+    residual ``add``, a ``cat``). Without a join so reached, the arc ends at u, no side branch.
+
+    Two branches from one fork F to a join J are run one after the other: torchvision's downsample
+    block runs conv1 … bn2 (the main path), then downsample.0, downsample.1 (the shortcut), then
+    ``add``. F's output jumps the main path to the shortcut, and bn2's output jumps the shortcut to
+    ``add``: two values cross, but it is one skip. So a skip to J whose every jumped node lies on
+    another skip's side branch to the same J is dropped: the arc F → J, through the shortcut, says
+    it all, one arc per residual block.
+    """
+    index = {n: i for i, n in enumerate(g.nodes)}
+    index[next(n for n in g.gm.graph.nodes if n.op == "placeholder")] = -1
+    node = {i: n for n, i in index.items()}
+    arcs = []
+    for a, b in sorted({s for p in points for s in p.skips}):
+        u, side = node.get(b), []
+        while u is not None and len(_node_args(u)) == 1 and len(u.users) == 1:
+            side.append(index[u])
+            u = next(iter(u.users))
+        if u is None or u.op == "output" or len(_node_args(u)) < 2:
+            arcs.append((a, b, []))  # no join on the way: the skip ends at its consumer
+        else:
+            arcs.append((a, index[u], side))
+    kept = []
+    for a, j, side in arcs:
+        others = {k for a2, j2, s2 in arcs if j2 == j and a2 != a for k in s2}
+        if not set(range(a + 1, j)) <= others:  # it jumps a node of the chain, not only another's branch
+            kept.append((a, j, side))
+    return kept
+
+
 def table(g: Graph, everything: bool = False) -> list[dict]:
     """The cut points of ``g`` as rows (name, other names, output shape, valid, why): those where a
-    module ends, or every node's with ``everything``; what ``admm cuts`` prints. ``skip_to`` on a
-    row: the rows where a value made by that row's layer (or, on none, the input) is used again
-    after jumping at least one cut: the skip arcs the dashboard draws."""
+    module ends, or every node's with ``everything``; what ``admm cuts`` prints.
+
+    ``also_blocks``: the names among ``also`` of modules that hold others (``layer3.1``, the block
+    whose output is ``layer3``'s), the ones a user types; the dashboard shows them beside the name.
+    ``skip_to`` on a row: the rows where a skip made by that row's layer (or, on none, the input)
+    joins the chain again (:func:`skip_arcs`): the arcs the dashboard draws. ``on_skip``: on a layer
+    of a skip's side branch (a downsample), [from, to] of that skip's arc, else None."""
     points = cut_points(g)
     shown = [p for p in points if p.names or everything]
     # a value's row: the first shown cut at or after it (a consumer past the last one: the last row)
@@ -439,17 +486,25 @@ def table(g: Graph, everything: bool = False) -> list[dict]:
     )
     # a producer's row: the last shown layer at or before it (F.relu(self.conv1(x)) is conv1's)
     made_by = lambda i: next((p.name for p in reversed(shown) if p.index <= i), "input")
-    arcs = sorted({(made_by(a), row_of(b)) for p in points for a, b in p.skips})
+    arcs, on_skip = set(), {}
+    for a, j, side in skip_arcs(g, points):
+        arc = (made_by(a), row_of(j))
+        if arc[1] and arc[1] != arc[0]:
+            arcs.add(arc)
+            on_skip.update({row_of(k): list(arc) for k in side if row_of(k) != arc[1]})
+    holds_modules = {name for name, m in g.model.named_modules() if next(m.children(), None) is not None}
     rows = []
     for p in shown:
         rows.append(
             {
                 "name": p.name,
                 "also": [x for x in p.names[1:]] + ([p.node] if p.names and p.node not in p.names else []),
+                "also_blocks": [x for x in p.names[1:] if x in holds_modules],
                 "out_shape": p.out_shape,
                 "valid": p.valid,
                 "why": p.why,
-                "skip_to": [b for a, b in arcs if a == p.name and b and b != a],
+                "skip_to": [b for a, b in sorted(arcs) if a == p.name],
+                "on_skip": on_skip.get(p.name),
             }
         )
     return rows

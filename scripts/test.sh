@@ -25,7 +25,9 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
     || echo "[test] postgresql could not be installed; the PostgreSQL sweep test will skip"
 fi
 echo "[test] ruff (format and lint)"
-.venv/bin/ruff format --check --quiet . && .venv/bin/ruff check --quiet .
+# Two commands, not `a && b`: under `set -e` a failure on the left of `&&` would not stop the script.
+.venv/bin/ruff format --check --quiet .
+.venv/bin/ruff check --quiet .
 export ADMM_DATA=${ADMM_DATA:-$(cd .. && pwd)/shared/data}
 export ADMM_SMALL=1   # notebooks run in small mode
 if [ "${1:-}" = "--full" ]; then  # the full tier (tests/conftest.py FULL) alone, two workers

@@ -47,6 +47,8 @@ class SkipNet(nn.Module):
         y = self.conv3(y) + h
         return self.fc(F.relu(self.conv4(F.relu(y))).flatten(1))
 """
+# torchvision's ResNet-18 for CIFAR-sized images, as a no-argument factory
+RESNET = "from torchvision.models import resnet18\n\n\ndef resnet18_10():\n    return resnet18(num_classes=10)\n"
 BROKEN = "import torch\nfrom torch import nn\n\n\nclass Net(nn.Module)\n    pass\n"  # line 5: no colon
 
 
@@ -264,6 +266,44 @@ def test_the_drawn_graph_marks_valid_and_invalid_cuts(models_server, browser):
         page.evaluate("() => document.querySelector('.st-key-cuts_graph').scrollIntoView({block: 'center'})")
         page.wait_for_timeout(800)
         page.screenshot(path=str(_screenshots_dir(runs.parent) / "dashboard-models-cuts.png"))
+    finally:
+        page.close()
+
+
+def test_a_resnet_s_block_is_picked_by_either_of_its_names_and_each_block_is_one_arc(models_server, browser):
+    """torchvision's ResNet-18 from a models file: a link naming ``layer3.1`` (the last block of
+    layer3, the same graph point as ``layer3``) picks the point the menu calls ``layer3 (= layer3.1)``
+    and the link is written with that name; typing ``layer2.1`` in the split menu finds ``layer2``;
+    the graph draws one skip arc per residual block (8), the downsample's layers on it."""
+    from playwright.sync_api import expect
+
+    url, runs, models = models_server
+    (models / "rn.py").write_text(RESNET)
+    page = _page(browser, height=1300)
+    try:
+        page.goto(f"{url}/?preset=none&data=cifar10&method=block-admm&arch=rn.py:resnet18_10&split=layer3.1")
+        expect(page).to_have_url(re.compile(r"split=layer3(&|$)"), timeout=TIMEOUT_MS)
+        assert _drawn(page)["picked cut"] == ["layer3"]
+        menu = page.locator("[data-testid=stMultiSelect]", has_text="Split after layers")
+        expect(menu).to_contain_text("layer3 (= layer3.1)")
+        box = page.get_by_role("combobox", name="Split after layers (block boundaries)")
+        box.click()
+        box.fill("layer2.1")  # a user types the block's own name
+        page.get_by_role("option", name="layer2 (= layer2.1)", exact=True).click()
+        expect(page).to_have_url(re.compile(r"split=layer2(%2C|,)layer3(&|$)"), timeout=TIMEOUT_MS)
+        page.keyboard.press("Escape")
+        arcs = page.evaluate(f"() => {GRAPH_JS}.data.filter(t => t.legendgroup === 'skip').map(t => t.hovertext)")
+        assert (
+            len(arcs) == 8 and "skip from layer1 to layer2.0 through layer2.0.downsample.0, layer2.0.downsample" in arcs
+        )
+        page.mouse.move(5, 5)
+        graph = page.locator(".st-key-cuts_graph")
+        graph.scroll_into_view_if_needed()
+        at = _point(page, "layer2.0.downsample.0")  # its why, and the skip it lies on, on hover
+        page.mouse.move(at["x"], at["y"])
+        page.get_by_text("a layer of the skip from layer1 to layer2.0").first.wait_for()
+        page.wait_for_timeout(300)
+        graph.screenshot(path=str(_screenshots_dir(runs.parent) / "dashboard-models-resnet.png"))
     finally:
         page.close()
 

@@ -318,10 +318,9 @@ def test_a_models_folder_leaves_the_shipped_deepfacto_models_found(folders):
 
 
 def test_the_cut_graph_draws_one_arc_per_skip_of_the_traced_graph():
-    """Every value that jumps a cut (a skip) is drawn as an arc from its producer's layer to its
-    consumer's: counted against the engine's own skips, on a hand-written skip net and on
-    torchvision's ResNet-18 (8 residual blocks; 3 more where fx runs the main path before the
-    downsample branch, whose output then jumps it)."""
+    """Every skip of the engine's table is drawn as one arc from its producer's layer to where it
+    joins the chain, hover naming the layers on its own path: a hand-written skip net (one), and
+    torchvision's ResNet-18 (one per residual block, 8; the downsample's layers on their block's arc)."""
     import torch
     from test_own_network import Skip
 
@@ -329,18 +328,18 @@ def test_the_cut_graph_draws_one_arc_per_skip_of_the_traced_graph():
     from app.dashboard.models import cut_figure
     from experiments.zoo_models import resnet18_cifar
 
-    for model, probe, n_skips in ((Skip(), torch.zeros(1, 4), 1), (resnet18_cifar(), torch.zeros(1, 3, 32, 32), 11)):
-        g = cuts.trace(model, probe)
-        values = {a for p in cuts.cut_points(g) for a, _ in p.skips}  # the engine's skip values
-        rows = cuts.table(g)
+    for model, probe, n_blocks in ((Skip(), torch.zeros(1, 4), 1), (resnet18_cifar(), torch.zeros(1, 3, 32, 32), 8)):
+        rows = cuts.table(cuts.trace(model, probe))
         arcs = [t for t in cut_figure(rows, []).to_dict()["data"] if t.get("legendgroup") == "skip"]
-        assert len(arcs) == len(values) == n_skips, (type(model).__name__, len(arcs), len(values))
+        assert len(arcs) == sum(len(r["skip_to"]) for r in rows) == n_blocks, (type(model).__name__, len(arcs))
         assert all(len(t["x"]) == 3 and t["line"]["shape"] == "spline" for t in arcs)
+        assert all(t["x"][1] != t["x"][0] or t["y"][1] != t["y"][0] for t in arcs)  # bowed, never on the chain
         said = {t["hovertext"] for t in arcs}
-        if n_skips == 1:
+        if n_blocks == 1:
             assert said == {"skip from a to b"}
-        else:
-            assert "skip from layer1 to layer2.0.downsample.0" in said  # layer1.1's output to layer2.0's shortcut
+        else:  # layer1.1's output to layer2.0's add, through the shortcut
+            assert "skip from layer1 to layer2.0 through layer2.0.downsample.0, layer2.0.downsample" in said
+            assert "skip from layer1.0 to layer1" in said
 
 
 RESNET = """
@@ -365,7 +364,9 @@ def test_torchvision_s_resnet18_from_a_models_file_draws_and_says_why_inside_a_b
     at = train_page({"arch": "rn.py:resnet18_cifar", "data": "cifar10", "split": "layer2.0"})
     assert not at.exception, [e.value for e in at.exception]
     split = at.multiselect(key="f.split")
-    assert split.value == ["layer2.0"] and {"layer1.0", "layer2.0", "layer3", "layer4.0"} <= set(split.options)
+    assert split.value == ["layer2.0"] and {"layer1.0", "layer2.0", "layer3 (= layer3.1)", "layer4.0"} <= set(
+        split.options
+    )
     drawn = {t["name"]: t for t in graph(at) if t.get("customdata")}
     (chain,) = [t for t in graph(at) if t.get("mode") == "lines+markers+text"]
     per_row = len({x for x in chain["x"]})
@@ -377,4 +378,25 @@ def test_torchvision_s_resnet18_from_a_models_file_draws_and_says_why_inside_a_b
         )
     )
     assert why["layer2.0.conv1"].endswith("not a cut: the skip from layer1.1 (to layer2.0.downsample.0) crosses here")
-    assert sum(t.get("legendgroup") == "skip" for t in graph(at)) == 11
+    assert sum(t.get("legendgroup") == "skip" for t in graph(at)) == 8  # one per residual block
+
+
+def test_a_link_or_a_run_naming_a_block_gets_its_cut_point_under_the_menu_s_name(folders):
+    """``layer3.1`` (the last block of layer3) and ``layer3`` end at one graph point, listed as
+    ``layer3``: a link naming ``layer3.1`` picks it (menu, graph, the link rewritten), and so does a
+    run's config loaded into the form; the graph's hover gives both names."""
+    from app.dashboard import form as F
+
+    models, _ = folders
+    (models / "rn.py").write_text(RESNET)
+    at = train_page({"arch": "rn.py:resnet18_cifar", "data": "cifar10", "split": "layer1.1,layer3.1"})
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.multiselect(key="f.split").value == ["layer1", "layer3"]
+    assert not [e.value for e in at.error if "split" in e.value], [e.value for e in at.error]
+    assert at.query_params["split"] in (["layer1,layer3"], "layer1,layer3"), at.query_params
+    (picked,) = [t for t in graph(at) if t.get("name") == "picked cut"]
+    assert [c for (c,) in picked["customdata"]] == ["layer1", "layer3"]
+    assert picked["hovertext"][1].startswith("after layer3 = layer3.1 (256×8×8)"), picked["hovertext"]
+    cfg = {"method": "block-admm", "data": {"name": "cifar10"}, "model": {"arch": "rn.py:resnet18_cifar"}}
+    form, _ = F.form_from_dict({**cfg, "model": {**cfg["model"], "split": ["layer3.1", "layer4.0"]}})
+    assert form["split"] == ["layer3", "layer4.0"]

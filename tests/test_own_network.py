@@ -226,6 +226,34 @@ def test_an_invalid_cut_names_the_skip_that_jumps_it_in_module_terms():
     assert resnet["layer2.0"] == resnet["layer3.1"] == resnet["conv1"] == ""  # between blocks: one tensor
 
 
+def test_each_residual_block_of_resnet18_is_one_skip_arc_from_its_input_to_its_add():
+    """torchvision's ResNet-18 on CIFAR-sized inputs: every BasicBlock's identity or downsample path
+    is one arc (``skip_to``), from the row that made the block's input to the row of its add (the
+    block's own end), and no other arc; a downsample's layers lie on their block's arc (``on_skip``),
+    its cuts no arc of their own (fx runs the main path first; its output then waits beside the
+    downsample's, which is that same skip)."""
+    import torchvision
+
+    from admm_core import cuts
+
+    net = torchvision.models.resnet18(num_classes=10)
+    rows = cuts.table(cuts.trace(net, torch.zeros(2, 3, 32, 32)))
+    at = {name: i for i, r in enumerate(rows) for name in [r["name"], *r["also"]]}
+    blocks = [p for p, m in net.named_modules() if isinstance(m, torchvision.models.resnet.BasicBlock)]
+    want, side = set(), {}
+    for b in blocks:
+        first = min(i for i, r in enumerate(rows) if r["name"].startswith(b + "."))
+        arc = (rows[first - 1]["name"], rows[at[b]]["name"])  # the row before the block's first layer
+        want.add(arc)
+        side |= {r["name"]: list(arc) for r in rows if r["name"].startswith(b + ".downsample")}
+    drawn = [(r["name"], to) for r in rows for to in r["skip_to"]]
+    assert len(blocks) == 8 and len(side) == 6, (blocks, side)
+    assert sorted(drawn) == sorted(want), sorted(set(drawn) ^ want)
+    assert {r["name"]: r["on_skip"] for r in rows if r["on_skip"]} == side
+    assert ("layer1", "layer2.0") in want and ("layer3", "layer4.0") in want  # the downsample blocks
+    assert at["layer3.1"] == at["layer3"] and rows[at["layer3"]]["also_blocks"] == ["layer3.1"]
+
+
 def test_the_examples_net_and_a_resnet_cut_inside_a_stage_train_through_the_api(tmp_path):
     """Two networks written by others, as written: the examples' MNIST Net (functional ops, dropout
     out of assignment order) and torchvision's resnet18 (CIFAR stem) cut between two residual blocks
@@ -249,7 +277,7 @@ def test_the_examples_net_and_a_resnet_cut_inside_a_stage_train_through_the_api(
     xs = torch.rand(16, 3, 32, 32)
     rows = {r["name"]: r for r in own.cut_table(resnet, xs[:2])}
     assert rows["layer2.0"]["valid"] and rows["layer2.0"]["out_shape"] == [128, 16, 16]
-    assert not rows["layer2.0.conv1"]["valid"] and "layer1_1_relu_1" in rows["layer2.0.conv1"]["why"]
+    assert not rows["layer2.0.conv1"]["valid"] and "the skip from layer1.1 " in rows["layer2.0.conv1"]["why"]
     from admm_core.cuts import cut, trace
 
     blocks, _ = cut(trace(resnet, xs[:2]), ["layer2.0", "layer3.1"])

@@ -435,6 +435,33 @@ def allowed_splits(form: dict) -> list[str]:
         return []
 
 
+def split_as_named(form: dict) -> dict:
+    """The form with a model file's cut points under their menu names (:func:`models.canonical`):
+    a link's or a run's ``layer3.1`` is the point the menu calls ``layer3``. A file that cannot be
+    read leaves the split as it is (the network field says why)."""
+    if not models.is_entry(form.get("arch")) or not isinstance(form.get("split"), list):
+        return form
+    try:
+        rows = models.cut_table(form["arch"], form.get("data", DataConfig.name))
+    except (ConfigError, OSError):
+        return form
+    return {**form, "split": models.canonical(rows, form["split"])}
+
+
+def split_labels(form: dict) -> dict[str, str]:
+    """The split menu's label of each of a model file's cut points that has another name
+    (``layer3`` -> ``layer3 (= layer3.1)``); {} for a built-in network or a file that cannot be read."""
+    try:
+        rows = (
+            models.cut_table(form["arch"], form.get("data", DataConfig.name))
+            if models.is_entry(form.get("arch"))
+            else []
+        )
+    except (ConfigError, OSError):
+        rows = []
+    return {r["name"]: models.menu_label(r) for r in rows if r.get("also_blocks")}
+
+
 def data_shape(name: str) -> tuple[tuple[int, ...], int, int]:
     """(input shape, classes, training samples) of a data set, from its record."""
     s = data_mod.spec(name)
@@ -564,7 +591,7 @@ def form_from_dict(d: dict) -> tuple[dict, list[str]]:
     text for a number, an unknown key) is returned as a message instead: -> (form, messages).
     """
     try:
-        return form_from_config(RunConfig.from_dict(d)), []
+        return split_as_named(form_from_config(RunConfig.from_dict(d))), []
     except (ConfigError, TypeError, ValueError):
         pass
     notes: list[str] = []
@@ -619,7 +646,7 @@ def form_from_dict(d: dict) -> tuple[dict, list[str]]:
         form[MP + k] = v
         given.append(MP + k)
     form[GIVEN] = sorted(given)
-    return form, notes
+    return split_as_named(form), notes
 
 
 def preset_changes(form: dict, cfg: RunConfig | None) -> list[str]:
@@ -1116,6 +1143,7 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
         except (ConfigError, KeyError, TypeError):
             pass
     notes += _link_settings(q, form, method, set(shown), link)
+    form = split_as_named(form)
     if link:
         form[LINK] = link
     return form, notes + list(link.values())

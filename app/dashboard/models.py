@@ -102,9 +102,13 @@ def resolve(entry: str, folder: Path | None = None) -> tuple[Path, str]:
     return path, name
 
 
+# the rows' fields (2: also_blocks, on_skip, skip arcs to the join): a cached older table is made again
+TABLE_FORMAT = 2
+
+
 def cache_file(path: Path, name: str, data: str) -> Path:
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return cache_dir() / "model-cuts" / f"{digest}_{name}_{data}.json"
+    return cache_dir() / "model-cuts" / f"{digest}_{name}_{data}_v{TABLE_FORMAT}.json"
 
 
 _MEMO: dict[Path, list | str] = {}  # cache file -> rows, or the error message
@@ -182,6 +186,24 @@ def entry_of_run(run_dir: Path, folder: Path | None = None) -> str | None:
         return None
 
 
+def canonical(rows: list[dict], split: list[str]) -> list[str]:
+    """``split`` with every cut point under the name the menu and the graph give it: a point's other
+    names (a row's ``also``: ``layer3.1``, the block whose output is ``layer3``'s, or its graph
+    node) become its row's name; a point named twice is kept once; an unknown name stays, for the
+    form to say why."""
+    name_of = {x: r["name"] for r in rows for x in r.get("also", [])} | {r["name"]: r["name"] for r in rows}
+    out = []
+    for s in split:
+        if (n := name_of.get(s, s)) not in out:
+            out.append(n)
+    return out
+
+
+def menu_label(row: dict) -> str:
+    """A cut point in the split menu: ``layer3 (= layer3.1)`` where it ends a block of another name."""
+    return row["name"] + (f" (= {', '.join(row['also_blocks'])})" if row.get("also_blocks") else "")
+
+
 def toggle_cut(rows: list[dict], split: list[str], name: str) -> tuple[list[str], str]:
     """A click on cut point ``name`` of the drawn graph: (``split`` with it added or removed, in
     forward order, "") for a valid cut; (``split`` unchanged, why not) for one that is not a cut."""
@@ -212,14 +234,17 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None):
     """The traced layers in forward order as a chain snaking over rows (as many layers to a row as
     their longest name leaves room for in a ~900-px form, at most 8), each with its output shape;
     the marker on a layer is the cut after it: picked, valid (clickable) or not (grey, why on hover).
-    A dotted orange arc joins a skip's producer to its consumer (the rows' ``skip_to``): the value
-    that crosses beside the chain's own and makes the cuts it jumps none. Each marker's customdata
-    is its cut point's name."""
+    A dotted orange arc joins a skip's producer to where it joins the chain again (the rows'
+    ``skip_to``): the value that crosses beside the chain's own and makes the cuts it jumps none;
+    its hover names the layers on the skip's own path (a downsample, the rows' ``on_skip``). A layer
+    that ends a block of another name too says so ("layer3 = layer3.1", the rows' ``also_blocks``).
+    Each marker's customdata is its cut point's name."""
     import plotly.graph_objects as go
 
     shape = lambda s: "×".join(map(str, s)) if s else "?"
     nodes = [{"name": "input", "out_shape": input_shape}, *rows]
-    per_row = max(3, min(8, int(900 / (7.5 * max(len(n["name"]) for n in nodes) + 12))))  # ~7.5 px a letter
+    title = lambda n: " = ".join([n["name"], *n.get("also_blocks", [])])  # layer3 = layer3.1: one point
+    per_row = max(3, min(8, int(900 / (7.5 * max(len(title(n)) for n in nodes) + 12))))  # ~7.5 px a letter
     xy = [(c if r % 2 == 0 else per_row - 1 - c, -r) for r, c in (divmod(i, per_row) for i in range(len(nodes)))]
     fig = go.Figure(
         go.Scatter(
@@ -228,27 +253,36 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None):
             mode="lines+markers+text",
             hoverinfo="skip",
             showlegend=False,
-            text=[f"<b>{n['name']}</b><br>{shape(n['out_shape'])}" for n in nodes],
+            text=[f"<b>{n['name']}</b>{title(n)[len(n['name']) :]}<br>{shape(n['out_shape'])}" for n in nodes],
             textposition="bottom center",
             line={"color": GREY},  # the input a grey dot; a layer's clear, as large as its cut marker (the label below)
             marker={"size": [8] + [22] * len(rows), "color": [GREY] + ["rgba(0,0,0,0)"] * len(rows)},
         )
     )
     at = {n["name"]: xy[i] for i, n in enumerate(nodes)}
+    on_skip = lambda a, b: [r["name"] for r in rows if r.get("on_skip") == [a, b]]
     arcs = [(r["name"], to) for r in nodes for to in r.get("skip_to", []) if r["name"] in at and to in at]
     for k, (a, b) in enumerate(arcs):  # a skip: the value jumps the cuts between; bowed up to clear the chain
         (x0, y0), (x1, y1) = at[a], at[b]
+        # one above the other (the chain turns between them): bowed sideways, inside the axis, else
+        # it would lie on the chain's own line
+        mid = (
+            (x0 + (0.4 if x0 < per_row - 1 else -0.4), (y0 + y1) / 2)
+            if x0 == x1
+            else ((x0 + x1) / 2, max(y0, y1) + 0.2)
+        )
         fig.add_scatter(
-            x=[x0, (x0 + x1) / 2, x1],
-            y=[y0, max(y0, y1) + 0.2, y1],  # under the axis top (0.25): drawn whole
+            x=[x0, mid[0], x1],
+            y=[y0, mid[1], y1],  # under the axis top (0.25): drawn whole
             mode="lines",
             line={"shape": "spline", "color": "#FFA421", "dash": "dot", "width": 2},
             name="skip: why the cuts it jumps are none",
             legendgroup="skip",
             showlegend=k == 0,
-            hovertext=f"skip from {a} to {b}",
+            hovertext=f"skip from {a} to {b}" + (f" through {', '.join(via)}" if (via := on_skip(a, b)) else ""),
             hoverinfo="text",
         )
+    side = lambda r: f" (a layer of the skip from {r['on_skip'][0]} to {r['on_skip'][1]})" if r.get("on_skip") else ""
     state = lambda r: "picked" if r["name"] in split else "valid" if r["valid"] else "invalid"
     for key, (label, says, marker) in CUT_STYLE.items():
         if mine := [(i, r) for i, r in enumerate(nodes) if i and state(r) == key]:  # the states drawn
@@ -259,7 +293,7 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None):
                 name=label,
                 marker={"line": {"width": 3}, **marker},
                 customdata=[[r["name"]] for _, r in mine],
-                hovertext=[f"after {r['name']} ({shape(r['out_shape'])}): {says}{r['why']}" for _, r in mine],
+                hovertext=[f"after {title(r)} ({shape(r['out_shape'])}): {says}{r['why']}{side(r)}" for _, r in mine],
                 hovertemplate="%{hovertext}<extra></extra>",
                 unselected={"marker": {"opacity": 1}},
             )

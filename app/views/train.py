@@ -308,7 +308,9 @@ def field_widget(
         else:
             st.selectbox(ff.label, opts, format_func=fmt, **kw)
     elif ff.kind == "split":  # the options keep a wrong entry of a link or a loaded config: its message says why
-        st.multiselect(ff.label, F.choices(ff, form, datasets), wrap=True, **kw)  # a ResNet's many splits: on rows
+        labels = F.split_labels(form)  # layer3 (= layer3.1): typing either name finds it
+        opts = F.choices(ff, form, datasets)
+        st.multiselect(ff.label, opts, format_func=lambda v: labels.get(v, v), wrap=True, **kw)  # on rows
     elif ff.kind == "check":
         st.checkbox(ff.label, **kw)
     elif ff.kind in ("int", "float"):
@@ -986,12 +988,20 @@ def _form_part() -> None:
     mirror(F.to_query(form))
 
 
+MIRRORED = "mirrored_query"  # the query this session last wrote into the URL
+
+
 def mirror(query: dict) -> None:
-    """The URL holds the form's setup (``query``) and the watched run: a shareable link."""
+    """The URL holds the form's setup (``query``) and the watched run: a shareable link.
+
+    Written when the URL the browser sent differs, and also when this session last wrote another:
+    a click soon after an edit reaches the server with the URL from before that edit's write, which
+    then lands after this run's, and the link would stay one edit behind the form."""
     if ui.watched():
         query["run"] = ui.watched()
-    if st.query_params.to_dict() != query:
+    if st.query_params.to_dict() != query or ss.get(MIRRORED) != query:
         st.query_params.from_dict(query)
+        ss[MIRRORED] = query
 
 
 main()
