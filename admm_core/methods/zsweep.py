@@ -281,19 +281,8 @@ def reverse_z_sweep(
         for t in range(T - 2, -1, -1):
             with phase(f"z_sweep.block{t + 1}"):
                 # P_{t+1} at the new Z_{t+1} (Jacobi: the old one), differentiated through block_{t+1} only
-                if own_grad is not None:
-                    r_next = sweep.closed_residual(t + 1, out, new=not jacobi)
-                else:
-                    r_next = sweep.residual(t + 1, out, new=not jacobi)
                 wrt = [inp] if theta_params is None else [inp, *theta_params[t + 1]]  # Θ_{t+1} too: its Θ-step's
-                if own_grad is not None:  # a vjp with ∇_out P_{t+1} = −∇_r P_{t+1}
-                    vjp = torch.autograd.grad(
-                        out, wrt, -own_grad(t + 1, r_next), retain_graph=keep, allow_unused=len(wrt) > 1
-                    )
-                else:
-                    vjp = torch.autograd.grad(
-                        couplings[t + 1](r_next), wrt, retain_graph=keep, allow_unused=len(wrt) > 1
-                    )
+                vjp = sweep.vjp(t + 1, out, wrt, keep, new=not jacobi, unused=len(wrt) > 1)
                 g_next = vjp[0]
                 if theta_params is not None:
                     theta_grads[t + 1] = list(vjp[1:])
@@ -308,16 +297,7 @@ def reverse_z_sweep(
                 del nxt
         if theta_params is not None:  # block 1's Θ-gradient at its final Z_1 (no Z-step reads it)
             with phase("z_sweep.block1"):
-                if own_grad is not None:
-                    r = sweep.closed_residual(0, out)
-                    vjp = torch.autograd.grad(
-                        out, theta_params[0], -own_grad(0, r), retain_graph=keep, allow_unused=True
-                    )
-                else:
-                    vjp = torch.autograd.grad(
-                        couplings[0](sweep.residual(0, out)), theta_params[0], retain_graph=keep, allow_unused=True
-                    )
-                theta_grads[0] = list(vjp)
+                theta_grads[0] = list(sweep.vjp(0, out, list(theta_params[0]), keep, unused=True))
     return sweep.result(offsets)
 
 
@@ -352,6 +332,16 @@ class _Sweep:
         if self.forwards is not None:
             return (self.deltas if new else self.old_deltas)[t] + (self.forwards[t][1].detach() - out)
         return (self.zs if new else self.z_old)[t].detach() - out
+
+    def vjp(self, t: int, out: torch.Tensor, wrt: list, keep: bool, new: bool = True, unused: bool = False) -> tuple:
+        """∇ of P_t (at the new Z_t, or the old with ``new=False``) w.r.t. ``wrt`` through block t's
+        output ``out`` only: with ``own_grad`` a vector-Jacobian product with ∇_out P_t = −∇_r P_t,
+        else autograd through the coupling. With ``unused``, what P_t does not reach gets None."""
+        if self.own_grad is not None:
+            r = self.closed_residual(t, out, new=new)
+            return torch.autograd.grad(out, wrt, -self.own_grad(t, r), retain_graph=keep, allow_unused=unused)
+        r = self.residual(t, out, new=new)
+        return torch.autograd.grad(self.couplings[t](r), wrt, retain_graph=keep, allow_unused=unused)
 
     def closed_residual(self, t: int, out: torch.Tensor, new: bool = True) -> torch.Tensor:
         """:meth:`residual` without a graph, for ``own_grad``: from a forward start, where ``out`` is
