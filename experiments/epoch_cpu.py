@@ -25,9 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # zoo_models beside this script
 
-from zoo_models import BY_NAME  # noqa: E402
+from zoo_models import BY_NAME, train_own  # noqa: E402
 
-from admm_core import own  # noqa: E402
 from admm_core.network import NetworkTask  # noqa: E402
 
 
@@ -47,21 +46,7 @@ def epoch_seconds(row, method: str, seed: int, epochs: int, settings: dict | Non
     try:
         torch.manual_seed(seed)
         with tempfile.TemporaryDirectory() as d:
-            run = own.train(
-                row.factory(),
-                split_after=list(row.cuts),
-                data=row.data,
-                method=method,
-                settings=dict(settings or {}),
-                epochs=epochs,
-                batch_size=row.batch_size,
-                loss="ce",
-                seed=seed,
-                train_limit=row.train_limit,
-                test_limit=row.test_limit,
-                tensorboard=False,
-                out=Path(d) / "run",
-            )
+            run = train_own(row, row.factory(), method, seed, settings, Path(d) / "run", epochs)
             from admm_core.rundir import read_metrics
 
             last = read_metrics(run.dir)[-1]

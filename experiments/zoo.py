@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from zoo_models import BY_NAME, ROWS, ZooRow  # beside this script (its folder is on the path)
+from zoo_models import BY_NAME, ROWS, ZooRow, train_own  # beside this script (its folder is on the path)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -236,7 +236,6 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1, 
         torch.set_num_threads(threads)
 
     from admm_core import data as data_mod
-    from admm_core import own
     from admm_core.errors import ConfigError
     from admm_core.rundir import read_metrics
 
@@ -285,21 +284,7 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1, 
             evals = train_checkpointed(model, row, seed, dataset, run_dir, device, peaks)
             result["status"] = "finished"
         else:
-            run = own.train(
-                model,
-                split_after=list(row.cuts),
-                data=row.data,
-                method=method,
-                settings=dict(overrides or {}),
-                epochs=row.epochs,
-                batch_size=row.batch_size,
-                loss="ce",
-                seed=seed,
-                train_limit=row.train_limit,
-                test_limit=row.test_limit,
-                tensorboard=False,
-                out=run_dir,
-            )
+            run = train_own(row, model, method, seed, overrides, run_dir)
             evals = read_metrics(run.dir)
             result["status"] = run.summary.get("status", "finished")
     except ConfigError as e:

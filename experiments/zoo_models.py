@@ -250,3 +250,25 @@ ROWS: tuple[ZooRow, ...] = (
 )
 
 BY_NAME = {r.name: r for r in ROWS}
+
+
+def train_own(row: ZooRow, model, method: str, seed: int, settings: dict | None, out, epochs: int | None = None):
+    """``model`` trained through the API as the zoo trains a row: the row's cuts, data, batch size and
+    epochs (or ``epochs``), cross-entropy, the method's defaults with ``settings`` on top."""
+    from admm_core import own
+
+    return own.train(
+        model,
+        split_after=list(row.cuts),
+        data=row.data,
+        method=method,
+        settings=dict(settings or {}),
+        epochs=row.epochs if epochs is None else epochs,
+        batch_size=row.batch_size,
+        loss="ce",
+        seed=seed,
+        train_limit=row.train_limit,
+        test_limit=row.test_limit,
+        tensorboard=False,
+        out=out,
+    )
