@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from ..errors import check
@@ -126,12 +127,35 @@ class BudgetClaim:
             self.f = None
 
 
+def ready_file(root: Path, name: str, worker: int) -> Path:
+    """Where extra worker ``worker`` of study ``name`` says it is ready to run a trial."""
+    return Path(root) / f".sweep-{name}-worker{worker}.ready"
+
+
+def wait_for_workers(children: list, root: Path, name: str, should_stop=None, timeout_s: float = 180.0) -> None:
+    """Wait until every extra worker is ready (or has exited, or a stop is asked, or ``timeout_s``
+    passed). Without it the
+    first worker, whose imports are done, could run a short study's whole budget while the others
+    still import torch: ``--jobs N`` would be one worker."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(enumerate(children, start=1))
+    while waiting and time.monotonic() < deadline and not (should_stop and should_stop()):
+        waiting = [(i, c) for i, c in waiting if c.poll() is None and not ready_file(root, name, i).exists()]
+        if waiting:
+            time.sleep(0.2)
+    for i, _ in enumerate(children, start=1):
+        ready_file(root, name, i).unlink(missing_ok=True)
+
+
 def run_worker(name: str, storage, root: Path, should_stop=None, log=print, worker: int = 0) -> None:
     """Pull trials of study ``name`` until its budget is met (one process; others may run beside it)."""
     import optuna
 
     create_or_resume(None, name, storage)  # refuses a study that does not exist
     study, spec = worker_study(name, storage, worker)
+    if worker:  # an extra worker, its imports (torch) done: the first one may start
+        Path(root).mkdir(parents=True, exist_ok=True)  # an RDB study's runs folder may not exist yet
+        ready_file(root, name, worker).touch()
     failed = fail_dead_trials(study)
     if failed:
         log(f"study {name}: trial(s) {failed} of a dead worker marked failed; their settings are queued again")
@@ -213,6 +237,7 @@ def run_sweep(
         env = {**os.environ, "ADMM_RUNS": str(root)}
         children.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
     try:
+        wait_for_workers(children, root, name, should_stop)
         run_worker(name, storage, root, should_stop, log)
     finally:
         for c in children:
