@@ -16,18 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from zoo_models import BY_NAME, train_own  # beside this script (its folder is on the path)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # zoo_models beside this script
-
-from zoo_models import BY_NAME, train_own  # noqa: E402
-
-from admm_core.network import NetworkTask  # noqa: E402
+from admm_core.network import NetworkTask
 
 
 def epoch_seconds(row, method: str, seed: int, epochs: int, settings: dict | None = None) -> dict:
