@@ -435,31 +435,28 @@ def allowed_splits(form: dict) -> list[str]:
         return []
 
 
+def _file_cut_rows(form: dict) -> list[dict] | None:
+    """A model file's cut table (cached by the file's checksum); None for a built-in network or a
+    file that cannot be read (the network field says why)."""
+    if not models.is_entry(form.get("arch")):
+        return None
+    try:
+        return models.cut_table(form["arch"], form.get("data", DataConfig.name))
+    except (ConfigError, OSError):
+        return None
+
+
 def split_as_named(form: dict) -> dict:
     """The form with a model file's cut points under their menu names (:func:`models.canonical`):
-    a link's or a run's ``layer3.1`` is the point the menu calls ``layer3``. A file that cannot be
-    read leaves the split as it is (the network field says why)."""
-    if not models.is_entry(form.get("arch")) or not isinstance(form.get("split"), list):
-        return form
-    try:
-        rows = models.cut_table(form["arch"], form.get("data", DataConfig.name))
-    except (ConfigError, OSError):
-        return form
-    return {**form, "split": models.canonical(rows, form["split"])}
+    a link's or a run's ``layer3.1`` is the point the menu calls ``layer3``."""
+    rows = _file_cut_rows(form) if isinstance(form.get("split"), list) else None
+    return form if rows is None else {**form, "split": models.canonical(rows, form["split"])}
 
 
 def split_labels(form: dict) -> dict[str, str]:
     """The split menu's label of each of a model file's cut points that has another name
     (``layer3`` -> ``layer3 (= layer3.1)``); {} for a built-in network or a file that cannot be read."""
-    try:
-        rows = (
-            models.cut_table(form["arch"], form.get("data", DataConfig.name))
-            if models.is_entry(form.get("arch"))
-            else []
-        )
-    except (ConfigError, OSError):
-        rows = []
-    return {r["name"]: models.menu_label(r) for r in rows if r.get("also_blocks")}
+    return {r["name"]: models.menu_label(r) for r in _file_cut_rows(form) or [] if r.get("also_blocks")}
 
 
 def data_shape(name: str) -> tuple[tuple[int, ...], int, int]:
