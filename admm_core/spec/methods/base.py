@@ -5,9 +5,11 @@ A method's record is a frozen dataclass of settings deriving from :class:`Method
 the memory estimate and the preflight read: its name and summary, the kind of run it makes, its
 live charts, whether it works on blocks, augments, follows the Θ schedule, runs on several
 processes, needs a chain of Linear layers, and the size of its state (:meth:`estimate_state_bytes`,
-:meth:`theta_moments`). Its updates are the engine's: ``implementation`` names the class (a
-subclass of the record, in :mod:`admm_core.methods`) that adds the protocol calls; a record that
-defines them itself (a plugin's one module) is its own implementation.
+:meth:`theta_moments`). Its updates are the engine's: ``implementation`` names the engine class (in
+:mod:`admm_core.methods`) that holds the record and adds the protocol calls; a record that defines
+them itself (a plugin's one module) is its own implementation. A method that is another's record
+with some declarations changed is a :func:`variant` of that record, not a subclass (gotmare:
+Block-ADMM's record with the dual part off).
 """
 
 from __future__ import annotations
