@@ -32,7 +32,7 @@ TICKS = {
 # plotly lifts a title hung by its top (yanchor 'top') about SHIFT_PX a line past the first: its padding
 # takes that back (the first line of "Seconds per epoch (training only)" was cut at the top; Chromium).
 TITLE = {"wrap": 38, "char_px": 7.5, "line_px": 18, "top_px": 20, "pad_px": 8, "shift_px": 10}
-# What the live charts' page draws with (live_series.js, live_charts.html): these, not copies of them.
+# what the live charts' page draws with (live_series.js)
 STYLE = {"colours": COLOURS, "legend": LEGEND, "ticks": TICKS, "title": TITLE}
 
 
@@ -102,15 +102,12 @@ def _figure(
     height: int = LIVE_HEIGHT,
     run: str | None = None,
     yaxis: dict | None = None,
-    annotation: str | None = None,
     legend: bool = False,
 ) -> go.Figure:
-    """The shared look, built as one dict and validated once (a live refresh rebuilds seven
-    figures; plotly's per-call update_* validation made that 10× slower): wrapped title, legend
-    below the plot, readable log ticks, 2-decimal hover. ``run`` goes into layout.meta.
-
-    No template: Streamlit's theme (light or dark, following the system) styles the figure.
-    """
+    """The shared look, built as one dict and validated once (plotly's update_* calls validate
+    on each call): wrapped title, legend in a band below the plot, readable log ticks, 2-decimal
+    hover; ``run`` in layout.meta; ``legend``: a legend even for one entry. No template: Streamlit's
+    theme (light or dark) styles the figure."""
     lines = wrap(title).count("<br>") + 1
     layout = {
         "title": {
@@ -163,20 +160,14 @@ def _figure(
         layout["showlegend"] = True  # plotly hides a legend of one entry by itself
     else:
         layout["showlegend"] = False
-    if run:  # the page script (ui.KEEP_VIEW_JS) links the x axes of one run's charts
-        layout["meta"] = {"run": run, "link": run}
-    if annotation:
-        layout["annotations"] = [
-            {"text": annotation, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}
-        ]
+    if run:
+        layout["meta"] = {"run": run}
     return go.Figure(data=traces, layout=layout)
 
 
 # --- the live charts, declared once -----------------------------------------------------------
 # The Train page's charts are data: a title, axis titles and the series read from each metrics line.
-# The browser builds them from a declaration and the raw lines (``live_series.js``, handed STYLE too),
-# so a new point costs the server nothing; :func:`figure_from_spec` is the same rule on the server,
-# for the Runs page's chart and as the reference the browser's is tested against (node).
+# The browser draws them from these declarations and the raw lines (live_series.js has the rules).
 # Series: {"key", "name", "scale"}: one value per line; {"key", "per": True, "names"}: one trace per
 # entry of a per-block list; {"seconds": True}: bars of training seconds per epoch. A scalar series
 # with no data is left out unless "keep_empty" (then only while the run has no line yet).
@@ -185,93 +176,64 @@ NO_BLOCKS = "no blocks: end-to-end method"
 
 
 def _ytitle(text: str) -> dict:
-    """The y axis title: the math a chart title used to carry (titles fit one line: plotly
-    placed the lines of a wrapped title over the plot or off the figure)."""
+    """The y axis title: the math, so that chart titles fit one line."""
     return {"title": {"text": text, "font": {"size": 11}}}
 
 
-def _chart(title: str, series: list[dict], *, ytitle="", xtitle="epoch", log=False, smooth=False, **kw) -> dict:
-    return {"title": title, "series": series, "ytitle": ytitle, "xtitle": xtitle, "log": log, "smooth": smooth, **kw}
+# the per-block charts drawn for a method that declares no chart of its own (log and smooth: True unless
+# False); a key in neither a method's ``live_charts`` nor here gets a plain chart
+BLOCK_CHARTS = {
+    "residuals": {"title": "Primal residual per block", "yaxis": _ytitle("‖Zₜ − blockₜ(Zₜ₋₁)‖")},
+    "backprop_cosine": {
+        "title": "Cosine with backprop's gradient",
+        "log": False,
+        "when": "backprop_cosine",
+        "yaxis": {"range": [-1.05, 1.05], **_ytitle("cos(block update, ∇)")},
+    },
+    "dual_norms": {"title": "Dual norm ‖Uₜ‖ per block"},
+    "betas": {"title": "Penalty β per block", "log": False, "smooth": False},
+}
 
 
-def _acc(title: str, xtitle: str = "epoch") -> dict:
-    pairs = (("train_accuracy", "train"), ("test_accuracy", "test"))
-    return _chart(
-        title, [{"key": k, "name": n, "scale": 100, "keep_empty": True} for k, n in pairs], ytitle="%", xtitle=xtitle
-    )
-
-
-def _loss(xtitle: str = "epoch") -> dict:
-    pairs = (("train_loss", "train"), ("test_loss", "test"))
-    series = [{"key": k, "name": n, "keep_empty": True} for k, n in pairs]
-    return _chart("Loss per sample", series, ytitle="loss", xtitle=xtitle, log=True, smooth=True)
-
-
-def _per_block(key: str, title: str, names=None, **kw) -> dict:
-    return _chart(title, [{"key": key, "per": True, "names": list(names or [])}], note=NO_BLOCKS, **kw)
-
-
-def _seconds(xtitle: str = "epoch") -> dict:
-    return _chart("Seconds per epoch (training only)", [{"seconds": True}], ytitle="s", xtitle=xtitle)
+def _chart(title: str, series: list[dict], ytitle: str = "", log: bool = False, smooth: bool = False, **kw) -> dict:
+    return {"title": title, "series": series, "ytitle": ytitle, "log": log, "smooth": smooth, **kw}
 
 
 def live_spec(method: str | None = None) -> dict[str, dict]:
     """The live charts of a run of ``method``, in drawing order (three to a row). ``when``: drawn
-    only once some line carries that key (the cosine, logged with ``--backprop-cosine``). ``log``:
-    the y axis starts logarithmic.
+    only once some line carries that key; ``log``: the y axis starts logarithmic.
 
-    Everything past accuracy, loss and seconds is what the method declares on its class, read from
-    the registry without torch: ``live_metrics`` (which charts), ``live_unit`` (the x axis),
-    ``live_accuracy`` and ``live_charts`` (titles, per-block names, multi-line charts).
-    ``method`` None or unknown: every per-block chart below, by epoch."""
+    Past accuracy, loss and seconds, the charts are what the method's class declares (read from the
+    registry without torch): ``live_metrics``, ``live_unit`` (the x axis), ``live_accuracy`` and
+    ``live_charts``. ``method`` None or unknown: every chart of :data:`BLOCK_CHARTS`, by epoch."""
     from admm_core.spec.methods import METHODS
 
     cls = METHODS.get(method) if method else None
-    unit = cls.live_unit if cls is not None else "epoch"
-    acc = cls.live_accuracy if cls is not None else "Accuracy (%)"
-    out = {"accuracy": _acc(acc, unit), "loss": _loss(unit), "seconds": _seconds(unit)}
-    declared = cls.live_charts if cls is not None else {}
-    for key in method_live_metrics(cls.name if cls is not None else None):
-        d = declared.get(key)
-        if d and "lines" in d:
-            series = [{"key": k, "name": n} for k, n in d["lines"]]
-            out[key] = _chart(d["title"], series, xtitle=unit, log=d.get("log", True), smooth=d.get("smooth", True))
-        elif d:
-            out[key] = _per_block(
-                key, d["title"], d.get("names"), xtitle=unit, log=d.get("log", True), smooth=d.get("smooth", True)
-            )
+    acc = [
+        {"key": k, "name": n, "scale": 100, "keep_empty": True}
+        for k, n in (("train_accuracy", "train"), ("test_accuracy", "test"))
+    ]
+    loss = [{"key": k, "name": n, "keep_empty": True} for k, n in (("train_loss", "train"), ("test_loss", "test"))]
+    out = {
+        "accuracy": _chart(cls.live_accuracy if cls else "Accuracy (%)", acc, "%"),
+        "loss": _chart("Loss per sample", loss, "loss", log=True, smooth=True),
+        "seconds": _chart("Seconds per epoch (training only)", [{"seconds": True}], "s"),
+    }
+    plain = {"log": False, "smooth": False}
+    for key in cls.live_metrics if cls else BLOCK_CHARTS:
+        d = (
+            (cls.live_charts if cls else {}).get(key)
+            or BLOCK_CHARTS.get(key)
+            or {"title": key.replace("_", " ").capitalize(), **plain}
+        )
+        if "lines" in d:
+            series, kw = [{"key": k, "name": n} for k, n in d["lines"]], {}
         else:
-            out[key] = (
-                BLOCK_CHARTS[key]() if key in BLOCK_CHARTS else _per_block(key, key.replace("_", " ").capitalize())
-            )
-            out[key]["xtitle"] = unit
-    return out
-
-
-# how each per-block metric a method may declare is drawn; a key not listed gets a plain chart
-BLOCK_CHARTS = {
-    "residuals": lambda: _per_block(
-        "residuals", "Primal residual per block", log=True, smooth=True, yaxis=_ytitle("‖Zₜ − blockₜ(Zₜ₋₁)‖")
-    ),
-    "backprop_cosine": lambda: _per_block(
-        "backprop_cosine",
-        "Cosine with backprop's gradient",
-        smooth=True,
-        when="backprop_cosine",
-        yaxis={"range": [-1.05, 1.05], **_ytitle("cos(block update, ∇)")},
-    ),
-    "dual_norms": lambda: _per_block("dual_norms", "Dual norm ‖Uₜ‖ per block", log=True, smooth=True),
-    "betas": lambda: _per_block("betas", "Penalty β per block"),
-}
-
-
-def method_live_metrics(method: str | None) -> tuple[str, ...]:
-    """The per-block live metrics ``method`` declares (admm_core.methods imports no torch); every
-    known chart for None or a name the registry lacks (a run of a method since removed)."""
-    from admm_core.spec.methods import METHODS
-
-    cls = METHODS.get(method) if method else None
-    return tuple(BLOCK_CHARTS) if cls is None else tuple(cls.live_metrics)
+            series, kw = [{"key": key, "per": True, "names": list(d.get("names") or [])}], {"note": NO_BLOCKS}
+        kw.update({k: d[k] for k in ("when", "yaxis") if k in d})
+        out[key] = _chart(d["title"], series, log=d.get("log", True), smooth=d.get("smooth", True), **kw)
+    unit = cls.live_unit if cls else "epoch"
+    return {name: {**chart, "xtitle": unit} for name, chart in out.items()}
 
 
 def _col(metrics: list[dict], key: str, scale: float = 1.0) -> list:
@@ -294,73 +256,22 @@ def n_blocks(metrics: list[dict], key: str) -> int:
     return max((len(m.get(key) or []) for m in metrics if isinstance(m.get(key), list)), default=0)
 
 
-def seconds_per_epoch(metrics: list[dict]) -> tuple[list, list]:
-    xs, ys = [], []
-    for a, b in zip(metrics, metrics[1:]):
-        de = b.get("epoch", 0) - a.get("epoch", 0)
-        if de > 0 and _finite(b.get("wall_time_s")) and _finite(a.get("wall_time_s")):
-            xs.append(b["epoch"])
-            ys.append((b["wall_time_s"] - a["wall_time_s"]) / de)
-    return xs, ys
-
-
-def spec_traces(chart: dict, metrics: list[dict], log_y: bool | None = None, smoothing: float = 0.0) -> list[dict]:
-    """The traces of a declared chart over ``metrics``; with ``log_y`` values ≤ 0 are gaps."""
-    log_y = chart["log"] if log_y is None else log_y
-    sm = smoothing if chart["smooth"] else 0.0
-    ep = _col(metrics, "epoch")
-    traces = []
-    for i, s in enumerate(chart["series"]):
-        if s.get("seconds"):
-            xs, ys = seconds_per_epoch(metrics)
-            traces.append({"type": "bar", "x": xs, "y": ys, "name": "s / epoch", "marker": {"color": COLOURS[2]}})
-        elif s.get("per"):
-            names = s.get("names") or ()
-            for t in range(n_blocks(metrics, s["key"])):
-                ys = []
-                for m in metrics:
-                    vals = m.get(s["key"]) if isinstance(m.get(s["key"]), list) else []
-                    v = vals[t] if t < len(vals) else None
-                    ys.append(v if _finite(v) and (not log_y or v > 0) else None)
-                name = names[t] if t < len(names) else f"block {t + 1}"
-                traces.append(_scatter(ep, smooth(ys, sm), name, COLOURS[t % len(COLOURS)]))
-        else:
-            ys = [y if y is None or not log_y or y > 0 else None for y in _col(metrics, s["key"], s.get("scale", 1))]
-            if _has_data(ys) or (s.get("keep_empty") and not metrics):
-                traces.append(_scatter(ep, smooth(ys, sm), s["name"], COLOURS[i]))
-    return traces
-
-
-def figure_from_spec(
-    chart: dict, metrics: list[dict], run: str | None = None, log_y: bool | None = None, smoothing: float = 0.0
-) -> go.Figure:
-    traces = spec_traces(chart, metrics, log_y, smoothing)
-    log_y = chart["log"] if log_y is None else log_y
-    note = chart.get("note") if not traces else None
-    return _figure(
-        traces,
-        chart["title"],
-        chart["xtitle"],
-        chart["ytitle"],
-        log_y,
-        run=run,
-        yaxis=chart.get("yaxis"),
-        annotation=note,
-    )
-
-
 def spec_frame(chart: dict, run: str | None = None) -> dict:
-    """A declared chart's layout before any trace (plotly JSON): the browser adds the legend band
-    and the note for its own traces (``live_series.js`` ``layout``), as :func:`_figure` does here."""
+    """A declared chart's layout with no trace (plotly JSON), which the browser completes."""
     layout = _figure([], chart["title"], chart["xtitle"], chart["ytitle"], run=run, yaxis=chart.get("yaxis"))
-    out = layout.to_plotly_json()["layout"]
-    out.pop("showlegend", None)
-    return out
+    return {k: v for k, v in layout.to_plotly_json()["layout"].items() if k != "showlegend"}
 
 
-def accuracy_figure(metrics: list[dict], title: str = "Accuracy (%)", xtitle: str = "epoch", run=None) -> go.Figure:
-    """Train and test accuracy; a series the run never logs (DeepFacto: train) is left out."""
-    return figure_from_spec(_acc(title, xtitle), metrics, run)
+def accuracy_figure(metrics: list[dict]) -> go.Figure:
+    """Train and test accuracy (%) by epoch; a series the run never logs (DeepFacto: train) is left out."""
+    ep = _col(metrics, "epoch")
+    pairs = (("train_accuracy", "train"), ("test_accuracy", "test"))
+    traces = [
+        _scatter(ep, ys, name, COLOURS[i])
+        for i, (k, name) in enumerate(pairs)
+        if _has_data(ys := _col(metrics, k, 100))
+    ]
+    return _figure(traces, "Accuracy (%)", "epoch", "%")
 
 
 def measured_seconds_per_epoch(metrics: list[dict], since: float | None = None) -> float | None:
