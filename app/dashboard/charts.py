@@ -236,14 +236,6 @@ def live_spec(method: str | None = None) -> dict[str, dict]:
     return {name: {**chart, "xtitle": unit} for name, chart in out.items()}
 
 
-def _col(metrics: list[dict], key: str, scale: float = 1.0) -> list:
-    out = []
-    for m in metrics:
-        v = m.get(key)
-        out.append(None if v is None or not _finite(v) else v * scale)
-    return out
-
-
 def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -264,12 +256,12 @@ def spec_frame(chart: dict, run: str | None = None) -> dict:
 
 def accuracy_figure(metrics: list[dict]) -> go.Figure:
     """Train and test accuracy (%) by epoch; a series the run never logs (DeepFacto: train) is left out."""
-    ep = _col(metrics, "epoch")
+    ep = _values(metrics, "epoch")
     pairs = (("train_accuracy", "train"), ("test_accuracy", "test"))
     traces = [
         _scatter(ep, ys, name, COLOURS[i])
         for i, (k, name) in enumerate(pairs)
-        if _has_data(ys := _col(metrics, k, 100))
+        if _has_data(ys := _values(metrics, k, 100))
     ]
     return _figure(traces, "Accuracy (%)", "epoch", "%")
 
@@ -394,30 +386,32 @@ class Overlay:
 def compare_figure(series: list[tuple[str, list[dict]]], key: str, look: Overlay = Overlay()) -> go.Figure:
     """Overlay one column of several runs; per-block columns get one dash style per block."""
     traces = []
-    x_key, smoothing, log_y, percent = look.x_key, look.smoothing, look.log_y, look.percent
     for i, (label, metrics) in enumerate(series):
-        colour = COLOURS[i % len(COLOURS)]
-        xs = _col(metrics, x_key)
+        colour, xs = COLOURS[i % len(COLOURS)], _values(metrics, look.x_key)
         if metrics and isinstance(metrics[0].get(key), list):
             for t in range(n_blocks(metrics, key)):
-                ys = [(m.get(key) or [None] * (t + 1))[t] if t < len(m.get(key) or []) else None for m in metrics]
-                ys = [y if _finite(y) and (not log_y or y > 0) else None for y in ys]
-                trace = _scatter(xs, smooth(ys, smoothing), f"{label} · block {t + 1}", colour, "lines")
+                ys = [
+                    _gap(v[t] if isinstance(v := m.get(key), list) and t < len(v) else None, look.log_y)
+                    for m in metrics
+                ]
+                trace = _scatter(xs, smooth(ys, look.smoothing), f"{label} · block {t + 1}", colour, "lines")
                 trace["line"]["dash"] = DASHES[t % len(DASHES)]
                 traces.append({**trace, "legendgroup": label, **_no_legend_if_empty(ys)})
         else:
-            ys = _col(metrics, key, 100.0 if percent else 1.0)
-            ys = [y if y is None or not log_y or y > 0 else None for y in ys]
-            traces.append(
-                {**_scatter(xs, smooth(ys, smoothing), label, colour, marker={"size": 4}), **_no_legend_if_empty(ys)}
-            )
+            ys = [_gap(y, look.log_y) for y in _values(metrics, key, 100.0 if look.percent else 1.0)]
+            trace = _scatter(xs, smooth(ys, look.smoothing), label, colour, marker={"size": 4})
+            traces.append({**trace, **_no_legend_if_empty(ys)})
     return look.figure(traces)
 
 
+def _gap(y, log_y: bool):
+    """``y``, or None where it cannot be drawn (not a number, or ≤ 0 on a log axis)."""
+    return y if _finite(y) and (not log_y or y > 0) else None
+
+
 def _no_legend_if_empty(ys: list) -> dict:
-    """A series with nothing to draw (all zero on a log axis, or missing) keeps no legend entry:
-    it vanished from the plot but its entry stayed."""
-    return {} if any(y is not None for y in ys) else {"showlegend": False}
+    """A series with nothing to draw keeps no legend entry (it vanished from the plot, not the legend)."""
+    return {} if _has_data(ys) else {"showlegend": False}
 
 
 PAPER_KEYS = (
@@ -574,79 +568,55 @@ def log_axis(key: str, vals: list) -> bool:
 PARALLEL_CHAR_PX = 7  # about a tick label character's width, for the left margin
 
 
-def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> go.Figure:
-    """Parallel coordinates: one axis per differing setting, the last the final test accuracy.
+def _parallel_axis(key: str, vals: list) -> tuple[dict, list[str]]:
+    """One parcoords axis of a setting and its tick names. Parcoords has no log axis: a log one
+    (:func:`log_axis`) is drawn as log10 with ticks named by value; whole numbers (a seed, a width)
+    get ticks at their values only; other values are categories on evenly spaced ticks."""
+    label = setting_name(key)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        cats = sorted({str(v) for v in vals})
+        names = [c if len(c) <= 24 else c[:23] + "…" for c in cats]
+        idx = [cats.index(str(v)) for v in vals]
+        return {"label": label, "values": idx, "tickvals": list(range(len(cats))), "ticktext": names}, names
+    values = [float(v) for v in vals]
+    if log_axis(key, vals):
+        ticks, text = log_ticks(vals)
+        logs = [math.log10(v) for v in values]
+        log10_ticks = [math.log10(t) for t in ticks]
+        return {
+            "label": f"{label} (log)",
+            "values": logs,
+            "tickvals": log10_ticks,
+            "ticktext": text,
+            "range": [min(logs), max(logs)],
+        }, text
+    if all(isinstance(v, int) for v in vals) and len(set(vals)) <= 12:
+        ticks = sorted(set(vals))
+        names = [str(t) for t in ticks]
+        return {"label": label, "values": values, "tickvals": ticks, "ticktext": names}, names
+    return {"label": label, "values": values, "tickformat": ".3~g"}, [fmt_value(v) for v in vals]
 
-    Numeric settings keep their scale, learning-rate-like ones a log scale (:func:`log_axis`:
-    plotted as log10 with ticks named by value, parcoords has no log axis); others are placed on
-    evenly spaced ticks named by value. The left margin fits the first axis's tick names.
-    """
-    dims = []
-    # one axis per setting every shown run has (a setting a method lacks got a made-up axis or
-    # "None" before); numbers print in full (eps was labelled '10n')
-    keys = [k for k in keys if all(s.get(k) is not None for s in settings)]
-    first_labels: list[str] = []
-    for k in keys:
-        vals = [s.get(k) for s in settings]
-        label = setting_name(k)
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
-            if log_axis(k, vals):
-                ticks, text = log_ticks(vals)
-                dims.append(
-                    {
-                        "label": f"{label} (log)",
-                        "values": [math.log10(float(v)) for v in vals],
-                        "tickvals": [math.log10(t) for t in ticks],
-                        "ticktext": text,
-                        "range": [math.log10(min(vals)), math.log10(max(vals))],
-                    }
-                )
-                names = text
-            elif all(isinstance(v, int) for v in vals) and len(set(vals)) <= 12:
-                # whole numbers (a seed, a width): ticks at the values only, not at 0.2, 0.4, … between them
-                ticks = sorted(set(vals))
-                dims.append(
-                    {
-                        "label": label,
-                        "values": [float(v) for v in vals],
-                        "tickvals": ticks,
-                        "ticktext": [str(t) for t in ticks],
-                    }
-                )
-                names = [str(t) for t in ticks]
-            else:
-                dims.append({"label": label, "values": [float(v) for v in vals], "tickformat": ".3~g"})
-                names = [fmt_value(v) for v in vals]
-        else:
-            cats = sorted({str(v) for v in vals})
-            names = [c if len(c) <= 24 else c[:23] + "…" for c in cats]
-            dims.append(
-                {
-                    "label": label,
-                    "values": [cats.index(str(v)) for v in vals],
-                    "tickvals": list(range(len(cats))),
-                    "ticktext": names,
-                }
-            )
-        if not first_labels:
-            first_labels = names
+
+def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> go.Figure:
+    """Parallel coordinates: one axis per differing setting that every run has (:func:`_parallel_axis`),
+    the last the final test accuracy. The left margin fits the first axis's tick names."""
+    axes = [_parallel_axis(k, [s[k] for s in settings]) for k in keys if all(s.get(k) is not None for s in settings)]
     acc = [r.get("final test %") for r in rows]
+    dims = [d for d, _ in axes]
     dims.append(
         {"label": "final test %", "values": [float("nan") if a is None else a for a in acc], "tickformat": ".4~g"}
     )
-    fig = go.Figure(
-        go.Parcoords(
-            line={
-                "color": [0 if a is None else a for a in acc],
-                "colorscale": "Viridis",
-                "showscale": True,
-                "colorbar": {"title": {"text": "test %"}},
-            },
-            dimensions=dims,
-        )
-    )
+    colorbar = {"title": {"text": "test %"}}
+    line = {
+        "color": [0 if a is None else a for a in acc],
+        "colorscale": "Viridis",
+        "showscale": True,
+        "colorbar": colorbar,
+    }
+    fig = go.Figure(go.Parcoords(line=line, dimensions=dims))
     # tick names are drawn left of their axis: the first axis's need room ("online-admm" was clipped)
-    left = max(60, 20 + PARALLEL_CHAR_PX * max((len(n) for n in first_labels), default=0))
+    first = axes[0][1] if axes else []
+    left = max(60, 20 + PARALLEL_CHAR_PX * max((len(n) for n in first), default=0))
     fig.update_layout(height=PARALLEL_HEIGHT, margin={"l": left, "r": 60, "t": 60, "b": 30})
     return fig
 
@@ -710,12 +680,13 @@ def _interp(xr: list[float], yr: list[float], grid: list[float]) -> list[float |
     return out
 
 
-def _run_xy(metrics: list[dict], key: str, x_key: str, scale: float, smoothing: float, log_y: bool):
-    """A run's (x, y) points, sorted by x, one y per x (the last logged: a resumed run may repeat an
-    epoch), gaps dropped."""
+def _run_xy(metrics: list[dict], key: str, look: Overlay):
+    """A run's (x, y) points as ``look`` draws them, sorted by x, one y per x (the last logged: a
+    resumed run may repeat an epoch), gaps dropped."""
     pts: dict[float, float] = {}
-    for x, y in zip(_col(metrics, x_key), smooth(_values(metrics, key, scale), smoothing)):
-        if x is not None and y is not None and (not log_y or y > 0):
+    ys = smooth(_values(metrics, key, 100.0 if look.percent else 1.0), look.smoothing)
+    for x, y in zip(_values(metrics, look.x_key), ys):
+        if x is not None and _gap(y, look.log_y) is not None:
             pts[float(x)] = y
     xr = sorted(pts)
     return xr, [pts[x] for x in xr]
@@ -732,10 +703,9 @@ def group_figure(
     run per point, and the mean jumped from run to run (a saw-tooth). At an x past the end of a run
     the mean is over the runs that reached it. Per-block columns are averaged over blocks."""
     traces = []
-    x_key, smoothing, log_y, percent = look.x_key, look.smoothing, look.log_y, look.percent
     for i, (label, runs) in enumerate(groups):
         colour = COLOURS[i % len(COLOURS)]
-        xy = [_run_xy(m, key, x_key, 100.0 if percent else 1.0, smoothing, log_y) for m in runs]
+        xy = [_run_xy(m, key, look) for m in runs]
         grid = _grid(xy)
         cols = [_interp(xr, yr, grid) for xr, yr in xy]
         xs, mean, lo, hi, counts = [], [], [], [], []
@@ -750,7 +720,7 @@ def group_figure(
             else:
                 sd = math.sqrt(sum((v - mu) ** 2 for v in vals) / len(vals))
                 a, b = mu - sd, mu + sd
-                if log_y:
+                if look.log_y:
                     a = max(a, mu / 10)  # a band below zero has no place on a log axis
             xs.append(x)
             mean.append(mu)
@@ -761,22 +731,12 @@ def group_figure(
         few, most = (min(counts), max(counts)) if counts else (len(runs), len(runs))
         name = f"{label} (n = {most})" if few == most else f"{label} (n = {few}–{most} by x)"
         band = {"type": "scatter", "x": xs, "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip"}
-        traces.append({**band, "y": hi, "legendgroup": label, "showlegend": False, "name": f"{label} hi"})
-        traces.append(
-            {
-                **band,
-                "y": lo,
-                "fill": "tonexty",
-                "fillcolor": _rgba(colour, 0.18),
-                "legendgroup": label,
-                "showlegend": False,
-                "name": f"{label} lo",
-            }
-        )
-        line = {**_scatter(xs, mean, name, colour, "lines"), "legendgroup": label, **_no_legend_if_empty(mean)}
-        line["customdata"] = counts
-        line["hovertemplate"] = f"%{{y}} (n = %{{customdata}}) · {label}<extra></extra>"
-        traces.append(line)
+        band.update(legendgroup=label, showlegend=False)
+        traces.append({**band, "y": hi, "name": f"{label} hi"})
+        traces.append({**band, "y": lo, "name": f"{label} lo", "fill": "tonexty", "fillcolor": _rgba(colour, 0.18)})
+        hover = f"%{{y}} (n = %{{customdata}}) · {label}<extra></extra>"
+        line = _scatter(xs, mean, name, colour, "lines", legendgroup=label, customdata=counts, hovertemplate=hover)
+        traces.append({**line, **_no_legend_if_empty(mean)})
     return look.figure(traces, legend=True)  # a legend even for one group: it says what is pooled, and n
 
 
@@ -803,7 +763,7 @@ def series_csv(
     for chart, series in charts.items():
         scale, unit = (100.0, "%") if chart in percent else (1.0, "")
         for s in series:
-            for x, y in zip(_col(s.metrics, x_key), _values(s.metrics, keys[chart], scale)):
+            for x, y in zip(_values(s.metrics, x_key), _values(s.metrics, keys[chart], scale)):
                 if x is not None and y is not None:
                     x = int(x) if float(x).is_integer() else x  # epoch 3, not 3.0
                     w.writerow([chart, s.run, s.legend, s.group, x, f"{y:.6g}", unit])
