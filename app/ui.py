@@ -21,6 +21,7 @@ from admm_core.rundir import read_json, read_metrics_cached
 from admm_core.spec.archs import OWN
 from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
 from admm_core.spec.kinds import DEEPFACTO, run_kind
+from app.dashboard import charts as C
 from app.dashboard import meta as M
 from app.dashboard import models, workers
 
@@ -51,13 +52,7 @@ ACTIVE = workers.ACTIVE  # the one list of live states (app.dashboard.workers)
 TRAIN_PAGE = "views/train.py"
 HEATMAPS_PAGE = "views/heatmaps.py"
 
-PLOTLY_CONFIG = {
-    "displayModeBar": True,
-    "displaylogo": False,
-    "responsive": True,
-    "toImageButtonOptions": {"format": "png", "scale": 2},
-    "modeBarButtonsToRemove": ["lasso2d", "select2d"],
-}
+PLOTLY_CONFIG = C.CONFIG
 
 
 # Streamlit remounts a plotly chart whose figure changed (its element id hashes the figure; no public

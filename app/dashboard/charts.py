@@ -32,8 +32,16 @@ TICKS = {
 # plotly lifts a title hung by its top (yanchor 'top') about SHIFT_PX a line past the first: its padding
 # takes that back (the first line of "Seconds per epoch (training only)" was cut at the top; Chromium).
 TITLE = {"wrap": 38, "char_px": 7.5, "line_px": 18, "top_px": 20, "pad_px": 8, "shift_px": 10}
+# plotly's options for every chart, the live ones too
+CONFIG = {
+    "displayModeBar": True,
+    "displaylogo": False,
+    "responsive": True,
+    "toImageButtonOptions": {"format": "png", "scale": 2},
+    "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+}
 # what the live charts' page draws with (live_series.js)
-STYLE = {"colours": COLOURS, "legend": LEGEND, "ticks": TICKS, "title": TITLE}
+STYLE = {"colours": COLOURS, "legend": LEGEND, "ticks": TICKS, "title": TITLE, "config": CONFIG}
 
 
 def wrap(title: str, width: int = TITLE["wrap"]) -> str:
