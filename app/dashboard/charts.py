@@ -778,23 +778,34 @@ def series_csv(
     return buf.getvalue()
 
 
-# Compare's charts in its CSV: chart -> (metrics key, network runs or DeepFacto runs, in % as drawn)
-COMPARE_CSV = {
-    "test accuracy": ("test_accuracy", "nets", True),
-    "train accuracy": ("train_accuracy", "nets", True),
-    "train loss": ("train_loss", "nets", False),
-    "residuals": ("residuals", "nets", False),
-    "verification": ("test_accuracy", "faces", True),
-    "nmf residual": ("nmf_residual", "faces", False),
+@dataclass(frozen=True)
+class CompareChart:
+    """One of Compare's charts: the metrics column it draws, whose runs (network or DeepFacto), in %
+    (the metrics file keeps fractions), its title and its element key."""
+
+    key: str
+    runs: str
+    percent: bool
+    title: str
+    element: str
+
+
+COMPARE_CHARTS = {
+    "test accuracy": CompareChart("test_accuracy", "nets", True, "Test accuracy (%)", "cmp_acc"),
+    "train accuracy": CompareChart("train_accuracy", "nets", True, "Train accuracy (%)", "cmp_tracc"),
+    "train loss": CompareChart("train_loss", "nets", False, "Train loss per sample", "cmp_loss"),
+    "residuals": CompareChart("residuals", "nets", False, "Primal residual", "cmp_res"),
+    "verification": CompareChart("test_accuracy", "faces", True, "Face verification accuracy (%)", "cmp_df_acc"),
+    "nmf residual": CompareChart("nmf_residual", "faces", False, "NMF residual ‖Z₁ − MS‖/‖Z₁‖", "cmp_df_nmf"),
 }
 
 
 def compare_csv(nets: list[Series], faces: list[Series], x_key: str) -> str:
     """The Compare page's "Download the charts' data (CSV)": :func:`series_csv` of its charts."""
     runs = {"nets": nets, "faces": faces}
-    charts = {c: runs[who] for c, (_, who, _) in COMPARE_CSV.items() if runs[who]}
-    keys = {c: k for c, (k, _, _) in COMPARE_CSV.items()}
-    return series_csv(charts, keys, x_key, {c for c, (_, _, pct) in COMPARE_CSV.items() if pct})
+    charts = {name: runs[c.runs] for name, c in COMPARE_CHARTS.items() if runs[c.runs]}
+    keys = {name: c.key for name, c in COMPARE_CHARTS.items()}
+    return series_csv(charts, keys, x_key, {name for name, c in COMPARE_CHARTS.items() if c.percent})
 
 
 # --- Compare: what differs between runs, as legends and groups --------------------------------------
