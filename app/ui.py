@@ -68,7 +68,7 @@ KEEP_VIEW_JS = r"""<script>
   const title = gd => { const t = (gd.layout || {}).title; return String((t && (t.text || t)) || '').replace(/<[^>]*>/g, ' '); };
   const view = gd => views.get(gd.__admmKey) || views.set(gd.__admmKey, {axes: {}, hidden: {}}).get(gd.__admmKey);
   function apply(gd) {
-    if (!gd._fullLayout || !gd.data) return;
+    if (!gd._fullLayout || !gd.data) return false;
     const v = view(gd), upd = {}, hide = [], show = [];
     for (const [ax, r] of Object.entries(v.axes)) {
       if (gd._fullLayout[ax] && JSON.stringify(gd._fullLayout[ax].range) !== JSON.stringify(r)) upd[ax + '.range'] = r.slice();
@@ -77,17 +77,18 @@ KEEP_VIEW_JS = r"""<script>
       if (v.hidden[t.name] && t.visible !== 'legendonly') hide.push(i);
       if (v.hidden[t.name] === false && t.visible === 'legendonly') show.push(i);
     });
-    if (!Object.keys(upd).length && !hide.length && !show.length) return;
+    if (!Object.keys(upd).length && !hide.length && !show.length) return true;
     applying++;
     Promise.all([Object.keys(upd).length && Plotly.relayout(gd, upd),
       hide.length && Plotly.restyle(gd, {visible: 'legendonly'}, hide),
       show.length && Plotly.restyle(gd, {visible: true}, show)]).then(done, done);
+    return true;
   }
   function hook(gd) {
     const key = location.pathname + '|' + title(gd);
     if (!gd.on || !title(gd) || gd.__admmKey === key) return;
     gd.__admmKey = key;
-    apply(gd);
+    gd.__admmShown = apply(gd);  // once per figure: a later redraw (the user's double-click) is theirs
     if (gd.__admmHooked) return;
     gd.__admmHooked = true;
     gd.on('plotly_relayout', ev => {
@@ -100,7 +101,7 @@ KEEP_VIEW_JS = r"""<script>
     gd.on('plotly_restyle', ev => {
       if (!applying && ev && ev[0] && 'visible' in ev[0]) gd.data.forEach(t => { view(gd).hidden[t.name] = t.visible === 'legendonly'; });
     });
-    gd.on('plotly_afterplot', () => { if (!applying) apply(gd); });
+    gd.on('plotly_afterplot', () => { if (!gd.__admmShown) gd.__admmShown = apply(gd); });
   }
   new MutationObserver(() => document.querySelectorAll('.js-plotly-plot').forEach(hook))
     .observe(document.body, {childList: true, subtree: true});
