@@ -26,6 +26,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -34,10 +35,12 @@ from admm_core.spec import archs, resources
 from admm_core.spec import datasets as data_mod
 from admm_core.spec.archs import ARCHS, SIZE_FIELDS, archs_for
 from admm_core.spec.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+from admm_core.spec.deepfacto import RENAMED, DeepFactoConfig, saved_fields
 from admm_core.spec.device import device_name
-from admm_core.spec.kinds import NETWORK
+from admm_core.spec.kinds import DEEPFACTO, NETWORK
 from admm_core.spec.methods import DEFAULT_METHOD, METHODS, make_settings
 from admm_core.spec.methods import names_for as methods_for
+from admm_core.spec.methods.deepfacto import DeepFactoSettings
 from admm_core.spec.presets import PRESETS, preset_config
 from admm_core.spec.resources import MAX_PROCESSES, preflight_report
 from admm_core.spec.settings import parse_numbers, parse_sets, parse_widths
@@ -306,33 +309,7 @@ def groups() -> dict[str, list[FormField]]:
     return out
 
 
-ROW_MAX = 5  # fields in one row of the form: at 1440 px with the sidebar, more cut labels ("Evaluat e every", "Au…")
-
-
-# Column widths of a row (px), for labels on one line: the form's row in a 1280-px window beside the sidebar,
-# Streamlit's gap between columns, a label's width per character (Source Sans at 14 px: "Test samples (0 = all)"
-# measured 120 px in Chromium) with some to spare, and a help icon with its margin.
-ROW_PX, GAP_PX, CHAR_PX, HELP_PX = 780, 16, 6.0, 30
-NUMBER_PX = 130  # a number box narrower than ~120 px loses its − / + buttons: some fields had them, some not
-
-
-def column_widths(
-    weights: list[float], labels: list[str], row_px: float = ROW_PX, least: list[float] | None = None
-) -> list[float]:
-    """Widths for ``st.columns``: each column's share by its weight, but never narrower than its
-    label needs (``len(label) * CHAR_PX + HELP_PX``) nor than ``least``, taken from the others in
-    proportion to theirs; where they need more than the row, each gets what it needs (the row is
-    then shared in those proportions). "Training samples (0 = all)" wrapped onto two lines at 1280 px."""
-    free = row_px - GAP_PX * (len(weights) - 1)
-    need = [max(len(t) * CHAR_PX + HELP_PX, m) for t, m in zip(labels, least or [0.0] * len(labels))]
-    fixed: dict[int, float] = {}
-    while True:
-        rest = [i for i in range(len(weights)) if i not in fixed]
-        share = (free - sum(fixed.values())) / (sum(weights[i] for i in rest) or 1)
-        short = [i for i in rest if weights[i] * share < need[i]]
-        if not short:
-            return [fixed.get(i, weights[i] * share) for i in range(len(weights))]
-        fixed.update({i: need[i] for i in short})
+ROW_MAX = 5  # fields in one row of the form (more cut their labels)
 
 
 def rows(fields: list, most: int = ROW_MAX) -> list[list]:
@@ -382,7 +359,7 @@ def _from_widget(ff: FormField, w):
     if ff.kind == "widths":
         return list(parse_widths(w, ff.path))
     if ff.kind == "set" and isinstance(w, str):
-        return parse_sets([f"{ff.key}={w}"])[ff.key]
+        return parse_sets([f"{ff.path}={w}"])[ff.path]
     if ff.kind == "split":
         if not isinstance(w, (list, tuple)):
             raise ConfigError(f"{ff.path} = {w!r}: must be a list of layer names")
@@ -407,6 +384,74 @@ BY_PATH = {f.path: f for f in FIELDS if f.path}
 BY_KEY = {f.key: f for f in FIELDS}
 if len({f.key for f in FIELDS}) != len(FIELDS):
     raise RuntimeError("two config fields share a form key: give one a 'key' hint in its metadata")
+
+
+# --- DeepFacto's form: its own kind of run, its fields generated from DeepFactoConfig ----------------
+
+# ?mode=deepfacto opens the Train page on DeepFacto's form; its fields' keys (widgets, link): df.<setting>
+DF = "df."
+# where a DeepFacto field is drawn: the main rows, beside the backbone choice, else under its title in
+# "All DeepFacto settings"; the algorithm's settings are the method's own (DeepFactoSettings)
+DF_GROUPS = {
+    "main": ("rank", "warmup_epochs", "finetune_epochs", "admm_images", "seed", "device"),
+    "backbone": ("backbone_source", "backbone_epochs", "backbone_width"),
+    "The algorithm (the method's settings)": tuple(
+        f.name for f in dataclasses.fields(DeepFactoSettings) if f.name != "rank"
+    ),
+    "Data": ("image_size", "test_fraction", "data_limit"),
+    "Backbone training (when it is trained here)": ("backbone_lr", "backbone_id_weight"),
+    "The run": ("batch_size",),
+    "Evaluation (verification, attribute SVMs, test-time projection)": (
+        "eval_images",
+        "svm_train_limit",
+        "svm_c",
+        "svm_grid",
+        "svm_solver",
+        "nnls_tol",
+        "nnls_max_iter",
+    ),
+}
+DF_LAYOUT = {f"deepfacto.{n}": dict(group=g, key=DF + n) for g, names in DF_GROUPS.items() for n in names}
+DF_LAYOUT["deepfacto.data_limit"]["none"] = 0  # 0 labelled images: all of them
+# floats and lists are text read like the CLI's --set NAME=VALUE (JSON where it parses: "[0.001, 0.01]", null)
+DF_FIELDS = {
+    ff.key: ff
+    for ff in _fields_of(
+        DeepFactoConfig, "deepfacto.", DF_LAYOUT, ("backbone_weights", "data_root"), as_set=("float", "text")
+    )
+}
+
+
+def deepfacto_form(saved: dict | None = None) -> dict:
+    """DeepFacto's fields as the widgets hold them: a run's config.json["deepfacto"] (a field saved
+    under an old name read under its new one, unknown keys ignored) over the defaults."""
+    form = {key: ff.default for key, ff in DF_FIELDS.items()}
+    for name, v in saved_fields(saved).items() if saved else ():
+        if DF + name in DF_FIELDS:
+            form[DF + name] = _to_widget(DF_FIELDS[DF + name], v)
+    return form
+
+
+def deepfacto_config(form: dict, backbone_weights: str | None = None) -> tuple[DeepFactoConfig | None, dict]:
+    """(config, {}) or (None, {form key: message}) of the DeepFacto fields of ``form``; each field is
+    checked alone first, so every wrong one gets its own message."""
+    base, kw, errors = DeepFactoConfig().to_dict(), {}, {}
+    for key, ff in DF_FIELDS.items():
+        name = key[len(DF) :]
+        if key not in form:
+            continue
+        try:
+            kw[name] = _from_widget(ff, form[key])
+            DeepFactoConfig.from_dict({**base, name: kw[name]})
+        except (ConfigError, TypeError, ValueError) as e:
+            errors[key] = str(e) if name in str(e) else f"{ff.path}: {e}"
+    if errors:
+        return None, errors
+    try:
+        return DeepFactoConfig.from_dict({**kw, "backbone_weights": backbone_weights}), {}
+    except (ConfigError, TypeError, ValueError) as e:  # a combination of fields, or the backbone file
+        named = re.search(r"deepfacto\.(\w+)", str(e))
+        return None, {DF + named.group(1) if named else DEEPFACTO: str(e)}
 
 
 # --- the network's layers and blocks -------------------------------------------------------
@@ -995,8 +1040,12 @@ def query_text(ff: FormField, v) -> str:
     return "" if v is None else str(v)
 
 
-def to_query(form: dict) -> dict[str, str]:
-    """Flat str -> str mapping for st.query_params (every shown field; the chosen method's settings)."""
+def to_query(form: dict, mode: str = NETWORK) -> dict[str, str]:
+    """Flat str -> str mapping for st.query_params: every shown field and the chosen method's
+    settings; DeepFacto's form: ``mode=deepfacto`` and its fields that differ from the defaults."""
+    if mode == DEEPFACTO:
+        changed = {k: ff for k, ff in DF_FIELDS.items() if k in form and form[k] != ff.default}
+        return {"mode": DEEPFACTO, **{k: query_text(ff, form[k]) for k, ff in changed.items()}}
     q = {ff.key: query_text(ff, form[ff.key]) for ff in _shown() if ff.key in form}
     if form.get("method") in METHODS:
         for k, v in form.items():
@@ -1028,8 +1077,7 @@ def read_text(ff: FormField, text: str, form: dict | None = None):
 
 
 PAGE_KEYS = {"run", "load", "mode"}  # link keys the page reads itself (watched run, Runs → Load, the form shown)
-DEEPFACTO_PREFIX = "df."  # the DeepFacto form's keys (dashboard.deepfacto_form), read with mode=deepfacto
-MODES = ("network", "deepfacto")
+MODES = (NETWORK, DEEPFACTO)
 SETTING_PREFIX = "m."  # a method setting in a link: m.<name>
 
 
@@ -1039,16 +1087,24 @@ def _setting_owners(name: str) -> list[str]:
 
 def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict) -> list[str]:
     """The link's keys beyond the form's fields: method settings (m.<name>) applied to ``form`` or
-    said wrong in ``link`` (by field); unknown keys, modes and DeepFacto keys without its mode as
-    notes (returned)."""
+    said wrong in ``link`` (by field), DeepFacto's (df.<name>, with mode=deepfacto) applied to
+    ``form``; what is not applied as notes (returned)."""
     notes: list[str] = []
     settings = {s["name"]: s for s in METHODS[method].settings()}
     for k, v in q.items():
-        if k in shown or k in PAGE_KEYS or k.startswith(DEEPFACTO_PREFIX):
-            if k == "mode" and v not in MODES:
-                notes.append(f"mode = {v!r}: choose from {list(MODES)}; the page shows the network form")
-            elif k.startswith(DEEPFACTO_PREFIX) and q.get("mode") != "deepfacto":
-                notes.append(f"{k} = {v!r}: a DeepFacto setting, read only with mode=deepfacto in the link; ignored")
+        if k == "mode" and v not in MODES:
+            notes.append(f"mode = {v!r}: choose from {list(MODES)}; the page shows the network form")
+        elif k.startswith(DF) and q.get("mode") != DEEPFACTO:
+            notes.append(f"{k} = {v!r}: a DeepFacto setting, read only with mode=deepfacto in the link; ignored")
+        elif k.startswith(DF):
+            key = DF + RENAMED.get(k[len(DF) :], k[len(DF) :])  # a link made before the renames
+            try:
+                form[key] = read_text(DF_FIELDS[key], v)
+            except KeyError:
+                notes.append(f"{k}: not a DeepFacto setting (ignored)")
+            except ValueError as e:
+                notes.append(f"{k} = {v!r}: {e} (ignored)")
+        if k in shown or k in PAGE_KEYS or k.startswith(DF):
             continue
         if not k.startswith(SETTING_PREFIX):
             if k in settings:  # the setting's name without its m.: meant for that field
@@ -1118,6 +1174,8 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
         form.update(method_fields(method, fresh))
         form[GIVEN] = sorted(MP + k for k in fresh) + [k for k in form.get(GIVEN, ()) if not k.startswith(MP)]
     form["preset"], form["method"] = preset, method
+    if q.get("mode") == DEEPFACTO:  # its fields: the link's (below) over the defaults
+        form |= deepfacto_form()
     # a value no widget can hold (text for a number, a name not in a menu) is an error of its field,
     # holding Start until that field is edited: never dropped for the widget's value without a word
     shown = {ff.key: ff for ff in _shown()}

@@ -21,7 +21,7 @@ import streamlit as st
 from admm_core.errors import CheckpointError, ConfigError, DataError
 from admm_core.spec.archs import OWN, OWN_MESSAGE
 from admm_core.spec.config import RunConfig
-from admm_core.spec.datasets import DATASETS, available
+from admm_core.spec.datasets import DATASETS
 from admm_core.spec.deepfacto import DeepFactoConfig
 from admm_core.spec.faces import find_lfw
 from admm_core.spec.kinds import DEEPFACTO, NETWORK, run_kind, run_method
@@ -32,7 +32,6 @@ from admm_core.spec.resources import human as human_bytes
 from admm_core.spec.resources import samples, split_of
 from app import ui
 from app.dashboard import charts as C
-from app.dashboard import deepfacto_form as D
 from app.dashboard import follow as FL
 from app.dashboard import form as F
 from app.dashboard import live as L
@@ -53,7 +52,9 @@ LINK_NOTICE = "link_notice"  # the link's values not applied, each with its reas
 
 
 def wkey(field: str, method: str | None = None) -> str:
-    """Widget key of a form field; method settings are keyed per method."""
+    """Widget key of a form field; method settings are keyed per method, DeepFacto's by their own."""
+    if field.startswith(F.DF):
+        return field
     if field.startswith(F.MP):
         return f"{K}{F.MP}{method or ss.get(K + 'method', F.DEFAULT_METHOD)}.{field[len(F.MP) :]}"
     return K + field
@@ -142,7 +143,7 @@ def edited(field: str, then=None):
 def on_start():
     """Launch the form's run once per click: the same config again within START_DEDUP_S is the same click."""
     form = _ordered_form()
-    got = checked_form(form, available(kind=NETWORK), click=True)
+    got = checked_form(form, click=True)
     cfg, errors = got.cfg, got.errors
     if cfg is None:
         ss["notice"] = f"Not started: fix {ui.count(len(errors), 'field')}."
@@ -180,10 +181,10 @@ def launch_once(text: str, launch) -> None:
 def _load_config(cfg: dict) -> None:
     if run_kind(cfg) == DEEPFACTO:
         df = cfg.get("deepfacto") if isinstance(cfg.get("deepfacto"), dict) else {}
-        set_deepfacto(D.values_from_config(df))
+        set_form(F.deepfacto_form(df))
         if df.get("backbone_weights"):
             ss["df_backbone"], ss["df_saved"] = "saved", str(df["backbone_weights"])
-        ss["train_mode"] = D.MODE
+        ss["train_mode"] = DEEPFACTO
         ss["form_notice"] = "Loaded the DeepFacto run's settings into the DeepFacto form."
         return
     if (cfg.get("model") or {}).get("arch") == OWN:  # no record to rebuild its network from: the form stays
@@ -216,32 +217,23 @@ def init_form() -> None:
     ui.take_load_link()
     if "load_config" in ss:
         _load_config(ss.pop("load_config"))
-    if K + "method" not in ss or K + "data" not in ss:
-        qp = st.query_params.to_dict()
-        form = None
+    qp = st.query_params.to_dict()
+    fresh = K + "method" not in ss or K + "data" not in ss
+    if fresh or "train_mode" not in ss:
+        form, notes = None, []
         if set(qp) - {"run"}:  # a link: every value applied or named (F.from_query), whatever else it holds
             form, notes = F.from_query(qp)
-            if notes:
-                ss[LINK_NOTICE] = notes
-        set_form(form or ss.get("train_form") or F.default_form())
-    if "train_mode" not in ss:
-        qp = st.query_params.to_dict()
-        ss["train_mode"] = D.MODE if qp.get("mode") == D.MODE else "network"
-        values, warnings = D.from_query(qp)
-        set_deepfacto(values)
-        if warnings and ss["train_mode"] == D.MODE:
-            ss[LINK_NOTICE] = [*ss.get(LINK_NOTICE, []), *warnings]
+        if notes:
+            ss[LINK_NOTICE] = notes
+        if fresh:
+            set_form(form or ss.get("train_form") or F.default_form())
+        if "train_mode" not in ss:
+            ss["train_mode"] = DEEPFACTO if qp.get("mode") == DEEPFACTO else NETWORK
+            set_form(F.deepfacto_form() | {k: v for k, v in (form or {}).items() if k.startswith(F.DF)})
     ui.watched()  # ?run= in a link picks the watched run
 
 
 ON_CHANGE = {"preset": on_preset, "method": on_method, "arch": on_shape, "hidden": on_shape, "split": on_split}
-WEIGHT = {"select": 1.2, "radio": 0.9, "split": 2.0, "widths": 1.2, "check": 0.6, "int": 0.8, "float": 0.8}
-
-
-def _label_text(ff: F.FormField) -> str:
-    """What a field's label takes on its line: a checkbox's box and gap stand beside it (about nine
-    characters; four read "Aug…" at 1280 px beside four fields)."""
-    return ff.label + (" " * 9 if ff.kind == "check" else "")
 
 
 def note(notes: dict, field: str) -> None:
@@ -262,8 +254,8 @@ def _reference_form(preset: str, method: str) -> dict:
 
 
 def in_force(ff: F.FormField, form: dict) -> str:
-    """A config field's value in force and where it comes from, for its help: the preset's value,
-    the default, or set here (by hand, a link or a loaded run)."""
+    """A field's value in force and where it comes from, for its help: the preset's value, the
+    default, or set here (by hand, a link or a loaded run)."""
     if ff.key in ("preset", "method") or ff.kind == "hidden" or ff.key not in form:
         return ""
     value, method = form[ff.key], form.get("method", F.DEFAULT_METHOD)
@@ -275,7 +267,7 @@ def in_force(ff: F.FormField, form: dict) -> str:
         except (ConfigError, KeyError, TypeError):
             return ""
         return f"In force: {shown}, {'the network' + chr(39) + 's default split' if value == split else 'set here'}. "
-    default = _reference_form(F.NO_PRESET, method).get(ff.key, value)
+    default = ff.default
     if preset in PRESETS and _reference_form(preset, method).get(ff.key) == value:
         source = f"the preset {preset}'s" + ("" if value == default else f" (the default: {F.label_of(ff, default)})")
     elif value == default:
@@ -285,22 +277,20 @@ def in_force(ff: F.FormField, form: dict) -> str:
     return f"In force: {shown}, {source}. "
 
 
-def field_widget(
-    ff: F.FormField, form: dict, notes: dict, datasets: list[str], key: str | None = None, help: str | None = None
-) -> None:
+def field_widget(ff: F.FormField, form: dict, notes: dict, key: str | None = None, help: str | None = None) -> None:
     """The widget of one form field, as its metadata declares it; its message below. Every form of
-    the page draws with it: ``key`` is the widget's key (default: the network form's, K + form
-    key), ``help`` its help (default: what it is, the value in force and its code name)."""
+    the page draws with it: ``key`` is the widget's key (default: :func:`wkey`), ``help`` its help
+    (default: what it is, the value in force and its code name)."""
     if help is None:
         code = f"{in_force(ff, form)}Setting `{ff.path or ff.key}`."  # the code name: messages use the label
         help = f"{ff.help.rstrip('.')}. {code}" if ff.help else code
-    kw = {"key": key or K + ff.key, "help": help, "disabled": not ff.enabled(form)}
+    kw = {"key": key or wkey(ff.key), "help": help, "disabled": not ff.enabled(form)}
     if kw["key"].startswith(K):  # the network form's: a link's error about the field goes once it is edited
         kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
     if ff.menu == "archs":
         kw["help"] = f"with your own networks: the nn.Module classes and no-argument functions in {M.models_dir()}/*.py"
     if ff.kind in ("select", "radio"):
-        opts = F.choices(ff, form, datasets)
+        opts = F.choices(ff, form)
         changed = ff.menu == "presets" and ss.get("preset_edited")  # its values changed since it was picked
         fmt = lambda v: F.label_of(ff, v) + (" (edited)" if changed and v == form.get(ff.key) else "")
         if ff.kind == "radio":
@@ -309,7 +299,7 @@ def field_widget(
             st.selectbox(ff.label, opts, format_func=fmt, **kw)
     elif ff.kind == "split":  # the options keep a wrong entry of a link or a loaded config: its message says why
         labels = F.split_labels(form)  # layer3 (= layer3.1): typing either name finds it
-        opts = F.choices(ff, form, datasets)
+        opts = F.choices(ff, form)
         st.multiselect(ff.label, opts, format_func=lambda v: labels.get(v, v), wrap=True, **kw)  # on rows
     elif ff.kind == "check":
         st.checkbox(ff.label, **kw)
@@ -334,40 +324,22 @@ def keep_undrawn(keys) -> None:
             ss[k] = ss[k]
 
 
-def field_row(
-    fields: list[F.FormField], form: dict, notes: dict, datasets: list[str], most: int = F.ROW_MAX, draw=None
-) -> None:
-    """Fields in rows of at most :data:`dashboard.form.ROW_MAX`, as even as can be; their messages
-    below each row, at the row's width (a column of a radio is ten characters wide: a message there
-    reads one word a line). A field that does not apply (the other network's size field, Init σ under
-    the default initialisation, the shift of no augmentation, the split of an end-to-end method) is not
-    drawn unless it has a message; its value stays as plain session state (Streamlit drops
-    an undrawn widget's), so it is back as it was when the field applies again. ``draw(ff)``: how a
-    field is drawn (default: :func:`field_widget` on the network form)."""
-    draw = draw or (lambda ff: field_widget(ff, form, notes, datasets))
-    shown = []
-    for ff in fields:
-        if ff.enabled(form) or ff.key in notes:
-            shown.append(ff)
-        else:
-            keep_undrawn([K + ff.key])
+def field_row(fields: list[F.FormField], form: dict, notes: dict, most: int = F.ROW_MAX, draw=None) -> None:
+    """Fields in rows of at most ``most``, as even as can be, each row's messages below it at the
+    row's width. A field that does not apply (the other network's size field, Init σ under the
+    default initialisation, the split of an end-to-end method) is not drawn unless it has a message;
+    its value is kept (:func:`keep_undrawn`). ``draw(ff)``: how a field is drawn (default:
+    :func:`field_widget`)."""
+    draw = draw or (lambda ff: field_widget(ff, form, notes))
+    shown = [ff for ff in fields if ff.enabled(form) or ff.key in notes]
+    keep_undrawn(wkey(ff.key) for ff in fields if ff not in shown)
     for row in F.rows(shown, most):
-        _row(row, notes, draw)
-
-
-def _row(fields: list[F.FormField], notes: dict, draw) -> None:
-    mine = {ff.key: notes.pop(ff.key) for ff in fields if ff.key in notes}
-    widths = F.column_widths(
-        [WEIGHT.get(f.kind, 1.0) for f in fields],
-        [_label_text(f) for f in fields],
-        least=[F.NUMBER_PX if f.kind in ("int", "float") else 0 for f in fields],
-    )
-    for col, ff in zip(st.columns(widths), fields):
-        with col:
-            draw(ff)
-    for key in (ff.key for ff in fields):
-        if key in mine:
-            notes[key] = mine[key]
+        mine = {ff.key: notes.pop(ff.key) for ff in row if ff.key in notes}
+        for col, ff in zip(st.columns(len(row)), row):
+            with col:
+                draw(ff)
+        notes.update(mine)
+        for key in mine:
             note(notes, key)
 
 
@@ -379,21 +351,21 @@ def field_grid(fields: list, draw, columns: int = 4) -> None:
             draw(ff)
 
 
-def checked_form(form: dict, datasets: list[str], *, click: bool = False) -> F.FormCheck:
+def checked_form(form: dict, *, click: bool = False) -> F.FormCheck:
     """:func:`dashboard.form.check_form` of ``form``, once per click: Start's callback (``click``)
     checks the form afresh (what is free now, not what was free at the last drawing) and the drawing
     that follows reuses that check while the form is the same (one preflight, one memory estimate)."""
-    key = repr((form, datasets))
+    key = repr(form)
     last = ss.pop("form_check", None)
     if not click and last is not None and last[0] == key:
         return last[1]
-    got = F.check_form(form, datasets)
+    got = F.check_form(form)
     if click:
         ss["form_check"] = (key, got)
     return got
 
 
-def validate(datasets: list[str]) -> tuple[dict, F.FormCheck, dict]:
+def validate() -> tuple[dict, F.FormCheck, dict]:
     """The form as the widgets will show it, checked before any widget is drawn, so each message is
     drawn under its field as the form goes (no placeholder per field: ~40 fewer elements for the
     browser). Returns (form, what :func:`dashboard.form.check_form` found, notes: field ->
@@ -404,20 +376,20 @@ def validate(datasets: list[str]) -> tuple[dict, F.FormCheck, dict]:
         if key not in ss:
             ss[key] = F.method_fields(method)[F.MP + s["name"]]
     form = _ordered_form()  # every value as given: a wrong one is said under its field, never dropped
-    got = checked_form(form, datasets)
+    got = checked_form(form)
     ss["preset_edited"] = F.preset_changes(form, got.cfg)  # the fields that differ from the preset
     # allowed, but said: an absurd learning rate / step size, more processes than cores
     notes = {k: ("warning", m) for k, m in got.warnings.items()} | {k: ("error", m) for k, m in got.errors.items()}
     return form, got, notes
 
 
-def form_section(form: dict, got: F.FormCheck, notes: dict, datasets: list[str]) -> None:
+def form_section(form: dict, got: F.FormCheck, notes: dict) -> None:
     """Data set, network and split, from the config's fields, then the block diagram."""
     groups = F.groups()
     with st.container(border=True):
         st.markdown("**Data and network**")
-        field_row(groups["data"], form, notes, datasets)
-        field_row(groups["network"], form, notes, datasets)
+        field_row(groups["data"], form, notes)
+        field_row(groups["network"], form, notes)
         for line in M.unreadable():  # a models-folder file the menu cannot list: said, with its line
             st.warning(line, icon="⚠️")
         if M.is_entry(form["arch"]):
@@ -483,7 +455,7 @@ def setting_help(s: dict, value, measured: tuple[str, dict], paper: dict | None 
     return f"{s['help']}. In force: {shown}, {source}{default}. Setting `{s['name']}`."
 
 
-def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
+def method_section(form: dict, notes: dict) -> None:
     """Method, training settings and the method's own settings (the rest in folded expanders)."""
     groups = F.groups()
     known = {"data", "network", "method", "train"}
@@ -499,7 +471,7 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
     measured = measured_values(form, method)
     with st.container(border=True):
         st.markdown("**Method and training**")
-        field_row(groups["method"] + groups["train"], form, notes, datasets)
+        field_row(groups["method"] + groups["train"], form, notes)
         more = [f for g, fields in groups.items() if g not in known for f in fields]  # a new group lands here
         box = folded(
             f"More training settings ({len(more)})",
@@ -509,13 +481,13 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
         )
         if box is not None:
             with box:
-                field_grid(more, lambda ff: field_widget(ff, form, notes, datasets))
+                field_grid(more, lambda ff: field_widget(ff, form, notes))
         st.caption(f"**{method}** — {cls.summary}" + ("" if cls.uses_blocks else " (end-to-end: the split is ignored)"))
 
         def draw_setting(s: dict) -> None:
             ff = F.setting_field(method, s)  # labelled by the paper's symbol and words; the code name is the help's
             help_text = setting_help(s, form.get(ff.key), measured, cls.PAPER)
-            field_widget(ff, form, notes, datasets, key=wkey(ff.key, method), help=help_text)
+            field_widget(ff, form, notes, key=wkey(ff.key, method), help=help_text)
 
         field_grid(settings[:MAIN_SETTINGS], draw_setting)
         if more_settings:
@@ -668,23 +640,6 @@ def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
 # --- DeepFacto (LFWA faces) -------------------------------------------------------------------------
 
 
-def set_deepfacto(values: dict) -> None:
-    for k, v in values.items():
-        ss[D.PREFIX + k] = v
-
-
-def read_deepfacto() -> dict:
-    return {k: ss[D.PREFIX + k] for k in D.fields() if D.PREFIX + k in ss}
-
-
-def deepfacto_drawer(values: dict, notes: dict):
-    """How a DeepFacto field is drawn: by the form's one renderer, under its own key and help."""
-    return lambda ff: field_widget(ff, values, notes, [], key=D.PREFIX + ff.key, help=D.help_of(ff.key))
-
-
-BACKBONE_WIDGETS = ("backbone_source", "backbone_epochs", "backbone_width")  # shown with the backbone choice
-
-
 def backbone_note(cfg: DeepFactoConfig) -> str:
     trained = f"trained here ({cfg.backbone_epochs} epochs) or cached"
     return (
@@ -694,8 +649,9 @@ def backbone_note(cfg: DeepFactoConfig) -> str:
     )
 
 
-def backbone_choice(draw) -> tuple[str | None, bool]:
-    """The backbone radio: (weights file or None, whether the choice is complete)."""
+def backbone_choice(fields: list[F.FormField], draw) -> tuple[str | None, bool]:
+    """The backbone radio (``fields``: those of a backbone trained here): (weights file or None,
+    whether the choice is complete)."""
     st.radio(
         "Face backbone (block 1)",
         ["train", "saved", "upload"],
@@ -712,10 +668,10 @@ def backbone_choice(draw) -> tuple[str | None, bool]:
     )
     choice = ss["df_backbone"]
     if choice == "train":
-        field_grid([D.FIELDS[name] for name in BACKBONE_WIDGETS], draw)
+        field_grid(fields, draw)
         return None, True
     if choice == "saved":
-        files = [str(p) for p in D.saved_backbones()]
+        files = [str(p) for p in W.saved_backbones()]
         if ss.get("df_saved") and ss["df_saved"] not in files:
             files.insert(0, ss["df_saved"])  # from a loaded run
         if not files:
@@ -731,7 +687,7 @@ def backbone_choice(draw) -> tuple[str | None, bool]:
     if up is None:
         return None, False
     try:
-        path = D.save_upload(up.name, up.getvalue())
+        path = W.save_upload(up.name, up.getvalue())
     except ValueError as e:
         st.error(f"backbone file {up.name!r}: {e}", icon="⚠️")
         return None, False
@@ -751,10 +707,11 @@ def deepfacto_section() -> dict:
         find_lfw()
     except DataError as e:
         lfw_problem = str(e)
-    values = read_deepfacto()
-    _, field_errors = D.config_from_values(values)  # each field on its own: its message under its widget
-    notes = {k: ("error", m) for k, m in field_errors.items()}
-    draw = deepfacto_drawer(values, notes)
+    form = {k: ss[k] for k in F.DF_FIELDS if k in ss}
+    cfg, errors = F.deepfacto_config(form)  # each field on its own first: its message under its widget
+    notes = {k: ("error", m) for k, m in errors.items()}
+    draw = lambda ff: field_widget(ff, form, notes)  # noqa: E731
+    groups = {g: [F.DF_FIELDS[F.DF + n] for n in names] for g, names in F.DF_GROUPS.items()}
     top = st.container()  # Start's row, above the form (in view without scrolling), filled once the form is read
     with st.container(border=True):
         st.markdown("**DeepFacto on LFWA faces**")
@@ -763,28 +720,26 @@ def deepfacto_section() -> dict:
             "embedding trained with a triplet loss. At the end, attribute SVMs read S (40 LFWA attributes) and the "
             "Heatmaps page draws the rows of S over faces. The paper's ranks: 4, 32, 256."
         )
-        # two rows of three: six in one row wrapped "Block-ADMM training images" onto two lines and hid the
-        # number boxes' − / + at 1280 px
-        field_row([D.FIELDS[n] for n in D.MAIN], values, notes, [], most=3, draw=draw)
-        weights, backbone_ok = backbone_choice(draw)
-        rest = [f for f in D.fields() if f not in D.MAIN and f not in BACKBONE_WIDGETS]
-        with st.expander(f"All DeepFacto settings ({len(rest)})", expanded=bool(set(field_errors) & set(rest))):
+        field_row(groups.pop("main"), form, notes, most=3)
+        weights, backbone_ok = backbone_choice(groups.pop("backbone"), draw)
+        rest = [ff.key for fields in groups.values() for ff in fields]
+        with st.expander(f"All DeepFacto settings ({len(rest)})", expanded=bool(set(errors) & set(rest))):
             st.caption("Text fields read like `--set NAME=VALUE`: JSON where it parses (numbers, lists, null).")
-            for title, names in D.grouped(rest):
+            for title, fields in groups.items():
                 st.markdown(f"**{title}**")
-                field_grid([D.FIELDS[n] for n in names], draw)
+                field_grid(fields, draw)
     for field in list(notes):  # a message about no one field (a combination of them)
         note(notes, field)
-    cfg, errors = D.config_from_values(values, weights)
-    for field, msg in errors.items():
-        if field not in field_errors:  # about the backbone file with the rest (said above otherwise)
+    if cfg is not None:  # the backbone file too
+        cfg, errors = F.deepfacto_config(form, weights)
+        for msg in errors.values():
             st.error(msg, icon="⚠️")
     with top:
         _deepfacto_start_row(cfg, errors, weights, backbone_ok, lfw_problem)
         ui.show_notice()  # "Not started: …", beside the button that was pressed
     if ss.get("start_toast"):
         st.toast(ss.pop("start_toast"))
-    return D.to_query(values)
+    return F.to_query(form, DEEPFACTO)
 
 
 def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_problem: str | None) -> None:
@@ -797,7 +752,7 @@ def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_prob
             st.warning(f"LFWA is not here: {lfw_problem}")
         elif cfg is None:
             st.caption(
-                f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(D.label_of(f) for f in errors)}."
+                f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(F.DF_FIELDS[f].label if f in F.DF_FIELDS else f for f in errors)}."
             )
         elif not backbone_ok:
             st.caption("Choose the face backbone below to start.")
@@ -958,9 +913,9 @@ def main() -> None:
         )
     st.segmented_control(
         "What to train",
-        ["network", D.MODE],
+        [NETWORK, DEEPFACTO],
         key="train_mode",
-        format_func={"network": "A network (Block-ADMM and baselines)", D.MODE: "DeepFacto (LFWA faces)"}.get,
+        format_func={NETWORK: "A network (Block-ADMM and baselines)", DEEPFACTO: "DeepFacto (LFWA faces)"}.get,
         required=True,
     )
     _form_part()
@@ -970,19 +925,18 @@ def main() -> None:
 
 def _form_part() -> None:
     """What to train, and how: the network form or DeepFacto's, the Start button, the URL mirror."""
-    if ss["train_mode"] == D.MODE:
+    if ss["train_mode"] == DEEPFACTO:
         mirror(deepfacto_section())
         return
-    datasets = available(kind=NETWORK)
-    form, got, notes = validate(datasets)
+    form, got, notes = validate()
     cfg, errors = got.cfg, got.errors
     ss["train_form"] = form
     # Start first: validate() checked the form before any widget is drawn, so the row above the form
     # shows what the fields below hold (Start was at y ≈ 1314 px, below a 1000-px window)
     start_section(cfg, errors, form)
     ui.show_notice()
-    form_section(form, got, notes, datasets)
-    method_section(form, notes, datasets)
+    form_section(form, got, notes)
+    method_section(form, notes)
     for field in list(notes):  # a field without a widget of its own
         note(notes, field)
     mirror(F.to_query(form))
