@@ -1,23 +1,16 @@
-"""The Train form as plain data, generated from the config: form values <-> RunConfig <-> URL.
+"""The Train page's forms as plain data, generated from the settings records: form <-> config <-> URL.
 
-Every field of :class:`admm_core.spec.config.RunConfig` and of its ``data``, ``model`` and
-``train`` settings is a form field (:data:`FIELDS`), described by the dataclass field itself (its
-type, default, ``help`` and rules: choices, min, max) and laid out by :data:`LAYOUT` (group, label,
-widget, step, the widget value that stands for None). A new config field therefore appears in the
-form (in "more", under its name), the URL and the validation without editing this module. The
-menus of registered things (data sets, architectures, methods, presets) and which size fields an
-architecture reads are looked up in the registries when the form is drawn, so a record registered
-after import is in them.
-A *form* is the flat dict of what the widgets hold, keyed by each field's form key (its name,
-or the ``key`` hint: ``data`` for ``data.name``), plus ``processes`` (worker processes under
-torchrun: how a run is launched, not part of its config), ``mp.<setting>`` for each setting of
-the chosen method (floats as text, so a per-block β can be written "1,0.5,1"), and ``_given``:
-the method settings (and ``split``) the loaded config gave explicitly, so that reading the form
-back gives the same config, field for field.
+Every field of :class:`~admm_core.spec.config.RunConfig` (and its ``data``, ``model``, ``train``)
+is a form field (:data:`FIELDS`), described by its dataclass field (type, default, ``help``,
+rules) and laid out by :data:`LAYOUT`; DeepFacto's form (:data:`DF_FIELDS`) is generated the
+same way from :class:`~admm_core.spec.deepfacto.DeepFactoConfig`. Menus are read from the
+registries when drawn. A *form* is the flat dict of what the widgets hold, by form key, plus
+``processes`` (worker processes under torchrun), ``mp.<setting>`` for the chosen method's
+settings (floats as text: a per-block β is "1,0.5,1") and ``_given`` (the method settings and
+split a loaded config gave, so reading the form back gives the same config).
 
-:func:`config_from_form` validates each field on its own (so every wrong field gets its own
-message), then the spec's :func:`admm_core.spec.resources.preflight_report`, and returns the messages keyed
-by form field, so the page can show each one next to its widget.
+:func:`check_form` checks each field on its own, then the engine's preflight
+(:func:`admm_core.spec.resources.preflight_report`), and keys every message by form field.
 """
 
 from __future__ import annotations
@@ -51,30 +44,16 @@ DEFAULT_PRESET = "digits-mlp"
 MP = "mp."  # prefix of method-setting fields
 GIVEN = "_given"  # the method settings and split a loaded config gave explicitly (not a widget)
 LINK = "_link"  # {field: message} of a link's values no widget can hold: errors until that field is edited
-__all__ = [
-    "FIELDS",
-    "FormCheck",
-    "FormField",
-    "MAX_PROCESSES",
-    "check_form",
-    "config_from_form",
-    "form_from_config",
-    "form_from_dict",
-    "default_form",
-]
 
 
 @dataclass(frozen=True)
 class FormField:
-    """One field of the form: where it lives in the config and how it is edited.
+    """One field of a form: where it lives in the config and how it is edited.
 
-    ``kind``: select, radio, split (a multiselect of layer names), check, int, float, widths
+    ``kind``: select, split (a multiselect of layer names), check, int, float, widths
     (comma-separated integers as text), set (text read like the CLI's ``--set NAME=VALUE``: JSON
     where it parses, else the text), text, or hidden (carried, not shown). ``none``: the widget value
-    that stands for None (0 for "all samples"). ``enabled_if`` / ``disabled_if``: {form key: value}.
-    ``menu``: the registry whose names are its choices (:func:`choices`, read when drawn).
-    A size field of the network (``model.hidden``, ``model.width``) is enabled when the form's
-    architecture reads it (its record's ``sizes``).
+    that stands for None (0 for "all samples"). ``menu``: the registry its choices are read from.
     """
 
     key: str
@@ -90,8 +69,7 @@ class FormField:
     max: float | None = None
     step: float | None = None
     none: typing.Any = None
-    enabled_if: dict | None = None
-    disabled_if: dict | None = None
+    enabled_if: dict | None = None  # {form key: value}
 
     def enabled(self, form: dict) -> bool:
         if (self.path or self.key) in NOT_FOR_MODEL_FILES and models.is_entry(form.get("arch")):
@@ -102,8 +80,7 @@ class FormField:
         if self.path in SIZE_PATHS:  # the architecture's record says which size fields it reads
             arch = ARCHS.get(form.get("arch"))
             return arch is not None and self.path.split(".", 1)[1] in arch.sizes
-        on = all(form.get(k) == v for k, v in (self.enabled_if or {}).items())
-        return on and not any(form.get(k) == v for k, v in (self.disabled_if or {}).items())
+        return all(form.get(k) == v for k, v in (self.enabled_if or {}).items())
 
 
 SIZE_PATHS = {f"model.{f}" for f in SIZE_FIELDS}
@@ -606,7 +583,7 @@ def form_from_config(cfg: RunConfig) -> dict:
 def _holds(ff: FormField, w) -> str | None:
     """Why the widget of ``ff`` cannot hold ``w`` (Streamlit would drop it, or refuse it), else None;
     a value it can hold but that is wrong is the validation's, said under the field."""
-    if ff.kind in ("select", "radio"):
+    if ff.kind == "select":
         if ff.menu == "datasets":  # the menu keeps the form's own name (choices)
             return None if isinstance(w, str) else "not a name"
         menu = ff.choices if ff.menu is None else choices(ff)
@@ -1071,7 +1048,7 @@ def read_text(ff: FormField, text: str, form: dict | None = None):
             return int(text) if ff.kind == "int" else float(text)
         except ValueError:
             raise ValueError(f"not {_KIND_WORDS[ff.kind]}") from None
-    if ff.kind in ("select", "radio") and ff.menu != "datasets" and text not in choices(ff, form):
+    if ff.kind == "select" and ff.menu != "datasets" and text not in choices(ff, form):
         raise ValueError(f"choose from {choices(ff, form)}")
     return str(text)
 

@@ -289,14 +289,10 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, key: str | None = Non
         kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
     if ff.menu == "archs":
         kw["help"] = f"with your own networks: the nn.Module classes and no-argument functions in {M.models_dir()}/*.py"
-    if ff.kind in ("select", "radio"):
-        opts = F.choices(ff, form)
+    if ff.kind == "select":
         changed = ff.menu == "presets" and ss.get("preset_edited")  # its values changed since it was picked
         fmt = lambda v: F.label_of(ff, v) + (" (edited)" if changed and v == form.get(ff.key) else "")
-        if ff.kind == "radio":
-            st.radio(ff.label, opts, horizontal=True, format_func=fmt, **kw)
-        else:
-            st.selectbox(ff.label, opts, format_func=fmt, **kw)
+        st.selectbox(ff.label, F.choices(ff, form), format_func=fmt, **kw)
     elif ff.kind == "split":  # the options keep a wrong entry of a link or a loaded config: its message says why
         labels = F.split_labels(form)  # layer3 (= layer3.1): typing either name finds it
         opts = F.choices(ff, form)
@@ -324,20 +320,18 @@ def keep_undrawn(keys) -> None:
             ss[k] = ss[k]
 
 
-def field_row(fields: list[F.FormField], form: dict, notes: dict, most: int = F.ROW_MAX, draw=None) -> None:
+def field_row(fields: list[F.FormField], form: dict, notes: dict, most: int = F.ROW_MAX) -> None:
     """Fields in rows of at most ``most``, as even as can be, each row's messages below it at the
     row's width. A field that does not apply (the other network's size field, Init σ under the
     default initialisation, the split of an end-to-end method) is not drawn unless it has a message;
-    its value is kept (:func:`keep_undrawn`). ``draw(ff)``: how a field is drawn (default:
-    :func:`field_widget`)."""
-    draw = draw or (lambda ff: field_widget(ff, form, notes))
+    its value is kept (:func:`keep_undrawn`)."""
     shown = [ff for ff in fields if ff.enabled(form) or ff.key in notes]
     keep_undrawn(wkey(ff.key) for ff in fields if ff not in shown)
     for row in F.rows(shown, most):
         mine = {ff.key: notes.pop(ff.key) for ff in row if ff.key in notes}
         for col, ff in zip(st.columns(len(row)), row):
             with col:
-                draw(ff)
+                field_widget(ff, form, notes)
         notes.update(mine)
         for key in mine:
             note(notes, key)
@@ -353,28 +347,24 @@ def field_grid(fields: list, draw, columns: int = 4) -> None:
 
 def checked_form(form: dict, *, click: bool = False) -> F.FormCheck:
     """:func:`dashboard.form.check_form` of ``form``, once per click: Start's callback (``click``)
-    checks the form afresh (what is free now, not what was free at the last drawing) and the drawing
-    that follows reuses that check while the form is the same (one preflight, one memory estimate)."""
-    key = repr(form)
+    checks afresh (what is free now) and the drawing that follows reuses that check while the form
+    is the same."""
     last = ss.pop("form_check", None)
-    if not click and last is not None and last[0] == key:
+    if not click and last is not None and last[0] == form:
         return last[1]
     got = F.check_form(form)
     if click:
-        ss["form_check"] = (key, got)
+        ss["form_check"] = (form, got)
     return got
 
 
 def validate() -> tuple[dict, F.FormCheck, dict]:
     """The form as the widgets will show it, checked before any widget is drawn, so each message is
-    drawn under its field as the form goes (no placeholder per field: ~40 fewer elements for the
-    browser). Returns (form, what :func:`dashboard.form.check_form` found, notes: field ->
+    drawn under its field -> (form, :func:`dashboard.form.check_form`'s findings, notes: field ->
     (kind, message))."""
     method = ss[K + "method"]
-    for s in METHODS[method].settings():  # a method's settings default to its own
-        key = wkey(F.MP + s["name"], method)
-        if key not in ss:
-            ss[key] = F.method_fields(method)[F.MP + s["name"]]
+    for k, v in F.method_fields(method).items():  # a method's settings default to its own
+        ss.setdefault(wkey(k, method), v)
     form = _ordered_form()  # every value as given: a wrong one is said under its field, never dropped
     got = checked_form(form)
     ss["preset_edited"] = F.preset_changes(form, got.cfg)  # the fields that differ from the preset
@@ -402,11 +392,8 @@ def form_section(form: dict, got: F.FormCheck, notes: dict) -> None:
 def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
     """An expander whose widgets exist only while it is open: the container to draw them in, or None.
 
-    Closed, its widgets are not sent at all: ~40 elements fewer for the browser to lay out on a new
-    Train tab (docs/reliability.md "First paint"). Streamlit drops the value of a widget a
-    run does not draw, so a closed expander's values (``widget_keys``) are set again as plain session
-    state, which Streamlit keeps; the widgets take them back when drawn. An expander with a message
-    for one of its fields (``has_message``) is opened, so the message is seen.
+    Closed, its widgets are not sent at all (docs/reliability.md "First paint"); their values
+    (``widget_keys``) are kept (:func:`keep_undrawn`). One with a message (``has_message``) opens.
     """
     if has_message:
         ss[key] = True
