@@ -904,7 +904,7 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
         if partial is not None and key == "memory":
             continue  # said once the other fields are right (the estimate is shown meanwhile)
         errors.setdefault(key, msg)
-    warnings = {**step_size_warnings(target), **processes_warnings(target, processes), **batch_warnings(target)}
+    warnings = run_warnings(target, processes)
     sized_by = {*NETWORK_KEYS, "split", "data", "train_limit", "method", "batch_size"}  # what the memory depends on
     # a wrong number of the method (β, a step size: they size nothing) keeps the estimate, on its default
     floats = {MP + x["name"] for x in METHODS[method].settings() if x["type"] == "float" and x["choices"] is None}
@@ -946,24 +946,6 @@ def cpu_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def processes_warnings(cfg: RunConfig, processes, cores: int | None = None) -> dict[str, str]:
-    """{"processes": warning} when more CPU worker processes than cores are asked for: allowed (the
-    processes take turns), but the run is then slower than with one process per core."""
-    cores = cpu_cores() if cores is None else cores
-    if not isinstance(processes, int) or isinstance(processes, bool) or processes <= cores:
-        return {}
-    try:
-        on_cpu = device_name(cfg.train.device) == "cpu"
-    except Exception:  # noqa: BLE001 - a device that is not here has its own message
-        return {}
-    if not on_cpu:
-        return {}
-    return {
-        "processes": f"processes = {processes}: this machine has {cores} CPU core{'s' * (cores != 1)} for the run; "
-        f"more processes than cores take turns, so the run is slower than with {cores}"
-    }
 
 
 def processes_memory_errors(n_proc: int, mem: dict, free: int | None = None) -> dict[str, str]:
@@ -1181,29 +1163,31 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     return form, notes + list(link.values())
 
 
-def batch_warnings(cfg: RunConfig) -> dict[str, str]:
-    """A warning under the batch size when it exceeds the training set (:func:`resources.batch_note`)."""
-    said = resources.batch_note(cfg)
-    return {"batch_size": said} if said else {}
-
-
 STEP_WARN = 10.0  # a learning rate or step size this large makes the run diverge (it ends 'diverged')
 
 
-def step_size_warnings(cfg: RunConfig) -> dict[str, str]:
-    """Warnings, not refusals, for absurd learning rates / step sizes (``lr`` and every ``*_lr``
-    setting of the method, as the method will use it) at or above :data:`STEP_WARN`: the run is
-    allowed but would end 'diverged'. Keyed by form field (``mp.<name>``)."""
-    try:
-        params = vars(cfg.method_settings)
-    except Exception:  # noqa: BLE001 - an invalid config has its own messages
-        return {}
+def run_warnings(cfg: RunConfig, processes) -> dict[str, str]:
+    """Warnings, not refusals, by form field: a learning rate or step size (``lr``, every ``*_lr``
+    setting, as the method will use it) at or above :data:`STEP_WARN`, more CPU worker processes
+    than cores (they take turns: slower than one per core), a batch larger than the training set."""
     out = {}
+    try:
+        params, on_cpu = vars(cfg.method_settings), device_name(cfg.train.device) == "cpu"
+    except Exception:  # noqa: BLE001 - an invalid config, a device not here: their own messages
+        return out
     for name, v in params.items():
-        if (name == "lr" or name.endswith("_lr")) and isinstance(v, (int, float)) and not isinstance(v, bool):
-            if v >= STEP_WARN:
-                out[MP + name] = (
-                    f"{cfg.method}.{name} = {fmt_number(v)} is very large (≥ {fmt_number(STEP_WARN)}): the run will "
-                    "probably diverge (it then ends 'diverged' with the epoch and the quantity)"
-                )
+        large = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= STEP_WARN
+        if (name == "lr" or name.endswith("_lr")) and large:
+            out[MP + name] = (
+                f"{cfg.method}.{name} = {fmt_number(v)} is very large (≥ {fmt_number(STEP_WARN)}): the run will "
+                "probably diverge (it then ends 'diverged' with the epoch and the quantity)"
+            )
+    cores = cpu_cores()
+    if on_cpu and isinstance(processes, int) and not isinstance(processes, bool) and processes > cores:
+        out["processes"] = (
+            f"processes = {processes}: this machine has {cores} CPU core{'s' * (cores != 1)} for the run; "
+            f"more processes than cores take turns, so the run is slower than with {cores}"
+        )
+    if said := resources.batch_note(cfg):
+        out["batch_size"] = said
     return out

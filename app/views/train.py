@@ -329,7 +329,8 @@ def field_row(fields: list[F.FormField], form: dict, notes: dict, most: int = F.
     keep_undrawn(wkey(ff.key) for ff in fields if ff not in shown)
     for row in F.rows(shown, most):
         mine = {ff.key: notes.pop(ff.key) for ff in row if ff.key in notes}
-        for col, ff in zip(st.columns(len(row)), row):
+        # each column as wide as its label needs, by its length (a number box or menu: 12 characters at least)
+        for col, ff in zip(st.columns([max(len(ff.label), 12) for ff in row]), row):
             with col:
                 field_widget(ff, form, notes)
         notes.update(mine)
@@ -563,45 +564,20 @@ def state_of_cuts(rows: list[dict], split: list[str], cfg: RunConfig) -> int:
     return int(cfg.method_settings.estimate_state_bytes(StateSizes(n, cfg.train.batch_size, block_out, block_out)))
 
 
-def start_button(column, key: str, disabled: bool, on_click, args: tuple = ()) -> None:
-    """The Start button of a form (the network's or DeepFacto's), at the head of its start row."""
-    column.button(
+def start_row(key: str, ready: bool, on_click, args: tuple = ()):
+    """Start, Load and the column for a one-line summary of the setup (returned), above a form, so
+    they are in view without scrolling; the toast of the last start."""
+    c = st.columns([1.1, 1.5, 3])
+    c[0].button(
         "Start run",
         icon=":material/play_arrow:",
         type="primary",
-        disabled=disabled,
+        disabled=not ready,
         key=key,
         on_click=on_click,
         args=args,
         width="stretch",
     )
-
-
-def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
-    """Start, Load and a one-line summary of the setup, above the form: on a 1000-px (or 800-px) high
-    window they are in view without scrolling (the form below is ~1000 px tall)."""
-    c = st.columns([1.1, 1.5, 3])
-    start_button(c[0], "start", cfg is None, on_start)
-    with c[2]:
-        if cfg is None:
-            fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
-            said = [
-                f"Fix {ui.count(len(fields), 'field')} below to start: {', '.join(F.error_labels(fields, form['method']))}."
-            ]
-            if "memory" in errors:
-                said.append("The run does not fit in memory: see the estimate under the block diagram.")
-            if "_form" in errors:
-                said.append("The setup as a whole is refused: see the message below the form.")
-            st.caption(" ".join(said[0 if fields else 1 :]))
-        else:
-            cls = METHODS[cfg.method]
-            own = M.is_entry(form["arch"])
-            T = (len(form["split"]) if own else len(split_of(cfg))) + 1 if cls.uses_blocks else 1
-            arch = M.label(form["arch"]) if own else F.network_caption(cfg.model)
-            st.caption(
-                f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · {cfg.train.epochs} epochs. "
-                "The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
-            )
     with c[1].popover("Load a run's config", width="stretch"):
         runs = ui.list_runs()
         if runs:
@@ -622,6 +598,31 @@ def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
             st.caption("No runs yet.")
     if ss.get("start_toast"):
         st.toast(ss.pop("start_toast"))
+    return c[2]
+
+
+def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
+    """The network form's start row: what to fix, else the setup in one line."""
+    with start_row("start", cfg is not None, on_start):
+        if cfg is None:
+            fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
+            said = [
+                f"Fix {ui.count(len(fields), 'field')} below to start: {', '.join(F.error_labels(fields, form['method']))}."
+            ]
+            if "memory" in errors:
+                said.append("The run does not fit in memory: see the estimate under the block diagram.")
+            if "_form" in errors:
+                said.append("The setup as a whole is refused: see the message below the form.")
+            st.caption(" ".join(said[0 if fields else 1 :]))
+        else:
+            cls = METHODS[cfg.method]
+            own = M.is_entry(form["arch"])
+            T = (len(form["split"]) if own else len(split_of(cfg))) + 1 if cls.uses_blocks else 1
+            arch = M.label(form["arch"]) if own else F.network_caption(cfg.model)
+            st.caption(
+                f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · {cfg.train.epochs} epochs. "
+                "The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
+            )
 
 
 # --- DeepFacto (LFWA faces) -------------------------------------------------------------------------
@@ -724,17 +725,13 @@ def deepfacto_section() -> dict:
     with top:
         _deepfacto_start_row(cfg, errors, weights, backbone_ok, lfw_problem)
         ui.show_notice()  # "Not started: …", beside the button that was pressed
-    if ss.get("start_toast"):
-        st.toast(ss.pop("start_toast"))
     return F.to_query(form, DEEPFACTO)
 
 
 def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_problem: str | None) -> None:
-    c = st.columns([1.1, 4.4])
     ready = cfg is not None and backbone_ok and lfw_problem is None
     cfg_json = json.dumps(cfg.to_dict()) if cfg is not None else ""
-    start_button(c[0], "start_df", not ready, on_start_deepfacto, (cfg_json,))
-    with c[1]:
+    with start_row("start_df", ready, on_start_deepfacto, (cfg_json,)):
         if lfw_problem:
             st.warning(f"LFWA is not here: {lfw_problem}")
         elif cfg is None:
@@ -918,8 +915,7 @@ def _form_part() -> None:
     form, got, notes = validate()
     cfg, errors = got.cfg, got.errors
     ss["train_form"] = form
-    # Start first: validate() checked the form before any widget is drawn, so the row above the form
-    # shows what the fields below hold (Start was at y ≈ 1314 px, below a 1000-px window)
+    # Start first, in view: validate() checked the form before any widget is drawn
     start_section(cfg, errors, form)
     ui.show_notice()
     form_section(form, got, notes)
