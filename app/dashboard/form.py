@@ -580,122 +580,57 @@ def form_from_config(cfg: RunConfig) -> dict:
     return form
 
 
-def _holds(ff: FormField, w) -> str | None:
-    """Why the widget of ``ff`` cannot hold ``w`` (Streamlit would drop it, or refuse it), else None;
-    a value it can hold but that is wrong is the validation's, said under the field."""
-    if ff.kind == "select":
-        if ff.menu == "datasets":  # the menu keeps the form's own name (choices)
-            return None if isinstance(w, str) else "not a name"
-        menu = ff.choices if ff.menu is None else choices(ff)
-        return None if w in menu else f"choose from {list(menu)}"
-    if ff.kind == "check":
-        return None if isinstance(w, bool) else "must be true or false"
-    if ff.kind == "int":
-        return None if isinstance(w, int) and not isinstance(w, bool) else "must be a whole number"
-    if ff.kind == "float":
-        return None if isinstance(w, (int, float)) and not isinstance(w, bool) else "must be a number"
-    if ff.kind == "split":
-        return None if isinstance(w, list) and all(isinstance(x, str) for x in w) else "must be a list of layer names"
-    if ff.kind == "widths":
-        return None if isinstance(w, str) else "must be a list of widths"
-    return None
-
-
 def form_from_dict(d: dict) -> tuple[dict, list[str]]:
     """The form of a config's JSON data (a run's config.json, a sweep's best trial), valid or not.
 
-    A valid one is :func:`form_from_config`'s. Otherwise each value goes into its field as it is, so
-    the form's own validation names every wrong one at once under its field and Start waits for
-    them (the rule typed values and links follow); what no widget can hold (a name not in a menu,
-    text for a number, an unknown key) is returned as a message instead: -> (form, messages).
+    A valid one is :func:`form_from_config`'s. Otherwise it is read as a link is (:func:`from_query`):
+    each value goes into its field as it is, so the form's validation names every wrong one under
+    its field; what no widget can hold (a name not in a menu, text for a number) is an error of its
+    field, and it and every unknown key a message: -> (form, messages).
     """
     try:
         return split_as_named(form_from_config(RunConfig.from_dict(d))), []
     except (ConfigError, TypeError, ValueError):
         pass
-    notes: list[str] = []
     d = dict(d) if isinstance(d, dict) else {}
-    d.pop("kind", None)
-    method = d.get("method", DEFAULT_METHOD)
-    if method not in METHODS:
-        notes.append(f"method = {method!r}: unknown method; the form shows {DEFAULT_METHOD}")
-        method = DEFAULT_METHOD
-    form = form_from_config(RunConfig(method=method))
-    known = {f.name for f in dataclasses.fields(RunConfig)}
-    notes += [f"{k} = {d[k]!r}: not a setting of a run; ignored" for k in sorted(set(d) - known)]
-    for part in ("data", "model", "train"):
-        sub = d.get(part, {})
-        if not isinstance(sub, dict):
-            notes.append(f"{part} = {sub!r}: must be an object of settings; its fields are the defaults")
+    q, carried, notes = {}, {}, []
+    for part in ("", "data", "model", "train"):
+        src = d.get(part, {}) if part else {k: v for k, v in d.items() if k not in ("kind", "method_params")}
+        if not isinstance(src, dict):
+            notes.append(f"{part} = {src!r}: must be an object of settings; its fields are the defaults")
             continue
-        names = {f.path.rpartition(".")[2] for f in FIELDS if f.path.startswith(part + ".")}
-        notes += [f"{part}.{k} = {sub[k]!r}: not a setting of a run; ignored" for k in sorted(set(sub) - names)]
-    for ff in FIELDS:
-        part, _, name = ff.path.rpartition(".")
-        src = d.get(part) if part else d
-        if not ff.path or not isinstance(src, dict) or name not in src:
-            continue
-        v = src[name]
-        if ff.kind == "split" and v is None:
-            continue  # the network's default split (below)
-        w = ",".join(map(str, v)) if ff.kind == "widths" and isinstance(v, (list, tuple)) else _to_widget(ff, v)
-        why = None if ff.kind == "hidden" else _holds(ff, w)
-        if why:
-            notes.append(f"{ff.path} = {v!r}: {why}; the form shows {form[ff.key]!r}")
-        else:
-            form[ff.key] = w
-    given = ["split"] if isinstance((d.get("model") or {}).get("split"), list) else []
-    if not given:
-        try:
-            form["split"] = split_options(*network_of(form))[1]
-        except (ConfigError, KeyError, TypeError):
-            form["split"] = []
+        for name, v in src.items():
+            ff = BY_PATH.get(f"{part}.{name}" if part else name)
+            if ff is None and name not in ("data", "model", "train"):
+                notes.append(f"{part + '.' if part else ''}{name} = {v!r}: not a setting of a run; ignored")
+            elif ff is not None and ff.kind == "hidden":
+                carried[ff.key] = v
+            elif ff is not None and not (ff.kind == "split" and v is None):  # None: the network's default split
+                listed = isinstance(v, (list, tuple))
+                q[ff.key] = ",".join(map(str, v)) if listed else query_text(ff, _to_widget(ff, v))
     params = d.get("method_params") or {}
-    settings = {s["name"]: s for s in METHODS[method].settings()}
     for k, v in params.items() if isinstance(params, dict) else ():
-        s = settings.get(k)
-        if s is None:
-            notes.append(f"{method}.{k} = {v!r}: {method} has no such setting; ignored")
-            continue
-        if s["choices"] is None and s["type"] == "float" and not isinstance(v, str):
-            v = fmt_number(v)  # edited as text; a wrong number is the validation's
-        if _holds(setting_field(method, s), v):
-            notes.append(f"{method}.{k} = {v!r}: the widget cannot show it; the form shows {form[MP + k]!r}")
-            continue
-        form[MP + k] = v
-        given.append(MP + k)
-    form[GIVEN] = sorted(given)
-    return split_as_named(form), notes
+        q["m." + k] = json.dumps(v) if isinstance(v, bool) else fmt_number(v)
+    method = d.get("method") if d.get("method") in METHODS else DEFAULT_METHOD
+    form, said = from_query(q, form_from_config(RunConfig(method=method)), "the run's config")
+    return {**form, **carried}, notes + said
 
 
 def preset_changes(form: dict, cfg: RunConfig | None) -> list[str]:
     """The labels of the fields where the form's run is no longer the preset it names (empty for no
-    preset, or none changed); ["a field that is wrong"] while the form does not make a config. The
-    default split equals no split given; explicit defaults of the method equal omitted ones."""
+    preset, or none changed); ["a field that is wrong"] while the form does not make a config. Both
+    are compared as forms: the default split equals no split given, a method's explicit default an
+    omitted one."""
     preset, method = form.get("preset"), form.get("method", DEFAULT_METHOD)
     if preset not in PRESETS or method not in METHODS:
         return []
     if cfg is None:
         return ["a field that is wrong"]
-    ref = preset_config(preset, method)
-    out = []
-    for ff in FIELDS:
-        if not ff.path or ff.kind == "hidden" or ff.key == "preset":
-            continue
-        part, _, name = ff.path.rpartition(".")
-        mine, theirs = (getattr(getattr(c, part) if part else c, name) for c in (cfg, ref))
-        if ff.key == "split":
-            mine, theirs = (
-                list(c.model.split or split_options(c.model.arch, c.model.hidden, c.model.width)[1]) for c in (cfg, ref)
-            )
-        if mine != theirs:
-            out.append(ff.label or ff.key)
-    labels = method_labels(cfg.method)
-    a, b = vars(cfg.method_settings), vars(ref.method_settings)
-    out += [labels.get(k, k) for k in a if a[k] != b.get(k)]
-    if form.get("processes", 1) != 1:
-        out.append(BY_KEY["processes"].label or "processes")
-    return out
+    ref = form_from_config(preset_config(preset, method))
+    mine = {**form_from_config(cfg), "processes": form.get("processes", 1)}
+    labels = {ff.key: ff.label or ff.key for ff in FIELDS if ff.kind != "hidden" and ff.key != "preset"}
+    labels |= {MP + k: label for k, label in method_labels(method).items()}
+    return [label for k, label in labels.items() if mine.get(k) != ref.get(k)]
 
 
 def default_form(preset: str = DEFAULT_PRESET, method: str = DEFAULT_METHOD) -> dict:
@@ -1044,7 +979,7 @@ def _setting_owners(name: str) -> list[str]:
     return [m for m in METHODS if name in {s["name"] for s in METHODS[m].settings()}]
 
 
-def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict) -> list[str]:
+def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict, where: str) -> list[str]:
     """The link's keys beyond the form's fields: method settings (m.<name>) applied to ``form`` or
     said wrong in ``link`` (by field), DeepFacto's (df.<name>, with mode=deepfacto) applied to
     ``form``; what is not applied as notes (returned)."""
@@ -1068,7 +1003,7 @@ def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict) -> 
         if not k.startswith(SETTING_PREFIX):
             if k in settings:  # the setting's name without its m.: meant for that field
                 link[MP + k] = (
-                    f"{settings[k]['label']}: {k} = {v!r} in the link is an unknown key; a method setting is "
+                    f"{settings[k]['label']}: {k} = {v!r} in {where} is an unknown key; a method setting is "
                     f"written m.{k}. The field shows {form.get(MP + k)!r} (edit it to go on)"
                 )
             else:
@@ -1080,7 +1015,7 @@ def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict) -> 
             owners = _setting_owners(name)
             if owners:  # meant for a method the link does not choose: Start waits on the method's field
                 why = (
-                    f"{k} = {v!r} in the link is not a setting of {method} (the method in force), but of "
+                    f"{k} = {v!r} in {where} is not a setting of {method} (the method in force), but of "
                     f"{', '.join(owners)}: add method={owners[0]} to the link, or pick that method"
                 )
                 link["method"] = f"{link['method']} · {why}" if "method" in link else f"Method: {why}"
@@ -1091,18 +1026,19 @@ def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict) -> 
             form[MP + name] = read_text(setting_field(method, s), v)
         except ValueError as e:
             shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
-            link[MP + name] = f"{method}.{name} = {v!r} in the link: {e}; {shows}"
+            link[MP + name] = f"{method}.{name} = {v!r} in {where}: {e}; {shows}"
     return notes
 
 
-def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
+def from_query(query: dict, base: dict | None = None, where: str = "the link") -> tuple[dict, list[str]]:
     """Form values from a link's query: every value is applied or accounted for -> (form, notes).
 
     ``notes`` name, each with its reason, the values not applied: an unknown key, an unknown method
     or preset, a method setting for another method than the one in force (the link's, else the
     default method), a value its field cannot hold. Those meant for a field are also errors of
     that field (``form[LINK]``), holding Start until it is edited; the field shows the default.
-    The answer for a value does not depend on what else the link holds.
+    The answer for a value does not depend on what else the link holds. ``where``: what the values
+    are said to be in (a link, a loaded run's config).
     """
     notes: list[str] = []
     link: dict[str, str] = {}
@@ -1116,13 +1052,13 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     method = q.get("method", (base or {}).get("method", DEFAULT_METHOD))
     if preset not in PRESETS and preset != NO_PRESET:
         link["preset"] = (
-            f"Preset: preset = {preset!r} in the link is an unknown preset; choose from "
+            f"Preset: preset = {preset!r} in {where} is an unknown preset; choose from "
             f"{[NO_PRESET, *sorted(PRESETS)]}. The field shows {DEFAULT_PRESET} (pick one to go on)"
         )
         preset = DEFAULT_PRESET
     if method not in METHODS:
         link["method"] = (
-            f"Method: method = {method!r} in the link is an unknown method; choose from {sorted(METHODS)}. "
+            f"Method: method = {method!r} in {where} is an unknown method; choose from {sorted(METHODS)}. "
             f"The field shows {DEFAULT_METHOD} (pick one to go on)"
         )
         method = DEFAULT_METHOD
@@ -1144,7 +1080,7 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
                 form[ff.key] = read_text(ff, q[ff.key], form)
             except ValueError as e:
                 link[ff.key] = (
-                    f"{ff.path or ff.key} = {q[ff.key]!r} in the link: {e}; the field shows "
+                    f"{ff.path or ff.key} = {q[ff.key]!r} in {where}: {e}; the field shows "
                     f"{form.get(ff.key)!r} (edit it to go on)"
                 )
     if "split" not in q and models.is_entry(form.get("arch")):  # a model file's: no cut until one is picked
@@ -1156,7 +1092,7 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
             form[GIVEN] = [k for k in form.get(GIVEN) or () if k != "split"]
         except (ConfigError, KeyError, TypeError):
             pass
-    notes += _link_settings(q, form, method, set(shown), link)
+    notes += _link_settings(q, form, method, set(shown), link, where)
     form = split_as_named(form)
     if link:
         form[LINK] = link

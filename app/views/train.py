@@ -191,10 +191,9 @@ def _load_config(cfg: dict) -> None:
         ss["form_notice"] = f"Not loaded into the form: {OWN_MESSAGE}."
         return
     # valid or not: a wrong value goes into its field, whose message says why (Start waits for it);
-    # what no widget can hold is said here
+    # what no widget can hold is said here too
     form, problems = F.form_from_dict(cfg)
-    set_form(form)
-    ss.pop(K + F.LINK, None)  # the loaded config replaces what a link gave
+    set_form({F.LINK: {}, **form})  # the loaded config replaces what a link gave
     ss.pop(LINK_NOTICE, None)
     ss["form_notice"] = "Loaded the run's configuration into the form." + (
         " Not loaded: " + " · ".join(problems) if problems else ""
@@ -405,36 +404,25 @@ def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
     return box
 
 
-def measured_values(form: dict, method: str) -> tuple[str, dict]:
-    """Where the form's measured values of the method's settings come from, and those values: the
-    preset's (where it sets one; a models-folder network has none: the method's defaults are the
-    recipe measured across the zoo); ("", {}) for none."""
-    if form.get("preset") in PRESETS and not M.is_entry(form.get("arch")):
-        return f"the value measured for the preset {form['preset']}", preset_config(
-            form["preset"], method
-        ).method_params
-    return "", {}
-
-
-def setting_help(s: dict, value, measured: tuple[str, dict], paper: dict | None = None) -> str:
+def setting_help(s: dict, form: dict, measured: dict, paper: dict) -> str:
     """A method setting's help: what it is, the value in force and where it comes from (the preset's
-    or one's own network's measured value, the method's default, or set here), the method's default
-    beside any other, whether that default is a measured one (it differs from the paper's algorithm as
-    printed, ``paper``: the record's ``PAPER``), and its code name."""
-    where, params = measured
+    measured value, from its method_params ``measured``; the method's default; or set here), the
+    method's default beside any other, whether that default is a measured one (it differs from the
+    paper's algorithm as printed, ``paper``: the record's ``PAPER``), and its code name."""
+    value, preset = form.get(F.MP + s["name"]), form.get("preset")
     shown = F.fmt_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
     def same(v) -> bool:
         return (str(v) if isinstance(v, (bool, str)) else F.fmt_number(v)) == shown
 
-    if s["name"] in params and same(params[s["name"]]):
-        source = where
+    if s["name"] in measured and same(measured[s["name"]]):
+        source = f"the value measured for the preset {preset}"
     elif same(s["default"]):
         source = "the method's default"
     else:
         source = "set here (or by the link or loaded run)"
     default = "" if source == "the method's default" else f"; the method's default is {F.fmt_number(s['default'])}"
-    if s["name"] in (paper or {}) and paper[s["name"]] != s["default"]:
+    if s["name"] in paper and paper[s["name"]] != s["default"]:
         printed = paper[s["name"]]
         printed = F.fmt_number(printed) if isinstance(printed, float) else str(printed)
         default += (
@@ -456,7 +444,11 @@ def method_section(form: dict, notes: dict) -> None:
     settings = [s for s in cls.settings() if s["name"] in applying or F.MP + s["name"] in notes]
     keep_undrawn(wkey(F.MP + s["name"], method) for s in cls.settings() if s not in settings)
     more_settings = settings[MAIN_SETTINGS:]
-    measured = measured_values(form, method)
+    # a models-folder network has no preset: the method's defaults are the recipe measured across the zoo
+    preset = form.get("preset")
+    measured = {}
+    if preset in PRESETS and not M.is_entry(form.get("arch")):
+        measured = preset_config(preset, method).method_params
     with st.container(border=True):
         st.markdown("**Method and training**")
         field_row(groups["method"] + groups["train"], form, notes)
@@ -474,8 +466,7 @@ def method_section(form: dict, notes: dict) -> None:
 
         def draw_setting(s: dict) -> None:
             ff = F.setting_field(method, s)  # labelled by the paper's symbol and words; the code name is the help's
-            help_text = setting_help(s, form.get(ff.key), measured, cls.PAPER)
-            field_widget(ff, form, notes, key=wkey(ff.key, method), help=help_text)
+            field_widget(ff, form, notes, key=wkey(ff.key, method), help=setting_help(s, form, measured, cls.PAPER))
 
         field_grid(settings[:MAIN_SETTINGS], draw_setting)
         if more_settings:
