@@ -481,16 +481,11 @@ def split_labels(form: dict) -> dict[str, str]:
     return {r["name"]: models.menu_label(r) for r in _file_cut_rows(form) or [] if r.get("also_blocks")}
 
 
-def data_shape(name: str) -> tuple[tuple[int, ...], int, int]:
-    """(input shape, classes, training samples) of a data set, from its record."""
-    s = data_mod.spec(name)
-    return s.input_shape, s.n_classes, s.n_train
-
-
 def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: str, width: int = 64) -> list[dict]:
     """[{block, layers, params, out}] of the split network, by the architecture record's arithmetic
     (``ARCHS[arch].table``; no layer is built). ``out`` is the size of Z_t per sample."""
-    shape, n_out, _ = data_shape(data)
+    spec = data_mod.spec(data)
+    shape, n_out = spec.input_shape, spec.n_classes
     if ARCHS[arch].image_input:
         archs.needs_image(arch, shape)
     rows = ARCHS[arch].table(tuple(shape), ModelConfig(arch, tuple(hidden), width=width), n_out)
@@ -902,16 +897,16 @@ def processes_memory_errors(n_proc: int, mem: dict, free: int | None = None) -> 
 
 
 def memory_message(cfg: RunConfig, mem: dict) -> str:
-    n = min(cfg.data.train_limit or data_shape(cfg.data.name)[2], data_shape(cfg.data.name)[2])
-    arch = ARCHS[cfg.model.arch]
+    """Why a run over the page's limit is refused: its memory by part, and what makes it smaller."""
+    arch, h = ARCHS[cfg.model.arch], resources.human
     what = arch.describe(cfg.model, lambda k, v: repr(_to_widget(BY_PATH[f"model.{k}"], v)))
     smaller = " or ".join(f"a smaller model.{k}" for k in arch.sizes)
-    advice = f"Use {smaller + ', ' if smaller else ''}fewer training samples or a later split."
     return (
-        f"{what}: this run needs about {resources.human(mem['total_bytes'])} (parameters {resources.human(mem['param_bytes'])}, "
-        f"optimizer {resources.human(mem['optimizer_bytes'])}, Z/U {resources.human(mem['state_bytes'])} for {n:,} "
-        f"{cfg.data.name} samples, data {resources.human(mem['data_bytes'])}), over the {resources.human(max_run_bytes())} "
-        f"limit (set ADMM_DASH_MAX_RUN_GB to change it). {advice}"
+        f"{what}: this run needs about {h(mem['total_bytes'])} (parameters {h(mem['param_bytes'])}, "
+        f"optimizer {h(mem['optimizer_bytes'])}, Z/U {h(mem['state_bytes'])} for {resources.samples(cfg)[0]:,} "
+        f"{cfg.data.name} samples, data {h(mem['data_bytes'])}), over the {h(max_run_bytes())} limit (set "
+        f"ADMM_DASH_MAX_RUN_GB to change it). Use {smaller + ', ' if smaller else ''}fewer training samples or a "
+        "later split."
     )
 
 
@@ -975,10 +970,6 @@ MODES = (NETWORK, DEEPFACTO)
 SETTING_PREFIX = "m."  # a method setting in a link: m.<name>
 
 
-def _setting_owners(name: str) -> list[str]:
-    return [m for m in METHODS if name in {s["name"] for s in METHODS[m].settings()}]
-
-
 def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict, where: str) -> list[str]:
     """The link's keys beyond the form's fields: method settings (m.<name>) applied to ``form`` or
     said wrong in ``link`` (by field), DeepFacto's (df.<name>, with mode=deepfacto) applied to
@@ -1012,7 +1003,7 @@ def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict, whe
         name = k[len(SETTING_PREFIX) :]
         s = settings.get(name)
         if s is None:
-            owners = _setting_owners(name)
+            owners = [m for m in METHODS if name in {x["name"] for x in METHODS[m].settings()}]
             if owners:  # meant for a method the link does not choose: Start waits on the method's field
                 why = (
                     f"{k} = {v!r} in {where} is not a setting of {method} (the method in force), but of "
