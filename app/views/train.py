@@ -280,7 +280,9 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, key: str | None = Non
     """The widget of one form field, as its metadata declares it; its message below. Every form of
     the page draws with it: ``key`` is the widget's key (default: :func:`wkey`), ``help`` its help
     (default: what it is, the value in force and its code name)."""
-    if help is None:
+    if help is None and ff.key.startswith(F.MP):
+        help = setting_help(ff, form)
+    elif help is None:
         code = f"{in_force(ff, form)}Setting `{ff.path or ff.key}`."  # the code name: messages use the label
         help = f"{ff.help.rstrip('.')}. {code}" if ff.help else code
     kw = {"key": key or wkey(ff.key), "help": help, "disabled": not ff.enabled(form)}
@@ -335,14 +337,6 @@ def field_row(fields: list[F.FormField], form: dict, notes: dict, most: int = F.
         notes.update(mine)
         for key in mine:
             note(notes, key)
-
-
-def field_grid(fields: list, draw, columns: int = 4) -> None:
-    """``draw(field)`` for each of ``fields`` in ``columns`` columns, filled in turn."""
-    grid = st.columns(columns)
-    for i, ff in enumerate(fields):
-        with grid[i % columns]:
-            draw(ff)
 
 
 def checked_form(form: dict, *, click: bool = False) -> F.FormCheck:
@@ -404,12 +398,22 @@ def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
     return box
 
 
-def setting_help(s: dict, form: dict, measured: dict, paper: dict) -> str:
+@functools.lru_cache(maxsize=64)
+def _measured(preset: str | None, method: str) -> dict:
+    """The settings of ``method`` a preset's recipe gives (values measured for it); {} for none."""
+    return preset_config(preset, method).method_params if preset in PRESETS else {}
+
+
+def setting_help(ff: F.FormField, form: dict) -> str:
     """A method setting's help: what it is, the value in force and where it comes from (the preset's
-    measured value, from its method_params ``measured``; the method's default; or set here), the
-    method's default beside any other, whether that default is a measured one (it differs from the
-    paper's algorithm as printed, ``paper``: the record's ``PAPER``), and its code name."""
-    value, preset = form.get(F.MP + s["name"]), form.get("preset")
+    measured value, the method's default, or set here), the method's default beside any other,
+    whether that default is a measured one (it differs from the paper's algorithm as printed: the
+    record's ``PAPER``), and its code name. A models-folder network has no preset: the method's
+    defaults are the recipe measured across the zoo."""
+    method, name = form.get("method", F.DEFAULT_METHOD), ff.key[len(F.MP) :]
+    s = next(x for x in METHODS[method].settings() if x["name"] == name)
+    paper, value, preset = METHODS[method].PAPER, form.get(ff.key), form.get("preset")
+    measured = _measured(None if M.is_entry(form.get("arch")) else preset, method)
     shown = F.fmt_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
     def same(v) -> bool:
@@ -443,12 +447,8 @@ def method_section(form: dict, notes: dict) -> None:
     applying = {s["name"] for s in cls.shown_settings(values)}
     settings = [s for s in cls.settings() if s["name"] in applying or F.MP + s["name"] in notes]
     keep_undrawn(wkey(F.MP + s["name"], method) for s in cls.settings() if s not in settings)
-    more_settings = settings[MAIN_SETTINGS:]
-    # a models-folder network has no preset: the method's defaults are the recipe measured across the zoo
-    preset = form.get("preset")
-    measured = {}
-    if preset in PRESETS and not M.is_entry(form.get("arch")):
-        measured = preset_config(preset, method).method_params
+    fields = [F.setting_field(method, s) for s in settings]  # labelled by the paper's symbol and words
+    more_settings = fields[MAIN_SETTINGS:]
     with st.container(border=True):
         st.markdown("**Method and training**")
         field_row(groups["method"] + groups["train"], form, notes)
@@ -461,24 +461,19 @@ def method_section(form: dict, notes: dict) -> None:
         )
         if box is not None:
             with box:
-                field_grid(more, lambda ff: field_widget(ff, form, notes))
+                field_row(more, form, notes, most=4)
         st.caption(f"**{method}** — {cls.summary}" + ("" if cls.uses_blocks else " (end-to-end: the split is ignored)"))
-
-        def draw_setting(s: dict) -> None:
-            ff = F.setting_field(method, s)  # labelled by the paper's symbol and words; the code name is the help's
-            field_widget(ff, form, notes, key=wkey(ff.key, method), help=setting_help(s, form, measured, cls.PAPER))
-
-        field_grid(settings[:MAIN_SETTINGS], draw_setting)
+        field_row(fields[:MAIN_SETTINGS], form, notes, most=4)
         if more_settings:
             box = folded(
                 f"More {method} settings ({len(more_settings)})",
                 f"mp_more_open.{method}",
-                [wkey(F.MP + s["name"], method) for s in more_settings],
-                any(F.MP + s["name"] in notes for s in more_settings),
+                [wkey(ff.key, method) for ff in more_settings],
+                any(ff.key in notes for ff in more_settings),
             )
             if box is not None:
                 with box:
-                    field_grid(more_settings, draw_setting)
+                    field_row(more_settings, form, notes, most=4)
 
 
 def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
@@ -628,7 +623,7 @@ def backbone_note(cfg: DeepFactoConfig) -> str:
     )
 
 
-def backbone_choice(fields: list[F.FormField], draw) -> tuple[str | None, bool]:
+def backbone_choice(fields: list[F.FormField], form: dict, notes: dict) -> tuple[str | None, bool]:
     """The backbone radio (``fields``: those of a backbone trained here): (weights file or None,
     whether the choice is complete)."""
     st.radio(
@@ -647,7 +642,7 @@ def backbone_choice(fields: list[F.FormField], draw) -> tuple[str | None, bool]:
     )
     choice = ss["df_backbone"]
     if choice == "train":
-        field_grid(fields, draw)
+        field_row(fields, form, notes, most=4)
         return None, True
     if choice == "saved":
         files = [str(p) for p in W.saved_backbones()]
@@ -689,7 +684,6 @@ def deepfacto_section() -> dict:
     form = {k: ss[k] for k in F.DF_FIELDS if k in ss}
     cfg, errors = F.deepfacto_config(form)  # each field on its own first: its message under its widget
     notes = {k: ("error", m) for k, m in errors.items()}
-    draw = lambda ff: field_widget(ff, form, notes)  # noqa: E731
     groups = {g: [F.DF_FIELDS[F.DF + n] for n in names] for g, names in F.DF_GROUPS.items()}
     top = st.container()  # Start's row, above the form (in view without scrolling), filled once the form is read
     with st.container(border=True):
@@ -700,13 +694,13 @@ def deepfacto_section() -> dict:
             "Heatmaps page draws the rows of S over faces. The paper's ranks: 4, 32, 256."
         )
         field_row(groups.pop("main"), form, notes, most=3)
-        weights, backbone_ok = backbone_choice(groups.pop("backbone"), draw)
+        weights, backbone_ok = backbone_choice(groups.pop("backbone"), form, notes)
         rest = [ff.key for fields in groups.values() for ff in fields]
         with st.expander(f"All DeepFacto settings ({len(rest)})", expanded=bool(set(errors) & set(rest))):
             st.caption("Text fields read like `--set NAME=VALUE`: JSON where it parses (numbers, lists, null).")
             for title, fields in groups.items():
                 st.markdown(f"**{title}**")
-                field_grid(fields, draw)
+                field_row(fields, form, notes, most=4)
     for field in list(notes):  # a message about no one field (a combination of them)
         note(notes, field)
     if cfg is not None:  # the backbone file too
