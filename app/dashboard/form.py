@@ -140,16 +140,7 @@ def _kind(tp, hints: dict, rules, as_set: tuple = ()) -> str:
     union = typing.get_origin(tp) in (typing.Union, types.UnionType)
     base = {a for a in typing.get_args(tp) if a is not type(None)} if union else {tp}
     (t,) = base if len(base) == 1 else (str,)
-    if t is bool:
-        kind = "check"
-    elif t is int:
-        kind = "int"
-    elif t is float:
-        kind = "float"
-    elif typing.get_origin(t) is tuple:
-        kind = "widths"
-    else:
-        kind = "text"
+    kind = {bool: "check", int: "int", float: "float"}.get(t, "widths" if typing.get_origin(t) is tuple else "text")
     return "set" if kind in as_set else kind
 
 
@@ -329,6 +320,9 @@ def _to_widget(ff: FormField, v):
     return v
 
 
+_KIND_WORDS = {"int": "a whole number", "float": "a number"}
+
+
 def _from_widget(ff: FormField, w):
     """The widget's value as the config takes it (ConfigError naming the field when it cannot)."""
     if ff.none is not None and w == ff.none:
@@ -341,16 +335,11 @@ def _from_widget(ff: FormField, w):
         if not isinstance(w, (list, tuple)):
             raise ConfigError(f"{ff.path} = {w!r}: must be a list of layer names")
         return list(w)
-    if ff.kind == "int" and isinstance(w, str):
+    if ff.kind in _KIND_WORDS and isinstance(w, str):
         try:
-            return int(w.strip())
+            return int(w.strip()) if ff.kind == "int" else float(w.strip())
         except ValueError:
-            raise ConfigError(f"{ff.path} = {w!r}: must be a whole number") from None
-    if ff.kind == "float" and isinstance(w, str):
-        try:
-            return float(w.strip())
-        except ValueError:
-            raise ConfigError(f"{ff.path} = {w!r}: not a number") from None
+            raise ConfigError(f"{ff.path} = {w!r}: not {_KIND_WORDS[ff.kind]}") from None
     if ff.kind == "float" and isinstance(w, int) and not isinstance(w, bool):
         return float(w)
     return w
@@ -941,9 +930,6 @@ def to_query(form: dict, mode: str = NETWORK) -> dict[str, str]:
             if k.startswith(MP):
                 q["m." + k[len(MP) :]] = json.dumps(v) if isinstance(v, bool) else str(v)
     return q
-
-
-_KIND_WORDS = {"int": "a whole number", "float": "a number"}
 
 
 def read_text(ff: FormField, text: str, form: dict | None = None):

@@ -68,12 +68,8 @@ def set_form(form: dict) -> None:
 
 def read_form() -> dict:
     method = ss.get(K + "method", F.DEFAULT_METHOD)
-    out = {k: ss[K + k] for k in [f.key for f in F.FIELDS] + [F.GIVEN, F.LINK] if K + k in ss}
-    for s in METHODS[method].settings():
-        key = wkey(F.MP + s["name"], method)
-        if key in ss:
-            out[F.MP + s["name"]] = ss[key]
-    return out
+    keys = [f.key for f in F.FIELDS] + [F.GIVEN, F.LINK] + list(F.method_fields(method))
+    return {k: ss[wkey(k, method)] for k in keys if wkey(k, method) in ss}
 
 
 # --- callbacks (run before the page script, so they may set widget values) -----------------
