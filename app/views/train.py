@@ -458,7 +458,8 @@ def method_section(form: dict, notes: dict) -> None:
         if box is not None:
             with box:
                 field_row(more, form, notes, most=4)
-        st.caption(f"**{method}** — {cls.summary}" + ("" if cls.uses_blocks else " (end-to-end: the split is ignored)"))
+        end_to_end = "" if cls.uses_blocks else " (end-to-end: the split is ignored)"
+        st.caption(f"**{method}** — {cls.summary}{end_to_end}")
         field_row(fields[:MAIN_SETTINGS], form, notes, most=4)
         if more_settings:
             box = folded(
@@ -588,9 +589,8 @@ def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
     with start_row("start", cfg is not None, on_start):
         if cfg is None:
             fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
-            said = [
-                f"Fix {ui.count(len(fields), 'field')} below to start: {', '.join(F.error_labels(fields, form['method']))}."
-            ]
+            labels = F.error_labels(fields, form["method"])
+            said = [f"Fix {ui.count(len(fields), 'field')} below to start: {', '.join(labels)}."]
             if "memory" in errors:
                 said.append("The run does not fit in memory: see the estimate under the block diagram.")
             if "_form" in errors:
@@ -602,8 +602,9 @@ def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
             T = (len(form["split"]) if own else len(split_of(cfg))) + 1 if cls.uses_blocks else 1
             arch = M.label(form["arch"]) if own else F.network_caption(cfg.model)
             st.caption(
-                f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · {cfg.train.epochs} epochs. "
-                "The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
+                f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · "
+                f"{cfg.train.epochs} epochs. The settings are below; the page URL holds this setup. "
+                "[Live panel ↓](#live)"
             )
 
 
@@ -716,9 +717,8 @@ def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_prob
         if lfw_problem:
             st.warning(f"LFWA is not here: {lfw_problem}")
         elif cfg is None:
-            st.caption(
-                f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(F.DF_FIELDS[f].label if f in F.DF_FIELDS else f for f in errors)}."
-            )
+            labels = [F.DF_FIELDS[f].label if f in F.DF_FIELDS else f for f in errors]
+            st.caption(f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(labels)}.")
         elif not backbone_ok:
             st.caption("Choose the face backbone below to start.")
         else:
