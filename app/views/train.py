@@ -261,7 +261,8 @@ def in_force(ff: F.FormField, form: dict) -> str:
             split = F.split_options(*F.network_of(form))[1]
         except (ConfigError, KeyError, TypeError):
             return ""
-        return f"In force: {shown}, {'the network' + chr(39) + 's default split' if value == split else 'set here'}. "
+        source = "the network's default split" if value == split else "set here"
+        return f"In force: {shown}, {source}. "
     default = ff.default
     if preset in PRESETS and _reference_form(preset, method).get(ff.key) == value:
         source = f"the preset {preset}'s" + ("" if value == default else f" (the default: {F.label_of(ff, default)})")
