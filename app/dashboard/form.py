@@ -33,7 +33,7 @@ from admm_core.spec.device import device_name
 from admm_core.spec.kinds import DEEPFACTO, NETWORK
 from admm_core.spec.methods import DEFAULT_METHOD, METHODS, make_settings
 from admm_core.spec.methods import names_for as methods_for
-from admm_core.spec.methods.deepfacto import DeepFactoSettings
+from admm_core.spec.methods.deepfacto import DeepFacto
 from admm_core.spec.presets import PRESETS, preset_config
 from admm_core.spec.resources import MAX_PROCESSES, preflight_report
 from admm_core.spec.settings import parse_numbers, parse_sets, parse_widths
@@ -357,13 +357,11 @@ if len({f.key for f in FIELDS}) != len(FIELDS):
 # ?mode=deepfacto opens the Train page on DeepFacto's form; its fields' keys (widgets, link): df.<setting>
 DF = "df."
 # where a DeepFacto field is drawn: the main rows, beside the backbone choice, else under its title in
-# "All DeepFacto settings"; the algorithm's settings are the method's own (DeepFactoSettings)
+# "All DeepFacto settings"; the algorithm's settings are the method's own (its record DeepFacto)
 DF_GROUPS = {
     "main": ("rank", "warmup_epochs", "finetune_epochs", "admm_images", "seed", "device"),
     "backbone": ("backbone_source", "backbone_epochs", "backbone_width"),
-    "The algorithm (the method's settings)": tuple(
-        f.name for f in dataclasses.fields(DeepFactoSettings) if f.name != "rank"
-    ),
+    "The algorithm (the method's settings)": tuple(f.name for f in dataclasses.fields(DeepFacto) if f.name != "rank"),
     "Data": ("image_size", "test_fraction", "data_limit"),
     "Backbone training (when it is trained here)": ("backbone_lr", "backbone_id_weight"),
     "The run": ("batch_size",),
