@@ -318,6 +318,13 @@ def keep_undrawn(keys) -> None:
             ss[k] = ss[k]
 
 
+def _width(ff: F.FormField, form: dict) -> int:
+    """A field's share of its row, in characters: its label (a checkbox's box beside it), a menu's
+    value with its arrow, and room for a number box's − / + (12 at least)."""
+    value = len(F.label_of(ff, form.get(ff.key))) + 6 if ff.kind == "select" else 0
+    return max(len(ff.label) + 7 * (ff.kind == "check"), value, 12)
+
+
 def field_row(fields: list[F.FormField], form: dict, notes: dict, most: int = F.ROW_MAX) -> None:
     """Fields in rows of at most ``most``, as even as can be, each row's messages below it at the
     row's width. A field that does not apply (the other network's size field, Init σ under the
@@ -327,8 +334,7 @@ def field_row(fields: list[F.FormField], form: dict, notes: dict, most: int = F.
     keep_undrawn(wkey(ff.key) for ff in fields if ff not in shown)
     for row in F.rows(shown, most):
         mine = {ff.key: notes.pop(ff.key) for ff in row if ff.key in notes}
-        # each column as wide as its label needs, by its length (a number box or menu: 12 characters at least)
-        for col, ff in zip(st.columns([max(len(ff.label), 12) for ff in row]), row):
+        for col, ff in zip(st.columns([_width(ff, form) for ff in row]), row):
             with col:
                 field_widget(ff, form, notes)
         notes.update(mine)
