@@ -179,17 +179,6 @@ def face_from_upload(data: bytes, detector=None) -> tuple[np.ndarray, tuple[int,
     return crop_face(rgb, box), box, rgb
 
 
-def lfw_folder(root: str | None = None) -> Path | None:
-    """<data root>/lfw/lfw-deepfunneled-160 if present."""
-    from admm_core.spec.datasets import candidate_roots
-
-    for r in candidate_roots(root):
-        p = r / "lfw" / "lfw-deepfunneled-160"
-        if p.is_dir():
-            return p
-    return None
-
-
 def overlay_figure(
     face: np.ndarray, maps: list[np.ndarray], labels: list[str], opacity: float = 0.5, colorscale: str = "Jet"
 ):

@@ -1,26 +1,17 @@
 """How a fragment follows files on disk: the browser asks, the component reports, Streamlit reruns.
 
-A fragment that shows what the workers change (the Runs table, Compare's live charts, the notice
-under the live panel) takes a cheap *stamp* of the files it read (a few ``stat`` calls) and ends with
-:func:`follow`. That draws a zero-height component (``follow/index.html``) which asks the dashboard's
-stamp route (``GET {ROUTE}/<token>``, one of :func:`routes`, mounted by app/serve.py with Streamlit's
-``st.App``) every ``every`` seconds for the stamp now, and when it is not the drawn one sets its
-value: Streamlit reruns the fragment the component sits in, as for any widget inside a fragment
-(``st.fragment``'s documented behaviour). The Train page's live charts do the same from their own
-page, with the lines they fetch (:mod:`app.dashboard.tail`, ``live_charts.html``); both use
-``follow/follow.js``.
-
-So a tab on an unchanged or ended run costs one small HTTP answer per period and no rerun, nothing
-in the server runs on a timer, and every rerun is one the browser asked for once it had drawn the
-page (a rerun pushed from the server into a tab still drawing blanked it: docs/reliability.md,
-"The blank tab").
-
-:func:`after_paint` is the same component answering once the browser has painted the page around
-it: Compare draws its charts and its table after its controls (docs/reliability.md, "First paint").
+A fragment that shows what the workers change takes a cheap *stamp* of the files it read (a few
+``stat`` calls) and ends with :func:`follow`: a zero-height component (``follow/index.html``) asks
+the stamp route (``GET {ROUTE}/<token>``, mounted by app/serve.py through :func:`routes`) every
+``every`` seconds and, when the stamp is not the drawn one, sets its value, which reruns the
+fragment it sits in. So an unchanged tab costs one small HTTP answer per period, nothing in the
+server runs on a timer, and every rerun is one the browser asked for once it had drawn the page
+(a rerun pushed into a tab still drawing blanked it: docs/reliability.md, "The blank tab").
+:func:`after_paint` is the same component answering once the browser has painted the page.
 
 Where the routes are not mounted (AppTest, ``streamlit run app/main.py``), :func:`available` is
-False: nothing follows, and :func:`after_paint` says "now". Streamlit is imported only by the
-functions a page calls (the package's rule: its modules import without Streamlit).
+False: nothing follows, and :func:`after_paint` says "now". Streamlit is imported only inside the
+functions a page calls.
 """
 
 from __future__ import annotations
@@ -38,9 +29,8 @@ from app.dashboard.live import digest
 
 ROUTE = "/api/admm/stamp"
 ENV = "ADMM_ROUTES_MOUNTED"  # set by routes() in app/serve.py's process: the pages may use them
-FORGET_S = (
-    600.0  # a token nobody asked for this long is forgotten (its tab closed); a page that comes back gets a new one
-)
+# a token nobody asked for this long is forgotten (its tab closed); a page that comes back gets a new one
+FORGET_S = 600.0
 _FOLDER = Path(__file__).with_name("follow")
 _TOKENS = "follow.tokens"  # session state: fragment key -> this tab's token for it
 _PAINTED = "follow.painted"  # session state: the fragments whose sentinel has answered

@@ -62,33 +62,28 @@ def _names(source: str) -> list[str]:
     return out
 
 
-def unreadable(folder: Path | None = None) -> list[str]:
-    """One line per ``.py`` file of the folder that offers nothing because it does not parse: the
-    file, the line and Python's message (the menu cannot list what it cannot read; this says why)."""
+def _scan(folder: Path | None) -> tuple[list[str], list[str]]:
+    """(menu entries ``FILE.py:Name``, one line per file that does not parse) of the folder's ``.py`` files."""
     folder = Path(folder or models_dir())
-    out = []
+    entries, bad = [], []
     for p in sorted(folder.glob("*.py")) if folder.is_dir() else []:
         try:
-            ast.parse(resolve(f"{p.name}:x", folder)[0].read_text())
+            entries += [f"{p.name}:{n}" for n in _names(resolve(f"{p.name}:x", folder)[0].read_text())]
         except SyntaxError as e:
-            out.append(f"{p.name}: a syntax error at line {e.lineno} ({e.msg}); it offers no network until fixed")
+            bad.append(f"{p.name}: a syntax error at line {e.lineno} ({e.msg}); it offers no network until fixed")
         except (ConfigError, OSError, ValueError):
             continue
-    return out
+    return entries, bad
+
+
+def unreadable(folder: Path | None = None) -> list[str]:
+    """Why each ``.py`` file that does not parse offers nothing: the file, the line and Python's message."""
+    return _scan(folder)[1]
 
 
 def discover(folder: Path | None = None) -> list[str]:
-    """Menu entries ``FILE.py:Name`` of the folder's ``.py`` files, by reading their source (a file
-    that does not parse offers nothing; its error shows when it is run)."""
-    folder = Path(folder or models_dir())
-    out = []
-    for p in sorted(folder.glob("*.py")) if folder.is_dir() else []:
-        try:
-            path = resolve(f"{p.name}:x", folder)[0]
-            out += [f"{p.name}:{n}" for n in _names(path.read_text())]
-        except (ConfigError, OSError, SyntaxError, ValueError):
-            continue
-    return out
+    """Menu entries ``FILE.py:Name`` of the folder's ``.py`` files, by reading their source."""
+    return _scan(folder)[0]
 
 
 def resolve(entry: str, folder: Path | None = None) -> tuple[Path, str]:

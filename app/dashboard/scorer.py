@@ -1,16 +1,13 @@
 """The Heatmaps page's scorer: DeepFacto's network runs in a process of its own.
 
-Computing score maps needs torch and a loaded model (about 800 MB resident together). In the
-dashboard's server that memory would stay for good once anybody opened Heatmaps, against a server
-that otherwise holds about 200 MB with a thousand runs (docs/reliability.md). So the page asks a
-child process (``python -m admm_core.heatmaps serve``, one JSON line each way, arrays through
-files in a private temporary folder, read without pickle), started on the first request, kept
-while it is used (models stay loaded there) and ended after :data:`IDLE_S` seconds without one.
-The folder goes with the process: the server removes it when it ends the scorer, the scorer
-removes it when its stdin ends (a server killed with SIGKILL), and a server starting a scorer
-removes the folders of servers that are gone (the folder's name carries the server's pid).
-A request that fails comes back as the engine's own exception; a process that died or hung is
-started afresh on the next request.
+Score maps need torch and a loaded model (about 800 MB resident), which would stay in the
+dashboard's server for good once anybody opened Heatmaps (docs/reliability.md). So the page asks a
+child process (``python -m admm_core.heatmaps serve``: one JSON line each way, arrays through files
+in a private temporary folder, read without pickle), started on the first request and ended after
+:data:`IDLE_S` seconds without one. The folder goes with the process: removed by the server when
+it ends the scorer, by the scorer when its stdin ends, or by a later server when the folder's
+server pid is gone. A failed request raises the engine's own exception; a process that died or
+hung is started afresh on the next request.
 """
 
 from __future__ import annotations

@@ -11,12 +11,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 MB = 1024 * 1024
-ENDED = {  # a watched run entering one of these gets a notice (toast + a line) in the tab
-    "finished": "finished",
-    "stopped": "stopped",
-    "diverged": "diverged",
-    "crashed": "crashed",
-}
+ENDED = ("finished", "stopped", "diverged", "crashed")  # a watched run entering one gets a notice in the tab
 
 
 def read_system(run_dir: str | Path, last: int = 2000) -> list[dict]:
@@ -95,7 +90,7 @@ def notice_text(run: str, state: str, status: dict) -> str:
     epochs = status.get("epochs")
     at = f" at epoch {epoch}/{epochs}" if epoch is not None and epochs else ""
     err = f": {status['error']}" if state in ("diverged", "crashed") and status.get("error") else ""
-    return f"Run {run} {ENDED.get(state, state)}{at}{err}"
+    return f"Run {run} {state}{at}{err}"
 
 
 def next_notice(seen: dict, run: str | None, state: str | None) -> bool:

@@ -1,26 +1,14 @@
-"""The live charts' data channel: a run's new metrics lines over one HTTP route.
+"""The live charts' data channel: a run's new metrics lines over one HTTP route (no Streamlit here).
 
-Pushing each new point through Streamlit cost a fragment rerun per open tab per point (figures
-built, the whole series re-sent, the component re-rendered): with eight tabs on a 2-core machine
-the points were 9–11 s behind the disk. Here the live charts' page asks ``GET {ROUTE}/{token}?n=&gen=``
-twice a second while the run is live (every 2 s once it has ended) and gets only the lines it does
-not have, the panel's status, and the digest of :func:`app.dashboard.live.live_stamp`: when that is
-not the one the panel was drawn with, the page reruns the panel (:mod:`app.dashboard.follow`).
-Streamlit does nothing per point.
-
-- The lines come from the engine's one incremental reader (:func:`admm_core.rundir.metrics_since`),
-  shared by every tab and every page: it keeps the complete lines read so far and the byte offset,
-  so a request reads only what was appended since (a replaced, truncated or rewritten file starts
-  a new generation, and the page starts over).
-- The state is the dashboard's (:func:`app.dashboard.workers.state_of`): 'starting' from the moment
-  a worker is launched, before it writes status.json, so a page asking then keeps asking (before,
-  it read no status.json, took the run for ended and never asked again).
-- The page never names a path: the Streamlit page :func:`grant`\\ s a random token for the run
-  directory it shows, and the route serves that directory's ``metrics.jsonl`` and status, nothing
-  else (an unknown token is a 404).
-- The route is mounted by ``app/serve.py`` (:func:`app.dashboard.follow.routes`).
-
-No Streamlit here.
+Pushing each point through Streamlit cost a fragment rerun per open tab per point. Instead the
+live charts' page asks ``GET {ROUTE}/{token}?n=&gen=`` (twice a second while the run is live,
+every 2 s once it has ended) and gets only the lines it lacks (the engine's incremental reader,
+:func:`admm_core.rundir.metrics_since`; a new generation means start over), the panel's status
+(:func:`app.dashboard.workers.state_of`: 'starting' from the launch on, so the page keeps asking)
+and the digest of :func:`app.dashboard.live.live_stamp`, which reruns the panel when it changes.
+The page never names a path: :func:`grant` gives a random token per run directory, and the route
+serves that directory's metrics and status only (an unknown token is a 404). The route is mounted
+by ``app/serve.py`` (:func:`app.dashboard.follow.routes`).
 """
 
 from __future__ import annotations
