@@ -38,16 +38,10 @@ def _moment(ts) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(ts) if isinstance(ts, (int, float)) and ts else None
 
 
-# the table's times as times (they sort as times), drawn "Dec 2 05:25": to the minute, no year (the details give
-# the whole date and seconds); ~30 px narrower each than "2026-12-02 05:25", which with a sweep trial's
-# 56-character id pushed "updated" past a 1440-px window
-TABLE_TIME = "MMM D HH:mm"
-# columns shown only where some run of the page has a value: five empty ones pushed "updated" past the
-# table's right edge at 1440 px
-SPARSE = ("name", "tags", "preset", "error", "note")
-# no "started" on screen (the data keeps it; the details give it): a stamped id begins with it and it is
-# "updated" less "duration" (a resumed run: less the time before its resume); with it "updated" lay past a
-# 1280-px window
+# the table's width decides these: up to "updated" it fits a 1280-px window (the details give what is left out)
+TABLE_TIME = "MMM D HH:mm"  # to the minute, no year (the details give the whole date)
+SPARSE = ("name", "tags", "preset", "error", "note")  # shown only where some run of the page has a value
+# no "started" on screen (the details give it): a stamped id begins with it
 ORDER = ("run", "status", "data", "method", "preset", "epoch", "test %", "duration", "updated")
 ORDER += ("name", "tags", "size", "error", "note")
 TEXT_PX = 220  # a free text's column (name, tags, error, note): the rest of it in the cell's tooltip
@@ -83,6 +77,13 @@ def _do_save_meta(name):
         ss[f"meta_said.{name}"] = ("ok", "Saved.")  # said beside the button, not at the page's top
     except (ConfigError, OSError) as e:
         ss[f"meta_said.{name}"] = ("error", f"Not saved: {e}")
+
+
+def _epochs(r: dict, between: str = "/") -> str:
+    """A run's epochs done and planned ("3/10")."""
+    status = r["status"]
+    planned = status.get("epochs") or ((r["config"] or {}).get("train") or {}).get("epochs", "?")
+    return f"{ui.done_epochs(r['dir'], status)}{between}{planned}"
 
 
 def _last_test(r: dict) -> float | None:
@@ -135,7 +136,7 @@ def table(runs: list[dict]) -> str | None:
                 "data": W.data_of(r),
                 "method": W.method_of(r),
                 "preset": cfg.get("preset") or "",
-                "epoch": f"{ui.done_epochs(r['dir'], st_)}/{st_.get('epochs') or (cfg.get('train') or {}).get('epochs', '?')}",
+                "epoch": _epochs(r),
                 "test %": _last_test(r),
                 "size": human_bytes(W.dir_size(r["dir"], _size_stamp(st_))),
                 "started": _moment(W.started_at(st_)),
@@ -147,8 +148,6 @@ def table(runs: list[dict]) -> str | None:
         )
     # a click on a row picks that run; keyed by the selection's generation, so after the pick the
     # table is a new widget without a selection (the details below show the pick)
-    # on screen: the state of each run first, then the free texts (a sweep trial's tags, ~80 characters, pushed
-    # status and test % out of a 1440-px window) and the size, where the table scrolls sideways (the id pinned)
     shown = [k for k in ORDER if k not in SPARSE or any(row[k] for row in rows)] if rows else None
     df = pd.DataFrame(rows)
     if rows:
@@ -162,9 +161,7 @@ def table(runs: list[dict]) -> str | None:
         selection_mode="single-row",
         column_order=shown,
         column_config={
-            # not pinned: Streamlit draws a pinned column faded like an index (globalAlpha 0.6, no public
-            # option changes it); the columns up to "updated" fit a 1280-px window, so the id stays in view
-            # unless the table is scrolled to the free texts, and the name column repeats a sweep trial's study
+            # not pinned: Streamlit draws a pinned column faded like an index
             "run": st.column_config.TextColumn(
                 help=f"the run's folder in the runs folder (one over {ui.ID_CHARS} characters shortened: its start "
                 "stamp and its trial or seed; the details below give it whole)"
@@ -188,9 +185,8 @@ def details(r: dict) -> None:
     with c[0]:
         title = r["meta"]["name"] or name
         st.markdown(f"#### {ui.state_md(state)} {title}")  # h3 broke "digits-block-admm-s0" at 1280 px
-        epochs = status.get("epochs") or (cfg.get("train") or {}).get("epochs", "?")
         st.write(
-            f"epoch {ui.done_epochs(run_dir, status)} of {epochs} · started {_when(W.started_at(status))} · "
+            f"epoch {_epochs(r, ' of ')} · started {_when(W.started_at(status))} · "
             + (f"resumed {_when(status.get('started'))} · " if status.get("first_started") else "")
             + f"updated {_when(status.get('updated'))}"  # "started": not a column of the table
         )
@@ -268,7 +264,7 @@ def downloads(name: str, run_dir: Path, cfg: dict) -> None:
         inside = False
     st.download_button(  # a row each: the checkpoint's label carries its size
         "Whole run (.zip)" if inside else "Whole run (.zip): not offered, a link out of the runs folder",
-        lambda: _zip_bytes(root, name),  # built on the click, in memory, from the files as they are then
+        lambda: _read_or_empty(AR.run_zip, root, name),  # built on the click, in memory
         icon=":material/folder_zip:",
         file_name=f"{name}.zip",
         mime="application/zip",
@@ -281,7 +277,7 @@ def downloads(name: str, run_dir: Path, cfg: dict) -> None:
     ckpt_size = _checkpoint_size(run_dir) if inside else None
     st.download_button(
         "checkpoint.pt" + (" (none)" if ckpt_size is None else f" ({human_bytes(ckpt_size)})"),
-        lambda: _ckpt_bytes(root, name),
+        lambda: _read_or_empty(AR.checkpoint_bytes, root, name),
         icon=":material/download:",
         file_name=f"{name}-checkpoint.pt",
         mime="application/octet-stream",
@@ -302,7 +298,7 @@ def downloads(name: str, run_dir: Path, cfg: dict) -> None:
     )
     d[1].download_button(
         "metrics.jsonl",
-        lambda: _file_bytes(run_dir / "metrics.jsonl"),  # read on the click, not on every redraw of a live run
+        lambda: _read_or_empty((run_dir / "metrics.jsonl").read_bytes),  # on the click, not on every redraw
         icon=":material/download:",
         file_name=f"{name}-metrics.jsonl",
         mime="application/x-ndjson",
@@ -329,25 +325,11 @@ def _checkpoint_size(run_dir: Path) -> int | None:
         return None
 
 
-def _zip_bytes(root: Path, name: str) -> bytes:
-    """The run's zip (app.dashboard.archive); b"" when it went meanwhile (deleted, or its folder refused)."""
+def _read_or_empty(read, *args) -> bytes:
+    """A download's bytes, read on the click; b"" when the run went meanwhile (deleted, or its folder refused)."""
     try:
-        return AR.run_zip(root, name)
+        return read(*args)
     except OSError:  # PermissionError (refused), FileNotFoundError (deleted) among them
-        return b""
-
-
-def _ckpt_bytes(root: Path, name: str) -> bytes:
-    try:
-        return AR.checkpoint_bytes(root, name)
-    except PermissionError:
-        return b""
-
-
-def _file_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:  # missing (deleted meanwhile) or unreadable
         return b""
 
 
@@ -356,13 +338,10 @@ ASK_EVERY_S = 1.0  # the page asks for the stamp (a stat per run) this often, so
 
 
 def runs_stamp(root: str | Path, live: frozenset) -> tuple:
-    """What the Runs page shows, cheaply: the runs folder's listing and, per run directory, its
-    mtime (an atomic rewrite of status.json or meta.json, a new file, changes it) — except for the
-    runs that were ``live`` at the last draw, whose status.json is rewritten every 0.5 s and whose
-    metrics.jsonl grows by a line per epoch: for them what their row shows, the state (liveness
-    checked), the epoch, the last test accuracy (the new metrics lines only) and the error, not
-    their files' times (the size and "updated" of a live row follow with its next change).
-    A stat per run (plain strings: pathlib's objects cost more than the stats)."""
+    """What the Runs page shows, cheaply: the runs folder's listing and each run directory's mtime
+    (an atomic rewrite of status.json or meta.json changes it), except for the runs ``live`` at the
+    last draw, whose status.json is rewritten every 0.5 s: for them what their row shows (state,
+    epoch, last test accuracy, error). A stat per run (plain strings: cheaper than pathlib)."""
     root = str(root)
     try:
         with os.scandir(root) as it:
@@ -391,10 +370,8 @@ def runs_stamp(root: str | Path, live: frozenset) -> tuple:
 
 @st.fragment(key=KEY)
 def runs_panel() -> None:
-    """The table and the picked run's details, redrawn when the runs folder changes: the follow
-    component asks the dashboard's route for :func:`runs_stamp` every ASK_EVERY_S and reruns this
-    fragment when it differs from the drawn one (:mod:`dashboard.follow`). An idle Runs tab costs a
-    stat per run a second and sends nothing (it re-ran every 2 s before: 24 % of a core)."""
+    """The table and the picked run's details, redrawn when :func:`runs_stamp` differs from the drawn
+    one (asked every ASK_EVERY_S by :mod:`app.dashboard.follow`): an idle tab sends nothing."""
     root = str(ui.runs_root())
     before = ss.get("runs_live", frozenset())
     stamp = runs_stamp(root, before)  # before reading: a change while drawing redraws again
