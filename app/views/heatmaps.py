@@ -1,10 +1,8 @@
 """Heatmaps: NMF score maps of a DeepFacto model over LFW faces, an uploaded photo or the mean face.
 
-The models: those that ship with the project (assets/models, usable with no data root) and the
-DeepFacto runs (their recorded kind, :func:`admm_core.spec.kinds.run_kind`). The score maps are
-``admm_core.heatmaps.heatmaps(ref, image, components)`` (ref: a run folder or "shipped:<name>"; one
-image, a path or (H, W, 3) uint8 -> a list of (H, W) maps, one per component, upsampled to the
-image), computed in the scorer process (:mod:`app.dashboard.scorer`): the server never imports torch.
+The models: those shipped in assets/models (no data root needed) and the DeepFacto runs. The maps
+(``admm_core.heatmaps.heatmaps``: one (H, W) map per component, upsampled to the image) are
+computed in the scorer process (:mod:`app.dashboard.scorer`): the server never imports torch.
 """
 
 from __future__ import annotations
@@ -132,9 +130,8 @@ elif source == "Mean training face":
     except (CheckpointError, ConfigError, IndexError) as e:
         st.error(str(e))
 else:
-    # no `type=` filter: a file of another type reaches the page and gets its message naming it. The
-    # widget's own limit is the photo limit, so it says the same number as the label (it said the
-    # server's 50 MB); a file over it is refused in the browser and named there (ui.REFUSED_UPLOAD_JS)
+    # no `type=` filter: a file of another type reaches the page and gets a message naming it; the
+    # widget's own limit is the photo limit, so the browser's refusal says the label's number
     up = st.file_uploader(
         f"Your photo (JPEG or PNG, up to {faces.MAX_UPLOAD_MB} MB)",
         key="hm_upload",

@@ -269,8 +269,9 @@ FEW_TRIALS = 10  # importances fitted on fewer complete trials than this are mos
 
 
 def _figures(study):
-    finished = tuple(t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished())
-    complete = sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
+    trials = study.get_trials(deepcopy=False)
+    finished = tuple(t.number for t in trials if t.state.is_finished())
+    complete = sum(t.state.name == "COMPLETE" for t in trials)
     figs = _make_figures(storage_url, study.study_name, finished)
     for tab, (title, fig) in zip(st.tabs(list(figs)), figs.items()):
         with tab:
@@ -327,9 +328,11 @@ def study_view(study_name: str):
         st.rerun()
     ss["sweeps_sig"] = sig
     labels = F.setting_labels(spec.get("method"))
+    objective = spec.get("objective")
+    said = OBJECTIVE_LABELS.get(objective, objective)
     st.markdown(
         f"`{spec.get('preset')}` · `{spec.get('method')}` · {', '.join(dim_text(s, labels) for s in spec.get('space', []))} · "
-        f"objective: {OBJECTIVE_LABELS.get(spec.get('objective'), spec.get('objective'))} "
+        f"objective: {said} "
         f"({study.direction.name.lower()}) · pruner: {PRUNER_LABELS.get(spec.get('pruner'), spec.get('pruner'))}"
     )
     st.markdown(
@@ -343,9 +346,7 @@ def study_view(study_name: str):
         best = None
     if best is not None:
         params = ", ".join(f"{labels.get(k, k)} = {S.fmt_value(v)}" for k, v in best.params.items())
-        value = objective_text(spec.get("objective"), best.value)
-        said = OBJECTIVE_LABELS.get(spec.get("objective"), spec.get("objective"))
-        st.markdown(f"best trial **{best.number}**: {said} = **{value}** ({params})")
+        st.markdown(f"best trial **{best.number}**: {said} = **{objective_text(objective, best.value)}** ({params})")
     rows = S.trials_table(study)
     if rows:
         df = pd.DataFrame(rows).drop(columns=["run_dir"])
@@ -357,10 +358,9 @@ def study_view(study_name: str):
             ),
             "run": st.column_config.TextColumn("run", help="the trial's run (below: open it on the Runs page)"),
         }
-        # a searched setting to 3 significant digits (four decimals read lr = 1.49e-4 as "0.0001")
         fixed = ("trial", "state", "value", "epochs", "seconds", "preset", "run")
-        # a searched setting: its symbol ("β"; the summary above says "β — penalty weight"), its whole label and
-        # code name in the help: with three settings' whole labels the run column lay past a 1280-px window
+        # a searched setting: headed by its symbol ("β"; whole labels pushed the table past a 1280-px window),
+        # its label and code name in the help, to 3 significant digits (lr = 1.49e-4, not "0.0001")
         for k in (k for k in df.columns if k not in fixed):
             label = labels.get(k, k)
             head, said = symbol(label), f"{label} · setting `{k}`"
@@ -368,7 +368,7 @@ def study_view(study_name: str):
                 columns[k] = st.column_config.NumberColumn(head, format="%.3g", help=said)
             else:
                 columns[k] = st.column_config.Column(head, help=said)
-        if spec.get("objective") == "best_test_accuracy":  # the page's unit for accuracy: %
+        if objective == "best_test_accuracy":  # the page's unit for accuracy: %
             df["value"] = df["value"] * 100
             columns["value"] = st.column_config.NumberColumn("test %", format="%.2f")
         st.dataframe(df, hide_index=True, width="stretch", key="sweeps_trials", column_config=columns)
