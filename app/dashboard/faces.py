@@ -96,17 +96,10 @@ def read_image(data: bytes) -> np.ndarray:
 def _cascade_paths() -> list[Path]:
     import cv2
 
-    out = []
-    if os.environ.get("ADMM_FACE_CASCADE"):
-        out.append(Path(os.environ["ADMM_FACE_CASCADE"]))
-    data = getattr(getattr(cv2, "data", None), "haarcascades", None)
-    if data:
-        out.append(Path(data) / CASCADE_NAME)
-    out += [
-        Path("/usr/share/opencv4/haarcascades") / CASCADE_NAME,
-        Path("/usr/share/opencv/haarcascades") / CASCADE_NAME,
-    ]
-    return out
+    own = os.environ.get("ADMM_FACE_CASCADE")
+    cv2_data = getattr(getattr(cv2, "data", None), "haarcascades", None)
+    folders = [cv2_data, "/usr/share/opencv4/haarcascades", "/usr/share/opencv/haarcascades"]
+    return ([Path(own)] if own else []) + [Path(d) / CASCADE_NAME for d in folders if d]
 
 
 def face_detector():
