@@ -172,9 +172,7 @@ def face_from_upload(data: bytes, detector=None) -> tuple[np.ndarray, tuple[int,
     return crop_face(rgb, box), box, rgb
 
 
-def overlay_figure(
-    face: np.ndarray, maps: list[np.ndarray], labels: list[str], opacity: float = 0.5, colorscale: str = "Jet"
-):
+def overlay_figure(face: np.ndarray, maps: list[np.ndarray], labels: list[str], opacity: float = 0.5):
     """The face with each score map (already upsampled to the face, values in [0, 1]) over it."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -187,7 +185,7 @@ def overlay_figure(
             go.Heatmap(
                 z=np.asarray(m, np.float32),
                 opacity=opacity,
-                colorscale=colorscale,
+                colorscale="Jet",
                 showscale=i == n,
                 zmin=0,
                 zmax=1,
