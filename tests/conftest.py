@@ -11,6 +11,14 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 os.environ.setdefault("ADMM_RUNS", f"/tmp/admm-test-runs{'-' + _WORKER if _WORKER else ''}")
 # decoded faces, backbones and SVMs that tests make stay out of the user's ~/.cache/admm_core
 os.environ.setdefault("ADMM_CACHE", "/tmp/admm-test-cache")
+# pytest-xdist workers share the cores: each worker, and every process it starts (CLI runs, dashboard
+# workers, notebook kernels), gets its share of torch threads. Two workers of two threads each on 2
+# cores spin in OpenMP's waits: a ResNet's first evaluation took 25 s instead of 0.5 s at load ~10.
+# Set before torch is imported; a plain pytest (the serial part, one file) keeps torch's own choice.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    _share = _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 
 
 @pytest.hookimpl(hookwrapper=True)
