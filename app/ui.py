@@ -9,6 +9,7 @@ The stop / resume / load callbacks here are the only ones; Train and Runs both u
 from __future__ import annotations
 
 import faulthandler
+import json
 import re
 import signal
 from pathlib import Path
@@ -20,6 +21,7 @@ from admm_core.rundir import read_json, read_metrics_cached
 from admm_core.spec.archs import OWN
 from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
 from admm_core.spec.kinds import DEEPFACTO, run_kind
+from app.dashboard import charts as C
 from app.dashboard import meta as M
 from app.dashboard import models, workers
 
@@ -50,94 +52,56 @@ ACTIVE = workers.ACTIVE  # the one list of live states (app.dashboard.workers)
 TRAIN_PAGE = "views/train.py"
 HEATMAPS_PAGE = "views/heatmaps.py"
 
-PLOTLY_CONFIG = {
-    "displayModeBar": True,
-    "displaylogo": False,
-    "responsive": True,
-    "toImageButtonOptions": {"format": "png", "scale": 2},
-    "modeBarButtonsToRemove": ["lasso2d", "select2d"],
-}
+PLOTLY_CONFIG = C.CONFIG
 
 
-# Streamlit gives a plotly chart a new element id whenever its figure changes, so each new point
-# mounts a fresh plot and plotly's uirevision never sees the user's zoom. This page script keeps
-# each chart's view itself: the axis ranges a user set (drag-zoom, pan) and the legend entries
-# they hid, by the chart's identity (page, layout.meta.run, title), re-applied to the chart that
-# replaces it. Charts whose layout.meta.link is the same string share their x range (the live
-# panel's). Constant text of ours: no input reaches it.
+# Streamlit remounts a plotly chart whose figure changed (its element id hashes the figure; no public
+# option keeps it), so plotly's uirevision never sees the user's zoom. This page script keeps each
+# chart's view by its page and title: the axis ranges a user set and the legend entries they hid,
+# re-applied to the chart that replaces it. Constant text: no input reaches it.
 KEEP_VIEW_JS = r"""<script>
 (() => {
   if (window.__admmViews) return;
-  const views = window.__admmViews = new Map();
-  const P = () => window.Plotly;
-  const meta = gd => (gd.layout && gd.layout.meta) || {};
-  const keyOf = gd => {
-    const t = gd.layout && gd.layout.title;
-    const text = String((t && (t.text || t)) || '').replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim();
-    return text ? location.pathname + '|' + (meta(gd).run || '') + '|' + text : null;
-  };
-  const AXIS = /^([xy]axis[0-9]*)\.(range\[[01]\]|range|autorange)$/;
-  const view = key => { if (!views.has(key)) views.set(key, {axes: {}, hidden: {}}); return views.get(key); };
-  const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+  const views = window.__admmViews = new Map(), AXIS = /^([xy]axis[0-9]*)\.(range|autorange)/;
   let applying = 0;
+  const done = () => { applying--; };
+  const title = gd => { const t = (gd.layout || {}).title; return String((t && (t.text || t)) || '').replace(/<[^>]*>/g, ' '); };
+  const view = gd => views.get(gd.__admmKey) || views.set(gd.__admmKey, {axes: {}, hidden: {}}).get(gd.__admmKey);
   function apply(gd) {
-    const v = views.get(gd.__admmKey);
-    if (!v || !P() || !gd._fullLayout) return;
-    const upd = {};
-    for (const [ax, range] of Object.entries(v.axes)) {
-      const cur = gd._fullLayout[ax];
-      if (cur && !same(cur.range, range)) upd[ax + '.range'] = range.slice();
+    if (!gd._fullLayout || !gd.data) return false;
+    const v = view(gd), upd = {}, hide = [], show = [];
+    for (const [ax, r] of Object.entries(v.axes)) {
+      if (gd._fullLayout[ax] && JSON.stringify(gd._fullLayout[ax].range) !== JSON.stringify(r)) upd[ax + '.range'] = r.slice();
     }
-    const hide = [], show = [];
-    (gd.data || []).forEach((t, i) => {
-      const want = v.hidden[t.name];
-      if (want && t.visible !== 'legendonly') hide.push(i);
-      if (want === false && t.visible === 'legendonly') show.push(i);
+    gd.data.forEach((t, i) => {
+      if (v.hidden[t.name] && t.visible !== 'legendonly') hide.push(i);
+      if (v.hidden[t.name] === false && t.visible === 'legendonly') show.push(i);
     });
-    if (!Object.keys(upd).length && !hide.length && !show.length) return;
+    if (!Object.keys(upd).length && !hide.length && !show.length) return true;
     applying++;
-    const done = () => { applying--; };
-    Promise.all([
-      Object.keys(upd).length ? P().relayout(gd, upd) : null,
-      hide.length ? P().restyle(gd, {visible: 'legendonly'}, hide) : null,
-      show.length ? P().restyle(gd, {visible: true}, show) : null,
-    ]).then(done, done);
-  }
-  function remember(gd, ev) {
-    if (applying) return;
-    const v = view(gd.__admmKey);
-    const touched = {};
-    for (const [k, val] of Object.entries(ev || {})) {
-      const m = AXIS.exec(k);
-      if (!m) continue;
-      const ax = m[1];
-      if (m[2] === 'autorange') { if (val) { delete v.axes[ax]; touched[ax] = null; } continue; }
-      const r = (gd._fullLayout[ax] || {}).range;
-      if (r) { v.axes[ax] = r.slice(); touched[ax] = r.slice(); }
-    }
-    const link = meta(gd).link;
-    if (link && 'xaxis' in touched) {  // linked charts follow this one's x range
-      document.querySelectorAll('.js-plotly-plot').forEach(o => {
-        if (o === gd || meta(o).link !== link || !o.__admmKey) return;
-        const ov = view(o.__admmKey);
-        if (touched.xaxis) { ov.axes.xaxis = touched.xaxis.slice(); apply(o); }
-        else if (ov.axes.xaxis) { delete ov.axes.xaxis; applying++; P().relayout(o, {'xaxis.autorange': true}).then(() => applying--, () => applying--); }
-      });
-    }
+    Promise.all([Object.keys(upd).length && Plotly.relayout(gd, upd),
+      hide.length && Plotly.restyle(gd, {visible: 'legendonly'}, hide),
+      show.length && Plotly.restyle(gd, {visible: true}, show)]).then(done, done);
+    return true;
   }
   function hook(gd) {
-    const key = keyOf(gd);
-    if (!key || !gd.on) return;
-    if (gd.__admmKey !== key) { gd.__admmKey = key; apply(gd); }
+    const key = location.pathname + '|' + title(gd);
+    if (!gd.on || !title(gd) || gd.__admmKey === key) return;
+    gd.__admmKey = key;
+    gd.__admmShown = apply(gd);  // once per figure: a later redraw (the user's double-click) is theirs
     if (gd.__admmHooked) return;
     gd.__admmHooked = true;
-    gd.on('plotly_relayout', ev => remember(gd, ev));
-    gd.on('plotly_restyle', ev => {
-      if (applying || !ev || !ev[0] || !('visible' in ev[0])) return;
-      const v = view(gd.__admmKey);
-      (gd.data || []).forEach(t => { v.hidden[t.name] = t.visible === 'legendonly'; });
+    gd.on('plotly_relayout', ev => {
+      if (applying) return;
+      for (const [k, val] of Object.entries(ev || {})) {
+        const m = AXIS.exec(k), r = m && (gd._fullLayout[m[1]] || {}).range;
+        if (m && m[2] === 'autorange') { if (val) delete view(gd).axes[m[1]]; } else if (r) view(gd).axes[m[1]] = r.slice();
+      }
     });
-    gd.on('plotly_afterplot', () => { if (!applying) apply(gd); });
+    gd.on('plotly_restyle', ev => {
+      if (!applying && ev && ev[0] && 'visible' in ev[0]) gd.data.forEach(t => { view(gd).hidden[t.name] = t.visible === 'legendonly'; });
+    });
+    gd.on('plotly_afterplot', () => { if (!gd.__admmShown) gd.__admmShown = apply(gd); });
   }
   new MutationObserver(() => document.querySelectorAll('.js-plotly-plot').forEach(hook))
     .observe(document.body, {childList: true, subtree: true});
@@ -145,14 +109,14 @@ KEEP_VIEW_JS = r"""<script>
 </script>"""
 
 
+# A file Streamlit's uploader refuses in the browser (too large, a type it does not accept) never reaches
+# the script, and no public option reports it: it got a red mark with the reason in a tooltip only, and
+# the previous file stayed. This page script names the refused file and why in a line under the
+# uploader, and removes the previous file (so the page's message about it goes).
 REFUSED_UPLOAD_JS = r"""<script>
 (() => {
   if (window.__admmUploads) return;
   window.__admmUploads = true;
-  // A file Streamlit's uploader refuses in the browser (over server.maxUploadSize, a type it does
-  // not accept) never reaches the page: it got a red mark with the reason in a tooltip only, and
-  // the previous file (and the page's message about it) stayed. Here: the refused file's name and
-  // reason in one visible line under the uploader, and the previous file removed (so its message goes).
   const fix = () => document.querySelectorAll('[data-testid="stFileUploader"]').forEach(up => {
     const chips = [...up.querySelectorAll('[data-testid="stFileChip"]')];
     const bad = chips.filter(c => c.getAttribute('aria-invalid') === 'true');
@@ -185,12 +149,12 @@ REFUSED_UPLOAD_JS = r"""<script>
 
 
 def explain_refused_uploads() -> None:
-    """Add :data:`REFUSED_UPLOAD_JS` to the page (once per tab; main.py calls it on every page)."""
+    """Add :data:`REFUSED_UPLOAD_JS` to the page (it runs once per tab)."""
     st.html(REFUSED_UPLOAD_JS, unsafe_allow_javascript=True, width="content")
 
 
 def keep_chart_views() -> None:
-    """Add :data:`KEEP_VIEW_JS` to the page (once per browser tab; main.py calls it on every page)."""
+    """Add :data:`KEEP_VIEW_JS` to the page (it runs once per tab)."""
     st.html(KEEP_VIEW_JS, unsafe_allow_javascript=True, width="content")
 
 
@@ -262,12 +226,8 @@ def state_md(state: str | None) -> str:
     return f":{STATE_COLOURS.get(state, 'gray')}-badge[{state}]"
 
 
-# a longer run id is shortened in a table (Runs, a study's trials; the details and menus give it whole), to fit a
-# 1280-px window beside the table's other columns (at 31 characters "updated" lay past the edge):
-# a stamped id ("20261202-052512-digits-mlp-block-admm-20261202-052506-t9", a sweep trial's; a dashboard run's
-# "…-mnist5k-mlp-block-admm-s0") keeps its start stamp and its last part, its trial or seed
-# ("20261202-052512…t9"): its preset and method are the table's own columns; any other long id keeps its
-# first and last characters
+# a longer run id is shortened in a table (Runs, a study's trials) to fit a 1280-px window beside the
+# other columns; the details and menus give it whole
 ID_CHARS = 23
 STAMP = re.compile(r"\d{8}-\d{6}-")  # YYYYMMDD-HHMMSS-, as the CLI, the dashboard and a sweep name their runs
 LAST_CHARS = 6  # a last part up to this long is kept beside the stamp ("t11", "s0"); a longer one: middle cut
@@ -436,29 +396,31 @@ def follow_goto() -> None:
         st.switch_page(TRAIN_PAGE, query_params={"run": ss.get("watch") or ""})
 
 
+# Streamlit has no call to scroll the page: a page script, numbered so that a second one in a row runs too
+SCROLL_JS = """<script>/* %d */ (() => {
+  const [anchor, then] = %s;
+  let tries = 0, waits = 0;
+  const more = el => {  // what the reader came for below the anchor, once drawn (100 px: not an empty frame)
+    const f = [...document.querySelectorAll(then)].find(x => el.compareDocumentPosition(x) & Node.DOCUMENT_POSITION_FOLLOWING);
+    const r = f && f.getBoundingClientRect();
+    if (!r || r.height < 100) { if (waits++ < 300) setTimeout(() => more(el), 100); return; }
+    if (r.top > 0.6 * innerHeight || r.bottom > innerHeight) f.scrollIntoView({block: "start"});
+  };
+  const go = () => {
+    const el = document.getElementById(anchor);
+    if (!el) { if (tries++ < 50) setTimeout(go, 100); return; }
+    el.scrollIntoView({block: "start", behavior: "smooth"});
+    if (then) setTimeout(() => more(el), 600);
+  };
+  setTimeout(go, 0);
+})();</script>"""
+
+
 def scroll_into_view(anchor: str, then: str | None = None) -> None:
-    """Scroll the page to the element with id ``anchor`` (a header's anchor), once: a page script drawn
-    in this run only (each with its own number, so a second one in a row runs again). ``then``: a CSS
-    selector of what the reader came for below the anchor (the live charts); once drawn (100 px tall: an
-    empty frame's box passed for in view), lower than 60% of the window or past its bottom, it is scrolled
-    to the top too (a heading in view over charts below the fold shows nothing)."""
+    """Scroll the page to the element with id ``anchor`` once; ``then``: a CSS selector of what comes
+    below it (the live charts), scrolled to the top too when it lies low or past the window's bottom."""
     n = ss["scrolls"] = ss.get("scrolls", 0) + 1
-    more = ""
-    if then:
-        more = (
-            f"let t2 = 0; const more = () => {{ const f = [...document.querySelectorAll({then!r})].find("
-            "x => el.compareDocumentPosition(x) & Node.DOCUMENT_POSITION_FOLLOWING); "
-            "const r = f && f.getBoundingClientRect(); if (!r || r.height < 100) { if (t2++ < 300) setTimeout(more, 100); return; } "
-            "if (r.top > 0.6 * innerHeight || r.bottom > innerHeight) f.scrollIntoView({block: 'start'}); }; "
-            "setTimeout(more, 600); "
-        )
-    script = (
-        f"<script>/* {n} */ (() => {{ let tries = 0; const go = () => {{ const el = document.getElementById({anchor!r}); "
-        "if (!el) { if (tries++ < 50) setTimeout(go, 100); return; } "
-        f"el.scrollIntoView({{block: 'start', behavior: 'smooth'}}); {more}}}; "
-        "setTimeout(go, 0); })();</script>"
-    )
-    st.html(script, unsafe_allow_javascript=True, width="content")
+    st.html(SCROLL_JS % (n, json.dumps([anchor, then])), unsafe_allow_javascript=True, width="content")
 
 
 def show_notice() -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -229,3 +231,31 @@ def app_page(query: dict | None = None):
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+# --- the live charts' rules, run in node ---------------------------------------------------------
+
+NODE = shutil.which("node") or shutil.which("nodejs")
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed (scripts/test.sh installs it with apt)")
+LIVE_JS = ROOT / "app" / "dashboard" / "live_series.js"
+_LIVE_RUNNER = """
+const L = require(process.argv[1]);
+const calls = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+process.stdout.write(JSON.stringify(calls.map(([name, ...args]) => L[name](...args))));
+"""
+
+
+def live_js(*calls: list) -> list:
+    """Each call ``[name, *args]`` of app/dashboard/live_series.js's functions, run in node: their results."""
+    proc = subprocess.run(
+        [NODE, "-e", _LIVE_RUNNER, str(LIVE_JS)], input=json.dumps(calls), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def live_traces(chart: dict, lines: list[dict], log: bool | None = None) -> list[dict]:
+    """The traces the live page draws for a declared chart (``charts.live_spec``) over ``lines``."""
+    from app.dashboard.charts import STYLE
+
+    return live_js(["traces", chart, lines, chart["log"] if log is None else log, STYLE])[0]

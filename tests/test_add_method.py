@@ -122,8 +122,9 @@ def test_a_method_in_one_module_plus_one_registry_call_trains_estimates_and_char
     # the live charts are those it declares, drawn from its logged metrics
     spec = C.live_spec(method="toy-penalty")
     assert list(spec) == ["accuracy", "loss", "seconds", "residuals", "z_norms"]
-    figs = {n: C.figure_from_spec(c, ms) for n, c in spec.items()}
-    assert len(figs["z_norms"].data) == 3 and len(figs["residuals"].data) == 3  # one line per block (T = 3)
+    from helpers import live_traces
+
+    assert len(live_traces(spec["z_norms"], ms)) == 3 and len(live_traces(spec["residuals"], ms)) == 3  # T = 3
 
 
 def test_a_method_registered_after_import_is_in_the_form_s_menu(toy):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import digits_cfg
+from helpers import digits_cfg, live_traces, needs_node
 from helpers import wait as _wait
 from streamlit.testing.v1 import AppTest
 
@@ -794,11 +794,8 @@ def test_chart_helpers():
         }
         for e in range(4)
     ]
-    assert C.seconds_per_epoch(ms) == ([1, 2, 3], [2.0, 2.0, 2.0])
-    spec = C.live_spec()
-    figs = {n: C.figure_from_spec(spec[n], ms) for n in ("residuals", "accuracy")}
-    assert [len(figs["residuals"].data), len(figs["accuracy"].data)] == [2, 2]
-    assert figs["accuracy"].data[1].y == (40.0, 40.0, 40.0, 40.0)
+    fig = C.accuracy_figure(ms)
+    assert len(fig.data) == 2 and fig.data[1].y == (40.0, 40.0, 40.0, 40.0)
     assert C.smooth([1.0, None, 3.0], 0.5) == [1.0, None, 2.0]
     # ETA: epochs left × measured s/epoch (from the evaluations this worker wrote) − time since the last
     ms_t = [{**m, "time": 100.0 + 3.0 * m["epoch"]} for m in ms]  # 3 s per epoch
@@ -881,25 +878,27 @@ def test_log_ticks_keep_every_decade():
     assert text == ["0.2", "0.3", "0.4", "0.5", "0.6"]
     vals, text = C.log_ticks([1e-6, 1e3])
     assert len(vals) <= 8 and vals == sorted(vals) and text[0] == "1e-6"
-    ms = [{"epoch": e, "train_loss": 0.5 / (e + 1), "test_loss": 0.6 / (e + 1)} for e in range(25)]
-    fig = C.figure_from_spec(C.live_spec()["loss"], ms)
+    ms = [{"epoch": e, "train_loss": 0.5 / (e + 1)} for e in range(25)]
+    fig = C.compare_figure([("a", ms)], "train_loss", C.Overlay(log_y=True))
     assert fig.layout.yaxis.type == "log" and list(fig.layout.yaxis.ticktext)[:2] == ["0.02", "0.05"]
     assert fig.layout.legend.yref == "container" and fig.layout.legend.y == 0  # legend below, never on the title
     assert "<br>" in C.wrap("Primal residual ‖Z_t − block_t(Z_{t−1})‖ per block")
 
 
+@needs_node
 def test_backprop_cosine_is_plotted_when_present():
     from app.dashboard import charts as C
 
     ms = [{"epoch": e, "residuals": [0.1, 0.2], "backprop_cosine": [0.9, -0.2]} for e in range(3)]
     spec = C.live_spec()
-    figs = {n: C.figure_from_spec(c, ms) for n, c in spec.items()}
-    assert len(figs["backprop_cosine"].data) == 2 and figs["backprop_cosine"].data[1].y == (-0.2, -0.2, -0.2)
+    cosine = live_traces(spec["backprop_cosine"], ms)
+    assert len(cosine) == 2 and cosine[1]["y"] == [-0.2, -0.2, -0.2]
     assert spec["backprop_cosine"]["when"] == "backprop_cosine"  # drawn once a line carries it (live_series.js shown)
     # every live title fits one line (plotly drew a wrapped title's lines over the plot); the
     # math is on the y axis
-    assert all("<br>" not in f.layout.title.text for f in figs.values()), [f.layout.title.text for f in figs.values()]
-    assert "‖Zₜ − blockₜ(Zₜ₋₁)‖" in figs["residuals"].layout.yaxis.title.text  # subscripts, not TeX underscores
+    frames = {n: C.spec_frame(c) for n, c in spec.items()}
+    assert all("<br>" not in f["title"]["text"] for f in frames.values()), [f["title"]["text"] for f in frames.values()]
+    assert "‖Zₜ − blockₜ(Zₜ₋₁)‖" in frames["residuals"]["yaxis"]["title"]["text"]  # subscripts, not TeX underscores
 
 
 def test_meta_is_stored_shown_and_filterable(tmp_path, monkeypatch):

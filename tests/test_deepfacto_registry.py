@@ -168,15 +168,16 @@ def test_runs_saved_before_the_renames_still_load(tmp_path):
 
 
 def test_deepfacto_settings_are_declared_once():
-    """The method and a run's config share one declaration of the algorithm's settings: the same fields,
-    defaults and help, and a bad value is refused by the same check in both."""
+    """The method and a run's config share one declaration of the algorithm's settings, the method's
+    record (one base: MethodBase): the same fields, defaults and help, and a bad value is refused by
+    the same check in both."""
     from admm_core.errors import ConfigError
     from admm_core.spec.deepfacto import DeepFactoConfig, field_help
-    from admm_core.spec.methods.deepfacto import DeepFactoSettings
+    from admm_core.spec.methods.base import MethodBase
 
-    assert issubclass(DeepFactoConfig, DeepFactoSettings) and issubclass(DeepFacto, DeepFactoSettings)
-    declared = {f.name: f for f in dataclasses.fields(DeepFactoSettings)}
-    assert {f.name for f in dataclasses.fields(DeepFacto)} == set(declared)
+    assert DeepFacto.__bases__ == (MethodBase,) and DeepFactoConfig.__bases__ == (DeepFacto,)
+    declared = {f.name: f for f in dataclasses.fields(DeepFacto)}
+    assert list(declared) == [f.name for f in dataclasses.fields(DeepFactoConfig)][: len(declared)]
     assert all(field_help()[n] == f.metadata["help"] for n, f in declared.items())
     assert DeepFactoConfig().method == make_settings("deepfacto") == DeepFacto()
     assert DeepFactoConfig(rank=8, gamma=2.0).method == DeepFacto(rank=8, gamma=2.0)
@@ -192,11 +193,10 @@ def test_every_deepfacto_setting_has_one_place_in_the_forms_groups():
     """'All DeepFacto settings' is grouped by what a setting sets; every field the form shows is in
     exactly one group (a new field must be placed: it would land in "Other"), and the algorithm's
     group is the method's own declaration."""
-    from admm_core.spec.methods.deepfacto import DeepFactoSettings
     from app.dashboard import deepfacto_form as D
 
     members = [n for names in D.GROUPS.values() for n in names]
     assert len(members) == len(set(members))
     groups = dict(D.grouped(D.fields()))
     assert "Other" not in groups and sorted(n for g in groups.values() for n in g) == sorted(D.fields())
-    assert groups["The algorithm (the method's settings)"] == [f.name for f in dataclasses.fields(DeepFactoSettings)]
+    assert groups["The algorithm (the method's settings)"] == [f.name for f in dataclasses.fields(DeepFacto)]

@@ -1,13 +1,7 @@
-"""The live charts drawn in the browser equal the server's rule.
-
-``app/dashboard/live_series.js`` builds the Train page's charts from the declarations
-(``charts.live_spec``), the style (``charts.STYLE``: it has no palette or legend sizes of its own)
-and raw metrics lines; ``charts.spec_traces`` / ``figure_from_spec`` is the reference. Both run here
-on the same lines (a real digits run's, DeepFacto-shaped lines and edge cases), the JavaScript in
-node, and every trace (type, name, colour, x, y) and the legend sizing must agree. Plus the data
-route's server half (``app/dashboard/tail.py``): incremental reads equal ``read_metrics``, a
-half-written line waits, a truncated file starts over, tokens are the only key, and a run launched
-but not yet reporting reads 'starting'.
+"""The live charts' rules (``app/dashboard/live_series.js``, run in node) on real and edge-case
+metrics lines, and the data route's server half (``app/dashboard/tail.py``): incremental reads equal
+``read_metrics``, a half-written line waits, a truncated file starts over, tokens are the only key,
+and a run launched but not yet reporting reads 'starting'.
 """
 
 from __future__ import annotations
@@ -15,11 +9,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import live_js, needs_node
 
 from admm_core import rundir
 from admm_core.network import train
@@ -27,19 +20,6 @@ from admm_core.rundir import read_metrics
 from admm_core.spec.config import RunConfig
 from app.dashboard import charts as C
 from app.dashboard import tail as T
-
-JS = Path(C.__file__).with_name("live_series.js")
-NODE = shutil.which("node") or shutil.which("nodejs")
-
-RUNNER = """
-const L = require(process.argv[1]);
-const cases = JSON.parse(require('fs').readFileSync(0, 'utf8'));
-const out = cases.map(c => {
-  const trs = L.traces(c.chart, c.lines, c.log, c.style);
-  return {traces: trs, layout: L.layout(c.frame, trs, c.chart.note, c.style), shown: L.shown(c.spec, Object.keys(c.spec), c.lines)};
-});
-process.stdout.write(JSON.stringify(out));
-"""
 
 
 @pytest.fixture(scope="module")
@@ -89,69 +69,119 @@ def deepfacto_lines() -> list[dict]:
     ]
 
 
-def close(a, b) -> bool:
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
-    return a == b
+def ys(trace) -> list:
+    return [None if y is None else round(y, 9) for y in trace["y"]]
 
 
-@pytest.mark.skipif(NODE is None, reason="node is not installed (scripts/test.sh installs it with apt)")
-def test_browser_traces_equal_the_servers(real_lines):
-    cases, want = [], []
-    for lines, deepfacto in ((real_lines, False), (edge_lines(), False), (deepfacto_lines(), True), ([], False)):
-        spec = C.live_spec("deepfacto" if deepfacto else None)
-        for name, chart in spec.items():
-            for log in (True, False):
-                frame = C.spec_frame(chart, "r")
-                cases.append(
-                    {"chart": chart, "lines": lines, "log": log, "frame": frame, "spec": spec, "style": C.STYLE}
-                )
-                fig = C.figure_from_spec(chart, lines, "r", log_y=log).to_plotly_json()
-                shown = [n for n, c in spec.items() if not c.get("when") or any(m.get(c["when"]) for m in lines)]
-                want.append((name, log, fig, shown))
-    proc = subprocess.run(
-        [NODE, "-e", RUNNER, str(JS)], input=json.dumps(cases), capture_output=True, text=True, timeout=60
+@needs_node
+def test_live_traces_follow_the_declarations_on_edge_lines():
+    """Gaps on a log axis (0 and negatives), ragged per-block lists, a number where a list belongs, a
+    missing value, a repeated epoch (no seconds bar), percent accuracy, the palette by series and block."""
+    spec, lines, S = C.live_spec(), edge_lines(), C.STYLE
+    acc, loss_log, loss, res_log, res, betas, duals, secs = live_js(
+        ["traces", spec["accuracy"], lines, False, S],
+        ["traces", spec["loss"], lines, True, S],
+        ["traces", spec["loss"], lines, False, S],
+        ["traces", spec["residuals"], lines, True, S],
+        ["traces", spec["residuals"], lines, False, S],
+        ["traces", spec["betas"], lines, False, S],
+        ["traces", spec["dual_norms"], lines, True, S],
+        ["traces", spec["seconds"], lines, False, S],
     )
-    assert proc.returncode == 0, proc.stderr
-    got = json.loads(proc.stdout)
-    assert len(got) == len(want) > 40
-    compared = 0
-    for g, (name, log, fig, shown) in zip(got, want):
-        where = f"{name} log={log}"
-        assert g["shown"] == shown, where
-        assert len(g["traces"]) == len(fig["data"]), where
-        for a, b in zip(g["traces"], fig["data"]):
-            assert (a["type"], a["name"]) == (b["type"], b["name"]), where
-            assert a.get("line", a.get("marker")) == b.get("line", b.get("marker")), where
-            assert close(a["x"], list(b["x"])) and close(a["y"], list(b["y"])), (where, a["y"], b["y"])
-            compared += len(a["y"])
-        lay, ref = g["layout"], fig["layout"]
-        assert lay["height"] == ref["height"] and lay["margin"] == ref["margin"], where
-        assert lay.get("showlegend", True) == ref.get("showlegend", True), where
-        assert lay.get("annotations", []) == [dict(a) for a in ref.get("annotations", [])], where
-    assert compared > 300  # the comparison saw real series, not empty ones
+    epochs = [m["epoch"] for m in lines]
+    assert [(t["name"], t["line"]["color"], t["x"]) for t in acc] == [
+        ("train", C.COLOURS[0], epochs),
+        ("test", C.COLOURS[1], epochs),
+    ]
+    assert ys(acc[0]) == [50.0, 55.0, 60.0, 65.0, 70.0, 75.0, 80.0] and ys(acc[1])[2] is None
+    assert ys(loss_log[0]) == [2.0, 1.0, None, None, 0.4, 0.3, 0.2] and ys(loss[0])[2:4] == [0.0, -0.5]
+    assert ys(loss_log[1])[:3] == [1.0, None, round(1 / 3, 9)]
+    assert [t["name"] for t in res_log] == ["block 1", "block 2", "block 3"]
+    assert [t["line"]["color"] for t in res_log] == C.COLOURS[:3]
+    assert ys(res_log[0]) == [round(0.3 / (e + 1), 9) for e in range(7)]
+    assert ys(res_log[1]) == [None] * 7 and ys(res_log[2]) == [None] * 7  # 0 and −1e-3: gaps on a log axis
+    assert ys(res[1]) == [None, 0.0, 0.0, None, 0.0, 0.0, None]  # linear: zeros drawn, short lists gaps
+    assert len(betas) == 3 and ys(betas[2])[3] is None  # a number where a list belongs: a gap
+    assert len(duals) == 3 and ys(duals[1]) == [None] * 7  # a block of nulls keeps its trace (and colour)
+    assert secs == [
+        {"type": "bar", "x": [1, 2, 3, 5, 6], "y": secs[0]["y"], "name": "s / epoch", "marker": {"color": C.COLOURS[2]}}
+    ]
+    # wall time 1.3 s a line: the repeated epoch has no bar, and 3 → 5 is 1.3 s over two epochs
+    assert [round(y, 9) for y in secs[0]["y"]] == [1.3, 1.3, 1.3, 0.65, 1.3]
 
 
-@pytest.mark.skipif(NODE is None, reason="node is not installed (scripts/test.sh installs it with apt)")
+@needs_node
+def test_live_charts_shown_empty_runs_and_legend_band():
+    spec, S = C.live_spec(), C.STYLE
+    no_cosine = [{**m, "backprop_cosine": []} for m in edge_lines()]
+    frame = C.spec_frame(spec["residuals"], "r")
+    three = [{"name": f"block {t}", "type": "scatter"} for t in (1, 2, 3)]
+    shown, hidden, empty_acc, empty_res, legend, one, note = live_js(
+        ["shown", spec, list(spec), edge_lines()],
+        ["shown", spec, list(spec), no_cosine],
+        ["traces", spec["accuracy"], [], False, S],
+        ["traces", spec["residuals"], [], True, S],
+        ["layout", frame, three, "", S],
+        ["layout", frame, three[:1], "", S],
+        ["layout", frame, [], "no blocks", S],
+    )
+    assert shown == list(spec) and hidden == [n for n in spec if n != "backprop_cosine"]
+    assert [(t["name"], t["y"]) for t in empty_acc] == [("train", []), ("test", [])]  # kept while no line came
+    assert empty_res == []
+    band = C.LEGEND
+    rows = math.ceil(3 * (7 * band["char_px"] + band["entry_px"]) / band["row_px"])
+    assert legend["showlegend"] and legend["margin"]["b"] == band["bottom"] + band["row_height"] * rows
+    assert legend["height"] == frame["height"] + band["row_height"] * rows
+    assert not one["showlegend"] and one["height"] == frame["height"] and one["margin"] == frame["margin"]
+    assert note["annotations"][0]["text"] == "no blocks" and "annotations" not in legend
+
+
+@needs_node
+def test_live_traces_of_a_real_run_are_its_logged_values(real_lines):
+    """A real online-admm run: one trace per block with the logged values, accuracy in percent."""
+    spec = C.live_spec("online-admm")
+    assert "residuals" in spec
+    acc, res, shown = live_js(
+        ["traces", spec["accuracy"], real_lines, False, C.STYLE],
+        ["traces", spec["residuals"], real_lines, False, C.STYLE],
+        ["shown", spec, list(spec), real_lines],
+    )
+    blocks = max(len(m.get("residuals") or []) for m in real_lines)
+    assert len(res) == blocks >= 2
+    for t, trace in enumerate(res):
+        assert trace["y"] == [(m.get("residuals") or [None] * blocks)[t] for m in real_lines]
+    assert [round(y, 9) for y in acc[1]["y"]] == [round(100 * m["test_accuracy"], 9) for m in real_lines]
+    assert ("backprop_cosine" in shown) == any(m.get("backprop_cosine") for m in real_lines)
+
+
+@needs_node
+def test_smoothing_keeps_gaps_and_log_ticks_name_every_decade():
+    (sm, plain, ticks, finer, wide) = live_js(
+        ["ema", [1.0, None, 3.0], 0.5],
+        ["ema", [1.0, None, 3.0], 0],
+        ["logTicks", [0.5, 0.2, 0.1, 0.05, 0.02], C.TICKS],
+        ["logTicks", [0.19, 0.6], C.TICKS],
+        ["logTicks", [1e-6, 1e3], C.TICKS],
+    )
+    assert sm == [1.0, None, 2.0] and plain == [1.0, None, 3.0]
+    assert ticks["ticktext"] == ["0.02", "0.05", "0.1", "0.2", "0.5"]
+    assert finer["ticktext"] == ["0.2", "0.3", "0.4", "0.5", "0.6"]  # under a decade: a finer ladder
+    assert len(wide["tickvals"]) <= C.TICKS["max"] and wide["ticktext"][0] == "1e-6"
+    assert (ticks["ticktext"], finer["ticktext"]) == (
+        C.log_ticks([0.5, 0.2, 0.1, 0.05, 0.02])[1],
+        C.log_ticks([0.19, 0.6])[1],
+    )
+
+
+@needs_node
 def test_a_narrow_chart_wraps_its_title_and_legend_to_its_width(real_lines):
     """A third of the panel at 1280 px (~270 px): "Cosine with backprop's gradient" ran under the modebar and
     three block entries took two legend rows where one was reserved, over the x axis title."""
-    runner = """
-const L = require(process.argv[1]);
-const c = JSON.parse(require('fs').readFileSync(0, 'utf8'));
-const trs = L.traces(c.chart, c.lines, false, c.style);
-process.stdout.write(JSON.stringify([null, 2000, 270].map(w => L.layout(c.frame, trs, "", c.style, w))));
-"""
-    spec = C.live_spec(None)
-    name = next(n for n, c in spec.items() if c["title"].startswith("Cosine"))
-    chart = spec[name]
-    case = {"chart": chart, "lines": real_lines, "frame": C.spec_frame(chart, "r"), "style": C.STYLE}
-    proc = subprocess.run([NODE, "-e", runner, str(JS)], input=json.dumps(case), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    plain, wide, narrow = json.loads(proc.stdout)
-    assert wide == plain  # wide enough: as the server lays it out (the test above)
+    chart = next(c for c in C.live_spec(None).values() if c["title"].startswith("Cosine"))
+    frame = C.spec_frame(chart, "r")
+    (trs,) = live_js(["traces", chart, real_lines, False, C.STYLE])
+    plain, wide, narrow = live_js(*(["layout", frame, trs, "", C.STYLE, w] for w in (None, 2000, 270)))
+    assert wide == plain  # wide enough: the frame's own title
     room = 270 - plain["margin"]["l"] - plain["margin"]["r"]
     lines = narrow["title"]["text"].split("<br>")
     assert len(lines) == 2 and all(len(t) * C.TITLE["char_px"] <= room for t in lines), lines
@@ -163,19 +193,6 @@ process.stdout.write(JSON.stringify([null, 2000, 270].map(w => L.layout(c.frame,
     blocks = len(real_lines[-1]["backprop_cosine"])
     assert blocks >= 3 and narrow["margin"]["b"] == plain["margin"]["b"] + C.LEGEND["row_height"]  # a second row
     assert narrow["height"] == plain["height"] + C.TITLE["line_px"] + C.LEGEND["row_height"]
-
-
-def test_edge_lines_really_exercise_the_rules():
-    """The edge cases above are edges: gaps on log axes, left-out series, a chart shown by `when`."""
-    spec = C.live_spec()
-    loss = C.spec_traces(spec["loss"], edge_lines(), True)
-    assert [t["name"] for t in loss] == ["train", "test"] and None in loss[0]["y"]  # 0 and -0.5: gaps
-    assert C.spec_traces(spec["loss"], edge_lines(), False)[0]["y"][3] == -0.5
-    res = C.spec_traces(spec["residuals"], edge_lines(), True)
-    assert len(res) == 3 and all(y is None for y in res[1]["y"])  # block 2 is 0 everywhere
-    assert len(C.spec_traces(spec["betas"], edge_lines(), False)) == 3  # a number where a list belongs: a gap
-    assert any(m.get(spec["backprop_cosine"]["when"]) for m in edge_lines())  # the cosine chart is shown
-    assert C.spec_traces(spec["accuracy"], [], False)[0]["y"] == []  # a run with no line yet: empty series
 
 
 # --- the route's server half -------------------------------------------------------------------------

@@ -3,6 +3,7 @@ every model builds and gives (N, 10), the table from result files, a finished ro
 Nothing is trained here."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -178,8 +179,10 @@ def test_checkpointed_adam_trains_over_the_rows_blocks(zoo, tmp_path):
     torch.manual_seed(0)
     model = row.factory()
     before = [p.detach().clone() for p in model.parameters()]
-    lines = z.train_checkpointed(model, row, 0, ds, tmp_path / "run", torch.device("cpu"), z.Peaks())
+    peaks = z.Peaks()
+    lines = z.train_checkpointed(model, row, 0, ds, tmp_path / "run", torch.device("cpu"), peaks)
     assert [m["epoch"] for m in lines] == [0, 1] and all(0 <= m["test_accuracy"] <= 1 for m in lines)
+    assert len(peaks.end()["cpu_epoch_s"]) == 1  # one epoch on the epoch clock
     assert all(
         not torch.equal(a, b) for a, b in zip(before, model.parameters()) if a.dim() > 1
     )  # the model's own modules
@@ -225,3 +228,24 @@ def test_rows_that_miss_the_goal_say_per_block_where_they_break(zoo, tmp_path):
     part = text.split("### Where the rows that miss the goal break")[1]
     # ... and 1× its wall time but 1.6× its CPU time is not
     assert "| lenet5-bn | gotmare | 1.60× Adam's CPU s/epoch |" in part and "block-admm" not in part
+
+
+def _spin(cpu_seconds: float) -> None:
+    t = time.process_time()
+    while time.process_time() - t < cpu_seconds:
+        pass
+
+
+def test_the_cpu_clock_counts_the_epochs_and_leaves_the_set_up_out(zoo):
+    """CPU s/epoch is the epochs' own CPU time: a run's set-up (tracing, Z's forward start) is on
+    cpu_train_s but not on cpu_epoch_s."""
+    z, _ = zoo
+    peaks = z.Peaks()
+    _spin(0.3)  # set-up
+    epoch = peaks.epoch_clock(lambda: _spin(0.1))
+    epoch()
+    epoch()
+    out = peaks.end()
+    assert len(out["cpu_epoch_s"]) == 2
+    assert all(0.09 <= c < 0.25 for c in out["cpu_epoch_s"])
+    assert out["cpu_train_s"] >= 0.3 + sum(out["cpu_epoch_s"]) - 0.01

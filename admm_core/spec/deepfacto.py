@@ -1,8 +1,8 @@
 """DeepFacto's run configuration: :class:`DeepFactoConfig` and the ``config.json`` of a DeepFacto run.
 
-The algorithm's settings are :class:`~admm_core.spec.methods.deepfacto.DeepFactoSettings` (declared
-once, checked by the :class:`~admm_core.spec.methods.deepfacto.DeepFacto` record); a run's own
-fields are declared here the same way (:func:`~admm_core.spec.settings.setting`: default and help).
+The algorithm's settings are the :class:`~admm_core.spec.methods.deepfacto.DeepFacto` record's
+(declared once there, checked by its rules); a run's config derives from that record and declares the
+run's own fields here the same way (:func:`~admm_core.spec.settings.setting`: default and help).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .config import DEVICES
 from .datasets import DATASETS
 from .datasets import names_for as datasets_for
 from .faces import LFWA_TEST_FRACTION
-from .methods.deepfacto import DeepFacto, DeepFactoSettings
+from .methods.deepfacto import DeepFacto
 from .settings import check_fields, setting
 
 PRESET = "lfwa-deepfacto"
@@ -36,10 +36,10 @@ STATE_FILE = "state.pt"  # loop state for --resume (deleted when the run finishe
 
 
 @dataclass(frozen=True)
-class DeepFactoConfig(DeepFactoSettings):
+class DeepFactoConfig(DeepFacto):
     """Everything a DeepFacto run depends on (saved as config.json["deepfacto"]): the algorithm's
-    settings (:class:`~admm_core.spec.methods.deepfacto.DeepFactoSettings`, declared there once,
-    checked by their rules) and the run's own below (the same way; ``__post_init__`` adds the checks no
+    settings (the method's record, :class:`~admm_core.spec.methods.deepfacto.DeepFacto`, declared there
+    once, checked by their rules) and the run's own below (the same way; ``__post_init__`` adds the checks no
     rule says). An *epoch*
     is one outer iteration: every update of the method's docstring over all ``admm_images`` training
     images."""
@@ -155,7 +155,7 @@ class DeepFactoConfig(DeepFactoSettings):
     @property
     def method(self) -> DeepFacto:
         """The algorithm's settings, as the method registry holds them (``METHODS["deepfacto"]``)."""
-        return DeepFacto(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DeepFactoSettings)})
+        return DeepFacto(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DeepFacto)})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -32,8 +32,16 @@ TICKS = {
 # plotly lifts a title hung by its top (yanchor 'top') about SHIFT_PX a line past the first: its padding
 # takes that back (the first line of "Seconds per epoch (training only)" was cut at the top; Chromium).
 TITLE = {"wrap": 38, "char_px": 7.5, "line_px": 18, "top_px": 20, "pad_px": 8, "shift_px": 10}
-# What the live charts' page draws with (live_series.js, live_charts.html): these, not copies of them.
-STYLE = {"colours": COLOURS, "legend": LEGEND, "ticks": TICKS, "title": TITLE}
+# plotly's options for every chart, the live ones too
+CONFIG = {
+    "displayModeBar": True,
+    "displaylogo": False,
+    "responsive": True,
+    "toImageButtonOptions": {"format": "png", "scale": 2},
+    "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+}
+# what the live charts' page draws with (live_series.js)
+STYLE = {"colours": COLOURS, "legend": LEGEND, "ticks": TICKS, "title": TITLE, "config": CONFIG}
 
 
 def wrap(title: str, width: int = TITLE["wrap"]) -> str:
@@ -102,15 +110,12 @@ def _figure(
     height: int = LIVE_HEIGHT,
     run: str | None = None,
     yaxis: dict | None = None,
-    annotation: str | None = None,
     legend: bool = False,
 ) -> go.Figure:
-    """The shared look, built as one dict and validated once (a live refresh rebuilds seven
-    figures; plotly's per-call update_* validation made that 10× slower): wrapped title, legend
-    below the plot, readable log ticks, 2-decimal hover. ``run`` goes into layout.meta.
-
-    No template: Streamlit's theme (light or dark, following the system) styles the figure.
-    """
+    """The shared look, built as one dict and validated once (plotly's update_* calls validate
+    on each call): wrapped title, legend in a band below the plot, readable log ticks, 2-decimal
+    hover; ``run`` in layout.meta; ``legend``: a legend even for one entry. No template: Streamlit's
+    theme (light or dark) styles the figure."""
     lines = wrap(title).count("<br>") + 1
     layout = {
         "title": {
@@ -163,20 +168,14 @@ def _figure(
         layout["showlegend"] = True  # plotly hides a legend of one entry by itself
     else:
         layout["showlegend"] = False
-    if run:  # the page script (ui.KEEP_VIEW_JS) links the x axes of one run's charts
-        layout["meta"] = {"run": run, "link": run}
-    if annotation:
-        layout["annotations"] = [
-            {"text": annotation, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}
-        ]
+    if run:
+        layout["meta"] = {"run": run}
     return go.Figure(data=traces, layout=layout)
 
 
 # --- the live charts, declared once -----------------------------------------------------------
 # The Train page's charts are data: a title, axis titles and the series read from each metrics line.
-# The browser builds them from a declaration and the raw lines (``live_series.js``, handed STYLE too),
-# so a new point costs the server nothing; :func:`figure_from_spec` is the same rule on the server,
-# for the Runs page's chart and as the reference the browser's is tested against (node).
+# The browser draws them from these declarations and the raw lines (live_series.js has the rules).
 # Series: {"key", "name", "scale"}: one value per line; {"key", "per": True, "names"}: one trace per
 # entry of a per-block list; {"seconds": True}: bars of training seconds per epoch. A scalar series
 # with no data is left out unless "keep_empty" (then only while the run has no line yet).
@@ -185,101 +184,64 @@ NO_BLOCKS = "no blocks: end-to-end method"
 
 
 def _ytitle(text: str) -> dict:
-    """The y axis title: the math a chart title used to carry (titles fit one line: plotly
-    placed the lines of a wrapped title over the plot or off the figure)."""
+    """The y axis title: the math, so that chart titles fit one line."""
     return {"title": {"text": text, "font": {"size": 11}}}
 
 
-def _chart(title: str, series: list[dict], *, ytitle="", xtitle="epoch", log=False, smooth=False, **kw) -> dict:
-    return {"title": title, "series": series, "ytitle": ytitle, "xtitle": xtitle, "log": log, "smooth": smooth, **kw}
+# the per-block charts drawn for a method that declares no chart of its own (log and smooth: True unless
+# False); a key in neither a method's ``live_charts`` nor here gets a plain chart
+BLOCK_CHARTS = {
+    "residuals": {"title": "Primal residual per block", "yaxis": _ytitle("‖Zₜ − blockₜ(Zₜ₋₁)‖")},
+    "backprop_cosine": {
+        "title": "Cosine with backprop's gradient",
+        "log": False,
+        "when": "backprop_cosine",
+        "yaxis": {"range": [-1.05, 1.05], **_ytitle("cos(block update, ∇)")},
+    },
+    "dual_norms": {"title": "Dual norm ‖Uₜ‖ per block"},
+    "betas": {"title": "Penalty β per block", "log": False, "smooth": False},
+}
 
 
-def _acc(title: str, xtitle: str = "epoch") -> dict:
-    pairs = (("train_accuracy", "train"), ("test_accuracy", "test"))
-    return _chart(
-        title, [{"key": k, "name": n, "scale": 100, "keep_empty": True} for k, n in pairs], ytitle="%", xtitle=xtitle
-    )
-
-
-def _loss(xtitle: str = "epoch") -> dict:
-    pairs = (("train_loss", "train"), ("test_loss", "test"))
-    series = [{"key": k, "name": n, "keep_empty": True} for k, n in pairs]
-    return _chart("Loss per sample", series, ytitle="loss", xtitle=xtitle, log=True, smooth=True)
-
-
-def _per_block(key: str, title: str, names=None, **kw) -> dict:
-    return _chart(title, [{"key": key, "per": True, "names": list(names or [])}], note=NO_BLOCKS, **kw)
-
-
-def _seconds(xtitle: str = "epoch") -> dict:
-    return _chart("Seconds per epoch (training only)", [{"seconds": True}], ytitle="s", xtitle=xtitle)
+def _chart(title: str, series: list[dict], ytitle: str = "", log: bool = False, smooth: bool = False, **kw) -> dict:
+    return {"title": title, "series": series, "ytitle": ytitle, "log": log, "smooth": smooth, **kw}
 
 
 def live_spec(method: str | None = None) -> dict[str, dict]:
     """The live charts of a run of ``method``, in drawing order (three to a row). ``when``: drawn
-    only once some line carries that key (the cosine, logged with ``--backprop-cosine``). ``log``:
-    the y axis starts logarithmic.
+    only once some line carries that key; ``log``: the y axis starts logarithmic.
 
-    Everything past accuracy, loss and seconds is what the method declares on its class, read from
-    the registry without torch: ``live_metrics`` (which charts), ``live_unit`` (the x axis),
-    ``live_accuracy`` and ``live_charts`` (titles, per-block names, multi-line charts).
-    ``method`` None or unknown: every per-block chart below, by epoch."""
+    Past accuracy, loss and seconds, the charts are what the method's class declares (read from the
+    registry without torch): ``live_metrics``, ``live_unit`` (the x axis), ``live_accuracy`` and
+    ``live_charts``. ``method`` None or unknown: every chart of :data:`BLOCK_CHARTS`, by epoch."""
     from admm_core.spec.methods import METHODS
 
     cls = METHODS.get(method) if method else None
-    unit = cls.live_unit if cls is not None else "epoch"
-    acc = cls.live_accuracy if cls is not None else "Accuracy (%)"
-    out = {"accuracy": _acc(acc, unit), "loss": _loss(unit), "seconds": _seconds(unit)}
-    declared = cls.live_charts if cls is not None else {}
-    for key in method_live_metrics(cls.name if cls is not None else None):
-        d = declared.get(key)
-        if d and "lines" in d:
-            series = [{"key": k, "name": n} for k, n in d["lines"]]
-            out[key] = _chart(d["title"], series, xtitle=unit, log=d.get("log", True), smooth=d.get("smooth", True))
-        elif d:
-            out[key] = _per_block(
-                key, d["title"], d.get("names"), xtitle=unit, log=d.get("log", True), smooth=d.get("smooth", True)
-            )
+    acc = [
+        {"key": k, "name": n, "scale": 100, "keep_empty": True}
+        for k, n in (("train_accuracy", "train"), ("test_accuracy", "test"))
+    ]
+    loss = [{"key": k, "name": n, "keep_empty": True} for k, n in (("train_loss", "train"), ("test_loss", "test"))]
+    out = {
+        "accuracy": _chart(cls.live_accuracy if cls else "Accuracy (%)", acc, "%"),
+        "loss": _chart("Loss per sample", loss, "loss", log=True, smooth=True),
+        "seconds": _chart("Seconds per epoch (training only)", [{"seconds": True}], "s"),
+    }
+    plain = {"log": False, "smooth": False}
+    for key in cls.live_metrics if cls else BLOCK_CHARTS:
+        d = (
+            (cls.live_charts if cls else {}).get(key)
+            or BLOCK_CHARTS.get(key)
+            or {"title": key.replace("_", " ").capitalize(), **plain}
+        )
+        if "lines" in d:
+            series, kw = [{"key": k, "name": n} for k, n in d["lines"]], {}
         else:
-            out[key] = (
-                BLOCK_CHARTS[key]() if key in BLOCK_CHARTS else _per_block(key, key.replace("_", " ").capitalize())
-            )
-            out[key]["xtitle"] = unit
-    return out
-
-
-# how each per-block metric a method may declare is drawn; a key not listed gets a plain chart
-BLOCK_CHARTS = {
-    "residuals": lambda: _per_block(
-        "residuals", "Primal residual per block", log=True, smooth=True, yaxis=_ytitle("‖Zₜ − blockₜ(Zₜ₋₁)‖")
-    ),
-    "backprop_cosine": lambda: _per_block(
-        "backprop_cosine",
-        "Cosine with backprop's gradient",
-        smooth=True,
-        when="backprop_cosine",
-        yaxis={"range": [-1.05, 1.05], **_ytitle("cos(block update, ∇)")},
-    ),
-    "dual_norms": lambda: _per_block("dual_norms", "Dual norm ‖Uₜ‖ per block", log=True, smooth=True),
-    "betas": lambda: _per_block("betas", "Penalty β per block"),
-}
-
-
-def method_live_metrics(method: str | None) -> tuple[str, ...]:
-    """The per-block live metrics ``method`` declares (admm_core.methods imports no torch); every
-    known chart for None or a name the registry lacks (a run of a method since removed)."""
-    from admm_core.spec.methods import METHODS
-
-    cls = METHODS.get(method) if method else None
-    return tuple(BLOCK_CHARTS) if cls is None else tuple(cls.live_metrics)
-
-
-def _col(metrics: list[dict], key: str, scale: float = 1.0) -> list:
-    out = []
-    for m in metrics:
-        v = m.get(key)
-        out.append(None if v is None or not _finite(v) else v * scale)
-    return out
+            series, kw = [{"key": key, "per": True, "names": list(d.get("names") or [])}], {"note": NO_BLOCKS}
+        kw.update({k: d[k] for k in ("when", "yaxis") if k in d})
+        out[key] = _chart(d["title"], series, log=d.get("log", True), smooth=d.get("smooth", True), **kw)
+    unit = cls.live_unit if cls else "epoch"
+    return {name: {**chart, "xtitle": unit} for name, chart in out.items()}
 
 
 def _finite(v) -> bool:
@@ -294,73 +256,22 @@ def n_blocks(metrics: list[dict], key: str) -> int:
     return max((len(m.get(key) or []) for m in metrics if isinstance(m.get(key), list)), default=0)
 
 
-def seconds_per_epoch(metrics: list[dict]) -> tuple[list, list]:
-    xs, ys = [], []
-    for a, b in zip(metrics, metrics[1:]):
-        de = b.get("epoch", 0) - a.get("epoch", 0)
-        if de > 0 and _finite(b.get("wall_time_s")) and _finite(a.get("wall_time_s")):
-            xs.append(b["epoch"])
-            ys.append((b["wall_time_s"] - a["wall_time_s"]) / de)
-    return xs, ys
-
-
-def spec_traces(chart: dict, metrics: list[dict], log_y: bool | None = None, smoothing: float = 0.0) -> list[dict]:
-    """The traces of a declared chart over ``metrics``; with ``log_y`` values ≤ 0 are gaps."""
-    log_y = chart["log"] if log_y is None else log_y
-    sm = smoothing if chart["smooth"] else 0.0
-    ep = _col(metrics, "epoch")
-    traces = []
-    for i, s in enumerate(chart["series"]):
-        if s.get("seconds"):
-            xs, ys = seconds_per_epoch(metrics)
-            traces.append({"type": "bar", "x": xs, "y": ys, "name": "s / epoch", "marker": {"color": COLOURS[2]}})
-        elif s.get("per"):
-            names = s.get("names") or ()
-            for t in range(n_blocks(metrics, s["key"])):
-                ys = []
-                for m in metrics:
-                    vals = m.get(s["key"]) if isinstance(m.get(s["key"]), list) else []
-                    v = vals[t] if t < len(vals) else None
-                    ys.append(v if _finite(v) and (not log_y or v > 0) else None)
-                name = names[t] if t < len(names) else f"block {t + 1}"
-                traces.append(_scatter(ep, smooth(ys, sm), name, COLOURS[t % len(COLOURS)]))
-        else:
-            ys = [y if y is None or not log_y or y > 0 else None for y in _col(metrics, s["key"], s.get("scale", 1))]
-            if _has_data(ys) or (s.get("keep_empty") and not metrics):
-                traces.append(_scatter(ep, smooth(ys, sm), s["name"], COLOURS[i]))
-    return traces
-
-
-def figure_from_spec(
-    chart: dict, metrics: list[dict], run: str | None = None, log_y: bool | None = None, smoothing: float = 0.0
-) -> go.Figure:
-    traces = spec_traces(chart, metrics, log_y, smoothing)
-    log_y = chart["log"] if log_y is None else log_y
-    note = chart.get("note") if not traces else None
-    return _figure(
-        traces,
-        chart["title"],
-        chart["xtitle"],
-        chart["ytitle"],
-        log_y,
-        run=run,
-        yaxis=chart.get("yaxis"),
-        annotation=note,
-    )
-
-
 def spec_frame(chart: dict, run: str | None = None) -> dict:
-    """A declared chart's layout before any trace (plotly JSON): the browser adds the legend band
-    and the note for its own traces (``live_series.js`` ``layout``), as :func:`_figure` does here."""
+    """A declared chart's layout with no trace (plotly JSON), which the browser completes."""
     layout = _figure([], chart["title"], chart["xtitle"], chart["ytitle"], run=run, yaxis=chart.get("yaxis"))
-    out = layout.to_plotly_json()["layout"]
-    out.pop("showlegend", None)
-    return out
+    return {k: v for k, v in layout.to_plotly_json()["layout"].items() if k != "showlegend"}
 
 
-def accuracy_figure(metrics: list[dict], title: str = "Accuracy (%)", xtitle: str = "epoch", run=None) -> go.Figure:
-    """Train and test accuracy; a series the run never logs (DeepFacto: train) is left out."""
-    return figure_from_spec(_acc(title, xtitle), metrics, run)
+def accuracy_figure(metrics: list[dict]) -> go.Figure:
+    """Train and test accuracy (%) by epoch; a series the run never logs (DeepFacto: train) is left out."""
+    ep = _values(metrics, "epoch")
+    pairs = (("train_accuracy", "train"), ("test_accuracy", "test"))
+    traces = [
+        _scatter(ep, ys, name, COLOURS[i])
+        for i, (k, name) in enumerate(pairs)
+        if _has_data(ys := _values(metrics, k, 100))
+    ]
+    return _figure(traces, "Accuracy (%)", "epoch", "%")
 
 
 def measured_seconds_per_epoch(metrics: list[dict], since: float | None = None) -> float | None:
@@ -483,30 +394,32 @@ class Overlay:
 def compare_figure(series: list[tuple[str, list[dict]]], key: str, look: Overlay = Overlay()) -> go.Figure:
     """Overlay one column of several runs; per-block columns get one dash style per block."""
     traces = []
-    x_key, smoothing, log_y, percent = look.x_key, look.smoothing, look.log_y, look.percent
     for i, (label, metrics) in enumerate(series):
-        colour = COLOURS[i % len(COLOURS)]
-        xs = _col(metrics, x_key)
+        colour, xs = COLOURS[i % len(COLOURS)], _values(metrics, look.x_key)
         if metrics and isinstance(metrics[0].get(key), list):
             for t in range(n_blocks(metrics, key)):
-                ys = [(m.get(key) or [None] * (t + 1))[t] if t < len(m.get(key) or []) else None for m in metrics]
-                ys = [y if _finite(y) and (not log_y or y > 0) else None for y in ys]
-                trace = _scatter(xs, smooth(ys, smoothing), f"{label} · block {t + 1}", colour, "lines")
+                ys = [
+                    _gap(v[t] if isinstance(v := m.get(key), list) and t < len(v) else None, look.log_y)
+                    for m in metrics
+                ]
+                trace = _scatter(xs, smooth(ys, look.smoothing), f"{label} · block {t + 1}", colour, "lines")
                 trace["line"]["dash"] = DASHES[t % len(DASHES)]
                 traces.append({**trace, "legendgroup": label, **_no_legend_if_empty(ys)})
         else:
-            ys = _col(metrics, key, 100.0 if percent else 1.0)
-            ys = [y if y is None or not log_y or y > 0 else None for y in ys]
-            traces.append(
-                {**_scatter(xs, smooth(ys, smoothing), label, colour, marker={"size": 4}), **_no_legend_if_empty(ys)}
-            )
+            ys = [_gap(y, look.log_y) for y in _values(metrics, key, 100.0 if look.percent else 1.0)]
+            trace = _scatter(xs, smooth(ys, look.smoothing), label, colour, marker={"size": 4})
+            traces.append({**trace, **_no_legend_if_empty(ys)})
     return look.figure(traces)
 
 
+def _gap(y, log_y: bool):
+    """``y``, or None where it cannot be drawn (not a number, or ≤ 0 on a log axis)."""
+    return y if _finite(y) and (not log_y or y > 0) else None
+
+
 def _no_legend_if_empty(ys: list) -> dict:
-    """A series with nothing to draw (all zero on a log axis, or missing) keeps no legend entry:
-    it vanished from the plot but its entry stayed."""
-    return {} if any(y is not None for y in ys) else {"showlegend": False}
+    """A series with nothing to draw keeps no legend entry (it vanished from the plot, not the legend)."""
+    return {} if _has_data(ys) else {"showlegend": False}
 
 
 PAPER_KEYS = (
@@ -663,79 +576,55 @@ def log_axis(key: str, vals: list) -> bool:
 PARALLEL_CHAR_PX = 7  # about a tick label character's width, for the left margin
 
 
-def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> go.Figure:
-    """Parallel coordinates: one axis per differing setting, the last the final test accuracy.
+def _parallel_axis(key: str, vals: list) -> tuple[dict, list[str]]:
+    """One parcoords axis of a setting and its tick names. Parcoords has no log axis: a log one
+    (:func:`log_axis`) is drawn as log10 with ticks named by value; whole numbers (a seed, a width)
+    get ticks at their values only; other values are categories on evenly spaced ticks."""
+    label = setting_name(key)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        cats = sorted({str(v) for v in vals})
+        names = [c if len(c) <= 24 else c[:23] + "…" for c in cats]
+        idx = [cats.index(str(v)) for v in vals]
+        return {"label": label, "values": idx, "tickvals": list(range(len(cats))), "ticktext": names}, names
+    values = [float(v) for v in vals]
+    if log_axis(key, vals):
+        ticks, text = log_ticks(vals)
+        logs = [math.log10(v) for v in values]
+        log10_ticks = [math.log10(t) for t in ticks]
+        return {
+            "label": f"{label} (log)",
+            "values": logs,
+            "tickvals": log10_ticks,
+            "ticktext": text,
+            "range": [min(logs), max(logs)],
+        }, text
+    if all(isinstance(v, int) for v in vals) and len(set(vals)) <= 12:
+        ticks = sorted(set(vals))
+        names = [str(t) for t in ticks]
+        return {"label": label, "values": values, "tickvals": ticks, "ticktext": names}, names
+    return {"label": label, "values": values, "tickformat": ".3~g"}, [fmt_value(v) for v in vals]
 
-    Numeric settings keep their scale, learning-rate-like ones a log scale (:func:`log_axis`:
-    plotted as log10 with ticks named by value, parcoords has no log axis); others are placed on
-    evenly spaced ticks named by value. The left margin fits the first axis's tick names.
-    """
-    dims = []
-    # one axis per setting every shown run has (a setting a method lacks got a made-up axis or
-    # "None" before); numbers print in full (eps was labelled '10n')
-    keys = [k for k in keys if all(s.get(k) is not None for s in settings)]
-    first_labels: list[str] = []
-    for k in keys:
-        vals = [s.get(k) for s in settings]
-        label = setting_name(k)
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
-            if log_axis(k, vals):
-                ticks, text = log_ticks(vals)
-                dims.append(
-                    {
-                        "label": f"{label} (log)",
-                        "values": [math.log10(float(v)) for v in vals],
-                        "tickvals": [math.log10(t) for t in ticks],
-                        "ticktext": text,
-                        "range": [math.log10(min(vals)), math.log10(max(vals))],
-                    }
-                )
-                names = text
-            elif all(isinstance(v, int) for v in vals) and len(set(vals)) <= 12:
-                # whole numbers (a seed, a width): ticks at the values only, not at 0.2, 0.4, … between them
-                ticks = sorted(set(vals))
-                dims.append(
-                    {
-                        "label": label,
-                        "values": [float(v) for v in vals],
-                        "tickvals": ticks,
-                        "ticktext": [str(t) for t in ticks],
-                    }
-                )
-                names = [str(t) for t in ticks]
-            else:
-                dims.append({"label": label, "values": [float(v) for v in vals], "tickformat": ".3~g"})
-                names = [fmt_value(v) for v in vals]
-        else:
-            cats = sorted({str(v) for v in vals})
-            names = [c if len(c) <= 24 else c[:23] + "…" for c in cats]
-            dims.append(
-                {
-                    "label": label,
-                    "values": [cats.index(str(v)) for v in vals],
-                    "tickvals": list(range(len(cats))),
-                    "ticktext": names,
-                }
-            )
-        if not first_labels:
-            first_labels = names
+
+def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> go.Figure:
+    """Parallel coordinates: one axis per differing setting that every run has (:func:`_parallel_axis`),
+    the last the final test accuracy. The left margin fits the first axis's tick names."""
+    axes = [_parallel_axis(k, [s[k] for s in settings]) for k in keys if all(s.get(k) is not None for s in settings)]
     acc = [r.get("final test %") for r in rows]
+    dims = [d for d, _ in axes]
     dims.append(
         {"label": "final test %", "values": [float("nan") if a is None else a for a in acc], "tickformat": ".4~g"}
     )
-    fig = go.Figure(
-        go.Parcoords(
-            line={
-                "color": [0 if a is None else a for a in acc],
-                "colorscale": "Viridis",
-                "showscale": True,
-                "colorbar": {"title": {"text": "test %"}},
-            },
-            dimensions=dims,
-        )
-    )
+    colorbar = {"title": {"text": "test %"}}
+    line = {
+        "color": [0 if a is None else a for a in acc],
+        "colorscale": "Viridis",
+        "showscale": True,
+        "colorbar": colorbar,
+    }
+    fig = go.Figure(go.Parcoords(line=line, dimensions=dims))
     # tick names are drawn left of their axis: the first axis's need room ("online-admm" was clipped)
-    left = max(60, 20 + PARALLEL_CHAR_PX * max((len(n) for n in first_labels), default=0))
+    first = axes[0][1] if axes else []
+    left = max(60, 20 + PARALLEL_CHAR_PX * max((len(n) for n in first), default=0))
     fig.update_layout(height=PARALLEL_HEIGHT, margin={"l": left, "r": 60, "t": 60, "b": 30})
     return fig
 
@@ -799,12 +688,13 @@ def _interp(xr: list[float], yr: list[float], grid: list[float]) -> list[float |
     return out
 
 
-def _run_xy(metrics: list[dict], key: str, x_key: str, scale: float, smoothing: float, log_y: bool):
-    """A run's (x, y) points, sorted by x, one y per x (the last logged: a resumed run may repeat an
-    epoch), gaps dropped."""
+def _run_xy(metrics: list[dict], key: str, look: Overlay):
+    """A run's (x, y) points as ``look`` draws them, sorted by x, one y per x (the last logged: a
+    resumed run may repeat an epoch), gaps dropped."""
     pts: dict[float, float] = {}
-    for x, y in zip(_col(metrics, x_key), smooth(_values(metrics, key, scale), smoothing)):
-        if x is not None and y is not None and (not log_y or y > 0):
+    ys = smooth(_values(metrics, key, 100.0 if look.percent else 1.0), look.smoothing)
+    for x, y in zip(_values(metrics, look.x_key), ys):
+        if x is not None and _gap(y, look.log_y) is not None:
             pts[float(x)] = y
     xr = sorted(pts)
     return xr, [pts[x] for x in xr]
@@ -821,10 +711,9 @@ def group_figure(
     run per point, and the mean jumped from run to run (a saw-tooth). At an x past the end of a run
     the mean is over the runs that reached it. Per-block columns are averaged over blocks."""
     traces = []
-    x_key, smoothing, log_y, percent = look.x_key, look.smoothing, look.log_y, look.percent
     for i, (label, runs) in enumerate(groups):
         colour = COLOURS[i % len(COLOURS)]
-        xy = [_run_xy(m, key, x_key, 100.0 if percent else 1.0, smoothing, log_y) for m in runs]
+        xy = [_run_xy(m, key, look) for m in runs]
         grid = _grid(xy)
         cols = [_interp(xr, yr, grid) for xr, yr in xy]
         xs, mean, lo, hi, counts = [], [], [], [], []
@@ -839,7 +728,7 @@ def group_figure(
             else:
                 sd = math.sqrt(sum((v - mu) ** 2 for v in vals) / len(vals))
                 a, b = mu - sd, mu + sd
-                if log_y:
+                if look.log_y:
                     a = max(a, mu / 10)  # a band below zero has no place on a log axis
             xs.append(x)
             mean.append(mu)
@@ -850,22 +739,12 @@ def group_figure(
         few, most = (min(counts), max(counts)) if counts else (len(runs), len(runs))
         name = f"{label} (n = {most})" if few == most else f"{label} (n = {few}–{most} by x)"
         band = {"type": "scatter", "x": xs, "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip"}
-        traces.append({**band, "y": hi, "legendgroup": label, "showlegend": False, "name": f"{label} hi"})
-        traces.append(
-            {
-                **band,
-                "y": lo,
-                "fill": "tonexty",
-                "fillcolor": _rgba(colour, 0.18),
-                "legendgroup": label,
-                "showlegend": False,
-                "name": f"{label} lo",
-            }
-        )
-        line = {**_scatter(xs, mean, name, colour, "lines"), "legendgroup": label, **_no_legend_if_empty(mean)}
-        line["customdata"] = counts
-        line["hovertemplate"] = f"%{{y}} (n = %{{customdata}}) · {label}<extra></extra>"
-        traces.append(line)
+        band.update(legendgroup=label, showlegend=False)
+        traces.append({**band, "y": hi, "name": f"{label} hi"})
+        traces.append({**band, "y": lo, "name": f"{label} lo", "fill": "tonexty", "fillcolor": _rgba(colour, 0.18)})
+        hover = f"%{{y}} (n = %{{customdata}}) · {label}<extra></extra>"
+        line = _scatter(xs, mean, name, colour, "lines", legendgroup=label, customdata=counts, hovertemplate=hover)
+        traces.append({**line, **_no_legend_if_empty(mean)})
     return look.figure(traces, legend=True)  # a legend even for one group: it says what is pooled, and n
 
 
@@ -892,30 +771,41 @@ def series_csv(
     for chart, series in charts.items():
         scale, unit = (100.0, "%") if chart in percent else (1.0, "")
         for s in series:
-            for x, y in zip(_col(s.metrics, x_key), _values(s.metrics, keys[chart], scale)):
+            for x, y in zip(_values(s.metrics, x_key), _values(s.metrics, keys[chart], scale)):
                 if x is not None and y is not None:
                     x = int(x) if float(x).is_integer() else x  # epoch 3, not 3.0
                     w.writerow([chart, s.run, s.legend, s.group, x, f"{y:.6g}", unit])
     return buf.getvalue()
 
 
-# Compare's charts in its CSV: chart -> (metrics key, network runs or DeepFacto runs, in % as drawn)
-COMPARE_CSV = {
-    "test accuracy": ("test_accuracy", "nets", True),
-    "train accuracy": ("train_accuracy", "nets", True),
-    "train loss": ("train_loss", "nets", False),
-    "residuals": ("residuals", "nets", False),
-    "verification": ("test_accuracy", "faces", True),
-    "nmf residual": ("nmf_residual", "faces", False),
+@dataclass(frozen=True)
+class CompareChart:
+    """One of Compare's charts: the metrics column it draws, whose runs (network or DeepFacto), in %
+    (the metrics file keeps fractions), its title and its element key."""
+
+    key: str
+    runs: str
+    percent: bool
+    title: str
+    element: str
+
+
+COMPARE_CHARTS = {
+    "test accuracy": CompareChart("test_accuracy", "nets", True, "Test accuracy (%)", "cmp_acc"),
+    "train accuracy": CompareChart("train_accuracy", "nets", True, "Train accuracy (%)", "cmp_tracc"),
+    "train loss": CompareChart("train_loss", "nets", False, "Train loss per sample", "cmp_loss"),
+    "residuals": CompareChart("residuals", "nets", False, "Primal residual", "cmp_res"),
+    "verification": CompareChart("test_accuracy", "faces", True, "Face verification accuracy (%)", "cmp_df_acc"),
+    "nmf residual": CompareChart("nmf_residual", "faces", False, "NMF residual ‖Z₁ − MS‖/‖Z₁‖", "cmp_df_nmf"),
 }
 
 
 def compare_csv(nets: list[Series], faces: list[Series], x_key: str) -> str:
     """The Compare page's "Download the charts' data (CSV)": :func:`series_csv` of its charts."""
     runs = {"nets": nets, "faces": faces}
-    charts = {c: runs[who] for c, (_, who, _) in COMPARE_CSV.items() if runs[who]}
-    keys = {c: k for c, (k, _, _) in COMPARE_CSV.items()}
-    return series_csv(charts, keys, x_key, {c for c, (_, _, pct) in COMPARE_CSV.items() if pct})
+    charts = {name: runs[c.runs] for name, c in COMPARE_CHARTS.items() if runs[c.runs]}
+    keys = {name: c.key for name, c in COMPARE_CHARTS.items()}
+    return series_csv(charts, keys, x_key, {name for name, c in COMPARE_CHARTS.items() if c.percent})
 
 
 # --- Compare: what differs between runs, as legends and groups --------------------------------------

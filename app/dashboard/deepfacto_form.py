@@ -20,16 +20,16 @@ from admm_core.rundir import write_atomic
 from admm_core.spec.config import ConfigError
 from admm_core.spec.datasets import cache_dir
 from admm_core.spec.deepfacto import RENAMED, DeepFactoConfig, saved_fields
-from admm_core.spec.methods.deepfacto import DeepFactoSettings
+from admm_core.spec.methods.deepfacto import DeepFacto
 from app.dashboard import form as F
 from app.dashboard import workers as W
 
 MODE = "deepfacto"  # ?mode=deepfacto opens the Train page on this form
 PREFIX = "df."  # widget keys and URL keys: df.<field>
 MAIN = ("rank", "warmup_epochs", "finetune_epochs", "admm_images", "seed", "device")
-# "All DeepFacto settings" by what they set; the algorithm's are the method's own (DeepFactoSettings)
+# "All DeepFacto settings" by what they set; the algorithm's are the method's own (its record DeepFacto)
 GROUPS = {
-    "The algorithm (the method's settings)": tuple(f.name for f in dataclasses.fields(DeepFactoSettings)),
+    "The algorithm (the method's settings)": tuple(f.name for f in dataclasses.fields(DeepFacto)),
     "Data": ("image_size", "test_fraction", "data_limit", "admm_images"),
     "Backbone training (when it is trained here)": (
         "backbone_source",

@@ -1,21 +1,12 @@
-"""The live panel's charts as one Streamlit component drawn in the browser.
+"""The live panel's charts: one Streamlit component (``declare_component``) whose iframe, under a
+stable key, persists across the panel's redraws, so a new point mounts nothing. Its page
+(``live_charts.html``) fetches the run's lines from the dashboard's route (:mod:`app.dashboard.tail`),
+draws the charts declared by :func:`app.dashboard.charts.live_spec` with the rules of
+``live_series.js``, and tells the panel when the run's state changes (``follow.js``).
 
-Drawn as seven ``st.plotly_chart`` elements, every new point made Streamlit mount seven fresh
-plots in each tab, and with eight tabs open the points were 20 s behind the disk. Here the panel
-is one component (``streamlit.components.v1.declare_component``) with a stable key, so its
-iframe persists across the panel's redraws. Its page (``live_charts.html``) builds the charts
-itself from the charts' declarations and style (:func:`app.dashboard.charts.live_spec`,
-``charts.STYLE``) and the raw metrics lines (``live_series.js``, the browser's twin of
-``charts.spec_traces``), which it fetches from the dashboard's route (:mod:`app.dashboard.tail`),
-and it tells the panel when the run's state changes (``follow.js``, :mod:`app.dashboard.follow`).
-It updates every chart in place with ``Plotly.react``, keeping the user's zoom, pan and hidden
-legend entries, and carries the controls: smoothing, x by epoch / step / wall time and linked x
-axes for the panel; log scale, CSV and PNG for each chart.
-
-The component's folder is made at runtime (``~/.cache/admm_core/``, else the temporary folder):
-the page as ``index.html``, ``live_series.js`` and ``follow.js`` beside the ``plotly.min.js`` of
-the installed plotly package, so nothing is fetched from the network and no copy of plotly.js is
-kept in the project.
+The component's folder is made at runtime (``~/.cache/admm_core/``, else the temporary folder) with
+the ``plotly.min.js`` of the installed plotly package: nothing is fetched from the network and no
+copy of plotly.js is kept in the project.
 """
 
 from __future__ import annotations
@@ -43,8 +34,8 @@ def _plotly_js() -> Path:
 
 
 def asset_dir(bases: list[Path] | None = None) -> Path | None:
-    """The component's folder (:data:`FILES`), made once per version of the page, its scripts and
-    plotly; None when no folder can be written."""
+    """The component's folder (:data:`FILES`), made once per version of its files; None when no
+    folder can be written."""
     import plotly
 
     pages = {
@@ -79,8 +70,8 @@ NO_FOLDER = "The live charts cannot be drawn: neither ~/.cache/admm_core nor the
 
 
 def component():
-    """The declared component, or None where its folder cannot be made (neither the cache nor the
-    temporary folder is writable): then the panel says so (:data:`NO_FOLDER`)."""
+    """The declared component, or None where its folder cannot be made (the panel then shows
+    :data:`NO_FOLDER`)."""
     global _component
     if _component is None and (path := asset_dir()) is not None:
         from streamlit.components.v1 import declare_component

@@ -1,10 +1,9 @@
 """Compare: overlay runs; a table with the settings that differ, the paper's figures (same setup
 only) and CSV; parallel coordinates of settings against final accuracy.
 
-The selection is the user's and it lasts: it is in the URL (``?runs=<id>,<id>``, a shareable link),
-kept for the session while the page is left, and saved in the runs folder (PICK_FILE) for the next
-visit. Only before any pick are the 6 newest runs shown, and the page says so; new runs are then
-offered in the menu, never swapped in.
+The pick is the user's and it lasts: in the URL (``?runs=<id>,<id>``), in the session, and in the
+runs folder (PICK_FILE) for the next visit. Before any pick the newest runs are shown, and the page
+says so; new runs are offered in the menu, never swapped in.
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def _url_selection(names: list[str]) -> list[str] | None:
 
 
 def _saved_pick(names: list[str]) -> list[str] | None:
-    """The pick saved by the last visit, less the runs deleted since; None when there is none (or
-    every run in it is gone)."""
+    """The last visit's pick, less the runs deleted since; None when there is none left."""
     try:
         data = json.loads((ui.runs_root() / PICK_FILE).read_text())
     except (OSError, ValueError):
@@ -70,16 +68,13 @@ def _mirror_selection() -> None:
 
 
 def _stamp(dirs: list) -> tuple:
-    """The shown runs' metrics files (size, mtime) and states: the charts change only with them."""
+    """The shown runs' metrics files (size, mtime; None: no file) and states: the charts change only with them."""
     stamps = [file_stamp(d / "metrics.jsonl") for d in dirs]
-    return tuple(
-        None if s == (0, 0) else (*s, W.state_of(d).get("state")) for s, d in zip(stamps, dirs)
-    )  # (0, 0): none
+    return tuple(None if s == (0, 0) else (*s, W.state_of(d).get("state")) for s, d in zip(stamps, dirs))
 
 
-# A live chart is redrawn at most this often. 1 s starved a slow browser: it got new figures before it had
-# drawn the last ones (4 live runs, load 11-13 on 2 cores: first chart after 7.7 and 19 s, never in 120 s in
-# 2 of 5 earlier runs; 5 s: 6.2 s twice; docs/reliability.md). Compare compares; the Train page follows live.
+# a live chart is redrawn at most this often: every 1 s starved a slow browser, which got new figures
+# before it had drawn the last ones (docs/reliability.md); the Train page is the one that follows live
 REDRAW_EVERY_S = 5.0
 MAX_POINTS = 1500  # points drawn per curve (charts.thin: each bucket's first, lowest, highest); the CSV has all
 # one number of decimals per column (Streamlit's default drew "98" beside "97.78")
@@ -103,8 +98,7 @@ def placeholders(rows: int, cols: int = 2, height: int = C.OVERLAY_HEIGHT) -> No
 
 @st.fragment(key="cmp_parallel")
 def parallel_section(rows: list[dict], flat: list[dict], differ: list[str]) -> None:
-    """Parallel coordinates: a WebGL chart, the browser's slowest (about 0.9 s of its main thread in
-    software rendering), so it too is drawn once the page is."""
+    """Parallel coordinates, drawn once the page is (WebGL: the browser's slowest chart)."""
     if not FL.after_paint("cmp_parallel"):
         placeholders(1, 1, C.PARALLEL_HEIGHT)
         return
@@ -112,8 +106,8 @@ def parallel_section(rows: list[dict], flat: list[dict], differ: list[str]) -> N
 
 
 def gear_label(key: str, methods: list) -> str:
-    """A compared setting by the label the Train form gives it: a method's ("m.lr" → "η — Θ step size", the
-    first of ``methods`` that has it) or a config field's ("train.seed" → "Seed"); else its short name."""
+    """A compared setting by its Train form label ("m.lr" → "η — Θ step size", as the first of
+    ``methods`` that has it names it; "train.seed" → "Seed"); else its short name."""
     if key.startswith("m."):
         for m in methods:
             if key[2:] in (labels := F.method_labels(m)):
@@ -125,9 +119,8 @@ def gear_label(key: str, methods: list) -> str:
 
 @st.fragment(key="cmp_table_section")
 def table_section(rows: list[dict], differ: list[str]) -> None:
-    """The runs' table (``rows``, with their ⚙ columns: the settings that differ) and its CSV. Streamlit's data grid
-    is a heavy chunk: drawn with the controls it put the picker 0.2 s later on a new tab (2.49 against
-    2.27 s, docs/reliability.md), so it too comes once the page is drawn."""
+    """The runs' table (``rows``, with their ⚙ columns: the settings that differ) and its CSV, drawn
+    once the page is (Streamlit's data grid is a heavy chunk that delayed the controls)."""
     if not FL.after_paint("cmp_table_section"):
         st.container(height=TABLE_PLACEHOLDER_PX, border=True).caption("Drawing the table…")
         return
@@ -137,8 +130,7 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
     paper = ["paper test %", "Δ vs paper", "paper"]
     lead = ["run", "name", "method", "status", "final test %", "best test %", *paper]
     order = lead + gears + [k for k in table.columns if k not in lead and not k.startswith("⚙ ")]
-    # on screen, the settings that differ come before columns no run fills: an empty name, paper figures
-    # that none of the runs has (its "paper" column, which says why, goes last)
+    # columns no run fills go: an empty name; paper figures none has ("paper", which says why, goes last)
     shown = [k for k in order if k != "name" or table[k].astype(bool).any()]
     none_paper = table["paper test %"].isna().all()
     if none_paper:
@@ -184,11 +176,9 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
 
 @st.fragment(key="cmp_charts")
 def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> None:
-    """The charts of the run records ``recs``, redrawn when a shown run writes a new evaluation or
-    changes state, while any of them is live, at most every REDRAW_EVERY_S (the follow component
-    asks for the stamp: :mod:`dashboard.follow`). A redraw lists no runs (the records' config and
-    meta come from the page's run; a rerun of this fragment alone keeps them) and reads only the
-    metrics lines added since the last one."""
+    """The charts of the run records ``recs``, redrawn while one is live when a shown run writes a
+    new evaluation or changes state, at most every REDRAW_EVERY_S (:mod:`dashboard.follow`). A
+    redraw lists no runs and reads only the metrics lines added since the last one."""
     if not FL.after_paint("cmp_charts"):  # the controls above are drawn first
         placeholders(2 if any(run_kind(r["config"] or {}, r.get("status")) != DEEPFACTO for r in recs) else 1)
         return
@@ -196,7 +186,7 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
     stamp = _stamp(dirs)
     nets, faces = [], []  # DeepFacto runs get their own charts: verification accuracy, per epoch
     cfgs = [r["config"] or {} for r in recs]
-    # legends say what differs, from the configs (a truncated id, "block-admm · 20261201-183531…", did not)
+    # legends say what differs, from the configs
     legends = C.legend_labels(cfgs, [r["meta"]["name"] for r in recs])
     grouped = group_by != "nothing"
     groups = C.group_labels(cfgs, [r["meta"]["tags"] for r in recs], group_by) if grouped else [""] * len(recs)
@@ -204,31 +194,23 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
         item = C.Series(r["name"], legend, read_metrics(r["dir"]), group)
         (faces if run_kind(cfg, r.get("status")) == DEEPFACTO else nets).append(item)
 
-    def draw(col, items, key, title, log, percent=False, xk=x_key, chart_key=""):
-        look = C.Overlay(xk, smoothing, log, title, percent, max_points=MAX_POINTS)
-        if not grouped:
-            fig = C.compare_figure([(s.legend, s.metrics) for s in items], key, look)
-        else:
-            by_group: dict[str, list] = {}
-            for s in items:
-                by_group.setdefault(s.group, []).append(s.metrics)
-            fig = C.group_figure(list(by_group.items()), key, look, spread)
-        col.plotly_chart(fig, key=chart_key, config=ui.PLOTLY_CONFIG)
-
-    if nets:
-        g = st.columns(2)
-        draw(g[0], nets, "test_accuracy", "Test accuracy (%)", acc_log, True, chart_key="cmp_acc")
-        draw(g[1], nets, "train_accuracy", "Train accuracy (%)", acc_log, True, chart_key="cmp_tracc")
-        g = st.columns(2)
-        draw(g[0], nets, "train_loss", "Train loss per sample", log_y, chart_key="cmp_loss")
-        res_title = "Primal residual" + (" (block mean)" if grouped else " (dash = block)")
-        draw(g[1], nets, "residuals", res_title, log_y, chart_key="cmp_res")
-    if faces:
-        st.markdown("**DeepFacto runs** (per epoch: one iteration over their training images)")
-        xk = "wall_time_s" if x_key == "wall_time_s" else "epoch"
-        g = st.columns(2)
-        draw(g[0], faces, "test_accuracy", "Face verification accuracy (%)", acc_log, True, xk, "cmp_df_acc")
-        draw(g[1], faces, "nmf_residual", "NMF residual ‖Z₁ − MS‖/‖Z₁‖", log_y, xk=xk, chart_key="cmp_df_nmf")
+    runs = {"nets": nets, "faces": faces}
+    charts = [c for c in C.COMPARE_CHARTS.values() if runs[c.runs]]
+    for i in range(0, len(charts), 2):
+        if charts[i].runs == "faces" and (i == 0 or charts[i - 1].runs == "nets"):
+            st.markdown("**DeepFacto runs** (per epoch: one iteration over their training images)")
+        for col, c in zip(st.columns(2), charts[i : i + 2]):
+            title = c.title + ((" (block mean)" if grouped else " (dash = block)") if c.key == "residuals" else "")
+            look = C.Overlay(x_key, smoothing, acc_log if c.percent else log_y, title, c.percent, max_points=MAX_POINTS)
+            items = runs[c.runs]
+            if not grouped:
+                fig = C.compare_figure([(s.legend, s.metrics) for s in items], c.key, look)
+            else:
+                by_group: dict[str, list] = {}
+                for s in items:
+                    by_group.setdefault(s.group, []).append(s.metrics)
+                fig = C.group_figure(list(by_group.items()), c.key, look, spread)
+            col.plotly_chart(fig, key=c.element, config=ui.PLOTLY_CONFIG)
     st.download_button(
         "Download the charts' data (CSV)",
         # built on the click: on every redraw of a live chart it was a pass over every line

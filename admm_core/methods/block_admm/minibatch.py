@@ -125,13 +125,11 @@ class MinibatchSchedule:
         x = batch.inputs(rows)
         zs, forwards, given = self.start(net, state, x, rows, first, for_theta)
         us = [u[rows] for u in state.u]
-        z_lrs = m.z_rule.sizes(net, state, batch, zs)
         moments = None
         if state.z_m is not None:
             moments = [[mm[rows] for mm in state.z_m], [v[rows] for v in state.z_v]]
-        z_step, solve = m.z_rule.for_rows(state, batch, z_lrs, moments, step, T)
+        z_step, solve = m.z_rule.for_rows(state, batch, m.z_rule.sizes(net, state, batch, zs), moments, step, T)
         y = batch.y[rows]
-        offsets = [None] * T
         sweep = dict(
             jacobi=s.z_sweep == "jacobi",
             own_grad=coupling_grad(state.beta, us),  # ∇_Z P_t in closed form
@@ -139,12 +137,25 @@ class MinibatchSchedule:
             solve=solve,
             signal_norm=m.z_rule.signal_norm,
         )
-        objective, couplings = (lambda z: batch.loss(z, y)), coupling_terms(state.beta, us)
-        # Every block's Θ-step reads this forward start (theta_input='start') right after this one
-        # Gauss–Seidel pass, with the same Z and U: the sweep's vjps through the blocks then give
-        # the Θ-step's ∇_{Θ_t} P_t as well, and the Θ-step runs no backward pass of its own.
-        shard = batch.shard
-        fused = (
+        problem = (lambda z: batch.loss(z, y)), coupling_terms(state.beta, us)
+        fused = self.theta_grads_from_sweep(given, batch.shard, T)
+        new, offsets, theta_grads = self.sweeps(net, x, zs, problem, z_step, sweep, forwards, given, fused)
+        if forwards is None:
+            return ZRows(None, [z.to(state.z[t].dtype) for t, z in enumerate(new)]), moments
+        # one sweep from the forward start: its Z_t is base_t + δ_t as ZRows forms it (the same sum)
+        values = new if s.z_sweeps == 1 else None
+        return ZRows([out.detach() for _, out in forwards], offsets, given, theta_grads, values), moments
+
+    def theta_grads_from_sweep(self, given, shard, T: int) -> bool:
+        """Whether the sweep's vector-Jacobian products also give every block's Θ-gradient.
+
+        Every block's Θ-step reads the forward start (``theta_input='start'``, all T passes
+        ``given``) right after one Gauss–Seidel pass with the same Z and U: the sweep's vjps
+        through the blocks then give the Θ-step's ∇_{Θ_t} P_t as well, and the Θ-step runs no
+        backward pass of its own. Not when the rows or blocks are shared over processes.
+        """
+        s = self.s
+        return bool(
             zsweep.THETA_GRADS_FROM_SWEEP
             and given is not None
             and len(given) == T
@@ -152,8 +163,16 @@ class MinibatchSchedule:
             and s.z_sweep != "jacobi"
             and not (shard.shards_rows or shard.shards_blocks)
         )
+
+    def sweeps(self, net, x, zs, problem, z_step, sweep: dict, forwards, given, fused: bool):
+        """The visit's ``z_sweeps`` reverse sweeps, in ``bn_mode``: the first from ``zs`` (with the
+        forward start's passes, and the Θ-gradients where ``fused``), each next from the last's Z.
+        Returns (new Z rows, their displacements from the forward start or None, the Θ-gradients
+        or None); ``problem`` is (J of Z_T, the coupling terms P_t)."""
+        objective, couplings = problem
+        offsets = [None] * net.T if forwards is not None else None
         theta_grads = {} if fused else None
-        with norm_mode(net, s.bn_mode):
+        with norm_mode(net, self.s.bn_mode):
             new = reverse_z_sweep(
                 net.blocks,
                 x,
@@ -162,21 +181,17 @@ class MinibatchSchedule:
                 couplings,
                 z_step,
                 forwards=forwards,
-                offsets=offsets if forwards is not None else None,
+                offsets=offsets,
                 keep_graphs=given is not None and len(given) > 1 and not fused,
                 theta_params=[block_params(b) for b in net.blocks] if fused else None,
                 theta_grads=theta_grads,
                 **sweep,
             )
-            for _ in range(s.z_sweeps - 1):  # more Z-steps on the same rows before the Θ-step
+            for _ in range(self.s.z_sweeps - 1):  # more Z-steps on the same rows before the Θ-step
                 new = reverse_z_sweep(net.blocks, x, new, objective, couplings, z_step, **sweep)
                 if forwards is not None:  # still held as the forward start + its displacement
                     offsets = [z - out.detach() for z, (_, out) in zip(new, forwards)]
-        if forwards is None:
-            return ZRows(None, [z.to(state.z[t].dtype) for t, z in enumerate(new)]), moments
-        # one sweep from the forward start: its Z_t is base_t + δ_t as ZRows forms it (the same sum)
-        values = new if s.z_sweeps == 1 else None
-        return ZRows([out.detach() for _, out in forwards], offsets, given, theta_grads, values), moments
+        return new, offsets, theta_grads
 
     @torch.no_grad()
     def dual_rows(self, m, net, state, batch, rows: torch.Tensor, sq: list, zr: ZRows, outs=None) -> None:

@@ -44,8 +44,12 @@ class BlockADMMState(MethodState):
 
 
 def squared_norm(x: torch.Tensor) -> torch.Tensor:
-    """Σ x² in float64 (a 0-d tensor), reduced without a float64 copy of ``x``."""
-    return torch.linalg.vector_norm(x.detach(), dtype=torch.float64).square()
+    """Σ x² as a float64 0-d tensor, for the epoch's sums of residuals and Z-steps: ‖x‖ reduced in
+    ``x``'s own dtype (float32: relative error ~1e-7, torch's reduction is blockwise), then squared
+    in float64 so the sums over minibatches lose nothing. A float64 reduction cost 10× as much
+    (5.8 against 0.57 ms for a minibatch of mnist-net's Z_1, 64×64×24×24, one CPU thread): three of
+    them per block per minibatch were about a tenth of block-admm's epoch."""
+    return torch.linalg.vector_norm(x.detach()).to(torch.float64).square()
 
 
 def coupling_grad(beta, us):

@@ -5,13 +5,16 @@ A method's record is a frozen dataclass of settings deriving from :class:`Method
 the memory estimate and the preflight read: its name and summary, the kind of run it makes, its
 live charts, whether it works on blocks, augments, follows the Θ schedule, runs on several
 processes, needs a chain of Linear layers, and the size of its state (:meth:`estimate_state_bytes`,
-:meth:`theta_moments`). Its updates are the engine's: ``implementation`` names the class (a
-subclass of the record, in :mod:`admm_core.methods`) that adds the protocol calls; a record that
-defines them itself (a plugin's one module) is its own implementation.
+:meth:`theta_moments`). Its updates are the engine's: ``implementation`` names the engine class (in
+:mod:`admm_core.methods`) that holds the record and adds the protocol calls; a record that defines
+them itself (a plugin's one module) is its own implementation. A method that is another's record
+with some declarations changed is a :func:`variant` of that record, not a subclass (gotmare:
+Block-ADMM's record with the dual part off).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -97,7 +100,7 @@ class MethodBase:
     live_unit: ClassVar[str] = "epoch"
     live_accuracy: ClassVar[str] = "Accuracy (%)"
     live_charts: ClassVar[dict] = {}
-    # settings of a parent record that mean nothing here (gotmare: the duals' own): not shown
+    # settings of the record that mean nothing in this method (gotmare: the duals' own): not shown
     not_applicable: ClassVar[tuple[str, ...]] = ()
 
     def estimate_state_bytes(self, s: StateSizes) -> int:
@@ -137,6 +140,34 @@ class MethodBase:
         check_fields(self, self.name)
 
 
+def variant(record: type, qualname: str, doc: str, **declared) -> type:
+    """The record of a method that is ``record`` with some of its declarations in place of their own
+    (gotmare: Block-ADMM's record with the dual part off, ``uses_duals=False``, and its own name,
+    summary, live charts, hidden settings and ``PAPER``).
+
+    The variant has ``record``'s settings (each field's default, help and rule, in the same order) and
+    its checks and methods (the same functions), with ``declared`` over its class attributes. It is a
+    record of its own, deriving from ``record``'s bases, not a subclass of ``record``: a method holds
+    its settings, it does not inherit another method's. Only attributes ``record`` has may be declared,
+    and its methods must not call ``super()`` (whose class would be ``record``, not the variant).
+    """
+    unknown = sorted(k for k in declared if not hasattr(record, k))
+    if unknown:
+        raise TypeError(f"variant of {record.__name__}: no attribute {', '.join(unknown)} to declare")
+    fields = dataclasses.fields(record)
+    names = {f.name for f in fields}
+    own = {k: v for k, v in vars(record).items() if k not in names and (k == "__post_init__" or k[:2] != "__")}
+    for k, fn in own.items():
+        if "__class__" in getattr(getattr(fn, "__code__", None), "co_freevars", ()):
+            raise TypeError(f"variant of {record.__name__}: {k} calls super(); name the base's method instead")
+    copies = [
+        (f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory, metadata=f.metadata))
+        for f in fields
+    ]
+    namespace = {**own, **declared, "__module__": record.__module__, "__doc__": doc}
+    return dataclasses.make_dataclass(qualname, copies, bases=record.__bases__, namespace=namespace, frozen=True)
+
+
 def per_block(value: float | Sequence[float], T: int, name: str) -> list[float]:
     """A scalar or one value per block -> list of T floats (validated)."""
     vals = [float(value)] * T if isinstance(value, (int, float)) else [float(v) for v in value]
@@ -158,5 +189,6 @@ __all__ = [
     "power_steps_setting",
     "schedule_factor",
     "setting",
+    "variant",
     "z_step_setting",
 ]

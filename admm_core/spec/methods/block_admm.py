@@ -1,6 +1,7 @@
-"""Batch Stochastic Block-ADMM's settings (paper Alg. 1) and Gotmare et al.'s, which are the same
-with U ≡ 0. The updates are :mod:`admm_core.methods.block_admm`'s, whose parts each read some of
-these settings (its docstring lists which)."""
+"""Batch Stochastic Block-ADMM's record (paper Alg. 1) and Gotmare et al.'s, which is the same record
+with the dual part off (U ≡ 0): a variant of it, not a subclass. The updates are
+:mod:`admm_core.methods.block_admm`'s, whose parts each read some of these settings (its docstring
+lists which)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .base import (
     power_every_setting,
     power_steps_setting,
     setting,
+    variant,
 )
 
 
@@ -35,7 +37,7 @@ class BlockADMMSettings(MethodBase):
     name = "block-admm"
     summary = "Batch Stochastic Block-ADMM (paper Alg. 1): per-sample Z and U kept across iterations"
     implementation = "admm_core.methods.block_admm:BlockADMM"
-    uses_duals = True  # False: the dual step only measures residuals (U ≡ 0, a pure penalty method)
+    uses_duals = True  # the dual part; False (gotmare): the dual step only measures residuals, U ≡ 0
     supports_augment = True  # every read of X goes through TrainBatch.inputs (one view per epoch)
     supports_lr_schedule = True
     multi_process = True  # Z/U rows sharded over processes, or the blocks (parallel)
@@ -256,7 +258,7 @@ class BlockADMMSettings(MethodBase):
     )
 
     def __post_init__(self):
-        super().__post_init__()
+        MethodBase.__post_init__(self)  # not super(): gotmare's record runs this too (a variant, no subclass)
         if self.z_schedule != "minibatch":
             # where a minibatch's Z-update starts, the Θ-step's input and the dual step's pass mean nothing under
             # Alg. 1's sweep (no minibatch has a Z-update of its own): they read as the sweep does, so that
@@ -268,6 +270,8 @@ class BlockADMMSettings(MethodBase):
             check(self.z_norm == "off", f"{self.name}.z_norm", self.z_norm, "needs z_schedule='minibatch'")
         if self.z_start != "forward":  # no forward start for the Θ-step to reuse: it reads its inputs anew
             object.__setattr__(self, "theta_input", "new")
+        if not self.uses_duals:  # the dual part off (gotmare): U stays at its start, which must be 0
+            check(self.u_init == "zero", f"{self.name}.u_init", self.u_init, "this method has no duals (U ≡ 0)")
 
     def check_processes(self, n: int, T: int) -> None:
         """Sample sharding runs on any number of processes; block parallelism: :meth:`check_blocks`."""
@@ -301,8 +305,9 @@ class BlockADMMSettings(MethodBase):
         return 2 if self.theta_optimizer == "adam" else 0
 
 
-@dataclass(frozen=True)
-class GotmareSettings(BlockADMMSettings):
+GotmareSettings = variant(
+    BlockADMMSettings,
+    "GotmareSettings",
     """Gotmare, Thomas, Brea & Jaggi 2018, "Decoupling backpropagation using constrained optimization
     methods" (ICML workshop on credit assignment): the network cut into blocks glued by a quadratic
     penalty on auxiliary variables, with *no* dual variables,
@@ -311,33 +316,22 @@ class GotmareSettings(BlockADMMSettings):
 
     solved by alternating stochastic steps on the per-sample Z_t and on each block's Θ_t. This is
     batch Stochastic Block-ADMM (Alg. 1) with the scaled duals frozen at U ≡ 0 — the seed paper's own
-    description of this baseline — so it is Block-ADMM's record with the dual rule off
-    (``uses_duals = False``): the engine is Block-ADMM's (:mod:`admm_core.methods.block_admm`), its
-    dual step only measures the residuals, U is not counted as state, and everything else (Z_T-step,
+    description of this baseline — so its record is Block-ADMM's with the dual part off
+    (``uses_duals = False``; :func:`~.base.variant`, not a subclass): the same settings and checks
+    (U must start at 0), the engine is Block-ADMM's (:mod:`admm_core.methods.block_admm`), its dual
+    step only measures the residuals, U is not counted as state, and everything else (Z_T-step,
     reverse Z sweep, Θ-steps, the penalty rules) is Block-ADMM's.
 
     Deviations, stated: Gotmare et al. tune their own penalty schedule and optimisers per experiment;
     here the schedule is Block-ADMM's adaptive ρ rule (off by default), so the two methods differ only
-    in the multiplier. The seed paper trains this baseline with minibatch 64.
-    """
-
-    name = "gotmare"
-    summary = "Gotmare et al. 2018: blocks glued by a quadratic penalty, no duals (Block-ADMM with U ≡ 0)"
-    implementation = "admm_core.methods.block_admm:BlockADMM"  # with the dual rule off
-    uses_duals = False  # Block-ADMM's dual steps then only measure ‖Z_t − block_t(Z_{t−1})‖
-    live_metrics = ("residuals", "backprop_cosine", "betas")  # no dual norms: U ≡ 0
-    not_applicable = (
-        "u_init",
-        "u_init_scale",
-        "dual_lr",
-        "dual_theta",
-        "dual_start",
-        "dual_reset",
-    )  # the duals' own: U ≡ 0
-    PAPER: ClassVar[dict] = {**BlockADMMSettings.PAPER, "u_init": "zero"}  # the seed paper's Alg. 1 with U ≡ 0
-    # η is block-admm's 1e-3: across the zoo (docs/results/zoo.md, "gotmare's step size") 1e-3 beat 2e-3 on
-    # four of six networks, by 14 points on resnet18; 2e-3 won on mnist-net and mobilenet_v2
-
-    def __post_init__(self):
-        super().__post_init__()
-        check(self.u_init == "zero", f"{self.name}.u_init", self.u_init, "this method has no duals (U ≡ 0)")
+    in the multiplier. The seed paper trains this baseline with minibatch 64. η is block-admm's 1e-3:
+    across the zoo (docs/results/zoo.md, "gotmare's step size") 1e-3 beat 2e-3 on four of six
+    networks, by 14 points on resnet18; 2e-3 won on mnist-net and mobilenet_v2.
+    """,
+    name="gotmare",
+    summary="Gotmare et al. 2018: blocks glued by a quadratic penalty, no duals (Block-ADMM with U ≡ 0)",
+    uses_duals=False,  # the dual part off: Block-ADMM's dual steps then only measure ‖Z_t − block_t(Z_{t−1})‖
+    live_metrics=("residuals", "backprop_cosine", "betas"),  # no dual norms: U ≡ 0
+    not_applicable=("u_init", "u_init_scale", "dual_lr", "dual_theta", "dual_start", "dual_reset"),  # the duals' own
+    PAPER={**BlockADMMSettings.PAPER, "u_init": "zero"},  # the seed paper's Alg. 1 with U ≡ 0
+)
