@@ -1,7 +1,8 @@
 """A thousand runs: how the dashboard's listings hold up.
 
 Makes a runs folder with ``--finished`` finished runs (copies of three small digits runs, each
-with its own id, so no training is repeated) and ``--live`` live ones (real workers training
+with its own id, so no training is repeated; ``--seeds DIR``: copies of the finished runs in DIR,
+none trained) and ``--live`` live ones (real workers training
 long digits runs), then renders the Runs page, the Compare page and the Train page (its run
 menu) under Streamlit's AppTest (the server's script run, in this process) and measures:
 
