@@ -1222,23 +1222,23 @@ def test_image_decoding_16bit_alpha_gray_and_large():
 
 def test_deepfacto_form_validates_each_field_and_round_trips_the_url():
     from admm_core.spec.deepfacto import DeepFactoConfig
-    from app.dashboard import deepfacto_form as D
 
-    values = D.default_values()
-    cfg, errs = D.config_from_values(values)
+    values = F.deepfacto_form()
+    cfg, errs = F.deepfacto_config(values)
     assert errs == {} and cfg == DeepFactoConfig()
-    bad = {**values, "rank": 0, "batch_size": 0, "svm_c": "[-1]", "s_mode": "nope", "m_update": "lbfgs", "gamma": "abc"}
-    cfg, errs = D.config_from_values(bad)
-    assert cfg is None and set(errs) == {"rank", "batch_size", "svm_c", "s_mode", "m_update", "gamma"}, errs
-    assert "deepfacto.m_update" in errs["m_update"] and "lbfgs" in errs["m_update"]
-    assert "deepfacto.rank" in errs["rank"] and "0" in errs["rank"]
-    assert "deepfacto.svm_c" in errs["svm_c"] and "deepfacto.gamma" in errs["gamma"]
+    bad = {"rank": 0, "batch_size": 0, "svm_c": "[-1]", "s_mode": "nope", "m_update": "lbfgs", "gamma": "abc"}
+    cfg, errs = F.deepfacto_config({**values, **{"df." + k: v for k, v in bad.items()}})
+    assert cfg is None and set(errs) == {"df." + k for k in bad}, errs
+    assert "deepfacto.m_update" in errs["df.m_update"] and "lbfgs" in errs["df.m_update"]
+    assert "deepfacto.rank" in errs["df.rank"] and "0" in errs["df.rank"]
+    assert "deepfacto.svm_c" in errs["df.svm_c"] and "deepfacto.gamma" in errs["df.gamma"]
     # text fields read like --set: JSON lists, null, plain strings; 0 labelled images = all of them
-    mine = {**values, "rank": 8, "svm_c": "[0.001, 0.1]", "data_limit": 0, "s_mode": "admm", "margin": "0.5"}
-    cfg, errs = D.config_from_values(mine, backbone_weights="/w.pt")
+    mine = {"rank": 8, "svm_c": "[0.001, 0.1]", "data_limit": 0, "s_mode": "admm", "margin": "0.5"}
+    mine = {**values, **{"df." + k: v for k, v in mine.items()}}
+    cfg, errs = F.deepfacto_config(mine, backbone_weights="/w.pt")
     assert errs == {}
     assert cfg == DeepFactoConfig(rank=8, svm_c=(0.001, 0.1), s_mode="admm", margin=0.5, backbone_weights="/w.pt")
-    q = D.to_query(mine)
+    q = F.to_query(mine, "deepfacto")
     assert q == {
         "mode": "deepfacto",
         "df.rank": "8",
@@ -1246,11 +1246,11 @@ def test_deepfacto_form_validates_each_field_and_round_trips_the_url():
         "df.s_mode": "admm",
         "df.margin": "0.5",
     }
-    back, warnings = D.from_query({**q, "df.nope": "1", "df.seed": "x", "df.device": "tpu"})
-    assert D.config_from_values(back)[0] == cfg.replace(backbone_weights=None)
+    back, warnings = F.from_query({**q, "df.nope": "1", "df.seed": "x", "df.device": "tpu"})
+    assert F.deepfacto_config(back)[0] == cfg.replace(backbone_weights=None)
     assert len(warnings) == 3 and any("df.nope" in w for w in warnings) and any("tpu" in w for w in warnings)
     # a run's saved settings come back into the same widgets
-    assert D.config_from_values(D.values_from_config(cfg.to_dict()), "/w.pt")[0] == cfg
+    assert F.deepfacto_config(F.deepfacto_form(cfg.to_dict()), "/w.pt")[0] == cfg
 
 
 def test_deepfacto_backbone_upload_keeps_only_plain_weights(tmp_path, monkeypatch):
@@ -1259,7 +1259,7 @@ def test_deepfacto_backbone_upload_keeps_only_plain_weights(tmp_path, monkeypatc
     import torch
 
     from admm_core.faces.backbone import FaceBackbone
-    from app.dashboard import deepfacto_form as D
+    from app.dashboard import workers as D
 
     monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ValueError, match="mine.pt"):

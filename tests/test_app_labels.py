@@ -120,31 +120,6 @@ def test_form_rows_hold_at_most_five_fields_as_even_as_can_be():
     assert all(len(r) <= F.ROW_MAX for g in ("data", "network") for r in F.rows(groups[g]))
 
 
-def test_form_columns_are_wide_enough_for_their_labels_and_number_buttons():
-    """At 1280 px "Training samples (0 = all)" wrapped onto two lines in a column of weight 0.8, and
-    number boxes under ~120 px lost their − / + buttons."""
-    from app.dashboard import form as F
-    from app.views.train import WEIGHT, _label_text
-
-    free = F.ROW_PX - 3 * F.GAP_PX
-    plain = F.column_widths([1, 1, 1, 1], ["a", "b", "c", "d"])
-    assert plain == pytest.approx([free / 4] * 4)  # short labels: the weights alone
-    long = "Training samples (0 = all)"
-    w = F.column_widths([1.2, 1.2, 0.8, 0.8], ["Preset", "Data set", long, "Test samples (0 = all)"])
-    assert w[2] >= len(long) * F.CHAR_PX + F.HELP_PX and sum(w) == pytest.approx(free)
-    assert w[0] == pytest.approx(w[1]) and w[0] > w[2]  # the rest shared by weight
-    w = F.column_widths([1, 1], ["x" * 200, "y" * 200])  # more than the row: each its need, the row shared
-    assert w[0] == pytest.approx(w[1])
-    for fields in (F.groups()["data"], F.groups()["method"] + F.groups()["train"], F.groups()["network"]):
-        for row in F.rows(fields):
-            least = [F.NUMBER_PX if f.kind in ("int", "float") else 0 for f in row]
-            w = F.column_widths([WEIGHT.get(f.kind, 1.0) for f in row], [_label_text(f) for f in row], least=least)
-            row_free = F.ROW_PX - F.GAP_PX * (len(row) - 1)
-            assert sum(w) <= row_free + 1e-6, [f.label for f in row]  # the form's rows fit a 1280-px window
-            for f, x, m in zip(row, w, least):
-                assert x >= max(len(_label_text(f)) * F.CHAR_PX + F.HELP_PX, m) - 1e-6, (f.label, x)
-
-
 def test_the_preset_box_says_when_its_values_were_edited(runs):
     at = page()
     assert at.selectbox(key="f.preset").options[at.selectbox(key="f.preset").index] == "digits-mlp"
@@ -200,12 +175,10 @@ def test_runs_page_shows_the_whole_setup_and_says_saved_beside_save(runs):
 
 def test_deepfacto_settings_carry_their_records_labels(runs):
     """The DeepFacto form's labels come from its records too (no table of them in app/)."""
-    from app.dashboard import deepfacto_form as D
-
-    at = page({"mode": D.MODE})
-    got = {w.key[len(D.PREFIX) :]: w for kind in KINDS for w in getattr(at, kind) if w.key.startswith(D.PREFIX)}
+    at = page({"mode": "deepfacto"})
+    got = {w.key[len("df.") :]: w for kind in KINDS for w in getattr(at, kind) if w.key.startswith("df.")}
     assert got["rank"].label == "NMF rank r" and got["z_lr"].label == "ζ — Z₂ step size"
-    assert "`z_lr`" in got["z_lr"].help
+    assert "`deepfacto.z_lr`" in got["z_lr"].help
     assert all("_" not in w.label for w in got.values()), {n: w.label for n, w in got.items() if "_" in w.label}
 
 
@@ -297,14 +270,15 @@ def test_deepfacto_main_settings_stand_in_two_rows_of_three(runs):
     """DeepFacto's six main settings in two rows of three columns, one setting each, in the record's
     order: six in one row wrapped "Block-ADMM training images" onto two lines and hid the number
     boxes' − / + at 1280 px (seen in screenshots, held here)."""
-    from app.dashboard import deepfacto_form as D
+    from app.dashboard import form as F
 
     at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
     at.query_params["mode"] = "deepfacto"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    main = {D.PREFIX + n for n in D.MAIN}
+    names = F.DF_GROUPS["main"]
+    main = {"df." + n for n in names}
     rows = [r for r in _rows_of_columns(at.main) if {k for col in r for k in col} & main]
     got = [[[k for k in col if k in main] for col in r] for r in rows]
-    want = [[[D.PREFIX + n] for n in D.MAIN[:3]], [[D.PREFIX + n] for n in D.MAIN[3:]]]
-    assert len(D.MAIN) == 6 and got == want, got
+    want = [[["df." + n] for n in names[:3]], [["df." + n] for n in names[3:]]]
+    assert len(names) == 6 and got == want, got

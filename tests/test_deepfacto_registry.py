@@ -152,17 +152,16 @@ def test_runs_saved_before_the_renames_still_load(tmp_path):
     with the new name."""
     from admm_core.errors import ConfigError
     from admm_core.spec.deepfacto import DeepFactoConfig, read_run_config
-    from app.dashboard import deepfacto_form as D
 
     old = {"rank": 4, "train_limit": 300, "warmup_iters": 5, "finetune_iters": 2, "seed": 3}
     (tmp_path / "config.json").write_text(json.dumps({"kind": "deepfacto", "deepfacto": old}))
     cfg = read_run_config(tmp_path)
     assert (cfg.admm_images, cfg.warmup_epochs, cfg.finetune_epochs, cfg.epochs) == (300, 5, 2, 7)
     assert cfg.rank == 4 and cfg.seed == 3
-    values = D.values_from_config(old)
-    assert (values["admm_images"], values["warmup_epochs"], values["finetune_epochs"]) == (300, 5, 2)
-    values, warnings = D.from_query({"df.warmup_iters": "9", "df.train_limit": "100"})
-    assert not warnings and values["warmup_epochs"] == 9 and values["admm_images"] == 100
+    values = F.deepfacto_form(old)
+    assert (values["df.admm_images"], values["df.warmup_epochs"], values["df.finetune_epochs"]) == (300, 5, 2)
+    values, warnings = F.from_query({"mode": "deepfacto", "df.warmup_iters": "9", "df.train_limit": "100"})
+    assert not warnings and values["df.warmup_epochs"] == 9 and values["df.admm_images"] == 100
     with pytest.raises(ConfigError, match="train_limit → admm_images"):
         DeepFactoConfig.from_dict({"train_limit": 300})
 
@@ -190,13 +189,13 @@ def test_deepfacto_settings_are_declared_once():
 
 
 def test_every_deepfacto_setting_has_one_place_in_the_forms_groups():
-    """'All DeepFacto settings' is grouped by what a setting sets; every field the form shows is in
-    exactly one group (a new field must be placed: it would land in "Other"), and the algorithm's
-    group is the method's own declaration."""
-    from app.dashboard import deepfacto_form as D
+    """The DeepFacto form places each field by what it sets; every field the form shows is in
+    exactly one group (a new field must be placed), and the algorithm's group is the method's own
+    declaration (its rank in the main row)."""
 
-    members = [n for names in D.GROUPS.values() for n in names]
+    members = [n for names in F.DF_GROUPS.values() for n in names]
     assert len(members) == len(set(members))
-    groups = dict(D.grouped(D.fields()))
-    assert "Other" not in groups and sorted(n for g in groups.values() for n in g) == sorted(D.fields())
-    assert groups["The algorithm (the method's settings)"] == [f.name for f in dataclasses.fields(DeepFacto)]
+    assert sorted("df." + n for n in members) == sorted(F.DF_FIELDS)
+    algorithm = ["rank", *F.DF_GROUPS["The algorithm (the method's settings)"]]
+    assert sorted(algorithm) == sorted(f.name for f in dataclasses.fields(DeepFacto))
+    assert all(F.DF_FIELDS["df." + n].group in ("main", "The algorithm (the method's settings)") for n in algorithm)

@@ -847,7 +847,7 @@ import json, sys
 from streamlit.testing.v1 import AppTest
 
 main, run = sys.argv[1], sys.argv[2]
-import app.ui, app.dashboard.workers, app.dashboard.form, app.dashboard.deepfacto_form  # noqa: E401,F401
+import app.ui, app.dashboard.workers, app.dashboard.form  # noqa: E401,F401
 seen = {"imports": "torch" in sys.modules}
 for page in ("views/train.py", "views/runs.py", "views/compare.py", "views/sweeps.py", "views/heatmaps.py"):
     at = AppTest.from_file(main, default_timeout=120)

@@ -154,13 +154,13 @@ def test_a_run_saved_before_the_solver_field_reads_back_as_liblinear(tmp_path):
     import json
 
     from admm_core.spec.deepfacto import read_run_config
-    from app.dashboard import deepfacto_form as D
+    from app.dashboard import form as F
 
     old = {k: v for k, v in DeepFactoConfig().to_dict().items() if k != "svm_solver"}
     (tmp_path / "config.json").write_text(json.dumps({"deepfacto": old}))
     assert read_run_config(tmp_path).svm_solver == "liblinear"
-    assert D.values_from_config(old)["svm_solver"] == "liblinear"
+    assert F.deepfacto_form(old)["df.svm_solver"] == "liblinear"
     new = DeepFactoConfig(svm_solver="newton").to_dict()
     (tmp_path / "config.json").write_text(json.dumps({"deepfacto": new}))
     assert read_run_config(tmp_path).svm_solver == "newton"  # a saved value wins
-    assert D.values_from_config(new)["svm_solver"] == "newton"
+    assert F.deepfacto_form(new)["df.svm_solver"] == "newton"

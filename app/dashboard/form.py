@@ -1,23 +1,16 @@
-"""The Train form as plain data, generated from the config: form values <-> RunConfig <-> URL.
+"""The Train page's forms as plain data, generated from the settings records: form <-> config <-> URL.
 
-Every field of :class:`admm_core.spec.config.RunConfig` and of its ``data``, ``model`` and
-``train`` settings is a form field (:data:`FIELDS`), described by the dataclass field itself (its
-type, default, ``help`` and rules: choices, min, max) and laid out by :data:`LAYOUT` (group, label,
-widget, step, the widget value that stands for None). A new config field therefore appears in the
-form (in "more", under its name), the URL and the validation without editing this module. The
-menus of registered things (data sets, architectures, methods, presets) and which size fields an
-architecture reads are looked up in the registries when the form is drawn, so a record registered
-after import is in them.
-A *form* is the flat dict of what the widgets hold, keyed by each field's form key (its name,
-or the ``key`` hint: ``data`` for ``data.name``), plus ``processes`` (worker processes under
-torchrun: how a run is launched, not part of its config), ``mp.<setting>`` for each setting of
-the chosen method (floats as text, so a per-block β can be written "1,0.5,1"), and ``_given``:
-the method settings (and ``split``) the loaded config gave explicitly, so that reading the form
-back gives the same config, field for field.
+Every field of :class:`~admm_core.spec.config.RunConfig` (and its ``data``, ``model``, ``train``)
+is a form field (:data:`FIELDS`), described by its dataclass field (type, default, ``help``,
+rules) and laid out by :data:`LAYOUT`; DeepFacto's form (:data:`DF_FIELDS`) is generated the
+same way from :class:`~admm_core.spec.deepfacto.DeepFactoConfig`. Menus are read from the
+registries when drawn. A *form* is the flat dict of what the widgets hold, by form key, plus
+``processes`` (worker processes under torchrun), ``mp.<setting>`` for the chosen method's
+settings (floats as text: a per-block β is "1,0.5,1") and ``_given`` (the method settings and
+split a loaded config gave, so reading the form back gives the same config).
 
-:func:`config_from_form` validates each field on its own (so every wrong field gets its own
-message), then the spec's :func:`admm_core.spec.resources.preflight_report`, and returns the messages keyed
-by form field, so the page can show each one next to its widget.
+:func:`check_form` checks each field on its own, then the engine's preflight
+(:func:`admm_core.spec.resources.preflight_report`), and keys every message by form field.
 """
 
 from __future__ import annotations
@@ -26,6 +19,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -34,10 +28,12 @@ from admm_core.spec import archs, resources
 from admm_core.spec import datasets as data_mod
 from admm_core.spec.archs import ARCHS, SIZE_FIELDS, archs_for
 from admm_core.spec.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+from admm_core.spec.deepfacto import RENAMED, DeepFactoConfig, saved_fields
 from admm_core.spec.device import device_name
-from admm_core.spec.kinds import NETWORK
+from admm_core.spec.kinds import DEEPFACTO, NETWORK
 from admm_core.spec.methods import DEFAULT_METHOD, METHODS, make_settings
 from admm_core.spec.methods import names_for as methods_for
+from admm_core.spec.methods.deepfacto import DeepFacto
 from admm_core.spec.presets import PRESETS, preset_config
 from admm_core.spec.resources import MAX_PROCESSES, preflight_report
 from admm_core.spec.settings import parse_numbers, parse_sets, parse_widths
@@ -48,30 +44,16 @@ DEFAULT_PRESET = "digits-mlp"
 MP = "mp."  # prefix of method-setting fields
 GIVEN = "_given"  # the method settings and split a loaded config gave explicitly (not a widget)
 LINK = "_link"  # {field: message} of a link's values no widget can hold: errors until that field is edited
-__all__ = [
-    "FIELDS",
-    "FormCheck",
-    "FormField",
-    "MAX_PROCESSES",
-    "check_form",
-    "config_from_form",
-    "form_from_config",
-    "form_from_dict",
-    "default_form",
-]
 
 
 @dataclass(frozen=True)
 class FormField:
-    """One field of the form: where it lives in the config and how it is edited.
+    """One field of a form: where it lives in the config and how it is edited.
 
-    ``kind``: select, radio, split (a multiselect of layer names), check, int, float, widths
+    ``kind``: select, split (a multiselect of layer names), check, int, float, widths
     (comma-separated integers as text), set (text read like the CLI's ``--set NAME=VALUE``: JSON
     where it parses, else the text), text, or hidden (carried, not shown). ``none``: the widget value
-    that stands for None (0 for "all samples"). ``enabled_if`` / ``disabled_if``: {form key: value}.
-    ``menu``: the registry whose names are its choices (:func:`choices`, read when drawn).
-    A size field of the network (``model.hidden``, ``model.width``) is enabled when the form's
-    architecture reads it (its record's ``sizes``).
+    that stands for None (0 for "all samples"). ``menu``: the registry its choices are read from.
     """
 
     key: str
@@ -87,8 +69,7 @@ class FormField:
     max: float | None = None
     step: float | None = None
     none: typing.Any = None
-    enabled_if: dict | None = None
-    disabled_if: dict | None = None
+    enabled_if: dict | None = None  # {form key: value}
 
     def enabled(self, form: dict) -> bool:
         if (self.path or self.key) in NOT_FOR_MODEL_FILES and models.is_entry(form.get("arch")):
@@ -99,8 +80,7 @@ class FormField:
         if self.path in SIZE_PATHS:  # the architecture's record says which size fields it reads
             arch = ARCHS.get(form.get("arch"))
             return arch is not None and self.path.split(".", 1)[1] in arch.sizes
-        on = all(form.get(k) == v for k, v in (self.enabled_if or {}).items())
-        return on and not any(form.get(k) == v for k, v in (self.disabled_if or {}).items())
+        return all(form.get(k) == v for k, v in (self.enabled_if or {}).items())
 
 
 SIZE_PATHS = {f"model.{f}" for f in SIZE_FIELDS}
@@ -160,16 +140,7 @@ def _kind(tp, hints: dict, rules, as_set: tuple = ()) -> str:
     union = typing.get_origin(tp) in (typing.Union, types.UnionType)
     base = {a for a in typing.get_args(tp) if a is not type(None)} if union else {tp}
     (t,) = base if len(base) == 1 else (str,)
-    if t is bool:
-        kind = "check"
-    elif t is int:
-        kind = "int"
-    elif t is float:
-        kind = "float"
-    elif typing.get_origin(t) is tuple:
-        kind = "widths"
-    else:
-        kind = "text"
+    kind = {bool: "check", int: "int", float: "float"}.get(t, "widths" if typing.get_origin(t) is tuple else "text")
     return "set" if kind in as_set else kind
 
 
@@ -306,33 +277,7 @@ def groups() -> dict[str, list[FormField]]:
     return out
 
 
-ROW_MAX = 5  # fields in one row of the form: at 1440 px with the sidebar, more cut labels ("Evaluat e every", "Au…")
-
-
-# Column widths of a row (px), for labels on one line: the form's row in a 1280-px window beside the sidebar,
-# Streamlit's gap between columns, a label's width per character (Source Sans at 14 px: "Test samples (0 = all)"
-# measured 120 px in Chromium) with some to spare, and a help icon with its margin.
-ROW_PX, GAP_PX, CHAR_PX, HELP_PX = 780, 16, 6.0, 30
-NUMBER_PX = 130  # a number box narrower than ~120 px loses its − / + buttons: some fields had them, some not
-
-
-def column_widths(
-    weights: list[float], labels: list[str], row_px: float = ROW_PX, least: list[float] | None = None
-) -> list[float]:
-    """Widths for ``st.columns``: each column's share by its weight, but never narrower than its
-    label needs (``len(label) * CHAR_PX + HELP_PX``) nor than ``least``, taken from the others in
-    proportion to theirs; where they need more than the row, each gets what it needs (the row is
-    then shared in those proportions). "Training samples (0 = all)" wrapped onto two lines at 1280 px."""
-    free = row_px - GAP_PX * (len(weights) - 1)
-    need = [max(len(t) * CHAR_PX + HELP_PX, m) for t, m in zip(labels, least or [0.0] * len(labels))]
-    fixed: dict[int, float] = {}
-    while True:
-        rest = [i for i in range(len(weights)) if i not in fixed]
-        share = (free - sum(fixed.values())) / (sum(weights[i] for i in rest) or 1)
-        short = [i for i in rest if weights[i] * share < need[i]]
-        if not short:
-            return [fixed.get(i, weights[i] * share) for i in range(len(weights))]
-        fixed.update({i: need[i] for i in short})
+ROW_MAX = 5  # fields in one row of the form (more cut their labels)
 
 
 def rows(fields: list, most: int = ROW_MAX) -> list[list]:
@@ -375,6 +320,9 @@ def _to_widget(ff: FormField, v):
     return v
 
 
+_KIND_WORDS = {"int": "a whole number", "float": "a number"}
+
+
 def _from_widget(ff: FormField, w):
     """The widget's value as the config takes it (ConfigError naming the field when it cannot)."""
     if ff.none is not None and w == ff.none:
@@ -382,21 +330,16 @@ def _from_widget(ff: FormField, w):
     if ff.kind == "widths":
         return list(parse_widths(w, ff.path))
     if ff.kind == "set" and isinstance(w, str):
-        return parse_sets([f"{ff.key}={w}"])[ff.key]
+        return parse_sets([f"{ff.path}={w}"])[ff.path]
     if ff.kind == "split":
         if not isinstance(w, (list, tuple)):
             raise ConfigError(f"{ff.path} = {w!r}: must be a list of layer names")
         return list(w)
-    if ff.kind == "int" and isinstance(w, str):
+    if ff.kind in _KIND_WORDS and isinstance(w, str):
         try:
-            return int(w.strip())
+            return int(w.strip()) if ff.kind == "int" else float(w.strip())
         except ValueError:
-            raise ConfigError(f"{ff.path} = {w!r}: must be a whole number") from None
-    if ff.kind == "float" and isinstance(w, str):
-        try:
-            return float(w.strip())
-        except ValueError:
-            raise ConfigError(f"{ff.path} = {w!r}: not a number") from None
+            raise ConfigError(f"{ff.path} = {w!r}: not {_KIND_WORDS[ff.kind]}") from None
     if ff.kind == "float" and isinstance(w, int) and not isinstance(w, bool):
         return float(w)
     return w
@@ -407,6 +350,72 @@ BY_PATH = {f.path: f for f in FIELDS if f.path}
 BY_KEY = {f.key: f for f in FIELDS}
 if len({f.key for f in FIELDS}) != len(FIELDS):
     raise RuntimeError("two config fields share a form key: give one a 'key' hint in its metadata")
+
+
+# --- DeepFacto's form: its own kind of run, its fields generated from DeepFactoConfig ----------------
+
+# ?mode=deepfacto opens the Train page on DeepFacto's form; its fields' keys (widgets, link): df.<setting>
+DF = "df."
+# where a DeepFacto field is drawn: the main rows, beside the backbone choice, else under its title in
+# "All DeepFacto settings"; the algorithm's settings are the method's own (its record DeepFacto)
+DF_GROUPS = {
+    "main": ("rank", "warmup_epochs", "finetune_epochs", "admm_images", "seed", "device"),
+    "backbone": ("backbone_source", "backbone_epochs", "backbone_width"),
+    "The algorithm (the method's settings)": tuple(f.name for f in dataclasses.fields(DeepFacto) if f.name != "rank"),
+    "Data": ("image_size", "test_fraction", "data_limit"),
+    "Backbone training (when it is trained here)": ("backbone_lr", "backbone_id_weight"),
+    "The run": ("batch_size",),
+    "Evaluation (verification, attribute SVMs, test-time projection)": (
+        "eval_images",
+        "svm_train_limit",
+        "svm_c",
+        "svm_grid",
+        "svm_solver",
+        "nnls_tol",
+        "nnls_max_iter",
+    ),
+}
+DF_LAYOUT = {f"deepfacto.{n}": dict(group=g, key=DF + n) for g, names in DF_GROUPS.items() for n in names}
+DF_LAYOUT["deepfacto.data_limit"]["none"] = 0  # 0 labelled images: all of them
+# floats and lists are text read like the CLI's --set NAME=VALUE (JSON where it parses: "[0.001, 0.01]", null)
+DF_FIELDS = {
+    ff.key: ff
+    for ff in _fields_of(
+        DeepFactoConfig, "deepfacto.", DF_LAYOUT, ("backbone_weights", "data_root"), as_set=("float", "text")
+    )
+}
+
+
+def deepfacto_form(saved: dict | None = None) -> dict:
+    """DeepFacto's fields as the widgets hold them: a run's config.json["deepfacto"] (a field saved
+    under an old name read under its new one, unknown keys ignored) over the defaults."""
+    form = {key: ff.default for key, ff in DF_FIELDS.items()}
+    for name, v in saved_fields(saved).items() if saved else ():
+        if DF + name in DF_FIELDS:
+            form[DF + name] = _to_widget(DF_FIELDS[DF + name], v)
+    return form
+
+
+def deepfacto_config(form: dict, backbone_weights: str | None = None) -> tuple[DeepFactoConfig | None, dict]:
+    """(config, {}) or (None, {form key: message}) of the DeepFacto fields of ``form``; each field is
+    checked alone first, so every wrong one gets its own message."""
+    base, kw, errors = DeepFactoConfig().to_dict(), {}, {}
+    for key, ff in DF_FIELDS.items():
+        name = key[len(DF) :]
+        if key not in form:
+            continue
+        try:
+            kw[name] = _from_widget(ff, form[key])
+            DeepFactoConfig.from_dict({**base, name: kw[name]})
+        except (ConfigError, TypeError, ValueError) as e:
+            errors[key] = str(e) if name in str(e) else f"{ff.path}: {e}"
+    if errors:
+        return None, errors
+    try:
+        return DeepFactoConfig.from_dict({**kw, "backbone_weights": backbone_weights}), {}
+    except (ConfigError, TypeError, ValueError) as e:  # a combination of fields, or the backbone file
+        named = re.search(r"deepfacto\.(\w+)", str(e))
+        return None, {DF + named.group(1) if named else DEEPFACTO: str(e)}
 
 
 # --- the network's layers and blocks -------------------------------------------------------
@@ -459,16 +468,11 @@ def split_labels(form: dict) -> dict[str, str]:
     return {r["name"]: models.menu_label(r) for r in _file_cut_rows(form) or [] if r.get("also_blocks")}
 
 
-def data_shape(name: str) -> tuple[tuple[int, ...], int, int]:
-    """(input shape, classes, training samples) of a data set, from its record."""
-    s = data_mod.spec(name)
-    return s.input_shape, s.n_classes, s.n_train
-
-
 def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: str, width: int = 64) -> list[dict]:
     """[{block, layers, params, out}] of the split network, by the architecture record's arithmetic
     (``ARCHS[arch].table``; no layer is built). ``out`` is the size of Z_t per sample."""
-    shape, n_out, _ = data_shape(data)
+    spec = data_mod.spec(data)
+    shape, n_out = spec.input_shape, spec.n_classes
     if ARCHS[arch].image_input:
         archs.needs_image(arch, shape)
     rows = ARCHS[arch].table(tuple(shape), ModelConfig(arch, tuple(hidden), width=width), n_out)
@@ -558,122 +562,57 @@ def form_from_config(cfg: RunConfig) -> dict:
     return form
 
 
-def _holds(ff: FormField, w) -> str | None:
-    """Why the widget of ``ff`` cannot hold ``w`` (Streamlit would drop it, or refuse it), else None;
-    a value it can hold but that is wrong is the validation's, said under the field."""
-    if ff.kind in ("select", "radio"):
-        if ff.menu == "datasets":  # the menu keeps the form's own name (choices)
-            return None if isinstance(w, str) else "not a name"
-        menu = ff.choices if ff.menu is None else choices(ff)
-        return None if w in menu else f"choose from {list(menu)}"
-    if ff.kind == "check":
-        return None if isinstance(w, bool) else "must be true or false"
-    if ff.kind == "int":
-        return None if isinstance(w, int) and not isinstance(w, bool) else "must be a whole number"
-    if ff.kind == "float":
-        return None if isinstance(w, (int, float)) and not isinstance(w, bool) else "must be a number"
-    if ff.kind == "split":
-        return None if isinstance(w, list) and all(isinstance(x, str) for x in w) else "must be a list of layer names"
-    if ff.kind == "widths":
-        return None if isinstance(w, str) else "must be a list of widths"
-    return None
-
-
 def form_from_dict(d: dict) -> tuple[dict, list[str]]:
     """The form of a config's JSON data (a run's config.json, a sweep's best trial), valid or not.
 
-    A valid one is :func:`form_from_config`'s. Otherwise each value goes into its field as it is, so
-    the form's own validation names every wrong one at once under its field and Start waits for
-    them (the rule typed values and links follow); what no widget can hold (a name not in a menu,
-    text for a number, an unknown key) is returned as a message instead: -> (form, messages).
+    A valid one is :func:`form_from_config`'s. Otherwise it is read as a link is (:func:`from_query`):
+    each value goes into its field as it is, so the form's validation names every wrong one under
+    its field; what no widget can hold (a name not in a menu, text for a number) is an error of its
+    field, and it and every unknown key a message: -> (form, messages).
     """
     try:
         return split_as_named(form_from_config(RunConfig.from_dict(d))), []
     except (ConfigError, TypeError, ValueError):
         pass
-    notes: list[str] = []
     d = dict(d) if isinstance(d, dict) else {}
-    d.pop("kind", None)
-    method = d.get("method", DEFAULT_METHOD)
-    if method not in METHODS:
-        notes.append(f"method = {method!r}: unknown method; the form shows {DEFAULT_METHOD}")
-        method = DEFAULT_METHOD
-    form = form_from_config(RunConfig(method=method))
-    known = {f.name for f in dataclasses.fields(RunConfig)}
-    notes += [f"{k} = {d[k]!r}: not a setting of a run; ignored" for k in sorted(set(d) - known)]
-    for part in ("data", "model", "train"):
-        sub = d.get(part, {})
-        if not isinstance(sub, dict):
-            notes.append(f"{part} = {sub!r}: must be an object of settings; its fields are the defaults")
+    q, carried, notes = {}, {}, []
+    for part in ("", "data", "model", "train"):
+        src = d.get(part, {}) if part else {k: v for k, v in d.items() if k not in ("kind", "method_params")}
+        if not isinstance(src, dict):
+            notes.append(f"{part} = {src!r}: must be an object of settings; its fields are the defaults")
             continue
-        names = {f.path.rpartition(".")[2] for f in FIELDS if f.path.startswith(part + ".")}
-        notes += [f"{part}.{k} = {sub[k]!r}: not a setting of a run; ignored" for k in sorted(set(sub) - names)]
-    for ff in FIELDS:
-        part, _, name = ff.path.rpartition(".")
-        src = d.get(part) if part else d
-        if not ff.path or not isinstance(src, dict) or name not in src:
-            continue
-        v = src[name]
-        if ff.kind == "split" and v is None:
-            continue  # the network's default split (below)
-        w = ",".join(map(str, v)) if ff.kind == "widths" and isinstance(v, (list, tuple)) else _to_widget(ff, v)
-        why = None if ff.kind == "hidden" else _holds(ff, w)
-        if why:
-            notes.append(f"{ff.path} = {v!r}: {why}; the form shows {form[ff.key]!r}")
-        else:
-            form[ff.key] = w
-    given = ["split"] if isinstance((d.get("model") or {}).get("split"), list) else []
-    if not given:
-        try:
-            form["split"] = split_options(*network_of(form))[1]
-        except (ConfigError, KeyError, TypeError):
-            form["split"] = []
+        for name, v in src.items():
+            ff = BY_PATH.get(f"{part}.{name}" if part else name)
+            if ff is None and name not in ("data", "model", "train"):
+                notes.append(f"{part + '.' if part else ''}{name} = {v!r}: not a setting of a run; ignored")
+            elif ff is not None and ff.kind == "hidden":
+                carried[ff.key] = v
+            elif ff is not None and not (ff.kind == "split" and v is None):  # None: the network's default split
+                listed = isinstance(v, (list, tuple))
+                q[ff.key] = ",".join(map(str, v)) if listed else query_text(ff, _to_widget(ff, v))
     params = d.get("method_params") or {}
-    settings = {s["name"]: s for s in METHODS[method].settings()}
     for k, v in params.items() if isinstance(params, dict) else ():
-        s = settings.get(k)
-        if s is None:
-            notes.append(f"{method}.{k} = {v!r}: {method} has no such setting; ignored")
-            continue
-        if s["choices"] is None and s["type"] == "float" and not isinstance(v, str):
-            v = fmt_number(v)  # edited as text; a wrong number is the validation's
-        if _holds(setting_field(method, s), v):
-            notes.append(f"{method}.{k} = {v!r}: the widget cannot show it; the form shows {form[MP + k]!r}")
-            continue
-        form[MP + k] = v
-        given.append(MP + k)
-    form[GIVEN] = sorted(given)
-    return split_as_named(form), notes
+        q["m." + k] = json.dumps(v) if isinstance(v, bool) else fmt_number(v)
+    method = d.get("method") if d.get("method") in METHODS else DEFAULT_METHOD
+    form, said = from_query(q, form_from_config(RunConfig(method=method)), "the run's config")
+    return {**form, **carried}, notes + said
 
 
 def preset_changes(form: dict, cfg: RunConfig | None) -> list[str]:
     """The labels of the fields where the form's run is no longer the preset it names (empty for no
-    preset, or none changed); ["a field that is wrong"] while the form does not make a config. The
-    default split equals no split given; explicit defaults of the method equal omitted ones."""
+    preset, or none changed); ["a field that is wrong"] while the form does not make a config. Both
+    are compared as forms: the default split equals no split given, a method's explicit default an
+    omitted one."""
     preset, method = form.get("preset"), form.get("method", DEFAULT_METHOD)
     if preset not in PRESETS or method not in METHODS:
         return []
     if cfg is None:
         return ["a field that is wrong"]
-    ref = preset_config(preset, method)
-    out = []
-    for ff in FIELDS:
-        if not ff.path or ff.kind == "hidden" or ff.key == "preset":
-            continue
-        part, _, name = ff.path.rpartition(".")
-        mine, theirs = (getattr(getattr(c, part) if part else c, name) for c in (cfg, ref))
-        if ff.key == "split":
-            mine, theirs = (
-                list(c.model.split or split_options(c.model.arch, c.model.hidden, c.model.width)[1]) for c in (cfg, ref)
-            )
-        if mine != theirs:
-            out.append(ff.label or ff.key)
-    labels = method_labels(cfg.method)
-    a, b = vars(cfg.method_settings), vars(ref.method_settings)
-    out += [labels.get(k, k) for k in a if a[k] != b.get(k)]
-    if form.get("processes", 1) != 1:
-        out.append(BY_KEY["processes"].label or "processes")
-    return out
+    ref = form_from_config(preset_config(preset, method))
+    mine = {**form_from_config(cfg), "processes": form.get("processes", 1)}
+    labels = {ff.key: ff.label or ff.key for ff in FIELDS if ff.kind != "hidden" and ff.key != "preset"}
+    labels |= {MP + k: label for k, label in method_labels(method).items()}
+    return [label for k, label in labels.items() if mine.get(k) != ref.get(k)]
 
 
 def default_form(preset: str = DEFAULT_PRESET, method: str = DEFAULT_METHOD) -> dict:
@@ -882,7 +821,7 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
         if partial is not None and key == "memory":
             continue  # said once the other fields are right (the estimate is shown meanwhile)
         errors.setdefault(key, msg)
-    warnings = {**step_size_warnings(target), **processes_warnings(target, processes), **batch_warnings(target)}
+    warnings = run_warnings(target, processes)
     sized_by = {*NETWORK_KEYS, "split", "data", "train_limit", "method", "batch_size"}  # what the memory depends on
     # a wrong number of the method (β, a step size: they size nothing) keeps the estimate, on its default
     floats = {MP + x["name"] for x in METHODS[method].settings() if x["type"] == "float" and x["choices"] is None}
@@ -926,24 +865,6 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def processes_warnings(cfg: RunConfig, processes, cores: int | None = None) -> dict[str, str]:
-    """{"processes": warning} when more CPU worker processes than cores are asked for: allowed (the
-    processes take turns), but the run is then slower than with one process per core."""
-    cores = cpu_cores() if cores is None else cores
-    if not isinstance(processes, int) or isinstance(processes, bool) or processes <= cores:
-        return {}
-    try:
-        on_cpu = device_name(cfg.train.device) == "cpu"
-    except Exception:  # noqa: BLE001 - a device that is not here has its own message
-        return {}
-    if not on_cpu:
-        return {}
-    return {
-        "processes": f"processes = {processes}: this machine has {cores} CPU core{'s' * (cores != 1)} for the run; "
-        f"more processes than cores take turns, so the run is slower than with {cores}"
-    }
-
-
 def processes_memory_errors(n_proc: int, mem: dict, free: int | None = None) -> dict[str, str]:
     """{"processes": message} when ``n_proc`` CPU worker processes would not fit together.
 
@@ -963,16 +884,16 @@ def processes_memory_errors(n_proc: int, mem: dict, free: int | None = None) -> 
 
 
 def memory_message(cfg: RunConfig, mem: dict) -> str:
-    n = min(cfg.data.train_limit or data_shape(cfg.data.name)[2], data_shape(cfg.data.name)[2])
-    arch = ARCHS[cfg.model.arch]
+    """Why a run over the page's limit is refused: its memory by part, and what makes it smaller."""
+    arch, h = ARCHS[cfg.model.arch], resources.human
     what = arch.describe(cfg.model, lambda k, v: repr(_to_widget(BY_PATH[f"model.{k}"], v)))
     smaller = " or ".join(f"a smaller model.{k}" for k in arch.sizes)
-    advice = f"Use {smaller + ', ' if smaller else ''}fewer training samples or a later split."
     return (
-        f"{what}: this run needs about {resources.human(mem['total_bytes'])} (parameters {resources.human(mem['param_bytes'])}, "
-        f"optimizer {resources.human(mem['optimizer_bytes'])}, Z/U {resources.human(mem['state_bytes'])} for {n:,} "
-        f"{cfg.data.name} samples, data {resources.human(mem['data_bytes'])}), over the {resources.human(max_run_bytes())} "
-        f"limit (set ADMM_DASH_MAX_RUN_GB to change it). {advice}"
+        f"{what}: this run needs about {h(mem['total_bytes'])} (parameters {h(mem['param_bytes'])}, "
+        f"optimizer {h(mem['optimizer_bytes'])}, Z/U {h(mem['state_bytes'])} for {resources.samples(cfg)[0]:,} "
+        f"{cfg.data.name} samples, data {h(mem['data_bytes'])}), over the {h(max_run_bytes())} limit (set "
+        f"ADMM_DASH_MAX_RUN_GB to change it). Use {smaller + ', ' if smaller else ''}fewer training samples or a "
+        "later split."
     )
 
 
@@ -995,17 +916,18 @@ def query_text(ff: FormField, v) -> str:
     return "" if v is None else str(v)
 
 
-def to_query(form: dict) -> dict[str, str]:
-    """Flat str -> str mapping for st.query_params (every shown field; the chosen method's settings)."""
+def to_query(form: dict, mode: str = NETWORK) -> dict[str, str]:
+    """Flat str -> str mapping for st.query_params: every shown field and the chosen method's
+    settings; DeepFacto's form: ``mode=deepfacto`` and its fields that differ from the defaults."""
+    if mode == DEEPFACTO:
+        changed = {k: ff for k, ff in DF_FIELDS.items() if k in form and form[k] != ff.default}
+        return {"mode": DEEPFACTO, **{k: query_text(ff, form[k]) for k, ff in changed.items()}}
     q = {ff.key: query_text(ff, form[ff.key]) for ff in _shown() if ff.key in form}
     if form.get("method") in METHODS:
         for k, v in form.items():
             if k.startswith(MP):
                 q["m." + k[len(MP) :]] = json.dumps(v) if isinstance(v, bool) else str(v)
     return q
-
-
-_KIND_WORDS = {"int": "a whole number", "float": "a number"}
 
 
 def read_text(ff: FormField, text: str, form: dict | None = None):
@@ -1022,38 +944,41 @@ def read_text(ff: FormField, text: str, form: dict | None = None):
             return int(text) if ff.kind == "int" else float(text)
         except ValueError:
             raise ValueError(f"not {_KIND_WORDS[ff.kind]}") from None
-    if ff.kind in ("select", "radio") and ff.menu != "datasets" and text not in choices(ff, form):
+    if ff.kind == "select" and ff.menu != "datasets" and text not in choices(ff, form):
         raise ValueError(f"choose from {choices(ff, form)}")
     return str(text)
 
 
 PAGE_KEYS = {"run", "load", "mode"}  # link keys the page reads itself (watched run, Runs → Load, the form shown)
-DEEPFACTO_PREFIX = "df."  # the DeepFacto form's keys (dashboard.deepfacto_form), read with mode=deepfacto
-MODES = ("network", "deepfacto")
+MODES = (NETWORK, DEEPFACTO)
 SETTING_PREFIX = "m."  # a method setting in a link: m.<name>
 
 
-def _setting_owners(name: str) -> list[str]:
-    return [m for m in METHODS if name in {s["name"] for s in METHODS[m].settings()}]
-
-
-def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict) -> list[str]:
+def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict, where: str) -> list[str]:
     """The link's keys beyond the form's fields: method settings (m.<name>) applied to ``form`` or
-    said wrong in ``link`` (by field); unknown keys, modes and DeepFacto keys without its mode as
-    notes (returned)."""
+    said wrong in ``link`` (by field), DeepFacto's (df.<name>, with mode=deepfacto) applied to
+    ``form``; what is not applied as notes (returned)."""
     notes: list[str] = []
     settings = {s["name"]: s for s in METHODS[method].settings()}
     for k, v in q.items():
-        if k in shown or k in PAGE_KEYS or k.startswith(DEEPFACTO_PREFIX):
-            if k == "mode" and v not in MODES:
-                notes.append(f"mode = {v!r}: choose from {list(MODES)}; the page shows the network form")
-            elif k.startswith(DEEPFACTO_PREFIX) and q.get("mode") != "deepfacto":
-                notes.append(f"{k} = {v!r}: a DeepFacto setting, read only with mode=deepfacto in the link; ignored")
+        if k == "mode" and v not in MODES:
+            notes.append(f"mode = {v!r}: choose from {list(MODES)}; the page shows the network form")
+        elif k.startswith(DF) and q.get("mode") != DEEPFACTO:
+            notes.append(f"{k} = {v!r}: a DeepFacto setting, read only with mode=deepfacto in the link; ignored")
+        elif k.startswith(DF):
+            key = DF + RENAMED.get(k[len(DF) :], k[len(DF) :])  # a link made before the renames
+            try:
+                form[key] = read_text(DF_FIELDS[key], v)
+            except KeyError:
+                notes.append(f"{k}: not a DeepFacto setting (ignored)")
+            except ValueError as e:
+                notes.append(f"{k} = {v!r}: {e} (ignored)")
+        if k in shown or k in PAGE_KEYS or k.startswith(DF):
             continue
         if not k.startswith(SETTING_PREFIX):
             if k in settings:  # the setting's name without its m.: meant for that field
                 link[MP + k] = (
-                    f"{settings[k]['label']}: {k} = {v!r} in the link is an unknown key; a method setting is "
+                    f"{settings[k]['label']}: {k} = {v!r} in {where} is an unknown key; a method setting is "
                     f"written m.{k}. The field shows {form.get(MP + k)!r} (edit it to go on)"
                 )
             else:
@@ -1062,10 +987,10 @@ def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict) -> 
         name = k[len(SETTING_PREFIX) :]
         s = settings.get(name)
         if s is None:
-            owners = _setting_owners(name)
+            owners = [m for m in METHODS if name in {x["name"] for x in METHODS[m].settings()}]
             if owners:  # meant for a method the link does not choose: Start waits on the method's field
                 why = (
-                    f"{k} = {v!r} in the link is not a setting of {method} (the method in force), but of "
+                    f"{k} = {v!r} in {where} is not a setting of {method} (the method in force), but of "
                     f"{', '.join(owners)}: add method={owners[0]} to the link, or pick that method"
                 )
                 link["method"] = f"{link['method']} · {why}" if "method" in link else f"Method: {why}"
@@ -1076,18 +1001,19 @@ def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict) -> 
             form[MP + name] = read_text(setting_field(method, s), v)
         except ValueError as e:
             shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
-            link[MP + name] = f"{method}.{name} = {v!r} in the link: {e}; {shows}"
+            link[MP + name] = f"{method}.{name} = {v!r} in {where}: {e}; {shows}"
     return notes
 
 
-def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
+def from_query(query: dict, base: dict | None = None, where: str = "the link") -> tuple[dict, list[str]]:
     """Form values from a link's query: every value is applied or accounted for -> (form, notes).
 
     ``notes`` name, each with its reason, the values not applied: an unknown key, an unknown method
     or preset, a method setting for another method than the one in force (the link's, else the
     default method), a value its field cannot hold. Those meant for a field are also errors of
     that field (``form[LINK]``), holding Start until it is edited; the field shows the default.
-    The answer for a value does not depend on what else the link holds.
+    The answer for a value does not depend on what else the link holds. ``where``: what the values
+    are said to be in (a link, a loaded run's config).
     """
     notes: list[str] = []
     link: dict[str, str] = {}
@@ -1101,13 +1027,13 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
     method = q.get("method", (base or {}).get("method", DEFAULT_METHOD))
     if preset not in PRESETS and preset != NO_PRESET:
         link["preset"] = (
-            f"Preset: preset = {preset!r} in the link is an unknown preset; choose from "
+            f"Preset: preset = {preset!r} in {where} is an unknown preset; choose from "
             f"{[NO_PRESET, *sorted(PRESETS)]}. The field shows {DEFAULT_PRESET} (pick one to go on)"
         )
         preset = DEFAULT_PRESET
     if method not in METHODS:
         link["method"] = (
-            f"Method: method = {method!r} in the link is an unknown method; choose from {sorted(METHODS)}. "
+            f"Method: method = {method!r} in {where} is an unknown method; choose from {sorted(METHODS)}. "
             f"The field shows {DEFAULT_METHOD} (pick one to go on)"
         )
         method = DEFAULT_METHOD
@@ -1118,6 +1044,8 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
         form.update(method_fields(method, fresh))
         form[GIVEN] = sorted(MP + k for k in fresh) + [k for k in form.get(GIVEN, ()) if not k.startswith(MP)]
     form["preset"], form["method"] = preset, method
+    if q.get("mode") == DEEPFACTO:  # its fields: the link's (below) over the defaults
+        form |= deepfacto_form()
     # a value no widget can hold (text for a number, a name not in a menu) is an error of its field,
     # holding Start until that field is edited: never dropped for the widget's value without a word
     shown = {ff.key: ff for ff in _shown()}
@@ -1127,7 +1055,7 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
                 form[ff.key] = read_text(ff, q[ff.key], form)
             except ValueError as e:
                 link[ff.key] = (
-                    f"{ff.path or ff.key} = {q[ff.key]!r} in the link: {e}; the field shows "
+                    f"{ff.path or ff.key} = {q[ff.key]!r} in {where}: {e}; the field shows "
                     f"{form.get(ff.key)!r} (edit it to go on)"
                 )
     if "split" not in q and models.is_entry(form.get("arch")):  # a model file's: no cut until one is picked
@@ -1139,36 +1067,38 @@ def from_query(query: dict, base: dict | None = None) -> tuple[dict, list[str]]:
             form[GIVEN] = [k for k in form.get(GIVEN) or () if k != "split"]
         except (ConfigError, KeyError, TypeError):
             pass
-    notes += _link_settings(q, form, method, set(shown), link)
+    notes += _link_settings(q, form, method, set(shown), link, where)
     form = split_as_named(form)
     if link:
         form[LINK] = link
     return form, notes + list(link.values())
 
 
-def batch_warnings(cfg: RunConfig) -> dict[str, str]:
-    """A warning under the batch size when it exceeds the training set (:func:`resources.batch_note`)."""
-    said = resources.batch_note(cfg)
-    return {"batch_size": said} if said else {}
-
-
 STEP_WARN = 10.0  # a learning rate or step size this large makes the run diverge (it ends 'diverged')
 
 
-def step_size_warnings(cfg: RunConfig) -> dict[str, str]:
-    """Warnings, not refusals, for absurd learning rates / step sizes (``lr`` and every ``*_lr``
-    setting of the method, as the method will use it) at or above :data:`STEP_WARN`: the run is
-    allowed but would end 'diverged'. Keyed by form field (``mp.<name>``)."""
-    try:
-        params = vars(cfg.method_settings)
-    except Exception:  # noqa: BLE001 - an invalid config has its own messages
-        return {}
+def run_warnings(cfg: RunConfig, processes) -> dict[str, str]:
+    """Warnings, not refusals, by form field: a learning rate or step size (``lr``, every ``*_lr``
+    setting, as the method will use it) at or above :data:`STEP_WARN`, more CPU worker processes
+    than cores (they take turns: slower than one per core), a batch larger than the training set."""
     out = {}
+    try:
+        params, on_cpu = vars(cfg.method_settings), device_name(cfg.train.device) == "cpu"
+    except Exception:  # noqa: BLE001 - an invalid config, a device not here: their own messages
+        return out
     for name, v in params.items():
-        if (name == "lr" or name.endswith("_lr")) and isinstance(v, (int, float)) and not isinstance(v, bool):
-            if v >= STEP_WARN:
-                out[MP + name] = (
-                    f"{cfg.method}.{name} = {fmt_number(v)} is very large (≥ {fmt_number(STEP_WARN)}): the run will "
-                    "probably diverge (it then ends 'diverged' with the epoch and the quantity)"
-                )
+        large = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= STEP_WARN
+        if (name == "lr" or name.endswith("_lr")) and large:
+            out[MP + name] = (
+                f"{cfg.method}.{name} = {fmt_number(v)} is very large (≥ {fmt_number(STEP_WARN)}): the run will "
+                "probably diverge (it then ends 'diverged' with the epoch and the quantity)"
+            )
+    cores = cpu_cores()
+    if on_cpu and isinstance(processes, int) and not isinstance(processes, bool) and processes > cores:
+        out["processes"] = (
+            f"processes = {processes}: this machine has {cores} CPU core{'s' * (cores != 1)} for the run; "
+            f"more processes than cores take turns, so the run is slower than with {cores}"
+        )
+    if said := resources.batch_note(cfg):
+        out["batch_size"] = said
     return out

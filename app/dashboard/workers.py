@@ -11,6 +11,7 @@ that dies before the engine writes ``status.json`` is still reported with its la
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -29,10 +30,12 @@ from admm_core.rundir import (
     new_run_dir,
     read_json_dict,
     unique_run_dir,
+    write_atomic,
     write_text_atomic,
 )
 from admm_core.spawn import spawn_detached
 from admm_core.spec.config import ConfigError, RunConfig
+from admm_core.spec.datasets import cache_dir
 from admm_core.spec.deepfacto import DeepFactoConfig, run_config_dict, run_dir_name
 from admm_core.spec.device import device_name
 from admm_core.spec.faces import find_lfw
@@ -214,6 +217,42 @@ def check_backbone(path: str | Path) -> None:
     kind, _, message = done.stdout.partition("\n")
     last = (done.stderr.strip().splitlines() or [f"{path}: cannot be checked"])[-1]
     raise _RAISED.get(kind, ValueError)(message or last)
+
+
+UPLOAD_LIMIT = 50 * 10**6  # bytes of an uploaded backbone: the server's cap (.streamlit/config.toml maxUploadSize)
+
+
+def uploads_dir() -> Path:
+    p = cache_dir() / "uploaded-backbones"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def saved_backbones() -> list[Path]:
+    """Backbone files this machine has: trained and cached here, or uploaded (newest first)."""
+    files = [*cache_dir().glob("lfw-backbone-*.pt"), *uploads_dir().glob("*.pt")]
+    return sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def save_upload(name: str, data: bytes) -> Path:
+    """Keep an uploaded backbone file if it loads as plain tensors into the face backbone.
+
+    It is written under a name made from its content (never the uploader's name), checked by
+    :func:`check_backbone` and removed again when refused; raises ValueError with the reason.
+    """
+    if len(data) > UPLOAD_LIMIT:
+        raise ValueError(f"{name}: {len(data) / 10**6:.0f} MB, over the {UPLOAD_LIMIT // 10**6} MB limit")
+    path = uploads_dir() / f"{hashlib.sha256(data).hexdigest()[:16]}.pt"
+
+    def check(tmp: Path) -> None:
+        try:
+            check_backbone(tmp)
+        except Exception as e:  # noqa: BLE001 - whatever the file is, it is refused with its reason
+            raise ValueError(str(e).replace(str(tmp), name)) from None
+
+    if not path.exists():  # the temporary is checked, then renamed (removed when refused)
+        write_atomic(path, lambda f: f.write(data), durable=False, check=check)
+    return path
 
 
 def resume_run(run_dir: str | Path, epochs: int | None = None, processes: int | None = None) -> None:

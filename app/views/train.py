@@ -21,7 +21,7 @@ import streamlit as st
 from admm_core.errors import CheckpointError, ConfigError, DataError
 from admm_core.spec.archs import OWN, OWN_MESSAGE
 from admm_core.spec.config import RunConfig
-from admm_core.spec.datasets import DATASETS, available
+from admm_core.spec.datasets import DATASETS
 from admm_core.spec.deepfacto import DeepFactoConfig
 from admm_core.spec.faces import find_lfw
 from admm_core.spec.kinds import DEEPFACTO, NETWORK, run_kind, run_method
@@ -32,7 +32,6 @@ from admm_core.spec.resources import human as human_bytes
 from admm_core.spec.resources import samples, split_of
 from app import ui
 from app.dashboard import charts as C
-from app.dashboard import deepfacto_form as D
 from app.dashboard import follow as FL
 from app.dashboard import form as F
 from app.dashboard import live as L
@@ -53,7 +52,9 @@ LINK_NOTICE = "link_notice"  # the link's values not applied, each with its reas
 
 
 def wkey(field: str, method: str | None = None) -> str:
-    """Widget key of a form field; method settings are keyed per method."""
+    """Widget key of a form field; method settings are keyed per method, DeepFacto's by their own."""
+    if field.startswith(F.DF):
+        return field
     if field.startswith(F.MP):
         return f"{K}{F.MP}{method or ss.get(K + 'method', F.DEFAULT_METHOD)}.{field[len(F.MP) :]}"
     return K + field
@@ -67,12 +68,8 @@ def set_form(form: dict) -> None:
 
 def read_form() -> dict:
     method = ss.get(K + "method", F.DEFAULT_METHOD)
-    out = {k: ss[K + k] for k in [f.key for f in F.FIELDS] + [F.GIVEN, F.LINK] if K + k in ss}
-    for s in METHODS[method].settings():
-        key = wkey(F.MP + s["name"], method)
-        if key in ss:
-            out[F.MP + s["name"]] = ss[key]
-    return out
+    keys = [f.key for f in F.FIELDS] + [F.GIVEN, F.LINK] + list(F.method_fields(method))
+    return {k: ss[wkey(k, method)] for k in keys if wkey(k, method) in ss}
 
 
 # --- callbacks (run before the page script, so they may set widget values) -----------------
@@ -142,7 +139,7 @@ def edited(field: str, then=None):
 def on_start():
     """Launch the form's run once per click: the same config again within START_DEDUP_S is the same click."""
     form = _ordered_form()
-    got = checked_form(form, available(kind=NETWORK), click=True)
+    got = checked_form(form, click=True)
     cfg, errors = got.cfg, got.errors
     if cfg is None:
         ss["notice"] = f"Not started: fix {ui.count(len(errors), 'field')}."
@@ -180,20 +177,19 @@ def launch_once(text: str, launch) -> None:
 def _load_config(cfg: dict) -> None:
     if run_kind(cfg) == DEEPFACTO:
         df = cfg.get("deepfacto") if isinstance(cfg.get("deepfacto"), dict) else {}
-        set_deepfacto(D.values_from_config(df))
+        set_form(F.deepfacto_form(df))
         if df.get("backbone_weights"):
             ss["df_backbone"], ss["df_saved"] = "saved", str(df["backbone_weights"])
-        ss["train_mode"] = D.MODE
+        ss["train_mode"] = DEEPFACTO
         ss["form_notice"] = "Loaded the DeepFacto run's settings into the DeepFacto form."
         return
     if (cfg.get("model") or {}).get("arch") == OWN:  # no record to rebuild its network from: the form stays
         ss["form_notice"] = f"Not loaded into the form: {OWN_MESSAGE}."
         return
     # valid or not: a wrong value goes into its field, whose message says why (Start waits for it);
-    # what no widget can hold is said here
+    # what no widget can hold is said here too
     form, problems = F.form_from_dict(cfg)
-    set_form(form)
-    ss.pop(K + F.LINK, None)  # the loaded config replaces what a link gave
+    set_form({F.LINK: {}, **form})  # the loaded config replaces what a link gave
     ss.pop(LINK_NOTICE, None)
     ss["form_notice"] = "Loaded the run's configuration into the form." + (
         " Not loaded: " + " · ".join(problems) if problems else ""
@@ -216,32 +212,23 @@ def init_form() -> None:
     ui.take_load_link()
     if "load_config" in ss:
         _load_config(ss.pop("load_config"))
-    if K + "method" not in ss or K + "data" not in ss:
-        qp = st.query_params.to_dict()
-        form = None
+    qp = st.query_params.to_dict()
+    fresh = K + "method" not in ss or K + "data" not in ss
+    if fresh or "train_mode" not in ss:
+        form, notes = None, []
         if set(qp) - {"run"}:  # a link: every value applied or named (F.from_query), whatever else it holds
             form, notes = F.from_query(qp)
-            if notes:
-                ss[LINK_NOTICE] = notes
-        set_form(form or ss.get("train_form") or F.default_form())
-    if "train_mode" not in ss:
-        qp = st.query_params.to_dict()
-        ss["train_mode"] = D.MODE if qp.get("mode") == D.MODE else "network"
-        values, warnings = D.from_query(qp)
-        set_deepfacto(values)
-        if warnings and ss["train_mode"] == D.MODE:
-            ss[LINK_NOTICE] = [*ss.get(LINK_NOTICE, []), *warnings]
+        if notes:
+            ss[LINK_NOTICE] = notes
+        if fresh:
+            set_form(form or ss.get("train_form") or F.default_form())
+        if "train_mode" not in ss:
+            ss["train_mode"] = DEEPFACTO if qp.get("mode") == DEEPFACTO else NETWORK
+            set_form(F.deepfacto_form() | {k: v for k, v in (form or {}).items() if k.startswith(F.DF)})
     ui.watched()  # ?run= in a link picks the watched run
 
 
 ON_CHANGE = {"preset": on_preset, "method": on_method, "arch": on_shape, "hidden": on_shape, "split": on_split}
-WEIGHT = {"select": 1.2, "radio": 0.9, "split": 2.0, "widths": 1.2, "check": 0.6, "int": 0.8, "float": 0.8}
-
-
-def _label_text(ff: F.FormField) -> str:
-    """What a field's label takes on its line: a checkbox's box and gap stand beside it (about nine
-    characters; four read "Aug…" at 1280 px beside four fields)."""
-    return ff.label + (" " * 9 if ff.kind == "check" else "")
 
 
 def note(notes: dict, field: str) -> None:
@@ -262,8 +249,8 @@ def _reference_form(preset: str, method: str) -> dict:
 
 
 def in_force(ff: F.FormField, form: dict) -> str:
-    """A config field's value in force and where it comes from, for its help: the preset's value,
-    the default, or set here (by hand, a link or a loaded run)."""
+    """A field's value in force and where it comes from, for its help: the preset's value, the
+    default, or set here (by hand, a link or a loaded run)."""
     if ff.key in ("preset", "method") or ff.kind == "hidden" or ff.key not in form:
         return ""
     value, method = form[ff.key], form.get("method", F.DEFAULT_METHOD)
@@ -274,8 +261,9 @@ def in_force(ff: F.FormField, form: dict) -> str:
             split = F.split_options(*F.network_of(form))[1]
         except (ConfigError, KeyError, TypeError):
             return ""
-        return f"In force: {shown}, {'the network' + chr(39) + 's default split' if value == split else 'set here'}. "
-    default = _reference_form(F.NO_PRESET, method).get(ff.key, value)
+        source = "the network's default split" if value == split else "set here"
+        return f"In force: {shown}, {source}. "
+    default = ff.default
     if preset in PRESETS and _reference_form(preset, method).get(ff.key) == value:
         source = f"the preset {preset}'s" + ("" if value == default else f" (the default: {F.label_of(ff, default)})")
     elif value == default:
@@ -285,31 +273,27 @@ def in_force(ff: F.FormField, form: dict) -> str:
     return f"In force: {shown}, {source}. "
 
 
-def field_widget(
-    ff: F.FormField, form: dict, notes: dict, datasets: list[str], key: str | None = None, help: str | None = None
-) -> None:
+def field_widget(ff: F.FormField, form: dict, notes: dict, key: str | None = None, help: str | None = None) -> None:
     """The widget of one form field, as its metadata declares it; its message below. Every form of
-    the page draws with it: ``key`` is the widget's key (default: the network form's, K + form
-    key), ``help`` its help (default: what it is, the value in force and its code name)."""
-    if help is None:
+    the page draws with it: ``key`` is the widget's key (default: :func:`wkey`), ``help`` its help
+    (default: what it is, the value in force and its code name)."""
+    if help is None and ff.key.startswith(F.MP):
+        help = setting_help(ff, form)
+    elif help is None:
         code = f"{in_force(ff, form)}Setting `{ff.path or ff.key}`."  # the code name: messages use the label
         help = f"{ff.help.rstrip('.')}. {code}" if ff.help else code
-    kw = {"key": key or K + ff.key, "help": help, "disabled": not ff.enabled(form)}
+    kw = {"key": key or wkey(ff.key), "help": help, "disabled": not ff.enabled(form)}
     if kw["key"].startswith(K):  # the network form's: a link's error about the field goes once it is edited
         kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
     if ff.menu == "archs":
         kw["help"] = f"with your own networks: the nn.Module classes and no-argument functions in {M.models_dir()}/*.py"
-    if ff.kind in ("select", "radio"):
-        opts = F.choices(ff, form, datasets)
+    if ff.kind == "select":
         changed = ff.menu == "presets" and ss.get("preset_edited")  # its values changed since it was picked
         fmt = lambda v: F.label_of(ff, v) + (" (edited)" if changed and v == form.get(ff.key) else "")
-        if ff.kind == "radio":
-            st.radio(ff.label, opts, horizontal=True, format_func=fmt, **kw)
-        else:
-            st.selectbox(ff.label, opts, format_func=fmt, **kw)
+        st.selectbox(ff.label, F.choices(ff, form), format_func=fmt, **kw)
     elif ff.kind == "split":  # the options keep a wrong entry of a link or a loaded config: its message says why
         labels = F.split_labels(form)  # layer3 (= layer3.1): typing either name finds it
-        opts = F.choices(ff, form, datasets)
+        opts = F.choices(ff, form)
         st.multiselect(ff.label, opts, format_func=lambda v: labels.get(v, v), wrap=True, **kw)  # on rows
     elif ff.kind == "check":
         st.checkbox(ff.label, **kw)
@@ -334,90 +318,65 @@ def keep_undrawn(keys) -> None:
             ss[k] = ss[k]
 
 
-def field_row(
-    fields: list[F.FormField], form: dict, notes: dict, datasets: list[str], most: int = F.ROW_MAX, draw=None
-) -> None:
-    """Fields in rows of at most :data:`dashboard.form.ROW_MAX`, as even as can be; their messages
-    below each row, at the row's width (a column of a radio is ten characters wide: a message there
-    reads one word a line). A field that does not apply (the other network's size field, Init σ under
-    the default initialisation, the shift of no augmentation, the split of an end-to-end method) is not
-    drawn unless it has a message; its value stays as plain session state (Streamlit drops
-    an undrawn widget's), so it is back as it was when the field applies again. ``draw(ff)``: how a
-    field is drawn (default: :func:`field_widget` on the network form)."""
-    draw = draw or (lambda ff: field_widget(ff, form, notes, datasets))
-    shown = []
-    for ff in fields:
-        if ff.enabled(form) or ff.key in notes:
-            shown.append(ff)
-        else:
-            keep_undrawn([K + ff.key])
+def _width(ff: F.FormField, form: dict) -> int:
+    """A field's share of its row, in characters: its label (a checkbox's box beside it), a menu's
+    value with its arrow, and room for a number box's − / + (12 at least)."""
+    value = len(F.label_of(ff, form.get(ff.key))) + 6 if ff.kind == "select" else 0
+    return max(len(ff.label) + 7 * (ff.kind == "check"), value, 12)
+
+
+def field_row(fields: list[F.FormField], form: dict, notes: dict, most: int = F.ROW_MAX) -> None:
+    """Fields in rows of at most ``most``, as even as can be, each row's messages below it at the
+    row's width. A field that does not apply (the other network's size field, Init σ under the
+    default initialisation, the split of an end-to-end method) is not drawn unless it has a message;
+    its value is kept (:func:`keep_undrawn`)."""
+    shown = [ff for ff in fields if ff.enabled(form) or ff.key in notes]
+    keep_undrawn(wkey(ff.key) for ff in fields if ff not in shown)
     for row in F.rows(shown, most):
-        _row(row, notes, draw)
-
-
-def _row(fields: list[F.FormField], notes: dict, draw) -> None:
-    mine = {ff.key: notes.pop(ff.key) for ff in fields if ff.key in notes}
-    widths = F.column_widths(
-        [WEIGHT.get(f.kind, 1.0) for f in fields],
-        [_label_text(f) for f in fields],
-        least=[F.NUMBER_PX if f.kind in ("int", "float") else 0 for f in fields],
-    )
-    for col, ff in zip(st.columns(widths), fields):
-        with col:
-            draw(ff)
-    for key in (ff.key for ff in fields):
-        if key in mine:
-            notes[key] = mine[key]
+        mine = {ff.key: notes.pop(ff.key) for ff in row if ff.key in notes}
+        for col, ff in zip(st.columns([_width(ff, form) for ff in row]), row):
+            with col:
+                field_widget(ff, form, notes)
+        notes.update(mine)
+        for key in mine:
             note(notes, key)
 
 
-def field_grid(fields: list, draw, columns: int = 4) -> None:
-    """``draw(field)`` for each of ``fields`` in ``columns`` columns, filled in turn."""
-    grid = st.columns(columns)
-    for i, ff in enumerate(fields):
-        with grid[i % columns]:
-            draw(ff)
-
-
-def checked_form(form: dict, datasets: list[str], *, click: bool = False) -> F.FormCheck:
+def checked_form(form: dict, *, click: bool = False) -> F.FormCheck:
     """:func:`dashboard.form.check_form` of ``form``, once per click: Start's callback (``click``)
-    checks the form afresh (what is free now, not what was free at the last drawing) and the drawing
-    that follows reuses that check while the form is the same (one preflight, one memory estimate)."""
-    key = repr((form, datasets))
+    checks afresh (what is free now) and the drawing that follows reuses that check while the form
+    is the same."""
     last = ss.pop("form_check", None)
-    if not click and last is not None and last[0] == key:
+    if not click and last is not None and last[0] == form:
         return last[1]
-    got = F.check_form(form, datasets)
+    got = F.check_form(form)
     if click:
-        ss["form_check"] = (key, got)
+        ss["form_check"] = (form, got)
     return got
 
 
-def validate(datasets: list[str]) -> tuple[dict, F.FormCheck, dict]:
+def validate() -> tuple[dict, F.FormCheck, dict]:
     """The form as the widgets will show it, checked before any widget is drawn, so each message is
-    drawn under its field as the form goes (no placeholder per field: ~40 fewer elements for the
-    browser). Returns (form, what :func:`dashboard.form.check_form` found, notes: field ->
+    drawn under its field -> (form, :func:`dashboard.form.check_form`'s findings, notes: field ->
     (kind, message))."""
     method = ss[K + "method"]
-    for s in METHODS[method].settings():  # a method's settings default to its own
-        key = wkey(F.MP + s["name"], method)
-        if key not in ss:
-            ss[key] = F.method_fields(method)[F.MP + s["name"]]
+    for k, v in F.method_fields(method).items():  # a method's settings default to its own
+        ss.setdefault(wkey(k, method), v)
     form = _ordered_form()  # every value as given: a wrong one is said under its field, never dropped
-    got = checked_form(form, datasets)
+    got = checked_form(form)
     ss["preset_edited"] = F.preset_changes(form, got.cfg)  # the fields that differ from the preset
     # allowed, but said: an absurd learning rate / step size, more processes than cores
     notes = {k: ("warning", m) for k, m in got.warnings.items()} | {k: ("error", m) for k, m in got.errors.items()}
     return form, got, notes
 
 
-def form_section(form: dict, got: F.FormCheck, notes: dict, datasets: list[str]) -> None:
+def form_section(form: dict, got: F.FormCheck, notes: dict) -> None:
     """Data set, network and split, from the config's fields, then the block diagram."""
     groups = F.groups()
     with st.container(border=True):
         st.markdown("**Data and network**")
-        field_row(groups["data"], form, notes, datasets)
-        field_row(groups["network"], form, notes, datasets)
+        field_row(groups["data"], form, notes)
+        field_row(groups["network"], form, notes)
         for line in M.unreadable():  # a models-folder file the menu cannot list: said, with its line
             st.warning(line, icon="⚠️")
         if M.is_entry(form["arch"]):
@@ -430,11 +389,8 @@ def form_section(form: dict, got: F.FormCheck, notes: dict, datasets: list[str])
 def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
     """An expander whose widgets exist only while it is open: the container to draw them in, or None.
 
-    Closed, its widgets are not sent at all: ~40 elements fewer for the browser to lay out on a new
-    Train tab (docs/reliability.md "First paint"). Streamlit drops the value of a widget a
-    run does not draw, so a closed expander's values (``widget_keys``) are set again as plain session
-    state, which Streamlit keeps; the widgets take them back when drawn. An expander with a message
-    for one of its fields (``has_message``) is opened, so the message is seen.
+    Closed, its widgets are not sent at all (docs/reliability.md "First paint"); their values
+    (``widget_keys``) are kept (:func:`keep_undrawn`). One with a message (``has_message``) opens.
     """
     if has_message:
         ss[key] = True
@@ -445,36 +401,35 @@ def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
     return box
 
 
-def measured_values(form: dict, method: str) -> tuple[str, dict]:
-    """Where the form's measured values of the method's settings come from, and those values: the
-    preset's (where it sets one; a models-folder network has none: the method's defaults are the
-    recipe measured across the zoo); ("", {}) for none."""
-    if form.get("preset") in PRESETS and not M.is_entry(form.get("arch")):
-        return f"the value measured for the preset {form['preset']}", preset_config(
-            form["preset"], method
-        ).method_params
-    return "", {}
+@functools.lru_cache(maxsize=64)
+def _measured(preset: str | None, method: str) -> dict:
+    """The settings of ``method`` a preset's recipe gives (values measured for it); {} for none."""
+    return preset_config(preset, method).method_params if preset in PRESETS else {}
 
 
-def setting_help(s: dict, value, measured: tuple[str, dict], paper: dict | None = None) -> str:
+def setting_help(ff: F.FormField, form: dict) -> str:
     """A method setting's help: what it is, the value in force and where it comes from (the preset's
-    or one's own network's measured value, the method's default, or set here), the method's default
-    beside any other, whether that default is a measured one (it differs from the paper's algorithm as
-    printed, ``paper``: the record's ``PAPER``), and its code name."""
-    where, params = measured
+    measured value, the method's default, or set here), the method's default beside any other,
+    whether that default is a measured one (it differs from the paper's algorithm as printed: the
+    record's ``PAPER``), and its code name. A models-folder network has no preset: the method's
+    defaults are the recipe measured across the zoo."""
+    method, name = form.get("method", F.DEFAULT_METHOD), ff.key[len(F.MP) :]
+    s = next(x for x in METHODS[method].settings() if x["name"] == name)
+    paper, value, preset = METHODS[method].PAPER, form.get(ff.key), form.get("preset")
+    measured = _measured(None if M.is_entry(form.get("arch")) else preset, method)
     shown = F.fmt_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
     def same(v) -> bool:
         return (str(v) if isinstance(v, (bool, str)) else F.fmt_number(v)) == shown
 
-    if s["name"] in params and same(params[s["name"]]):
-        source = where
+    if s["name"] in measured and same(measured[s["name"]]):
+        source = f"the value measured for the preset {preset}"
     elif same(s["default"]):
         source = "the method's default"
     else:
         source = "set here (or by the link or loaded run)"
     default = "" if source == "the method's default" else f"; the method's default is {F.fmt_number(s['default'])}"
-    if s["name"] in (paper or {}) and paper[s["name"]] != s["default"]:
+    if s["name"] in paper and paper[s["name"]] != s["default"]:
         printed = paper[s["name"]]
         printed = F.fmt_number(printed) if isinstance(printed, float) else str(printed)
         default += (
@@ -483,7 +438,7 @@ def setting_help(s: dict, value, measured: tuple[str, dict], paper: dict | None 
     return f"{s['help']}. In force: {shown}, {source}{default}. Setting `{s['name']}`."
 
 
-def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
+def method_section(form: dict, notes: dict) -> None:
     """Method, training settings and the method's own settings (the rest in folded expanders)."""
     groups = F.groups()
     known = {"data", "network", "method", "train"}
@@ -495,11 +450,11 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
     applying = {s["name"] for s in cls.shown_settings(values)}
     settings = [s for s in cls.settings() if s["name"] in applying or F.MP + s["name"] in notes]
     keep_undrawn(wkey(F.MP + s["name"], method) for s in cls.settings() if s not in settings)
-    more_settings = settings[MAIN_SETTINGS:]
-    measured = measured_values(form, method)
+    fields = [F.setting_field(method, s) for s in settings]  # labelled by the paper's symbol and words
+    more_settings = fields[MAIN_SETTINGS:]
     with st.container(border=True):
         st.markdown("**Method and training**")
-        field_row(groups["method"] + groups["train"], form, notes, datasets)
+        field_row(groups["method"] + groups["train"], form, notes)
         more = [f for g, fields in groups.items() if g not in known for f in fields]  # a new group lands here
         box = folded(
             f"More training settings ({len(more)})",
@@ -509,25 +464,20 @@ def method_section(form: dict, notes: dict, datasets: list[str]) -> None:
         )
         if box is not None:
             with box:
-                field_grid(more, lambda ff: field_widget(ff, form, notes, datasets))
-        st.caption(f"**{method}** — {cls.summary}" + ("" if cls.uses_blocks else " (end-to-end: the split is ignored)"))
-
-        def draw_setting(s: dict) -> None:
-            ff = F.setting_field(method, s)  # labelled by the paper's symbol and words; the code name is the help's
-            help_text = setting_help(s, form.get(ff.key), measured, cls.PAPER)
-            field_widget(ff, form, notes, datasets, key=wkey(ff.key, method), help=help_text)
-
-        field_grid(settings[:MAIN_SETTINGS], draw_setting)
+                field_row(more, form, notes, most=4)
+        end_to_end = "" if cls.uses_blocks else " (end-to-end: the split is ignored)"
+        st.caption(f"**{method}** — {cls.summary}{end_to_end}")
+        field_row(fields[:MAIN_SETTINGS], form, notes, most=4)
         if more_settings:
             box = folded(
                 f"More {method} settings ({len(more_settings)})",
                 f"mp_more_open.{method}",
-                [wkey(F.MP + s["name"], method) for s in more_settings],
-                any(F.MP + s["name"] in notes for s in more_settings),
+                [wkey(ff.key, method) for ff in more_settings],
+                any(ff.key in notes for ff in more_settings),
             )
             if box is not None:
                 with box:
-                    field_grid(more_settings, draw_setting)
+                    field_row(more_settings, form, notes, most=4)
 
 
 def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
@@ -604,45 +554,20 @@ def state_of_cuts(rows: list[dict], split: list[str], cfg: RunConfig) -> int:
     return int(cfg.method_settings.estimate_state_bytes(StateSizes(n, cfg.train.batch_size, block_out, block_out)))
 
 
-def start_button(column, key: str, disabled: bool, on_click, args: tuple = ()) -> None:
-    """The Start button of a form (the network's or DeepFacto's), at the head of its start row."""
-    column.button(
+def start_row(key: str, ready: bool, on_click, args: tuple = ()):
+    """Start, Load and the column for a one-line summary of the setup (returned), above a form, so
+    they are in view without scrolling; the toast of the last start."""
+    c = st.columns([1.1, 1.5, 3])
+    c[0].button(
         "Start run",
         icon=":material/play_arrow:",
         type="primary",
-        disabled=disabled,
+        disabled=not ready,
         key=key,
         on_click=on_click,
         args=args,
         width="stretch",
     )
-
-
-def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
-    """Start, Load and a one-line summary of the setup, above the form: on a 1000-px (or 800-px) high
-    window they are in view without scrolling (the form below is ~1000 px tall)."""
-    c = st.columns([1.1, 1.5, 3])
-    start_button(c[0], "start", cfg is None, on_start)
-    with c[2]:
-        if cfg is None:
-            fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
-            said = [
-                f"Fix {ui.count(len(fields), 'field')} below to start: {', '.join(F.error_labels(fields, form['method']))}."
-            ]
-            if "memory" in errors:
-                said.append("The run does not fit in memory: see the estimate under the block diagram.")
-            if "_form" in errors:
-                said.append("The setup as a whole is refused: see the message below the form.")
-            st.caption(" ".join(said[0 if fields else 1 :]))
-        else:
-            cls = METHODS[cfg.method]
-            own = M.is_entry(form["arch"])
-            T = (len(form["split"]) if own else len(split_of(cfg))) + 1 if cls.uses_blocks else 1
-            arch = M.label(form["arch"]) if own else F.network_caption(cfg.model)
-            st.caption(
-                f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · {cfg.train.epochs} epochs. "
-                "The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
-            )
     with c[1].popover("Load a run's config", width="stretch"):
         runs = ui.list_runs()
         if runs:
@@ -663,26 +588,34 @@ def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
             st.caption("No runs yet.")
     if ss.get("start_toast"):
         st.toast(ss.pop("start_toast"))
+    return c[2]
+
+
+def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
+    """The network form's start row: what to fix, else the setup in one line."""
+    with start_row("start", cfg is not None, on_start):
+        if cfg is None:
+            fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
+            labels = F.error_labels(fields, form["method"])
+            said = [f"Fix {ui.count(len(fields), 'field')} below to start: {', '.join(labels)}."]
+            if "memory" in errors:
+                said.append("The run does not fit in memory: see the estimate under the block diagram.")
+            if "_form" in errors:
+                said.append("The setup as a whole is refused: see the message below the form.")
+            st.caption(" ".join(said[0 if fields else 1 :]))
+        else:
+            cls = METHODS[cfg.method]
+            own = M.is_entry(form["arch"])
+            T = (len(form["split"]) if own else len(split_of(cfg))) + 1 if cls.uses_blocks else 1
+            arch = M.label(form["arch"]) if own else F.network_caption(cfg.model)
+            st.caption(
+                f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · "
+                f"{cfg.train.epochs} epochs. The settings are below; the page URL holds this setup. "
+                "[Live panel ↓](#live)"
+            )
 
 
 # --- DeepFacto (LFWA faces) -------------------------------------------------------------------------
-
-
-def set_deepfacto(values: dict) -> None:
-    for k, v in values.items():
-        ss[D.PREFIX + k] = v
-
-
-def read_deepfacto() -> dict:
-    return {k: ss[D.PREFIX + k] for k in D.fields() if D.PREFIX + k in ss}
-
-
-def deepfacto_drawer(values: dict, notes: dict):
-    """How a DeepFacto field is drawn: by the form's one renderer, under its own key and help."""
-    return lambda ff: field_widget(ff, values, notes, [], key=D.PREFIX + ff.key, help=D.help_of(ff.key))
-
-
-BACKBONE_WIDGETS = ("backbone_source", "backbone_epochs", "backbone_width")  # shown with the backbone choice
 
 
 def backbone_note(cfg: DeepFactoConfig) -> str:
@@ -694,8 +627,9 @@ def backbone_note(cfg: DeepFactoConfig) -> str:
     )
 
 
-def backbone_choice(draw) -> tuple[str | None, bool]:
-    """The backbone radio: (weights file or None, whether the choice is complete)."""
+def backbone_choice(fields: list[F.FormField], form: dict, notes: dict) -> tuple[str | None, bool]:
+    """The backbone radio (``fields``: those of a backbone trained here): (weights file or None,
+    whether the choice is complete)."""
     st.radio(
         "Face backbone (block 1)",
         ["train", "saved", "upload"],
@@ -712,10 +646,10 @@ def backbone_choice(draw) -> tuple[str | None, bool]:
     )
     choice = ss["df_backbone"]
     if choice == "train":
-        field_grid([D.FIELDS[name] for name in BACKBONE_WIDGETS], draw)
+        field_row(fields, form, notes, most=4)
         return None, True
     if choice == "saved":
-        files = [str(p) for p in D.saved_backbones()]
+        files = [str(p) for p in W.saved_backbones()]
         if ss.get("df_saved") and ss["df_saved"] not in files:
             files.insert(0, ss["df_saved"])  # from a loaded run
         if not files:
@@ -731,7 +665,7 @@ def backbone_choice(draw) -> tuple[str | None, bool]:
     if up is None:
         return None, False
     try:
-        path = D.save_upload(up.name, up.getvalue())
+        path = W.save_upload(up.name, up.getvalue())
     except ValueError as e:
         st.error(f"backbone file {up.name!r}: {e}", icon="⚠️")
         return None, False
@@ -751,10 +685,10 @@ def deepfacto_section() -> dict:
         find_lfw()
     except DataError as e:
         lfw_problem = str(e)
-    values = read_deepfacto()
-    _, field_errors = D.config_from_values(values)  # each field on its own: its message under its widget
-    notes = {k: ("error", m) for k, m in field_errors.items()}
-    draw = deepfacto_drawer(values, notes)
+    form = {k: ss[k] for k in F.DF_FIELDS if k in ss}
+    cfg, errors = F.deepfacto_config(form)  # each field on its own first: its message under its widget
+    notes = {k: ("error", m) for k, m in errors.items()}
+    groups = {g: [F.DF_FIELDS[F.DF + n] for n in names] for g, names in F.DF_GROUPS.items()}
     top = st.container()  # Start's row, above the form (in view without scrolling), filled once the form is read
     with st.container(border=True):
         st.markdown("**DeepFacto on LFWA faces**")
@@ -763,42 +697,35 @@ def deepfacto_section() -> dict:
             "embedding trained with a triplet loss. At the end, attribute SVMs read S (40 LFWA attributes) and the "
             "Heatmaps page draws the rows of S over faces. The paper's ranks: 4, 32, 256."
         )
-        # two rows of three: six in one row wrapped "Block-ADMM training images" onto two lines and hid the
-        # number boxes' − / + at 1280 px
-        field_row([D.FIELDS[n] for n in D.MAIN], values, notes, [], most=3, draw=draw)
-        weights, backbone_ok = backbone_choice(draw)
-        rest = [f for f in D.fields() if f not in D.MAIN and f not in BACKBONE_WIDGETS]
-        with st.expander(f"All DeepFacto settings ({len(rest)})", expanded=bool(set(field_errors) & set(rest))):
+        field_row(groups.pop("main"), form, notes, most=3)
+        weights, backbone_ok = backbone_choice(groups.pop("backbone"), form, notes)
+        rest = [ff.key for fields in groups.values() for ff in fields]
+        with st.expander(f"All DeepFacto settings ({len(rest)})", expanded=bool(set(errors) & set(rest))):
             st.caption("Text fields read like `--set NAME=VALUE`: JSON where it parses (numbers, lists, null).")
-            for title, names in D.grouped(rest):
+            for title, fields in groups.items():
                 st.markdown(f"**{title}**")
-                field_grid([D.FIELDS[n] for n in names], draw)
+                field_row(fields, form, notes, most=4)
     for field in list(notes):  # a message about no one field (a combination of them)
         note(notes, field)
-    cfg, errors = D.config_from_values(values, weights)
-    for field, msg in errors.items():
-        if field not in field_errors:  # about the backbone file with the rest (said above otherwise)
+    if cfg is not None:  # the backbone file too
+        cfg, errors = F.deepfacto_config(form, weights)
+        for msg in errors.values():
             st.error(msg, icon="⚠️")
     with top:
         _deepfacto_start_row(cfg, errors, weights, backbone_ok, lfw_problem)
         ui.show_notice()  # "Not started: …", beside the button that was pressed
-    if ss.get("start_toast"):
-        st.toast(ss.pop("start_toast"))
-    return D.to_query(values)
+    return F.to_query(form, DEEPFACTO)
 
 
 def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_problem: str | None) -> None:
-    c = st.columns([1.1, 4.4])
     ready = cfg is not None and backbone_ok and lfw_problem is None
     cfg_json = json.dumps(cfg.to_dict()) if cfg is not None else ""
-    start_button(c[0], "start_df", not ready, on_start_deepfacto, (cfg_json,))
-    with c[1]:
+    with start_row("start_df", ready, on_start_deepfacto, (cfg_json,)):
         if lfw_problem:
             st.warning(f"LFWA is not here: {lfw_problem}")
         elif cfg is None:
-            st.caption(
-                f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(D.label_of(f) for f in errors)}."
-            )
+            labels = [F.DF_FIELDS[f].label if f in F.DF_FIELDS else f for f in errors]
+            st.caption(f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(labels)}.")
         elif not backbone_ok:
             st.caption("Choose the face backbone below to start.")
         else:
@@ -958,9 +885,9 @@ def main() -> None:
         )
     st.segmented_control(
         "What to train",
-        ["network", D.MODE],
+        [NETWORK, DEEPFACTO],
         key="train_mode",
-        format_func={"network": "A network (Block-ADMM and baselines)", D.MODE: "DeepFacto (LFWA faces)"}.get,
+        format_func={NETWORK: "A network (Block-ADMM and baselines)", DEEPFACTO: "DeepFacto (LFWA faces)"}.get,
         required=True,
     )
     _form_part()
@@ -970,19 +897,17 @@ def main() -> None:
 
 def _form_part() -> None:
     """What to train, and how: the network form or DeepFacto's, the Start button, the URL mirror."""
-    if ss["train_mode"] == D.MODE:
+    if ss["train_mode"] == DEEPFACTO:
         mirror(deepfacto_section())
         return
-    datasets = available(kind=NETWORK)
-    form, got, notes = validate(datasets)
+    form, got, notes = validate()
     cfg, errors = got.cfg, got.errors
     ss["train_form"] = form
-    # Start first: validate() checked the form before any widget is drawn, so the row above the form
-    # shows what the fields below hold (Start was at y ≈ 1314 px, below a 1000-px window)
+    # Start first, in view: validate() checked the form before any widget is drawn
     start_section(cfg, errors, form)
     ui.show_notice()
-    form_section(form, got, notes, datasets)
-    method_section(form, notes, datasets)
+    form_section(form, got, notes)
+    method_section(form, notes)
     for field in list(notes):  # a field without a widget of its own
         note(notes, field)
     mirror(F.to_query(form))

@@ -155,8 +155,9 @@ class BlockADMM(Engine):
                     if zrows is not None
                     else ZRows(None, [rows_of(z, idx, shard.holds(t)) for t, z in enumerate(state.z)])
                 )
-                inputs = self.theta_inputs(batch.inputs(idx), zr)
                 done = zr.theta_grads or {}  # blocks whose ∇_{Θ_t} P_t the Z sweep took: no U rows needed here
+                # every block's gradient taken by the sweep: no block runs a forward pass here, so no x rows
+                inputs = [] if len(done) == net.T and reduce is None else self.theta_inputs(batch.inputs(idx), zr)
                 us = [rows_of(u, idx, shard.owns(t)) if t not in done else None for t, u in enumerate(state.u)]
                 terms = coupling_terms(state.beta, us)
 
@@ -169,7 +170,8 @@ class BlockADMM(Engine):
                 # the output that step computed handed on to the dual step as above
                 grads = None
                 if done:
-                    grads = {t: [None if g is None else g / size for g in gs] for t, gs in done.items()}
+                    # in place: the sweep's gradients are this step's own (the same numbers, no copies)
+                    grads = {t: [None if g is None else g.div_(size) for g in gs] for t, gs in done.items()}
                     if outputs is not None:  # the forward start's outputs (zr.base: its residual is δ_t)
                         for t in grads:
                             outputs[t] = zr.base[t]
