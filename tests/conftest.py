@@ -138,7 +138,6 @@ SLOW = {
     "test_online.py::test_bench_writes_its_table_into_a_markdown_section",
     "test_reliability.py::test_data_shapes_table_matches_the_loaders[mnist-5k]",
     "test_reliability.py::test_an_end_whose_summary_cannot_be_written_is_recorded_not_left_running",
-    "test_live_series.py::test_browser_traces_equal_the_servers",  # trains a small online-ADMM run, runs node
     "test_reliability.py::test_four_runs_started_at_once_from_cli_and_dashboard",
     "test_reliability.py::test_full_disk_keeps_the_last_good_checkpoint",
     "test_reliability.py::test_half_written_last_metrics_line_is_skipped_and_resume_continues",
