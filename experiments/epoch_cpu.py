@@ -56,6 +56,42 @@ def epoch_seconds(row, method: str, seed: int, epochs: int, settings: dict | Non
     }
 
 
+def compare_table(before: list[dict], after: list[dict]) -> str:
+    """Markdown: per (row, method), the median CPU s/epoch of two reading files (``--out`` of a run of
+    the code before a change and of the code after it, run side by side), each × its own Adam, the
+    readings, and the final test accuracy and train loss before → after (a speed change keeps them)."""
+
+    def cells(runs):
+        out = {}
+        for r in runs:
+            out.setdefault((r["row"], r["method"]), []).append(r)
+        return out
+
+    b, a = cells(before), cells(after)
+    med_b = {k: statistics.median(c for r in v for c in r["cpu_s"]) for k, v in b.items()}
+    med_a = {k: statistics.median(c for r in v for c in r["cpu_s"]) for k, v in a.items()}
+    lines = [
+        "| network | method | before: CPU s/epoch | × Adam | after: CPU s/epoch | × Adam | readings (before/after) "
+        "| final test acc. before → after | final train loss before → after |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in [k for k in b if k in a]:
+        row, method = key
+        ratio = []
+        for m in (med_b, med_a):
+            base = m.get((row, "adam"))
+            ratio.append(f"{m[key] / base:.2f}×" if base else "—")
+        n_b = sum(len(r["cpu_s"]) for r in b[key])
+        n_a = sum(len(r["cpu_s"]) for r in a[key])
+        acc = f"{b[key][-1]['test_accuracy']} → {a[key][-1]['test_accuracy']}"
+        loss = f"{b[key][-1]['train_loss']:.4f} → {a[key][-1]['train_loss']:.4f}"
+        lines.append(
+            f"| {row} | {method} | {med_b[key]:.2f} | {ratio[0]} | {med_a[key]:.2f} | {ratio[1]} | {n_b}/{n_a} "
+            f"| {acc} | {loss} |"
+        )
+    return "\n".join(lines) + "\n\nCPU seconds per epoch, one torch thread, median of all readings of a cell.\n"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", nargs="+", default=["quickstart-mlp", "lenet5-bn", "mnist-net"], choices=list(BY_NAME))
@@ -64,7 +100,27 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=2, help="epochs per run (every epoch is one reading)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="write every reading here (JSON)")
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("BEFORE", "AFTER"),
+        help="no training: the before/after table of two --out files (into --markdown's --section)",
+    )
+    p.add_argument("--markdown", type=Path, help="with --compare: the docs page to write the table into")
+    p.add_argument("--section", default="epoch-cpu", help="with --compare: the page's generated section")
     a = p.parse_args(argv)
+    if a.compare:
+        before, after = (json.loads(f.read_text()) for f in a.compare)
+        text = compare_table(before, after)
+        if a.markdown:
+            from admm_core.docs import command_line, write_section
+
+            write_section(
+                a.markdown, a.section, text, command=command_line(argv, prog="python experiments/epoch_cpu.py")
+            )
+        print(text)
+        return 0
     torch.set_num_threads(1)
     runs = []
     for rep in range(a.repeats):

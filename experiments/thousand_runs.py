@@ -1,7 +1,8 @@
 """A thousand runs: how the dashboard's listings hold up.
 
 Makes a runs folder with ``--finished`` finished runs (copies of three small digits runs, each
-with its own id, so no training is repeated) and ``--live`` live ones (real workers training
+with its own id, so no training is repeated; ``--seeds DIR``: copies of the finished runs in DIR,
+none trained) and ``--live`` live ones (real workers training
 long digits runs), then renders the Runs page, the Compare page and the Train page (its run
 menu) under Streamlit's AppTest (the server's script run, in this process) and measures:
 
@@ -56,15 +57,17 @@ def rss_mb() -> float:
         return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")) / 1024
 
 
-def make_runs(root: Path, finished: int, live: int) -> list[Path]:
-    """``finished`` copies of three finished runs (distinct ids) and ``live`` live workers; returns the live ones."""
+def make_runs(root: Path, finished: int, live: int, seeds: Path | None = None) -> list[Path]:
+    """``finished`` copies of three finished runs (distinct ids) and ``live`` live workers; returns the
+    live ones. ``seeds``: a folder of finished runs to copy instead (none trained here)."""
     from admm_core.rundir import write_json
     from admm_core.spec.presets import preset_config
     from app.dashboard import workers as W
 
-    seeds, procs = [], []
+    procs = []
+    seeds = sorted(d for d in seeds.iterdir() if (d / "status.json").is_file()) if seeds else []
     for method in (
-        ("block-admm", "adam", "sgd") if finished else ()
+        ("block-admm", "adam", "sgd") if finished and not seeds else ()
     ):  # trained by the CLI, side by side (each mostly imports torch): this process stays a server's size
         d = root / "_seed" / method
         args = ["--preset", "digits-mlp", "--method", method, "--epochs", "3", "--train-limit", "200"]
@@ -681,6 +684,9 @@ def main(argv=None) -> int:
     p.add_argument("--live", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--root", help="runs folder to make (default: a temporary one, removed afterwards)")
+    p.add_argument(
+        "--seeds", help="a folder of finished runs copied as the finished ones (default: three trained by the CLI)"
+    )
     p.add_argument("--markdown", help="write the table into this file between the thousand-runs markers")
     p.add_argument("--no-browser", action="store_true", help="AppTest only: no real server, no Chromium")
     p.add_argument(
@@ -714,7 +720,7 @@ def main(argv=None) -> int:
         spawn.NICE = a.worker_nice
     spawn.AUTOGROUP_NICE = not a.no_autogroup
     t = time.time()
-    lives = make_runs(root, a.finished, a.live)
+    lives = make_runs(root, a.finished, a.live, Path(a.seeds) if a.seeds else None)
     print(f"made {a.finished} finished + {a.live} live runs in {time.time() - t:.1f} s", file=sys.stderr)
     try:
         from admm_core.rundir import read_json

@@ -256,6 +256,7 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1, 
         torch.set_num_threads(threads)
 
     from admm_core import data as data_mod
+    from admm_core.docs import code_version
     from admm_core.errors import ConfigError
     from admm_core.rundir import read_metrics
 
@@ -277,6 +278,7 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1, 
         "epochs": row.epochs,
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
+        "code": code_version(),  # rows of one table can come from several sittings (and commits)
         "threads": torch.get_num_threads(),
         "run_dir": str(run_dir),
         "settings": dict(overrides or {}),

@@ -11,6 +11,14 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 os.environ.setdefault("ADMM_RUNS", f"/tmp/admm-test-runs{'-' + _WORKER if _WORKER else ''}")
 # decoded faces, backbones and SVMs that tests make stay out of the user's ~/.cache/admm_core
 os.environ.setdefault("ADMM_CACHE", "/tmp/admm-test-cache")
+# pytest-xdist workers share the cores: each worker, and every process it starts (CLI runs, dashboard
+# workers, notebook kernels), gets its share of torch threads. Two workers of two threads each on 2
+# cores spin in OpenMP's waits: a ResNet's first evaluation took 25 s instead of 0.5 s at load ~10.
+# Set before torch is imported; a plain pytest (the serial part, one file) keeps torch's own choice.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    _share = _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -130,7 +138,6 @@ SLOW = {
     "test_online.py::test_bench_writes_its_table_into_a_markdown_section",
     "test_reliability.py::test_data_shapes_table_matches_the_loaders[mnist-5k]",
     "test_reliability.py::test_an_end_whose_summary_cannot_be_written_is_recorded_not_left_running",
-    "test_live_series.py::test_browser_traces_equal_the_servers",  # trains a small online-ADMM run, runs node
     "test_reliability.py::test_four_runs_started_at_once_from_cli_and_dashboard",
     "test_reliability.py::test_full_disk_keeps_the_last_good_checkpoint",
     "test_reliability.py::test_half_written_last_metrics_line_is_skipped_and_resume_continues",

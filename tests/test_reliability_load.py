@@ -802,17 +802,19 @@ def test_a_thousand_runs_are_listed_from_an_index_and_paged(tmp_path, monkeypatc
         assert_intact(r["dir"], 1)
 
 
-def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path):
+def test_thousand_runs_script_writes_its_table_between_the_markers(tmp_path, finished_run):
     """experiments/thousand_runs.py on a small folder: the table, with the machine, lands in the page;
     with the system Chromium, the real server's figures too, and neither process imported PyTorch."""
     page = tmp_path / "page.md"
+    # the finished runs are copies of this process's finished run (--seeds), not three trained by the CLI
+    shutil.copytree(finished_run, tmp_path / "seeds" / "block-admm")
     page.write_text("# x\n<!-- thousand-runs -->\nstale-table\n<!-- /thousand-runs -->\ntail\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     # one draw per page and condition, two of the four pages (Train's chart needs a live run, Heatmaps'
     # the scorer process: other browser tests draw both): the table's shape, not its medians, is checked
     args = ["--finished", "30", "--live", "0", "--repeats", "1", "--window", "1", "--draws", "1"]
     args += ["--pages", "runs,compare"]
-    args += ["--root", str(tmp_path / "runs")]
+    args += ["--root", str(tmp_path / "runs"), "--seeds", str(tmp_path / "seeds")]
     done = subprocess.run(
         [sys.executable, str(ROOT / "experiments" / "thousand_runs.py"), *args, "--markdown", str(page)],
         cwd=ROOT,

@@ -249,3 +249,28 @@ def test_the_cpu_clock_counts_the_epochs_and_leaves_the_set_up_out(zoo):
     assert len(out["cpu_epoch_s"]) == 2
     assert all(0.09 <= c < 0.25 for c in out["cpu_epoch_s"])
     assert out["cpu_train_s"] >= 0.3 + sum(out["cpu_epoch_s"]) - 0.01
+
+
+def test_epoch_cpu_compare_writes_medians_and_ratios_into_a_section(monkeypatch, tmp_path):
+    """experiments/epoch_cpu.py --compare: each cell's median over all its readings, × its own
+    side's Adam, the reading counts, and the last run's accuracy and loss before → after."""
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    import epoch_cpu
+
+    def run(method, cpu, acc=0.9, loss=0.5):
+        return {"row": "lenet5-bn", "method": method, "cpu_s": cpu, "test_accuracy": acc, "train_loss": loss}
+
+    before = [run("adam", [1.0, 3.0]), run("block-admm", [4.0, 5.0]), run("block-admm", [6.0, 7.0], 0.91)]
+    after = [run("adam", [2.0, 2.0]), run("block-admm", [3.0, 3.0, 9.0], 0.91, 0.25)]
+    for name, runs in (("b.json", before), ("a.json", after)):
+        (tmp_path / name).write_text(json.dumps(runs))
+    page = tmp_path / "speed.md"
+    page.write_text("# Speed\n\nhand-written text\n")
+    argv = ["--compare", str(tmp_path / "b.json"), str(tmp_path / "a.json"), "--markdown", str(page)]
+    argv += ["--section", "norms"]
+    assert epoch_cpu.main(argv) == 0
+    text = page.read_text()
+    assert "hand-written text" in text and "<!-- generated:norms -->" in text
+    # block-admm before: median of 4, 5, 6, 7 = 5.5, over Adam's median 2.0; after: 3.0 over 2.0
+    assert "| lenet5-bn | block-admm | 5.50 | 2.75× | 3.00 | 1.50× | 4/3 | 0.91 → 0.91 | 0.5000 → 0.2500 |" in text
+    assert "| lenet5-bn | adam | 2.00 | 1.00× | 2.00 | 1.00× | 2/2 |" in text
