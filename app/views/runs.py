@@ -190,7 +190,7 @@ def details(r: dict) -> None:
             + (f"resumed {_when(status.get('started'))} · " if status.get("first_started") else "")
             + f"updated {_when(status.get('updated'))}"  # "started": not a column of the table
         )
-        pid = f" · worker pid {status['pid']}" if status.get("pid") and state in ui.ACTIVE else ""  # a live one's
+        pid = f" · worker pid {status['pid']}" if status.get("pid") and state in ui.ACTIVE else ""  # live runs only
         size = human_bytes(W.dir_size(run_dir, _size_stamp(status)))
         st.caption(f"id `{name}`{pid} · {size} on disk · `{run_dir}`")
         if state in ui.FAILED:
