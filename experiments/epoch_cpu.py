@@ -56,6 +56,14 @@ def epoch_seconds(row, method: str, seed: int, epochs: int, settings: dict | Non
     }
 
 
+def medians(runs: list[dict]) -> dict[tuple[str, str], float]:
+    """(row, method) -> the median of every epoch's CPU seconds of its runs."""
+    cells: dict[tuple[str, str], list[float]] = {}
+    for r in runs:
+        cells.setdefault((r["row"], r["method"]), []).extend(r["cpu_s"])
+    return {k: statistics.median(v) for k, v in cells.items()}
+
+
 def compare_table(before: list[dict], after: list[dict]) -> str:
     """Markdown: per (row, method), the median CPU s/epoch of two reading files (``--out`` of a run of
     the code before a change and of the code after it, run side by side), each × its own Adam, the
@@ -68,8 +76,7 @@ def compare_table(before: list[dict], after: list[dict]) -> str:
         return out
 
     b, a = cells(before), cells(after)
-    med_b = {k: statistics.median(c for r in v for c in r["cpu_s"]) for k, v in b.items()}
-    med_a = {k: statistics.median(c for r in v for c in r["cpu_s"]) for k, v in a.items()}
+    med_b, med_a = medians(before), medians(after)
     lines = [
         "| network | method | before: CPU s/epoch | × Adam | after: CPU s/epoch | × Adam | readings (before/after) "
         "| final test acc. before → after | final train loss before → after |",
@@ -135,11 +142,9 @@ def main(argv=None) -> int:
                     flush=True,
                 )
     print("\nmedian CPU s per epoch (all epochs of all repeats), × adam")
+    med = medians(runs)
     for name in a.rows:
-        per = {
-            m: statistics.median([c for r in runs if r["row"] == name and r["method"] == m for c in r["cpu_s"]])
-            for m in a.methods
-        }
+        per = {m: med[(name, m)] for m in a.methods}
         base = per.get("adam")
         for m, v in per.items():
             ratio = f"{v / base:.2f}×" if base else "—"
