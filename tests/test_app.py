@@ -598,24 +598,6 @@ def test_compare_page_table_and_csv(env_runs):
     assert at.download_button(key="cmp_series_csv").label == "Download the charts' data (CSV)"
 
 
-def test_compare_rows_carry_the_paper_figures(runs_root):
-    cfg = json.loads((runs_root / "r1-digits-block-admm" / "config.json").read_text())
-    from admm_core.rundir import read_metrics
-    from admm_core.spec.presets import PAPER
-    from app.dashboard.charts import run_row
-
-    metrics = read_metrics(runs_root / "r1-digits-block-admm")
-    # a 2-epoch, 300-sample digits run under the paper's preset name is not the paper's setup
-    row = run_row("x", {**cfg, "preset": "mnist-mlp-mse"}, {"state": "finished"}, metrics, PAPER)
-    assert row["paper test %"] is None and row["Δ vs paper"] is None and row["epochs"] == 2
-    assert row["paper"].startswith("setup differs") and "epochs 2 ≠ 50" in row["paper"], row["paper"]
-    # the preset's own config (full MNIST, 50 epochs) is: its figure and Δ are shown
-    same = preset_config("mnist-mlp-mse", "block-admm").to_dict()
-    row = run_row("y", same, {"state": "finished"}, metrics, PAPER)
-    assert row["paper test %"] == 97.61 and row["paper"] == "same setup"
-    assert row["Δ vs paper"] == round(100 * metrics[-1]["test_accuracy"] - 97.61, 2)
-
-
 # --- Heatmaps page ---------------------------------------------------------------------------------
 
 
@@ -1406,11 +1388,9 @@ def test_compare_groups_runs_into_mean_and_spread_bands():
     assert list(rng.data[1].y) == pytest.approx([0.5, 0.6, 0.7]) and list(rng.data[0].y) == pytest.approx(
         [0.7, 0.8, 0.9]
     )
-    # per-block columns are averaged over the blocks; a DeepFacto run is its own kind
+    # per-block columns are averaged over the blocks
     res = C.group_figure([("g", [[{"epoch": 0, "residuals": [1.0, 3.0]}]])], "residuals")
     assert list(res.data[2].y) == [2.0]
-    assert C.run_kind({"method": "block-admm", "deepfacto": {}}) == "deepfacto"
-    assert C.run_kind({"method": "sgd"}) == "sgd"
 
 
 def test_parallel_coordinates_only_over_settings_every_run_has():
