@@ -802,8 +802,9 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
 
     :func:`read_config` (each field on its own), then the engine's
     :func:`admm_core.spec.resources.preflight_report` (data set present, split, per-block values,
-    augmentation, processes, memory free here) — on the config with the wrong fields at their defaults
-    too, so a wrong epoch count does not hide a wrong split — then the page's memory limit.
+    augmentation, processes, memory under the page's limit and free here, the worker processes'
+    memory together) — on the config with the wrong fields at their defaults too, so a wrong epoch
+    count does not hide a wrong split; its memory refusals wait until the other fields are right.
     ``available``: the data sets present (default: looked up under the data root).
     """
     link = dict(form.get(LINK) or {})
@@ -822,7 +823,7 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
     report = preflight_report(target, processes, datasets=available, limit=(max_run_bytes(), PAGE_LIMIT))
     for path, e in report.errors.items():
         key = path if path in ("memory", "processes") else _key_of(path + " = ", method)
-        if partial is not None and isinstance(e, MemoryRefusal):
+        if partial is not None and (key == "memory" or isinstance(e, MemoryRefusal)):  # processes' memory too
             continue  # said once the other fields are right (the estimate is shown meanwhile)
         errors.setdefault(key, str(e))
     warnings = run_warnings(target, processes)
