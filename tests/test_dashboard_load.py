@@ -88,7 +88,11 @@ def test_the_stamp_route_answers_digests_and_forgets_tokens_nobody_asks_for(tmp_
     from app.dashboard import follow as FL
     from app.dashboard.live import digest
 
-    monkeypatch.delenv(FL.ENV, raising=False)
+    # routes() sets the variable itself, outside monkeypatch, and delenv of an absent name records
+    # nothing to restore: set it first so the end of this test restores the value before it (else
+    # "1" outlives the test, and AppTest pages in the same process wait for a browser that never paints)
+    monkeypatch.setenv(FL.ENV, "0")
+    monkeypatch.delenv(FL.ENV)
     assert not FL.available()
     app = Starlette(routes=FL.routes())
     assert FL.available()  # mounting the routes says so to the pages (same process)
