@@ -586,9 +586,19 @@ def _set_seed(page, seed: int) -> None:
         box = page.get_by_label("Seed", exact=True)
         box.fill(str(seed))
         box.press("Enter")
-        if _wait(lambda: want.search(page.evaluate("() => location.href")), 15, every=0.25):
+        if _wait(lambda: want.search(_href(page)), 15, every=0.25):
             return
     expect(page).to_have_url(want, timeout=TIMEOUT_MS)
+
+
+def _href(page) -> str:
+    """The page's link as the page itself has it ("" while a navigation replaces the document)."""
+    from playwright.sync_api import Error
+
+    try:
+        return page.evaluate("() => location.href")
+    except Error:
+        return ""
 
 
 def _first_seen(page, run: str, i: int) -> float | None:
