@@ -31,6 +31,7 @@ from admm_core.spec.datasets import available
 from admm_core.spec.faces import find_lfw
 from admm_core.spec.methods import METHODS, names_for
 from admm_core.spec.presets import PRESETS, preset_config
+from admm_core.spec.resources import MemoryRefusal, preflight_report, processes_memory_problem
 from app.dashboard import faces
 from app.dashboard import form as F
 from app.dashboard import workers as W
@@ -598,24 +599,6 @@ def test_compare_page_table_and_csv(env_runs):
     assert at.download_button(key="cmp_series_csv").label == "Download the charts' data (CSV)"
 
 
-def test_compare_rows_carry_the_paper_figures(runs_root):
-    cfg = json.loads((runs_root / "r1-digits-block-admm" / "config.json").read_text())
-    from admm_core.rundir import read_metrics
-    from admm_core.spec.presets import PAPER
-    from app.dashboard.charts import run_row
-
-    metrics = read_metrics(runs_root / "r1-digits-block-admm")
-    # a 2-epoch, 300-sample digits run under the paper's preset name is not the paper's setup
-    row = run_row("x", {**cfg, "preset": "mnist-mlp-mse"}, {"state": "finished"}, metrics, PAPER)
-    assert row["paper test %"] is None and row["Δ vs paper"] is None and row["epochs"] == 2
-    assert row["paper"].startswith("setup differs") and "epochs 2 ≠ 50" in row["paper"], row["paper"]
-    # the preset's own config (full MNIST, 50 epochs) is: its figure and Δ are shown
-    same = preset_config("mnist-mlp-mse", "block-admm").to_dict()
-    row = run_row("y", same, {"state": "finished"}, metrics, PAPER)
-    assert row["paper test %"] == 97.61 and row["paper"] == "same setup"
-    assert row["Δ vs paper"] == round(100 * metrics[-1]["test_accuracy"] - 97.61, 2)
-
-
 # --- Heatmaps page ---------------------------------------------------------------------------------
 
 
@@ -1098,10 +1081,23 @@ def test_processes_field_refuses_what_the_workers_would_fail_on(monkeypatch):
     cfg, errs = F.config_from_form({**form, "processes": 4}, available=["digits"])
     assert cfg is None and "world size 4" in errs["processes"], errs
     assert F.config_from_form({**form, "processes": 3}, available=["digits"])[1] == {}
-    # memory: N copies of data, network and optimizer, the sharded Z/U once
+    # memory: N copies of data, network and optimizer, the sharded Z/U once (the preflight's check)
     mem = {"data_bytes": 100, "param_bytes": 50, "optimizer_bytes": 50, "state_bytes": 400}
-    assert F.processes_memory_errors(2, mem, free=800) == {}  # 2 * 200 + 400
-    assert "needs about" in F.processes_memory_errors(3, mem, free=800)["processes"]  # 3 * 200 + 400
+    free = (800, "available CPU RAM")
+    assert processes_memory_problem(2, mem, free) is None  # 2 * 200 + 400
+    assert "needs about" in processes_memory_problem(3, mem, free)  # 3 * 200 + 400
+    assert "over the 700 B available (the limit: x)" in processes_memory_problem(2, mem, free, (700, "x"))
+    # in the preflight, for the form and the CLI alike: the run alone fits, its N processes do not
+    cfg = preset_config("digits-mlp", "block-admm").replace(train__device="cpu")
+    one = preflight_report(cfg, 1, datasets=["digits"], free=(2**40, "a test's memory")).estimate
+    per_process = one["data_bytes"] + one["param_bytes"] + one["optimizer_bytes"]
+    room = (one["total_bytes"] + per_process, "a test's memory")  # room for two processes, not three
+    assert preflight_report(cfg, 2, datasets=["digits"], free=room).errors == {}
+    got = preflight_report(cfg, 3, datasets=["digits"], free=room).errors
+    assert list(got) == ["processes"] and isinstance(got["processes"], MemoryRefusal)
+    assert str(got["processes"]).startswith(
+        "processes = 3: each process holds the data"
+    ) and "(a test's memory)" in str(got["processes"])
 
 
 def test_diverged_run_shows_its_message(tmp_path, monkeypatch):
@@ -1406,11 +1402,9 @@ def test_compare_groups_runs_into_mean_and_spread_bands():
     assert list(rng.data[1].y) == pytest.approx([0.5, 0.6, 0.7]) and list(rng.data[0].y) == pytest.approx(
         [0.7, 0.8, 0.9]
     )
-    # per-block columns are averaged over the blocks; a DeepFacto run is its own kind
+    # per-block columns are averaged over the blocks
     res = C.group_figure([("g", [[{"epoch": 0, "residuals": [1.0, 3.0]}]])], "residuals")
     assert list(res.data[2].y) == [2.0]
-    assert C.run_kind({"method": "block-admm", "deepfacto": {}}) == "deepfacto"
-    assert C.run_kind({"method": "sgd"}) == "sgd"
 
 
 def test_parallel_coordinates_only_over_settings_every_run_has():

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from admm_core.compare import settings_of
 from admm_core.rundir import write_json
 from admm_core.spec.presets import preset_config
 from app.dashboard import charts as C
@@ -124,44 +125,13 @@ def test_grouped_curves_against_wall_time_are_averaged_on_one_grid():
     assert mean.x[-1] == 9.5 and mean.y[-1] == pytest.approx(19.5)
 
 
-# --- legends and the charts' CSV ------------------------------------------------------------------
+# --- legends (their rules: tests/test_compare.py) ------------------------------------------------------------------
 
 
 def test_legends_say_what_differs_not_a_truncated_id(runs):
     at = compare([r[0] for r in RUNS[:3]])
     assert chart_names(at) == ["block-admm · s0 · lr 2e-3", "block-admm · s1 · lr 2e-3", "block-admm · s1 · lr 5e-3"]
     assert not any("2026" in n or "…" in n for n in chart_names(at))
-    labels = C.legend_labels([{"method": "sgd", "train": {"seed": 0}}] * 2)
-    assert labels == ["sgd #1", "sgd #2"]  # runs alike in every setting stay told apart
-    assert C.fmt_value(5e-4) == "5e-4" and C.fmt_value(0.1) == "0.1" and C.fmt_value(1e9) == "1e9"
-    mnist = {"method": "sgd", "data": {"name": "mnist"}, "model": {"hidden": [128, 64]}}
-    digits = {"method": "sgd", "data": {"name": "digits"}, "model": {"hidden": [32]}}
-    assert C.legend_labels([mnist, digits]) == [
-        "sgd · data mnist · hidden widths 128,64",
-        "sgd · data digits · hidden widths 32",
-    ]
-
-
-def test_series_csv_names_runs_by_full_id_in_percent():
-    run = "20261201-183531-digits-block-admm-lr5e-4"
-    ms = [{"epoch": 1, "test_accuracy": 0.9778, "train_loss": 0.25}]
-    series = [C.Series(run, "block-admm · lr 5e-4", ms, "block-admm")]
-    text = C.series_csv(
-        {"test accuracy": series, "train loss": series},
-        {"test accuracy": "test_accuracy", "train loss": "train_loss"},
-        "epoch",
-        {"test accuracy"},
-    )
-    rows = [line.split(",") for line in text.strip().splitlines()]
-    assert rows[0] == ["chart", "run", "legend", "group", "epoch", "value", "unit"]
-    assert rows[1] == ["test accuracy", run, "block-admm · lr 5e-4", "block-admm", "1", "97.78", "%"]
-    assert rows[2] == ["train loss", run, "block-admm · lr 5e-4", "block-admm", "1", "0.25", ""]
-    # the page's own CSV: its accuracy charts in %, the loss and residuals as logged
-    page = C.compare_csv(series, [], "epoch").strip().splitlines()
-    assert page[1:3] == [
-        f"test accuracy,{run},block-admm · lr 5e-4,block-admm,1,97.78,%",
-        f"train loss,{run},block-admm · lr 5e-4,block-admm,1,0.25,",
-    ], page
 
 
 # --- the selection ---------------------------------------------------------------------------------
@@ -271,7 +241,7 @@ def test_a_runs_default_split_is_shown_and_in_the_csv(tmp_path, monkeypatch):
     split = [v if isinstance(v, str) else None for v in table["⚙ model.split"]]
     assert split == ["fc1,fc2", "fc1", None]  # sgd: end to end, no blocks
     row = json.loads((tmp_path / "a-default-split" / "config.json").read_text())
-    assert row["model"]["split"] is None and C.settings_of(row)["model.split"] == "fc1,fc2"
+    assert row["model"]["split"] is None and settings_of(row)["model.split"] == "fc1,fc2"
     assert "fc1,fc2" in table.to_csv(index=False)  # the CSV is this table's columns
 
 

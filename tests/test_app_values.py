@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from admm_core.spec import resources
 from admm_core.spec.presets import preset_config
-from app.dashboard import form as F
 
 APP = Path(__file__).resolve().parent.parent / "app"
 BIG = "99999999999999999999"
@@ -104,7 +104,7 @@ def test_empty_hidden_widths_are_an_error_naming_the_field(runs, text):
 
 
 def test_more_processes_than_cores_on_a_cpu_is_a_warning(runs, monkeypatch):
-    monkeypatch.setattr(F, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(resources, "cpu_cores", lambda: 2)
     at = page({"method": "gotmare", "device": "cpu", "processes": "2"})
     assert not [w for w in at.warning if "processes" in w.value] and not start(at).disabled
     at.number_input(key="f.processes").set_value(4).run()

@@ -367,3 +367,33 @@ def test_a_method_of_one_process_is_refused_under_torchrun_as_the_preflight_refu
     said = preflight_problems(preset_config("mnist5k-mlp", "sgd"), 2)["processes"]
     assert str(got.value) == "world size = 2: only block-admm and gotmare run on several processes (method 'sgd')"
     assert said == "processes = 2: only block-admm and gotmare run on several processes (method 'sgd')"
+
+
+def test_admm_train_under_torchrun_refuses_what_the_form_refuses(tmp_path, monkeypatch):
+    """``admm train`` under torchrun on one machine runs the preflight with its world size, as the
+    dashboard's Processes field does: a method of one process, and worker processes that do not fit
+    in memory together (the run alone does), are refused before any run directory exists, by field."""
+    from helpers import cli_call
+
+    from admm_core.cli import make_parser
+    from admm_core.cli.train import config_from_args, processes_here
+    from admm_core.spec import resources
+
+    monkeypatch.setattr(D, "world_size", lambda: 2)  # torchrun --standalone --nproc-per-node 2, all here
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("ADMM_RUNS", str(runs))
+    rc, _, err = cli_call(["train", "--method", "sgd", "--epochs", "1", "--device", "cpu"])
+    assert rc == 2 and "processes = 2: only block-admm and gotmare run on several processes (method 'sgd')" in err
+    argv = ["train", "--epochs", "1", "--device", "cpu", "--hidden", "32,16", "--train-limit", "200"]
+    one = resources.estimate_memory(config_from_args(make_parser().parse_args(argv)))
+    per_process = one["data_bytes"] + one["param_bytes"] + one["optimizer_bytes"]
+    room = one["total_bytes"] + per_process // 2  # the run alone fits; two processes do not
+    monkeypatch.setattr(resources, "available_memory", lambda device="cpu": (room, "available CPU RAM"))
+    rc, _, err = cli_call(argv)
+    assert rc == 2 and "error: processes = 2: each process holds the data, the network and its optimizer" in err, err
+    assert "(available CPU RAM); use fewer processes" in err
+    assert not runs.exists() or not any(runs.iterdir())
+    assert processes_here() == 2
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # across machines: the preflight checks this machine's process
+    assert processes_here() == 1

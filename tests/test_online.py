@@ -346,3 +346,51 @@ def test_bench_writes_its_table_into_a_markdown_section(tmp_path):
     assert (
         json.loads((tmp_path / "b" / "digits-mlp-online-admm-dual=feature" / "summary.json").read_text())["epochs"] == 1
     )
+
+
+def test_at_its_defaults_online_admm_follows_adam_backprop_and_the_scaled_step_does_not(tmp_path):
+    """From the forward start with ζβ = 1 (``z_step='fixed'``, ζ = 1, β = 1), the additive dual and Θ at
+    the start's inputs, block t's Θ-gradient is backprop's (the Z sweep is backprop's adjoint recursion),
+    so two epochs of online-admm at its defaults end at Adam backprop's weights (same η, same minibatches;
+    float32 rounding apart). The curvature-scaled step multiplies each block's gradient by a factor that
+    moves with L_t; Adam does not absorb it and the weights part from Adam's. Alg. 2 as printed parts far."""
+    from torch import nn
+
+    from admm_core import own
+
+    torch.manual_seed(0)
+    x, y = torch.randn(256, 8), torch.randint(0, 3, (256,))
+
+    def net():
+        torch.manual_seed(1)
+        return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 3))
+
+    def flat(m):
+        return torch.cat([p.detach().flatten() for p in m.parameters()])
+
+    start, ends = flat(net()), {}
+    for name, method, settings in (
+        ("adam", "adam", {}),
+        ("defaults", "online-admm", {}),
+        ("scaled", "online-admm", {"z_step": "scaled"}),
+        ("paper", "online-admm", {"recipe": "paper"}),
+    ):
+        m = net()
+        run = own.train(
+            m,
+            ["1", "3"],
+            (x, y),
+            method,
+            test_data=(x, y),
+            settings=settings,
+            epochs=2,
+            batch_size=32,
+            loss="ce",
+            out=tmp_path / name,
+        )
+        assert run.summary["status"] == "finished"
+        ends[name] = flat(m)
+    moved = (ends["adam"] - start).norm()
+    apart = {k: ((v - ends["adam"]).norm() / moved).item() for k, v in ends.items()}
+    assert apart["defaults"] < 1e-5, apart
+    assert apart["scaled"] > 1e-3 and apart["paper"] > 0.1, apart

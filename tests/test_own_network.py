@@ -14,6 +14,7 @@ from helpers import cli_call
 from torch import nn
 
 from admm_core import own
+from admm_core.compare import run_row
 from admm_core.errors import ConfigError
 from admm_core.rundir import read_json, read_metrics
 from admm_core.spec.datasets import available
@@ -86,7 +87,7 @@ def test_three_methods_train_a_cnn_from_this_file_and_the_dashboard_lists_them(t
         metrics = read_metrics(r["dir"])
         fig = C.accuracy_figure(metrics)
         assert [len(t.y) for t in fig.data] == [3, 3]  # train and test accuracy, epochs 0-2
-        row = C.run_row(r["name"], r["config"], r["status"], metrics, {}, {})
+        row = run_row(r["name"], r["config"], r["status"], metrics, {}, {})
         assert row["method"] == method
 
 

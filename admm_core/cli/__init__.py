@@ -6,6 +6,7 @@
     admm cuts my_net.py:Net --data mnist      # its cut points and their shapes
     admm presets | methods | archs | datasets
     admm evaluate --run runs/<dir>
+    admm compare runs/<a> runs/<b> …          # what differs between runs, final and best accuracy
     admm export tensorboard runs/<dir> …      # event files for runs that have none
     admm sweep --preset digits-mlp --method block-admm --trials 12 --space 'beta=log:0.1:10'
     admm heatmaps --run RUN --image FACE.jpg --out grid.png
@@ -25,6 +26,7 @@ from ..rundir import os_error_line
 from . import (
     archs,
     bench,
+    compare,
     cuts,
     datasets,
     deepfacto,
@@ -46,6 +48,7 @@ SUBCOMMANDS = (
     archs,
     datasets,
     evaluate,
+    compare,
     export,
     bench,
     profile,

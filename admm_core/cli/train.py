@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from ..spec.methods import DEFAULT_METHOD
 from ..spec.methods import names_for as methods_for
 from ..spec.methods.base import LR_SCHEDULES
 from ..spec.presets import PRESETS, preset_config
-from ..spec.resources import batch_note, preflight
+from ..spec.resources import batch_note, preflight, processes_note
 from ..spec.settings import parse_numbers, parse_sets, parse_widths
 from ..status import RunBusy, install_stop_handlers, run_busy
 
@@ -279,7 +280,7 @@ def _resumed(a) -> tuple[RunConfig, Path]:
         verify_checkpoint(run_dir / "checkpoint.pt")  # refuse a damaged checkpoint before touching the run
     if a.epochs:
         cfg = cfg.replace(train__epochs=a.epochs)
-    preflight(cfg)
+    preflight(cfg, processes=processes_here())
     if a.epochs:
         distributed.barrier()  # every rank has read config.json before rank 0 rewrites it
         if distributed.is_lead():
@@ -287,12 +288,24 @@ def _resumed(a) -> tuple[RunConfig, Path]:
     return cfg, run_dir
 
 
+def processes_here() -> int:
+    """The run's worker processes as the preflight counts them (the dashboard's Processes field):
+    torchrun's world when all of it is on this machine (``--standalone``), so ``admm train`` refuses
+    what the form refuses (a method of one process, too many GPUs, the processes' memory together);
+    1 across machines, where the preflight's checks are this machine's and the launcher checks the
+    world (``distributed.distribute``)."""
+    world = distributed.world_size()
+    return world if os.environ.get("LOCAL_WORLD_SIZE", str(world)) == str(world) else 1
+
+
 def _new(a) -> tuple[RunConfig, Path]:
     """The config the options describe, checked before any directory exists, and its run directory."""
     cfg = config_from_args(a)
-    if not a.preflighted:  # device, data, split, per-block values, memory
-        preflight(cfg)
+    if not a.preflighted:  # device, data, split, per-block values, memory, the worker processes
+        preflight(cfg, processes=processes_here())
         if note := batch_note(cfg):
+            print(f"note: {note}", file=sys.stderr)
+        if (note := processes_note(cfg, processes_here())) and distributed.is_lead():
             print(f"note: {note}", file=sys.stderr)
     # new_run_dir creates the directory: only rank 0 picks it, the others take its choice
     return cfg, Path(a.out) if a.out else (new_run_dir(cfg) if distributed.is_lead() else None)

@@ -8,12 +8,17 @@ Frobenius norm over the minibatch:
     Θ_t ← Θ_t − η ∇_{Θ_t} T_t / |i|
     u_t ← dual update
 
-Z step (``z_step=``): ``scaled`` (default) uses ζ_t,eff = ζ / (β_t + β_{t+1} L²_{t+1}) and
+Z step (``z_step=``): ``scaled`` uses ζ_t,eff = ζ / (β_t + β_{t+1} L²_{t+1}) and
 ζ_T,eff = ζ / (β_T + c_J), L_{t+1} the Lipschitz constant of block_{t+1} (spectral norms by
 warm-started power iteration; see ``lipschitz.lipschitz_estimates``), c_J the curvature of the
 loss (1 for MSE). The denominators bound the curvature of each z's objective, so ζ < 2 is
-stable whatever ‖W‖ grows to. ``fixed`` uses ζ as is: ζ·β·‖W‖² grows with the weights and
-the sweep eventually overshoots (on MNIST the run collapsed to 10% at epoch 21).
+stable whatever ‖W‖ grows to. ``fixed`` (default) uses ζ as is. With Θ-steps at the updated inputs
+(``theta_input='new'``) ζ·β·‖W‖² grows with the weights and the sweep eventually overshoots (on MNIST,
+ζ = 0.05, the run collapsed to 10% at epoch 21). From the forward start with Θ at the start's inputs
+and ζβ = 1 (the defaults) the sweep is backprop's adjoint recursion, z_T − ζ∇J then z_t ← z_t −
+J_{t+1}ᵀ(block_{t+1}(z_t) − z_{t+1}), so block t's Θ-gradient β(block_t(z_{t−1}) − z_t)·∂block_t/∂Θ_t
+is backprop's; the scaled step multiplies it by a factor that moves with L_t, which Adam does not
+absorb (docs/results/zoo.md, "online-admm's Z step").
 
 Four readings of the dual (``dual=``), measured on MNIST (docs/results/online.md):
 

@@ -55,7 +55,7 @@ _DEFAULTS_MEASURED_ON = {
         "bn_mode": "eval",
         "dual_lr": 1.0,
     },
-    "online-admm": {"power_every": 1, "dual_theta": "new", "theta_input": "new"},
+    "online-admm": {"power_every": 1, "dual_theta": "new", "theta_input": "new", "z_step": "scaled"},
 }
 _DEFAULTS_MEASURED_ON["gotmare"] = {**_DEFAULTS_MEASURED_ON["block-admm"], "lr": 1e-3}
 

@@ -34,6 +34,11 @@ from .methods import METHODS
 from .methods.base import FLOAT_BYTES, StateSizes, per_block
 
 
+class MemoryRefusal(ConfigError):
+    """The run does not fit: over what is free (:func:`check_fits`), over the caller's cap
+    (:func:`limit_problem`), or its worker processes together (:func:`processes_memory_problem`)."""
+
+
 def layers_of(cfg: RunConfig) -> list[tuple[str, tuple[int, ...], int]]:
     """[(layer name, output shape, parameter count)] of the network ``cfg`` describes."""
     ds, arch = data_mod.DATASETS[cfg.data.name], ARCHS[cfg.model.arch]
@@ -82,6 +87,30 @@ def batch_note(cfg: RunConfig) -> str | None:
     return (
         f"Batch size {cfg.train.batch_size:,} is more than the {n:,} training samples: it is clamped to {n:,}, so "
         "every epoch is one minibatch of all of them (one Θ-step per epoch)"
+    )
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity, where the system says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def processes_note(cfg: RunConfig, processes) -> str | None:
+    """What more CPU worker processes than cores do, or None: they take turns, so the run is slower
+    than with one per core (allowed, and said: the dashboard's warning, the CLI's note under torchrun)."""
+    try:
+        on_cpu = device_mod.device_name(cfg.train.device) == "cpu"
+    except DeviceError:  # a device not here: its own message
+        return None
+    cores = cpu_cores()
+    if not (on_cpu and isinstance(processes, int) and not isinstance(processes, bool) and processes > cores):
+        return None
+    return (
+        f"processes = {processes}: this machine has {cores} CPU core{'s' * (cores != 1)} for the run; "
+        f"more processes than cores take turns, so the run is slower than with {cores}"
     )
 
 
@@ -176,7 +205,7 @@ def check_fits(cfg: RunConfig, available: tuple[int, str] | None = None, estimat
     if est["total_bytes"] > free:
         size = ARCHS[cfg.model.arch].describe(cfg.model)
         n, _ = samples(cfg)
-        raise ConfigError(
+        raise MemoryRefusal(
             f"{size} on {cfg.data.name} ({n} training samples) with {cfg.method}: needs about "
             f"{human(est['total_bytes'])} (parameters {human(est['param_bytes'])}, optimizer "
             f"{human(est['optimizer_bytes'])}, Z/U {human(est['state_bytes'])}, data {human(est['data_bytes'])}) "
@@ -235,9 +264,16 @@ class PreflightReport:
         return {k: str(e) for k, e in self.errors.items()}
 
 
-def preflight_report(cfg: RunConfig, processes: int = 1, *, datasets=None, free=None, n_gpus=None) -> PreflightReport:
+def preflight_report(
+    cfg: RunConfig, processes: int = 1, *, datasets=None, free=None, n_gpus=None, limit=None
+) -> PreflightReport:
     """Every check of :func:`preflight_problems`, with the memory estimate it made (once) of ``cfg``:
-    the CLI, the worker launch and the dashboard's form all read their figures from here."""
+    the CLI, the worker launch and the dashboard's form all read their figures from here.
+
+    ``limit``: (bytes, how to change it), a cap of the caller's own on the run's memory (the
+    dashboard's ``ADMM_DASH_MAX_RUN_GB``), checked before what is free (:func:`limit_problem`);
+    ``processes`` CPU workers are checked together against what is free and the cap
+    (:func:`processes_memory_problem`)."""
     out: dict[str, Exception] = {}
     if cfg.model.arch == OWN or cfg.data.name == OWN_DATA:  # nothing here to rebuild it from
         return PreflightReport({"model.arch" if cfg.model.arch == OWN else "data.name": ConfigError(OWN_MESSAGE)}, None)
@@ -297,9 +333,49 @@ def preflight_report(cfg: RunConfig, processes: int = 1, *, datasets=None, free=
             estimate = estimate_memory(cfg, layers)
         except (ConfigError, DataError) as e:
             out.setdefault("memory", e)
+    if not out and estimate is not None and limit is not None and estimate["total_bytes"] > limit[0]:
+        out["memory"] = MemoryRefusal(limit_problem(cfg, estimate, limit))
     if not out:
         attempt("memory", check_fits, cfg, free, estimate)
+    if not out and device == "cpu" and processes != 1 and estimate is not None:  # a wrong count: said above
+        available = available_memory("cpu") if free is None else free
+        if problem := processes_memory_problem(processes, estimate, available, limit):
+            out["processes"] = MemoryRefusal(problem)
     return PreflightReport(out, estimate)
+
+
+def limit_problem(cfg: RunConfig, mem: dict, limit: tuple[int, str]) -> str:
+    """Why a run over the caller's cap (``limit``: bytes, how to change it) is refused: its memory
+    (``mem``: :func:`estimate_memory`'s) by part, and what makes it smaller. Sizes are written as the
+    CLI and the dashboard's form take them (``model.hidden = '128,128'``)."""
+    arch = ARCHS[cfg.model.arch]
+    what = arch.describe(cfg.model, lambda k, v: repr(",".join(map(str, v)) if isinstance(v, tuple) else v))
+    smaller = " or ".join(f"a smaller model.{k}" for k in arch.sizes)
+    return (
+        f"{what}: this run needs about {human(mem['total_bytes'])} (parameters {human(mem['param_bytes'])}, "
+        f"optimizer {human(mem['optimizer_bytes'])}, Z/U {human(mem['state_bytes'])} for {samples(cfg)[0]:,} "
+        f"{cfg.data.name} samples, data {human(mem['data_bytes'])}), over the {human(limit[0])} limit ({limit[1]}). "
+        f"Use {smaller + ', ' if smaller else ''}fewer training samples or a later split."
+    )
+
+
+def processes_memory_problem(
+    n_proc: int, mem: dict, available: tuple[int, str], limit: tuple[int, str] | None = None
+) -> str | None:
+    """Why ``n_proc`` CPU worker processes would not fit together, or None.
+
+    Each process holds the data set, the network and its optimizer state; the Z/U variables are
+    sharded, so they count once in all: N (data + parameters + optimizer) + Z/U, against what is
+    ``available`` (bytes, what was measured) and the caller's cap ``limit`` (bytes, how to change it).
+    """
+    need = n_proc * (mem["data_bytes"] + mem["param_bytes"] + mem["optimizer_bytes"]) + mem["state_bytes"]
+    room, what = available if limit is None or available[0] <= limit[0] else (limit[0], f"the limit: {limit[1]}")
+    if need <= room:
+        return None
+    return (
+        f"processes = {n_proc}: each process holds the data, the network and its optimizer, so the run needs "
+        f"about {human(need)} in all, over the {human(room)} available ({what}); use fewer processes"
+    )
 
 
 def augment_problem(cfg: RunConfig, shape: tuple[int, ...]) -> str | None:
@@ -349,6 +425,7 @@ def _processes_problem(n, cfg, method, T, device, n_gpus, gpu_count) -> str | No
 __all__ = [
     "estimate_memory",
     "check_fits",
+    "MemoryRefusal",
     "available_memory",
     "preflight",
     "preflight_problems",
@@ -357,9 +434,13 @@ __all__ = [
     "MAX_PROCESSES",
     "augment_problem",
     "multi_process_problem",
+    "limit_problem",
+    "processes_memory_problem",
     "layers_of",
     "layer_table",
     "split_of",
     "human",
     "physical_memory",
+    "cpu_cores",
+    "processes_note",
 ]

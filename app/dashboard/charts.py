@@ -1,18 +1,18 @@
-"""Plotly figures and tables from metrics.jsonl lines (lists of dicts). No Streamlit here."""
+"""Plotly figures and tables from metrics.jsonl lines (lists of dicts). No Streamlit here.
+
+What tells runs apart (legends, groups, the table's settings) and the plotted data as CSV are the
+engine's (:mod:`admm_core.compare`, also read by ``admm compare``); the figures are drawn here.
+"""
 
 from __future__ import annotations
 
-import csv
-import dataclasses
-import functools
-import io
 import math
 import time
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from admm_core.spec import kinds
+from admm_core.compare import finite, fmt_value, metric_values, setting_name
 
 COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f", "#7c3aed", "#0f766e"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
@@ -64,7 +64,7 @@ def log_ticks(values, max_ticks: int = TICKS["max"]) -> tuple[list[float], list[
     those, a finer 1-1.5-2-3-4-5-6-8 ladder; thinned to at most ``max_ticks``. Every label is
     the whole number (0.02, not '2'), so no decade is dropped.
     """
-    vals = [float(v) for v in values if _finite(v) and v > 0]
+    vals = [float(v) for v in values if finite(v) and v > 0]
     if not vals:
         return [], []
     lo, hi = min(vals), max(vals)
@@ -244,10 +244,6 @@ def live_spec(method: str | None = None) -> dict[str, dict]:
     return {name: {**chart, "xtitle": unit} for name, chart in out.items()}
 
 
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _has_data(ys: list) -> bool:
     return any(y is not None for y in ys)
 
@@ -264,12 +260,12 @@ def spec_frame(chart: dict, run: str | None = None) -> dict:
 
 def accuracy_figure(metrics: list[dict]) -> go.Figure:
     """Train and test accuracy (%) by epoch; a series the run never logs (DeepFacto: train) is left out."""
-    ep = _values(metrics, "epoch")
+    ep = metric_values(metrics, "epoch")
     pairs = (("train_accuracy", "train"), ("test_accuracy", "test"))
     traces = [
         _scatter(ep, ys, name, COLOURS[i])
         for i, (k, name) in enumerate(pairs)
-        if _has_data(ys := _values(metrics, k, 100))
+        if _has_data(ys := metric_values(metrics, k, 100))
     ]
     return _figure(traces, "Accuracy (%)", "epoch", "%")
 
@@ -280,7 +276,7 @@ def measured_seconds_per_epoch(metrics: list[dict], since: float | None = None) 
     Only intervals whose both ends were written by the current worker (``time`` ≥ since)
     count, so a resumed run is not charged for the pause. None before one epoch is measured.
     """
-    pts = [m for m in metrics if _finite(m.get("time")) and (since is None or m["time"] >= since - 1e-3)]
+    pts = [m for m in metrics if finite(m.get("time")) and (since is None or m["time"] >= since - 1e-3)]
     if len(pts) < 2:
         return None
     de = pts[-1].get("epoch", 0) - pts[0].get("epoch", 0)
@@ -395,7 +391,7 @@ def compare_figure(series: list[tuple[str, list[dict]]], key: str, look: Overlay
     """Overlay one column of several runs; per-block columns get one dash style per block."""
     traces = []
     for i, (label, metrics) in enumerate(series):
-        colour, xs = COLOURS[i % len(COLOURS)], _values(metrics, look.x_key)
+        colour, xs = COLOURS[i % len(COLOURS)], metric_values(metrics, look.x_key)
         if metrics and isinstance(metrics[0].get(key), list):
             for t in range(n_blocks(metrics, key)):
                 ys = [
@@ -406,7 +402,7 @@ def compare_figure(series: list[tuple[str, list[dict]]], key: str, look: Overlay
                 trace["line"]["dash"] = DASHES[t % len(DASHES)]
                 traces.append({**trace, "legendgroup": label, **_no_legend_if_empty(ys)})
         else:
-            ys = [_gap(y, look.log_y) for y in _values(metrics, key, 100.0 if look.percent else 1.0)]
+            ys = [_gap(y, look.log_y) for y in metric_values(metrics, key, 100.0 if look.percent else 1.0)]
             trace = _scatter(xs, smooth(ys, look.smoothing), label, colour, marker={"size": 4})
             traces.append({**trace, **_no_legend_if_empty(ys)})
     return look.figure(traces)
@@ -414,149 +410,12 @@ def compare_figure(series: list[tuple[str, list[dict]]], key: str, look: Overlay
 
 def _gap(y, log_y: bool):
     """``y``, or None where it cannot be drawn (not a number, or ≤ 0 on a log axis)."""
-    return y if _finite(y) and (not log_y or y > 0) else None
+    return y if finite(y) and (not log_y or y > 0) else None
 
 
 def _no_legend_if_empty(ys: list) -> dict:
     """A series with nothing to draw keeps no legend entry (it vanished from the plot, not the legend)."""
     return {} if _has_data(ys) else {"showlegend": False}
-
-
-PAPER_KEYS = (
-    ("data.name", "data"),
-    ("data.train_limit", "training samples"),
-    ("data.test_limit", "test samples"),
-    ("model.arch", "network"),
-    ("model.hidden", "hidden widths"),
-    ("train.epochs", "epochs"),
-    ("train.loss", "loss"),
-)
-
-
-def settings_of(cfg: dict) -> dict:
-    """A config.json flattened to 'section.key' -> value (lists as text), the method's settings as 'm.<name>'."""
-    out: dict = {"method": cfg.get("method"), "preset": cfg.get("preset")}
-    for section in ("data", "model", "train"):
-        for k, v in (cfg.get(section) or {}).items():
-            if k == "root":
-                continue
-            out[f"{section}.{k}"] = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
-    if out.get("model.split") is None and (split := default_split(cfg)) is not None:
-        out["model.split"] = ",".join(split)  # the run's own split: its network's default one
-    for k, v in method_params(cfg).items():
-        out[f"m.{k}"] = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v
-    return out
-
-
-def default_split(cfg: dict) -> tuple[str, ...] | None:
-    """The split a run without one in its config had: its network's default split (the blocks it was
-    trained in); None for an end-to-end method (no blocks) or a network no record rebuilds."""
-    from admm_core.spec.methods import METHODS
-
-    rec = METHODS.get(cfg.get("method")) if isinstance(cfg.get("method"), str) else None
-    model = cfg.get("model") or {}
-    if rec is None or not rec.uses_blocks or not isinstance(model, dict) or kinds.run_method(cfg) != cfg.get("method"):
-        return None
-    try:
-        from admm_core.spec.config import ModelConfig
-
-        hidden = tuple(model.get("hidden", ModelConfig.hidden))
-        return _default_split(model.get("arch", ModelConfig.arch), hidden, model.get("width", ModelConfig.width))
-    except Exception:  # noqa: BLE001 - a network since removed, a bad config: no value to show
-        return None
-
-
-@functools.lru_cache(maxsize=256)
-def _default_split(arch: str, hidden: tuple, width: int) -> tuple[str, ...]:
-    from app.dashboard.form import split_options
-
-    return tuple(split_options(arch, hidden, width)[1])
-
-
-def method_params(cfg: dict) -> dict:
-    """Every setting of the run's method: config.json's ``method_params`` (the ones given) over the
-    method's defaults, so a run left at the default and one given it explicitly compare equal, and
-    a legend can say 'lr 0.001' of a run that never named lr. As recorded when the method or its
-    settings are unknown (a method since removed)."""
-    from admm_core.errors import ConfigError
-    from admm_core.spec.methods import make_settings
-
-    given = cfg.get("method_params") or {}
-    method = cfg.get("method")
-    if not isinstance(given, dict) or not isinstance(method, str):
-        return given if isinstance(given, dict) else {}
-    try:
-        full = make_settings(method, given)
-    except (ConfigError, KeyError, TypeError, ValueError):
-        return given
-    return {**dataclasses.asdict(full), **given} if dataclasses.is_dataclass(full) else given
-
-
-def differing_settings(cfgs: list[dict]) -> list[str]:
-    """Settings whose values differ between the configs (a setting one run lacks counts as differing)."""
-    flat = [settings_of(c) for c in cfgs]
-    keys: list[str] = []
-    for f in flat:
-        keys += [k for k in f if k not in keys]
-    return [k for k in keys if len({json_key(f.get(k)) for f in flat}) > 1]
-
-
-def json_key(v) -> str:
-    return repr(v)
-
-
-def paper_setup(cfg: dict) -> tuple[bool, str]:
-    """(does this run reproduce the paper's setup of its preset?, what differs).
-
-    It does when its preset has a figure in the paper and data set, sample limits, network,
-    epochs and loss are the preset's (the full data, all epochs).
-    """
-    from admm_core.spec.presets import PRESETS, preset_config
-
-    preset, method = cfg.get("preset"), cfg.get("method")
-    if not preset or preset not in PRESETS:
-        return False, "no preset"
-    try:
-        ref = settings_of(preset_config(preset, method).to_dict())
-    except (KeyError, ValueError) as e:
-        return False, f"preset unavailable: {e}"
-    mine = settings_of(cfg)
-    diffs = [
-        f"{label} {mine.get(k) if mine.get(k) is not None else 'all'} ≠ {ref.get(k) if ref.get(k) is not None else 'all'}"
-        for k, label in PAPER_KEYS
-        if mine.get(k) != ref.get(k)
-    ]
-    return (not diffs), "; ".join(diffs)
-
-
-def run_row(name: str, cfg: dict, status: dict, metrics: list[dict], paper: dict, meta: dict | None = None) -> dict:
-    """One line of the Compare table: final / best accuracy, the paper's figure (same setup only), time, memory."""
-    last = metrics[-1] if metrics else {}
-    best = max(metrics, key=lambda m: m.get("test_accuracy") or -1) if metrics else {}
-    preset, method = cfg.get("preset"), cfg.get("method")
-    paper_acc = (paper.get(preset) or {}).get(method)
-    same, why = paper_setup(cfg) if paper_acc is not None else (False, "")
-    epochs = last.get("epoch")
-    final = last.get("test_accuracy")
-    return {
-        "run": name,
-        "name": (meta or {}).get("name", ""),
-        "method": method,
-        "final test %": None if final is None else round(100 * final, 2),
-        "paper test %": paper_acc if same else None,
-        "Δ vs paper": None if (not same or final is None) else round(100 * final - paper_acc, 2),
-        "paper": ("same setup" if same else f"setup differs: {why}") if paper_acc is not None else "no figure",
-        "best test %": None if best.get("test_accuracy") is None else round(100 * best["test_accuracy"], 2),
-        "best epoch": best.get("epoch"),
-        "epochs": epochs,
-        "data": (cfg.get("data") or {}).get("name"),
-        "preset": preset,
-        "status": status.get("state"),
-        "tags": ", ".join((meta or {}).get("tags", [])),
-        "wall time s": None if last.get("wall_time_s") is None else round(last["wall_time_s"], 2),
-        "s / epoch": round(last["wall_time_s"] / epochs, 3) if epochs else None,
-        "Z/U memory MiB": None if last.get("state_bytes") is None else round(last["state_bytes"] / 2**20, 3),
-    }
 
 
 LOG_NAMES = ("lr", "eps", "weight_decay", "dual_lr", "u_init_scale")  # settings read on a log scale
@@ -629,26 +488,7 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
     return fig
 
 
-# --- Compare: kinds, groups with mean ± spread bands, the plotted data as CSV --------------------
-
-
-def run_kind(cfg: dict) -> str:
-    """What a run is, for Compare's menus and labels: the method that trained it as the run recorded
-    it (:func:`admm_core.spec.kinds.run_method`: 'deepfacto' for a DeepFacto run, also one saved when its
-    config said block-admm), '?' when unknown."""
-    return kinds.run_method(cfg) or "?"
-
-
-def _values(metrics: list[dict], key: str, scale: float = 1.0) -> list:
-    """One value per line; a per-block list is averaged over its blocks."""
-    out = []
-    for m in metrics:
-        v = m.get(key)
-        if isinstance(v, list):
-            vals = [x for x in v if _finite(x)]
-            v = sum(vals) / len(vals) if vals else None
-        out.append(v * scale if _finite(v) else None)
-    return out
+# --- Compare: groups with mean ± spread bands ------------------------------------------------------
 
 
 def _rgba(hex_colour: str, alpha: float) -> str:
@@ -692,8 +532,8 @@ def _run_xy(metrics: list[dict], key: str, look: Overlay):
     """A run's (x, y) points as ``look`` draws them, sorted by x, one y per x (the last logged: a
     resumed run may repeat an epoch), gaps dropped."""
     pts: dict[float, float] = {}
-    ys = smooth(_values(metrics, key, 100.0 if look.percent else 1.0), look.smoothing)
-    for x, y in zip(_values(metrics, look.x_key), ys):
+    ys = smooth(metric_values(metrics, key, 100.0 if look.percent else 1.0), look.smoothing)
+    for x, y in zip(metric_values(metrics, look.x_key), ys):
         if x is not None and _gap(y, look.log_y) is not None:
             pts[float(x)] = y
     xr = sorted(pts)
@@ -748,228 +588,9 @@ def group_figure(
     return look.figure(traces, legend=True)  # a legend even for one group: it says what is pooled, and n
 
 
-@dataclass(frozen=True)
-class Series:
-    """One run as Compare draws it: its full id, its legend (:func:`legend_labels`), its metrics
-    lines and its group's label ('' when not grouped)."""
-
-    run: str
-    legend: str
-    metrics: list
-    group: str = ""
-
-
-def series_csv(
-    charts: dict[str, list[Series]], keys: dict[str, str], x_key: str, percent: frozenset | set = frozenset()
-) -> str:
-    """The plotted columns of every run, long format: chart, run (the full run id), legend, group,
-    x, value, unit (per-block columns averaged over blocks), for the Compare page's download. The
-    charts named in ``percent`` are in % as drawn (the metrics file keeps fractions)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["chart", "run", "legend", "group", x_key, "value", "unit"])
-    for chart, series in charts.items():
-        scale, unit = (100.0, "%") if chart in percent else (1.0, "")
-        for s in series:
-            for x, y in zip(_values(s.metrics, x_key), _values(s.metrics, keys[chart], scale)):
-                if x is not None and y is not None:
-                    x = int(x) if float(x).is_integer() else x  # epoch 3, not 3.0
-                    w.writerow([chart, s.run, s.legend, s.group, x, f"{y:.6g}", unit])
-    return buf.getvalue()
-
-
-@dataclass(frozen=True)
-class CompareChart:
-    """One of Compare's charts: the metrics column it draws, whose runs (network or DeepFacto), in %
-    (the metrics file keeps fractions), its title and its element key."""
-
-    key: str
-    runs: str
-    percent: bool
-    title: str
-    element: str
-
-
-COMPARE_CHARTS = {
-    "test accuracy": CompareChart("test_accuracy", "nets", True, "Test accuracy (%)", "cmp_acc"),
-    "train accuracy": CompareChart("train_accuracy", "nets", True, "Train accuracy (%)", "cmp_tracc"),
-    "train loss": CompareChart("train_loss", "nets", False, "Train loss per sample", "cmp_loss"),
-    "residuals": CompareChart("residuals", "nets", False, "Primal residual", "cmp_res"),
-    "verification": CompareChart("test_accuracy", "faces", True, "Face verification accuracy (%)", "cmp_df_acc"),
-    "nmf residual": CompareChart("nmf_residual", "faces", False, "NMF residual ‖Z₁ − MS‖/‖Z₁‖", "cmp_df_nmf"),
-}
-
-
-def compare_csv(nets: list[Series], faces: list[Series], x_key: str) -> str:
-    """The Compare page's "Download the charts' data (CSV)": :func:`series_csv` of its charts."""
-    runs = {"nets": nets, "faces": faces}
-    charts = {name: runs[c.runs] for name, c in COMPARE_CHARTS.items() if runs[c.runs]}
-    keys = {name: c.key for name, c in COMPARE_CHARTS.items()}
-    return series_csv(charts, keys, x_key, {name for name, c in COMPARE_CHARTS.items() if c.percent})
-
-
-# --- Compare: what differs between runs, as legends and groups --------------------------------------
-
-SEED = "train.seed"
-
-
-def _per_method(key: str) -> bool:
-    """A setting only some methods' runs have: a method's own, and the split (none end to end)."""
-    return key.startswith("m.") or key == "model.split"
-
-
-NOT_IN_LEGEND = ("method", "preset")  # the method leads every legend; the preset only names defaults
-
-
-def table_settings(cfgs: list[dict]) -> list[str]:
-    """The settings Compare's table and settings chart show: those that differ
-    (:func:`differing_settings`), less a method's setting that only its runs have, at one value
-    (block-admm's thirty settings beside an sgd run are no difference between them)."""
-    flat = [settings_of(c) for c in cfgs]
-    return [
-        k
-        for k in differing_settings(cfgs)
-        if not _per_method(k) or len({json_key(f[k]) for f in flat if f.get(k) is not None}) > 1
-    ]
-
-
-def distinguishing_settings(cfgs: list[dict]) -> list[str]:
-    """The settings that tell runs apart beyond their method: a data, network or training setting
-    that differs at all, a method's setting that differs between runs of that method (another
-    method's lacking it, or its own default, is told by the method's name)."""
-    flat = [settings_of(c) for c in cfgs]
-    kinds_ = [run_kind(c) for c in cfgs]
-    out = []
-    for k in differing_settings(cfgs):
-        if k in NOT_IN_LEGEND:
-            continue
-        if _per_method(k):
-            per: dict[str, set] = {}
-            for f, kind in zip(flat, kinds_):
-                if f.get(k) is not None:
-                    per.setdefault(kind, set()).add(json_key(f[k]))
-            if not any(len(v) > 1 for v in per.values()):
-                continue
-        out.append(k)
-    return out
-
-
-SHORT_NAMES = {"data.name": "data", "model.arch": "network", "model.hidden": "hidden widths"}
-
-
-def setting_name(key: str) -> str:
-    """A setting's short name for legends and menus: 'm.lr' → 'lr', 'train.seed' → 'seed',
-    'data.name' → 'data'."""
-    return SHORT_NAMES.get(key) or (key.split(".", 1)[1] if "." in key else key)
-
-
-def fmt_value(v) -> str:
-    """A setting's value as a legend shows it: 5e-4 (not 0.0005), 0.1, 128, on/off."""
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    if isinstance(v, float):
-        if v == 0 or 1e-2 <= abs(v) < 1e5:
-            return f"{v:.4g}"
-        m, e = f"{v:.3e}".split("e")
-        return f"{m.rstrip('0').rstrip('.')}e{int(e)}"
-    return str(v)
-
-
-def setting_part(key: str, v) -> str:
-    """'s1' for a seed (the legend's shortest part), else 'lr 5e-4'."""
-    return f"s{v}" if key == SEED else f"{setting_name(key)} {fmt_value(v)}"
-
-
-def legend_labels(cfgs: list[dict], names: list[str] | None = None, skip: tuple = (), number: bool = True) -> list[str]:
-    """What tells the runs apart, from their configs: 'block-admm · s1 · lr 5e-4' (method, then the
-    seed, then the other settings that differ among ``cfgs``, leaving out ``skip``); a run's own
-    name (meta.json) after the method. Runs alike in all of it are numbered (#1, #2…) when
-    ``number``."""
-    differ = [k for k in distinguishing_settings(cfgs) if k not in skip]
-    differ.sort(key=lambda k: k != SEED)  # the seed first
-    out = []
-    for i, cfg in enumerate(cfgs):
-        flat = settings_of(cfg)
-        parts = [run_kind(cfg)]
-        if names and names[i]:
-            parts.append(names[i])
-        parts += [setting_part(k, flat[k]) for k in differ if flat.get(k) is not None]
-        out.append(" · ".join(parts))
-    if not number:
-        return out
-    seen: dict[str, int] = {}
-    plain = list(out)
-    for i, lab in enumerate(plain):
-        seen[lab] = seen.get(lab, 0) + 1
-        if plain.count(lab) > 1:
-            out[i] = f"{lab} #{seen[lab]}"
-    return out
-
-
-def group_options(cfgs: list[dict]) -> list[str]:
-    """Compare's "Group runs by" choices for the runs of ``cfgs``: 'nothing', 'seeds' (runs alike
-    but for the seed: the mean over seeds), 'method', 'method × <setting>' for each setting that
-    tells runs apart (:func:`distinguishing_settings`), '<setting>' alone for each but the seed
-    (grouping by seed alone would pool different methods), and 'tag'. A setting is given by its
-    config key."""
-    keys = distinguishing_settings(cfgs)
-    out = ["nothing"]
-    if SEED in keys:
-        out.append("seeds")
-    out.append("method")
-    out += [f"method × {k}" for k in keys]
-    out += [k for k in keys if k != SEED]
-    return [*out, "tag"]
-
-
 def group_option_label(opt: str) -> str:
     if opt == "seeds":
         return "seeds (mean of runs alike but for the seed)"
     if opt.startswith("method × "):
         return f"method × {setting_name(opt[len('method × ') :])}"
     return opt if opt in ("nothing", "method", "tag") else setting_name(opt)
-
-
-def group_labels(cfgs: list[dict], tags: list[list[str]], by: str) -> list[str]:
-    """Each run's group under the choice ``by`` (:func:`group_options`), named by what the group's
-    runs share: 'block-admm · lr 5e-4' for 'seeds' or 'method × m.lr', 'block-admm' for 'method'.
-    Every choice but a setting alone or a tag keeps different methods apart."""
-    if by == "tag":
-        return _pooling([", ".join(t) or "no tag" for t in tags], cfgs, ())
-    if by == "seeds":
-        return legend_labels(cfgs, skip=(SEED,), number=False)
-    if by == "method":
-        return _pooling([run_kind(c) for c in cfgs], cfgs, ())
-    key = by[len("method × ") :] if by.startswith("method × ") else by
-    out = []
-    for c in cfgs:
-        v = settings_of(c).get(key)
-        part = f"no {setting_name(key)}" if v is None else setting_part(key, v)
-        out.append(f"{run_kind(c)} · {part}" if by.startswith("method × ") else part)
-    return _pooling(out, cfgs, (key,))
-
-
-POOLED_VALUES = 3  # values of a pooled setting a legend names before "…"
-
-
-def _pooling(labels: list[str], cfgs: list[dict], skip: tuple) -> list[str]:
-    """Each group's label with what its runs differ in besides the seed (and ``skip``): 'block-admm ·
-    pools hidden widths 64,64,64 / 128,128, epochs 6 / 20 / 60', so runs of different setups are
-    never pooled as if they were seeds without a word."""
-    out = list(labels)
-    for label in dict.fromkeys(labels):
-        idx = [i for i, lab in enumerate(labels) if lab == label]
-        group = [cfgs[i] for i in idx]
-        keys = [k for k in distinguishing_settings(group) if k != SEED and k not in skip]
-        if len(group) < 2 or not keys:
-            continue
-        parts = []
-        for k in keys:
-            vals = list(
-                dict.fromkeys(fmt_value(settings_of(c).get(k)) for c in group if settings_of(c).get(k) is not None)
-            )
-            more = " / …" if len(vals) > POOLED_VALUES else ""
-            parts.append(f"{setting_name(k)} {' / '.join(vals[:POOLED_VALUES])}{more}")
-        for i in idx:
-            out[i] = f"{label} · pools {', '.join(parts)}"
-    return out

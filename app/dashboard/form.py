@@ -35,7 +35,7 @@ from admm_core.spec.methods import DEFAULT_METHOD, METHODS, make_settings
 from admm_core.spec.methods import names_for as methods_for
 from admm_core.spec.methods.deepfacto import DeepFacto
 from admm_core.spec.presets import PRESETS, preset_config
-from admm_core.spec.resources import MAX_PROCESSES, preflight_report
+from admm_core.spec.resources import MAX_PROCESSES, MemoryRefusal, preflight_report
 from admm_core.spec.settings import parse_numbers, parse_sets, parse_widths
 from app.dashboard import models
 
@@ -286,6 +286,9 @@ def rows(fields: list, most: int = ROW_MAX) -> list[list]:
         return []
     size = -(-len(fields) // -(-len(fields) // most))
     return [fields[i : i + size] for i in range(0, len(fields), size)]
+
+
+PAGE_LIMIT = "set ADMM_DASH_MAX_RUN_GB to change it"  # how the page's cap on a run's memory is changed
 
 
 def max_run_bytes() -> int:
@@ -799,8 +802,9 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
 
     :func:`read_config` (each field on its own), then the engine's
     :func:`admm_core.spec.resources.preflight_report` (data set present, split, per-block values,
-    augmentation, processes, memory free here) — on the config with the wrong fields at their defaults
-    too, so a wrong epoch count does not hide a wrong split — then the page's memory limit.
+    augmentation, processes, memory under the page's limit and free here, the worker processes'
+    memory together) — on the config with the wrong fields at their defaults too, so a wrong epoch
+    count does not hide a wrong split; its memory refusals wait until the other fields are right.
     ``available``: the data sets present (default: looked up under the data root).
     """
     link = dict(form.get(LINK) or {})
@@ -815,26 +819,19 @@ def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
         return FormCheck(None, errors, {}, None)
     method = target.method
     processes = form.get("processes", 1)
-    report = preflight_report(target, processes, datasets=available)  # the one estimate of this check
-    for path, msg in report.problems.items():
+    # the one estimate of this check; the page's limit and the worker processes' memory are checked there too
+    report = preflight_report(target, processes, datasets=available, limit=(max_run_bytes(), PAGE_LIMIT))
+    for path, e in report.errors.items():
         key = path if path in ("memory", "processes") else _key_of(path + " = ", method)
-        if partial is not None and key == "memory":
+        if partial is not None and (key == "memory" or isinstance(e, MemoryRefusal)):  # processes' memory too
             continue  # said once the other fields are right (the estimate is shown meanwhile)
-        errors.setdefault(key, msg)
+        errors.setdefault(key, str(e))
     warnings = run_warnings(target, processes)
     sized_by = {*NETWORK_KEYS, "split", "data", "train_limit", "method", "batch_size"}  # what the memory depends on
     # a wrong number of the method (β, a step size: they size nothing) keeps the estimate, on its default
     floats = {MP + x["name"] for x in METHODS[method].settings() if x["type"] == "float" and x["choices"] is None}
     unsized = sized_by & set(errors) or any(k.startswith(MP) and k not in floats for k in errors)
-    mem = None if unsized else report.estimate
-    if partial is not None or set(errors) - {"memory"} or mem is None:
-        return FormCheck(None, errors, warnings, mem)
-    # memory by arithmetic (no network is built): the page's limit, then what is free here (preflight)
-    if mem["total_bytes"] > max_run_bytes():
-        errors["memory"] = memory_message(cfg, mem)
-    if not errors and processes > 1 and device_name(cfg.train.device) == "cpu":
-        errors.update(processes_memory_errors(processes, mem))
-    return FormCheck(None if errors else cfg, errors, warnings, mem)
+    return FormCheck(None if errors else cfg, errors, warnings, None if unsized else report.estimate)
 
 
 def _check_model_file(form: dict, available: list[str] | None) -> FormCheck:
@@ -855,46 +852,6 @@ def _check_model_file(form: dict, available: list[str] | None) -> FormCheck:
     except ConfigError as e:
         errors["arch"] = str(e)
     return FormCheck(None if errors else got.cfg, errors, got.warnings, None)
-
-
-def cpu_cores() -> int:
-    """CPU cores this process may run on (its affinity, where the system says)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def processes_memory_errors(n_proc: int, mem: dict, free: int | None = None) -> dict[str, str]:
-    """{"processes": message} when ``n_proc`` CPU worker processes would not fit together.
-
-    Each process holds the data set, the network and its optimizer state; the Z/U variables are
-    sharded, so they count once in all: N (data + parameters + optimizer) + Z/U.
-    """
-    need = n_proc * (mem["data_bytes"] + mem["param_bytes"] + mem["optimizer_bytes"]) + mem["state_bytes"]
-    free = resources.available_memory("cpu")[0] if free is None else free
-    limit = min(max_run_bytes(), free)
-    if need <= limit:
-        return {}
-    return {
-        "processes": f"processes = {n_proc}: each process holds the data, the network and its optimizer, so the "
-        f"run needs about {resources.human(need)} in all, over the {resources.human(limit)} available "
-        "(free memory or the page's limit); use fewer processes"
-    }
-
-
-def memory_message(cfg: RunConfig, mem: dict) -> str:
-    """Why a run over the page's limit is refused: its memory by part, and what makes it smaller."""
-    arch, h = ARCHS[cfg.model.arch], resources.human
-    what = arch.describe(cfg.model, lambda k, v: repr(_to_widget(BY_PATH[f"model.{k}"], v)))
-    smaller = " or ".join(f"a smaller model.{k}" for k in arch.sizes)
-    return (
-        f"{what}: this run needs about {h(mem['total_bytes'])} (parameters {h(mem['param_bytes'])}, "
-        f"optimizer {h(mem['optimizer_bytes'])}, Z/U {h(mem['state_bytes'])} for {resources.samples(cfg)[0]:,} "
-        f"{cfg.data.name} samples, data {h(mem['data_bytes'])}), over the {h(max_run_bytes())} limit (set "
-        f"ADMM_DASH_MAX_RUN_GB to change it). Use {smaller + ', ' if smaller else ''}fewer training samples or a "
-        "later split."
-    )
 
 
 # --- form <-> URL query ----------------------------------------------------------------------
@@ -1083,7 +1040,8 @@ def run_warnings(cfg: RunConfig, processes) -> dict[str, str]:
     than cores (they take turns: slower than one per core), a batch larger than the training set."""
     out = {}
     try:
-        params, on_cpu = vars(cfg.method_settings), device_name(cfg.train.device) == "cpu"
+        params = vars(cfg.method_settings)
+        device_name(cfg.train.device)
     except Exception:  # noqa: BLE001 - an invalid config, a device not here: their own messages
         return out
     for name, v in params.items():
@@ -1093,12 +1051,8 @@ def run_warnings(cfg: RunConfig, processes) -> dict[str, str]:
                 f"{cfg.method}.{name} = {fmt_number(v)} is very large (≥ {fmt_number(STEP_WARN)}): the run will "
                 "probably diverge (it then ends 'diverged' with the epoch and the quantity)"
             )
-    cores = cpu_cores()
-    if on_cpu and isinstance(processes, int) and not isinstance(processes, bool) and processes > cores:
-        out["processes"] = (
-            f"processes = {processes}: this machine has {cores} CPU core{'s' * (cores != 1)} for the run; "
-            f"more processes than cores take turns, so the run is slower than with {cores}"
-        )
+    if said := resources.processes_note(cfg, processes):
+        out["processes"] = said
     if said := resources.batch_note(cfg):
         out["batch_size"] = said
     return out

@@ -13,6 +13,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from admm_core import compare as X
 from admm_core.rundir import file_stamp, write_text_atomic
 from admm_core.rundir import read_metrics_cached as read_metrics
 from admm_core.spec.kinds import DEEPFACTO, run_kind
@@ -86,6 +87,15 @@ TABLE_FORMATS = {
     "s / epoch": "%.3f",
     "Z/U memory MiB": "%.3f",
 }
+# the element key of each of the engine's charts (admm_core.compare.COMPARE_CHARTS)
+ELEMENTS = {
+    "test accuracy": "cmp_acc",
+    "train accuracy": "cmp_tracc",
+    "train loss": "cmp_loss",
+    "residuals": "cmp_res",
+    "verification": "cmp_df_acc",
+    "nmf residual": "cmp_df_nmf",
+}
 TABLE_PLACEHOLDER_PX = 250  # about the data grid of the default 6 runs, so the page does not jump
 
 
@@ -114,7 +124,7 @@ def gear_label(key: str, methods: list) -> str:
                 return labels[key[2:]]
     elif key in F.BY_PATH and F.BY_PATH[key].label:
         return F.BY_PATH[key].label
-    return C.setting_name(key)
+    return X.setting_name(key)
 
 
 @st.fragment(key="cmp_table_section")
@@ -187,19 +197,19 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
     nets, faces = [], []  # DeepFacto runs get their own charts: verification accuracy, per epoch
     cfgs = [r["config"] or {} for r in recs]
     # legends say what differs, from the configs
-    legends = C.legend_labels(cfgs, [r["meta"]["name"] for r in recs])
+    legends = X.legend_labels(cfgs, [r["meta"]["name"] for r in recs])
     grouped = group_by != "nothing"
-    groups = C.group_labels(cfgs, [r["meta"]["tags"] for r in recs], group_by) if grouped else [""] * len(recs)
+    groups = X.group_labels(cfgs, [r["meta"]["tags"] for r in recs], group_by) if grouped else [""] * len(recs)
     for r, cfg, legend, group in zip(recs, cfgs, legends, groups):
-        item = C.Series(r["name"], legend, read_metrics(r["dir"]), group)
+        item = X.Series(r["name"], legend, read_metrics(r["dir"]), group)
         (faces if run_kind(cfg, r.get("status")) == DEEPFACTO else nets).append(item)
 
     runs = {"nets": nets, "faces": faces}
-    charts = [c for c in C.COMPARE_CHARTS.values() if runs[c.runs]]
+    charts = [(name, c) for name, c in X.COMPARE_CHARTS.items() if runs[c.runs]]
     for i in range(0, len(charts), 2):
-        if charts[i].runs == "faces" and (i == 0 or charts[i - 1].runs == "nets"):
+        if charts[i][1].runs == "faces" and (i == 0 or charts[i - 1][1].runs == "nets"):
             st.markdown("**DeepFacto runs** (per epoch: one iteration over their training images)")
-        for col, c in zip(st.columns(2), charts[i : i + 2]):
+        for col, (name, c) in zip(st.columns(2), charts[i : i + 2]):
             title = c.title + ((" (block mean)" if grouped else " (dash = block)") if c.key == "residuals" else "")
             look = C.Overlay(x_key, smoothing, acc_log if c.percent else log_y, title, c.percent, max_points=MAX_POINTS)
             items = runs[c.runs]
@@ -210,11 +220,11 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
                 for s in items:
                     by_group.setdefault(s.group, []).append(s.metrics)
                 fig = C.group_figure(list(by_group.items()), c.key, look, spread)
-            col.plotly_chart(fig, key=c.element, config=ui.PLOTLY_CONFIG)
+            col.plotly_chart(fig, key=ELEMENTS[name], config=ui.PLOTLY_CONFIG)
     st.download_button(
         "Download the charts' data (CSV)",
         # built on the click: on every redraw of a live chart it was a pass over every line
-        lambda: C.compare_csv(nets, faces, x_key),
+        lambda: X.compare_csv(nets, faces, x_key),
         icon=":material/download:",
         file_name="compare-series.csv",
         mime="text/csv",
@@ -242,7 +252,7 @@ def main() -> None:
 
     c = st.columns([1, 1.6, 1.1, 1.3])
     all_data = sorted({W.data_of(r) for r in runs})
-    all_methods = sorted({C.run_kind(r["config"]) for r in runs})
+    all_methods = sorted({X.run_kind(r["config"]) for r in runs})
     all_states = sorted({r["status"].get("state", "unknown") for r in runs})
     # wrap: in a column the chips otherwise stay on one row and the last is cut ("block-adm…")
     data_sel = c[0].multiselect("Data set", all_data, default=all_data, key="cmp_data", wrap=True)
@@ -254,7 +264,7 @@ def main() -> None:
         r
         for r in runs
         if W.data_of(r) in data_sel
-        and C.run_kind(r["config"]) in method_sel
+        and X.run_kind(r["config"]) in method_sel
         and r["status"].get("state", "unknown") in state_sel
         and M.matches(r, text)
     ]
@@ -293,11 +303,10 @@ def main() -> None:
     smoothing = c[2].slider("Smoothing (moving average weight)", 0.0, 0.95, 0.0, 0.05, key="cmp_smooth")
     x_key = "wall_time_s" if x_axis == "wall time" else "epoch"
     cfgs = [by_id[n]["config"] or {} for n in chosen]
-    differ = C.table_settings(cfgs)
     c = st.columns([1.2, 1, 2.8])
     group_by = c[0].selectbox(
         "Group runs by",
-        C.group_options(cfgs),
+        X.group_options(cfgs),
         key="cmp_group",
         format_func=C.group_option_label,
         help="One line per group: the mean of its runs, in a band of ± one standard deviation or min to max. "
@@ -307,19 +316,12 @@ def main() -> None:
         "(in the hover; a range in the legend where runs end or begin at different x).",
     )
     spread = c[1].radio("Band", ["std", "range"], horizontal=True, key="cmp_spread", disabled=group_by == "nothing")
-    charts_section([by_id[n] for n in chosen], x_key, log_y, acc_log, smoothing, group_by, spread)
-    rows = []
-    for n in chosen:
-        r = by_id[n]
-        rows.append(C.run_row(n, r["config"] or {}, r["status"], read_metrics(r["dir"]), PAPER, r["meta"]))
-        rows[-1]["method"] = C.run_kind(r["config"] or {})
+    recs = [by_id[n] for n in chosen]
+    charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread)
+    rows, differ = X.compare_table(recs, [read_metrics(r["dir"]) for r in recs], PAPER)
 
     st.subheader("Table")
-    flat = [C.settings_of(cfg) for cfg in cfgs]
-    for row, f in zip(rows, flat):
-        for k in (k for k in differ if k != "method"):  # the method has its own column
-            v = f.get(k)
-            row[f"⚙ {k}"] = v if v is None or isinstance(v, (int, float, str)) else str(v)
+    flat = [X.settings_of(cfg) for cfg in cfgs]
     table_section(rows, differ)
     st.subheader("Settings against final accuracy")
     if len(chosen) < 2 or not differ:

@@ -26,7 +26,9 @@ class OnlineADMMSettings(MethodBase):
 
     The defaults are the recipe measured across the zoo of others' networks and the presets
     (docs/deviations.md, "The methods' defaults"): Θ-steps at the forward start's inputs, the dual step read
-    off the Θ-step's own forward pass, L_t re-estimated every 10 minibatches. Alg. 2 as printed:
+    off the Θ-step's own forward pass, a fixed Z step ζ = 1 (with β = 1 and the additive dual, each block's Θ-gradient
+    is then backprop's: on a network without stochastic layers the run follows Adam backprop's trajectory), L_t
+    re-estimated every 10 minibatches where the step is scaled. Alg. 2 as printed:
     ``recipe='paper'``."""
 
     name = "online-admm"
@@ -56,7 +58,10 @@ class OnlineADMMSettings(MethodBase):
     z_lr: float = setting(
         1.0, "ζ: step size of the Z-updates (scaled: in units of 1/curvature, < 2)", label="ζ — Z-step size"
     )
-    z_step: str = z_step_setting("scaled")
+    # fixed ζ = 1 with β = 1: from the forward start each block's Θ-gradient is backprop's (the scaled step's
+    # factor 1/(β_t + β_{t+1}L²) moves with L_t and Adam does not absorb a changing scale); measured across the
+    # zoo, docs/results/zoo.md "online-admm's Z step"
+    z_step: str = z_step_setting("fixed")
     power_steps: int = power_steps_setting()
     power_every: int = power_every_setting(10)  # measured: docs/deviations.md, "The methods' defaults"
     z_optimizer: str = setting(
