@@ -61,11 +61,14 @@ def run_done_epochs(run_dir: Path, status: dict) -> int:
     return done_epochs(status, lambda: read_metrics_cached(run_dir))
 
 
+def planned_epochs(r: dict):
+    """The epochs a run is to do: its status's (a resume's target), else its config's; '?' when neither says."""
+    return r["status"].get("epochs") or ((r["config"] or {}).get("train") or {}).get("epochs", "?")
+
+
 def epochs_text(r: dict, between: str = "/") -> str:
     """A run's epochs done and planned ("3/10")."""
-    status = r["status"]
-    planned = status.get("epochs") or ((r["config"] or {}).get("train") or {}).get("epochs", "?")
-    return f"{run_done_epochs(r['dir'], status)}{between}{planned}"
+    return f"{run_done_epochs(r['dir'], r['status'])}{between}{planned_epochs(r)}"
 
 
 def last_test(r: dict) -> float | None:
