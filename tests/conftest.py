@@ -245,6 +245,18 @@ SLOW = {
     "test_scorer.py::test_maps_equal_the_engines_in_process_maps",
     "test_add_arch.py::test_the_command_line_and_the_form_list_them",
     "test_engine.py::test_engine_does_not_import_ui_libraries",
+    # over ~10 s each in a fast-tier run (-n 2, load ~6: two other test runs and a zoo run beside it,
+    # 2026-12-05, 301 s for the tier): fresh interpreters and the workers they start (plugins), a child
+    # process per traced model file, the scorer process, the real CIFAR-10 tars read by a module fixture
+    "test_plugins.py::test_a_plugin_distribution_trains_through_the_cli_in_a_fresh_process",
+    "test_plugins.py::test_a_plugin_that_fails_to_import_is_one_error_naming_its_entry_point",
+    "test_plugins.py::test_a_plugin_method_trains_from_the_dashboards_worker",
+    "test_plugins.py::test_a_plugin_method_trains_from_the_dashboards_start_button",
+    "test_dashboard_models.py::test_bad_model_files_are_each_one_message_and_the_page_goes_on",
+    "test_dashboard_models.py::test_the_cut_graph_comes_from_the_child_and_a_bad_file_is_one_error",
+    "test_scorer.py::test_failures_come_back_as_the_engines_errors_and_the_process_serves_on",
+    "test_deep_networks.py::test_pack_decodes_to_the_tars_pixels",
+    "test_deep_networks.py::test_augmentation_with_a_method_that_reads_raw_inputs_is_refused",
     # torchvision's larger networks (an epoch on 32 CIFAR-10 images: 10-60 s; VGG-11's 129 M parameters)
     "test_tv_archs.py::test_each_record_trains_an_epoch_by_block_admm",  # every record (12-17 s even for the small ones)
     "test_tv_archs.py::test_the_chain_is_torchvision_s_network[tv-vgg11-bn]",

@@ -574,7 +574,11 @@ def test_start_switches_the_live_panel_every_time(live_server, browser):
 def _set_seed(page, seed: int) -> None:
     """Type ``seed`` into the Seed box and wait until the page's link holds it. A rerun that redraws the
     box between the typing and Enter (the end of the previous try's run, a Resume under load) drops the
-    typed value, as it would a user's (seen in CI at c2050a8 and b5e0fbf): then it is typed again."""
+    typed value, as it would a user's (seen in CI at c2050a8 and b5e0fbf): then it is typed again.
+
+    The link is read from the page (``location.href``), not ``page.url``: Playwright's sync API updates
+    ``page.url`` only while a call into it runs, so a loop of ``page.url`` and sleeps never saw the
+    new link and every seed was typed twice, 15 s apart."""
     from playwright.sync_api import expect
 
     want = re.compile(f"seed={seed}(&|$)")
@@ -582,9 +586,19 @@ def _set_seed(page, seed: int) -> None:
         box = page.get_by_label("Seed", exact=True)
         box.fill(str(seed))
         box.press("Enter")
-        if _wait(lambda: want.search(page.url), 15, every=0.25):
+        if _wait(lambda: want.search(_href(page)), 15, every=0.25):
             return
     expect(page).to_have_url(want, timeout=TIMEOUT_MS)
+
+
+def _href(page) -> str:
+    """The page's link as the page itself has it ("" while a navigation replaces the document)."""
+    from playwright.sync_api import Error
+
+    try:
+        return page.evaluate("() => location.href")
+    except Error:
+        return ""
 
 
 def _first_seen(page, run: str, i: int) -> float | None:

@@ -134,7 +134,9 @@ def _new_run(runs: Path, before: set[str]) -> Path | None:
     return wait(lambda: next((d for d in runs.iterdir() if d.is_dir() and d.name not in before), None), 60)
 
 
-@pytest.mark.serial  # measured under load: alone, as the other under-load test
+# In the parallel part: its bounds under load (the first epoch on disk within 120 s of Start, on the
+# chart 60 s later) hold beside another test worker; the 15 s claim under load is
+# test_browser_live.py's, which runs alone.
 def test_the_examples_net_from_the_models_folder_trains_stops_resumes_and_compares(models_server, browser):
     from playwright.sync_api import expect
 

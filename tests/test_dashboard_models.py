@@ -50,8 +50,15 @@ def widen(k):  # takes an argument: not offered
 """
 
 
+@pytest.fixture(scope="module")
+def cut_cache(tmp_path_factory) -> Path:
+    """One $ADMM_CACHE for the file's tests: a file's cut table (keyed by its SHA-256) is traced in a
+    child once, then read back, as the server reads it. The test of the child itself gets its own."""
+    return tmp_path_factory.mktemp("cut-cache")
+
+
 @pytest.fixture
-def folders(tmp_path, monkeypatch):
+def folders(tmp_path, monkeypatch, cut_cache):
     models, runs = tmp_path / "models", tmp_path / "runs"
     models.mkdir()
     (models / "tiny.py").write_text(TINY)
@@ -62,7 +69,7 @@ def folders(tmp_path, monkeypatch):
     (models / "escape.py").symlink_to(tmp_path / "outside.py")  # a symlink out of the folder: not offered
     monkeypatch.setenv("ADMM_MODELS", str(models))
     monkeypatch.setenv("ADMM_RUNS", str(runs))
-    monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ADMM_CACHE", str(cut_cache))
     return models, runs
 
 
@@ -121,8 +128,13 @@ def test_a_click_on_the_graph_toggles_a_valid_cut_and_says_why_not_for_another(f
     assert next(t["customdata"] for t in graph(at) if t.get("name") == "picked cut") == [["fc1"], ["act"]]
 
 
-def test_the_cut_graph_comes_from_the_child_and_a_bad_file_is_one_error(folders):
+def test_the_cut_graph_comes_from_the_child_and_a_bad_file_is_one_error(folders, tmp_path, monkeypatch):
+    from app.dashboard.models import cache_file
+
+    models, _ = folders
+    monkeypatch.setenv("ADMM_CACHE", str(tmp_path / "own-cache"))  # no table yet: the child traces it
     at = train_page({"arch": "tiny.py:Net", "split": "fc1"})
+    assert cache_file(models / "tiny.py", "Net", "digits").is_file()  # the child wrote it where the server reads it
     assert not at.exception, [e.value for e in at.exception]
     assert (
         "tiny.py: Net" in at.selectbox(key="f.arch").options and "broken.py: Net" in at.selectbox(key="f.arch").options
