@@ -19,10 +19,11 @@ Notation used everywhere in this package (paper symbol -> code name):
 Two layers: :mod:`admm_core.spec` declares what a run is (configs, the architecture, data-set and
 method records, presets, the memory estimate and preflight) and imports no torch; the rest is the
 engine, which imports torch and reads its facts from the spec. The run-file readers
-(:mod:`admm_core.rundir`, :mod:`admm_core.status`, and :mod:`admm_core.compare`, what tells runs
-apart, for the dashboard's Compare page and ``admm compare``) import neither. The package never imports
-streamlit, and plotting (matplotlib, for the sweep report's PNG and ``plots.py``) only inside the
-functions that draw.
+(:mod:`admm_core.rundir`, :mod:`admm_core.status`, :mod:`admm_core.compare`, what tells runs
+apart, for the dashboard's Compare page and ``admm compare``, and :mod:`admm_core.runs`, a folder's
+runs as rows and their stop and delete, for the Runs page and ``admm runs`` / ``stop`` / ``delete``)
+import neither. The package never imports streamlit, and plotting (matplotlib, for the sweep
+report's PNG and ``plots.py``) only inside the functions that draw.
 """
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import streamlit as st
 
 from admm_core.errors import ConfigError
-from admm_core.rundir import read_json, read_metrics_cached
+from admm_core.rundir import read_json
+from admm_core.runs import run_done_epochs
 from admm_core.spec.archs import OWN
 from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
 from admm_core.spec.kinds import DEEPFACTO, run_kind
@@ -215,11 +216,6 @@ def menu_names(runs: list[dict], keep: str | None = None) -> list[str]:
     return sorted(names, reverse=True)
 
 
-def state_label(state: str | None) -> str:
-    """Plain text (for menus and tables)."""
-    return state or "unknown"
-
-
 def state_md(state: str | None) -> str:
     """Coloured markdown badge (for headings and captions)."""
     state = state or "unknown"
@@ -296,11 +292,6 @@ def watch(name: str | None) -> None:
 # --- callbacks shared by Train and Runs (they run before the page script) -----------------------
 
 
-def done_epochs(run_dir: Path, status: dict) -> int:
-    """Epochs the run has completed (:func:`app.dashboard.workers.done_epochs`, its metrics read if needed)."""
-    return workers.done_epochs(status, lambda: read_metrics_cached(run_dir))
-
-
 def on_stop(name: str) -> None:
     if not workers.stop_run(runs_root() / name):
         ss["notice"] = f"{name}: no worker to stop (it has ended)."
@@ -339,7 +330,7 @@ def on_resume(name: str, target_key: str) -> None:
     run_dir = runs_root() / name
     target = int(ss.get(target_key) or 0)
     status = workers.state_of(run_dir)
-    done = done_epochs(run_dir, status)
+    done = run_done_epochs(run_dir, status)
     why = resume_refusal(run_dir, status, done, target)
     if why:
         ss["notice"] = why
@@ -446,7 +437,7 @@ def resume_controls(r: dict, key: str) -> None:
             width="stretch",
         )
         return
-    done = done_epochs(r["dir"], r["status"])
+    done = run_done_epochs(r["dir"], r["status"])
     cfg_epochs = int((r["config"].get("train") or {}).get("epochs", 1) or 1)
     target_key = f"{key}_resume_to.{name}"
     # a DeepFacto run stopped in its evaluation: the default only finishes that

@@ -1,12 +1,9 @@
 """Smaller things the Train and Runs pages say: the summary beside Start names fields by their labels
 and the run's memory as what it is (not "a field: memory"), the memory estimate stays while a number
-of the method (β) is wrong, and a resumed run's first start is kept apart from its last resume."""
+of the method (β) is wrong (a resumed run's first start, kept apart from its last resume: tests/test_runs.py)."""
 
 from __future__ import annotations
 
-import time
-
-import pytest
 from helpers import app_page
 
 page = app_page
@@ -30,29 +27,6 @@ def test_a_wrong_beta_keeps_the_memory_estimate(runs):
     at = page({"preset": "digits-mlp", "m.beta": "-3"})
     assert at.button(key="start").disabled and any("-3" in e.value for e in at.error)
     assert "to train (limit" in summary(at), summary(at)
-
-
-def test_a_resumed_run_keeps_its_first_start(tmp_path):
-    from admm_core.rundir import read_json
-    from admm_core.status import RunStatus
-    from app.dashboard.workers import started_at
-
-    first = RunStatus(tmp_path / "r", epochs=2)
-    t0 = first.status["started"]
-    first.stop({})  # the run is stopped, to be resumed
-    time.sleep(0.01)
-    again = RunStatus(tmp_path / "r", epochs=2)  # the resume's writer
-    try:
-        status = read_json(tmp_path / "r" / "status.json")
-        assert status["first_started"] == pytest.approx(t0) and status["started"] > t0
-        assert started_at(status) == pytest.approx(t0)  # what the Runs page calls "started"
-    finally:
-        again.stop({})
-    fresh = RunStatus(tmp_path / "new", epochs=2)
-    try:
-        assert "first_started" not in fresh.status  # a new run: its start is its only one
-    finally:
-        fresh.stop({})
 
 
 def test_the_preset_box_says_in_words_what_was_edited_since_it_was_picked(runs):

@@ -9,7 +9,8 @@ Layers, from the bottom (a module imports only its own layer and those below):
 
     0  admm_core (the package: its version), admm_core.errors
     1  admm_core.spec.*: the records, configs, presets, preflight; the standard library only
-    2  the run-file readers: rundir, status, spawn, docs, compare (what differs between runs)
+    2  the run-file readers: rundir, status, spawn, docs, compare (what differs between runs),
+       runs (a folder's runs as rows; stop and delete)
     3  the engine: models, data, methods, network, loop, checkpoint, faces, deepfacto, sweep, ...
     4  the faces of the engine: cli.*, every __main__, the benchmark and profiling tools
 """
@@ -131,7 +132,14 @@ def test_errors_is_a_leaf():
     assert import_graph()["admm_core.errors"] == set()
 
 
-READERS = {"admm_core.rundir", "admm_core.status", "admm_core.spawn", "admm_core.docs", "admm_core.compare"}
+READERS = {
+    "admm_core.rundir",
+    "admm_core.status",
+    "admm_core.spawn",
+    "admm_core.docs",
+    "admm_core.compare",
+    "admm_core.runs",
+}
 TOOLS = {"admm_core.bench", "admm_core.speed", "admm_core.plots", "admm_core.teaching"}
 
 

@@ -7,6 +7,9 @@
     admm presets | methods | archs | datasets
     admm evaluate --run runs/<dir>
     admm compare runs/<a> runs/<b> …          # what differs between runs, final and best accuracy
+    admm runs [--root DIR] [--json]           # every run: state, epochs, test accuracy, duration, size
+    admm stop runs/<dir>                      # SIGTERM its worker (only an admm_core train process)
+    admm delete runs/<dir> --yes              # remove a run inside the runs root (not while it runs)
     admm export tensorboard runs/<dir> …      # event files for runs that have none
     admm sweep --preset digits-mlp --method block-admm --trials 12 --space 'beta=log:0.1:10'
     admm heatmaps --run RUN --image FACE.jpg --out grid.png
@@ -30,12 +33,15 @@ from . import (
     cuts,
     datasets,
     deepfacto,
+    delete,
     evaluate,
     export,
     heatmaps,
     methods,
     presets,
     profile,
+    runs,
+    stop,
     sweep,
     train,
 )
@@ -49,6 +55,9 @@ SUBCOMMANDS = (
     datasets,
     evaluate,
     compare,
+    runs,
+    stop,
+    delete,
     export,
     bench,
     profile,

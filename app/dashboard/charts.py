@@ -301,17 +301,6 @@ def eta_seconds(status: dict, metrics: list[dict] | None = None, now: float | No
     return left
 
 
-def fmt_duration(s: float | None) -> str:
-    if s is None:
-        return "—"
-    s = int(round(s))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
-
-
 # --- Compare -------------------------------------------------------------------------------
 
 

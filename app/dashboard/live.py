@@ -12,6 +12,7 @@ import hashlib
 from pathlib import Path
 
 from admm_core.rundir import file_stamp
+from admm_core.runs import fmt_duration
 from app.dashboard import charts as C
 from app.dashboard.workers import state_of
 
@@ -54,5 +55,5 @@ def progress_text(state: str, status: dict, done: int, epochs: int, metrics: lis
         text += f" · {status['phase']}"
     if state == "running":
         eta = C.eta_seconds(status, metrics)
-        text += " · ETA estimating…" if eta is None else f" · ETA {C.fmt_duration(eta)}"
+        text += " · ETA estimating…" if eta is None else f" · ETA {fmt_duration(eta)}"
     return min(max(frac, 0.0), 1.0), text

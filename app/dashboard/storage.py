@@ -1,7 +1,7 @@
 """The Sweeps page's "Study storage" field, confined like the runs folder (no Streamlit here).
 
 A SQLite URL names a file the page would create: it must lie inside the allowed runs root
-(:func:`workers.allowed_root`), after ``..`` and symlinks are resolved. A server URL
+(:func:`admm_core.runs.allowed_root`), after ``..`` and symlinks are resolved. A server URL
 (PostgreSQL, MySQL) creates no local file and is passed on.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from admm_core.errors import ConfigError
-from app.dashboard import workers as W
+from admm_core.runs import allowed_root
 
 SERVER_SCHEMES = ("postgresql", "mysql")  # with or without a driver: postgresql+psycopg2://
 
@@ -18,7 +18,7 @@ SERVER_SCHEMES = ("postgresql", "mysql")  # with or without a driver: postgresql
 def confine_storage_url(url: str, base: Path | None = None) -> str:
     """``url`` itself when it may be used; ConfigError naming the field and value otherwise."""
     url = str(url).strip()
-    base = (base or W.allowed_root()).resolve()
+    base = (base or allowed_root()).resolve()
     scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
     if scheme in SERVER_SCHEMES:
         return url

@@ -20,9 +20,11 @@ import threading
 import time
 from pathlib import Path
 
+from admm_core.compare import finite
 from admm_core.rundir import metrics_since, read_json_dict
+from admm_core.runs import done_epochs
 from app.dashboard.live import digest, live_stamp
-from app.dashboard.workers import ACTIVE, done_epochs, state_of
+from app.dashboard.workers import ACTIVE, state_of
 
 ROUTE = "/api/admm/live"
 
@@ -55,7 +57,6 @@ def grant(run_dir: str | Path) -> str:
 def panel_status(run_dir: Path, lines: list[dict], status: dict | None = None) -> dict:
     """What the panel shows beside the charts: state, the progress bar's fraction and text, the
     latest test accuracy (None before the first line). ``status``: :func:`state_of` as already read."""
-    from app.dashboard import charts as C
     from app.dashboard.live import progress_text
 
     if status is None:
@@ -72,8 +73,8 @@ def panel_status(run_dir: Path, lines: list[dict], status: dict | None = None) -
         "live": state in ACTIVE,
         "progress": round(frac, 4),
         "text": text,
-        "test": None if not C._finite(acc) else f"test {100 * acc:.2f}% at epoch {last.get('epoch', '?')}",
-        "last_time": last.get("time") if C._finite(last.get("time")) else None,
+        "test": None if not finite(acc) else f"test {100 * acc:.2f}% at epoch {last.get('epoch', '?')}",
+        "last_time": last.get("time") if finite(last.get("time")) else None,
     }
 
 

@@ -6,6 +6,9 @@ restarting the dashboard neither stops nor loses it. Everything the dashboard sh
 back from the run directory; the only extra files it writes are ``launch.json`` (the
 worker's pid and command line) and ``worker.log`` (the worker's stdout/stderr), so a worker
 that dies before the engine writes ``status.json`` is still reported with its last words.
+Finding a run's worker, signalling it only when it is one, the allowed root and deletion are the
+engine's (:mod:`admm_core.runs`, shared with ``admm stop`` and ``admm delete``); what is added
+here is the dashboard's own: launch.json's pid and the 'starting' state.
 """
 
 from __future__ import annotations
@@ -14,8 +17,6 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 from admm_core import child_env
+from admm_core import runs as R
 from admm_core.errors import CheckpointError
 from admm_core.rundir import (
     checkpoint_world,
@@ -33,6 +35,7 @@ from admm_core.rundir import (
     write_atomic,
     write_text_atomic,
 )
+from admm_core.runs import allowed_root, confine_run_dir
 from admm_core.spawn import spawn_detached
 from admm_core.spec.config import ConfigError, RunConfig
 from admm_core.spec.datasets import cache_dir
@@ -49,11 +52,6 @@ def runs_root(root: str | Path | None = None) -> Path:
 
 
 # --- confinement: the page may only read, write and delete under one allowed root -------------
-
-
-def allowed_root() -> Path:
-    """$ADMM_RUNS_ROOT, else the default runs folder ($ADMM_RUNS or ./runs), symlinks resolved."""
-    return Path(os.environ.get("ADMM_RUNS_ROOT") or default_runs_dir()).expanduser().resolve()
 
 
 def confine_runs_root(text: str | Path | None) -> Path:
@@ -102,18 +100,6 @@ def run_path(root: str | Path, name: str) -> Path:
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
         raise PermissionError(f"run = {name!r}: not a run name")
     return confine_run_dir(Path(root) / name)
-
-
-def confine_run_dir(run_dir: str | Path) -> Path:
-    """``run_dir`` itself (not a symlink), strictly inside :func:`allowed_root`; else PermissionError."""
-    run_dir = Path(run_dir)
-    base = allowed_root()
-    if run_dir.is_symlink():
-        raise PermissionError(f"{run_dir}: a symbolic link, not a run directory; not touched")
-    real = run_dir.resolve()
-    if base not in real.parents:
-        raise PermissionError(f"{run_dir}: outside the allowed runs root {base}; not touched")
-    return real
 
 
 def worker_command(args: list[str], processes: int = 1) -> list[str]:
@@ -280,33 +266,18 @@ def resume_run(run_dir: str | Path, epochs: int | None = None, processes: int | 
 
 
 def worker_pid(run_dir: Path) -> int | None:
-    st = read_json_dict(run_dir / "status.json")
-    if st.get("state") == "running" and isinstance(st.get("pid"), int):
-        return st["pid"]
+    """The engine's :func:`admm_core.runs.worker_pid`, else the pid launch.json recorded (a worker
+    launched from here that has not reported yet)."""
+    if (pid := R.worker_pid(run_dir)) is not None:
+        return pid
     launch = read_json_dict(run_dir / "launch.json")
     return launch["pid"] if isinstance(launch.get("pid"), int) else None
 
 
-def is_worker_process(pid: int) -> bool:
-    """Whether ``pid`` runs ``admm_core train``: a pid read from a (possibly crafted or stale)
-    status.json must never make Stop signal some other process."""
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return not Path("/proc/self").exists()  # no /proc here: cannot check, trust the run directory
-    return b"admm_core" in args and b"train" in args
-
-
 def stop_run(run_dir: str | Path) -> bool:
-    """SIGTERM the worker: it ends the epoch step, writes 'stopped' and stays resumable."""
-    pid = worker_pid(Path(run_dir))
-    if pid is None or not pid_alive(pid) or not is_worker_process(pid):
-        return False
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    return True
+    """SIGTERM the worker (:func:`admm_core.runs.stop_worker`, its safety check included), also one
+    that has not reported yet: it ends the epoch step, writes 'stopped' and stays resumable."""
+    return R.stop_worker(worker_pid(Path(run_dir))) is None
 
 
 def log_tail(run_dir: Path, n: int = 25) -> str:
@@ -341,27 +312,9 @@ def launching(run_dir: Path) -> bool:
     return False
 
 
-def started_at(status: dict):
-    """When the run first started: a resumed run's status keeps that as ``first_started`` (its
-    ``started`` is the last resume's)."""
-    return status.get("first_started") or status.get("started")
-
-
 # the states of a run that a worker trains, or is about to: the engine's "running" and this
 # dashboard's "starting" (launched, not reported yet: state_of)
 ACTIVE = ("running", "starting")
-
-
-def done_epochs(status: dict, metrics) -> int:
-    """Epochs the run has completed: its status's, else its last evaluation's (a resumed run is
-    'starting' again). ``metrics``: its metrics lines, or a function that reads them (called only
-    when the status does not say)."""
-    done = int(status.get("epoch") or 0)
-    if status.get("state") == "starting" or not done:
-        lines = metrics() if callable(metrics) else metrics
-        if lines:
-            done = max(done, int(lines[-1].get("epoch") or 0))
-    return done
 
 
 def state_of(run_dir: str | Path) -> dict:
@@ -389,41 +342,13 @@ def state_of(run_dir: str | Path) -> dict:
     return {"state": "unknown", "progress": 0.0, "error": None}
 
 
-_SIZES: dict[str, tuple[tuple, int]] = {}
-
-
-def dir_size(path: Path, stamp: tuple | None = None) -> int:
-    """Bytes of the files under ``path``; with ``stamp`` (e.g. the run's state and update time)
-    remembered until the stamp changes, so a listing of a thousand finished runs does not walk
-    every directory on each refresh."""
-    key = str(path)
-    if stamp is not None and (hit := _SIZES.get(key)) is not None and hit[0] == stamp:
-        return hit[1]
-    total = _walk_size(path)
-    if stamp is not None:
-        _SIZES[key] = (stamp, total)
-    return total
-
-
-def _walk_size(path: Path) -> int:
-    total = 0
-    for p in Path(path).rglob("*"):
-        try:
-            if p.is_file():
-                total += p.stat().st_size
-        except OSError:
-            pass
-    return total
-
-
 def delete_run(run_dir: str | Path) -> None:
-    """Remove a run directory: only a real directory (no symlink) strictly inside the allowed root."""
-    run_dir = confine_run_dir(run_dir)
-    if state_of(run_dir)["state"] in ACTIVE:
-        raise RuntimeError(f"{run_dir.name} is running; stop it first")
-    if not ((run_dir / "config.json").exists() or (run_dir / "status.json").exists()):
-        raise RuntimeError(f"{run_dir} is not a run directory")
-    shutil.rmtree(run_dir)  # rmtree removes links inside without following them
+    """The engine's :func:`admm_core.runs.delete_run` (a real directory strictly inside the allowed
+    root), never of a run this dashboard is starting."""
+    real = confine_run_dir(run_dir)
+    if state_of(real)["state"] in ACTIVE:
+        raise RuntimeError(f"{real.name} is running; stop it first")
+    R.delete_run(run_dir)
 
 
 def runs(root: str | Path | None = None) -> list[dict]:
@@ -438,15 +363,3 @@ def runs(root: str | Path | None = None) -> list[dict]:
             r["status"] = state_of(r["dir"])
         out.append(r)
     return out
-
-
-def config_of(r: dict) -> dict:
-    return r.get("config") or {}
-
-
-def data_of(r: dict) -> str:
-    return (config_of(r).get("data") or {}).get("name", "?")
-
-
-def method_of(r: dict) -> str:
-    return config_of(r).get("method", "?")

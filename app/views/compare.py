@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from admm_core import compare as X
+from admm_core import runs as R
 from admm_core.rundir import file_stamp, write_text_atomic
 from admm_core.rundir import read_metrics_cached as read_metrics
 from admm_core.spec.kinds import DEEPFACTO, run_kind
@@ -251,7 +252,7 @@ def main() -> None:
         return
 
     c = st.columns([1, 1.6, 1.1, 1.3])
-    all_data = sorted({W.data_of(r) for r in runs})
+    all_data = sorted({R.data_of(r) for r in runs})
     all_methods = sorted({X.run_kind(r["config"]) for r in runs})
     all_states = sorted({r["status"].get("state", "unknown") for r in runs})
     # wrap: in a column the chips otherwise stay on one row and the last is cut ("block-adm…")
@@ -263,7 +264,7 @@ def main() -> None:
     pool = [
         r
         for r in runs
-        if W.data_of(r) in data_sel
+        if R.data_of(r) in data_sel
         and X.run_kind(r["config"]) in method_sel
         and r["status"].get("state", "unknown") in state_sel
         and M.matches(r, text)

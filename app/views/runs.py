@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from admm_core import runs as R
 from admm_core.errors import ConfigError
 from admm_core.rundir import file_stamp, read_metrics_cached
 from admm_core.spec.config import RunConfig
@@ -47,15 +48,6 @@ ORDER += ("name", "tags", "size", "error", "note")
 TEXT_PX = 220  # a free text's column (name, tags, error, note): the rest of it in the cell's tooltip
 
 
-def duration_text(st_: dict) -> str:
-    """How long the run has gone: from its (last) start to its end or last update ("1 h 02 min")."""
-    start, end = st_.get("started"), st_.get("updated")
-    sec = st_.get("elapsed_s")
-    if sec is None and isinstance(start, (int, float)) and isinstance(end, (int, float)):
-        sec = end - start
-    return C.fmt_duration(sec) if isinstance(sec, (int, float)) and sec >= 0 else "—"
-
-
 def _do_delete(name):
     try:
         W.delete_run(ui.runs_root() / name)
@@ -77,27 +69,6 @@ def _do_save_meta(name):
         ss[f"meta_said.{name}"] = ("ok", "Saved.")  # said beside the button, not at the page's top
     except (ConfigError, OSError) as e:
         ss[f"meta_said.{name}"] = ("error", f"Not saved: {e}")
-
-
-def _epochs(r: dict, between: str = "/") -> str:
-    """A run's epochs done and planned ("3/10")."""
-    status = r["status"]
-    planned = status.get("epochs") or ((r["config"] or {}).get("train") or {}).get("epochs", "?")
-    return f"{ui.done_epochs(r['dir'], status)}{between}{planned}"
-
-
-def _last_test(r: dict) -> float | None:
-    """Final test accuracy (summary), else the last evaluation's while the run goes."""
-    summ = r.get("summary") or {}
-    acc = summ.get("test_accuracy")
-    return _last_eval(r["dir"]) if acc is None else round(100 * acc, 2)
-
-
-def _last_eval(run_dir: Path) -> float | None:
-    """The last evaluation's test accuracy (%), from the lines added since the last read only."""
-    ms = read_metrics_cached(run_dir)
-    acc = ms[-1].get("test_accuracy") if ms else None
-    return None if acc is None else round(100 * acc, 2)
 
 
 PAGE_SIZE = 50  # rows drawn at once: a folder of a thousand runs is paged, not drawn whole
@@ -132,15 +103,15 @@ def table(runs: list[dict]) -> str | None:
                 "run": r["name"],
                 "name": meta["name"],
                 "tags": ", ".join(meta["tags"]),
-                "status": ui.state_label(st_.get("state")),
-                "data": W.data_of(r),
-                "method": W.method_of(r),
+                "status": R.state_label(st_.get("state")),
+                "data": R.data_of(r),
+                "method": R.method_of(r),
                 "preset": cfg.get("preset") or "",
-                "epoch": _epochs(r),
-                "test %": _last_test(r),
-                "size": human_bytes(W.dir_size(r["dir"], _size_stamp(st_))),
-                "started": _moment(W.started_at(st_)),
-                "duration": duration_text(st_),
+                "epoch": R.epochs_text(r),
+                "test %": R.last_test(r),
+                "size": human_bytes(R.dir_size(r["dir"], _size_stamp(st_))),
+                "started": _moment(R.started_at(st_)),
+                "duration": R.duration_text(st_),
                 "updated": _moment(st_.get("updated")),
                 "error": st_.get("error") or "",
                 "note": meta["note"],
@@ -186,12 +157,12 @@ def details(r: dict) -> None:
         title = r["meta"]["name"] or name
         st.markdown(f"#### {ui.state_md(state)} {title}")  # h3 broke "digits-block-admm-s0" at 1280 px
         st.write(
-            f"epoch {_epochs(r, ' of ')} · started {_when(W.started_at(status))} · "
+            f"epoch {R.epochs_text(r, ' of ')} · started {_when(R.started_at(status))} · "
             + (f"resumed {_when(status.get('started'))} · " if status.get("first_started") else "")
             + f"updated {_when(status.get('updated'))}"  # "started": not a column of the table
         )
         pid = f" · worker pid {status['pid']}" if status.get("pid") and state in ui.ACTIVE else ""  # live runs only
-        size = human_bytes(W.dir_size(run_dir, _size_stamp(status)))
+        size = human_bytes(R.dir_size(run_dir, _size_stamp(status)))
         st.caption(f"id `{name}`{pid} · {size} on disk · `{run_dir}`")
         if state in ui.FAILED:
             st.error(f"{state.capitalize()}: {status.get('error')}")
@@ -353,8 +324,8 @@ def runs_stamp(root: str | Path, live: frozenset) -> tuple:
                 (
                     n,
                     status.get("state"),
-                    ui.done_epochs(Path(d), status),
-                    _last_eval(Path(d)),
+                    R.run_done_epochs(Path(d), status),
+                    R.last_eval(Path(d)),
                     status.get("error"),
                     file_stamp(os.path.join(d, "meta.json")),
                 )
