@@ -257,6 +257,7 @@ SLOW = {
     "test_scorer.py::test_failures_come_back_as_the_engines_errors_and_the_process_serves_on",
     "test_deep_networks.py::test_pack_decodes_to_the_tars_pixels",
     "test_deep_networks.py::test_augmentation_with_a_method_that_reads_raw_inputs_is_refused",
+    "test_runs.py::test_stop_stops_a_real_worker_which_stays_resumable",  # a real train process, stopped
     # torchvision's larger networks (an epoch on 32 CIFAR-10 images: 10-60 s; VGG-11's 129 M parameters)
     "test_tv_archs.py::test_each_record_trains_an_epoch_by_block_admm",  # every record (12-17 s even for the small ones)
     "test_tv_archs.py::test_the_chain_is_torchvision_s_network[tv-vgg11-bn]",
