@@ -10,7 +10,6 @@ bytes changed since, because the checkpoint's Θ would then meet a different net
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 from torch import nn
 
 from .errors import ConfigError
+from .spec.archs import file_sha256, model_file_problem
 
 
 def parse(spec: str, field: str = "--model") -> tuple[Path, str]:
@@ -31,14 +31,10 @@ def parse(spec: str, field: str = "--model") -> tuple[Path, str]:
     return p, name
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def load(spec: str, field: str = "--model") -> tuple[nn.Module, dict]:
     """The module ``spec`` names, built, and its source record {file, name, sha256} for model.json."""
     path, name = parse(spec, field)
-    digest = sha256(path)
+    digest = file_sha256(path)
     module_name = f"admm_model_{digest[:16]}"
     loader = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader)
@@ -70,15 +66,7 @@ def _is_candidate(v, module_name: str) -> bool:
 
 def reload(source: dict, field: str) -> nn.Module:
     """The network of a run's ``source`` record, refused (naming the file) when it changed since."""
-    path = Path(source.get("file", ""))
-    if not path.is_file():
-        raise ConfigError(f"{field}: the run's model file {str(path)!r} is gone")
-    now = sha256(path)
-    if now != source.get("sha256"):
-        raise ConfigError(
-            f"{field}: the run's model file {str(path)!r} changed since the run started (sha256 "
-            f"{str(source.get('sha256'))[:12]}… then, {now[:12]}… now): the checkpoint's Θ belongs to the old "
-            "network; restore the file or start a new run"
-        )
-    model, _ = load(f"{path}:{source.get('name')}", field)
+    if why := model_file_problem(source):
+        raise ConfigError(f"{field}: {why}")
+    model, _ = load(f"{source['file']}:{source.get('name')}", field)
     return model

@@ -165,3 +165,24 @@ def test_the_docs_cut_table_is_what_admm_cuts_prints():
     text = (ROOT / "docs" / "your-own-network.md").read_text()
     shown = re.search(r"```\n(cut point.*?)```", text, re.S).group(1)
     assert out == shown
+
+
+def test_one_check_of_a_runs_model_file_serves_the_engine_and_the_dashboard(tmp_path):
+    """The file gone or its bytes changed: the same words from the engine's check (what ``admm
+    train --resume`` and ``admm evaluate`` raise) and from the dashboard before it launches them."""
+    from admm_core.spec.archs import file_sha256, model_file_problem
+    from app.dashboard.models import resume_problem
+
+    f = tmp_path / "net.py"
+    f.write_text(MODEL)
+    source = {"file": str(f), "name": "Net", "sha256": file_sha256(f)}
+    run = tmp_path / "run-1"
+    run.mkdir()
+    (run / "model.json").write_text(json.dumps({"source": source}))
+    assert model_file_problem(source) is None and resume_problem(run) is None
+    f.write_text(MODEL + "\n# edited\n")
+    why = model_file_problem(source)
+    assert "changed since the run started" in why and str(f) in why
+    assert resume_problem(run) == f"run-1: {why}"
+    f.unlink()
+    assert "is gone" in model_file_problem(source) and resume_problem(run) == f"run-1: {model_file_problem(source)}"

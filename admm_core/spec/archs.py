@@ -20,9 +20,11 @@ function this record names (:mod:`admm_core.spec.refs`).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
@@ -127,6 +129,31 @@ OWN_MESSAGE = (
     "from Python with the same module: admm_core.own.resume(model, RUN_DIR) or admm_core.own.evaluate(model, "
     "RUN_DIR) (docs/your-own-network.md)"
 )
+
+
+def file_sha256(path) -> str:
+    """The SHA-256 of a file's bytes (hex): what a run of ``admm train --model`` records of its file."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def model_file_problem(source: dict) -> str | None:
+    """Why a run's model file cannot rebuild its network, or None. ``source`` is model.json's record
+    {file, name, sha256} of ``admm train --model``: the file must still be there with the same bytes,
+    since the checkpoint's Θ would otherwise meet a different network (one check, for the engine's
+    resume and evaluate and for the dashboard before it launches them)."""
+    path = Path(str(source.get("file", "")))
+    if not path.is_file():
+        return f"the run's model file {str(path)!r} is gone; restore it to resume or evaluate the run"
+    now = file_sha256(path)
+    if now != source.get("sha256"):
+        return (
+            f"the run's model file {str(path)!r} changed since the run started (sha256 "
+            f"{str(source.get('sha256'))[:12]}… then, {now[:12]}… now): the checkpoint's Θ belongs to the old "
+            "network; restore the file or start a new run"
+        )
+    return None
+
+
 ARCHS: dict[str, Arch] = {
     "mlp": Arch(
         build="admm_core.models:build_mlp",

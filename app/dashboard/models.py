@@ -15,7 +15,6 @@ and the data set.
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
 import subprocess
@@ -25,7 +24,7 @@ from pathlib import Path
 from admm_core import child_env
 from admm_core.errors import ConfigError
 from admm_core.rundir import default_runs_dir, read_json_dict, write_text_atomic
-from admm_core.spec.archs import OWN_MESSAGE
+from admm_core.spec.archs import OWN_MESSAGE, file_sha256, model_file_problem
 from admm_core.spec.datasets import cache_dir
 
 CHILD_TIMEOUT_S = 300
@@ -102,7 +101,7 @@ TABLE_FORMAT = 2
 
 
 def cache_file(path: Path, name: str, data: str) -> Path:
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = file_sha256(path)
     return cache_dir() / "model-cuts" / f"{digest}_{name}_{data}_v{TABLE_FORMAT}.json"
 
 
@@ -155,15 +154,8 @@ def resume_problem(run_dir: Path) -> str | None:
     source = read_json_dict(Path(run_dir) / "model.json").get("source")
     if not isinstance(source, dict):
         return f"{Path(run_dir).name}: {OWN_MESSAGE}"
-    path = Path(str(source.get("file", "")))
-    if not path.is_file():
-        return f"{Path(run_dir).name}: its model file {str(path)!r} is gone; restore it to resume the run"
-    if hashlib.sha256(path.read_bytes()).hexdigest() != source.get("sha256"):
-        return (
-            f"{Path(run_dir).name}: its model file {str(path)!r} changed since the run started: the checkpoint's "
-            "Θ belongs to the old network; restore the file or start a new run"
-        )
-    return None
+    why = model_file_problem(source)
+    return None if why is None else f"{Path(run_dir).name}: {why}"
 
 
 def entry_of_run(run_dir: Path, folder: Path | None = None) -> str | None:
