@@ -160,6 +160,15 @@ def test_sweep_budget_of_zero_is_said_as_typed_and_holds_launch(runs):
     assert launch().disabled
 
 
+def test_a_study_name_with_a_slash_is_said_by_the_engines_rule_and_holds_launch(runs):
+    from admm_core.sweep import name_problem
+
+    at = sweeps()
+    at.text_input(key="sweeps_name").set_value("a/b").run()
+    assert messages(at) == [name_problem("a/b", "Study name")] and "without '/'" in messages(at)[0]
+    assert at.button(key="sweeps_launch").disabled
+
+
 def test_sweep_menus_read_in_words_and_keep_their_code_names(runs):
     at = sweeps()
     objective, pruner = at.selectbox(key="sweeps_objective"), at.selectbox(key="sweeps_pruner")

@@ -145,6 +145,16 @@ def test_bad_space_is_one_clear_error(space, words):
         assert w in str(e.value)
 
 
+def test_a_study_name_is_checked_once_for_the_command_line_and_the_page():
+    """One rule (non-empty, no '/'): ``admm sweep --name`` raises it, the Sweeps page names its field."""
+    assert S.name_problem("digits-beta") is None
+    for bad in ("", "a/b"):
+        assert S.name_problem(bad, "Study name") == f"Study name = {bad!r}: give a non-empty name without '/'"
+        with pytest.raises(ConfigError, match="give a non-empty name without '/'") as e:
+            spec(bad)
+        assert str(e.value) == S.name_problem(bad)
+
+
 def test_bad_space_on_the_command_line_is_one_line(tmp_path):
     p = _cli(
         "--preset", "digits-mlp", "--method", "block-admm", "--space", "beta=log:-1:1",

@@ -45,6 +45,14 @@ def budget_problems(trials, epochs=None, train_limit=None, jobs=1, names: dict |
     return out
 
 
+def name_problem(name, field: str = "--name") -> str | None:
+    """Why ``name`` cannot name a study, or None: it is a non-empty text without '/' (``field``: how
+    the message names it; the dashboard gives its label)."""
+    if isinstance(name, str) and name and "/" not in name:
+        return None
+    return f"{field} = {name!r}: give a non-empty name without '/'"
+
+
 @dataclass
 class SweepSpec:
     """What a study searches; stored in the study's user attributes so a resume needs only its name."""
@@ -63,7 +71,8 @@ class SweepSpec:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        check(bool(self.name) and "/" not in self.name, "--name", self.name, "a non-empty name without '/'")
+        if why := name_problem(self.name):
+            raise ConfigError(why)
         check(self.objective in OBJECTIVES, "--objective", self.objective, f"choose from {list(OBJECTIVES)}")
         check(self.pruner in PRUNERS, "--pruner", self.pruner, f"choose from {list(PRUNERS)}")
         for message in budget_problems(self.trials, self.epochs, self.train_limit).values():

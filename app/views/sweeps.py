@@ -97,8 +97,8 @@ def launch_problems(preset, method, trials, epochs, jobs, train_limit, name, row
     budget = S.budget_problems(trials, epochs, train_limit, jobs, names=LABELS)
     out = list(budget.values())
     name = name.strip()
-    if not name or "/" in name:
-        out.append(f"Study name = {name!r}: give a name without '/'")
+    if why := S.name_problem(name, "Study name"):
+        out.append(why)
     elif name in S.study_names(storage):
         out.append(f"Study name = {name!r}: exists already (pick another name)")
     texts, names, empty = space_rows(rows, F.setting_labels(method))
