@@ -37,6 +37,7 @@ from admm_core.spec.methods.deepfacto import DeepFacto
 from admm_core.spec.presets import PRESETS, preset_config
 from admm_core.spec.resources import MAX_PROCESSES, MemoryRefusal, preflight_report
 from admm_core.spec.settings import parse_numbers, parse_sets, parse_widths
+from admm_core.sweep.space import STRUCTURAL
 from app.dashboard import models
 
 NO_PRESET = "none"
@@ -644,15 +645,6 @@ def error_labels(errors: dict, method: str) -> list[str]:
     return [labels.get(k, k) for k in errors]
 
 
-# the fields outside a method's own that a sweep may search (admm_core.sweep.space.STRUCTURAL), by form path
-SWEEP_FIELDS = {
-    "split": "model.split",
-    "hidden": "model.hidden",
-    "loss": "train.loss",
-    "batch_size": "train.batch_size",
-}
-
-
 def on_page(message: str, key: str, method: str) -> str:
     """A field's message as the page says it: led by the field's label, not its code name
     ("Epochs = 0: …", not "train.epochs = 0: …"; the code name is in the field's help)."""
@@ -677,7 +669,8 @@ def method_labels(method: str) -> dict[str, str]:
 
 def setting_labels(method: str) -> dict[str, str]:
     """:func:`method_labels`, and the labels of the network and training fields a sweep may search."""
-    return method_labels(method) | {name: LAYOUT[path]["label"] for name, path in SWEEP_FIELDS.items()}
+    # STRUCTURAL: the sweep's own table of them, name -> RunConfig field ("model__split")
+    return method_labels(method) | {name: LAYOUT[f.replace("__", ".")]["label"] for name, f in STRUCTURAL.items()}
 
 
 def labelled(name: str, labels: dict[str, str]) -> str:
