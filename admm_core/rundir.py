@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -56,6 +57,12 @@ def checkpoint_world(run_dir: Path) -> int | None:
     return 1 if (Path(run_dir) / "checkpoint.pt").exists() else None
 
 
+# a run directory's name: its start time in this format, '-', its name (so a listing sorts by time);
+# STAMPED matches such a start (what the dashboard shortens a long id around)
+STAMP_FORMAT = "%Y%m%d-%H%M%S"
+STAMPED = re.compile(r"\d{8}-\d{6}-")
+
+
 def unique_run_dir(name: str, root: Path | None = None) -> Path:
     """Create and return ``<root>/<time>-<name>``, with -2, -3 … appended if that exists already.
 
@@ -64,7 +71,7 @@ def unique_run_dir(name: str, root: Path | None = None) -> Path:
     """
     root = Path(root or default_runs_dir())
     root.mkdir(parents=True, exist_ok=True)
-    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+    stem = f"{time.strftime(STAMP_FORMAT)}-{name}"
     for i in range(1, 10_000):
         path = root / (stem if i == 1 else f"{stem}-{i}")
         try:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import faulthandler
 import json
-import re
 import signal
 from pathlib import Path
 
 import streamlit as st
 
 from admm_core.errors import ConfigError
-from admm_core.rundir import read_json
+from admm_core.rundir import STAMPED, read_json
 from admm_core.runs import run_done_epochs
 from admm_core.spec.archs import OWN
 from admm_core.spec.deepfacto import STATE_FILE, DeepFactoConfig
@@ -225,7 +224,6 @@ def state_md(state: str | None) -> str:
 # a longer run id is shortened in a table (Runs, a study's trials) to fit a 1280-px window beside the
 # other columns; the details and menus give it whole
 ID_CHARS = 23
-STAMP = re.compile(r"\d{8}-\d{6}-")  # YYYYMMDD-HHMMSS-, as the CLI, the dashboard and a sweep name their runs
 LAST_CHARS = 6  # a last part up to this long is kept beside the stamp ("t11", "s0"); a longer one: middle cut
 
 
@@ -235,8 +233,9 @@ def short_id(name: str, most: int = ID_CHARS) -> str:
     if len(name) <= most:
         return name
     last = name.rsplit("-", 1)[-1]
-    if STAMP.match(name) and len(last) <= LAST_CHARS:
-        return f"{name[:15]}…{last}"
+    stamp = STAMPED.match(name)  # the start time every run's name begins with (admm_core.rundir)
+    if stamp and len(last) <= LAST_CHARS:
+        return f"{name[: stamp.end() - 1]}…{last}"
     tail = (most - 1) // 2
     return f"{name[: most - 1 - tail]}…{name[-tail:]}"
 

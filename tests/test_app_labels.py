@@ -248,6 +248,18 @@ def test_short_id_keeps_a_stamp_and_its_last_part_else_both_ends():
     assert cut == "20261202-05…h-penalties" and len(cut) == ID_CHARS, cut
 
 
+def test_short_id_knows_the_stamp_the_engine_names_a_run_with(tmp_path):
+    """The stamp is the engine's (admm_core.rundir): a run directory it makes keeps its start time."""
+    import time
+
+    from admm_core.rundir import STAMP_FORMAT, unique_run_dir
+    from app.ui import short_id
+
+    run = unique_run_dir("mnist5k-mlp-block-admm-with-a-long-name-s0", tmp_path)
+    start = run.name[: len(time.strftime(STAMP_FORMAT))]
+    assert time.strptime(start, STAMP_FORMAT) and short_id(run.name) == f"{start}…s0"
+
+
 def _rows_of_columns(node) -> list[list[list[str]]]:
     """Every row of columns under ``node`` (a block whose children are columns), as the widget keys in
     each of its columns: the layout as the page declares it (AppTest has no pixels)."""
