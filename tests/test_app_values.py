@@ -246,6 +246,17 @@ def test_a_study_of_three_trials_says_its_importances_are_noise_and_shows_percen
     assert sorted(round(y, 2) for y in points["y"]) == [90.0, 93.0, 95.12], points["y"]
 
 
+def test_a_studys_dimensions_are_read_by_the_engines_syntax_and_said_in_words(runs):
+    from admm_core import sweep as S
+
+    space = ["beta=log:0.1:10", "split=choice:fc1|fc1,fc2"]
+    spec = S.SweepSpec(name="said", preset="digits-mlp", method="block-admm", space=space, trials=3)
+    S.create_or_resume(spec, "said", S.open_storage(S.default_storage(runs)))
+    text = " ".join(m.value for m in sweeps().markdown)
+    assert "β — penalty weight: log-uniform 0.1 … 10 (`beta`)" in text, text
+    assert "Split after layers (block boundaries): one of fc1 | fc1,fc2 (`split`)" in text, text
+
+
 def test_a_preset_picked_after_a_bad_link_clears_the_links_errors(runs):
     at = page({"epochs": "abc"})
     assert start(at).disabled

@@ -155,6 +155,14 @@ def test_a_study_name_is_checked_once_for_the_command_line_and_the_page():
         assert str(e.value) == S.name_problem(bad)
 
 
+def test_the_space_syntax_has_one_reading_the_checked_dims_agree_with():
+    for text in ("beta=log:0.1:10", " z-lr =float:0:2", "split=choice:fc1|fc1,fc2"):
+        name, kind, args, values = S.split_dim(text)
+        d = S.parse_dim(text, "block-admm")
+        assert (d.name, d.kind) == (name, kind) and args == text.partition(":")[2]
+        assert list(d.choices) == values if kind == "choice" else [d.low, d.high] == [float(v) for v in values]
+
+
 def test_bad_space_on_the_command_line_is_one_line(tmp_path):
     p = _cli(
         "--preset", "digits-mlp", "--method", "block-admm", "--space", "beta=log:-1:1",

@@ -58,6 +58,7 @@ from .space import (
     preset_values,
     space_names,
     space_problems,
+    split_dim,
 )
 from .study import (
     HEARTBEAT_S,
@@ -80,7 +81,7 @@ from .study import (
 
 __all__ = [
     "KINDS", "STRUCTURAL", "Dim", "apply_params", "convert", "parse_dim", "parse_space", "preset_values",
-    "space_names", "space_problems", "budget_problems", "HEARTBEAT_S", "OBJECTIVES", "PRUNERS", "SweepSpec", "counts", "create_or_resume",
+    "space_names", "space_problems", "split_dim", "budget_problems", "HEARTBEAT_S", "OBJECTIVES", "PRUNERS", "SweepSpec", "counts", "create_or_resume",
     "default_storage", "fail_dead_trials", "load_study", "make_pruner", "name_problem", "open_storage", "remaining",
     "study_names", "worker_study",
     "best_config", "importance_png", "importances", "markdown_report", "trial_time_s", "trials_table",

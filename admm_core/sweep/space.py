@@ -65,26 +65,32 @@ def space_names(method: str) -> list[str]:
     return [s["name"] for s in METHODS[method].settings()] + list(STRUCTURAL)
 
 
+def split_dim(text: str) -> tuple[str, str, str, list[str]]:
+    """``NAME=KIND:ARGS`` read, unchecked: (name, kind, ARGS as typed, its values: a choice's
+    ``A|B|C`` or the bounds ``LOW:HIGH``). The syntax's one reading: :func:`parse_dim` checks what it gives, the
+    dashboard shows a study's recorded dimensions with it."""
+    name, _, rest = text.partition("=")
+    kind, _, args = rest.partition(":")
+    kind = kind.strip()
+    return name.strip().replace("-", "_"), kind, args, args.split("|" if kind == "choice" else ":")
+
+
 def parse_dim(text: str, method: str, field: str | None = None) -> Dim:
     """``NAME=KIND:ARGS`` -> :class:`Dim`; a bad one raises one ConfigError naming it (``field``:
     how the message names the dimension, default ``--space 'TEXT'``; the dashboard names its row)."""
     field_name = field or f"--space {text!r}"
     check(isinstance(text, str) and "=" in text and ":" in text, field_name, text, "expected NAME=KIND:ARGS")
-    name, rest = text.split("=", 1)
-    name = name.strip().replace("-", "_")
-    kind, _, args = rest.partition(":")
-    kind = kind.strip()
+    name, kind, args, parts = split_dim(text)
     names = space_names(method)
     if name not in names:
         raise ConfigError(f"{field_name}: unknown setting {name!r} for {method} (settings: {', '.join(names)})")
     if kind not in KINDS:
         raise ConfigError(f"{field_name}: unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
     if kind == "choice":
-        choices = tuple(c.strip() for c in args.split("|"))
+        choices = tuple(c.strip() for c in parts)
         check(all(choices) and len(choices) >= 1, field_name, args, "choices are separated by '|' and not empty")
         check(len(set(choices)) == len(choices), field_name, args, "a choice is listed twice")
         return Dim(name, kind, choices=choices)
-    parts = args.split(":")
     check(len(parts) == 2, field_name, args, f"{kind} needs LOW:HIGH, two numbers such as 0.1:10")
     try:
         low, high = float(parts[0]), float(parts[1])

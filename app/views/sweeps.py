@@ -289,9 +289,8 @@ def _figures(study):
 def dim_text(text: str, labels: dict[str, str]) -> str:
     """A study's search dimension as the page names it: "β — penalty weight: log-uniform 0.1 … 10"
     (its code name, as recorded, ``beta=log:0.1:10``, in a tooltip-free form after it)."""
-    name, _, rest = text.partition("=")
-    kind, _, args = rest.partition(":")
-    span = " | ".join(args.split("|")) if kind == "choice" else " … ".join(args.split(":"))
+    name, kind, _, values = S.split_dim(text)
+    span = (" | " if kind == "choice" else " … ").join(values)
     return f"{labels.get(name, name)}: {KIND_LABELS.get(kind, kind)} {span} (`{name}`)"
 
 
