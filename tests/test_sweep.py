@@ -163,6 +163,18 @@ def test_the_space_syntax_has_one_reading_the_checked_dims_agree_with():
         assert list(d.choices) == values if kind == "choice" else [d.low, d.high] == [float(v) for v in values]
 
 
+def test_the_kinds_and_extra_settings_of_the_help_are_the_spaces_own():
+    """``admm sweep --help`` lists the kinds and the settings beyond a method's from the tables
+    parse_dim checks against (the Sweeps page's kind menu reads the same KINDS)."""
+    from helpers import cli_call
+
+    rc, out, _ = cli_call(["sweep", "--help"])
+    said = " ".join(out.split())
+    assert rc == 0 and "KIND float|log|int|logint (LOW:HIGH) or choice (A|B|C)" in said, said
+    assert f"(see `methods`), {', '.join(list(S.STRUCTURAL)[:-1])} or {list(S.STRUCTURAL)[-1]}." in said, said
+    assert set(S.KINDS) == {"float", "log", "int", "logint", "choice"} and S.KINDS["log"] == "log-uniform"
+
+
 def test_bad_space_on_the_command_line_is_one_line(tmp_path):
     p = _cli(
         "--preset", "digits-mlp", "--method", "block-admm", "--space", "beta=log:-1:1",

@@ -23,12 +23,15 @@ NAME = "sweep"
 
 
 def add_parser(sub) -> None:
+    # the kinds and the settings beyond a method's own, from the space's own tables
+    ranged = "|".join(k for k in S.KINDS if k != "choice")
+    *structural, last = S.STRUCTURAL
     w = sub.add_parser(
         NAME,
         help="Optuna study over a method's settings; every trial is a run directory",
         description="Create (or resume, with --name of an existing study) an Optuna study. "
-        "Space: NAME=KIND:ARGS with KIND log|float|int|logint (LOW:HIGH) or choice (A|B|C); NAME is a method "
-        "setting (see `methods`), split, hidden, loss or batch_size.",
+        f"Space: NAME=KIND:ARGS with KIND {ranged} (LOW:HIGH) or choice (A|B|C); NAME is a method "
+        f"setting (see `methods`), {', '.join(structural)} or {last}.",
     )
     w.add_argument("--preset", help=f"one of: {', '.join(PRESETS)}")
     w.add_argument("--method", help=f"one of: {', '.join(methods_for(NETWORK))}")

@@ -13,7 +13,14 @@ from ..spec.config import RunConfig
 from ..spec.methods import METHODS
 from ..spec.settings import parse_widths
 
-KINDS = ("float", "log", "int", "logint", "choice")
+# a dimension's kinds: how each draws its values, in words (the dashboard's menu, `admm sweep --help`)
+KINDS = {
+    "float": "uniform",
+    "log": "log-uniform",
+    "int": "integer",
+    "logint": "log-uniform integer",
+    "choice": "one of",
+}
 # settings outside the method's own: name -> the RunConfig field it replaces
 STRUCTURAL = {
     "split": "model__split",

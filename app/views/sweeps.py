@@ -59,14 +59,6 @@ DEFAULT_ROWS = [
 # the menus in words (their code names, as `admm sweep` takes them, in the help)
 OBJECTIVE_LABELS = {"best_test_accuracy": "best test accuracy", "time_to_95_s": "seconds to 95% test accuracy"}
 PRUNER_LABELS = {"median": "median (stop laggards)", "hyperband": "hyperband", "none": "none (run every trial out)"}
-# a search dimension's kinds in words (their code names, as `--space` takes them, in the column's help)
-KIND_LABELS = {
-    "log": "log-uniform",
-    "float": "uniform",
-    "int": "integer",
-    "logint": "log-uniform integer",
-    "choice": "one of",
-}
 LABELS = {
     "trials": "Trials",
     "epochs": "Epochs per trial",
@@ -81,7 +73,7 @@ def space_rows(rows: pd.DataFrame, labels: dict[str, str]) -> tuple[list[str], l
     texts, names, empty = [], [], []
     for i, r in enumerate(rows.itertuples(), start=1):
         cells = [("" if pd.isna(v) else str(v).strip()) for v in (r.setting, r.kind, r.range)]
-        shown = labels.get(cells[0], cells[0]) or "?", KIND_LABELS.get(cells[1], cells[1]) or "?"
+        shown = labels.get(cells[0], cells[0]) or "?", S.KINDS.get(cells[1], cells[1]) or "?"
         name = f"Row {i} ({shown[0]}, {shown[1]})"
         if not all(cells):
             empty.append(f"{name}: give its setting, its kind and its range")
@@ -163,10 +155,10 @@ with st.expander("New study", expanded=not S.study_names(storage), icon=":materi
             "kind": st.column_config.SelectboxColumn(
                 "kind",
                 options=list(S.KINDS),
-                format_func=lambda k: KIND_LABELS.get(k, k),
+                format_func=lambda k: S.KINDS.get(k, k),
                 required=True,
                 help="how values are drawn; on the command line: "
-                + ", ".join(f"{k} = {v}" for k, v in KIND_LABELS.items()),
+                + ", ".join(f"{k} = {v}" for k, v in S.KINDS.items()),
             ),
             "range": st.column_config.TextColumn("range", help="LOW:HIGH, or A|B|C for choice", required=True),
         },
@@ -291,7 +283,7 @@ def dim_text(text: str, labels: dict[str, str]) -> str:
     (its code name, as recorded, ``beta=log:0.1:10``, in a tooltip-free form after it)."""
     name, kind, _, values = S.split_dim(text)
     span = (" | " if kind == "choice" else " … ").join(values)
-    return f"{labels.get(name, name)}: {KIND_LABELS.get(kind, kind)} {span} (`{name}`)"
+    return f"{labels.get(name, name)}: {S.KINDS.get(kind, kind)} {span} (`{name}`)"
 
 
 def objective_text(objective: str | None, value) -> str:
