@@ -17,14 +17,15 @@ from pathlib import Path
 from torch import nn
 
 from .errors import ConfigError
-from .spec.archs import file_sha256, model_file_problem
+from .spec.archs import file_sha256, model_file_problem, split_model_spec
 
 
 def parse(spec: str, field: str = "--model") -> tuple[Path, str]:
     """``"dir/file.py:Name"`` -> (the file's absolute path, Name), checked."""
-    path, sep, name = str(spec).rpartition(":")
-    if not sep or not path or not name.isidentifier():
+    parts = split_model_spec(spec)
+    if parts is None:
         raise ConfigError(f"{field} {spec!r}: give FILE.py:Name (an nn.Module class or a function returning one)")
+    path, name = parts
     p = Path(path).expanduser().resolve()
     if p.suffix != ".py" or not p.is_file():
         raise ConfigError(f"{field} {spec!r}: {str(p)!r} is not a Python file")

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import ROOT, cli_call
 from safetensors.torch import load_file
@@ -186,3 +187,21 @@ def test_one_check_of_a_runs_model_file_serves_the_engine_and_the_dashboard(tmp_
     assert resume_problem(run) == f"run-1: {why}"
     f.unlink()
     assert "is gone" in model_file_problem(source) and resume_problem(run) == f"run-1: {model_file_problem(source)}"
+
+
+def test_one_reading_of_file_py_name_for_the_command_line_and_the_models_menu(tmp_path):
+    """A shape ``admm train --model`` refuses, the dashboard's menu refuses too (and the reverse)."""
+    from admm_core import modelfile
+    from admm_core.errors import ConfigError
+    from admm_core.spec.archs import split_model_spec
+    from app.dashboard.models import resolve
+
+    (tmp_path / "net.py").write_text(MODEL)
+    assert split_model_spec("net.py:Net") == ("net.py", "Net") and resolve("net.py:Net", tmp_path)[1] == "Net"
+    assert modelfile.parse(f"{tmp_path / 'net.py'}:Net") == (tmp_path / "net.py", "Net")
+    for bad in ("net.py", "net.py:", ":Net", "net.py:1Net", "net.py:Net.x"):
+        assert split_model_spec(bad) is None
+        with pytest.raises(ConfigError, match="give FILE.py:Name"):
+            modelfile.parse(f"{tmp_path}/{bad}" if bad.startswith("net") else bad)
+        with pytest.raises(ConfigError, match="not a FILE.py:Name"):
+            resolve(bad, tmp_path)

@@ -131,6 +131,14 @@ OWN_MESSAGE = (
 )
 
 
+def split_model_spec(spec: str) -> tuple[str, str] | None:
+    """``FILE.py:Name`` (the ``module:object`` habit of uvicorn and gunicorn) -> (FILE.py, Name), or
+    None when ``spec`` is not of that shape: the one reading of ``admm train --model`` and of the
+    dashboard's models menu (each then checks where the file may lie)."""
+    path, sep, name = str(spec).rpartition(":")
+    return (path, name) if sep and path and name.isidentifier() else None
+
+
 def file_sha256(path) -> str:
     """The SHA-256 of a file's bytes (hex): what a run of ``admm train --model`` records of its file."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -24,7 +24,7 @@ from pathlib import Path
 from admm_core import child_env
 from admm_core.errors import ConfigError
 from admm_core.rundir import default_runs_dir, read_json_dict, write_text_atomic
-from admm_core.spec.archs import OWN_MESSAGE, file_sha256, model_file_problem
+from admm_core.spec.archs import OWN_MESSAGE, file_sha256, model_file_problem, split_model_spec
 from admm_core.spec.datasets import cache_dir
 
 CHILD_TIMEOUT_S = 300
@@ -88,8 +88,8 @@ def discover(folder: Path | None = None) -> list[str]:
 def resolve(entry: str, folder: Path | None = None) -> tuple[Path, str]:
     """(the file's real path, Name) of a menu entry, the file inside ``folder``; ConfigError otherwise."""
     base = Path(folder or models_dir()).resolve()
-    file, sep, name = str(entry).rpartition(":")
-    bad = not sep or not name.isidentifier() or "\x00" in file or Path(file).is_absolute() or ".." in Path(file).parts
+    file, name = split_model_spec(entry) or ("", "")
+    bad = not name or "\x00" in file or Path(file).is_absolute() or ".." in Path(file).parts
     path = (base / file).resolve() if not bad else None
     if bad or base not in path.parents or path.suffix != ".py" or not path.is_file():
         raise ConfigError(f"model = {entry!r}: not a FILE.py:Name of a .py file inside the models folder {base}")
