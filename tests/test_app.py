@@ -238,6 +238,20 @@ def test_form_messages_name_the_field():
         assert cfg is None and needle in errs.get(field, ""), (field, errs)
 
 
+def test_a_config_field_applies_by_its_records_when_rule():
+    """Shift, flip and σ are greyed out by the config records' own ``when=`` (one copy of the rule),
+    read under the form's keys."""
+    for path, key, on, off in [
+        ("data.augment_pad", "augment", True, False),
+        ("data.augment_flip", "augment", True, False),
+        ("model.init_std", "init", "normal", "default"),
+    ]:
+        record = DataConfig if path.startswith("data.") else ModelConfig
+        when = record.__dataclass_fields__[path.split(".", 1)[1]].metadata["when"]
+        assert when == {key: on} and F.BY_PATH[path].enabled_if == {key: on}
+        assert F.BY_PATH[path].enabled({key: on}) and not F.BY_PATH[path].enabled({key: off})
+
+
 def test_form_keeps_and_checks_augmentation():
     """A preset's augmentation survives the form; shift-only round-trips through the URL (and a
     link of the old one-menu form still reads); bad pads, flat data and methods that read raw

@@ -48,9 +48,15 @@ class DataConfig:
         "flip unless turned off), on the device. Images only; block-admm, gotmare, online-admm, backprop.",
     )
     augment_pad: int = setting(
-        4, "Padding of the crop: each image moves by up to this many pixels each way.", min=0, max=16
+        4,
+        "Padding of the crop: each image moves by up to this many pixels each way.",
+        min=0,
+        max=16,
+        when={"augment": True},
     )
-    augment_flip: bool = setting(True, "Flip horizontally with probability ½ (off for digits: a flipped 2 is no 2).")
+    augment_flip: bool = setting(
+        True, "Flip horizontally with probability ½ (off for digits: a flipped 2 is no 2).", when={"augment": True}
+    )
 
     def __post_init__(self):
         check(
@@ -90,7 +96,7 @@ class ModelConfig:
         "distribution'; a small σ makes a deep MLP's signals vanish).",
         choices=INITS,
     )
-    init_std: float = setting(0.01, "σ of the normal initialisation (init = normal)")
+    init_std: float = setting(0.01, "σ of the normal initialisation (init = normal)", when={"init": "normal"})
 
     def __post_init__(self):
         check(

@@ -36,7 +36,7 @@ from admm_core.spec.methods import names_for as methods_for
 from admm_core.spec.methods.deepfacto import DeepFacto
 from admm_core.spec.presets import PRESETS, preset_config
 from admm_core.spec.resources import MAX_PROCESSES, MemoryRefusal, preflight_report
-from admm_core.spec.settings import parse_numbers, parse_sets, parse_widths
+from admm_core.spec.settings import applies, parse_numbers, parse_sets, parse_widths
 from admm_core.sweep.space import STRUCTURAL
 from app.dashboard import models
 
@@ -70,7 +70,7 @@ class FormField:
     max: float | None = None
     step: float | None = None
     none: typing.Any = None
-    enabled_if: dict | None = None  # {form key: value}
+    enabled_if: dict | None = None  # {form key: value}: the field's record's ``when=``
 
     def enabled(self, form: dict) -> bool:
         if (self.path or self.key) in NOT_FOR_MODEL_FILES and models.is_entry(form.get("arch")):
@@ -81,7 +81,7 @@ class FormField:
         if self.path in SIZE_PATHS:  # the architecture's record says which size fields it reads
             arch = ARCHS.get(form.get("arch"))
             return arch is not None and self.path.split(".", 1)[1] in arch.sizes
-        return all(form.get(k) == v for k, v in (self.enabled_if or {}).items())
+        return applies(self.enabled_if, form)
 
 
 SIZE_PATHS = {f"model.{f}" for f in SIZE_FIELDS}
@@ -97,8 +97,8 @@ NOT_FOR_MODEL_FILES = {
 
 # How the form lays each config field out, by its path: group (a row of the form; "more" folds),
 # label, widget, the widget's step (and min, where the widget's differs from the field's rule), the
-# widget value that stands for None, the form key (when not the field's name), enabled_if
-# {form key: value}, the registry a menu reads. Fields not here are
+# widget value that stands for None, the form key (when not the field's name), the registry a menu
+# reads (when a field applies is its record's ``when=``). Fields not here are
 # shown in "more" under their name; HIDDEN ones are carried through unchanged.
 LAYOUT: dict[str, dict] = {
     "preset": dict(group="data", label="Preset", widget="select", none=NO_PRESET, menu="presets"),
@@ -106,14 +106,14 @@ LAYOUT: dict[str, dict] = {
     "data.train_limit": dict(group="data", label="Training samples (0 = all)", none=0, min=0, step=100),
     "data.test_limit": dict(group="data", label="Test samples (0 = all)", none=0, min=0, step=100),
     "data.augment": dict(group="data", label="Augment"),
-    "data.augment_pad": dict(group="data", label="Shift ± pixels", step=1, enabled_if={"augment": True}),
-    "data.augment_flip": dict(group="data", label="Flip", enabled_if={"augment": True}),
+    "data.augment_pad": dict(group="data", label="Shift ± pixels", step=1),
+    "data.augment_flip": dict(group="data", label="Flip"),
     "model.arch": dict(group="network", label="Network", widget="select", menu="archs"),
     "model.hidden": dict(group="network", label="MLP hidden widths"),
     "model.split": dict(group="network", label="Split after layers (block boundaries)", widget="split"),
     "model.width": dict(group="network", label="Base width", step=8),
     "model.init": dict(group="network", label="Initialisation"),
-    "model.init_std": dict(group="network", label="Init σ", step=0.005, enabled_if={"init": "normal"}),
+    "model.init_std": dict(group="network", label="Init σ", step=0.005),
     "method": dict(group="method", label="Method", widget="select", menu="methods"),
     "train.epochs": dict(group="train", label="Epochs", step=1),
     "train.batch_size": dict(group="train", label="Batch size", step=1),
@@ -174,7 +174,8 @@ def _fields_of(
             max=rules.get("max"),
             step=hints.get("step"),
             none=hints.get("none"),
-            enabled_if=hints.get("enabled_if"),
+            # the record's own rule (``when=``: while other fields of it hold these values), by form key
+            enabled_if={layout.get(prefix + k, {}).get("key", k): v for k, v in rules.get("when", {}).items()},
         )
         out.append(dataclasses.replace(ff, default=_to_widget(ff, default)))
     return out
