@@ -29,7 +29,12 @@ def test_a_wrong_beta_keeps_the_memory_estimate(runs):
     assert "to train (limit" in summary(at), summary(at)
 
 
-def test_the_preset_box_says_in_words_what_was_edited_since_it_was_picked(runs):
+def test_the_preset_box_says_in_words_what_was_edited_since_it_was_picked(runs, monkeypatch):
+    # ResNet-18 on CIFAR-10 with the digits recipe is estimated at ~13 GiB: on a busy machine the free-memory
+    # check refuses it and the box says "a field that is wrong"; the words under test do not depend on it
+    from admm_core.spec import resources
+
+    monkeypatch.setattr(resources, "available_memory", lambda device="cpu": (1 << 40, "available CPU RAM"))
     at = page({"preset": "digits-mlp"})
     assert not [c for c in at.caption if c.value.startswith("Edited since picked")]
     at.selectbox(key="f.data").set_value("cifar10").run()

@@ -881,6 +881,8 @@ SERVER_MODULES = {
     "admm_core",
     "admm_core.errors",
     "admm_core.rundir",
+    "admm_core.runs",
+    "admm_core.compare",
     "admm_core.status",
     "admm_core.spawn",
     "admm_core.deepfacto",
