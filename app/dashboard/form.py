@@ -1,16 +1,12 @@
 """The Train page's forms as plain data, generated from the settings records: form <-> config <-> URL.
 
-Every field of :class:`~admm_core.spec.config.RunConfig` (and its ``data``, ``model``, ``train``)
-is a form field (:data:`FIELDS`), described by its dataclass field (type, default, ``help``,
-rules) and laid out by :data:`LAYOUT`; DeepFacto's form (:data:`DF_FIELDS`) is generated the
-same way from :class:`~admm_core.spec.deepfacto.DeepFactoConfig`. Menus are read from the
-registries when drawn. A *form* is the flat dict of what the widgets hold, by form key, plus
-``processes`` (worker processes under torchrun), ``mp.<setting>`` for the chosen method's
-settings (floats as text: a per-block β is "1,0.5,1") and ``_given`` (the method settings and
-split a loaded config gave, so reading the form back gives the same config).
-
-:func:`check_form` checks each field on its own, then the engine's preflight
-(:func:`admm_core.spec.resources.preflight_report`), and keys every message by form field.
+Every field of :class:`~admm_core.spec.config.RunConfig` (and its ``data``, ``model``, ``train``) is a
+form field (:data:`FIELDS`), described by its dataclass field (type, default, ``help``, rules) and laid
+out by :data:`LAYOUT`; DeepFacto's (:data:`DF_FIELDS`) are generated the same way from
+:class:`~admm_core.spec.deepfacto.DeepFactoConfig`. A *form* is the flat dict the widgets hold, by form
+key, plus ``processes``, ``mp.<setting>`` for the chosen method's settings (floats as text: a
+per-block β is "1,0.5,1") and ``_given`` (what a loaded config gave, so reading the form back gives the
+same config). :func:`check_form` checks each field on its own, then the engine's preflight.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Train: configure a run, launch it as a worker process, watch it live.
 
-The page is three functions: :func:`form_section` (data, network, blocks),
-:func:`method_section` (method and its settings) and :func:`live_panel` (the watched run).
-The form mirrors into the URL (st.query_params), so a setup is a shareable link, together
-with the watched run (``?run=<id>``). Validation is the engine's (RunConfig and friends);
-each message is shown under the field it is about. Stop / Resume / Load are the shared
-callbacks of :mod:`app.ui`.
+The form (:func:`form_section`, :func:`method_section`) mirrors into the URL, with the watched run
+(``?run=<id>``), so a setup is a shareable link; each of the engine's messages is shown under the
+field it is about. :func:`live_panel` follows the watched run.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from admm_core.spec.faces import find_lfw
 from admm_core.spec.kinds import DEEPFACTO, NETWORK, run_kind, run_method
 from admm_core.spec.methods import METHODS
 from admm_core.spec.methods.base import StateSizes
-from admm_core.spec.presets import PRESETS, preset_config
+from admm_core.spec.presets import PRESETS
 from admm_core.spec.resources import human as human_bytes
 from admm_core.spec.resources import samples, split_of
 from app import ui
@@ -45,10 +42,8 @@ LIVE_KEY = "live"  # the live panel's fragment key
 START_DEDUP_S = 3.0  # the same config started again within this many seconds is the same click
 K = "f."  # prefix of the form's widget keys
 MAIN_SETTINGS = 8  # method settings shown at once; the rest sit in an expander
-ss = st.session_state
-
-
 LINK_NOTICE = "link_notice"  # the link's values not applied, each with its reason (F.from_query)
+ss = st.session_state
 
 
 def wkey(field: str, method: str | None = None) -> str:
@@ -82,26 +77,23 @@ def on_preset():
         ss.pop(K + F.LINK, None)  # every field filled again: a link's errors about them are gone
 
 
-def method_defaults() -> None:
-    """The method's fields at its defaults (the recipe measured across the zoo: what ``admm train --model``
-    gives a network no preset knows); the network's marks stay given."""
+def method_defaults(preset: str = F.NO_PRESET) -> None:
+    """The method's fields at the preset's values, else at its defaults (the recipe measured across
+    the zoo: what ``admm train --model`` gives a network no preset knows); the split's mark stays."""
     method = ss.get(K + "method", F.DEFAULT_METHOD)
-    given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]  # the split's mark stays
-    set_form({"method": method, **F.method_fields(method), F.GIVEN: given})
+    given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]
+    if preset == F.NO_PRESET or M.is_entry(ss.get(K + "arch")):
+        set_form({"method": method, **F.method_fields(method), F.GIVEN: given})
+        return
+    fresh = F.default_form(preset, method)  # with "method": set_form files them under the new method's widgets
+    mine = {k: v for k, v in fresh.items() if k.startswith(F.MP) or k == "batch_size"}
+    set_form({"method": method, **mine, F.GIVEN: given + [k for k in fresh[F.GIVEN] if k.startswith(F.MP)]})
 
 
 def on_method():
-    preset, method = ss[K + "preset"], ss[K + "method"]
     link = ss.get(K + F.LINK) or {}  # the old method's settings are not the form's any more
     ss[K + F.LINK] = {k: v for k, v in link.items() if not k.startswith(F.MP)}
-    if preset != F.NO_PRESET and not M.is_entry(ss.get(K + "arch")):
-        given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]
-        fresh = F.default_form(preset, method)
-        # with "method": set_form files the preset's settings under the new method's widgets
-        mine = {k: v for k, v in fresh.items() if k.startswith(F.MP) or k == "batch_size"}
-        set_form({"method": method, **mine, F.GIVEN: given + [k for k in fresh[F.GIVEN] if k.startswith(F.MP)]})
-    else:  # no preset, or a models-folder network (no preset knows it)
-        method_defaults()
+    method_defaults(ss[K + "preset"])
 
 
 def on_shape():
@@ -240,49 +232,45 @@ def note(notes: dict, field: str) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def _reference_form(preset: str, method: str) -> dict:
-    """The form a preset (or none: the config's defaults) gives: what a field's help compares with."""
+def _reference_form(preset: str | None, method: str) -> dict:
+    """The form a preset gives (its measured method settings marked given): what a field's help
+    compares with; {} for no preset."""
     try:
-        return F.default_form(preset, method)
+        return F.default_form(preset, method) if preset in PRESETS else {}
     except (ConfigError, KeyError):
         return {}
 
 
-def in_force(ff: F.FormField, form: dict) -> str:
-    """A field's value in force and where it comes from, for its help: the preset's value, the
-    default, or set here (by hand, a link or a loaded run)."""
-    if ff.key in ("preset", "method") or ff.kind == "hidden" or ff.key not in form:
-        return ""
-    value, method = form[ff.key], form.get("method", F.DEFAULT_METHOD)
-    preset = form.get("preset")
-    shown = ", ".join(map(str, value)) or "none" if isinstance(value, list) else F.label_of(ff, value)
-    if ff.kind == "split":
-        try:
-            split = F.split_options(*F.network_of(form))[1]
-        except (ConfigError, KeyError, TypeError):
-            return ""
-        source = "the network's default split" if value == split else "set here"
-        return f"In force: {shown}, {source}. "
-    default = ff.default
-    if preset in PRESETS and _reference_form(preset, method).get(ff.key) == value:
-        source = f"the preset {preset}'s" + ("" if value == default else f" (the default: {F.label_of(ff, default)})")
-    elif value == default:
-        source = "the default"
-    else:
-        source = "set here"
-    return f"In force: {shown}, {source}. "
+def field_help(ff: F.FormField, form: dict) -> str:
+    """A field's help: what it is, the value in force and where it comes from (the preset's value,
+    the default, or set here by hand, a link or a loaded run), and its code name."""
+    if ff.key.startswith(F.MP):
+        return setting_help(ff, form)
+    said = ""
+    if ff.key not in ("preset", "method") and ff.key in form:
+        value, preset, default = form[ff.key], form.get("preset"), ff.default
+        shown = ", ".join(map(str, value)) or "none" if isinstance(value, list) else F.label_of(ff, value)
+        if ff.kind == "split":
+            try:
+                default = F.split_options(*F.network_of(form))[1]
+                source = "the network's default split" if value == default else "set here"
+            except (ConfigError, KeyError, TypeError):
+                source = None
+        elif preset in PRESETS and _reference_form(preset, form.get("method", F.DEFAULT_METHOD)).get(ff.key) == value:
+            source = f"the preset {preset}'s" + (
+                "" if value == default else f" (the default: {F.label_of(ff, default)})"
+            )
+        else:
+            source = "the default" if value == default else "set here"
+        said = f"In force: {shown}, {source}. " if source else ""
+    code = f"{said}Setting `{ff.path or ff.key}`."  # the code name: messages use the label
+    return f"{ff.help.rstrip('.')}. {code}" if ff.help else code
 
 
-def field_widget(ff: F.FormField, form: dict, notes: dict, key: str | None = None, help: str | None = None) -> None:
-    """The widget of one form field, as its metadata declares it; its message below. Every form of
-    the page draws with it: ``key`` is the widget's key (default: :func:`wkey`), ``help`` its help
-    (default: what it is, the value in force and its code name)."""
-    if help is None and ff.key.startswith(F.MP):
-        help = setting_help(ff, form)
-    elif help is None:
-        code = f"{in_force(ff, form)}Setting `{ff.path or ff.key}`."  # the code name: messages use the label
-        help = f"{ff.help.rstrip('.')}. {code}" if ff.help else code
-    kw = {"key": key or wkey(ff.key), "help": help, "disabled": not ff.enabled(form)}
+def field_widget(ff: F.FormField, form: dict, notes: dict) -> None:
+    """The widget of one form field, as its metadata declares it, with its message below: every
+    form of the page (the network's, the method's settings, DeepFacto's) draws with it."""
+    kw = {"key": wkey(ff.key), "help": field_help(ff, form), "disabled": not ff.enabled(form)}
     if kw["key"].startswith(K):  # the network form's: a link's error about the field goes once it is edited
         kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
     if ff.menu == "archs":
@@ -293,15 +281,13 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, key: str | None = Non
         st.selectbox(ff.label, F.choices(ff, form), format_func=fmt, **kw)
     elif ff.kind == "split":  # the options keep a wrong entry of a link or a loaded config: its message says why
         labels = F.split_labels(form)  # layer3 (= layer3.1): typing either name finds it
-        opts = F.choices(ff, form)
-        st.multiselect(ff.label, opts, format_func=lambda v: labels.get(v, v), wrap=True, **kw)  # on rows
+        st.multiselect(ff.label, F.choices(ff, form), format_func=lambda v: labels.get(v, v), wrap=True, **kw)
     elif ff.kind == "check":
         st.checkbox(ff.label, **kw)
     elif ff.kind in ("int", "float"):
         # no min_value / max_value: a browser refuses a typed value outside them without telling the page
         # (a red outline, the old value kept), so 0 epochs is sent as typed and the field's message says why
-        num = int if ff.kind == "int" else float
-        st.number_input(ff.label, step=num(ff.step or 1), **kw)
+        st.number_input(ff.label, step=(int if ff.kind == "int" else float)(ff.step or 1), **kw)
     else:
         st.text_input(ff.label, **kw)
     if ff.menu == "presets" and ss.get("preset_edited") and form.get(ff.key) != F.NO_PRESET:
@@ -318,23 +304,19 @@ def keep_undrawn(keys) -> None:
             ss[k] = ss[k]
 
 
-def _width(ff: F.FormField, form: dict) -> int:
-    """A field's share of its row, in characters: its label (a checkbox's box beside it), a menu's
-    value with its arrow, and room for a number box's − / + (12 at least)."""
-    value = len(F.label_of(ff, form.get(ff.key))) + 6 if ff.kind == "select" else 0
-    return max(len(ff.label) + 7 * (ff.kind == "check"), value, 12)
-
-
 def field_row(fields: list[F.FormField], form: dict, notes: dict, most: int = F.ROW_MAX) -> None:
-    """Fields in rows of at most ``most``, as even as can be, each row's messages below it at the
-    row's width. A field that does not apply (the other network's size field, Init σ under the
-    default initialisation, the split of an end-to-end method) is not drawn unless it has a message;
-    its value is kept (:func:`keep_undrawn`)."""
+    """Fields in rows of at most ``most``, each row's messages below it at the row's width. A field
+    that does not apply (the other network's size field, Init σ under the default initialisation, the
+    split of an end-to-end method) is not drawn unless it has a message; its value is kept."""
     shown = [ff for ff in fields if ff.enabled(form) or ff.key in notes]
     keep_undrawn(wkey(ff.key) for ff in fields if ff not in shown)
     for row in F.rows(shown, most):
         mine = {ff.key: notes.pop(ff.key) for ff in row if ff.key in notes}
-        for col, ff in zip(st.columns([_width(ff, form) for ff in row]), row):
+        # each field's share of its row, in characters: its label (a checkbox's box beside it), a menu's
+        # value with its arrow, and room for a number box's − / + (12 at least)
+        menu = lambda ff: len(F.label_of(ff, form.get(ff.key))) + 6 if ff.kind == "select" else 0
+        widths = [max(len(ff.label) + 7 * (ff.kind == "check"), menu(ff), 12) for ff in row]
+        for col, ff in zip(st.columns(widths), row):
             with col:
                 field_widget(ff, form, notes)
         notes.update(mine)
@@ -386,63 +368,48 @@ def form_section(form: dict, got: F.FormCheck, notes: dict) -> None:
         note(notes, "memory")
 
 
-def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
-    """An expander whose widgets exist only while it is open: the container to draw them in, or None.
-
-    Closed, its widgets are not sent at all (docs/reliability.md "First paint"); their values
-    (``widget_keys``) are kept (:func:`keep_undrawn`). One with a message (``has_message``) opens.
-    """
-    if has_message:
+def folded(label: str, key: str, fields: list[F.FormField], form: dict, notes: dict) -> None:
+    """``fields`` in an expander whose widgets exist only while it is open: closed, they are not sent
+    at all (docs/reliability.md "First paint") and their values are kept. One with a message opens."""
+    if any(ff.key in notes for ff in fields):
         ss[key] = True
     box = st.expander(label, key=key, on_change="rerun")
     if not box.open:
-        keep_undrawn(widget_keys)
-        return None
-    return box
-
-
-@functools.lru_cache(maxsize=64)
-def _measured(preset: str | None, method: str) -> dict:
-    """The settings of ``method`` a preset's recipe gives (values measured for it); {} for none."""
-    return preset_config(preset, method).method_params if preset in PRESETS else {}
+        keep_undrawn(wkey(ff.key) for ff in fields)
+        return
+    with box:
+        field_row(fields, form, notes, most=4)
 
 
 def setting_help(ff: F.FormField, form: dict) -> str:
-    """A method setting's help: what it is, the value in force and where it comes from (the preset's
-    measured value, the method's default, or set here), the method's default beside any other,
-    whether that default is a measured one (it differs from the paper's algorithm as printed: the
-    record's ``PAPER``), and its code name. A models-folder network has no preset: the method's
-    defaults are the recipe measured across the zoo."""
+    """A method setting's help, as :func:`field_help`'s (under a preset, the value measured for it;
+    a models-folder network has none: the method's defaults are the recipe measured across the zoo),
+    with the method's default beside any other and whether that default is a measured one (it
+    differs from the paper's algorithm as printed: the record's ``PAPER``)."""
     method, name = form.get("method", F.DEFAULT_METHOD), ff.key[len(F.MP) :]
     s = next(x for x in METHODS[method].settings() if x["name"] == name)
-    paper, value, preset = METHODS[method].PAPER, form.get(ff.key), form.get("preset")
-    measured = _measured(None if M.is_entry(form.get("arch")) else preset, method)
-    shown = F.fmt_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
-
-    def same(v) -> bool:
-        return (str(v) if isinstance(v, (bool, str)) else F.fmt_number(v)) == shown
-
-    if s["name"] in measured and same(measured[s["name"]]):
+    preset, paper = form.get("preset"), METHODS[method].PAPER
+    ref = _reference_form(None if M.is_entry(form.get("arch")) else preset, method)
+    text = lambda v: str(v) if isinstance(v, (bool, str)) else F.fmt_number(v)
+    shown = text(form.get(ff.key))
+    if ff.key in ref.get(F.GIVEN, ()) and text(ref[ff.key]) == shown:
         source = f"the value measured for the preset {preset}"
-    elif same(s["default"]):
+    elif text(s["default"]) == shown:
         source = "the method's default"
     else:
         source = "set here (or by the link or loaded run)"
-    default = "" if source == "the method's default" else f"; the method's default is {F.fmt_number(s['default'])}"
-    if s["name"] in paper and paper[s["name"]] != s["default"]:
-        printed = paper[s["name"]]
-        printed = F.fmt_number(printed) if isinstance(printed, float) else str(printed)
+    default = "" if source == "the method's default" else f"; the method's default is {text(s['default'])}"
+    if name in paper and paper[name] != s["default"]:
         default += (
-            f" (a measured default, docs/deviations.md: the paper's algorithm as printed has {printed}, Recipe = paper)"
+            f" (a measured default, docs/deviations.md: the paper's algorithm as printed has {text(paper[name])}, "
+            "Recipe = paper)"
         )
-    return f"{s['help']}. In force: {shown}, {source}{default}. Setting `{s['name']}`."
+    return f"{s['help']}. In force: {shown}, {source}{default}. Setting `{name}`."
 
 
 def method_section(form: dict, notes: dict) -> None:
     """Method, training settings and the method's own settings (the rest in folded expanders)."""
-    groups = F.groups()
-    known = {"data", "network", "method", "train"}
-    method = ss[K + "method"]
+    groups, method = F.groups(), ss[K + "method"]
     cls = METHODS[method]
     # the settings that apply now (the record says which: not the duals of gotmare, not power_steps
     # with a fixed Z step, ...), and any other with a message; the rest keep their values unseen
@@ -451,33 +418,16 @@ def method_section(form: dict, notes: dict) -> None:
     settings = [s for s in cls.settings() if s["name"] in applying or F.MP + s["name"] in notes]
     keep_undrawn(wkey(F.MP + s["name"], method) for s in cls.settings() if s not in settings)
     fields = [F.setting_field(method, s) for s in settings]  # labelled by the paper's symbol and words
-    more_settings = fields[MAIN_SETTINGS:]
     with st.container(border=True):
         st.markdown("**Method and training**")
-        field_row(groups["method"] + groups["train"], form, notes)
-        more = [f for g, fields in groups.items() if g not in known for f in fields]  # a new group lands here
-        box = folded(
-            f"More training settings ({len(more)})",
-            "train_more_open",
-            [K + f.key for f in more],
-            any(f.key in notes for f in more),
-        )
-        if box is not None:
-            with box:
-                field_row(more, form, notes, most=4)
+        field_row(groups.pop("method") + groups.pop("train"), form, notes)
+        more = [f for g, fs in groups.items() if g not in ("data", "network") for f in fs]  # a new group lands here
+        folded(f"More training settings ({len(more)})", "train_more_open", more, form, notes)
         end_to_end = "" if cls.uses_blocks else " (end-to-end: the split is ignored)"
         st.caption(f"**{method}** — {cls.summary}{end_to_end}")
         field_row(fields[:MAIN_SETTINGS], form, notes, most=4)
-        if more_settings:
-            box = folded(
-                f"More {method} settings ({len(more_settings)})",
-                f"mp_more_open.{method}",
-                [wkey(ff.key, method) for ff in more_settings],
-                any(ff.key in notes for ff in more_settings),
-            )
-            if box is not None:
-                with box:
-                    field_row(more_settings, form, notes, most=4)
+        if rest := fields[MAIN_SETTINGS:]:
+            folded(f"More {method} settings ({len(rest)})", f"mp_more_open.{method}", rest, form, notes)
 
 
 def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
