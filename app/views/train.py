@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import time
 from pathlib import Path
 
@@ -23,10 +22,9 @@ from admm_core.spec.deepfacto import DeepFactoConfig
 from admm_core.spec.faces import find_lfw
 from admm_core.spec.kinds import DEEPFACTO, NETWORK, run_kind, run_method
 from admm_core.spec.methods import METHODS
-from admm_core.spec.methods.base import StateSizes
 from admm_core.spec.presets import PRESETS
 from admm_core.spec.resources import human as human_bytes
-from admm_core.spec.resources import samples, split_of
+from admm_core.spec.resources import split_of, state_of_cuts
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import follow as FL
@@ -494,19 +492,12 @@ def draw_cuts(form: dict, got: F.FormCheck) -> None:
         st.warning(said + " Cut at narrower tensors or use fewer samples.") if state > limit else st.caption(said)
 
 
-def state_of_cuts(rows: list[dict], split: list[str], cfg: RunConfig) -> int:
-    """Bytes of Z/U a run keeps for a model file cut at ``split``: the method's estimate
-    (``estimate_state_bytes``) on the crossing tensors' sizes (``rows``: the cut table) and the
-    network's output (one float per class)."""
-    shapes = {r["name"]: r["out_shape"] or [0] for r in rows}
-    n, _ = samples(cfg)  # the training rows, as the memory estimate counts them
-    block_out = tuple(math.prod(shapes[s]) for s in split if s in shapes) + (DATASETS[cfg.data.name].n_classes,)
-    return int(cfg.method_settings.estimate_state_bytes(StateSizes(n, cfg.train.batch_size, block_out, block_out)))
+SET_UP = "The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
 
 
-def start_row(key: str, ready: bool, on_click, args: tuple = ()):
-    """Start, Load and the column for a one-line summary of the setup (returned), above a form, so
-    they are in view without scrolling; the toast of the last start."""
+def start_row(key: str, ready: bool, on_click, said: str, args: tuple = (), warn: bool = False) -> None:
+    """Start, Load and a one-line summary of the setup (``said``: what to fix, else the setup), above
+    a form, so they are in view without scrolling; the toast of the last start."""
     c = st.columns([1.1, 1.5, 3])
     c[0].button(
         "Start run",
@@ -514,67 +505,52 @@ def start_row(key: str, ready: bool, on_click, args: tuple = ()):
         type="primary",
         disabled=not ready,
         key=key,
+        width="stretch",
         on_click=on_click,
         args=args,
-        width="stretch",
     )
     with c[1].popover("Load a run's config", width="stretch"):
-        runs = ui.list_runs()
-        if runs:
+        if runs := ui.list_runs():
             by_name = {r["name"]: r for r in runs}
+            help_ = f"the {ui.MENU_SIZE} newest runs and the live ones; any run: Runs page → Load into Train"
             st.selectbox(
-                "Run",
-                ui.menu_names(runs),
-                key="load_run",
-                format_func=lambda n: ui.run_label(by_name[n]),
-                help=f"the {ui.MENU_SIZE} newest runs and the live ones; any run: Runs page → Load into Train",
+                "Run", ui.menu_names(runs), key="load_run", format_func=lambda n: ui.run_label(by_name[n]), help=help_
             )
-            st.button(
-                "Load into the form",
-                on_click=lambda: ui.on_load(ss["load_run"]) if ss.get("load_run") else None,
-                key="load_btn",
-            )
+            load = lambda: ui.on_load(ss["load_run"]) if ss.get("load_run") else None
+            st.button("Load into the form", on_click=load, key="load_btn")
         else:
             st.caption("No runs yet.")
+    (c[2].warning if warn else c[2].caption)(said)
     if ss.get("start_toast"):
         st.toast(ss.pop("start_toast"))
-    return c[2]
 
 
 def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
     """The network form's start row: what to fix, else the setup in one line."""
-    with start_row("start", cfg is not None, on_start):
-        if cfg is None:
-            fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
-            labels = F.error_labels(fields, form["method"])
-            said = [f"Fix {ui.count(len(fields), 'field')} below to start: {', '.join(labels)}."]
-            if "memory" in errors:
-                said.append("The run does not fit in memory: see the estimate under the block diagram.")
-            if "_form" in errors:
-                said.append("The setup as a whole is refused: see the message below the form.")
-            st.caption(" ".join(said[0 if fields else 1 :]))
-        else:
-            cls = METHODS[cfg.method]
-            own = M.is_entry(form["arch"])
-            T = (len(form["split"]) if own else len(split_of(cfg))) + 1 if cls.uses_blocks else 1
-            arch = M.label(form["arch"]) if own else F.network_caption(cfg.model)
-            st.caption(
-                f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · "
-                f"{cfg.train.epochs} epochs. The settings are below; the page URL holds this setup. "
-                "[Live panel ↓](#live)"
-            )
+    if cfg is None:
+        fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
+        said = [
+            f"Fix {ui.count(len(fields), 'field')} below to start: {', '.join(F.error_labels(fields, form['method']))}."
+        ]
+        if "memory" in errors:
+            said.append("The run does not fit in memory: see the estimate under the block diagram.")
+        if "_form" in errors:
+            said.append("The setup as a whole is refused: see the message below the form.")
+        return start_row("start", False, on_start, " ".join(said[0 if fields else 1 :]))
+    own = M.is_entry(form["arch"])
+    T = (len(form["split"]) if own else len(split_of(cfg))) + 1 if METHODS[cfg.method].uses_blocks else 1
+    arch = M.label(form["arch"]) if own else F.network_caption(cfg.model)
+    said = f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · {cfg.train.epochs} epochs. {SET_UP}"
+    start_row("start", True, on_start, said)
 
 
 # --- DeepFacto (LFWA faces) -------------------------------------------------------------------------
 
-
-def backbone_note(cfg: DeepFactoConfig) -> str:
-    trained = f"trained here ({cfg.backbone_epochs} epochs) or cached"
-    return (
-        f"the shipped backbone if it fits these settings, else one {trained}"
-        if cfg.backbone_source == "shipped"
-        else f"backbone {trained}"
-    )
+BACKBONES = {
+    "train": "the shipped one, or one trained here",
+    "saved": "a saved file",
+    "upload": "upload a weights file",
+}
 
 
 def backbone_choice(fields: list[F.FormField], form: dict, notes: dict) -> tuple[str | None, bool]:
@@ -582,14 +558,10 @@ def backbone_choice(fields: list[F.FormField], form: dict, notes: dict) -> tuple
     whether the choice is complete)."""
     st.radio(
         "Face backbone (block 1)",
-        ["train", "saved", "upload"],
+        list(BACKBONES),
         key="df_backbone",
         horizontal=True,
-        format_func={
-            "train": "the shipped one, or one trained here",
-            "saved": "a saved file",
-            "upload": "upload a weights file",
-        }.get,
+        format_func=BACKBONES.get,
         help="No pretrained weights are downloaded. The project ships a backbone trained on LFW with the default "
         "settings (assets/models); a run with other settings or images trains its own here (cached for the next "
         "run). Backbone source 'train' always uses one trained here.",
@@ -607,12 +579,8 @@ def backbone_choice(fields: list[F.FormField], form: dict, notes: dict) -> tuple
             return None, False
         st.selectbox("Backbone file", files, key="df_saved", format_func=lambda f: Path(f).name)
         return ss["df_saved"], True
-    up = st.file_uploader(
-        "Backbone weights (.pt: a state_dict of the face backbone, loaded as plain tensors only)",
-        key="df_upload",
-        type=["pt", "pth"],
-    )
-    if up is None:
+    what = "Backbone weights (.pt: a state_dict of the face backbone, loaded as plain tensors only)"
+    if (up := st.file_uploader(what, key="df_upload", type=["pt", "pth"])) is None:
         return None, False
     try:
         path = W.save_upload(up.name, up.getvalue())
@@ -661,29 +629,30 @@ def deepfacto_section() -> dict:
         cfg, errors = F.deepfacto_config(form, weights)
         for msg in errors.values():
             st.error(msg, icon="⚠️")
+    if lfw_problem:
+        said = f"LFWA is not here: {lfw_problem}"
+    elif cfg is None:
+        labels = [F.DF_FIELDS[f].label if f in F.DF_FIELDS else f for f in errors]
+        said = f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(labels)}."
+    elif not backbone_ok:
+        said = "Choose the face backbone below to start."
+    else:
+        trained = f"trained here ({cfg.backbone_epochs} epochs) or cached"
+        shipped = cfg.backbone_source == "shipped"
+        backbone = (
+            f"the shipped backbone if it fits these settings, else one {trained}" if shipped else f"backbone {trained}"
+        )
+        said = (
+            f"r = {cfg.rank} · {cfg.warmup_epochs} + {cfg.finetune_epochs} epochs on {cfg.admm_images} images · "
+            f"{'backbone ' + Path(weights).name if weights else backbone}. {SET_UP}"
+        )
     with top:
-        _deepfacto_start_row(cfg, errors, weights, backbone_ok, lfw_problem)
+        ready = cfg is not None and backbone_ok and lfw_problem is None
+        start_row(
+            "start_df", ready, on_start_deepfacto, said, (json.dumps(cfg.to_dict()) if cfg else "",), bool(lfw_problem)
+        )
         ui.show_notice()  # "Not started: …", beside the button that was pressed
     return F.to_query(form, DEEPFACTO)
-
-
-def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_problem: str | None) -> None:
-    ready = cfg is not None and backbone_ok and lfw_problem is None
-    cfg_json = json.dumps(cfg.to_dict()) if cfg is not None else ""
-    with start_row("start_df", ready, on_start_deepfacto, (cfg_json,)):
-        if lfw_problem:
-            st.warning(f"LFWA is not here: {lfw_problem}")
-        elif cfg is None:
-            labels = [F.DF_FIELDS[f].label if f in F.DF_FIELDS else f for f in errors]
-            st.caption(f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(labels)}.")
-        elif not backbone_ok:
-            st.caption("Choose the face backbone below to start.")
-        else:
-            st.caption(
-                f"r = {cfg.rank} · {cfg.warmup_epochs} + {cfg.finetune_epochs} epochs on {cfg.admm_images} images · "
-                f"{'backbone ' + Path(weights).name if weights else backbone_note(cfg)}"
-                ". The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
-            )
 
 
 # --- live view of one run ------------------------------------------------------------------------
