@@ -206,13 +206,6 @@ PROCESSES = FormField(
 )
 
 
-def _all_fields() -> tuple[FormField, ...]:
-    out = _fields_of(RunConfig, "")
-    for prefix, klass in (("data.", DataConfig), ("model.", ModelConfig), ("train.", TrainConfig)):
-        out += _fields_of(klass, prefix)
-    return (*out, PROCESSES)
-
-
 def choices(ff: FormField, form: dict | None = None, available: list[str] | None = None) -> list:
     """The menu of a select field now: presets from the preset table, data sets present here (and
     the form's own, so validation can say why it is missing), the split points of the form's
@@ -346,7 +339,13 @@ def _from_widget(ff: FormField, w):
     return w
 
 
-FIELDS: tuple[FormField, ...] = _all_fields()
+FIELDS: tuple[FormField, ...] = (
+    *_fields_of(RunConfig, ""),
+    *_fields_of(DataConfig, "data."),
+    *_fields_of(ModelConfig, "model."),
+    *_fields_of(TrainConfig, "train."),
+    PROCESSES,
+)
 BY_PATH = {f.path: f for f in FIELDS if f.path}
 BY_KEY = {f.key: f for f in FIELDS}
 if len({f.key for f in FIELDS}) != len(FIELDS):
@@ -434,17 +433,6 @@ def split_options(arch: str, hidden: tuple[int, ...], width: int = 64) -> tuple[
     return list(archs.split_points(cfg, names)), list(archs.default_split(cfg, names))
 
 
-def allowed_splits(form: dict) -> list[str]:
-    """The split points of the form's network in forward order: a model file's valid cut points
-    (:func:`app.dashboard.models.cut_table`), else the architecture record's; [] when unknown."""
-    try:
-        if models.is_entry(form.get("arch")):
-            return [r["name"] for r in models.cut_table(form["arch"], form.get("data", DataConfig.name)) if r["valid"]]
-        return split_options(*network_of(form))[0]
-    except (ConfigError, KeyError, TypeError, OSError):
-        return []
-
-
 def _file_cut_rows(form: dict) -> list[dict] | None:
     """A model file's cut table (cached by the file's checksum); None for a built-in network or a
     file that cannot be read (the network field says why)."""
@@ -454,6 +442,17 @@ def _file_cut_rows(form: dict) -> list[dict] | None:
         return models.cut_table(form["arch"], form.get("data", DataConfig.name))
     except (ConfigError, OSError):
         return None
+
+
+def allowed_splits(form: dict) -> list[str]:
+    """The split points of the form's network in forward order: a model file's valid cut points,
+    else the architecture record's; [] when unknown."""
+    if models.is_entry(form.get("arch")):
+        return [r["name"] for r in _file_cut_rows(form) or [] if r["valid"]]
+    try:
+        return split_options(*network_of(form))[0]
+    except (ConfigError, KeyError, TypeError):
+        return []
 
 
 def split_as_named(form: dict) -> dict:
@@ -473,63 +472,48 @@ def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: 
     """[{block, layers, params, out}] of the split network, by the architecture record's arithmetic
     (``ARCHS[arch].table``; no layer is built). ``out`` is the size of Z_t per sample."""
     spec = data_mod.spec(data)
-    shape, n_out = spec.input_shape, spec.n_classes
     if ARCHS[arch].image_input:
-        archs.needs_image(arch, shape)
-    rows = ARCHS[arch].table(tuple(shape), ModelConfig(arch, tuple(hidden), width=width), n_out)
+        archs.needs_image(arch, spec.input_shape)
+    rows = resources.layer_table(arch, hidden, spec.input_shape, spec.n_classes, width)
     blocks, cur = [], []
     for r in rows:
         cur.append(r)
         if r[0] in split or r is rows[-1]:
-            blocks.append(
-                {
-                    "block": len(blocks) + 1,
-                    "layers": [name for name, _, _ in cur],
-                    "params": sum(p for _, _, p in cur),
-                    "out": math.prod(cur[-1][1]),
-                }
-            )
+            names, params = [n for n, *_ in cur], sum(p for *_, p in cur)
+            blocks.append({"block": len(blocks) + 1, "layers": names, "params": params, "out": math.prod(r[1])})
             cur = []
+
     return blocks
 
 
 def block_diagram_dot(blocks: list[dict], uses_blocks: bool = True, dark: bool = False) -> str:
-    """Graphviz DOT of X -> [block 1] -> Z_1 -> … -> Z_T -> loss.
+    """Graphviz DOT of X -> [block 1] -> Z_1 -> … -> Z_T -> J(Y, Z_T).
 
     The background is transparent, so arrows, Z circles and the plain labels take the page's
     text colour (``dark``: light grey on Streamlit's dark theme); the pastel blocks keep dark text.
     """
-    fg = "#e5e7eb" if dark else "#111827"
+    fg, sub = "#e5e7eb" if dark else "#111827", lambda n: str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+    palette = ["#dbeafe", "#dcfce7", "#fef3c7", "#fce7f3", "#ede9fe", "#cffafe"]
     lines = [
         'digraph G { rankdir=LR; bgcolor="transparent"; '
         f'node [fontname="Helvetica", fontsize=11, color="{fg}", fontcolor="{fg}"]; edge [color="{fg}"];',
         'x [label="X = Z₀", shape=plaintext];',
     ]
-    prev = "x"
-    palette = ["#dbeafe", "#dcfce7", "#fef3c7", "#fce7f3", "#ede9fe", "#cffafe"]
-    T = len(blocks)
+    prev, T = "x", len(blocks)
     for b in blocks:
         t = b["block"]
         name = f"block {t}" if uses_blocks else "network (end-to-end)"
-        label = f"{name}\\n{' · '.join(b['layers'])}\\n{b['params']:,} params"
-        colour = palette[(t - 1) % len(palette)]
-        lines.append(
-            f'b{t} [label="{label}", shape=box, style="rounded,filled", fillcolor="{colour}", fontcolor="#111827"];'
-        )
-        lines.append(f"{prev} -> b{t};")
+        label, colour = f"{name}\\n{' · '.join(b['layers'])}\\n{b['params']:,} params", palette[(t - 1) % len(palette)]
+        lines += [
+            f'b{t} [label="{label}", shape=box, style="rounded,filled", fillcolor="{colour}", fontcolor="#111827"];',
+            f"{prev} -> b{t};",
+        ]
+        prev = f"b{t}"
         if uses_blocks and t < T:
-            lines.append(f'z{t} [label="Z{_sub(t)}", shape=circle, width=0.3];')
-            lines.append(f"b{t} -> z{t};")
+            lines += [f'z{t} [label="Z{sub(t)}", shape=circle, width=0.3];', f"b{t} -> z{t};"]
             prev = f"z{t}"
-        else:
-            prev = f"b{t}"
-    lines.append(f'loss [label="J(Y, Z{_sub(T)})", shape=plaintext];')  # Z_T, T the count: "J(Y, Z₃)"
-    lines.append(f"{prev} -> loss; }}")
+    lines += [f'loss [label="J(Y, Z{sub(T)})", shape=plaintext];', f"{prev} -> loss; }}"]  # T the count: "J(Y, Z₃)"
     return "\n".join(lines)
-
-
-def _sub(n: int) -> str:
-    return str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
 
 
 # --- form <-> config ---------------------------------------------------------------------
