@@ -31,7 +31,7 @@ from admm_core.spec.methods import DEFAULT_METHOD, METHODS, make_settings
 from admm_core.spec.methods import names_for as methods_for
 from admm_core.spec.methods.deepfacto import DeepFacto
 from admm_core.spec.presets import PRESETS, preset_config
-from admm_core.spec.resources import MAX_PROCESSES, MemoryRefusal, preflight_report
+from admm_core.spec.resources import MemoryRefusal, preflight_report
 from admm_core.spec.settings import applies, parse_numbers, parse_sets, parse_widths
 from admm_core.sweep.space import STRUCTURAL
 from app.dashboard import models
@@ -62,8 +62,6 @@ class FormField:
     default: typing.Any = None  # as the widget holds it
     choices: tuple | None = None
     menu: str | None = None  # "presets", "datasets", "archs", "methods": choices from that registry
-    min: float | None = None
-    max: float | None = None
     step: float | None = None
     none: typing.Any = None
     enabled_if: dict | None = None  # {form key: value}: the field's record's ``when=``
@@ -92,15 +90,14 @@ NOT_FOR_MODEL_FILES = {
 }
 
 # How the form lays each config field out, by its path: group (a row of the form; "more" folds),
-# label, widget, the widget's step (and min, where the widget's differs from the field's rule), the
-# widget value that stands for None, the form key (when not the field's name), the registry a menu
-# reads (when a field applies is its record's ``when=``). Fields not here are
-# shown in "more" under their name; HIDDEN ones are carried through unchanged.
+# label, widget, the widget's step, the widget value that stands for None, the form key (when not
+# the field's name), the registry a menu reads. Fields not here are shown in "more" under their
+# name; HIDDEN ones are carried through unchanged.
 LAYOUT: dict[str, dict] = {
     "preset": dict(group="data", label="Preset", widget="select", none=NO_PRESET, menu="presets"),
     "data.name": dict(group="data", label="Data set", key="data", widget="select", menu="datasets"),
-    "data.train_limit": dict(group="data", label="Training samples (0 = all)", none=0, min=0, step=100),
-    "data.test_limit": dict(group="data", label="Test samples (0 = all)", none=0, min=0, step=100),
+    "data.train_limit": dict(group="data", label="Training samples (0 = all)", none=0, step=100),
+    "data.test_limit": dict(group="data", label="Test samples (0 = all)", none=0, step=100),
     "data.augment": dict(group="data", label="Augment"),
     "data.augment_pad": dict(group="data", label="Shift ± pixels", step=1),
     "data.augment_flip": dict(group="data", label="Flip"),
@@ -166,8 +163,6 @@ def _fields_of(
             help=rules.get("help", ""),
             choices=tuple(rules["choices"]) if rules.get("choices") is not None else None,
             menu=hints.get("menu"),
-            min=hints.get("min", rules.get("min")),
-            max=rules.get("max"),
             step=hints.get("step"),
             none=hints.get("none"),
             # the record's own rule (``when=``: while other fields of it hold these values), by form key
@@ -200,8 +195,6 @@ PROCESSES = FormField(
     help="Worker processes started through torchrun, each holding 1/N of the rows of Z and U "
     "(block-admm, gotmare; docs/results/distributed.md). Give each a core.",
     default=1,
-    min=1,
-    max=MAX_PROCESSES,
     step=1,
 )
 
