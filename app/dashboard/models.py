@@ -245,15 +245,12 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None):
     for k, (a, b) in enumerate(arcs):  # a skip: the value jumps the cuts between; bowed up to clear the chain
         (x0, y0), (x1, y1) = at[a], at[b]
         # one above the other (the chain turns between them): bowed sideways, inside the axis, else
-        # it would lie on the chain's own line
-        mid = (
-            (x0 + (0.4 if x0 < per_row - 1 else -0.4), (y0 + y1) / 2)
-            if x0 == x1
-            else ((x0 + x1) / 2, max(y0, y1) + 0.2)
-        )
+        # it would lie on the chain's own line; else up, under the axis top (0.25): drawn whole
+        side = x0 + (0.4 if x0 < per_row - 1 else -0.4)
+        mid = (side, (y0 + y1) / 2) if x0 == x1 else ((x0 + x1) / 2, max(y0, y1) + 0.2)
         fig.add_scatter(
             x=[x0, mid[0], x1],
-            y=[y0, mid[1], y1],  # under the axis top (0.25): drawn whole
+            y=[y0, mid[1], y1],
             mode="lines",
             line={"shape": "spline", "color": "#FFA421", "dash": "dot", "width": 2},
             name="skip: why the cuts it jumps are none",
@@ -277,7 +274,7 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None):
                 hovertemplate="%{hovertext}<extra></extra>",
                 unselected={"marker": {"opacity": 1}},
             )
-    n_rows = len(nodes) // per_row + (len(nodes) % per_row > 0)
+    n_rows = -(-len(nodes) // per_row)
     fig.update_xaxes(visible=False, range=[-0.5, per_row - 0.5], fixedrange=True)
     fig.update_yaxes(visible=False, range=[-n_rows + 0.4, 0.25], fixedrange=True)
     legend = {"orientation": "h", "x": 0, "y": 1, "yanchor": "bottom"}

@@ -758,21 +758,17 @@ def _run_panel(r: dict, c: list, drawn: tuple | None) -> None:
         st.markdown(ui.state_md(state))
     ui.show_notice()
     if state in ui.FAILED:
-        st.error(
-            f"The worker {state}: {status.get('error')}"
-            if state == "crashed"
-            else f"The run diverged: {status.get('error')}"
-        )
+        st.error(f"{'The worker crashed' if state == 'crashed' else 'The run diverged'}: {status.get('error')}")
         if tail := W.error_tail(run_dir, 3000):
             with st.expander("Last error output"):
                 st.code(tail)
     if run_kind(r["config"], r.get("status")) == DEEPFACTO and state == "finished":
-        st.page_link(
-            ui.HEATMAPS_PAGE,
-            label="Open its score maps in Heatmaps",
-            icon=":material/face:",
-            query_params={"run": r["name"]},
-        )
+        link = {
+            "label": "Open its score maps in Heatmaps",
+            "icon": ":material/face:",
+            "query_params": {"run": r["name"]},
+        }
+        st.page_link(ui.HEATMAPS_PAGE, **link)
     charts = LC.component()
     if charts is None:
         st.warning(LC.NO_FOLDER)
@@ -798,10 +794,7 @@ def main() -> None:
     if ss.get("form_notice"):
         st.info(ss.pop("form_notice"))
     if ss.get(LINK_NOTICE):  # until a field is edited: a rerun does not take it away
-        st.warning(
-            "Not applied from the link: " + " · ".join(ss[LINK_NOTICE]) + ".",
-            icon=":material/link_off:",
-        )
+        st.warning(f"Not applied from the link: {' · '.join(ss[LINK_NOTICE])}.", icon=":material/link_off:")
     st.segmented_control(
         "What to train",
         [NETWORK, DEEPFACTO],
@@ -820,10 +813,10 @@ def _form_part() -> None:
         mirror(deepfacto_section())
         return
     form, got, notes = validate()
-    cfg, errors = got.cfg, got.errors
     ss["train_form"] = form
     # Start first, in view: validate() checked the form before any widget is drawn
-    start_section(cfg, errors, form)
+    start_section(got.cfg, got.errors, form)
+
     ui.show_notice()
     form_section(form, got, notes)
     method_section(form, notes)
