@@ -62,6 +62,7 @@ class FormField:
     default: typing.Any = None  # as the widget holds it
     choices: tuple | None = None
     menu: str | None = None  # "presets", "datasets", "archs", "methods": choices from that registry
+    min: float | None = None  # the field's rule's, or the layout's where the widget's differs
     step: float | None = None
     none: typing.Any = None
     enabled_if: dict | None = None  # {form key: value}: the field's record's ``when=``
@@ -96,8 +97,8 @@ NOT_FOR_MODEL_FILES = {
 LAYOUT: dict[str, dict] = {
     "preset": dict(group="data", label="Preset", widget="select", none=NO_PRESET, menu="presets"),
     "data.name": dict(group="data", label="Data set", key="data", widget="select", menu="datasets"),
-    "data.train_limit": dict(group="data", label="Training samples (0 = all)", none=0, step=100),
-    "data.test_limit": dict(group="data", label="Test samples (0 = all)", none=0, step=100),
+    "data.train_limit": dict(group="data", label="Training samples (0 = all)", none=0, min=0, step=100),
+    "data.test_limit": dict(group="data", label="Test samples (0 = all)", none=0, min=0, step=100),
     "data.augment": dict(group="data", label="Augment"),
     "data.augment_pad": dict(group="data", label="Shift ± pixels", step=1),
     "data.augment_flip": dict(group="data", label="Flip"),
@@ -163,6 +164,7 @@ def _fields_of(
             help=rules.get("help", ""),
             choices=tuple(rules["choices"]) if rules.get("choices") is not None else None,
             menu=hints.get("menu"),
+            min=hints.get("min", rules.get("min")),
             step=hints.get("step"),
             none=hints.get("none"),
             # the record's own rule (``when=``: while other fields of it hold these values), by form key
@@ -195,6 +197,7 @@ PROCESSES = FormField(
     help="Worker processes started through torchrun, each holding 1/N of the rows of Z and U "
     "(block-admm, gotmare; docs/results/distributed.md). Give each a core.",
     default=1,
+    min=1,
     step=1,
 )
 
