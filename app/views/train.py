@@ -117,9 +117,9 @@ def edited(field: str, then=None):
 
     def callback():
         ss.pop(LINK_NOTICE, None)  # the user has taken the form over from the link
-        link = ss.get(K + F.LINK) or {}
-        if field in link:
+        if field in (link := ss.get(K + F.LINK) or {}):
             ss[K + F.LINK] = {k: v for k, v in link.items() if k != field}
+
         if then is not None:
             then()
 
@@ -130,9 +130,8 @@ def on_start():
     """Launch the form's run once per click: the same config again within START_DEDUP_S is the same click."""
     form = _ordered_form()
     got = checked_form(form, click=True)
-    cfg, errors = got.cfg, got.errors
-    if cfg is None:
-        ss["notice"] = f"Not started: fix {ui.count(len(errors), 'field')}."
+    if (cfg := got.cfg) is None:
+        ss["notice"] = f"Not started: fix {ui.count(len(got.errors), 'field')}."
         return
     if M.is_entry(form["arch"]):  # the worker imports the file: admm train --model FILE.py:Name --split …
         spec, split = form["arch"], list(form["split"])
@@ -181,9 +180,8 @@ def _load_config(cfg: dict) -> None:
     form, problems = F.form_from_dict(cfg)
     set_form({F.LINK: {}, **form})  # the loaded config replaces what a link gave
     ss.pop(LINK_NOTICE, None)
-    ss["form_notice"] = "Loaded the run's configuration into the form." + (
-        " Not loaded: " + " · ".join(problems) if problems else ""
-    )
+    not_loaded = " Not loaded: " + " · ".join(problems) if problems else ""
+    ss["form_notice"] = "Loaded the run's configuration into the form." + not_loaded
 
 
 def _ordered_form() -> dict:
