@@ -202,7 +202,7 @@ PROCESSES = FormField(
 )
 
 
-def choices(ff: FormField, form: dict | None = None, available: list[str] | None = None) -> list:
+def choices(ff: FormField, form: dict | None = None) -> list:
     """The menu of a select field now: presets from the preset table, data sets present here (and
     the form's own, so validation can say why it is missing), the split points of the form's
     network; else the field's declared choices."""
@@ -210,7 +210,8 @@ def choices(ff: FormField, form: dict | None = None, available: list[str] | None
     if ff.menu == "presets":
         return [NO_PRESET, *PRESETS]
     if ff.menu == "datasets":
-        here = list(data_mod.available(kind=NETWORK) if available is None else available)
+        here = list(data_mod.available(kind=NETWORK))
+
         cur = form.get(ff.key)
         return here + ([cur] if cur is not None and cur not in here else [])
     if ff.menu == "archs":
