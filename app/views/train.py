@@ -646,9 +646,8 @@ def deepfacto_section() -> dict:
         )
     with top:
         ready = cfg is not None and backbone_ok and lfw_problem is None
-        start_row(
-            "start_df", ready, on_start_deepfacto, said, (json.dumps(cfg.to_dict()) if cfg else "",), bool(lfw_problem)
-        )
+        cfg_json = json.dumps(cfg.to_dict()) if cfg is not None else ""
+        start_row("start_df", ready, on_start_deepfacto, said, (cfg_json,), warn=bool(lfw_problem))
         ui.show_notice()  # "Not started: …", beside the button that was pressed
     return F.to_query(form, DEEPFACTO)
 
@@ -672,13 +671,9 @@ def _chart_args(r: dict, drawn: tuple | None) -> dict:
     """The live charts component's arguments: the run, its charts' declarations and style
     (charts.live_spec, charts.STYLE), the route and token through which its page fetches the lines
     and the status, and the digest of what the panel drew (``drawn``; None: redraw once more)."""
-    out = dict(_chart_decl(run_method(r["config"], r.get("status")), r["name"]))
-    out["run"] = r["name"]
-    out["drawn"] = "" if drawn is None else L.digest(drawn)
-    out["live"] = (
-        {"route": T.ROUTE, "token": T.grant(r["dir"])} if FL.available() else {"route": None, "missing": NO_ROUTE}
-    )
-    return out
+    live = {"route": T.ROUTE, "token": T.grant(r["dir"])} if FL.available() else {"route": None, "missing": NO_ROUTE}
+    decl = _chart_decl(run_method(r["config"], r.get("status")), r["name"])
+    return {**decl, "run": r["name"], "drawn": "" if drawn is None else L.digest(drawn), "live": live}
 
 
 @st.fragment(key=LIVE_KEY)
