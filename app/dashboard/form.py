@@ -453,7 +453,7 @@ def allowed_splits(form: dict) -> list[str]:
         return [r["name"] for r in _file_cut_rows(form) or [] if r["valid"]]
     try:
         return split_options(*network_of(form))[0]
-    except (ConfigError, KeyError, TypeError):
+    except (ConfigError, KeyError, TypeError, OSError):
         return []
 
 
