@@ -274,3 +274,19 @@ def test_epoch_cpu_compare_writes_medians_and_ratios_into_a_section(monkeypatch,
     # block-admm before: median of 4, 5, 6, 7 = 5.5, over Adam's median 2.0; after: 3.0 over 2.0
     assert "| lenet5-bn | block-admm | 5.50 | 2.75× | 3.00 | 1.50× | 4/3 | 0.91 → 0.91 | 0.5000 → 0.2500 |" in text
     assert "| lenet5-bn | adam | 2.00 | 1.00× | 2.00 | 1.00× | 2/2 |" in text
+
+
+def test_drift_distance_is_relative_to_the_distance_adam_moved(zoo, monkeypatch):
+    """experiments/zoo_drift.py's ‖a − b‖ / ‖ref − Θ_0‖ over floating tensors, against a hand sum;
+    integer buffers (BatchNorm's counter) are left out."""
+    import zoo_drift
+
+    w0 = {"w": torch.zeros(2, 2), "b": torch.zeros(3), "n": torch.tensor(0), "bn.running_mean": torch.zeros(2)}
+    ref = {"w": torch.ones(2, 2), "b": torch.zeros(3), "n": torch.tensor(5), "bn.running_mean": torch.ones(2)}
+    other = {**ref, "b": torch.tensor([0.0, 3.0, 4.0]), "n": torch.tensor(9), "bn.running_mean": torch.zeros(2)}
+    assert zoo_drift.distance(ref, ref, ref, w0) == 0.0
+    assert zoo_drift.distance(other, ref, ref, w0) == pytest.approx(5 / 2)  # Θ moved 2, other is 5 from ref
+    assert zoo_drift.distance(other, ref, ref, w0, stats=True) == pytest.approx(1.0)  # statistics apart
+    r = {"row": "m", "run": "adam (2 threads)", "distance": 0.04, "stats_distance": float("nan"), "bn_updates": "8"}
+    text = zoo_drift.table([r], 8)
+    assert "| m | adam (2 threads) | 0.0400 | — | 8 |" in text and "after 8 minibatches" in text
