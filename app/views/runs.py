@@ -260,7 +260,7 @@ def downloads(name: str, run_dir: Path, cfg: dict) -> None:
     )
     d = st.columns(2)
     button(d[0], "config.json", json.dumps(cfg, indent=2), "-config.json", "application/json", "runs_dl_cfg")
-    metrics = lambda: _read_or_empty((run_dir / "metrics.jsonl").read_bytes)  # noqa: E731 - on the click
+    metrics = lambda: _read_or_empty((run_dir / "metrics.jsonl").read_bytes)  # read on the click
     button(d[1], "metrics.jsonl", metrics, "-metrics.jsonl", "application/x-ndjson", "runs_dl_metrics")
 
 
