@@ -8,6 +8,7 @@ survives reruns, other runs finishing and new runs. Train and Runs share the cal
 from __future__ import annotations
 
 import faulthandler
+import functools
 import json
 import signal
 from pathlib import Path
@@ -25,16 +26,15 @@ from app.dashboard import meta as M
 from app.dashboard import models, workers
 
 ss = st.session_state
-_STACKS = []  # set once the SIGUSR1 handler is in place
 
 
+@functools.cache  # once per process
 def stacks_on_usr1() -> None:
-    """``kill -USR1 <server pid>`` writes every thread's Python stack to the server's log (once per
-    process): a tab that never finishes drawing can be told from a script run stuck in the server.
-    The browser tests send it when one of them fails (tests/conftest.py)."""
-    if not _STACKS and hasattr(signal, "SIGUSR1"):
+    """``kill -USR1 <server pid>`` writes every thread's Python stack to the server's log: a tab that
+    never finishes drawing can be told from a script run stuck in the server (tests/conftest.py
+    sends it when a browser test fails)."""
+    if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
-        _STACKS.append(True)
 
 
 STATE_COLOURS = {"running": "green", "starting": "orange", "finished": "blue", "crashed": "red", "diverged": "red"}
@@ -244,12 +244,9 @@ def run_label(r: dict) -> str:
 
 def watched() -> str | None:
     """The run id being watched: session state, else ``?run=`` in the URL."""
-    if ss.get("watch"):
-        return ss["watch"]
-    run = st.query_params.get("run")
-    if run:
+    if not ss.get("watch") and (run := st.query_params.get("run")):
         ss["watch"] = run
-    return run or None
+    return ss.get("watch") or None
 
 
 WATCH_GEN = "watch_gen"  # bumped by every watch(): the generation in the run menus' widget keys
@@ -308,8 +305,7 @@ def on_resume(name: str, target_key: str) -> None:
     target = int(ss.get(target_key) or 0)
     status = workers.state_of(run_dir)
     done = run_done_epochs(run_dir, status)
-    why = resume_refusal(run_dir, status, done, target)
-    if why:
+    if why := resume_refusal(run_dir, status, done, target):
         ss["notice"] = why
         return
     try:
@@ -340,8 +336,7 @@ LOAD_PARAM = "load"  # /?load=<run id>: the Train page opens with that run's con
 def take_load_link() -> None:
     """On the Train page: ``?load=<run id>`` (the Runs page's link) loads that run, then is dropped.
     Only a run listed in the sidebar's runs folder (a link cannot name a path)."""
-    name = st.query_params.get(LOAD_PARAM)
-    if name is None:
+    if (name := st.query_params.get(LOAD_PARAM)) is None:
         return
     del st.query_params[LOAD_PARAM]
     if name not in {r["name"] for r in list_runs()}:
