@@ -124,6 +124,13 @@ def _spawn(args: list[str], run_dir: Path, processes: int = 1) -> int:
     return proc.pid
 
 
+def _launch(run_dir: Path, config_json: str, args: list[str] | tuple = (), processes: int = 1) -> Path:
+    """Write RUN/config.json and start the worker training it; returns ``run_dir``."""
+    write_text_atomic(run_dir / "config.json", config_json)
+    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir), *args], run_dir, processes)
+    return run_dir
+
+
 def start_run(cfg: RunConfig, root: str | Path | None = None, processes: int = 1, checked: bool = False) -> Path:
     """Write RUN/config.json and launch a worker training it; returns the run directory.
 
@@ -134,9 +141,7 @@ def start_run(cfg: RunConfig, root: str | Path | None = None, processes: int = 1
     if not checked:
         preflight(cfg, processes=processes)
     run_dir = new_run_dir(cfg, runs_root(root))  # created atomically, unique even for starts in the same second
-    write_text_atomic(run_dir / "config.json", cfg.to_json())
-    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir), "--preflighted"], run_dir, processes)
-    return run_dir
+    return _launch(run_dir, cfg.to_json(), ["--preflighted"], processes)
 
 
 def start_model_run(entry: str, split: list[str], cfg: RunConfig, root: str | Path | None = None) -> Path:
@@ -145,10 +150,7 @@ def start_model_run(entry: str, split: list[str], cfg: RunConfig, root: str | Pa
     config.json as the run's and writes model.json."""
     path, name = resolve(entry)
     run_dir = unique_run_dir(f"{name.lower()}-{cfg.method}-s{cfg.train.seed}", runs_root(root))
-    write_text_atomic(run_dir / "config.json", cfg.to_json())
-    args = ["--model", f"{path}:{name}", "--split", ",".join(split), "--config", str(run_dir / "config.json")]
-    _spawn([*args, "--out", str(run_dir)], run_dir)
-    return run_dir
+    return _launch(run_dir, cfg.to_json(), ["--model", f"{path}:{name}", "--split", ",".join(split)])
 
 
 def start_deepfacto(cfg: DeepFactoConfig, root: str | Path | None = None) -> Path:
@@ -159,9 +161,7 @@ def start_deepfacto(cfg: DeepFactoConfig, root: str | Path | None = None) -> Pat
     if cfg.backbone_weights:
         check_backbone(cfg.backbone_weights)
     run_dir = unique_run_dir(run_dir_name(cfg), runs_root(root))
-    write_text_atomic(run_dir / "config.json", json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
-    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir)
-    return run_dir
+    return _launch(run_dir, json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
 
 
 # the worker's own check of a backbone file (admm_core.faces.backbone.load_backbone), in a process of its own
