@@ -231,23 +231,19 @@ def main() -> None:
         return
 
     c = st.columns([1, 1.6, 1.1, 1.3])
-    all_data = sorted({R.data_of(r) for r in runs})
-    all_methods = sorted({X.run_kind(r["config"]) for r in runs})
-    all_states = sorted({r["status"].get("state", "unknown") for r in runs})
-    # wrap: in a column the chips otherwise stay on one row and the last is cut ("block-adm…")
-    data_sel = c[0].multiselect("Data set", all_data, default=all_data, key="cmp_data", wrap=True)
-    method_sel = c[1].multiselect("Method / kind", all_methods, default=all_methods, key="cmp_methods", wrap=True)
-    state_sel = c[2].multiselect("Status", all_states, default=all_states, key="cmp_states", wrap=True)
+    facets = {
+        "cmp_data": ("Data set", R.data_of),
+        "cmp_methods": ("Method / kind", lambda r: X.run_kind(r["config"])),
+        "cmp_states": ("Status", lambda r: r["status"].get("state", "unknown")),
+    }
+    sel = {}
+    for col, (key, (label, of)) in zip(c, facets.items()):
+        values = sorted({of(r) for r in runs})
+        # wrap: in a column the chips otherwise stay on one row and the last is cut ("block-adm…")
+        sel[key] = col.multiselect(label, values, default=values, key=key, wrap=True)
     text = c[3].text_input("Filter (name, tags, note…)", key="cmp_filter")
     by_id = {r["name"]: r for r in runs}
-    pool = [
-        r
-        for r in runs
-        if R.data_of(r) in data_sel
-        and X.run_kind(r["config"]) in method_sel
-        and r["status"].get("state", "unknown") in state_sel
-        and M.matches(r, text)
-    ]
+    pool = [r for r in runs if all(of(r) in sel[k] for k, (_, of) in facets.items()) and M.matches(r, text)]
     names = [r["name"] for r in pool]
     if "cmp_runs" not in ss:  # a new session: the link's pick, else the last visit's, else the newest
         pick = _first_pick(list(by_id))
