@@ -166,16 +166,8 @@ comps = c[0].multiselect(
     key=f"hm_comps.{ref}",
     wrap=True,  # r = 32 picks on rows, not a strip scrolled sideways
 )
-# the slider's value outlives the runs where it is not drawn (no face yet, other source)
-ss["hm_opacity"] = ss.get("hm_opacity_keep", 0.5)
-opacity = c[1].slider(
-    "Overlay opacity",
-    0.0,
-    1.0,
-    step=0.05,
-    key="hm_opacity",
-    on_change=lambda: ss.update(hm_opacity_keep=ss["hm_opacity"]),
-)
+# the value outlives the runs where the slider is not drawn (no face yet, other source)
+opacity = c[1].slider("Overlay opacity", 0.0, 1.0, 0.5, step=0.05, key="hm_opacity", persist_state="session")
 if not comps:
     st.info("Pick at least one component.")
     st.stop()

@@ -30,8 +30,8 @@ from app.dashboard import workers as W
 ss = st.session_state
 
 
-def _when(ts, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
-    return dt.datetime.fromtimestamp(ts).strftime(fmt) if ts else "—"
+def _when(ts) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
 
 
 def _moment(ts) -> dt.datetime | None:
@@ -59,12 +59,7 @@ def _do_delete(name):
 
 def _do_save_meta(name):
     try:
-        M.write_meta(
-            ui.runs_root() / name,
-            ss.get(f"meta_name.{name}", ""),
-            ss.get(f"meta_tags.{name}", ""),
-            ss.get(f"meta_note.{name}", ""),
-        )
+        M.write_meta(ui.runs_root() / name, *(ss.get(f"meta_{k}.{name}", "") for k in ("name", "tags", "note")))
         ss[f"meta_said.{name}"] = ("ok", "Saved.")  # said beside the button, not at the page's top
     except (ConfigError, OSError) as e:
         ss[f"meta_said.{name}"] = ("error", f"Not saved: {e}")
