@@ -284,11 +284,9 @@ def smooth(ys: list, weight: float) -> list:
         return list(ys)
     out, last = [], None
     for y in ys:
-        if y is None:
-            out.append(None)
-            continue
-        last = y if last is None else weight * last + (1 - weight) * y
-        out.append(last)
+        if y is not None:
+            last = y if last is None else weight * last + (1 - weight) * y
+        out.append(None if y is None else last)
     return out
 
 
