@@ -1,7 +1,7 @@
 """``admm stop RUN_DIR [--wait S]``: stop a run's worker cleanly, as the dashboard's Stop does.
 
 SIGTERM to the pid the run's status.json names, and only if that process really is an
-``admm_core train`` process (:func:`admm_core.runs.stop_worker`, the dashboard's own check): the
+``admm_core train`` process (:func:`admm_core.runs.stop_run`, the dashboard's own Stop): the
 worker ends its epoch step, writes 'stopped' and stays resumable (``admm train --resume RUN_DIR``).
 When there is nothing to stop (the run has ended, no worker has reported in it, its worker runs on
 another host, or the pid is not a worker's, which is never signalled) it says why in one line and
