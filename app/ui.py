@@ -153,18 +153,7 @@ def runs_root() -> Path:
 
 
 def runs_root_problem() -> str | None:
-    """Why the runs folder cannot be used (one sidebar message), or None."""
-    if refused := workers.runs_root_problem(ss.get("runs_root")):  # outside the allowed root, or a file
-        return refused
-    root = runs_root()
-    try:
-        if root.exists():
-            next(root.iterdir(), None)
-    except NotADirectoryError:
-        return f"Runs folder `{root}` is a file, not a folder: choose another one."
-    except OSError as e:
-        return f"Runs folder `{root}` cannot be read: {e.strerror or e}."
-    return None
+    return workers.runs_root_problem(ss.get("runs_root"))
 
 
 def list_runs() -> list[dict]:

@@ -79,11 +79,18 @@ def safe_runs_root(text: str | Path | None) -> Path:
 
 
 def runs_root_problem(text: str | Path | None) -> str | None:
-    """One line for the sidebar when the typed runs folder is refused (None when it is fine)."""
+    """One line for the sidebar when the typed runs folder is refused or cannot be read (None when fine)."""
     try:
-        confine_runs_root(text)
+        root = confine_runs_root(text)
     except ConfigError as e:
         return f"{e}; showing {runs_root()}"
+    try:
+        if root.exists():
+            next(root.iterdir(), None)
+    except NotADirectoryError:  # the default folder may be a file
+        return f"Runs folder `{root}` is a file, not a folder: choose another one."
+    except OSError as e:
+        return f"Runs folder `{root}` cannot be read: {e.strerror or e}."
     return None
 
 
@@ -136,7 +143,8 @@ def start_run(cfg: RunConfig, root: str | Path | None = None, processes: int = 1
 
     The preflight runs once, before anything is written: here, unless the caller ran it on ``cfg``
     (``checked``: the Train form's check is the preflight); a configuration that cannot run raises
-    ConfigError / DataError and leaves no directory. The worker is told (``--preflighted``)."""
+    ConfigError / DataError and leaves no directory. The worker is told (``--preflighted``).
+    ``processes`` > 1: that many processes through torchrun (block-admm / gotmare only)."""
     worker_command([], processes)  # bad value: ValueError before anything is written
     if not checked:
         preflight(cfg, processes=processes)
