@@ -107,6 +107,7 @@ def table(runs: list[dict]) -> str | None:
                 "epoch": R.epochs_text(r),
                 "test %": R.last_test(r),
                 "size": _size(r),
+                "started": _moment(R.started_at(st_)),
                 "duration": R.duration_text(st_),
                 "updated": _moment(st_.get("updated")),
                 "error": st_.get("error") or "",
@@ -133,7 +134,7 @@ def table(runs: list[dict]) -> str | None:
                 help=f"the run's folder in the runs folder (one over {ui.ID_CHARS} characters shortened: its start "
                 "stamp and its trial or seed; the details below give it whole)"
             ),
-            "updated": st.column_config.DatetimeColumn(format=TABLE_TIME),
+            **{k: st.column_config.DatetimeColumn(format=TABLE_TIME) for k in ("started", "updated")},
             **{k: st.column_config.TextColumn(width=TEXT_PX) for k in ("name", "tags", "error", "note")},
             "test %": st.column_config.NumberColumn(format="%.2f", help="final, or the last evaluation while it runs"),
             "duration": st.column_config.TextColumn(
