@@ -33,8 +33,13 @@ TICKS = {
 # takes that back (the first line of "Seconds per epoch (training only)" was cut at the top; Chromium).
 TITLE = {"wrap": 38, "char_px": 7.5, "line_px": 18, "top_px": 20, "pad_px": 8, "shift_px": 10}
 # plotly's options for every chart, the live ones too
-CONFIG = {"displayModeBar": True, "displaylogo": False, "responsive": True}
-CONFIG |= {"toImageButtonOptions": {"format": "png", "scale": 2}, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+CONFIG = {
+    "displayModeBar": True,
+    "displaylogo": False,
+    "responsive": True,
+    "toImageButtonOptions": {"format": "png", "scale": 2},
+    "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+}
 # what the live charts' page draws with (live_series.js)
 STYLE = {"colours": COLOURS, "legend": LEGEND, "ticks": TICKS, "title": TITLE, "config": CONFIG}
 
@@ -132,8 +137,15 @@ def _figure(
         # modebar background is half-black (a dark bar beside every live chart), so it is none
         "modebar": {"orientation": "v", "bgcolor": "rgba(0,0,0,0)"},
         # legend in its own band at the bottom of the figure, under the x axis title
-        "legend": {"orientation": "h", "x": 0, "xanchor": "left", "yref": "container", "y": 0, "yanchor": "bottom"}
-        | {"font": {"size": 10}},
+        "legend": {
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "yref": "container",
+            "y": 0,
+            "yanchor": "bottom",
+            "font": {"size": 10},
+        },
         "uirevision": "keep",  # keep zoom / hidden traces across live refreshes
         "hovermode": "x unified",
         "xaxis": {"title": {"text": xtitle}, "hoverformat": ".2f"},
@@ -409,9 +421,8 @@ def _parallel_axis(key: str, vals: list) -> tuple[dict, list[str]]:
         return {"label": f"{label} (log)", **axis, "range": [min(logs), max(logs)]}, text
     if all(isinstance(v, int) for v in vals) and len(set(vals)) <= 12:
         ticks = sorted(set(vals))
-        return {"label": label, "values": values, "tickvals": ticks, "ticktext": [str(t) for t in ticks]}, list(
-            map(str, ticks)
-        )
+        names = [str(t) for t in ticks]
+        return {"label": label, "values": values, "tickvals": ticks, "ticktext": names}, names
     return {"label": label, "values": values, "tickformat": ".3~g"}, [fmt_value(v) for v in vals]
 
 
@@ -421,9 +432,8 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
     axes = [_parallel_axis(k, [s[k] for s in settings]) for k in keys if all(s.get(k) is not None for s in settings)]
     acc = [r.get("final test %") for r in rows]
     dims = [d for d, _ in axes]
-    dims.append(
-        {"label": "final test %", "values": [float("nan") if a is None else a for a in acc]} | {"tickformat": ".4~g"}
-    )
+    values = [float("nan") if a is None else a for a in acc]
+    dims.append({"label": "final test %", "values": values, "tickformat": ".4~g"})
     line = {"color": [0 if a is None else a for a in acc], "colorscale": "Viridis", "showscale": True}
     fig = go.Figure(go.Parcoords(line={**line, "colorbar": {"title": {"text": "test %"}}}, dimensions=dims))
     # tick names are drawn left of their axis: the first axis's need room ("online-admm" was clipped)

@@ -59,8 +59,14 @@ def system_figure(samples: list[dict], run: str | None = None) -> go.Figure:
         legend={"orientation": "h", "x": 0, "y": -0.25, "font": {"size": 10}},
         uirevision="keep",
         yaxis={"title": {"text": "CPU % (100 = one core)"}, "rangemode": "tozero", "hoverformat": ".1f"},
-        yaxis2={"title": {"text": "MB"}, "overlaying": "y", "side": "right", "rangemode": "tozero"}
-        | {"hoverformat": ".0f", "showgrid": False},
+        yaxis2={
+            "title": {"text": "MB"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            "hoverformat": ".0f",
+            "showgrid": False,
+        },
         meta={"run": run} if run else None,
     )
     return fig

@@ -49,7 +49,9 @@ except ConfigError as e:
 # --- new study ------------------------------------------------------------------------------------
 
 DEFAULT_ROWS = [
-    {"setting": s, "kind": "log", "range": r} for s, r in (("beta", "0.1:10"), ("z_lr", "0.01:1"), ("lr", "1e-4:3e-3"))
+    {"setting": "beta", "kind": "log", "range": "0.1:10"},
+    {"setting": "z_lr", "kind": "log", "range": "0.01:1"},
+    {"setting": "lr", "kind": "log", "range": "1e-4:3e-3"},
 ]
 
 # the menus in words (their code names, as `admm sweep` takes them, in the help)
