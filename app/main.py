@@ -1,14 +1,6 @@
-"""Block-ADMM workbench dashboard: the pages. Run from the project root:
-
-    streamlit run app/serve.py
-
-(app/serve.py serves these pages with the dashboard's routes, through which the pages follow the
-runs; ``streamlit run app/main.py`` draws them too, but nothing then follows a run.)
-
-Pages: Train (configure, launch, watch live), Compare (overlay runs, table vs the paper),
-Sweeps (Optuna studies over settings), Heatmaps (DeepFacto NMF score maps over faces),
-Runs (status, config, delete, download).
-Runs live in $ADMM_RUNS (default ./runs); data sets come from $ADMM_DATA.
+"""Block-ADMM workbench dashboard: the pages (Train, Compare, Heatmaps, Runs, Sweeps). Serve them with
+``streamlit run app/serve.py`` from the project root (``streamlit run app/main.py`` draws them too,
+but nothing then follows a run). Runs live in $ADMM_RUNS (default ./runs); data sets come from $ADMM_DATA.
 """
 
 import streamlit as st

@@ -1,12 +1,8 @@
-"""The dashboard: the pages of app/main.py with the dashboard's routes. Run from the project root:
+"""The dashboard: app/main.py's pages with the dashboard's read-only routes (``streamlit run app/serve.py``).
 
-    streamlit run app/serve.py
-
-Streamlit's ``st.App`` (ASGI, uvicorn) adds two read-only routes (:func:`app.dashboard.follow.routes`):
-``GET /api/admm/live/<token>``, through which the Train page's live charts fetch the metrics lines
-they do not have yet and the run's state (app/dashboard/tail.py), and ``GET /api/admm/stamp/<token>``,
-through which a page asks whether what it shows changed on disk (app/dashboard/follow.py). Every
-``streamlit run`` flag and ``.streamlit/config.toml`` setting applies.
+Streamlit's ``st.App`` adds :func:`app.dashboard.follow.routes`: ``GET /api/admm/live/<token>`` (the
+live charts fetch the metrics lines they lack and the run's state) and ``GET /api/admm/stamp/<token>``
+(a page asks whether what it shows changed on disk). Every ``streamlit run`` flag applies.
 """
 
 import streamlit as st

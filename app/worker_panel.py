@@ -1,10 +1,7 @@
-"""Under the Train page's live panel: a notice when the watched run ends, and the worker's CPU
-and memory as a chart ("Worker: CPU, memory"), in a fragment of its own.
-
-Redrawn when its stamp changes (the follow component asks the dashboard's route for it:
-:mod:`app.dashboard.follow`): the watched run, its state and, only while the section is open, the
-size and mtime of ``system.jsonl``. A closed section builds and sends no figure (its expander reruns
-the fragment when opened), so it adds nothing to an idle tab.
+"""Under the Train page's live panel, in a fragment of its own: a notice when the watched run ends,
+and the worker's CPU and memory ("Worker: CPU, memory"). Redrawn when its stamp changes (the watched
+run, its state and, only while the section is open, ``system.jsonl``'s size and mtime): a closed
+section builds and sends no figure, so it adds nothing to an idle tab.
 """
 
 from __future__ import annotations
@@ -42,9 +39,7 @@ def worker_panel() -> None:
     """The notice line (and a toast, once per state change) and the worker's system chart."""
     root, watched = str(ui.runs_root()), ui.watched()
     box = ss.setdefault(ui.WATCH_BOX, {})
-    box.setdefault("id", watched)
-    if box["id"] != watched:  # set before a full rerun read ?run= (a link, a reload)
-        box["id"] = watched
+    box["id"] = watched  # set before a full rerun read ?run= (a link, a reload)
     open_ = bool(ss.get(OPEN_KEY))
     stamp = _stamp(root, box, watched, open_)
     if watched:
@@ -56,31 +51,26 @@ def worker_panel() -> None:
             text = S.notice_text(watched, state, status)
             ss["run_notice"] = (watched, state, text)
             # material icons: the system fonts lack the ✅ emoji (the toast showed an empty box)
-            st.toast(
-                text, icon=":material/check_circle:" if state == "finished" else ":material/warning:", duration="long"
-            )
+            icon = ":material/check_circle:" if state == "finished" else ":material/warning:"
+            st.toast(text, icon=icon, duration="long")
         notice = ss.get("run_notice")
         if notice and notice[0] == watched and notice[1] == state:  # until the run changes again
             (st.success if state == "finished" else st.warning)(notice[2])
         exp = st.expander("Worker: CPU, memory", key=OPEN_KEY, on_change="rerun")
         if exp.open:
-            samples = S.read_system(run_dir)
             with exp:
-                if samples:
-                    st.plotly_chart(S.system_figure(samples, watched), key=f"worker-{watched}", config=ui.PLOTLY_CONFIG)
-                    last = samples[-1]
-                    st.caption(
-                        f"{len(samples)} samples (every few seconds and at each epoch) · last: CPU "
-                        f"{last.get('cpu_percent') if last.get('cpu_percent') is not None else '—'} % · RSS "
-                        f"{(last.get('rss_bytes') or 0) / S.MB:.0f} MB"
-                        + (
-                            f" · GPU {last['gpu_allocated_bytes'] / S.MB:.0f} MB"
-                            if "gpu_allocated_bytes" in last
-                            else ""
-                        )
-                    )
-                else:
-                    st.caption(
-                        "No samples: the worker writes `system.jsonl` (runs from before this dashboard have none)."
-                    )
+                _system_chart(run_dir, watched)
     FL.follow(KEY, lambda: _stamp(root, box, watched, open_), stamp, every=ASK_EVERY_S)
+
+
+def _system_chart(run_dir: Path, watched: str) -> None:
+    if not (samples := S.read_system(run_dir)):
+        st.caption("No samples: the worker writes `system.jsonl` (runs from before this dashboard have none).")
+        return
+    st.plotly_chart(S.system_figure(samples, watched), key=f"worker-{watched}", config=ui.PLOTLY_CONFIG)
+    last, mb = samples[-1], lambda k: f"{(last.get(k) or 0) / S.MB:.0f} MB"
+    cpu = last.get("cpu_percent") if last.get("cpu_percent") is not None else "—"
+    gpu = f" · GPU {mb('gpu_allocated_bytes')}" if "gpu_allocated_bytes" in last else ""
+    st.caption(
+        f"{len(samples)} samples (every few seconds and at each epoch) · last: CPU {cpu} % · RSS {mb('rss_bytes')}{gpu}"
+    )

@@ -228,7 +228,7 @@ def test_the_z_u_state_of_the_picked_cuts_is_shown(folders):
     """Z and U for every training sample of each crossing tensor (and the output), by hand, against
     what the page computes and shows; online-admm keeps one minibatch's."""
     from admm_core.spec.config import DataConfig, RunConfig, TrainConfig
-    from app.views.train import state_of_cuts
+    from admm_core.spec.resources import state_of_cuts
 
     rows = [{"name": "fc1", "out_shape": [16]}, {"name": "act", "out_shape": [16]}]
     cfg = RunConfig(method="block-admm", data=DataConfig("digits", train_limit=1000), train=TrainConfig(batch_size=50))

@@ -141,6 +141,17 @@ def estimate_memory(cfg: RunConfig, layers: list | None = None) -> dict:
     return out
 
 
+def state_of_cuts(rows: list[dict], split: list[str], cfg: RunConfig) -> int:
+    """Bytes of Z/U a run keeps for a model file cut at ``split``: the method's estimate on the
+    crossing tensors' sizes (``rows``: ``admm cuts --json``'s table) and the output (one float per class)."""
+    shapes = {r["name"]: r["out_shape"] or [0] for r in rows}
+    block_out = tuple(math.prod(shapes[s]) for s in split if s in shapes) + (
+        data_mod.DATASETS[cfg.data.name].n_classes,
+    )
+    sizes = StateSizes(samples(cfg)[0], cfg.train.batch_size, block_out, block_out)
+    return int(cfg.method_settings.estimate_state_bytes(sizes))
+
+
 # --- what is available ---------------------------------------------------------------------
 
 

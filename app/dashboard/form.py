@@ -1,16 +1,12 @@
 """The Train page's forms as plain data, generated from the settings records: form <-> config <-> URL.
 
-Every field of :class:`~admm_core.spec.config.RunConfig` (and its ``data``, ``model``, ``train``)
-is a form field (:data:`FIELDS`), described by its dataclass field (type, default, ``help``,
-rules) and laid out by :data:`LAYOUT`; DeepFacto's form (:data:`DF_FIELDS`) is generated the
-same way from :class:`~admm_core.spec.deepfacto.DeepFactoConfig`. Menus are read from the
-registries when drawn. A *form* is the flat dict of what the widgets hold, by form key, plus
-``processes`` (worker processes under torchrun), ``mp.<setting>`` for the chosen method's
-settings (floats as text: a per-block β is "1,0.5,1") and ``_given`` (the method settings and
-split a loaded config gave, so reading the form back gives the same config).
-
-:func:`check_form` checks each field on its own, then the engine's preflight
-(:func:`admm_core.spec.resources.preflight_report`), and keys every message by form field.
+Every field of :class:`~admm_core.spec.config.RunConfig` (and its ``data``, ``model``, ``train``) is a
+form field (:data:`FIELDS`), described by its dataclass field (type, default, ``help``, rules) and laid
+out by :data:`LAYOUT`; DeepFacto's (:data:`DF_FIELDS`) are generated the same way from
+:class:`~admm_core.spec.deepfacto.DeepFactoConfig`. A *form* is the flat dict the widgets hold, by form
+key, plus ``processes``, ``mp.<setting>`` for the chosen method's settings (floats as text: a
+per-block β is "1,0.5,1") and ``_given`` (what a loaded config gave, so reading the form back gives the
+same config). :func:`check_form` checks each field on its own, then the engine's preflight.
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ from admm_core.spec.methods import DEFAULT_METHOD, METHODS, make_settings
 from admm_core.spec.methods import names_for as methods_for
 from admm_core.spec.methods.deepfacto import DeepFacto
 from admm_core.spec.presets import PRESETS, preset_config
-from admm_core.spec.resources import MAX_PROCESSES, MemoryRefusal, preflight_report
+from admm_core.spec.resources import MemoryRefusal, preflight_report
 from admm_core.spec.settings import applies, parse_numbers, parse_sets, parse_widths
 from admm_core.sweep.space import STRUCTURAL
 from app.dashboard import models
@@ -66,8 +62,7 @@ class FormField:
     default: typing.Any = None  # as the widget holds it
     choices: tuple | None = None
     menu: str | None = None  # "presets", "datasets", "archs", "methods": choices from that registry
-    min: float | None = None
-    max: float | None = None
+    min: float | None = None  # the field's rule's, or the layout's where the widget's differs
     step: float | None = None
     none: typing.Any = None
     enabled_if: dict | None = None  # {form key: value}: the field's record's ``when=``
@@ -96,10 +91,9 @@ NOT_FOR_MODEL_FILES = {
 }
 
 # How the form lays each config field out, by its path: group (a row of the form; "more" folds),
-# label, widget, the widget's step (and min, where the widget's differs from the field's rule), the
-# widget value that stands for None, the form key (when not the field's name), the registry a menu
-# reads (when a field applies is its record's ``when=``). Fields not here are
-# shown in "more" under their name; HIDDEN ones are carried through unchanged.
+# label, widget, the widget's step, the widget value that stands for None, the form key (when not
+# the field's name), the registry a menu reads. Fields not here are shown in "more" under their
+# name; HIDDEN ones are carried through unchanged.
 LAYOUT: dict[str, dict] = {
     "preset": dict(group="data", label="Preset", widget="select", none=NO_PRESET, menu="presets"),
     "data.name": dict(group="data", label="Data set", key="data", widget="select", menu="datasets"),
@@ -171,7 +165,6 @@ def _fields_of(
             choices=tuple(rules["choices"]) if rules.get("choices") is not None else None,
             menu=hints.get("menu"),
             min=hints.get("min", rules.get("min")),
-            max=rules.get("max"),
             step=hints.get("step"),
             none=hints.get("none"),
             # the record's own rule (``when=``: while other fields of it hold these values), by form key
@@ -205,19 +198,11 @@ PROCESSES = FormField(
     "(block-admm, gotmare; docs/results/distributed.md). Give each a core.",
     default=1,
     min=1,
-    max=MAX_PROCESSES,
     step=1,
 )
 
 
-def _all_fields() -> tuple[FormField, ...]:
-    out = _fields_of(RunConfig, "")
-    for prefix, klass in (("data.", DataConfig), ("model.", ModelConfig), ("train.", TrainConfig)):
-        out += _fields_of(klass, prefix)
-    return (*out, PROCESSES)
-
-
-def choices(ff: FormField, form: dict | None = None, available: list[str] | None = None) -> list:
+def choices(ff: FormField, form: dict | None = None) -> list:
     """The menu of a select field now: presets from the preset table, data sets present here (and
     the form's own, so validation can say why it is missing), the split points of the form's
     network; else the field's declared choices."""
@@ -225,7 +210,8 @@ def choices(ff: FormField, form: dict | None = None, available: list[str] | None
     if ff.menu == "presets":
         return [NO_PRESET, *PRESETS]
     if ff.menu == "datasets":
-        here = list(data_mod.available(kind=NETWORK) if available is None else available)
+        here = list(data_mod.available(kind=NETWORK))
+
         cur = form.get(ff.key)
         return here + ([cur] if cur is not None and cur not in here else [])
     if ff.menu == "archs":
@@ -273,9 +259,8 @@ def network_of(form: dict) -> tuple[str, tuple[int, ...], int]:
 def groups() -> dict[str, list[FormField]]:
     """The shown fields by their group hint, in declaration order."""
     out: dict[str, list[FormField]] = {}
-    for f in FIELDS:
-        if f.kind != "hidden":
-            out.setdefault(f.group, []).append(f)
+    for f in SHOWN:
+        out.setdefault(f.group, []).append(f)
     return out
 
 
@@ -300,6 +285,11 @@ def max_run_bytes() -> int:
 
 
 # --- small parsers -----------------------------------------------------------------------
+
+
+def _given_but(form: dict, key: str) -> list[str]:
+    """The form's given marks (:data:`GIVEN`) without ``key``'s."""
+    return [k for k in form.get(GIVEN) or () if k != key]
 
 
 def fmt_number(v) -> str:
@@ -350,7 +340,14 @@ def _from_widget(ff: FormField, w):
     return w
 
 
-FIELDS: tuple[FormField, ...] = _all_fields()
+FIELDS: tuple[FormField, ...] = (
+    *_fields_of(RunConfig, ""),
+    *_fields_of(DataConfig, "data."),
+    *_fields_of(ModelConfig, "model."),
+    *_fields_of(TrainConfig, "train."),
+    PROCESSES,
+)
+SHOWN = tuple(f for f in FIELDS if f.kind != "hidden")
 BY_PATH = {f.path: f for f in FIELDS if f.path}
 BY_KEY = {f.key: f for f in FIELDS}
 if len({f.key for f in FIELDS}) != len(FIELDS):
@@ -438,17 +435,6 @@ def split_options(arch: str, hidden: tuple[int, ...], width: int = 64) -> tuple[
     return list(archs.split_points(cfg, names)), list(archs.default_split(cfg, names))
 
 
-def allowed_splits(form: dict) -> list[str]:
-    """The split points of the form's network in forward order: a model file's valid cut points
-    (:func:`app.dashboard.models.cut_table`), else the architecture record's; [] when unknown."""
-    try:
-        if models.is_entry(form.get("arch")):
-            return [r["name"] for r in models.cut_table(form["arch"], form.get("data", DataConfig.name)) if r["valid"]]
-        return split_options(*network_of(form))[0]
-    except (ConfigError, KeyError, TypeError, OSError):
-        return []
-
-
 def _file_cut_rows(form: dict) -> list[dict] | None:
     """A model file's cut table (cached by the file's checksum); None for a built-in network or a
     file that cannot be read (the network field says why)."""
@@ -458,6 +444,17 @@ def _file_cut_rows(form: dict) -> list[dict] | None:
         return models.cut_table(form["arch"], form.get("data", DataConfig.name))
     except (ConfigError, OSError):
         return None
+
+
+def allowed_splits(form: dict) -> list[str]:
+    """The split points of the form's network in forward order: a model file's valid cut points,
+    else the architecture record's; [] when unknown."""
+    if models.is_entry(form.get("arch")):
+        return [r["name"] for r in _file_cut_rows(form) or [] if r["valid"]]
+    try:
+        return split_options(*network_of(form))[0]
+    except (ConfigError, KeyError, TypeError, OSError):
+        return []
 
 
 def split_as_named(form: dict) -> dict:
@@ -477,77 +474,60 @@ def describe_blocks(arch: str, hidden: tuple[int, ...], split: list[str], data: 
     """[{block, layers, params, out}] of the split network, by the architecture record's arithmetic
     (``ARCHS[arch].table``; no layer is built). ``out`` is the size of Z_t per sample."""
     spec = data_mod.spec(data)
-    shape, n_out = spec.input_shape, spec.n_classes
     if ARCHS[arch].image_input:
-        archs.needs_image(arch, shape)
-    rows = ARCHS[arch].table(tuple(shape), ModelConfig(arch, tuple(hidden), width=width), n_out)
+        archs.needs_image(arch, spec.input_shape)
+    rows = resources.layer_table(arch, hidden, spec.input_shape, spec.n_classes, width)
     blocks, cur = [], []
     for r in rows:
         cur.append(r)
         if r[0] in split or r is rows[-1]:
-            blocks.append(
-                {
-                    "block": len(blocks) + 1,
-                    "layers": [name for name, _, _ in cur],
-                    "params": sum(p for _, _, p in cur),
-                    "out": math.prod(cur[-1][1]),
-                }
-            )
+            names, params = [n for n, *_ in cur], sum(p for *_, p in cur)
+            blocks.append({"block": len(blocks) + 1, "layers": names, "params": params, "out": math.prod(r[1])})
             cur = []
+
     return blocks
 
 
 def block_diagram_dot(blocks: list[dict], uses_blocks: bool = True, dark: bool = False) -> str:
-    """Graphviz DOT of X -> [block 1] -> Z_1 -> … -> Z_T -> loss.
+    """Graphviz DOT of X -> [block 1] -> Z_1 -> … -> Z_T -> J(Y, Z_T).
 
     The background is transparent, so arrows, Z circles and the plain labels take the page's
     text colour (``dark``: light grey on Streamlit's dark theme); the pastel blocks keep dark text.
     """
-    fg = "#e5e7eb" if dark else "#111827"
+    fg, sub = "#e5e7eb" if dark else "#111827", lambda n: str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+    palette = ["#dbeafe", "#dcfce7", "#fef3c7", "#fce7f3", "#ede9fe", "#cffafe"]
     lines = [
         'digraph G { rankdir=LR; bgcolor="transparent"; '
         f'node [fontname="Helvetica", fontsize=11, color="{fg}", fontcolor="{fg}"]; edge [color="{fg}"];',
         'x [label="X = Z₀", shape=plaintext];',
     ]
-    prev = "x"
-    palette = ["#dbeafe", "#dcfce7", "#fef3c7", "#fce7f3", "#ede9fe", "#cffafe"]
-    T = len(blocks)
+    prev, T = "x", len(blocks)
     for b in blocks:
         t = b["block"]
         name = f"block {t}" if uses_blocks else "network (end-to-end)"
-        label = f"{name}\\n{' · '.join(b['layers'])}\\n{b['params']:,} params"
-        colour = palette[(t - 1) % len(palette)]
-        lines.append(
-            f'b{t} [label="{label}", shape=box, style="rounded,filled", fillcolor="{colour}", fontcolor="#111827"];'
-        )
-        lines.append(f"{prev} -> b{t};")
+        label, colour = f"{name}\\n{' · '.join(b['layers'])}\\n{b['params']:,} params", palette[(t - 1) % len(palette)]
+        lines += [
+            f'b{t} [label="{label}", shape=box, style="rounded,filled", fillcolor="{colour}", fontcolor="#111827"];',
+            f"{prev} -> b{t};",
+        ]
+        prev = f"b{t}"
         if uses_blocks and t < T:
-            lines.append(f'z{t} [label="Z{_sub(t)}", shape=circle, width=0.3];')
-            lines.append(f"b{t} -> z{t};")
+            lines += [f'z{t} [label="Z{sub(t)}", shape=circle, width=0.3];', f"b{t} -> z{t};"]
             prev = f"z{t}"
-        else:
-            prev = f"b{t}"
-    lines.append(f'loss [label="J(Y, Z{_sub(T)})", shape=plaintext];')  # Z_T, T the count: "J(Y, Z₃)"
-    lines.append(f"{prev} -> loss; }}")
+    lines += [f'loss [label="J(Y, Z{sub(T)})", shape=plaintext];', f"{prev} -> loss; }}"]  # T the count: "J(Y, Z₃)"
     return "\n".join(lines)
-
-
-def _sub(n: int) -> str:
-    return str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
 
 
 # --- form <-> config ---------------------------------------------------------------------
 
 
 def method_fields(method: str, params: dict | None = None) -> dict:
-    """``mp.*`` form values of ``method``: its settings' defaults overridden by ``params``."""
-    params = params or {}
+    """``mp.*`` form values of ``method``: its settings' defaults overridden by ``params``; floats
+    are edited as text (per-block lists allowed)."""
     out = {}
     for s in METHODS[method].settings():
-        v = params.get(s["name"], s["default"])
-        if s["choices"] is None and s["type"] == "float":
-            v = fmt_number(v)  # floats are edited as text (per-block lists allowed)
-        out[MP + s["name"]] = v
+        v = (params or {}).get(s["name"], s["default"])
+        out[MP + s["name"]] = fmt_number(v) if s["choices"] is None and s["type"] == "float" else v
     return out
 
 
@@ -615,9 +595,8 @@ def preset_changes(form: dict, cfg: RunConfig | None) -> list[str]:
         return ["a field that is wrong"]
     ref = form_from_config(preset_config(preset, method))
     mine = {**form_from_config(cfg), "processes": form.get("processes", 1)}
-    labels = {ff.key: ff.label or ff.key for ff in FIELDS if ff.kind != "hidden" and ff.key != "preset"}
-    labels |= {MP + k: label for k, label in method_labels(method).items()}
-    return [label for k, label in labels.items() if mine.get(k) != ref.get(k)]
+    same = {"preset", *(ff.key for ff in FIELDS if ff.kind == "hidden")}
+    return [label for k, label in field_labels(method).items() if k not in same and mine.get(k) != ref.get(k)]
 
 
 def default_form(preset: str = DEFAULT_PRESET, method: str = DEFAULT_METHOD) -> dict:
@@ -628,21 +607,19 @@ def default_form(preset: str = DEFAULT_PRESET, method: str = DEFAULT_METHOD) -> 
 def _key_of(message: str, method: str) -> str:
     """Which form field a ConfigError message ('train.epochs = 0: …') is about."""
     head = message.split(" = ", 1)[0].split(":", 1)[0].strip()
-    if head.startswith("method_params."):
+    if head.startswith(("method_params.", f"{method}.")):
         return MP + head.split(".", 1)[1]
-    if head.startswith(f"{method}."):
-        return MP + head.split(".", 1)[1]
-    if head in BY_PATH:
-        return BY_PATH[head].key
-    return "_form"
+    return BY_PATH[head].key if head in BY_PATH else "_form"
+
+
+def field_labels(method: str) -> dict[str, str]:
+    """{form key: the label the form shows it under} of every field and ``method``'s settings."""
+    return {f.key: f.label or f.key for f in FIELDS} | {MP + k: v for k, v in method_labels(method).items()}
 
 
 def error_labels(errors: dict, method: str) -> list[str]:
     """The fields of ``errors`` ({form field: message}) by the labels the form shows them under."""
-    labels = {f.key: f.label or f.key for f in FIELDS}
-    if method in METHODS:
-        labels |= {MP + s["name"]: s["label"] for s in METHODS[method].settings()}
-    labels |= {"memory": "the run's memory (under the block diagram)", "_form": "the setup"}
+    labels = field_labels(method) | {"memory": "the run's memory (under the block diagram)", "_form": "the setup"}
     return [labels.get(k, k) for k in errors]
 
 
@@ -652,13 +629,11 @@ def on_page(message: str, key: str, method: str) -> str:
     head, sep, rest = message.partition(" = ")
     if not sep:
         return message
-    label = None
-    if key.startswith(MP):
-        name = key[len(MP) :]
-        if head in (f"{method}.{name}", f"method_params.{name}", name):
-            label = method_labels(method).get(name)
-    elif key in BY_KEY and head in (BY_KEY[key].path, key):
-        label = BY_KEY[key].label
+    name = key[len(MP) :] if key.startswith(MP) else None
+    if name and head in (f"{method}.{name}", f"method_params.{name}", name):
+        label = method_labels(method).get(name)
+    else:
+        label = BY_KEY[key].label if key in BY_KEY and head in (BY_KEY[key].path, key) else None
     return f"{label} = {rest}" if label else message
 
 
@@ -679,32 +654,6 @@ def labelled(name: str, labels: dict[str, str]) -> str:
     name is not the label itself ("Loss", not "Loss · loss")."""
     label = labels.get(name, name)
     return label if label.lower().replace(" ", "_") == name.lower() else f"{label} · {name}"
-
-
-def _method_params(form: dict, method: str, errors: dict) -> dict:
-    """The method's settings from the ``mp.*`` fields: those the config gave (``_given``) and those
-    that differ from the default. Checked together (settings constrain each other), the message
-    next to the setting it names."""
-    params = {}
-    given = set(form.get(GIVEN) or ())
-    for s in METHODS[method].settings():
-        key = MP + s["name"]
-        if key not in form:
-            continue
-        v = form[key]
-        if s["choices"] is None and s["type"] == "float":
-            try:
-                v = parse_numbers(v, f"{method}.{s['name']}")
-            except ConfigError as e:
-                errors.setdefault(key, str(e))
-                continue
-        if key in given or v != s["default"]:
-            params[s["name"]] = v
-    try:
-        make_settings(method, params)
-    except ConfigError as e:
-        errors.setdefault(_key_of(str(e), method), str(e))
-    return params
 
 
 NETWORK_KEYS = ("arch", "hidden", "width")  # the form fields the network's layers come from
@@ -760,11 +709,28 @@ def _read(form: dict) -> tuple[RunConfig | None, dict[str, str], RunConfig | Non
     if preset is not None and preset not in PRESETS:
         errors["preset"] = f"preset = {preset!r}: unknown preset; choose from {sorted(PRESETS)}"
         parts[""].pop("preset")
-    params = _method_params(form, method, errors)
+    # the method's settings: those the config gave (``_given``) and those that differ from the default
+    params, given = {}, set(form.get(GIVEN) or ())
+    for s in METHODS[method].settings():
+        if (key := MP + s["name"]) not in form:
+            continue
+        v = form[key]
+        if s["choices"] is None and s["type"] == "float":
+            try:
+                v = parse_numbers(v, f"{method}.{s['name']}")
+            except ConfigError as e:
+                errors.setdefault(key, str(e))
+                continue
+        if key in given or v != s["default"]:
+            params[s["name"]] = v
+    try:  # together: settings constrain each other (the message next to the setting it names)
+        make_settings(method, params)
+    except ConfigError as e:
+        errors.setdefault(_key_of(str(e), method), str(e))
     model = parts["model"]
     if set(NETWORK_KEYS) & set(errors):  # the split names layers of a network this form does not give
         model.pop("split", None)
-    if "split" not in (form.get(GIVEN) or ()) and "split" in model:  # the default split, not given: None
+    if "split" not in given and "split" in model:  # the default split, not given: None
         try:
             arch, hidden = model.get("arch", ModelConfig.arch), tuple(model.get("hidden", ModelConfig.hidden))
             if model["split"] == split_options(arch, hidden, model.get("width", ModelConfig.width))[1]:
@@ -778,9 +744,7 @@ def _read(form: dict) -> tuple[RunConfig | None, dict[str, str], RunConfig | Non
             {**parts[""], "data": parts["data"], "model": model, "train": parts["train"], "method_params": params}
         )
     except ConfigError as e:
-        if errors:
-            return None, errors, None
-        return None, {_key_of(str(e), method): str(e)}, None
+        return None, errors or {_key_of(str(e), method): str(e)}, None
     return (None, errors, cfg) if errors else (cfg, {}, None)
 
 
@@ -791,15 +755,12 @@ def config_from_form(form: dict, available: list[str] | None = None) -> tuple[Ru
 
 
 def check_form(form: dict, available: list[str] | None = None) -> FormCheck:
-    """Every check of ``form``, every wrong field at once (one rule for typed values,
-    links and loaded configs alike).
+    """Every check of ``form``, every wrong field at once (typed values, links and loaded configs alike).
 
     :func:`read_config` (each field on its own), then the engine's
-    :func:`admm_core.spec.resources.preflight_report` (data set present, split, per-block values,
-    augmentation, processes, memory under the page's limit and free here, the worker processes'
-    memory together) — on the config with the wrong fields at their defaults too, so a wrong epoch
-    count does not hide a wrong split; its memory refusals wait until the other fields are right.
-    ``available``: the data sets present (default: looked up under the data root).
+    :func:`admm_core.spec.resources.preflight_report` on the config with the wrong fields at their
+    defaults, so a wrong epoch count does not hide a wrong split; its memory refusals wait until the
+    other fields are right. ``available``: the data sets present (default: those under the data root).
     """
     link = dict(form.get(LINK) or {})
     if link:  # a link's values no widget could hold: their fields' errors, with the rest checked too
@@ -833,18 +794,16 @@ def _check_model_file(form: dict, available: list[str] | None) -> FormCheck:
     in a child process), every other field on the default network (its cfg is what the worker's
     command line is made of: data, method, settings, training; no memory estimate)."""
     base = {**form, "arch": ModelConfig.arch, "hidden": _to_widget(BY_PATH["model.hidden"], ModelConfig.hidden)}
-    base["split"] = split_options(ModelConfig.arch, ModelConfig.hidden)[1]
-    base[GIVEN] = [k for k in form.get(GIVEN) or () if k != "split"]
+    base |= {"split": split_options(ModelConfig.arch, ModelConfig.hidden)[1], GIVEN: _given_but(form, "split")}
     got = check_form(base, available)
     errors = {k: v for k, v in got.errors.items() if k != "memory"}
     try:
-        rows = models.cut_table(form["arch"], form.get("data", DataConfig.name))
-        valid = [r["name"] for r in rows if r["valid"]]
-        bad = [s for s in form.get("split") or () if s not in valid]
-        if bad:
+        valid = [r["name"] for r in models.cut_table(form["arch"], form.get("data", DataConfig.name)) if r["valid"]]
+        if bad := [s for s in form.get("split") or () if s not in valid]:
             errors["split"] = f"model.split = {', '.join(bad)}: not a valid cut point; choose from {', '.join(valid)}"
     except ConfigError as e:
         errors["arch"] = str(e)
+
     return FormCheck(None if errors else got.cfg, errors, got.warnings, None)
 
 
@@ -852,10 +811,6 @@ def _check_model_file(form: dict, available: list[str] | None) -> FormCheck:
 
 # the links of the one augment menu before its three fields
 LEGACY_AUGMENT = {"none": (False, None), "crop-flip": (True, True), "shift": (True, False)}
-
-
-def _shown() -> list[FormField]:
-    return [f for f in FIELDS if f.kind != "hidden"]
 
 
 def query_text(ff: FormField, v) -> str:
@@ -873,11 +828,10 @@ def to_query(form: dict, mode: str = NETWORK) -> dict[str, str]:
     if mode == DEEPFACTO:
         changed = {k: ff for k, ff in DF_FIELDS.items() if k in form and form[k] != ff.default}
         return {"mode": DEEPFACTO, **{k: query_text(ff, form[k]) for k, ff in changed.items()}}
-    q = {ff.key: query_text(ff, form[ff.key]) for ff in _shown() if ff.key in form}
-    if form.get("method") in METHODS:
-        for k, v in form.items():
-            if k.startswith(MP):
-                q["m." + k[len(MP) :]] = json.dumps(v) if isinstance(v, bool) else str(v)
+    q = {ff.key: query_text(ff, form[ff.key]) for ff in SHOWN if ff.key in form}
+    for k, v in form.items() if form.get("method") in METHODS else ():
+        if k.startswith(MP):
+            q[SETTING_PREFIX + k[len(MP) :]] = json.dumps(v) if isinstance(v, bool) else str(v)
     return q
 
 
@@ -912,6 +866,7 @@ def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict, whe
     notes: list[str] = []
     settings = {s["name"]: s for s in METHODS[method].settings()}
     for k, v in q.items():
+        name = k[len(SETTING_PREFIX) :]
         if k == "mode" and v not in MODES:
             notes.append(f"mode = {v!r}: choose from {list(MODES)}; the page shows the network form")
         elif k.startswith(DF) and q.get("mode") != DEEPFACTO:
@@ -924,35 +879,30 @@ def _link_settings(q: dict, form: dict, method: str, shown: set, link: dict, whe
                 notes.append(f"{k}: not a DeepFacto setting (ignored)")
             except ValueError as e:
                 notes.append(f"{k} = {v!r}: {e} (ignored)")
-        if k in shown or k in PAGE_KEYS or k.startswith(DF):
-            continue
-        if not k.startswith(SETTING_PREFIX):
-            if k in settings:  # the setting's name without its m.: meant for that field
-                link[MP + k] = (
-                    f"{settings[k]['label']}: {k} = {v!r} in {where} is an unknown key; a method setting is "
-                    f"written m.{k}. The field shows {form.get(MP + k)!r} (edit it to go on)"
-                )
-            else:
-                notes.append(f"{k} = {v!r}: unknown key (no field of this page reads it); ignored")
-            continue
-        name = k[len(SETTING_PREFIX) :]
-        s = settings.get(name)
-        if s is None:
-            owners = [m for m in METHODS if name in {x["name"] for x in METHODS[m].settings()}]
-            if owners:  # meant for a method the link does not choose: Start waits on the method's field
-                why = (
-                    f"{k} = {v!r} in {where} is not a setting of {method} (the method in force), but of "
-                    f"{', '.join(owners)}: add method={owners[0]} to the link, or pick that method"
-                )
-                link["method"] = f"{link['method']} · {why}" if "method" in link else f"Method: {why}"
-            else:
-                notes.append(f"{k} = {v!r}: no method has a setting {name!r}; ignored")
-            continue
-        try:
-            form[MP + name] = read_text(setting_field(method, s), v)
-        except ValueError as e:
-            shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
-            link[MP + name] = f"{method}.{name} = {v!r} in {where}: {e}; {shows}"
+        elif k in shown or k in PAGE_KEYS:
+            pass
+        elif not k.startswith(SETTING_PREFIX) and k in settings:  # the setting's name without its m.
+            link[MP + k] = (
+                f"{settings[k]['label']}: {k} = {v!r} in {where} is an unknown key; a method setting is "
+                f"written m.{k}. The field shows {form.get(MP + k)!r} (edit it to go on)"
+            )
+        elif not k.startswith(SETTING_PREFIX):
+            notes.append(f"{k} = {v!r}: unknown key (no field of this page reads it); ignored")
+        elif name in settings:
+            try:
+                form[MP + name] = read_text(setting_field(method, settings[name]), v)
+            except ValueError as e:
+                shows = f"the field shows {form.get(MP + name)!r} (edit it to go on)"
+                link[MP + name] = f"{method}.{name} = {v!r} in {where}: {e}; {shows}"
+        elif owners := [m for m in METHODS if name in {x["name"] for x in METHODS[m].settings()}]:
+            # meant for a method the link does not choose: Start waits on the method's field
+            why = (
+                f"{k} = {v!r} in {where} is not a setting of {method} (the method in force), but of "
+                f"{', '.join(owners)}: add method={owners[0]} to the link, or pick that method"
+            )
+            link["method"] = f"{link['method']} · {why}" if "method" in link else f"Method: {why}"
+        else:
+            notes.append(f"{k} = {v!r}: no method has a setting {name!r}; ignored")
     return notes
 
 
@@ -999,8 +949,7 @@ def from_query(query: dict, base: dict | None = None, where: str = "the link") -
         form |= deepfacto_form()
     # a value no widget can hold (text for a number, a name not in a menu) is an error of its field,
     # holding Start until that field is edited: never dropped for the widget's value without a word
-    shown = {ff.key: ff for ff in _shown()}
-    for ff in shown.values():
+    for ff in SHOWN:
         if ff.key in q and ff.key not in ("preset", "method"):
             try:
                 form[ff.key] = read_text(ff, q[ff.key], form)
@@ -1009,16 +958,14 @@ def from_query(query: dict, base: dict | None = None, where: str = "the link") -
                     f"{ff.path or ff.key} = {q[ff.key]!r} in {where}: {e}; the field shows "
                     f"{form.get(ff.key)!r} (edit it to go on)"
                 )
-    if "split" not in q and models.is_entry(form.get("arch")):  # a model file's: no cut until one is picked
-        form["split"] = []
-        form[GIVEN] = [k for k in form.get(GIVEN) or () if k != "split"]
-    elif "split" not in q and any(k in q for k in NETWORK_KEYS):  # another network: its default split
-        try:
-            form["split"] = split_options(*network_of(form))[1]
-            form[GIVEN] = [k for k in form.get(GIVEN) or () if k != "split"]
+    own = models.is_entry(form.get("arch"))
+    if "split" not in q and (own or any(k in q for k in NETWORK_KEYS)):
+        try:  # a model file's: no cut until one is picked; another network: its default split
+            form["split"] = [] if own else split_options(*network_of(form))[1]
+            form[GIVEN] = _given_but(form, "split")
         except (ConfigError, KeyError, TypeError):
             pass
-    notes += _link_settings(q, form, method, set(shown), link, where)
+    notes += _link_settings(q, form, method, {ff.key for ff in SHOWN}, link, where)
     form = split_as_named(form)
     if link:
         form[LINK] = link

@@ -1,15 +1,10 @@
 """The models folder: networks of one's own (``.py`` files) offered in the Train page's network menu.
 
-A file's top-level ``nn.Module`` subclasses (classes whose bases mention ``Module``) and top-level
-functions without arguments are found by reading its source with :mod:`ast`: nothing is imported
-here, so the server never runs a user's file nor imports torch. A menu entry is ``FILE.py:Name``
-with FILE relative to the folder; an entry that leaves the folder (``..``, an absolute path, a
-symlink out) is refused.
-
-Cut points come from ``python -m admm_core cuts FILE.py:Name --data D --json`` in a child process
-(which imports the file and torch), cached, as torchvision's tables are (:mod:`admm_core.spec.tv`),
-in a JSON file under :func:`admm_core.spec.datasets.cache_dir` keyed by the file's SHA-256, Name
-and the data set.
+A file's top-level ``nn.Module`` subclasses and argument-free functions are found by reading its
+source with :mod:`ast`: the server never runs a user's file nor imports torch. A menu entry is
+``FILE.py:Name``, FILE inside the folder (``..``, an absolute path or a symlink out is refused). Cut
+points come from ``admm cuts FILE.py:Name --data D --json`` in a child process, cached (as
+:mod:`admm_core.spec.tv`'s tables are) by the file's SHA-256, Name and the data set.
 """
 
 from __future__ import annotations
@@ -62,7 +57,8 @@ def _names(source: str) -> list[str]:
 
 
 def _scan(folder: Path | None) -> tuple[list[str], list[str]]:
-    """(menu entries ``FILE.py:Name``, one line per file that does not parse) of the folder's ``.py`` files."""
+    """(menu entries ``FILE.py:Name``, why each file that does not parse offers nothing: the file,
+    the line and Python's message) of the folder's ``.py`` files."""
     folder = Path(folder or models_dir())
     entries, bad = [], []
     for p in sorted(folder.glob("*.py")) if folder.is_dir() else []:
@@ -76,12 +72,10 @@ def _scan(folder: Path | None) -> tuple[list[str], list[str]]:
 
 
 def unreadable(folder: Path | None = None) -> list[str]:
-    """Why each ``.py`` file that does not parse offers nothing: the file, the line and Python's message."""
     return _scan(folder)[1]
 
 
 def discover(folder: Path | None = None) -> list[str]:
-    """Menu entries ``FILE.py:Name`` of the folder's ``.py`` files, by reading their source."""
     return _scan(folder)[0]
 
 
@@ -101,8 +95,7 @@ TABLE_FORMAT = 2
 
 
 def cache_file(path: Path, name: str, data: str) -> Path:
-    digest = file_sha256(path)
-    return cache_dir() / "model-cuts" / f"{digest}_{name}_{data}_v{TABLE_FORMAT}.json"
+    return cache_dir() / "model-cuts" / f"{file_sha256(path)}_{name}_{data}_v{TABLE_FORMAT}.json"
 
 
 _MEMO: dict[Path, list | str] = {}  # cache file -> rows, or the error message
@@ -252,15 +245,12 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None):
     for k, (a, b) in enumerate(arcs):  # a skip: the value jumps the cuts between; bowed up to clear the chain
         (x0, y0), (x1, y1) = at[a], at[b]
         # one above the other (the chain turns between them): bowed sideways, inside the axis, else
-        # it would lie on the chain's own line
-        mid = (
-            (x0 + (0.4 if x0 < per_row - 1 else -0.4), (y0 + y1) / 2)
-            if x0 == x1
-            else ((x0 + x1) / 2, max(y0, y1) + 0.2)
-        )
+        # it would lie on the chain's own line; else up, under the axis top (0.25): drawn whole
+        side = x0 + (0.4 if x0 < per_row - 1 else -0.4)
+        mid = (side, (y0 + y1) / 2) if x0 == x1 else ((x0 + x1) / 2, max(y0, y1) + 0.2)
         fig.add_scatter(
             x=[x0, mid[0], x1],
-            y=[y0, mid[1], y1],  # under the axis top (0.25): drawn whole
+            y=[y0, mid[1], y1],
             mode="lines",
             line={"shape": "spline", "color": "#FFA421", "dash": "dot", "width": 2},
             name="skip: why the cuts it jumps are none",
@@ -284,7 +274,7 @@ def cut_figure(rows: list[dict], split: list[str], input_shape=None):
                 hovertemplate="%{hovertext}<extra></extra>",
                 unselected={"marker": {"opacity": 1}},
             )
-    n_rows = len(nodes) // per_row + (len(nodes) % per_row > 0)
+    n_rows = -(-len(nodes) // per_row)
     fig.update_xaxes(visible=False, range=[-0.5, per_row - 0.5], fixedrange=True)
     fig.update_yaxes(visible=False, range=[-n_rows + 0.4, 0.25], fixedrange=True)
     legend = {"orientation": "h", "x": 0, "y": 1, "yanchor": "bottom"}

@@ -1,18 +1,14 @@
 """Train: configure a run, launch it as a worker process, watch it live.
 
-The page is three functions: :func:`form_section` (data, network, blocks),
-:func:`method_section` (method and its settings) and :func:`live_panel` (the watched run).
-The form mirrors into the URL (st.query_params), so a setup is a shareable link, together
-with the watched run (``?run=<id>``). Validation is the engine's (RunConfig and friends);
-each message is shown under the field it is about. Stop / Resume / Load are the shared
-callbacks of :mod:`app.ui`.
+The form (:func:`form_section`, :func:`method_section`) mirrors into the URL, with the watched run
+(``?run=<id>``), so a setup is a shareable link; each of the engine's messages is shown under the
+field it is about. :func:`live_panel` follows the watched run.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import time
 from pathlib import Path
 
@@ -26,10 +22,9 @@ from admm_core.spec.deepfacto import DeepFactoConfig
 from admm_core.spec.faces import find_lfw
 from admm_core.spec.kinds import DEEPFACTO, NETWORK, run_kind, run_method
 from admm_core.spec.methods import METHODS
-from admm_core.spec.methods.base import StateSizes
-from admm_core.spec.presets import PRESETS, preset_config
+from admm_core.spec.presets import PRESETS
 from admm_core.spec.resources import human as human_bytes
-from admm_core.spec.resources import samples, split_of
+from admm_core.spec.resources import split_of, state_of_cuts
 from app import ui
 from app.dashboard import charts as C
 from app.dashboard import follow as FL
@@ -45,10 +40,8 @@ LIVE_KEY = "live"  # the live panel's fragment key
 START_DEDUP_S = 3.0  # the same config started again within this many seconds is the same click
 K = "f."  # prefix of the form's widget keys
 MAIN_SETTINGS = 8  # method settings shown at once; the rest sit in an expander
-ss = st.session_state
-
-
 LINK_NOTICE = "link_notice"  # the link's values not applied, each with its reason (F.from_query)
+ss = st.session_state
 
 
 def wkey(field: str, method: str | None = None) -> str:
@@ -82,26 +75,23 @@ def on_preset():
         ss.pop(K + F.LINK, None)  # every field filled again: a link's errors about them are gone
 
 
-def method_defaults() -> None:
-    """The method's fields at its defaults (the recipe measured across the zoo: what ``admm train --model``
-    gives a network no preset knows); the network's marks stay given."""
+def method_defaults(preset: str = F.NO_PRESET) -> None:
+    """The method's fields at the preset's values, else at its defaults (the recipe measured across
+    the zoo: what ``admm train --model`` gives a network no preset knows); the split's mark stays."""
     method = ss.get(K + "method", F.DEFAULT_METHOD)
-    given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]  # the split's mark stays
-    set_form({"method": method, **F.method_fields(method), F.GIVEN: given})
+    given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]
+    if preset == F.NO_PRESET or M.is_entry(ss.get(K + "arch")):
+        set_form({"method": method, **F.method_fields(method), F.GIVEN: given})
+        return
+    fresh = F.default_form(preset, method)  # with "method": set_form files them under the new method's widgets
+    mine = {k: v for k, v in fresh.items() if k.startswith(F.MP) or k == "batch_size"}
+    set_form({"method": method, **mine, F.GIVEN: given + [k for k in fresh[F.GIVEN] if k.startswith(F.MP)]})
 
 
 def on_method():
-    preset, method = ss[K + "preset"], ss[K + "method"]
     link = ss.get(K + F.LINK) or {}  # the old method's settings are not the form's any more
     ss[K + F.LINK] = {k: v for k, v in link.items() if not k.startswith(F.MP)}
-    if preset != F.NO_PRESET and not M.is_entry(ss.get(K + "arch")):
-        given = [k for k in ss.get(K + F.GIVEN) or [] if not k.startswith(F.MP)]
-        fresh = F.default_form(preset, method)
-        # with "method": set_form files the preset's settings under the new method's widgets
-        mine = {k: v for k, v in fresh.items() if k.startswith(F.MP) or k == "batch_size"}
-        set_form({"method": method, **mine, F.GIVEN: given + [k for k in fresh[F.GIVEN] if k.startswith(F.MP)]})
-    else:  # no preset, or a models-folder network (no preset knows it)
-        method_defaults()
+    method_defaults(ss[K + "preset"])
 
 
 def on_shape():
@@ -127,9 +117,9 @@ def edited(field: str, then=None):
 
     def callback():
         ss.pop(LINK_NOTICE, None)  # the user has taken the form over from the link
-        link = ss.get(K + F.LINK) or {}
-        if field in link:
+        if field in (link := ss.get(K + F.LINK) or {}):
             ss[K + F.LINK] = {k: v for k, v in link.items() if k != field}
+
         if then is not None:
             then()
 
@@ -140,9 +130,8 @@ def on_start():
     """Launch the form's run once per click: the same config again within START_DEDUP_S is the same click."""
     form = _ordered_form()
     got = checked_form(form, click=True)
-    cfg, errors = got.cfg, got.errors
-    if cfg is None:
-        ss["notice"] = f"Not started: fix {ui.count(len(errors), 'field')}."
+    if (cfg := got.cfg) is None:
+        ss["notice"] = f"Not started: fix {ui.count(len(got.errors), 'field')}."
         return
     if M.is_entry(form["arch"]):  # the worker imports the file: admm train --model FILE.py:Name --split …
         spec, split = form["arch"], list(form["split"])
@@ -191,9 +180,8 @@ def _load_config(cfg: dict) -> None:
     form, problems = F.form_from_dict(cfg)
     set_form({F.LINK: {}, **form})  # the loaded config replaces what a link gave
     ss.pop(LINK_NOTICE, None)
-    ss["form_notice"] = "Loaded the run's configuration into the form." + (
-        " Not loaded: " + " · ".join(problems) if problems else ""
-    )
+    not_loaded = " Not loaded: " + " · ".join(problems) if problems else ""
+    ss["form_notice"] = "Loaded the run's configuration into the form." + not_loaded
 
 
 def _ordered_form() -> dict:
@@ -240,49 +228,45 @@ def note(notes: dict, field: str) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def _reference_form(preset: str, method: str) -> dict:
-    """The form a preset (or none: the config's defaults) gives: what a field's help compares with."""
+def _reference_form(preset: str | None, method: str) -> dict:
+    """The form a preset gives (its measured method settings marked given): what a field's help
+    compares with; {} for no preset."""
     try:
-        return F.default_form(preset, method)
+        return F.default_form(preset, method) if preset in PRESETS else {}
     except (ConfigError, KeyError):
         return {}
 
 
-def in_force(ff: F.FormField, form: dict) -> str:
-    """A field's value in force and where it comes from, for its help: the preset's value, the
-    default, or set here (by hand, a link or a loaded run)."""
-    if ff.key in ("preset", "method") or ff.kind == "hidden" or ff.key not in form:
-        return ""
-    value, method = form[ff.key], form.get("method", F.DEFAULT_METHOD)
-    preset = form.get("preset")
-    shown = ", ".join(map(str, value)) or "none" if isinstance(value, list) else F.label_of(ff, value)
-    if ff.kind == "split":
-        try:
-            split = F.split_options(*F.network_of(form))[1]
-        except (ConfigError, KeyError, TypeError):
-            return ""
-        source = "the network's default split" if value == split else "set here"
-        return f"In force: {shown}, {source}. "
-    default = ff.default
-    if preset in PRESETS and _reference_form(preset, method).get(ff.key) == value:
-        source = f"the preset {preset}'s" + ("" if value == default else f" (the default: {F.label_of(ff, default)})")
-    elif value == default:
-        source = "the default"
-    else:
-        source = "set here"
-    return f"In force: {shown}, {source}. "
+def field_help(ff: F.FormField, form: dict) -> str:
+    """A field's help: what it is, the value in force and where it comes from (the preset's value,
+    the default, or set here by hand, a link or a loaded run), and its code name."""
+    if ff.key.startswith(F.MP):
+        return setting_help(ff, form)
+    said = ""
+    if ff.key not in ("preset", "method") and ff.key in form:
+        value, preset, default = form[ff.key], form.get("preset"), ff.default
+        shown = ", ".join(map(str, value)) or "none" if isinstance(value, list) else F.label_of(ff, value)
+        if ff.kind == "split":
+            try:
+                default = F.split_options(*F.network_of(form))[1]
+                source = "the network's default split" if value == default else "set here"
+            except (ConfigError, KeyError, TypeError):
+                source = None
+        elif preset in PRESETS and _reference_form(preset, form.get("method", F.DEFAULT_METHOD)).get(ff.key) == value:
+            source = f"the preset {preset}'s" + (
+                "" if value == default else f" (the default: {F.label_of(ff, default)})"
+            )
+        else:
+            source = "the default" if value == default else "set here"
+        said = f"In force: {shown}, {source}. " if source else ""
+    code = f"{said}Setting `{ff.path or ff.key}`."  # the code name: messages use the label
+    return f"{ff.help.rstrip('.')}. {code}" if ff.help else code
 
 
-def field_widget(ff: F.FormField, form: dict, notes: dict, key: str | None = None, help: str | None = None) -> None:
-    """The widget of one form field, as its metadata declares it; its message below. Every form of
-    the page draws with it: ``key`` is the widget's key (default: :func:`wkey`), ``help`` its help
-    (default: what it is, the value in force and its code name)."""
-    if help is None and ff.key.startswith(F.MP):
-        help = setting_help(ff, form)
-    elif help is None:
-        code = f"{in_force(ff, form)}Setting `{ff.path or ff.key}`."  # the code name: messages use the label
-        help = f"{ff.help.rstrip('.')}. {code}" if ff.help else code
-    kw = {"key": key or wkey(ff.key), "help": help, "disabled": not ff.enabled(form)}
+def field_widget(ff: F.FormField, form: dict, notes: dict) -> None:
+    """The widget of one form field, as its metadata declares it, with its message below: every
+    form of the page (the network's, the method's settings, DeepFacto's) draws with it."""
+    kw = {"key": wkey(ff.key), "help": field_help(ff, form), "disabled": not ff.enabled(form)}
     if kw["key"].startswith(K):  # the network form's: a link's error about the field goes once it is edited
         kw["on_change"] = edited(ff.key, ON_CHANGE.get(ff.key))
     if ff.menu == "archs":
@@ -293,15 +277,13 @@ def field_widget(ff: F.FormField, form: dict, notes: dict, key: str | None = Non
         st.selectbox(ff.label, F.choices(ff, form), format_func=fmt, **kw)
     elif ff.kind == "split":  # the options keep a wrong entry of a link or a loaded config: its message says why
         labels = F.split_labels(form)  # layer3 (= layer3.1): typing either name finds it
-        opts = F.choices(ff, form)
-        st.multiselect(ff.label, opts, format_func=lambda v: labels.get(v, v), wrap=True, **kw)  # on rows
+        st.multiselect(ff.label, F.choices(ff, form), format_func=lambda v: labels.get(v, v), wrap=True, **kw)
     elif ff.kind == "check":
         st.checkbox(ff.label, **kw)
     elif ff.kind in ("int", "float"):
         # no min_value / max_value: a browser refuses a typed value outside them without telling the page
         # (a red outline, the old value kept), so 0 epochs is sent as typed and the field's message says why
-        num = int if ff.kind == "int" else float
-        st.number_input(ff.label, step=num(ff.step or 1), **kw)
+        st.number_input(ff.label, step=(int if ff.kind == "int" else float)(ff.step or 1), **kw)
     else:
         st.text_input(ff.label, **kw)
     if ff.menu == "presets" and ss.get("preset_edited") and form.get(ff.key) != F.NO_PRESET:
@@ -318,23 +300,19 @@ def keep_undrawn(keys) -> None:
             ss[k] = ss[k]
 
 
-def _width(ff: F.FormField, form: dict) -> int:
-    """A field's share of its row, in characters: its label (a checkbox's box beside it), a menu's
-    value with its arrow, and room for a number box's − / + (12 at least)."""
-    value = len(F.label_of(ff, form.get(ff.key))) + 6 if ff.kind == "select" else 0
-    return max(len(ff.label) + 7 * (ff.kind == "check"), value, 12)
-
-
 def field_row(fields: list[F.FormField], form: dict, notes: dict, most: int = F.ROW_MAX) -> None:
-    """Fields in rows of at most ``most``, as even as can be, each row's messages below it at the
-    row's width. A field that does not apply (the other network's size field, Init σ under the
-    default initialisation, the split of an end-to-end method) is not drawn unless it has a message;
-    its value is kept (:func:`keep_undrawn`)."""
+    """Fields in rows of at most ``most``, each row's messages below it at the row's width. A field
+    that does not apply (the other network's size field, Init σ under the default initialisation, the
+    split of an end-to-end method) is not drawn unless it has a message; its value is kept."""
     shown = [ff for ff in fields if ff.enabled(form) or ff.key in notes]
     keep_undrawn(wkey(ff.key) for ff in fields if ff not in shown)
     for row in F.rows(shown, most):
         mine = {ff.key: notes.pop(ff.key) for ff in row if ff.key in notes}
-        for col, ff in zip(st.columns([_width(ff, form) for ff in row]), row):
+        # each field's share of its row, in characters: its label (a checkbox's box beside it), a menu's
+        # value with its arrow, and room for a number box's − / + (12 at least)
+        menu = lambda ff: len(F.label_of(ff, form.get(ff.key))) + 6 if ff.kind == "select" else 0
+        widths = [max(len(ff.label) + 7 * (ff.kind == "check"), menu(ff), 12) for ff in row]
+        for col, ff in zip(st.columns(widths), row):
             with col:
                 field_widget(ff, form, notes)
         notes.update(mine)
@@ -386,63 +364,48 @@ def form_section(form: dict, got: F.FormCheck, notes: dict) -> None:
         note(notes, "memory")
 
 
-def folded(label: str, key: str, widget_keys: list[str], has_message: bool):
-    """An expander whose widgets exist only while it is open: the container to draw them in, or None.
-
-    Closed, its widgets are not sent at all (docs/reliability.md "First paint"); their values
-    (``widget_keys``) are kept (:func:`keep_undrawn`). One with a message (``has_message``) opens.
-    """
-    if has_message:
+def folded(label: str, key: str, fields: list[F.FormField], form: dict, notes: dict) -> None:
+    """``fields`` in an expander whose widgets exist only while it is open: closed, they are not sent
+    at all (docs/reliability.md "First paint") and their values are kept. One with a message opens."""
+    if any(ff.key in notes for ff in fields):
         ss[key] = True
     box = st.expander(label, key=key, on_change="rerun")
     if not box.open:
-        keep_undrawn(widget_keys)
-        return None
-    return box
-
-
-@functools.lru_cache(maxsize=64)
-def _measured(preset: str | None, method: str) -> dict:
-    """The settings of ``method`` a preset's recipe gives (values measured for it); {} for none."""
-    return preset_config(preset, method).method_params if preset in PRESETS else {}
+        keep_undrawn(wkey(ff.key) for ff in fields)
+        return
+    with box:
+        field_row(fields, form, notes, most=4)
 
 
 def setting_help(ff: F.FormField, form: dict) -> str:
-    """A method setting's help: what it is, the value in force and where it comes from (the preset's
-    measured value, the method's default, or set here), the method's default beside any other,
-    whether that default is a measured one (it differs from the paper's algorithm as printed: the
-    record's ``PAPER``), and its code name. A models-folder network has no preset: the method's
-    defaults are the recipe measured across the zoo."""
+    """A method setting's help, as :func:`field_help`'s (under a preset, the value measured for it;
+    a models-folder network has none: the method's defaults are the recipe measured across the zoo),
+    with the method's default beside any other and whether that default is a measured one (it
+    differs from the paper's algorithm as printed: the record's ``PAPER``)."""
     method, name = form.get("method", F.DEFAULT_METHOD), ff.key[len(F.MP) :]
     s = next(x for x in METHODS[method].settings() if x["name"] == name)
-    paper, value, preset = METHODS[method].PAPER, form.get(ff.key), form.get("preset")
-    measured = _measured(None if M.is_entry(form.get("arch")) else preset, method)
-    shown = F.fmt_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
-
-    def same(v) -> bool:
-        return (str(v) if isinstance(v, (bool, str)) else F.fmt_number(v)) == shown
-
-    if s["name"] in measured and same(measured[s["name"]]):
+    preset, paper = form.get("preset"), METHODS[method].PAPER
+    ref = _reference_form(None if M.is_entry(form.get("arch")) else preset, method)
+    text = lambda v: str(v) if isinstance(v, (bool, str)) else F.fmt_number(v)
+    shown = text(form.get(ff.key))
+    if ff.key in ref.get(F.GIVEN, ()) and text(ref[ff.key]) == shown:
         source = f"the value measured for the preset {preset}"
-    elif same(s["default"]):
+    elif text(s["default"]) == shown:
         source = "the method's default"
     else:
         source = "set here (or by the link or loaded run)"
-    default = "" if source == "the method's default" else f"; the method's default is {F.fmt_number(s['default'])}"
-    if s["name"] in paper and paper[s["name"]] != s["default"]:
-        printed = paper[s["name"]]
-        printed = F.fmt_number(printed) if isinstance(printed, float) else str(printed)
+    default = "" if source == "the method's default" else f"; the method's default is {text(s['default'])}"
+    if name in paper and paper[name] != s["default"]:
         default += (
-            f" (a measured default, docs/deviations.md: the paper's algorithm as printed has {printed}, Recipe = paper)"
+            f" (a measured default, docs/deviations.md: the paper's algorithm as printed has {text(paper[name])}, "
+            "Recipe = paper)"
         )
-    return f"{s['help']}. In force: {shown}, {source}{default}. Setting `{s['name']}`."
+    return f"{s['help']}. In force: {shown}, {source}{default}. Setting `{name}`."
 
 
 def method_section(form: dict, notes: dict) -> None:
     """Method, training settings and the method's own settings (the rest in folded expanders)."""
-    groups = F.groups()
-    known = {"data", "network", "method", "train"}
-    method = ss[K + "method"]
+    groups, method = F.groups(), ss[K + "method"]
     cls = METHODS[method]
     # the settings that apply now (the record says which: not the duals of gotmare, not power_steps
     # with a fixed Z step, ...), and any other with a message; the rest keep their values unseen
@@ -451,33 +414,16 @@ def method_section(form: dict, notes: dict) -> None:
     settings = [s for s in cls.settings() if s["name"] in applying or F.MP + s["name"] in notes]
     keep_undrawn(wkey(F.MP + s["name"], method) for s in cls.settings() if s not in settings)
     fields = [F.setting_field(method, s) for s in settings]  # labelled by the paper's symbol and words
-    more_settings = fields[MAIN_SETTINGS:]
     with st.container(border=True):
         st.markdown("**Method and training**")
-        field_row(groups["method"] + groups["train"], form, notes)
-        more = [f for g, fields in groups.items() if g not in known for f in fields]  # a new group lands here
-        box = folded(
-            f"More training settings ({len(more)})",
-            "train_more_open",
-            [K + f.key for f in more],
-            any(f.key in notes for f in more),
-        )
-        if box is not None:
-            with box:
-                field_row(more, form, notes, most=4)
+        field_row(groups.pop("method") + groups.pop("train"), form, notes)
+        more = [f for g, fs in groups.items() if g not in ("data", "network") for f in fs]  # a new group lands here
+        folded(f"More training settings ({len(more)})", "train_more_open", more, form, notes)
         end_to_end = "" if cls.uses_blocks else " (end-to-end: the split is ignored)"
         st.caption(f"**{method}** — {cls.summary}{end_to_end}")
         field_row(fields[:MAIN_SETTINGS], form, notes, most=4)
-        if more_settings:
-            box = folded(
-                f"More {method} settings ({len(more_settings)})",
-                f"mp_more_open.{method}",
-                [wkey(ff.key, method) for ff in more_settings],
-                any(ff.key in notes for ff in more_settings),
-            )
-            if box is not None:
-                with box:
-                    field_row(more_settings, form, notes, most=4)
+        if rest := fields[MAIN_SETTINGS:]:
+            folded(f"More {method} settings ({len(rest)})", f"mp_more_open.{method}", rest, form, notes)
 
 
 def draw_blocks(form: dict, got: F.FormCheck, uses_blocks: bool) -> None:
@@ -544,19 +490,12 @@ def draw_cuts(form: dict, got: F.FormCheck) -> None:
         st.warning(said + " Cut at narrower tensors or use fewer samples.") if state > limit else st.caption(said)
 
 
-def state_of_cuts(rows: list[dict], split: list[str], cfg: RunConfig) -> int:
-    """Bytes of Z/U a run keeps for a model file cut at ``split``: the method's estimate
-    (``estimate_state_bytes``) on the crossing tensors' sizes (``rows``: the cut table) and the
-    network's output (one float per class)."""
-    shapes = {r["name"]: r["out_shape"] or [0] for r in rows}
-    n, _ = samples(cfg)  # the training rows, as the memory estimate counts them
-    block_out = tuple(math.prod(shapes[s]) for s in split if s in shapes) + (DATASETS[cfg.data.name].n_classes,)
-    return int(cfg.method_settings.estimate_state_bytes(StateSizes(n, cfg.train.batch_size, block_out, block_out)))
+SET_UP = "The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
 
 
-def start_row(key: str, ready: bool, on_click, args: tuple = ()):
-    """Start, Load and the column for a one-line summary of the setup (returned), above a form, so
-    they are in view without scrolling; the toast of the last start."""
+def start_row(key: str, ready: bool, on_click, said: str, args: tuple = (), warn: bool = False) -> None:
+    """Start, Load and a one-line summary of the setup (``said``: what to fix, else the setup), above
+    a form, so they are in view without scrolling; the toast of the last start."""
     c = st.columns([1.1, 1.5, 3])
     c[0].button(
         "Start run",
@@ -564,67 +503,52 @@ def start_row(key: str, ready: bool, on_click, args: tuple = ()):
         type="primary",
         disabled=not ready,
         key=key,
+        width="stretch",
         on_click=on_click,
         args=args,
-        width="stretch",
     )
     with c[1].popover("Load a run's config", width="stretch"):
-        runs = ui.list_runs()
-        if runs:
+        if runs := ui.list_runs():
             by_name = {r["name"]: r for r in runs}
+            help_ = f"the {ui.MENU_SIZE} newest runs and the live ones; any run: Runs page → Load into Train"
             st.selectbox(
-                "Run",
-                ui.menu_names(runs),
-                key="load_run",
-                format_func=lambda n: ui.run_label(by_name[n]),
-                help=f"the {ui.MENU_SIZE} newest runs and the live ones; any run: Runs page → Load into Train",
+                "Run", ui.menu_names(runs), key="load_run", format_func=lambda n: ui.run_label(by_name[n]), help=help_
             )
-            st.button(
-                "Load into the form",
-                on_click=lambda: ui.on_load(ss["load_run"]) if ss.get("load_run") else None,
-                key="load_btn",
-            )
+            load = lambda: ui.on_load(ss["load_run"]) if ss.get("load_run") else None
+            st.button("Load into the form", on_click=load, key="load_btn")
         else:
             st.caption("No runs yet.")
+    (c[2].warning if warn else c[2].caption)(said)
     if ss.get("start_toast"):
         st.toast(ss.pop("start_toast"))
-    return c[2]
 
 
 def start_section(cfg: RunConfig | None, errors: dict, form: dict) -> None:
     """The network form's start row: what to fix, else the setup in one line."""
-    with start_row("start", cfg is not None, on_start):
-        if cfg is None:
-            fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
-            labels = F.error_labels(fields, form["method"])
-            said = [f"Fix {ui.count(len(fields), 'field')} below to start: {', '.join(labels)}."]
-            if "memory" in errors:
-                said.append("The run does not fit in memory: see the estimate under the block diagram.")
-            if "_form" in errors:
-                said.append("The setup as a whole is refused: see the message below the form.")
-            st.caption(" ".join(said[0 if fields else 1 :]))
-        else:
-            cls = METHODS[cfg.method]
-            own = M.is_entry(form["arch"])
-            T = (len(form["split"]) if own else len(split_of(cfg))) + 1 if cls.uses_blocks else 1
-            arch = M.label(form["arch"]) if own else F.network_caption(cfg.model)
-            st.caption(
-                f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · "
-                f"{cfg.train.epochs} epochs. The settings are below; the page URL holds this setup. "
-                "[Live panel ↓](#live)"
-            )
+    if cfg is None:
+        fields = {k: v for k, v in errors.items() if k not in ("memory", "_form")}  # "memory" is no field
+        said = [
+            f"Fix {ui.count(len(fields), 'field')} below to start: {', '.join(F.error_labels(fields, form['method']))}."
+        ]
+        if "memory" in errors:
+            said.append("The run does not fit in memory: see the estimate under the block diagram.")
+        if "_form" in errors:
+            said.append("The setup as a whole is refused: see the message below the form.")
+        return start_row("start", False, on_start, " ".join(said[0 if fields else 1 :]))
+    own = M.is_entry(form["arch"])
+    T = (len(form["split"]) if own else len(split_of(cfg))) + 1 if METHODS[cfg.method].uses_blocks else 1
+    arch = M.label(form["arch"]) if own else F.network_caption(cfg.model)
+    said = f"{cfg.data.name} · {arch} · T = {ui.count(T, 'block')} · {cfg.method} · {cfg.train.epochs} epochs. {SET_UP}"
+    start_row("start", True, on_start, said)
 
 
 # --- DeepFacto (LFWA faces) -------------------------------------------------------------------------
 
-
-def backbone_note(cfg: DeepFactoConfig) -> str:
-    trained = f"trained here ({cfg.backbone_epochs} epochs) or cached"
-    return (
-        f"the shipped backbone if it fits these settings, else one {trained}"
-        if cfg.backbone_source == "shipped"
-        else f"backbone {trained}"
-    )
+BACKBONES = {
+    "train": "the shipped one, or one trained here",
+    "saved": "a saved file",
+    "upload": "upload a weights file",
+}
 
 
 def backbone_choice(fields: list[F.FormField], form: dict, notes: dict) -> tuple[str | None, bool]:
@@ -632,14 +556,10 @@ def backbone_choice(fields: list[F.FormField], form: dict, notes: dict) -> tuple
     whether the choice is complete)."""
     st.radio(
         "Face backbone (block 1)",
-        ["train", "saved", "upload"],
+        list(BACKBONES),
         key="df_backbone",
         horizontal=True,
-        format_func={
-            "train": "the shipped one, or one trained here",
-            "saved": "a saved file",
-            "upload": "upload a weights file",
-        }.get,
+        format_func=BACKBONES.get,
         help="No pretrained weights are downloaded. The project ships a backbone trained on LFW with the default "
         "settings (assets/models); a run with other settings or images trains its own here (cached for the next "
         "run). Backbone source 'train' always uses one trained here.",
@@ -657,12 +577,8 @@ def backbone_choice(fields: list[F.FormField], form: dict, notes: dict) -> tuple
             return None, False
         st.selectbox("Backbone file", files, key="df_saved", format_func=lambda f: Path(f).name)
         return ss["df_saved"], True
-    up = st.file_uploader(
-        "Backbone weights (.pt: a state_dict of the face backbone, loaded as plain tensors only)",
-        key="df_upload",
-        type=["pt", "pth"],
-    )
-    if up is None:
+    what = "Backbone weights (.pt: a state_dict of the face backbone, loaded as plain tensors only)"
+    if (up := st.file_uploader(what, key="df_upload", type=["pt", "pth"])) is None:
         return None, False
     try:
         path = W.save_upload(up.name, up.getvalue())
@@ -711,29 +627,29 @@ def deepfacto_section() -> dict:
         cfg, errors = F.deepfacto_config(form, weights)
         for msg in errors.values():
             st.error(msg, icon="⚠️")
+    if lfw_problem:
+        said = f"LFWA is not here: {lfw_problem}"
+    elif cfg is None:
+        labels = [F.DF_FIELDS[f].label if f in F.DF_FIELDS else f for f in errors]
+        said = f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(labels)}."
+    elif not backbone_ok:
+        said = "Choose the face backbone below to start."
+    else:
+        trained = f"trained here ({cfg.backbone_epochs} epochs) or cached"
+        shipped = cfg.backbone_source == "shipped"
+        backbone = (
+            f"the shipped backbone if it fits these settings, else one {trained}" if shipped else f"backbone {trained}"
+        )
+        said = (
+            f"r = {cfg.rank} · {cfg.warmup_epochs} + {cfg.finetune_epochs} epochs on {cfg.admm_images} images · "
+            f"{'backbone ' + Path(weights).name if weights else backbone}. {SET_UP}"
+        )
     with top:
-        _deepfacto_start_row(cfg, errors, weights, backbone_ok, lfw_problem)
+        ready = cfg is not None and backbone_ok and lfw_problem is None
+        cfg_json = json.dumps(cfg.to_dict()) if cfg is not None else ""
+        start_row("start_df", ready, on_start_deepfacto, said, (cfg_json,), warn=bool(lfw_problem))
         ui.show_notice()  # "Not started: …", beside the button that was pressed
     return F.to_query(form, DEEPFACTO)
-
-
-def _deepfacto_start_row(cfg, errors: dict, weights, backbone_ok: bool, lfw_problem: str | None) -> None:
-    ready = cfg is not None and backbone_ok and lfw_problem is None
-    cfg_json = json.dumps(cfg.to_dict()) if cfg is not None else ""
-    with start_row("start_df", ready, on_start_deepfacto, (cfg_json,)):
-        if lfw_problem:
-            st.warning(f"LFWA is not here: {lfw_problem}")
-        elif cfg is None:
-            labels = [F.DF_FIELDS[f].label if f in F.DF_FIELDS else f for f in errors]
-            st.caption(f"Fix {ui.count(len(errors), 'field')} below to start: {', '.join(labels)}.")
-        elif not backbone_ok:
-            st.caption("Choose the face backbone below to start.")
-        else:
-            st.caption(
-                f"r = {cfg.rank} · {cfg.warmup_epochs} + {cfg.finetune_epochs} epochs on {cfg.admm_images} images · "
-                f"{'backbone ' + Path(weights).name if weights else backbone_note(cfg)}"
-                ". The settings are below; the page URL holds this setup. [Live panel ↓](#live)"
-            )
 
 
 # --- live view of one run ------------------------------------------------------------------------
@@ -755,13 +671,9 @@ def _chart_args(r: dict, drawn: tuple | None) -> dict:
     """The live charts component's arguments: the run, its charts' declarations and style
     (charts.live_spec, charts.STYLE), the route and token through which its page fetches the lines
     and the status, and the digest of what the panel drew (``drawn``; None: redraw once more)."""
-    out = dict(_chart_decl(run_method(r["config"], r.get("status")), r["name"]))
-    out["run"] = r["name"]
-    out["drawn"] = "" if drawn is None else L.digest(drawn)
-    out["live"] = (
-        {"route": T.ROUTE, "token": T.grant(r["dir"])} if FL.available() else {"route": None, "missing": NO_ROUTE}
-    )
-    return out
+    live = {"route": T.ROUTE, "token": T.grant(r["dir"])} if FL.available() else {"route": None, "missing": NO_ROUTE}
+    decl = _chart_decl(run_method(r["config"], r.get("status")), r["name"])
+    return {**decl, "run": r["name"], "drawn": "" if drawn is None else L.digest(drawn), "live": live}
 
 
 @st.fragment(key=LIVE_KEY)
@@ -839,21 +751,17 @@ def _run_panel(r: dict, c: list, drawn: tuple | None) -> None:
         st.markdown(ui.state_md(state))
     ui.show_notice()
     if state in ui.FAILED:
-        st.error(
-            f"The worker {state}: {status.get('error')}"
-            if state == "crashed"
-            else f"The run diverged: {status.get('error')}"
-        )
+        st.error(f"{'The worker crashed' if state == 'crashed' else 'The run diverged'}: {status.get('error')}")
         if tail := W.error_tail(run_dir, 3000):
             with st.expander("Last error output"):
                 st.code(tail)
     if run_kind(r["config"], r.get("status")) == DEEPFACTO and state == "finished":
-        st.page_link(
-            ui.HEATMAPS_PAGE,
-            label="Open its score maps in Heatmaps",
-            icon=":material/face:",
-            query_params={"run": r["name"]},
-        )
+        link = {
+            "label": "Open its score maps in Heatmaps",
+            "icon": ":material/face:",
+            "query_params": {"run": r["name"]},
+        }
+        st.page_link(ui.HEATMAPS_PAGE, **link)
     charts = LC.component()
     if charts is None:
         st.warning(LC.NO_FOLDER)
@@ -879,10 +787,7 @@ def main() -> None:
     if ss.get("form_notice"):
         st.info(ss.pop("form_notice"))
     if ss.get(LINK_NOTICE):  # until a field is edited: a rerun does not take it away
-        st.warning(
-            "Not applied from the link: " + " · ".join(ss[LINK_NOTICE]) + ".",
-            icon=":material/link_off:",
-        )
+        st.warning(f"Not applied from the link: {' · '.join(ss[LINK_NOTICE])}.", icon=":material/link_off:")
     st.segmented_control(
         "What to train",
         [NETWORK, DEEPFACTO],
@@ -901,10 +806,10 @@ def _form_part() -> None:
         mirror(deepfacto_section())
         return
     form, got, notes = validate()
-    cfg, errors = got.cfg, got.errors
     ss["train_form"] = form
     # Start first, in view: validate() checked the form before any widget is drawn
-    start_section(cfg, errors, form)
+    start_section(got.cfg, got.errors, form)
+
     ui.show_notice()
     form_section(form, got, notes)
     method_section(form, notes)
