@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 from pathlib import Path
 
 from .rundir import default_runs_dir, read_json_dict, read_metrics_cached
@@ -177,9 +178,15 @@ def stop_worker(pid: int | None) -> str | None:
     return None
 
 
-def stop_run(run_dir: str | Path) -> bool:
-    """SIGTERM the worker: it ends the epoch step, writes 'stopped' and stays resumable."""
-    return stop_worker(worker_pid(Path(run_dir))) is None
+def stop_run(run_dir: str | Path, pid: int | None = None) -> str | None:
+    """SIGTERM the run's worker: the one its status.json names while 'running', else ``pid`` (a
+    launcher's record of a worker that has not reported yet). None once signalled, else why not
+    (:func:`stop_worker`); a worker of another host is never signalled: its pid is that machine's."""
+    st = read_json_dict(Path(run_dir) / "status.json")
+    host = st.get("host")
+    if st.get("state") == "running" and host and host != socket.gethostname():
+        return f"its worker runs on {host}; stop it there"
+    return stop_worker(worker_pid(run_dir) or pid)
 
 
 # --- confinement: only a run directory strictly inside one allowed root is deleted ---------------
@@ -202,11 +209,12 @@ def confine_run_dir(run_dir: str | Path) -> Path:
     return real
 
 
-def delete_run(run_dir: str | Path) -> None:
+def delete_run(run_dir: str | Path, read_status=run_status, live: tuple = ("running",)) -> None:
     """Remove a run directory: only a real directory (no symlink) strictly inside the allowed root,
-    whose worker is not running. RuntimeError when it runs or is not a run directory."""
+    whose state (``read_status``: a launcher's reader may add its own, e.g. 'starting') is not one of
+    ``live``. RuntimeError when it runs or is not a run directory."""
     run_dir = confine_run_dir(run_dir)
-    if run_status(run_dir).get("state") == "running":
+    if read_status(run_dir).get("state") in live:
         raise RuntimeError(f"{run_dir.name} is running; stop it first")
     if not ((run_dir / "config.json").exists() or (run_dir / "status.json").exists()):
         raise RuntimeError(f"{run_dir} is not a run directory")

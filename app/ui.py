@@ -1,14 +1,14 @@
 """Streamlit helpers shared by the pages (the Streamlit-free ones are in :mod:`dashboard`).
 
-Selection: the run a page shows is the one the user picked (or just started), held by its
-id (the run directory's name) in ``st.session_state["watch"]`` and in the URL (``?run=``);
-never a position in a list, so it survives reruns, other runs finishing and new runs.
-The stop / resume / load callbacks here are the only ones; Train and Runs both use them.
+Selection: the run a page shows is the one the user picked (or just started), held by its id in
+``st.session_state["watch"]`` and in the URL (``?run=``), never by a position in a list, so it
+survives reruns, other runs finishing and new runs. Train and Runs share the callbacks here.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import functools
 import json
 import signal
 from pathlib import Path
@@ -26,27 +26,18 @@ from app.dashboard import meta as M
 from app.dashboard import models, workers
 
 ss = st.session_state
-_STACKS = []  # set once the SIGUSR1 handler is in place
 
 
+@functools.cache  # once per process
 def stacks_on_usr1() -> None:
-    """``kill -USR1 <server pid>`` writes every thread's Python stack to the server's log (once per
-    process): a tab that never finishes drawing can be told from a script run stuck in the server.
-    The browser tests send it when one of them fails (tests/conftest.py)."""
-    if not _STACKS and hasattr(signal, "SIGUSR1"):
+    """``kill -USR1 <server pid>`` writes every thread's Python stack to the server's log: a tab that
+    never finishes drawing can be told from a script run stuck in the server (tests/conftest.py
+    sends it when a browser test fails)."""
+    if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
-        _STACKS.append(True)
 
 
-STATE_COLOURS = {
-    "running": "green",
-    "starting": "orange",
-    "finished": "blue",
-    "stopped": "gray",
-    "crashed": "red",
-    "diverged": "red",
-    "unknown": "gray",
-}
+STATE_COLOURS = {"running": "green", "starting": "orange", "finished": "blue", "crashed": "red", "diverged": "red"}
 FAILED = ("crashed", "diverged")  # shown with their error message
 ACTIVE = workers.ACTIVE  # the one list of live states (app.dashboard.workers)
 TRAIN_PAGE = "views/train.py"
@@ -148,42 +139,26 @@ REFUSED_UPLOAD_JS = r"""<script>
 </script>"""
 
 
-def explain_refused_uploads() -> None:
-    """Add :data:`REFUSED_UPLOAD_JS` to the page (it runs once per tab)."""
+def explain_refused_uploads() -> None:  # the scripts run once per tab
     st.html(REFUSED_UPLOAD_JS, unsafe_allow_javascript=True, width="content")
 
 
 def keep_chart_views() -> None:
-    """Add :data:`KEEP_VIEW_JS` to the page (it runs once per tab)."""
     st.html(KEEP_VIEW_JS, unsafe_allow_javascript=True, width="content")
 
 
 def runs_root() -> Path:
-    """The runs folder chosen in the sidebar (main.py), else $ADMM_RUNS / ./runs."""
-    return workers.safe_runs_root(ss.get("runs_root") or None)  # confined to the allowed root
+    """The runs folder chosen in the sidebar (main.py), confined to the allowed root; else the default."""
+    return workers.safe_runs_root(ss.get("runs_root") or None)
 
 
 def runs_root_problem() -> str | None:
-    """Why the runs folder cannot be used (one sidebar message), or None."""
-    if refused := workers.runs_root_problem(ss.get("runs_root")):  # outside the allowed root, or a file
-        return refused
-    root = runs_root()
-    if root.exists() and not root.is_dir():
-        return f"Runs folder `{root}` is a file, not a folder: choose another one."
-    if root.exists():
-        try:
-            next(root.iterdir(), None)
-        except OSError as e:
-            return f"Runs folder `{root}` cannot be read: {e.strerror or e}."
-    return None
+    return workers.runs_root_problem(ss.get("runs_root"))
 
 
 def list_runs() -> list[dict]:
-    """workers.runs of the sidebar's folder with each run's meta.json; [] when it cannot be read."""
-    try:
-        runs = workers.runs(runs_root())
-    except OSError:  # the sidebar says why (runs_root_problem)
-        return []
+    """workers.runs of the sidebar's folder with each run's meta.json ([] when unreadable: the sidebar says why)."""
+    runs = workers.runs(runs_root())  # list_runs reads an unreadable folder as empty
     for r in runs:
         r["meta"] = _meta(r)
     return runs
@@ -193,7 +168,7 @@ _METAS: dict[str, tuple[int, dict]] = {}
 
 
 def _meta(r: dict) -> dict:
-    """meta.json of a run, kept while its directory is unchanged (``stamp`` from the runs index)."""
+    """meta.json of a run, kept while its directory's ``stamp`` (from the runs index) stands."""
     key, stamp = str(r["dir"]), r.get("stamp")
     if stamp is not None and (hit := _METAS.get(key)) is not None and hit[0] == stamp:
         return hit[1]
@@ -216,9 +191,8 @@ def menu_names(runs: list[dict], keep: str | None = None) -> list[str]:
 
 
 def state_md(state: str | None) -> str:
-    """Coloured markdown badge (for headings and captions)."""
     state = state or "unknown"
-    return f":{STATE_COLOURS.get(state, 'gray')}-badge[{state}]"
+    return f":{STATE_COLOURS.get(state, 'gray')}-badge[{state}]"  # stopped, unknown: gray
 
 
 # a longer run id is shortened in a table (Runs, a study's trials) to fit a 1280-px window beside the
@@ -241,17 +215,15 @@ def short_id(name: str, most: int = ID_CHARS) -> str:
 
 
 def count(n: int, noun: str) -> str:
-    """ "1 field", "3 fields": a count as a sentence says it, not "3 field(s)"."""
+    """ "1 field", "3 fields", not "3 field(s)"."""
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def run_label(r: dict) -> str:
     """'<id>', or '<name> (<id>)' for a run the user named: the label of a run in menus.
 
-    Never the state: Streamlit keeps a menu's pick by its label, so a label that changes while
-    the run goes ('… · starting' → '… · running') turned the pick into a stale string, and
-    the watched run was lost (seen in CI). The state is shown beside the menus instead.
-    """
+    Never the state: Streamlit keeps a menu's pick by its label, so a label that changed while the
+    run went ('… · starting' → '… · running') lost the watched run (seen in CI)."""
     name = (r.get("meta") or {}).get("name")
     return f"{name} ({r['name']})" if name else r["name"]
 
@@ -261,12 +233,9 @@ def run_label(r: dict) -> str:
 
 def watched() -> str | None:
     """The run id being watched: session state, else ``?run=`` in the URL."""
-    if ss.get("watch"):
-        return ss["watch"]
-    run = st.query_params.get("run")
-    if run:
+    if not ss.get("watch") and (run := st.query_params.get("run")):
         ss["watch"] = run
-    return run or None
+    return ss.get("watch") or None
 
 
 WATCH_GEN = "watch_gen"  # bumped by every watch(): the generation in the run menus' widget keys
@@ -274,11 +243,8 @@ WATCH_BOX = "watch_box"  # {"id": the watched run}: a plain dict a route's threa
 
 
 def watch(name: str | None) -> None:
-    """Pick ``name`` (a run id) on every page; mirrored into ``?run=``.
-
-    Bumps ``ss[WATCH_GEN]``: menus keyed by it become new widgets showing ``name``, so a refresh
-    that carries a menu's old value can never pick the old run again.
-    """
+    """Pick ``name`` (a run id) on every page; mirrored into ``?run=``. Bumps ``ss[WATCH_GEN]``: the
+    menus keyed by it are new widgets, so a refresh carrying a menu's old value cannot pick the old run."""
     ss["watch"] = name
     ss[WATCH_GEN] = ss.get(WATCH_GEN, 0) + 1
     ss.setdefault(WATCH_BOX, {})["id"] = name  # read by the worker panel's stamp, in the route's thread
@@ -299,10 +265,9 @@ def on_stop(name: str) -> None:
 def resume_refusal(run_dir: Path, status: dict, done: int, target: int) -> str | None:
     """Why resuming the run to ``target`` epochs cannot work (checked before its status is touched), or None.
 
-    An engine run must go past the epochs done. A DeepFacto run (its epochs are iterations)
-    follows :meth:`DeepFactoConfig.resumed_to`: an unfinished run may also resume to the
-    iterations it has done, which only finishes its evaluation (stopped during the SVMs).
-    """
+    An engine run must go past the epochs done; a DeepFacto run follows
+    :meth:`DeepFactoConfig.resumed_to` (an unfinished one may resume to the iterations done: it
+    only finishes its evaluation)."""
     saved = read_json(run_dir / "config.json", {}) or {}
     deepfacto = run_kind(saved, status) == DEEPFACTO  # what the run recorded, not which keys it has
     if deepfacto and not (run_dir / STATE_FILE).is_file():
@@ -325,13 +290,11 @@ def resume_refusal(run_dir: Path, status: dict, done: int, target: int) -> str |
 
 
 def on_resume(name: str, target_key: str) -> None:
-    """Resume ``name`` to the epoch in widget ``target_key`` unless :func:`resume_refusal` says why not."""
     run_dir = runs_root() / name
     target = int(ss.get(target_key) or 0)
     status = workers.state_of(run_dir)
     done = run_done_epochs(run_dir, status)
-    why = resume_refusal(run_dir, status, done, target)
-    if why:
+    if why := resume_refusal(run_dir, status, done, target):
         ss["notice"] = why
         return
     try:
@@ -360,11 +323,9 @@ LOAD_PARAM = "load"  # /?load=<run id>: the Train page opens with that run's con
 
 
 def take_load_link() -> None:
-    """On the Train page: ``?load=<run id>`` (a link from the Runs page) puts that run's config
-    into the form and watches it; the parameter is then dropped. Only a run listed in the
-    sidebar's runs folder can be loaded (a link cannot name a path)."""
-    name = st.query_params.get(LOAD_PARAM)
-    if name is None:
+    """On the Train page: ``?load=<run id>`` (the Runs page's link) loads that run, then is dropped.
+    Only a run listed in the sidebar's runs folder (a link cannot name a path)."""
+    if (name := st.query_params.get(LOAD_PARAM)) is None:
         return
     del st.query_params[LOAD_PARAM]
     if name not in {r["name"] for r in list_runs()}:
@@ -375,13 +336,13 @@ def take_load_link() -> None:
 
 
 def load_into_train(config: dict) -> None:
-    """Open the Train page with ``config`` (a config.json dict) in its form (e.g. a sweep's best trial)."""
+    """Open the Train page with ``config`` (a config.json dict) in its form."""
     ss["load_config"] = config
     st.switch_page(TRAIN_PAGE)
 
 
 def follow_goto() -> None:
-    """Call at the top of a page: a Load callback asked to open the Train page."""
+    """At the top of a page: a Load callback asked to open the Train page."""
     if ss.pop("goto_train", False):
         st.switch_page(TRAIN_PAGE, query_params={"run": ss.get("watch") or ""})
 
@@ -407,8 +368,8 @@ SCROLL_JS = """<script>/* %d */ (() => {
 
 
 def scroll_into_view(anchor: str, then: str | None = None) -> None:
-    """Scroll the page to the element with id ``anchor`` once; ``then``: a CSS selector of what comes
-    below it (the live charts), scrolled to the top too when it lies low or past the window's bottom."""
+    """Scroll to the element with id ``anchor`` once; then to what CSS selector ``then`` finds below it
+    (the live charts) when that lies low or past the window's bottom."""
     n = ss["scrolls"] = ss.get("scrolls", 0) + 1
     st.html(SCROLL_JS % (n, json.dumps([anchor, then])), unsafe_allow_javascript=True, width="content")
 

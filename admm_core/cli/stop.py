@@ -1,7 +1,7 @@
 """``admm stop RUN_DIR [--wait S]``: stop a run's worker cleanly, as the dashboard's Stop does.
 
 SIGTERM to the pid the run's status.json names, and only if that process really is an
-``admm_core train`` process (:func:`admm_core.runs.stop_worker`, the dashboard's own check): the
+``admm_core train`` process (:func:`admm_core.runs.stop_run`, the dashboard's own Stop): the
 worker ends its epoch step, writes 'stopped' and stays resumable (``admm train --resume RUN_DIR``).
 When there is nothing to stop (the run has ended, no worker has reported in it, its worker runs on
 another host, or the pid is not a worker's, which is never signalled) it says why in one line and
@@ -10,7 +10,6 @@ exits with 2. ``--wait``: return once the status says the run has ended (exit 1 
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from pathlib import Path
@@ -42,16 +41,13 @@ def refusal(run_dir: Path, status: dict) -> str | None:
         return "no worker has reported in it (no status.json); nothing to stop"
     if state != "running":
         return f"already {state}; no worker to stop"
-    host = status.get("host")
-    if host and host != socket.gethostname():  # its pid is that machine's, not this one's
-        return f"its worker runs on {host}; stop it there"
     return None
 
 
 def run(a) -> int:
     run_dir = Path(a.run_dir)
     status = run_status(run_dir)  # a worker that died without reporting is recorded 'crashed' here
-    why = refusal(run_dir, status) or R.stop_worker(R.worker_pid(run_dir))
+    why = refusal(run_dir, status) or R.stop_run(run_dir)
     if why:
         print(f"error: {a.run_dir}: {why}", file=sys.stderr)
         return 2

@@ -19,55 +19,41 @@ from app.dashboard import workers as W
 CHECKPOINT = "checkpoint.pt"
 
 
-def _is_checkpoint(rel: Path) -> bool:
-    return rel.suffix == ".pt"
-
-
-def _is_temp(rel: Path) -> bool:
-    return rel.suffix == ".tmp"  # a half-written atomic write (rundir._temp_of): the next one replaces it
-
-
-def run_files(root: str | Path, name: str, checkpoint: bool = False) -> list[Path]:
-    """The run's files to zip, relative to its directory, sorted; PermissionError when ``name`` is
-    not a run inside the allowed root, FileNotFoundError when it is not a folder."""
-    run_dir = W.run_path(root, name)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run = {name!r}: no such run directory in {root}")
+def _files(run_dir: Path, checkpoint: bool) -> list[Path]:
+    """The run's regular files, relative to it, sorted: no link, no half-written ``.tmp``, no ``.pt``
+    unless ``checkpoint``."""
     out = []
     for dirpath, dirnames, filenames in os.walk(run_dir):  # followlinks=False: linked folders not entered
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
         for f in filenames:
             p = Path(dirpath) / f
-            rel = p.relative_to(run_dir)
-            if p.is_symlink() or not p.is_file() or _is_temp(rel) or (_is_checkpoint(rel) and not checkpoint):
+            if p.is_symlink() or not p.is_file() or p.suffix == ".tmp" or (p.suffix == ".pt" and not checkpoint):
                 continue
-            out.append(rel)
+            out.append(p.relative_to(run_dir))
     return sorted(out)
 
 
 def run_zip(root: str | Path, name: str, checkpoint: bool = False) -> bytes:
-    """The zip of run ``name`` under ``root``: its files under a folder ``<name>/`` (config, metrics,
-    status, summary, meta, logs, TensorBoard event files; the checkpoint when ``checkpoint``).
-    A file that goes while zipping (a live run's rewrite) is skipped."""
+    """The zip of run ``name`` under ``root``, its files under a folder ``<name>/``; PermissionError
+    when ``name`` is not a run inside the allowed root, FileNotFoundError when it is no folder. A file
+    that goes while zipping (a live run's rewrite) is skipped."""
     run_dir = W.run_path(root, name)
-    files = run_files(root, name, checkpoint)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run = {name!r}: no such run directory in {root}")
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
-        for rel in files:
+        for rel in _files(run_dir, checkpoint):
             try:
-                data = (run_dir / rel).read_bytes()
+                z.writestr(f"{run_dir.name}/{rel.as_posix()}", (run_dir / rel).read_bytes())
             except OSError:
                 continue
-            z.writestr(f"{run_dir.name}/{rel.as_posix()}", data)
     return buf.getvalue()
 
 
 def checkpoint_bytes(root: str | Path, name: str) -> bytes:
     """The run's ``checkpoint.pt`` (b"" when it has none or it cannot be read), confined as above."""
     path = W.run_path(root, name) / CHECKPOINT
-    if path.is_symlink():
-        return b""
     try:
-        return path.read_bytes()
+        return b"" if path.is_symlink() else path.read_bytes()
     except OSError:
         return b""

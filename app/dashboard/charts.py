@@ -113,9 +113,8 @@ def _figure(
     legend: bool = False,
 ) -> go.Figure:
     """The shared look, built as one dict and validated once (plotly's update_* calls validate
-    on each call): wrapped title, legend in a band below the plot, readable log ticks, 2-decimal
-    hover; ``run`` in layout.meta; ``legend``: a legend even for one entry. No template: Streamlit's
-    theme (light or dark) styles the figure."""
+    on each call); ``run`` in layout.meta; ``legend``: a legend even for one entry. No template:
+    Streamlit's theme (light or dark) styles the figure."""
     lines = wrap(title).count("<br>") + 1
     layout = {
         "title": {
@@ -183,8 +182,7 @@ def _figure(
 NO_BLOCKS = "no blocks: end-to-end method"
 
 
-def _ytitle(text: str) -> dict:
-    """The y axis title: the math, so that chart titles fit one line."""
+def _ytitle(text: str) -> dict:  # the math on the y axis, so that chart titles fit one line
     return {"title": {"text": text, "font": {"size": 11}}}
 
 
@@ -248,10 +246,6 @@ def _has_data(ys: list) -> bool:
     return any(y is not None for y in ys)
 
 
-def n_blocks(metrics: list[dict], key: str) -> int:
-    return max((len(m.get(key) or []) for m in metrics if isinstance(m.get(key), list)), default=0)
-
-
 def spec_frame(chart: dict, run: str | None = None) -> dict:
     """A declared chart's layout with no trace (plotly JSON), which the browser completes."""
     layout = _figure([], chart["title"], chart["xtitle"], chart["ytitle"], run=run, yaxis=chart.get("yaxis"))
@@ -271,11 +265,9 @@ def accuracy_figure(metrics: list[dict]) -> go.Figure:
 
 
 def measured_seconds_per_epoch(metrics: list[dict], since: float | None = None) -> float | None:
-    """Wall seconds per epoch (training and evaluation) between evaluations logged after ``since``.
-
-    Only intervals whose both ends were written by the current worker (``time`` ≥ since)
-    count, so a resumed run is not charged for the pause. None before one epoch is measured.
-    """
+    """Wall seconds per epoch (training and evaluation) between the evaluations logged after
+    ``since`` (the current worker's start: a resumed run is not charged for the pause); None before
+    one epoch is measured."""
     pts = [m for m in metrics if finite(m.get("time")) and (since is None or m["time"] >= since - 1e-3)]
     if len(pts) < 2:
         return None
@@ -286,19 +278,13 @@ def measured_seconds_per_epoch(metrics: list[dict], since: float | None = None) 
 
 
 def eta_seconds(status: dict, metrics: list[dict] | None = None, now: float | None = None) -> float | None:
-    """Remaining seconds: epochs left × the measured s/epoch, less the time since the last evaluation.
-
-    None (shown as "estimating…") until the current worker has finished one evaluated epoch.
-    """
-    if status.get("state") != "running":
-        return None
+    """Remaining seconds: epochs left × the measured s/epoch, less the time since the last evaluation;
+    None (shown as "estimating…") until the current worker has finished one evaluated epoch."""
     spe = measured_seconds_per_epoch(metrics or [], status.get("started"))
-    if spe is None:
+    if status.get("state") != "running" or spe is None:
         return None
-    last = metrics[-1]
-    total = status.get("epochs") or 0
-    left = max(0.0, (total - last.get("epoch", 0)) * spe - ((now or time.time()) - last["time"]))
-    return left
+    last, total = metrics[-1], status.get("epochs") or 0
+    return max(0.0, (total - last.get("epoch", 0)) * spe - ((now or time.time()) - last["time"]))
 
 
 # --- Compare -------------------------------------------------------------------------------
@@ -310,11 +296,9 @@ def smooth(ys: list, weight: float) -> list:
         return list(ys)
     out, last = [], None
     for y in ys:
-        if y is None:
-            out.append(None)
-            continue
-        last = y if last is None else weight * last + (1 - weight) * y
-        out.append(last)
+        if y is not None:
+            last = y if last is None else weight * last + (1 - weight) * y
+        out.append(None if y is None else last)
     return out
 
 
@@ -355,9 +339,7 @@ PARALLEL_HEIGHT = 360  # px, its parallel coordinates
 
 @dataclass(frozen=True)
 class Overlay:
-    """How Compare draws one column of several runs or groups: the x axis (``epoch`` or
-    ``wall_time_s``), smoothing weight, log y axis, title, values as percent, height and the
-    points kept per curve (:func:`thin`)."""
+    """How Compare draws one column of several runs or groups (``max_points``: per curve, :func:`thin`)."""
 
     x_key: str = "epoch"
     smoothing: float = 0.0
@@ -368,12 +350,9 @@ class Overlay:
     max_points: int | None = None
 
     def figure(self, traces: list[dict], legend: bool = False) -> go.Figure:
-        """``legend``: a legend even for one entry (a grouped chart's says what is pooled)."""
         xtitle = "wall time (s)" if self.x_key == "wall_time_s" else "epoch"
-        ytitle = "%" if self.percent else ""
-        return _figure(
-            thin(traces, self.max_points), self.title, xtitle, ytitle, self.log_y, height=self.height, legend=legend
-        )
+        traces = thin(traces, self.max_points)
+        return _figure(traces, self.title, xtitle, "%" if self.percent else "", self.log_y, self.height, legend=legend)
 
 
 def compare_figure(series: list[tuple[str, list[dict]]], key: str, look: Overlay = Overlay()) -> go.Figure:
@@ -382,7 +361,7 @@ def compare_figure(series: list[tuple[str, list[dict]]], key: str, look: Overlay
     for i, (label, metrics) in enumerate(series):
         colour, xs = COLOURS[i % len(COLOURS)], metric_values(metrics, look.x_key)
         if metrics and isinstance(metrics[0].get(key), list):
-            for t in range(n_blocks(metrics, key)):
+            for t in range(max((len(v) for m in metrics if isinstance(v := m.get(key), list)), default=0)):
                 ys = [
                     _gap(v[t] if isinstance(v := m.get(key), list) and t < len(v) else None, look.log_y)
                     for m in metrics
@@ -438,14 +417,8 @@ def _parallel_axis(key: str, vals: list) -> tuple[dict, list[str]]:
     if log_axis(key, vals):
         ticks, text = log_ticks(vals)
         logs = [math.log10(v) for v in values]
-        log10_ticks = [math.log10(t) for t in ticks]
-        return {
-            "label": f"{label} (log)",
-            "values": logs,
-            "tickvals": log10_ticks,
-            "ticktext": text,
-            "range": [min(logs), max(logs)],
-        }, text
+        axis = {"values": logs, "tickvals": [math.log10(t) for t in ticks], "ticktext": text}
+        return {"label": f"{label} (log)", **axis, "range": [min(logs), max(logs)]}, text
     if all(isinstance(v, int) for v in vals) and len(set(vals)) <= 12:
         ticks = sorted(set(vals))
         names = [str(t) for t in ticks]
@@ -459,17 +432,10 @@ def parallel_figure(rows: list[dict], settings: list[dict], keys: list[str]) -> 
     axes = [_parallel_axis(k, [s[k] for s in settings]) for k in keys if all(s.get(k) is not None for s in settings)]
     acc = [r.get("final test %") for r in rows]
     dims = [d for d, _ in axes]
-    dims.append(
-        {"label": "final test %", "values": [float("nan") if a is None else a for a in acc], "tickformat": ".4~g"}
-    )
-    colorbar = {"title": {"text": "test %"}}
-    line = {
-        "color": [0 if a is None else a for a in acc],
-        "colorscale": "Viridis",
-        "showscale": True,
-        "colorbar": colorbar,
-    }
-    fig = go.Figure(go.Parcoords(line=line, dimensions=dims))
+    values = [float("nan") if a is None else a for a in acc]
+    dims.append({"label": "final test %", "values": values, "tickformat": ".4~g"})
+    line = {"color": [0 if a is None else a for a in acc], "colorscale": "Viridis", "showscale": True}
+    fig = go.Figure(go.Parcoords(line={**line, "colorbar": {"title": {"text": "test %"}}}, dimensions=dims))
     # tick names are drawn left of their axis: the first axis's need room ("online-admm" was clipped)
     first = axes[0][1] if axes else []
     left = max(60, 20 + PARALLEL_CHAR_PX * max((len(n) for n in first), default=0))
@@ -499,8 +465,7 @@ def _grid(runs_xy: list[tuple[list[float], list[float]]]) -> list[float]:
 
 
 def _interp(xr: list[float], yr: list[float], grid: list[float]) -> list[float | None]:
-    """A run's curve linearly interpolated at ``grid``; None outside the run's own x range (no
-    extrapolation: a run that ended early does not count past its end)."""
+    """A run's curve linearly interpolated at ``grid``; None outside its own x range (no extrapolation)."""
     out: list[float | None] = []
     j = 0
     for g in grid:

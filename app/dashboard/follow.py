@@ -1,17 +1,14 @@
 """How a fragment follows files on disk: the browser asks, the component reports, Streamlit reruns.
 
-A fragment that shows what the workers change takes a cheap *stamp* of the files it read (a few
-``stat`` calls) and ends with :func:`follow`: a zero-height component (``follow/index.html``) asks
-the stamp route (``GET {ROUTE}/<token>``, mounted by app/serve.py through :func:`routes`) every
-``every`` seconds and, when the stamp is not the drawn one, sets its value, which reruns the
-fragment it sits in. So an unchanged tab costs one small HTTP answer per period, nothing in the
-server runs on a timer, and every rerun is one the browser asked for once it had drawn the page
-(a rerun pushed into a tab still drawing blanked it: docs/reliability.md, "The blank tab").
-:func:`after_paint` is the same component answering once the browser has painted the page.
-
-Where the routes are not mounted (AppTest, ``streamlit run app/main.py``), :func:`available` is
-False: nothing follows, and :func:`after_paint` says "now". Streamlit is imported only inside the
-functions a page calls.
+A fragment takes a cheap *stamp* of the files it read (a few ``stat`` calls) and ends with
+:func:`follow`: a zero-height component (``follow/index.html``) asks the stamp route
+(``GET {ROUTE}/<token>``, mounted by app/serve.py) every ``every`` seconds and, when the stamp is not
+the drawn one, sets its value, which reruns the fragment. So an unchanged tab costs one small HTTP
+answer per period, nothing in the server runs on a timer, and every rerun is one the browser asked
+for once it had drawn the page (a rerun pushed into a tab still drawing blanked it:
+docs/reliability.md, "The blank tab"). :func:`after_paint` is the same component answering once the
+browser has painted the page. Without the routes (AppTest, ``streamlit run``) nothing follows and
+:func:`after_paint` says "now".
 """
 
 from __future__ import annotations
@@ -41,8 +38,7 @@ _component = None
 
 
 def routes() -> list:
-    """The dashboard's read-only routes, for ``st.App(..., routes=routes())``: the live charts' lines
-    (:mod:`app.dashboard.tail`) and the stamps :func:`follow` asks for."""
+    """The dashboard's read-only routes (app/serve.py): the live charts' lines and the stamps."""
     from starlette.routing import Route
 
     os.environ[ENV] = "1"  # the pages run in this process
@@ -53,12 +49,10 @@ def routes() -> list:
 
 
 def available() -> bool:
-    """Whether this server answers the routes (app/serve.py), so a component can follow."""
     return os.environ.get(ENV) == "1"
 
 
 def component():
-    """The follow component (its folder ships with the app)."""
     global _component
     if _component is None:
         from streamlit.components.v1 import declare_component
@@ -86,7 +80,7 @@ def register(token: str, stamp_fn: Callable[[], object]) -> None:
 
 
 def answer(token: str) -> bytes | None:
-    """The route's answer: the digest of the stamp now; None for an unknown token (a 404)."""
+    """The digest of the stamp now; None for an unknown token (a 404), b"" when it failed (a 503)."""
     with _lock:
         entry = _stamps.get(token)
         if entry is not None:
@@ -100,8 +94,7 @@ def answer(token: str) -> bytes | None:
     return json.dumps({"stamp": digest(stamp)}).encode()
 
 
-async def endpoint(request):
-    """Starlette handler for ``GET {ROUTE}/{token}``: the stamp functions stat files, off the event loop."""
+async def endpoint(request):  # the stamp functions stat files: off the event loop
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import Response
 
@@ -130,12 +123,10 @@ def follow(key: str, stamp_fn: Callable[[], object], drawn: object, every: float
 
 
 def after_paint(key: str) -> bool:
-    """May the fragment ``key`` (called from inside it) draw its heavy elements now?
-
-    True once the browser has painted the page around the fragment's first drawing (a sentinel drawn
-    then answers, which reruns the fragment), and from then on in this session. False before: the
-    caller draws light placeholders and returns. Without the routes (AppTest), and with
-    ``ADMM_DASH_CHARTS_AFTER_PAINT=0`` (the ablation row of experiments/first_paint.py): True."""
+    """May the fragment ``key`` (called from inside it) draw its heavy elements now? True once the
+    browser has painted the page around its first drawing (a sentinel then answers, which reruns it);
+    before, the caller draws placeholders. ``ADMM_DASH_CHARTS_AFTER_PAINT=0``: always (the ablation
+    of experiments/first_paint.py)."""
     if not available() or os.environ.get("ADMM_DASH_CHARTS_AFTER_PAINT") == "0":
         return True
     import streamlit as st

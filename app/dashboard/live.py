@@ -1,9 +1,7 @@
 """What the live panel shows, as a cheap stamp, and its progress text (no Streamlit here).
 
-The Train page's live panel is redrawn only when :func:`live_stamp` changes: its live charts ask the
-dashboard's route for the run's new lines and this stamp (:mod:`app.dashboard.tail`) and tell the
-page when the stamp is not the one it drew with (:mod:`app.dashboard.follow`). A handful of ``stat``
-calls and one small JSON read, so an unchanged or ended run costs the server almost nothing.
+The Train page's live panel is redrawn only when :func:`live_stamp` changes: its live charts fetch
+it with the run's lines (:mod:`app.dashboard.tail`) and tell the page (:mod:`app.dashboard.follow`).
 """
 
 from __future__ import annotations
@@ -18,18 +16,15 @@ from app.dashboard.workers import state_of
 
 
 def digest(stamp: object) -> str:
-    """A short text standing for ``stamp`` (tuples of strings and numbers): what a page and a route
-    compare (the same stamp gives the same text in any process)."""
+    """A short text standing for ``stamp`` (tuples of strings and numbers), the same in any process."""
     return hashlib.blake2b(repr(stamp).encode(), digest_size=8).hexdigest()
 
 
 def live_stamp(root: str | Path, watched: str | None, state: str | None = None) -> tuple:
-    """What the live panel draws itself, cheaply: the runs folder's listing (runs added or deleted:
-    its run menu), the watched run's launch and meta files (size, mtime: a Resume, a new name) and
-    its state as the dashboard reads it (:func:`workers.state_of`: 'starting' from the moment a
-    worker is launched, before it writes status.json). The progress, the ETA and the lines are the
-    live charts' own (they fetch them), so the worker's status rewrites every 0.5 s redraw nothing.
-    ``state``: the watched run's, where the caller has just read it."""
+    """What the live panel draws itself, cheaply: the runs folder's listing (its run menu), the
+    watched run's launch and meta files (a Resume, a new name) and its state (``state``: as the caller
+    has just read it). The progress and the lines are the live charts' own, so the worker's status
+    rewrites every 0.5 s redraw nothing."""
     root = Path(root)
     out = [str(root), watched, file_stamp(root)]
     if watched:
@@ -41,7 +36,7 @@ def live_stamp(root: str | Path, watched: str | None, state: str | None = None) 
 
 
 def progress_text(state: str, status: dict, done: int, epochs: int, metrics: list[dict]) -> tuple[float, str]:
-    """(fraction, caption) of the progress bar: epochs from the worker, ETA from the measured s/epoch."""
+    """(fraction, caption) of the progress bar; the ETA from the measured s/epoch."""
     if state == "starting":
         frac = done / epochs if epochs else 0.0
         return frac, f"starting · epoch {done}/{epochs or '?'} · {100 * frac:.0f}%"

@@ -1,12 +1,10 @@
-"""The live panel's charts: one Streamlit component (``declare_component``) whose iframe, under a
-stable key, persists across the panel's redraws, so a new point mounts nothing. Its page
-(``live_charts.html``) fetches the run's lines from the dashboard's route (:mod:`app.dashboard.tail`),
-draws the charts declared by :func:`app.dashboard.charts.live_spec` with the rules of
-``live_series.js``, and tells the panel when the run's state changes (``follow.js``).
+"""The live panel's charts: one Streamlit component whose iframe, under a stable key, persists
+across the panel's redraws, so a new point mounts nothing. Its page (``live_charts.html``) fetches
+the run's lines (:mod:`app.dashboard.tail`) and draws the charts of
+:func:`app.dashboard.charts.live_spec` with the rules of ``live_series.js``.
 
 The component's folder is made at runtime (``~/.cache/admm_core/``, else the temporary folder) with
-the ``plotly.min.js`` of the installed plotly package: nothing is fetched from the network and no
-copy of plotly.js is kept in the project.
+the installed plotly's ``plotly.min.js``: nothing is fetched and no copy of plotly.js is kept here.
 """
 
 from __future__ import annotations
@@ -34,8 +32,7 @@ def _plotly_js() -> Path:
 
 
 def asset_dir(bases: list[Path] | None = None) -> Path | None:
-    """The component's folder (:data:`FILES`), made once per version of its files; None when no
-    folder can be written."""
+    """The component's folder, made once per version of its files; None when none can be written."""
     import plotly
 
     pages = {
@@ -70,8 +67,7 @@ NO_FOLDER = "The live charts cannot be drawn: neither ~/.cache/admm_core nor the
 
 
 def component():
-    """The declared component, or None where its folder cannot be made (the panel then shows
-    :data:`NO_FOLDER`)."""
+    """The declared component, or None where its folder cannot be made (:data:`NO_FOLDER`)."""
     global _component
     if _component is None and (path := asset_dir()) is not None:
         from streamlit.components.v1 import declare_component

@@ -5,7 +5,6 @@ The engine never reads it; a run without one has no name (its id, the directory 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from admm_core.errors import ConfigError
@@ -17,12 +16,8 @@ MAX_NAME, MAX_TAGS, MAX_NOTE = 80, 20, 4000
 
 def read_meta(run_dir: str | Path) -> dict:
     """{name, tags, note} (empty values when there is no meta.json or it is unreadable)."""
-    try:
-        m = read_json_stamped(Path(run_dir) / META, {}) or {}
-    except (OSError, json.JSONDecodeError, ValueError):
-        m = {}
-    if not isinstance(m, dict):
-        m = {}
+    m = read_json_stamped(Path(run_dir) / META, {})  # {} when missing or unreadable
+    m = m if isinstance(m, dict) else {}
     tags = m.get("tags") or []
     return {
         "name": str(m.get("name") or ""),
@@ -61,17 +56,8 @@ def matches(r: dict, text: str) -> bool:
     text = text.strip().lower()
     if not text:
         return True
-    m = r.get("meta") or {}
-    cfg = r.get("config") or {}
-    hay = " ".join(
-        [
-            r["name"],
-            m.get("name", ""),
-            " ".join(m.get("tags", [])),
-            m.get("note", ""),
-            str(cfg.get("method", "")),
-            str((cfg.get("data") or {}).get("name", "")),
-            str(cfg.get("preset", "")),
-        ]
-    ).lower()
+    m, cfg = r.get("meta") or {}, r.get("config") or {}
+    words = [r["name"], m.get("name", ""), *m.get("tags", []), m.get("note", "")]
+    words += [str(cfg.get(k, "")) for k in ("method", "preset")] + [str((cfg.get("data") or {}).get("name", ""))]
+    hay = " ".join(words).lower()
     return all(word in hay for word in text.split())

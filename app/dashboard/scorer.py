@@ -1,13 +1,12 @@
 """The Heatmaps page's scorer: DeepFacto's network runs in a process of its own.
 
-Score maps need torch and a loaded model (about 800 MB resident), which would stay in the
-dashboard's server for good once anybody opened Heatmaps (docs/reliability.md). So the page asks a
-child process (``python -m admm_core.heatmaps serve``: one JSON line each way, arrays through files
-in a private temporary folder, read without pickle), started on the first request and ended after
-:data:`IDLE_S` seconds without one. The folder goes with the process: removed by the server when
-it ends the scorer, by the scorer when its stdin ends, or by a later server when the folder's
-server pid is gone. A failed request raises the engine's own exception; a process that died or
-hung is started afresh on the next request.
+Score maps need torch and a loaded model (about 800 MB resident), which would stay in the server
+for good once anybody opened Heatmaps (docs/reliability.md). So the page asks a child process
+(``python -m admm_core.heatmaps serve``: one JSON line each way, arrays through files in a private
+temporary folder, read without pickle), started on the first request and ended after :data:`IDLE_S`
+idle seconds. The folder goes with the process (or with a later server, once its server pid is
+gone). A failed request raises the engine's own exception; a process that died or hung is started
+afresh on the next request.
 """
 
 from __future__ import annotations
@@ -55,7 +54,6 @@ class Scorer:
     def _start(self) -> None:
         _remove_orphans()
         self._dir = Path(tempfile.mkdtemp(prefix=f"admm-scorer-{os.getpid()}-"))
-        env = child_env()
         with open(self._dir / "stderr.txt", "wb") as err:  # the child keeps its own descriptor
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "admm_core.heatmaps", "serve", str(self._dir)],
@@ -63,7 +61,7 @@ class Scorer:
                 stdout=subprocess.PIPE,
                 stderr=err,
                 cwd=ROOT,
-                env=env,
+                env=child_env(),
                 text=True,
             )
         threading.Thread(target=self._reap_when_idle, args=(self._proc,), daemon=True).start()
@@ -97,7 +95,7 @@ class Scorer:
             self._close()
 
     def _running(self) -> Path:
-        """A live scorer (started afresh if there is none, or it died); returns its folder."""
+        """A live scorer's folder (started afresh if there is none, or it died)."""
         if self._proc is None or self._proc.poll() is not None:
             self._close()
             self._start()
@@ -127,8 +125,7 @@ class Scorer:
         return reply
 
     def _twice(self, ask):
-        """``ask()``, once more in a new process if the scorer ended without answering (killed, or
-        still dying from a kill when asked); a hang past the timeout is not asked again."""
+        """``ask()``, once more in a new process if the scorer ended without answering (not if it hung)."""
         try:
             return ask()
         except _Ended:
@@ -162,8 +159,7 @@ class _Ended(RuntimeError):
 
 
 def _remove_orphans() -> None:
-    """Remove ``admm-scorer-<pid>-*`` folders whose server is gone (both it and its scorer were
-    killed at once, e.g. a process group): nothing of a live server's is touched."""
+    """Remove ``admm-scorer-<pid>-*`` folders whose server is gone (killed with its scorer at once)."""
     for d in Path(tempfile.gettempdir()).glob("admm-scorer-*-*"):
         pid = d.name.split("-")[2]
         if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
@@ -174,8 +170,7 @@ _SCORER: Scorer | None = None
 _SCORER_LOCK = threading.Lock()
 
 
-def scorer() -> Scorer:
-    """The server's one scorer."""
+def scorer() -> Scorer:  # the server's one
     global _SCORER
     with _SCORER_LOCK:
         if _SCORER is None:

@@ -16,41 +16,31 @@ ENDED = ("finished", "stopped", "diverged", "crashed")  # a watched run entering
 
 def read_system(run_dir: str | Path, last: int = 2000) -> list[dict]:
     """The ``last`` samples of ``system.jsonl`` (a cut or foreign line is skipped; [] when absent)."""
-    out = []
     try:
         with open(Path(run_dir) / "system.jsonl") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and isinstance(rec.get("time"), (int, float)):
-                    out.append(rec)
+            recs = [_json(line) for line in f]
     except OSError:
-        pass
-    return out[-last:]
+        return []
+    return [r for r in recs if isinstance(r, dict) and isinstance(r.get("time"), (int, float))][-last:]
+
+
+def _json(line: str):
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def system_figure(samples: list[dict], run: str | None = None) -> go.Figure:
     """CPU % of the worker process (left axis; 100 = one core) and its memory in MB (right axis):
     RSS, and GPU memory allocated / peak allocated when the run uses CUDA. x = wall clock."""
     x = [dt.datetime.fromtimestamp(s["time"]) for s in samples]
+    mb = lambda key: [s[key] / MB if isinstance(s.get(key), (int, float)) else None for s in samples]
+    cpu = [s.get("cpu_percent") for s in samples]
     traces = [
+        go.Scatter(x=x, y=cpu, name="CPU %", mode="lines+markers", line={"color": "#2563eb"}, connectgaps=True),
         go.Scatter(
-            x=x,
-            y=[s.get("cpu_percent") for s in samples],
-            name="CPU %",
-            mode="lines+markers",
-            line={"color": "#2563eb"},
-            connectgaps=True,
-        ),
-        go.Scatter(
-            x=x,
-            y=[(s["rss_bytes"] / MB) if s.get("rss_bytes") else None for s in samples],
-            name="RSS (MB)",
-            mode="lines+markers",
-            yaxis="y2",
-            line={"color": "#16a34a"},
+            x=x, y=mb("rss_bytes"), name="RSS (MB)", mode="lines+markers", yaxis="y2", line={"color": "#16a34a"}
         ),
     ]
     if any("gpu_allocated_bytes" in s for s in samples):
@@ -58,10 +48,8 @@ def system_figure(samples: list[dict], run: str | None = None) -> go.Figure:
             ("gpu_allocated_bytes", "GPU allocated (MB)", "#dc2626"),
             ("gpu_max_allocated_bytes", "GPU peak (MB)", "#ea580c"),
         ):
-            ys = [(s[key] / MB) if isinstance(s.get(key), int) else None for s in samples]
-            traces.append(
-                go.Scatter(x=x, y=ys, name=name, mode="lines", yaxis="y2", line={"color": colour, "dash": "dot"})
-            )
+            dot = {"color": colour, "dash": "dot"}
+            traces.append(go.Scatter(x=x, y=mb(key), name=name, mode="lines", yaxis="y2", line=dot))
     fig = go.Figure(traces)
     fig.update_layout(
         title={"text": "Worker: CPU and memory", "font": {"size": 14}, "x": 0, "xanchor": "left"},
@@ -86,8 +74,7 @@ def system_figure(samples: list[dict], run: str | None = None) -> go.Figure:
 
 def notice_text(run: str, state: str, status: dict) -> str:
     """The one line said when the watched run ends: its state, epoch and, if any, the error."""
-    epoch = status.get("epoch")
-    epochs = status.get("epochs")
+    epoch, epochs = status.get("epoch"), status.get("epochs")
     at = f" at epoch {epoch}/{epochs}" if epoch is not None and epochs else ""
     err = f": {status['error']}" if state in ("diverged", "crashed") and status.get("error") else ""
     return f"Run {run} {state}{at}{err}"

@@ -1,14 +1,11 @@
 """The live charts' data channel: a run's new metrics lines over one HTTP route (no Streamlit here).
 
-Pushing each point through Streamlit cost a fragment rerun per open tab per point. Instead the
-live charts' page asks ``GET {ROUTE}/{token}?n=&gen=`` (twice a second while the run is live,
-every 2 s once it has ended) and gets only the lines it lacks (the engine's incremental reader,
-:func:`admm_core.rundir.metrics_since`; a new generation means start over), the panel's status
-(:func:`app.dashboard.workers.state_of`: 'starting' from the launch on, so the page keeps asking)
-and the digest of :func:`app.dashboard.live.live_stamp`, which reruns the panel when it changes.
-The page never names a path: :func:`grant` gives a random token per run directory, and the route
-serves that directory's metrics and status only (an unknown token is a 404). The route is mounted
-by ``app/serve.py`` (:func:`app.dashboard.follow.routes`).
+Pushing each point through Streamlit cost a fragment rerun per open tab per point. Instead the live
+charts' page asks ``GET {ROUTE}/{token}?n=&gen=`` (twice a second while the run is live, every 2 s
+once it has ended) and gets the lines it lacks (:func:`admm_core.rundir.metrics_since`; a new
+generation means start over), the panel's status and the digest of
+:func:`app.dashboard.live.live_stamp`, which reruns the panel when it changes. The page never names
+a path: :func:`grant` gives a random token per run directory (an unknown one is a 404).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from pathlib import Path
 from admm_core.compare import finite
 from admm_core.rundir import metrics_since, read_json_dict
 from admm_core.runs import done_epochs
-from app.dashboard.live import digest, live_stamp
+from app.dashboard.live import digest, live_stamp, progress_text
 from app.dashboard.workers import ACTIVE, state_of
 
 ROUTE = "/api/admm/live"
@@ -35,17 +32,15 @@ _token_of: dict[str, str] = {}  # run dir -> token
 
 def _clean(v):
     """NaN and ±inf as null: Python writes them into JSON, a browser's JSON.parse refuses them."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
     if isinstance(v, list):
         return [_clean(x) for x in v]
     if isinstance(v, dict):
         return {k: _clean(x) for k, x in v.items()}
-    return v
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def grant(run_dir: str | Path) -> str:
-    """A token that lets the live charts' page read ``run_dir``'s lines and status (stable per dir)."""
+    """The token (stable per dir) that lets the live charts' page read ``run_dir``'s lines and status."""
     key = str(Path(run_dir))
     with _lock:
         if key not in _token_of:
@@ -56,11 +51,8 @@ def grant(run_dir: str | Path) -> str:
 
 def panel_status(run_dir: Path, lines: list[dict], status: dict | None = None) -> dict:
     """What the panel shows beside the charts: state, the progress bar's fraction and text, the
-    latest test accuracy (None before the first line). ``status``: :func:`state_of` as already read."""
-    from app.dashboard.live import progress_text
-
-    if status is None:
-        status = state_of(run_dir)
+    latest test accuracy. ``status``: :func:`state_of` as already read."""
+    status = status or state_of(run_dir)
     state = status.get("state", "unknown")
     epochs = status.get("epochs")
     if not epochs:
@@ -79,10 +71,8 @@ def panel_status(run_dir: Path, lines: list[dict], status: dict | None = None) -
 
 
 def body(token: str, n: int, gen: int) -> bytes | None:
-    """The route's answer for ``token``: the lines from ``n`` on (all of them when ``gen`` is not
-    the reader's generation, e.g. after a rewrite) and the panel's status, as strict JSON; None for
-    an unknown token. Only complete lines: the page counts what it was given. ``stamp``: the digest
-    of what the panel around the charts draws (:func:`live_stamp`)."""
+    """The route's answer for ``token`` as strict JSON: the complete lines from ``n`` on (all when
+    ``gen`` is not the reader's generation), the panel's status and stamp; None for an unknown token."""
     with _lock:
         run_dir = _tokens.get(token)
     if run_dir is None:
@@ -103,8 +93,7 @@ def body(token: str, n: int, gen: int) -> bytes | None:
     return (head[:-1] + ',"lines":' + text + "}").encode()
 
 
-async def endpoint(request):
-    """Starlette handler for ``GET {ROUTE}/{token}?n=&gen=``: the files are read off the event loop."""
+async def endpoint(request):  # the files are read off the event loop
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import Response
 

@@ -1,14 +1,11 @@
 """Worker processes and run directories: launch, stop, resume, delete, read.
 
-A run started from the dashboard is ``python -m admm_core train --config RUN/config.json
---out RUN --quiet`` in its own session (``start_new_session``), so closing the tab or
-restarting the dashboard neither stops nor loses it. Everything the dashboard shows is read
-back from the run directory; the only extra files it writes are ``launch.json`` (the
-worker's pid and command line) and ``worker.log`` (the worker's stdout/stderr), so a worker
-that dies before the engine writes ``status.json`` is still reported with its last words.
-Finding a run's worker, signalling it only when it is one, the allowed root and deletion are the
-engine's (:mod:`admm_core.runs`, shared with ``admm stop`` and ``admm delete``); what is added
-here is the dashboard's own: launch.json's pid and the 'starting' state.
+A run started here is ``python -m admm_core train --config RUN/config.json --out RUN --quiet`` in a
+session of its own, so closing the tab or restarting the dashboard neither stops nor loses it. The
+only files the dashboard adds are ``launch.json`` (pid, command line) and ``worker.log`` (stdout and
+stderr), so a worker that dies before it writes ``status.json`` is reported with its last words.
+Stop, delete and the allowed root are the engine's (:mod:`admm_core.runs`, shared with the CLI);
+what is added here is launch.json's pid and the 'starting' state.
 """
 
 from __future__ import annotations
@@ -55,11 +52,8 @@ def runs_root(root: str | Path | None = None) -> Path:
 
 
 def confine_runs_root(text: str | Path | None) -> Path:
-    """The runs folder typed in the sidebar, if it lies inside :func:`allowed_root`.
-
-    ``..`` and symlinks are resolved before the check, so neither can lead outside. Raises
-    ConfigError naming the value otherwise.
-    """
+    """The runs folder typed in the sidebar, ``..`` and symlinks resolved, if it lies inside
+    :func:`allowed_root`; else ConfigError naming the value."""
     base = allowed_root()
     if text is None or not str(text).strip():
         return runs_root()
@@ -77,7 +71,7 @@ def confine_runs_root(text: str | Path | None) -> Path:
 
 
 def safe_runs_root(text: str | Path | None) -> Path:
-    """:func:`confine_runs_root`, falling back to the default folder when the value is refused."""
+    """:func:`confine_runs_root`, else the default folder."""
     try:
         return confine_runs_root(text)
     except ConfigError:
@@ -85,11 +79,18 @@ def safe_runs_root(text: str | Path | None) -> Path:
 
 
 def runs_root_problem(text: str | Path | None) -> str | None:
-    """One line for the sidebar when the typed runs folder is refused (None when it is fine)."""
+    """One line for the sidebar when the typed runs folder is refused or cannot be read (None when fine)."""
     try:
-        confine_runs_root(text)
+        root = confine_runs_root(text)
     except ConfigError as e:
         return f"{e}; showing {runs_root()}"
+    try:
+        if root.exists():
+            next(root.iterdir(), None)
+    except NotADirectoryError:  # the default folder may be a file
+        return f"Runs folder `{root}` is a file, not a folder: choose another one."
+    except OSError as e:
+        return f"Runs folder `{root}` cannot be read: {e.strerror or e}."
     return None
 
 
@@ -130,53 +131,45 @@ def _spawn(args: list[str], run_dir: Path, processes: int = 1) -> int:
     return proc.pid
 
 
+def _launch(run_dir: Path, config_json: str, args: list[str] | tuple = (), processes: int = 1) -> Path:
+    """Write RUN/config.json and start the worker training it; returns ``run_dir``."""
+    write_text_atomic(run_dir / "config.json", config_json)
+    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir), *args], run_dir, processes)
+    return run_dir
+
+
 def start_run(cfg: RunConfig, root: str | Path | None = None, processes: int = 1, checked: bool = False) -> Path:
     """Write RUN/config.json and launch a worker training it; returns the run directory.
 
-    The preflight (device, data, split, memory estimate) runs once per start, before anything is
-    written: here, unless the caller ran it on ``cfg`` already (``checked``: the Train page's
-    Start, whose form check is the preflight); a configuration that cannot run raises ConfigError /
-    DataError and leaves no directory behind. The worker is told (``--preflighted``) and does not
-    check again. ``processes`` > 1 starts that many processes through torchrun (block-admm /
-    gotmare only).
-    """
+    The preflight runs once, before anything is written: here, unless the caller ran it on ``cfg``
+    (``checked``: the Train form's check is the preflight); a configuration that cannot run raises
+    ConfigError / DataError and leaves no directory. The worker is told (``--preflighted``).
+    ``processes`` > 1: that many processes through torchrun (block-admm / gotmare only)."""
     worker_command([], processes)  # bad value: ValueError before anything is written
     if not checked:
         preflight(cfg, processes=processes)
     run_dir = new_run_dir(cfg, runs_root(root))  # created atomically, unique even for starts in the same second
-    write_text_atomic(run_dir / "config.json", cfg.to_json())
-    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir), "--preflighted"], run_dir, processes)
-    return run_dir
+    return _launch(run_dir, cfg.to_json(), ["--preflighted"], processes)
 
 
 def start_model_run(entry: str, split: list[str], cfg: RunConfig, root: str | Path | None = None) -> Path:
     """Launch ``admm train --model FILE.py:Name --split … --config RUN/config.json`` for a network of
-    the models folder (:mod:`app.dashboard.models`): ``cfg``'s data, method, settings and every
-    training field (its network part is not used: the file's is); the worker rewrites config.json as
-    the run's and writes model.json (with the file's source)."""
+    the models folder (:mod:`app.dashboard.models`): ``cfg`` but its network; the worker rewrites
+    config.json as the run's and writes model.json."""
     path, name = resolve(entry)
     run_dir = unique_run_dir(f"{name.lower()}-{cfg.method}-s{cfg.train.seed}", runs_root(root))
-    write_text_atomic(run_dir / "config.json", cfg.to_json())
-    args = ["--model", f"{path}:{name}", "--split", ",".join(split), "--config", str(run_dir / "config.json")]
-    _spawn([*args, "--out", str(run_dir)], run_dir)
-    return run_dir
+    return _launch(run_dir, cfg.to_json(), ["--model", f"{path}:{name}", "--split", ",".join(split)])
 
 
 def start_deepfacto(cfg: DeepFactoConfig, root: str | Path | None = None) -> Path:
-    """Write RUN/config.json of a DeepFacto run (:class:`admm_core.deepfacto.DeepFactoConfig`) and
-    launch its worker; the same lifecycle as :func:`start_run` (status, metrics, stop, resume).
-
-    Checked first, so a bad start leaves no directory: LFWA is found (DataError naming where it
-    looked) and a given backbone file loads as plain tensors (CheckpointError / ValueError).
-    """
+    """Write RUN/config.json of a DeepFacto run and launch its worker (the lifecycle of :func:`start_run`).
+    Checked first, so a bad start leaves no directory: LFWA is found and a given backbone loads."""
     device_name(cfg.device)
     find_lfw(cfg.data_root)
     if cfg.backbone_weights:
         check_backbone(cfg.backbone_weights)
     run_dir = unique_run_dir(run_dir_name(cfg), runs_root(root))
-    write_text_atomic(run_dir / "config.json", json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
-    _spawn(["--config", str(run_dir / "config.json"), "--out", str(run_dir)], run_dir)
-    return run_dir
+    return _launch(run_dir, json.dumps(run_config_dict(cfg), indent=2, sort_keys=True))
 
 
 # the worker's own check of a backbone file (admm_core.faces.backbone.load_backbone), in a process of its own
@@ -196,8 +189,7 @@ def check_backbone(path: str | Path) -> None:
     ValueError; the message names the file and why), asked of a short subprocess: the server never
     imports torch."""
     cmd = [sys.executable, "-c", _CHECK_BACKBONE, str(path)]
-    env = child_env()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=300)
     if done.returncode == 0:
         return
     kind, _, message = done.stdout.partition("\n")
@@ -221,11 +213,8 @@ def saved_backbones() -> list[Path]:
 
 
 def save_upload(name: str, data: bytes) -> Path:
-    """Keep an uploaded backbone file if it loads as plain tensors into the face backbone.
-
-    It is written under a name made from its content (never the uploader's name), checked by
-    :func:`check_backbone` and removed again when refused; raises ValueError with the reason.
-    """
+    """Keep an uploaded backbone file, under a name made from its content (never the uploader's),
+    if it loads into the face backbone (:func:`check_backbone`); else ValueError with the reason."""
     if len(data) > UPLOAD_LIMIT:
         raise ValueError(f"{name}: {len(data) / 10**6:.0f} MB, over the {UPLOAD_LIMIT // 10**6} MB limit")
     path = uploads_dir() / f"{hashlib.sha256(data).hexdigest()[:16]}.pt"
@@ -242,10 +231,7 @@ def save_upload(name: str, data: bytes) -> Path:
 
 
 def resume_run(run_dir: str | Path, epochs: int | None = None, processes: int | None = None) -> None:
-    """Continue a stopped / crashed / finished run from its last checkpoint (optionally longer).
-
-    ``processes`` defaults to the world size that wrote the checkpoint (a resume needs the same).
-    """
+    """Continue an ended run from its last checkpoint (to ``epochs``), in the world size that wrote it."""
     run_dir = confine_run_dir(run_dir)
     args = ["--resume", str(run_dir)]
     if epochs:
@@ -265,19 +251,19 @@ def resume_run(run_dir: str | Path, epochs: int | None = None, processes: int | 
         _spawn(args, run_dir, processes)
 
 
+def _launched_pid(run_dir: str | Path) -> int | None:
+    pid = read_json_dict(Path(run_dir) / "launch.json").get("pid")
+    return pid if isinstance(pid, int) else None
+
+
 def worker_pid(run_dir: Path) -> int | None:
-    """The engine's :func:`admm_core.runs.worker_pid`, else the pid launch.json recorded (a worker
-    launched from here that has not reported yet)."""
-    if (pid := R.worker_pid(run_dir)) is not None:
-        return pid
-    launch = read_json_dict(run_dir / "launch.json")
-    return launch["pid"] if isinstance(launch.get("pid"), int) else None
+    """The reported worker's pid (:func:`admm_core.runs.worker_pid`), else launch.json's."""
+    return R.worker_pid(run_dir) or _launched_pid(run_dir)
 
 
 def stop_run(run_dir: str | Path) -> bool:
-    """SIGTERM the worker (:func:`admm_core.runs.stop_worker`, its safety check included), also one
-    that has not reported yet: it ends the epoch step, writes 'stopped' and stays resumable."""
-    return R.stop_worker(worker_pid(Path(run_dir))) is None
+    """The engine's Stop (:func:`admm_core.runs.stop_run`), also of a worker not reported yet."""
+    return R.stop_run(run_dir, _launched_pid(run_dir)) is None
 
 
 def log_tail(run_dir: Path, n: int = 25) -> str:
@@ -300,15 +286,14 @@ def error_tail(run_dir: Path, chars: int = 4000) -> str:
 def launching(run_dir: Path) -> bool:
     """Whether a dashboard holds the run's launch.lock (:func:`resume_run` is starting it now)."""
     path = Path(run_dir) / "launch.lock"
-    if not path.exists():
-        return False
     try:
-        with open(path, "a") as f:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        if path.exists():
+            with open(path, "a") as f:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     except OSError:
-        return False
+        pass
     return False
 
 
@@ -317,20 +302,17 @@ def launching(run_dir: Path) -> bool:
 ACTIVE = ("running", "starting")
 
 
-def state_of(run_dir: str | Path) -> dict:
-    """The engine's run_status, plus 'starting' for a launched worker that has not reported yet.
+def _with_error(st: dict) -> dict:
+    return {**st, "error": st.get("error") or "crashed"} if st["state"] == "crashed" else st
 
-    Keys: state (running / finished / stopped / crashed / starting / unknown), error, pid,
-    epoch, epochs, progress, started, updated.
-    """
+
+def state_of(run_dir: str | Path) -> dict:
+    """The engine's run_status, plus 'starting' for a launched worker that has not reported yet."""
     run_dir = Path(run_dir)
-    st = dict(run_status(run_dir))
+    st = run_status(run_dir)
     if st.get("state"):
-        if st["state"] == "crashed" and not st.get("error"):
-            st["error"] = "crashed"
-        return st
-    launch = read_json_dict(run_dir / "launch.json")
-    pid = launch.get("pid") if isinstance(launch.get("pid"), int) else None
+        return _with_error(st)
+    pid = _launched_pid(run_dir)
     if pid and pid_alive(pid):
         return {"state": "starting", "pid": pid, "progress": 0.0}
     if pid is None and launching(run_dir):  # a Resume between its clean-up and its launch.json
@@ -343,23 +325,14 @@ def state_of(run_dir: str | Path) -> dict:
 
 
 def delete_run(run_dir: str | Path) -> None:
-    """The engine's :func:`admm_core.runs.delete_run` (a real directory strictly inside the allowed
-    root), never of a run this dashboard is starting."""
-    real = confine_run_dir(run_dir)
-    if state_of(real)["state"] in ACTIVE:
-        raise RuntimeError(f"{real.name} is running; stop it first")
-    R.delete_run(run_dir)
+    """The engine's delete, refused also while a worker launched from here has not reported."""
+    R.delete_run(run_dir, state_of, ACTIVE)
 
 
 def runs(root: str | Path | None = None) -> list[dict]:
     """list_runs with the dashboard's status (adds 'starting'); newest first."""
-    out = []
-    for r in list_runs(runs_root(root)):
-        r = dict(r)
-        st = r["status"]
-        if st.get("state"):  # list_runs read it (liveness checked): no second read
-            r["status"] = {**st, "error": st.get("error") or "crashed"} if st["state"] == "crashed" else st
-        else:
-            r["status"] = state_of(r["dir"])
-        out.append(r)
-    return out
+    # a status list_runs read (liveness checked) is not read again
+    return [
+        {**r, "status": _with_error(r["status"]) if r["status"].get("state") else state_of(r["dir"])}
+        for r in list_runs(runs_root(root))
+    ]

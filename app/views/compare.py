@@ -15,7 +15,7 @@ import streamlit as st
 
 from admm_core import compare as X
 from admm_core import runs as R
-from admm_core.rundir import file_stamp, write_text_atomic
+from admm_core.rundir import file_stamp, read_json_dict, write_text_atomic
 from admm_core.rundir import read_metrics_cached as read_metrics
 from admm_core.spec.kinds import DEEPFACTO, run_kind
 from admm_core.spec.presets import PAPER
@@ -31,20 +31,11 @@ MAX_DEFAULT = 6  # runs shown before any pick; from then on the pick is the user
 PICK_FILE = ".compare-pick.json"  # in the runs folder: the last pick, for the next visit (not a run: a file)
 
 
-def _url_selection(names: list[str]) -> list[str] | None:
-    q = st.query_params.get("runs")
-    if not q:
-        return None
-    return [n for n in q.split(",") if n in names]
-
-
-def _saved_pick(names: list[str]) -> list[str] | None:
-    """The last visit's pick, less the runs deleted since; None when there is none left."""
-    try:
-        data = json.loads((ui.runs_root() / PICK_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    ids = data.get("runs") if isinstance(data, dict) else None
+def _first_pick(names: list[str]) -> list[str] | None:
+    """The link's pick (``?runs=``), else the last visit's less the runs deleted since; None when neither."""
+    if q := st.query_params.get("runs"):
+        return [n for n in q.split(",") if n in names]
+    ids = read_json_dict(ui.runs_root() / PICK_FILE).get("runs")
     if not isinstance(ids, list):
         return None
     kept = [n for n in ids if isinstance(n, str) and n in names]
@@ -88,20 +79,11 @@ TABLE_FORMATS = {
     "s / epoch": "%.3f",
     "Z/U memory MiB": "%.3f",
 }
-# the element key of each of the engine's charts (admm_core.compare.COMPARE_CHARTS)
-ELEMENTS = {
-    "test accuracy": "cmp_acc",
-    "train accuracy": "cmp_tracc",
-    "train loss": "cmp_loss",
-    "residuals": "cmp_res",
-    "verification": "cmp_df_acc",
-    "nmf residual": "cmp_df_nmf",
-}
 TABLE_PLACEHOLDER_PX = 250  # about the data grid of the default 6 runs, so the page does not jump
 
 
 def placeholders(rows: int, cols: int = 2, height: int = C.OVERLAY_HEIGHT) -> None:
-    """Empty boxes where the charts will be, so the page does not jump when they come."""
+    """Boxes where the charts will be, so the page does not jump when they come."""
     for _ in range(rows):
         for col in st.columns(cols):
             col.container(height=height, border=True).caption("Drawing the chart…")
@@ -118,7 +100,7 @@ def parallel_section(rows: list[dict], flat: list[dict], differ: list[str]) -> N
 
 def gear_label(key: str, methods: list) -> str:
     """A compared setting by its Train form label ("m.lr" → "η — Θ step size", as the first of
-    ``methods`` that has it names it; "train.seed" → "Seed"); else its short name."""
+    ``methods`` that has it names it); else its short name."""
     if key.startswith("m."):
         for m in methods:
             if key[2:] in (labels := F.method_labels(m)):
@@ -130,8 +112,8 @@ def gear_label(key: str, methods: list) -> str:
 
 @st.fragment(key="cmp_table_section")
 def table_section(rows: list[dict], differ: list[str]) -> None:
-    """The runs' table (``rows``, with their ⚙ columns: the settings that differ) and its CSV, drawn
-    once the page is (Streamlit's data grid is a heavy chunk that delayed the controls)."""
+    """The runs' table, with ⚙ columns for the settings that differ, and its CSV; drawn once the page
+    is (Streamlit's data grid is a heavy chunk that delayed the controls)."""
     if not FL.after_paint("cmp_table_section"):
         st.container(height=TABLE_PLACEHOLDER_PX, border=True).caption("Drawing the table…")
         return
@@ -188,8 +170,7 @@ def table_section(rows: list[dict], differ: list[str]) -> None:
 @st.fragment(key="cmp_charts")
 def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> None:
     """The charts of the run records ``recs``, redrawn while one is live when a shown run writes a
-    new evaluation or changes state, at most every REDRAW_EVERY_S (:mod:`dashboard.follow`). A
-    redraw lists no runs and reads only the metrics lines added since the last one."""
+    new evaluation or changes state, at most every REDRAW_EVERY_S (:mod:`dashboard.follow`)."""
     if not FL.after_paint("cmp_charts"):  # the controls above are drawn first
         placeholders(2 if any(run_kind(r["config"] or {}, r.get("status")) != DEEPFACTO for r in recs) else 1)
         return
@@ -197,8 +178,7 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
     stamp = _stamp(dirs)
     nets, faces = [], []  # DeepFacto runs get their own charts: verification accuracy, per epoch
     cfgs = [r["config"] or {} for r in recs]
-    # legends say what differs, from the configs
-    legends = X.legend_labels(cfgs, [r["meta"]["name"] for r in recs])
+    legends = X.legend_labels(cfgs, [r["meta"]["name"] for r in recs])  # what differs
     grouped = group_by != "nothing"
     groups = X.group_labels(cfgs, [r["meta"]["tags"] for r in recs], group_by) if grouped else [""] * len(recs)
     for r, cfg, legend, group in zip(recs, cfgs, legends, groups):
@@ -221,7 +201,7 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
                 for s in items:
                     by_group.setdefault(s.group, []).append(s.metrics)
                 fig = C.group_figure(list(by_group.items()), c.key, look, spread)
-            col.plotly_chart(fig, key=ELEMENTS[name], config=ui.PLOTLY_CONFIG)
+            col.plotly_chart(fig, key="cmp_" + name.replace(" ", "_"), config=ui.PLOTLY_CONFIG)
     st.download_button(
         "Download the charts' data (CSV)",
         # built on the click: on every redraw of a live chart it was a pass over every line
@@ -231,8 +211,7 @@ def charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread) -> 
         mime="text/csv",
         key="cmp_series_csv",
     )
-    live = any((s or (0, 0, None))[2] in ui.ACTIVE for s in stamp)
-    if live:
+    if any((s or (0, 0, None))[2] in ui.ACTIVE for s in stamp):
         st.caption(f":green-badge[live] redrawn every {REDRAW_EVERY_S:g} s while a shown run writes new evaluations")
         FL.follow("cmp_charts", lambda: _stamp(dirs), stamp, every=REDRAW_EVERY_S)
 
@@ -252,27 +231,22 @@ def main() -> None:
         return
 
     c = st.columns([1, 1.6, 1.1, 1.3])
-    all_data = sorted({R.data_of(r) for r in runs})
-    all_methods = sorted({X.run_kind(r["config"]) for r in runs})
-    all_states = sorted({r["status"].get("state", "unknown") for r in runs})
-    # wrap: in a column the chips otherwise stay on one row and the last is cut ("block-adm…")
-    data_sel = c[0].multiselect("Data set", all_data, default=all_data, key="cmp_data", wrap=True)
-    method_sel = c[1].multiselect("Method / kind", all_methods, default=all_methods, key="cmp_methods", wrap=True)
-    state_sel = c[2].multiselect("Status", all_states, default=all_states, key="cmp_states", wrap=True)
+    facets = {
+        "cmp_data": ("Data set", R.data_of),
+        "cmp_methods": ("Method / kind", lambda r: X.run_kind(r["config"])),
+        "cmp_states": ("Status", lambda r: r["status"].get("state", "unknown")),
+    }
+    sel = {}
+    for col, (key, (label, of)) in zip(c, facets.items()):
+        values = sorted({of(r) for r in runs})
+        # wrap: in a column the chips otherwise stay on one row and the last is cut ("block-adm…")
+        sel[key] = col.multiselect(label, values, default=values, key=key, wrap=True)
     text = c[3].text_input("Filter (name, tags, note…)", key="cmp_filter")
     by_id = {r["name"]: r for r in runs}
-    pool = [
-        r
-        for r in runs
-        if R.data_of(r) in data_sel
-        and X.run_kind(r["config"]) in method_sel
-        and r["status"].get("state", "unknown") in state_sel
-        and M.matches(r, text)
-    ]
+    pool = [r for r in runs if all(of(r) in sel[k] for k, (_, of) in facets.items()) and M.matches(r, text)]
     names = [r["name"] for r in pool]
     if "cmp_runs" not in ss:  # a new session: the link's pick, else the last visit's, else the newest
-        pick = _url_selection(list(by_id))
-        pick = pick if pick is not None else _saved_pick(list(by_id))
+        pick = _first_pick(list(by_id))
         ss["cmp_default"] = pick is None
         ss["cmp_runs"] = pick if pick is not None else names[: min(MAX_DEFAULT, len(names))]
     # picked runs stay picked while a filter hides them from the pool
@@ -320,15 +294,13 @@ def main() -> None:
     recs = [by_id[n] for n in chosen]
     charts_section(recs, x_key, log_y, acc_log, smoothing, group_by, spread)
     rows, differ = X.compare_table(recs, [read_metrics(r["dir"]) for r in recs], PAPER)
-
     st.subheader("Table")
-    flat = [X.settings_of(cfg) for cfg in cfgs]
     table_section(rows, differ)
     st.subheader("Settings against final accuracy")
     if len(chosen) < 2 or not differ:
         st.caption("Pick two or more runs whose settings differ to see them in parallel coordinates.")
     else:
-        parallel_section(rows, flat, differ)
+        parallel_section(rows, [X.settings_of(cfg) for cfg in cfgs], differ)
 
 
 main()

@@ -28,14 +28,14 @@ st.caption(
 
 @st.cache_data(show_spinner="Reading the run's identity split…")
 def held_out_people(run_dir: str) -> dict[str, list[str]]:
-    """{person: image paths} of the run's test identities (deepfacto.test_people: the run's own split)."""
+    """{person: image paths} of the run's own test identities."""
     from admm_core.deepfacto.heldout import test_people  # no torch: the network is the scorer's
 
     return {p: [str(f) for f in files] for p, files in test_people(run_dir).items()}
 
 
 def lfw_problem() -> str | None:
-    """None when LFW can be found (data root or the default places), else why not (a few stat calls)."""
+    """None when LFW can be found, else why not (a few stat calls)."""
     from admm_core.spec.faces import find_lfw
 
     try:
@@ -47,8 +47,7 @@ def lfw_problem() -> str | None:
 
 @st.cache_data(show_spinner=False)
 def shipped_models(root: str, stamp: float = 0.0) -> list[dict]:
-    """The DeepFacto models of ``root`` (manifest entries; the files are verified on load);
-    ``stamp``: the manifest's mtime, so a re-made manifest is read again."""
+    """The DeepFacto models' manifest entries of ``root`` (``stamp``: the manifest's mtime)."""
     try:
         return shipped.entries("deepfacto", Path(root))
     except CheckpointError as e:
@@ -117,12 +116,13 @@ if source == "LFW test faces":
         person = c[0].selectbox(f"Person ({len(people)} held out of this model's training)", people, key="hm_person")
         images = [Path(f) for f in held[person]]
         label = f"Image (of {len(images)})"
-        idx = c[1].number_input(label, min_value=1, max_value=max(1, len(images)), value=1, key=f"hm_idx.{person}") - 1
+        idx = c[1].number_input(label, min_value=1, max_value=max(1, len(images)), value=1, key=f"hm_idx.{person}")
         if images:
+            image = images[int(idx) - 1]
             try:
-                face = faces.read_image(images[int(idx)].read_bytes())
+                face = faces.read_image(image.read_bytes())
             except (faces.UploadError, OSError) as e:
-                st.error(f"{images[int(idx)].name}: {e}")
+                st.error(f"{image.name}: {e}")
 elif source == "Mean training face":
     try:
         face = mean_face(models_root)
@@ -166,16 +166,8 @@ comps = c[0].multiselect(
     key=f"hm_comps.{ref}",
     wrap=True,  # r = 32 picks on rows, not a strip scrolled sideways
 )
-# the slider's value outlives the runs where it is not drawn (no face yet, other source)
-ss["hm_opacity"] = ss.get("hm_opacity_keep", 0.5)
-opacity = c[1].slider(
-    "Overlay opacity",
-    0.0,
-    1.0,
-    step=0.05,
-    key="hm_opacity",
-    on_change=lambda: ss.update(hm_opacity_keep=ss["hm_opacity"]),
-)
+# the value outlives the runs where the slider is not drawn (no face yet, other source)
+opacity = c[1].slider("Overlay opacity", 0.0, 1.0, 0.5, step=0.05, key="hm_opacity", persist_state="session")
 if not comps:
     st.info("Pick at least one component.")
     st.stop()

@@ -1,8 +1,7 @@
 """Runs: every run directory with its status, name, tags and size; details of the picked run.
 
-The table and the details panel are drawn from the same list of run records in one
-fragment, so they never disagree. The picked run is the dashboard's one selection (by id,
-``?run=`` in the URL), shared with the Train page.
+The table and the details are drawn from one list of run records in one fragment, so they never
+disagree. The picked run is the dashboard's one selection (by id, ``?run=``), shared with Train.
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ from app.dashboard import workers as W
 ss = st.session_state
 
 
-def _when(ts, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
-    return dt.datetime.fromtimestamp(ts).strftime(fmt) if ts else "—"
+def _when(ts) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
 
 
 def _moment(ts) -> dt.datetime | None:
@@ -60,12 +59,7 @@ def _do_delete(name):
 
 def _do_save_meta(name):
     try:
-        M.write_meta(
-            ui.runs_root() / name,
-            ss.get(f"meta_name.{name}", ""),
-            ss.get(f"meta_tags.{name}", ""),
-            ss.get(f"meta_note.{name}", ""),
-        )
+        M.write_meta(ui.runs_root() / name, *(ss.get(f"meta_{k}.{name}", "") for k in ("name", "tags", "note")))
         ss[f"meta_said.{name}"] = ("ok", "Saved.")  # said beside the button, not at the page's top
     except (ConfigError, OSError) as e:
         ss[f"meta_said.{name}"] = ("error", f"Not saved: {e}")
@@ -74,13 +68,16 @@ def _do_save_meta(name):
 PAGE_SIZE = 50  # rows drawn at once: a folder of a thousand runs is paged, not drawn whole
 
 
-def _size_stamp(status: dict) -> tuple | None:
-    """A finished run's size is kept until its status changes; a live run's is measured each time."""
-    return None if status.get("state") in ui.ACTIVE else (status.get("state"), status.get("updated"))
+def _size(r: dict) -> str:
+    """On disk: an ended run's size is kept until its status changes, a live run's measured each time."""
+    st_ = r["status"]
+    return human_bytes(
+        R.dir_size(r["dir"], None if st_.get("state") in ui.ACTIVE else (st_.get("state"), st_.get("updated")))
+    )
 
 
 def _page(runs: list[dict]) -> list[dict]:
-    """The rows of the page picked under the table (all of them when they fit on one page)."""
+    """The rows of the page picked under the table."""
     if len(runs) <= PAGE_SIZE:
         return runs
     pages = -(-len(runs) // PAGE_SIZE)
@@ -109,7 +106,7 @@ def table(runs: list[dict]) -> str | None:
                 "preset": cfg.get("preset") or "",
                 "epoch": R.epochs_text(r),
                 "test %": R.last_test(r),
-                "size": human_bytes(R.dir_size(r["dir"], _size_stamp(st_))),
+                "size": _size(r),
                 "started": _moment(R.started_at(st_)),
                 "duration": R.duration_text(st_),
                 "updated": _moment(st_.get("updated")),
@@ -162,12 +159,10 @@ def details(r: dict) -> None:
             + f"updated {_when(status.get('updated'))}"  # "started": not a column of the table
         )
         pid = f" · worker pid {status['pid']}" if status.get("pid") and state in ui.ACTIVE else ""  # live runs only
-        size = human_bytes(R.dir_size(run_dir, _size_stamp(status)))
-        st.caption(f"id `{name}`{pid} · {size} on disk · `{run_dir}`")
+        st.caption(f"id `{name}`{pid} · {_size(r)} on disk · `{run_dir}`")
         if state in ui.FAILED:
             st.error(f"{state.capitalize()}: {status.get('error')}")
-            tail = W.error_tail(run_dir, 4000)
-            if tail:
+            if tail := W.error_tail(run_dir, 4000):
                 with st.expander("error output"):
                     st.code(tail)
         b = st.columns([1.2, 1.2])
@@ -229,49 +224,39 @@ def downloads(name: str, run_dir: Path, cfg: dict) -> None:
         inside = True
     except PermissionError:
         inside = False
-    st.download_button(  # a row each: the checkpoint's label carries its size
+    ckpt_size = _checkpoint_size(run_dir) if inside else None
+
+    def button(place, label, data, file, mime, key, icon=":material/download:", **kw):
+        place.download_button(
+            label, data, icon=icon, file_name=f"{name}{file}", mime=mime, key=key, width="stretch", **kw
+        )
+
+    button(  # a row each: the checkpoint's label carries its size
+        st,
         "Whole run (.zip)" if inside else "Whole run (.zip): not offered, a link out of the runs folder",
         lambda: _read_or_empty(AR.run_zip, root, name),  # built on the click, in memory
+        ".zip",
+        "application/zip",
+        "runs_dl_zip",
         icon=":material/folder_zip:",
-        file_name=f"{name}.zip",
-        mime="application/zip",
-        key="runs_dl_zip",
         disabled=not inside,
         help="config, metrics, status, summary, name and tags, logs, TensorBoard event files; "
         "the checkpoint is its own download",
-        width="stretch",
     )
-    ckpt_size = _checkpoint_size(run_dir) if inside else None
-    st.download_button(
+    button(
+        st,
         "checkpoint.pt" + (" (none)" if ckpt_size is None else f" ({human_bytes(ckpt_size)})"),
         lambda: _read_or_empty(AR.checkpoint_bytes, root, name),
-        icon=":material/download:",
-        file_name=f"{name}-checkpoint.pt",
-        mime="application/octet-stream",
-        key="runs_dl_ckpt",
+        "-checkpoint.pt",
+        "application/octet-stream",
+        "runs_dl_ckpt",
         disabled=ckpt_size is None,
         help="what Resume continues from: torch.load(path, weights_only=True) reads it",
-        width="stretch",
     )
     d = st.columns(2)
-    d[0].download_button(
-        "config.json",
-        json.dumps(cfg, indent=2),
-        icon=":material/download:",
-        file_name=f"{name}-config.json",
-        mime="application/json",
-        key="runs_dl_cfg",
-        width="stretch",
-    )
-    d[1].download_button(
-        "metrics.jsonl",
-        lambda: _read_or_empty((run_dir / "metrics.jsonl").read_bytes),  # on the click, not on every redraw
-        icon=":material/download:",
-        file_name=f"{name}-metrics.jsonl",
-        mime="application/x-ndjson",
-        key="runs_dl_metrics",
-        width="stretch",
-    )
+    button(d[0], "config.json", json.dumps(cfg, indent=2), "-config.json", "application/json", "runs_dl_cfg")
+    metrics = lambda: _read_or_empty((run_dir / "metrics.jsonl").read_bytes)  # read on the click
+    button(d[1], "metrics.jsonl", metrics, "-metrics.jsonl", "application/x-ndjson", "runs_dl_metrics")
 
 
 def full_config(cfg: dict) -> dict:
@@ -306,9 +291,9 @@ ASK_EVERY_S = 1.0  # the page asks for the stamp (a stat per run) this often, so
 
 def runs_stamp(root: str | Path, live: frozenset) -> tuple:
     """What the Runs page shows, cheaply: the runs folder's listing and each run directory's mtime
-    (an atomic rewrite of status.json or meta.json changes it), except for the runs ``live`` at the
-    last draw, whose status.json is rewritten every 0.5 s: for them what their row shows (state,
-    epoch, last test accuracy, error). A stat per run (plain strings: cheaper than pathlib)."""
+    (an atomic rewrite changes it), except for the runs ``live`` at the last draw, whose status.json
+    is rewritten every 0.5 s: for them what their row shows. A stat per run (plain strings: cheaper
+    than pathlib)."""
     root = str(root)
     try:
         with os.scandir(root) as it:
@@ -320,16 +305,8 @@ def runs_stamp(root: str | Path, live: frozenset) -> tuple:
         d = os.path.join(root, n)
         if n in live:
             status = W.state_of(d)
-            out.append(
-                (
-                    n,
-                    status.get("state"),
-                    R.run_done_epochs(Path(d), status),
-                    R.last_eval(Path(d)),
-                    status.get("error"),
-                    file_stamp(os.path.join(d, "meta.json")),
-                )
-            )
+            shown = status.get("state"), R.run_done_epochs(Path(d), status), R.last_eval(Path(d)), status.get("error")
+            out.append((n, *shown, file_stamp(os.path.join(d, "meta.json"))))
         else:
             out.append((n, file_stamp(d)))
     return tuple(out)
@@ -338,7 +315,7 @@ def runs_stamp(root: str | Path, live: frozenset) -> tuple:
 @st.fragment(key=KEY)
 def runs_panel() -> None:
     """The table and the picked run's details, redrawn when :func:`runs_stamp` differs from the drawn
-    one (asked every ASK_EVERY_S by :mod:`app.dashboard.follow`): an idle tab sends nothing."""
+    one (asked every ASK_EVERY_S by :mod:`app.dashboard.follow`)."""
     root = str(ui.runs_root())
     before = ss.get("runs_live", frozenset())
     stamp = runs_stamp(root, before)  # before reading: a change while drawing redraws again
@@ -379,7 +356,7 @@ def _runs_body(runs: list[dict]) -> None:
     if new:
         ui.watch(new)
         st.rerun()  # the whole page: it writes ?run= and redraws the table without a selection
-    if picked is None or picked not in by_name:
+    if picked not in by_name:
         st.caption(
             "Pick a run to see its details."
             if picked is None

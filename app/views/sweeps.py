@@ -1,7 +1,5 @@
-"""Sweeps: Optuna studies over a method's settings; every trial is a run directory.
-
-Create and launch a study (a background ``python -m admm_core sweep`` worker), watch trials
-arrive, look at Optuna's figures, open a trial's run, load the best config into Train.
+"""Sweeps: Optuna studies over a method's settings (a background ``python -m admm_core sweep``
+worker); every trial is a run directory. Optuna's figures, a trial's run, the best config into Train.
 """
 
 from __future__ import annotations
@@ -68,8 +66,8 @@ LABELS = {
 
 
 def space_rows(rows: pd.DataFrame, labels: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
-    """The table's rows as ``NAME=KIND:RANGE`` texts, the names of the rows in messages as the table
-    shows them ("Row 2 (η — Θ step size, log-uniform)"), and the messages of rows with an empty cell."""
+    """The table's rows as ``NAME=KIND:RANGE`` texts, their names in messages ("Row 2 (η — Θ step
+    size, log-uniform)"), and the messages of rows with an empty cell."""
     texts, names, empty = [], [], []
     for i, r in enumerate(rows.itertuples(), start=1):
         cells = [("" if pd.isna(v) else str(v).strip()) for v in (r.setting, r.kind, r.range)]
@@ -84,8 +82,7 @@ def space_rows(rows: pd.DataFrame, labels: dict[str, str]) -> tuple[list[str], l
 
 
 def launch_problems(preset, method, trials, epochs, jobs, train_limit, name, rows) -> tuple[list[str], list[str]]:
-    """(space texts, every message at once): the budget's numbers, the name, each row of the space
-    (:func:`admm_core.sweep.space_problems`, tried on the preset), as the page shows them while typed."""
+    """(space texts, every message at once): the budget, the name, each row of the space (tried on the preset)."""
     budget = S.budget_problems(trials, epochs, train_limit, jobs, names=LABELS)
     out = list(budget.values())
     name = name.strip()
@@ -167,30 +164,20 @@ with st.expander("New study", expanded=not S.study_names(storage), icon=":materi
     space, problems = launch_problems(preset, method, trials, epochs, jobs, train_limit, name, rows)
     for message in problems:  # every one at once, as typed
         st.error(message, icon="⚠️")
-    if st.button(
-        "Launch study",
-        icon=":material/rocket_launch:",
-        key="sweeps_launch",
-        type="primary",
-        disabled=bool(problems),
-    ):
+    launch = st.button(
+        "Launch study", icon=":material/rocket_launch:", key="sweeps_launch", type="primary", disabled=bool(problems)
+    )
+    if launch:
+        name = name.strip()
         try:
-            check_name = name.strip()
+            budget = {"trials": int(trials), "epochs": int(epochs), "train_limit": int(train_limit) or None}
             spec = S.SweepSpec(
-                name=check_name,
-                preset=preset,
-                method=method,
-                space=space,
-                trials=int(trials),
-                objective=objective,
-                epochs=int(epochs),
-                pruner=pruner,
-                train_limit=int(train_limit) or None,
+                name=name, preset=preset, method=method, space=space, objective=objective, pruner=pruner, **budget
             )
-            S.create_or_resume(spec, check_name, storage)  # listed at once; the worker resumes it
+            S.create_or_resume(spec, name, storage)  # listed at once; the worker resumes it
             pid, log = S.launch(spec, None if storage_url == S.default_storage(root) else storage_url, root, int(jobs))
-            ss["sweeps_study"] = check_name
-            ss["sweeps_notice"] = f"Launched study {check_name} (worker pid {pid}, log `{log}`)."
+            ss["sweeps_study"] = name
+            ss["sweeps_notice"] = f"Launched study {name} (worker pid {pid}, log `{log}`)."
         except ConfigError as e:
             st.error(str(e))
 
@@ -230,16 +217,14 @@ def _make_figures(url: str, name: str, finished: tuple) -> dict:
     return out
 
 
-def symbol(label: str) -> str:
-    """A setting's label as a narrow place takes it: its symbol ("β" of "β — penalty weight")."""
+def symbol(label: str) -> str:  # "β" of "β — penalty weight", for a narrow place
     return label.split(" — ")[0]
 
 
 def relabel(fig, labels: dict[str, str]):
     """Optuna's figure with each searched setting named as the form names it ("β — penalty weight",
-    not ``beta``; Optuna has no option for it), through plotly's public figure API only: any axis
-    title, axis tick text (the parallel coordinates' axes: the symbol, "β", as they are narrow), a
-    horizontal bar chart's categories (importances) and hover data whose text is a code name."""
+    not ``beta``; Optuna has no option for it): axis titles, tick texts (narrow parallel axes: the
+    symbol), the importances' bars and hover data."""
     full = lambda t: labels.get(t, t) if isinstance(t, str) else t
     short = lambda t: symbol(full(t)) if isinstance(t, str) else t
     for axis in (*fig.select_xaxes(), *fig.select_yaxes()):
@@ -279,15 +264,13 @@ def _figures(study):
 
 
 def dim_text(text: str, labels: dict[str, str]) -> str:
-    """A study's search dimension as the page names it: "β — penalty weight: log-uniform 0.1 … 10"
-    (its code name, as recorded, ``beta=log:0.1:10``, in a tooltip-free form after it)."""
+    """A study's search dimension as the page names it: "β — penalty weight: log-uniform 0.1 … 10 (`beta`)"."""
     name, kind, _, values = S.split_dim(text)
     span = (" | " if kind == "choice" else " … ").join(values)
     return f"{labels.get(name, name)}: {S.KINDS.get(kind, kind)} {span} (`{name}`)"
 
 
 def objective_text(objective: str | None, value) -> str:
-    """An objective's value in the page's units: accuracy in %, seconds to one decimal."""
     if value is None:
         return "–"
     if objective == "best_test_accuracy":
@@ -314,10 +297,9 @@ def study_view(study_name: str):
     # the actions below the fragment (load the best config, open a trial's run) are drawn by the
     # full page: when a trial ends or the study finishes, redraw the page so they follow
     sig = (study_name, c["complete"], c["pruned"], c["fail"], live)
-    if ss.get("sweeps_sig", sig) != sig:
-        ss["sweeps_sig"] = sig
+    before, ss["sweeps_sig"] = ss.get("sweeps_sig", sig), sig
+    if before != sig:
         st.rerun()
-    ss["sweeps_sig"] = sig
     labels = F.setting_labels(spec.get("method"))
     objective = spec.get("objective")
     said = OBJECTIVE_LABELS.get(objective, objective)
@@ -354,11 +336,11 @@ def study_view(study_name: str):
         # its label and code name in the help, to 3 significant digits (lr = 1.49e-4, not "0.0001")
         for k in (k for k in df.columns if k not in fixed):
             label = labels.get(k, k)
-            head, said = symbol(label), f"{label} · setting `{k}`"
-            if pd.api.types.is_float_dtype(df[k]):
-                columns[k] = st.column_config.NumberColumn(head, format="%.3g", help=said)
-            else:
-                columns[k] = st.column_config.Column(head, help=said)
+            what = {"label": symbol(label), "help": f"{label} · setting `{k}`"}
+            float_ = pd.api.types.is_float_dtype(df[k])
+            columns[k] = (
+                st.column_config.NumberColumn(**what, format="%.3g") if float_ else st.column_config.Column(**what)
+            )
         if objective == "best_test_accuracy":  # the page's unit for accuracy: %
             df["value"] = df["value"] * 100
             columns["value"] = st.column_config.NumberColumn("test %", format="%.2f")
