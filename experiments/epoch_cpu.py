@@ -108,6 +108,13 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="write every reading here (JSON)")
     p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="a setting given to every method over its defaults (repeatable; a JSON value, else a string)",
+    )
+    p.add_argument(
         "--compare",
         nargs=2,
         type=Path,
@@ -129,12 +136,19 @@ def main(argv=None) -> int:
         print(text)
         return 0
     torch.set_num_threads(1)
+    settings = {}
+    for item in a.set:
+        key, _, value = item.partition("=")
+        try:
+            settings[key] = json.loads(value)
+        except ValueError:
+            settings[key] = value
     runs = []
     for rep in range(a.repeats):
         for name in a.rows:
             for method in a.methods:
-                r = epoch_seconds(BY_NAME[name], method, a.seed, a.epochs)
-                r.update(row=name, method=method, repeat=rep)
+                r = epoch_seconds(BY_NAME[name], method, a.seed, a.epochs, settings or None)
+                r.update(row=name, method=method, repeat=rep, settings=settings)
                 runs.append(r)
                 cpu = " ".join(f"{c:.2f}" for c in r["cpu_s"])
                 print(
