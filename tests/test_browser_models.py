@@ -126,8 +126,10 @@ def _click_cut(page, name: str, picked: bool) -> None:
     it (un)picked."""
     at = _point(page, name)
     page.mouse.click(at["x"], at["y"])
-    wait_js = f"name => {GRAPH_JS}?.data.some(t => t.name === 'picked cut' && t.customdata.some(c => c[0] === name))"
-    page.wait_for_function(wait_js if picked else f"name => !({wait_js.split('=> ', 1)[1]})", arg=name)
+    # the graph drawn (not between a rerun's remount and its redraw, where it is missing and "not
+    # picked" would hold at once) and the point in the wanted state
+    shown = f"{GRAPH_JS}?.data.some(t => t.name === 'picked cut' && t.customdata.some(c => c[0] === name))"
+    page.wait_for_function(f"name => {GRAPH_JS}?._fullLayout?.xaxis && {'' if picked else '!'}({shown})", arg=name)
 
 
 def _new_run(runs: Path, before: set[str]) -> Path | None:
@@ -257,6 +259,7 @@ def test_the_drawn_graph_marks_valid_and_invalid_cuts(models_server, browser):
         _click_cut(page, "conv1", picked=True)
         expect(page).to_have_url(re.compile(r"split=conv1(&|$)"), timeout=TIMEOUT_MS)
         _click_cut(page, "conv1", picked=False)  # a second click removes it
+        expect(page).to_have_url(re.compile(r"split=-(&|$)"), timeout=TIMEOUT_MS)  # that rerun done
         _click_cut(page, "conv1", picked=True)
         expect(page).to_have_url(re.compile(r"split=conv1(&|$)"), timeout=TIMEOUT_MS)
         expect(page.get_by_role("button", name=re.compile("Start run"))).to_be_enabled(timeout=TIMEOUT_MS)
