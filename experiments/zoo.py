@@ -619,12 +619,56 @@ def diagnostics(out: Path, rows, methods=METHODS, seeds=SEEDS) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def per_seed(out: Path, rows, methods=METHODS, seeds=SEEDS) -> str:
+    """Markdown: every finished row's final test accuracy seed by seed, and each method minus Adam on
+    the same seed with the mean ± standard error (sd/√n) of those paired differences: whether a gap
+    between two means stands out of the seeds' own spread."""
+    lines = [
+        "| model | method | seeds " + ", ".join(map(str, seeds)) + " | minus Adam, same seed | mean ± standard error |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        acc = {
+            m: {
+                s: 100 * r["final_test_accuracy"]
+                for s in seeds
+                if (r := read_result(result_path(out, row.name, m, s)))
+                and r.get("status") in DONE
+                and r.get("final_test_accuracy") is not None
+            }
+            for m in methods
+        }
+        base = acc.get("adam", {})
+        for m in methods:
+            if not acc[m]:
+                continue
+            each = ", ".join(f"{acc[m][s]:.1f}" if s in acc[m] else "—" for s in seeds)
+            diffs = [acc[m][s] - base[s] for s in seeds if s in acc[m] and s in base]
+            shown = ", ".join(f"{d:+.1f}" for d in diffs) if m != "adam" and diffs else ""
+            stat = ""
+            if m != "adam" and len(diffs) > 1:
+                stat = f"{statistics.fmean(diffs):+.2f} ± {statistics.stdev(diffs) / len(diffs) ** 0.5:.2f}"
+            lines.append(f"| {row.name} | {m} | {each} | {shown} | {stat} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_table(
-    out: Path, markdown: Path, rows, methods=METHODS, seeds=SEEDS, command=None, version=None, section=SECTION
+    out: Path,
+    markdown: Path,
+    rows,
+    methods=METHODS,
+    seeds=SEEDS,
+    command=None,
+    version=None,
+    section=SECTION,
+    seed_by_seed: bool = False,
 ) -> Path:
     from admm_core.docs import write_section
 
-    return write_section(markdown, section, table(out, rows, methods, seeds), command=command, version=version)
+    text = table(out, rows, methods, seeds)
+    if seed_by_seed:
+        text += "\nSeed by seed (final test accuracy, %):\n\n" + per_seed(out, rows, methods, seeds)
+    return write_section(markdown, section, text, command=command, version=version)
 
 
 def main(argv=None) -> int:
@@ -642,6 +686,9 @@ def main(argv=None) -> int:
         "ablation's table of the rows and methods asked for)",
     )
     p.add_argument("--table-only", action="store_true", help="no training: the table from the result files")
+    p.add_argument(
+        "--per-seed", action="store_true", help="also each row seed by seed, and each method minus Adam per seed"
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1; 0: torch's default)")
     p.add_argument(
         "--set",
@@ -671,8 +718,12 @@ def main(argv=None) -> int:
         run_rows(a.out, rows, a.methods, a.seeds, log=lambda s: print(s, flush=True))
     shown = ROWS if a.section == SECTION else rows  # the main table has every model: the ones not run are listed
     print(table(a.out, shown, a.methods, a.seeds))
+    if a.per_seed:
+        print(per_seed(a.out, shown, a.methods, a.seeds))
     if a.markdown:
-        write_table(a.out, a.markdown, shown, a.methods, a.seeds, command=cmd, version=version, section=a.section)
+        write_table(
+            a.out, a.markdown, shown, a.methods, a.seeds, cmd, version, section=a.section, seed_by_seed=a.per_seed
+        )
     return 0
 
 

@@ -3,6 +3,7 @@ every model builds and gives (N, 10), the table from result files, a finished ro
 Nothing is trained here."""
 
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -290,3 +291,20 @@ def test_drift_distance_is_relative_to_the_distance_adam_moved(zoo, monkeypatch)
     r = {"row": "m", "run": "adam (2 threads)", "distance": 0.04, "stats_distance": float("nan"), "bn_updates": "8"}
     text = zoo_drift.table([r], 8)
     assert "| m | adam (2 threads) | 0.0400 | — | 8 |" in text and "after 8 minibatches" in text
+
+
+def test_seed_by_seed_pairs_each_method_with_adam_on_its_own_seed(zoo, tmp_path):
+    """--per-seed: the differences are taken seed by seed (a seed Adam lacks is left out), with the
+    mean ± sd/√n by hand; a blocked row and a method with no result are not listed."""
+    z, zm = zoo
+    out = tmp_path / "res"
+    for seed, acc in enumerate((0.40, 0.50, 0.45)):
+        _fake(z, out, "resnet18", "adam", seed, acc, 10.0, 2**20)
+    for seed, acc in enumerate((0.42, 0.47, 0.45, 0.60)):  # seed 3: Adam has none
+        _fake(z, out, "resnet18", "block-admm", seed, acc, 10.0, 2**20)
+    text = z.per_seed(out, [zm.BY_NAME["resnet18"]], methods=("adam", "block-admm", "gotmare"), seeds=(0, 1, 2, 3))
+    diffs = [2.0, -3.0, 0.0]
+    se = statistics.stdev(diffs) / 3**0.5
+    assert "| resnet18 | adam | 40.0, 50.0, 45.0, — |  |  |" in text
+    assert f"| resnet18 | block-admm | 42.0, 47.0, 45.0, 60.0 | +2.0, -3.0, +0.0 | -0.33 ± {se:.2f} |" in text
+    assert "gotmare" not in text
