@@ -141,9 +141,10 @@ def _walk_size(path: Path) -> int:
 # --- the worker: found from the run directory, signalled only when it is one --------------------
 
 
-def worker_pid(run_dir: Path) -> int | None:
-    """The pid of the worker that reported in the run's status.json (its state 'running'), else None."""
-    st = read_json_dict(Path(run_dir) / "status.json")
+def worker_pid(run_dir: Path, status: dict | None = None) -> int | None:
+    """The pid of the worker that reported in the run's status.json (its state 'running'), else None
+    (``status``: that file already read)."""
+    st = read_json_dict(Path(run_dir) / "status.json") if status is None else status
     if st.get("state") == "running" and isinstance(st.get("pid"), int):
         return st["pid"]
     return None
@@ -186,7 +187,7 @@ def stop_run(run_dir: str | Path, pid: int | None = None) -> str | None:
     host = st.get("host")
     if st.get("state") == "running" and host and host != socket.gethostname():
         return f"its worker runs on {host}; stop it there"
-    return stop_worker(worker_pid(run_dir) or pid)
+    return stop_worker(worker_pid(run_dir, st) or pid)
 
 
 # --- confinement: only a run directory strictly inside one allowed root is deleted ---------------
