@@ -11,6 +11,10 @@ the distance the reference moved, ‖Θ − Θ_adam‖ / ‖Θ_adam − Θ_0‖ 
 over BatchNorm's running statistics apart, and how many times each BatchNorm module updated its
 running statistics (``num_batches_tracked``; backprop: once per minibatch).
 
+With dropout on (no ``--no-dropout``) the reference and the floor are Adam drawing its masks as the
+split methods hold them (``adam-held``, see :func:`hold_backprop_masks`), and Adam with its own
+masks is one more row: how far a different mask stream alone moves the weights.
+
 A split method whose distance sits at the noise floor takes backprop's steps up to rounding; after
 that, their runs part the way any two runs of the same chaotic training part, and a difference in
 final accuracy is that noise, not the method.
@@ -32,6 +36,45 @@ from zoo_models import BY_NAME, train_own  # beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = (("adam", 1), ("adam", 2), ("online-admm", 1), ("block-admm", 1), ("gotmare", 1))
+# with dropout on, the reference and the floor draw their masks as the split methods do, and Adam
+# with its own masks shows how far different masks alone move the weights
+HELD = "adam-held"
+RUNS_DROPOUT = ((HELD, 1), (HELD, 2), ("adam", 1), ("online-admm", 1), ("block-admm", 1), ("gotmare", 1))
+
+
+def hold_backprop_masks() -> None:
+    """Make Adam draw its dropout masks as the split methods do (:func:`~admm_core.methods.masks.held_masks`).
+
+    Backprop draws each mask from the global generator as its forward reaches the dropout layer;
+    the split methods draw one seed per stochastic block at the start of each minibatch and run the
+    block's forwards under it. The two streams give different masks (the same distribution), so
+    with dropout on the distance below would measure the masks, not the method. Here every forward
+    of the split network, in Adam's training too, runs inside ``held_masks(net.blocks)``: one
+    forward per minibatch, so Adam sees the masks a split method holds for that minibatch.
+    """
+    from admm_core.methods.backprop import Backprop
+    from admm_core.methods.masks import held_masks
+
+    init = Backprop.init_state
+
+    def init_state(self, net, batch, gen):
+        open_ = []
+
+        def enter(module, args) -> None:  # evaluation passes (eval mode) draw no masks, and no seeds
+            open_.append(held_masks(net.blocks) if module.training else None)
+            if open_[-1] is not None:
+                open_[-1].__enter__()
+
+        def leave(module, args, out) -> None:  # None: the output stays as it is
+            held = open_.pop()
+            if held is not None:
+                held.__exit__(None, None, None)
+
+        net.register_forward_pre_hook(enter)
+        net.register_forward_hook(leave, always_call=True)
+        return init(self, net, batch, gen)
+
+    Backprop.init_state = init_state
 
 
 def child(row: str, method: str, threads: int, n: int, seed: int, dest: Path, dropout: bool) -> None:
@@ -44,6 +87,9 @@ def child(row: str, method: str, threads: int, n: int, seed: int, dest: Path, dr
         for m in model.modules():
             if isinstance(m, torch.nn.modules.dropout._DropoutNd):
                 m.p = 0.0
+    if method == HELD:
+        hold_backprop_masks()
+        method = "adam"
     w0 = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     r = dataclasses.replace(r, train_limit=n, test_limit=200)
     train_own(r, model, method, seed, None, dest.parent / f"run-{dest.stem}", epochs=1)
@@ -67,7 +113,7 @@ def distance(a: dict, b: dict, ref: dict, w0: dict, stats: bool = False) -> floa
 def measure(row: str, minibatches: int, seed: int, workdir: Path, dropout: bool = True) -> list[dict]:
     n = minibatches * BY_NAME[row].batch_size
     got = {}
-    for method, threads in RUNS:
+    for method, threads in RUNS_DROPOUT if dropout else RUNS:
         dest = workdir / f"{row}-{method}-t{threads}.safetensors"
         cmd = [
             sys.executable,
@@ -84,8 +130,9 @@ def measure(row: str, minibatches: int, seed: int, workdir: Path, dropout: bool 
         print(f"zoo_drift: {row} {method} on {threads} thread(s), {minibatches} minibatches", flush=True)
         subprocess.run(cmd, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
         got[(method, threads)] = load_file(str(dest))
-    w0 = load_file(str(workdir / f"{row}-adam-t1.w0.safetensors"))
-    ref = got[("adam", 1)]
+    first = RUNS_DROPOUT[0][0] if dropout else "adam"
+    w0 = load_file(str(workdir / f"{row}-{first}-t1.w0.safetensors"))
+    ref = got[(first, 1)]
     rows = []
     for (method, threads), w in got.items():
         counts = sorted({int(v) for k, v in w.items() if k.endswith("num_batches_tracked")})
@@ -121,7 +168,11 @@ def main(argv=None) -> None:
     p.add_argument("--minibatches", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-dropout", action="store_true", help="set every dropout layer's p to 0 (same masks: none)")
-    p.add_argument("--markdown", type=Path, help="write the table into this page's section zoo-drift")
+    p.add_argument(
+        "--markdown",
+        type=Path,
+        help="write the table into this page's section zoo-drift (zoo-drift-dropout with dropout on)",
+    )
     a = p.parse_args(argv)
     from admm_core.docs import code_version, write_section
 
@@ -132,7 +183,8 @@ def main(argv=None) -> None:
     print(text)
     if a.markdown:
         cmd = "python experiments/zoo_drift.py " + " ".join(sys.argv[1:] if argv is None else argv)
-        write_section(a.markdown, "zoo-drift", text, command=cmd, version=version)
+        section = "zoo-drift" if a.no_dropout else "zoo-drift-dropout"
+        write_section(a.markdown, section, text, command=cmd, version=version)
 
 
 if __name__ == "__main__":

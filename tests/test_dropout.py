@@ -105,6 +105,55 @@ def test_a_forward_start_with_dropout_leaves_every_residual_exactly_zero(
 
 
 @pytest.mark.parametrize(
+    "method, settings",
+    [("online-admm", None), ("block-admm", MINIBATCH_FORWARD), ("block-admm", None)],
+    ids=["online-admm", "block-admm-minibatch", "block-admm"],
+)
+def test_the_backprop_cosine_probe_leaves_the_mask_stream_where_it_was(method, settings):
+    """The probe runs the method's passes under held masks, which draw seeds from the global
+    generator; it must leave that generator as it was, or a diagnostic would change every later
+    minibatch's masks and the weights would depend on which diagnostics a run computed."""
+    from admm_core.losses import get_loss
+    from admm_core.methods import make_method
+    from admm_core.methods.base import TrainBatch
+    from admm_core.own import blocknet, split_model
+
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+    net = blocknet(split_model(DropoutMLP(p=0.5), x[:2], ["fc1", "fc2", "fc3"])[0]).train()
+    batch = TrainBatch(x, y, get_loss("ce"), batch_size=16)
+    engine = make_method(method, settings or {})
+    state = engine.init_state(net, batch, torch.Generator().manual_seed(0))
+    rng = torch.get_rng_state()
+    cos = engine.backprop_cosine(net, state, batch)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert len(cos) == 4 and all(-1.0 <= c <= 1.0 for c in cos), cos  # it did compute the cosines
+    with held_masks(net.blocks):  # whereas held masks alone do draw from it (the test can fail)
+        pass
+    assert not torch.equal(torch.get_rng_state(), rng)
+
+
+def test_batchnorm_calibration_leaves_the_mask_stream_where_it_was():
+    """block-admm's calibration pass runs the network in train mode, dropout live; its masks must
+    not move the generator that the first minibatch's held masks draw their seeds from."""
+    from admm_core.methods.block_admm.state import calibrate_batchnorm
+    from admm_core.own import blocknet, split_model
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 64) * 2 + 1
+    net = blocknet(split_model(DropoutMLP(p=0.5, bn=True), x[:2], ["fc1", "fc2", "fc3"])[0])
+    rng = torch.get_rng_state()
+    assert calibrate_batchnorm(net, x, 16) == 3
+    assert torch.equal(torch.get_rng_state(), rng)
+    bn = next(m for m in net.modules() if isinstance(m, nn.BatchNorm1d))
+    assert float(bn.running_mean.abs().max()) > 0.1  # it did calibrate
+    x = torch.randn(8, 64)
+    net.train()
+    net(x)  # a train-mode pass outside it does draw masks (the test can fail)
+    assert not torch.equal(torch.get_rng_state(), rng)
+
+
+@pytest.mark.parametrize(
     "method, settings, bn, floor",
     [("online-admm", None, False, 0.5), ("block-admm", MINIBATCH_FORWARD, True, 0.8), ("block-admm", None, False, 0.3)],
     ids=["online-admm", "block-admm-minibatch", "block-admm"],

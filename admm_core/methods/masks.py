@@ -48,6 +48,20 @@ def held_masks(blocks):
             h.remove()
 
 
+@contextmanager
+def rng_kept(device: torch.device):
+    """Run a probe without moving the random stream that training draws from.
+
+    A diagnostic (e.g. the backprop cosine) runs the method's passes under :func:`held_masks`,
+    which draws a seed per stochastic block from the global generator: without this, computing a
+    diagnostic would shift every later minibatch's masks, and a run's weights would depend on which
+    diagnostics it computed. Inside, the CPU generator (and ``device``'s, on CUDA) is forked.
+    """
+    cuda = device.type == "cuda"
+    with torch.random.fork_rng(devices=[device] if cuda else [], device_type="cuda"):
+        yield
+
+
 def _hold(block: nn.Module, drops: list, seed: int) -> list:
     """Hooks that run each train-mode forward of ``block`` inside an RNG fork seeded by ``seed``."""
     forks = []

@@ -65,7 +65,7 @@ from .lipschitz import (
     loss_grad,
     z_step_sizes,
 )
-from .masks import held_masks
+from .masks import held_masks, rng_kept
 from .probes import (
     backprop_grads,
     block_update_grads,
@@ -303,7 +303,10 @@ class OnlineADMM(Engine):
         x, y = batch.inputs(idx), batch.y[idx]
         was = net.training
         vecs = [[v.clone() for v in vs] for vs in state.lip_vecs]
-        with held_masks(net.blocks):  # the masks training would hold; backprop's pass sees them too
+        with (
+            rng_kept(batch.x.device),
+            held_masks(net.blocks),
+        ):  # the masks training would hold; backprop's pass sees them too
             z, couplings = self.primal_steps_on(net, state, batch, x, y, step_theta=False, vecs=vecs)
             with norm_mode(net, "train"):
                 inputs = self.theta_inputs(x, z)

@@ -10,7 +10,7 @@ from ...profile import phase
 from ...spec.methods.base import per_block
 from ..base import Engine, TrainBatch, make_theta_optimizer, set_epoch_lr, tensor_bytes
 from ..lipschitz import lipschitz_vectors
-from ..masks import held_masks
+from ..masks import held_masks, rng_kept
 from ..probes import backprop_grads, block_update_grads, cosines, probe_rows
 from ..zsweep import ZRows, norm_mode, set_mode, theta_step
 from .dual import DualRule
@@ -205,7 +205,10 @@ class BlockADMM(Engine):
         Sweep schedule: the Θ-step reads the stored Z, U. Minibatch schedule: it reads the rows
         after their Z-update, so the probe runs that update on copies (nothing in the state moves).
         """
-        with held_masks(net.blocks):  # the masks training would hold; backprop's pass sees them too
+        with (
+            rng_kept(batch.x.device),
+            held_masks(net.blocks),
+        ):  # the masks training would hold; backprop's pass sees them too
             w = batch.shard
             idx = probe_rows(batch.n, batch.batch_size, state.iteration).to(batch.x.device)
             x = batch.inputs(idx)

@@ -9,6 +9,7 @@ import torch
 
 from ...errors import ConfigError
 from ..base import MethodState, TrainBatch
+from ..masks import rng_kept
 
 
 @dataclass
@@ -117,8 +118,9 @@ def calibrate_batchnorm(net: torch.nn.Module, x: torch.Tensor, chunk: int) -> in
         m.reset_running_stats()
         m.momentum = None  # cumulative average over the chunks
     net.train()
-    for s in range(0, len(x), chunk):
-        net.forward_all(x[s : s + chunk])
+    with rng_kept(x.device):  # dropout's masks here leave the stream training draws from untouched
+        for s in range(0, len(x), chunk):
+            net.forward_all(x[s : s + chunk])
     for m, momentum in zip(bns, saved):
         m.momentum = momentum
     net.train(was_training)
