@@ -343,6 +343,19 @@ def child(model_name: str, method: str, seed: int, out: Path, threads: int = 1, 
 
 
 THREADS = [1]  # torch threads per child (--threads)
+EPOCHS = [None]  # every row's epochs, when an ablation sets them (--epochs)
+
+
+def set_epochs(n: int | None) -> None:
+    """Give every row ``n`` epochs (``None``: each row's own) in this process's ``BY_NAME``."""
+    import dataclasses
+
+    EPOCHS[0] = n
+    if n is not None:
+        for name, r in BY_NAME.items():
+            BY_NAME[name] = dataclasses.replace(r, epochs=n)
+
+
 OVERRIDES: dict[str, dict] = {}  # method -> settings given on top of its defaults (--set)
 
 
@@ -371,7 +384,7 @@ def parse_overrides(items) -> dict[str, dict]:
 
 def _launch(model: str, method: str, seed: int, out: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", model, method, str(seed), "--out", str(out)]
-    cmd += ["--threads", str(THREADS[0])]
+    cmd += ["--threads", str(THREADS[0])] + (["--epochs", str(EPOCHS[0])] if EPOCHS[0] else [])
     cmd += [f"--set={method}.{k}={json.dumps(v)}" for k, v in OVERRIDES.get(method, {}).items()]
     return subprocess.run(cmd, capture_output=True, text=True)
 
@@ -404,6 +417,9 @@ def run_rows(out: Path, rows, methods=METHODS, seeds=SEEDS, launch=_launch, log=
                 raise SystemExit(
                     f"{path}: measured with settings {had}, asked for {OVERRIDES.get(method, {})}; use another --out"
                 )
+            epochs = (read_result(path) or {}).get("epochs")
+            if epochs != row.epochs:
+                raise SystemExit(f"{path}: measured over {epochs} epochs, asked for {row.epochs}; use another --out")
             log(f"{tag}: done already ({path.name})")
             continue
         if row.name in blocked:
@@ -697,10 +713,14 @@ def main(argv=None) -> int:
         metavar="METHOD.SETTING=VALUE",
         help="an ablation: a method's setting over its defaults (repeatable; give it its own --out)",
     )
+    p.add_argument("--epochs", type=int, help="an ablation: every row trains this many epochs (give it its own --out)")
     p.add_argument("--child", nargs=3, metavar=("MODEL", "METHOD", "SEED"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     OVERRIDES.clear()
     OVERRIDES.update(parse_overrides(a.set))
+    if a.epochs is not None and (a.epochs < 1 or a.out.resolve() == OUT.resolve()):
+        raise SystemExit(f"--epochs = {a.epochs}: a positive count, with its own --out (not the main table's {OUT})")
+    set_epochs(a.epochs)
     if a.child:
         model, method, seed = a.child
         child(model, method, int(seed), a.out, a.threads, OVERRIDES.get(method))
@@ -712,11 +732,14 @@ def main(argv=None) -> int:
     if a.rows:
         rows = [BY_NAME[n] for n in a.rows]
     else:
-        rows = [r for r in ROWS if not r.optional] + ([r for r in ROWS if r.optional] if a.all else [])
+        every = [BY_NAME[r.name] for r in ROWS]
+        rows = [r for r in every if not r.optional] + ([r for r in every if r.optional] if a.all else [])
     if not a.table_only:
         print(f"zoo: {len(rows)} models × {len(a.methods)} methods × {len(a.seeds)} seeds into {a.out}", flush=True)
         run_rows(a.out, rows, a.methods, a.seeds, log=lambda s: print(s, flush=True))
-    shown = ROWS if a.section == SECTION else rows  # the main table has every model: the ones not run are listed
+    shown = (
+        [BY_NAME[r.name] for r in ROWS] if a.section == SECTION else rows
+    )  # the main table has every model: the ones not run are listed
     print(table(a.out, shown, a.methods, a.seeds))
     if a.per_seed:
         print(per_seed(a.out, shown, a.methods, a.seeds))

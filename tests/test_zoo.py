@@ -62,6 +62,7 @@ def _fake(z, out, model, method, seed, acc, spe, mem, state=0, evals=None, cpu=N
         "peak_run_bytes": 2 * mem,
         "state_bytes": state,
         "cpu_count": 2,
+        "epochs": z.BY_NAME[model].epochs if model in z.BY_NAME else 2,
         "torch": "9.9",
         "load_start": 1.0,
         "load_end": 2.0,
@@ -164,6 +165,24 @@ def test_an_ablation_s_settings_reach_the_child_and_a_folder_holds_one_reading(z
     _fake(z, tmp_path, row.name, "block-admm", 0, 0.9, 1.0, 1)
     with pytest.raises(SystemExit, match="another --out"):
         z.run_rows(tmp_path, [row], methods=("block-admm",), seeds=(0,), launch=None, log=lambda s: None)
+
+
+def test_an_epochs_ablation_reaches_the_child_and_keeps_to_its_own_folder(zoo, tmp_path, monkeypatch):
+    z, zm = zoo
+    with pytest.raises(SystemExit, match="--epochs = 6: .*own --out"):  # not into the main table's files
+        z.main(["--epochs", "6", "--table-only"])
+    calls = []
+    monkeypatch.setattr(z.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+    monkeypatch.setattr(z, "BY_NAME", dict(zm.BY_NAME))
+    monkeypatch.setattr(z, "EPOCHS", [None])
+    row = z.BY_NAME["lenet5-bn"]
+    _fake(z, tmp_path, row.name, "adam", 0, 0.9, 1.0, 1)  # a finished row of the row's own epochs
+    z.set_epochs(6)
+    assert z.BY_NAME["lenet5-bn"].epochs == 6 and zm.BY_NAME["lenet5-bn"].epochs == row.epochs
+    z._launch("lenet5-bn", "adam", 0, tmp_path)
+    assert calls[0][-2:] == ["--epochs", "6"]
+    with pytest.raises(SystemExit, match=f"over {row.epochs} epochs, asked for 6; use another --out"):
+        z.run_rows(tmp_path, [z.BY_NAME["lenet5-bn"]], methods=("adam",), seeds=(0,), launch=None, log=print)
 
 
 def test_checkpointed_adam_trains_over_the_rows_blocks(zoo, tmp_path):
