@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Answers: are our dlADMM and BCD as fast as the public codes?
-# Speed of our dlADMM and BCD on the work the public codes were timed on (issue #3):
+# Speed of our dlADMM and BCD on the work the public codes were timed on:
 #   dlADMM, 784-1000-1000-10, full MNIST, one iteration   (public code: minutes per iteration)
 #   BCD,    784-1500-1500-1500-10, full MNIST, one epoch   (public code: 70 s per epoch, 7 GB)
 # One run at a time on an otherwise idle machine; prints a markdown table (s = training wall
