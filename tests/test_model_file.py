@@ -21,7 +21,8 @@ from safetensors.torch import load_file
 from admm_core.rundir import read_json, read_metrics
 
 # A user's file: functional ops in forward, a skip connection inside a block, and a short sleep per
-# forward so that an epoch lasts long enough to be killed in the middle of
+# forward of Res so that an epoch lasts long enough to be killed in the middle of (the sleep is no
+# tensor op: tracing drops it, so it only runs where Res is kept whole, --leaf-modules res)
 MODEL = """
 import os, time
 import torch
@@ -35,6 +36,8 @@ class Res(nn.Module):
         self.fc = nn.Linear(d, d)
 
     def forward(self, x):
+        if SLOW:
+            time.sleep(SLOW)
         return F.relu(self.fc(x)) + x
 
 
@@ -46,8 +49,6 @@ class Net(nn.Module):
         self.out = nn.Linear(32, 10)
 
     def forward(self, x):
-        if SLOW:
-            time.sleep(SLOW)
         return self.out(self.res(F.relu(self.inp(x))))
 
 
@@ -106,8 +107,9 @@ def test_cuts_lists_valid_points_and_bad_names_are_one_line(tmp_path):
 
 
 def test_a_killed_run_resumes_to_the_uninterrupted_result_and_a_changed_file_is_refused(tmp_path):
-    f = write_model(tmp_path, slow=0.01)  # a few forwards per minibatch of 32: epochs of a few seconds
-    common = ["train", "--model", f"{f}:Net", "--split", "inp,res", "--data", "digits", "--method", "block-admm"]
+    f = write_model(tmp_path, slow=0.05)  # 1–2 forwards of Res per minibatch of 32: epochs of about a second
+    common = ["train", "--model", f"{f}:Net", "--split", "inp,res", "--leaf-modules", "res", "--data", "digits"]
+    common += ["--method", "block-admm"]
     common += ["--epochs", "3", "--batch-size", "32", "--quiet", "--no-tensorboard", "--train-limit", "512"]
     # the uninterrupted run in this process (the killed run must be a process; its resume is one too,
     # as after a real crash), on one thread as they run (OMP_NUM_THREADS=1): the results agree exactly
