@@ -50,12 +50,13 @@ def held_masks(blocks):
 
 @contextmanager
 def rng_kept(device: torch.device):
-    """Run a probe without moving the random stream that training draws from.
+    """Run a probe or a calibration pass without moving the random stream that training draws from.
 
     A diagnostic (e.g. the backprop cosine) runs the method's passes under :func:`held_masks`,
-    which draws a seed per stochastic block from the global generator: without this, computing a
-    diagnostic would shift every later minibatch's masks, and a run's weights would depend on which
-    diagnostics it computed. Inside, the CPU generator (and ``device``'s, on CUDA) is forked.
+    which draws a seed per stochastic block from the global generator, and BatchNorm's calibration
+    pass runs dropout live: without this, either would shift every later minibatch's masks, and a
+    run's weights would depend on which diagnostics it computed. Inside, the CPU generator (and
+    ``device``'s, on CUDA) is forked.
     """
     cuda = device.type == "cuda"
     with torch.random.fork_rng(devices=[device] if cuda else [], device_type="cuda"):

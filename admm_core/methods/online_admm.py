@@ -303,10 +303,8 @@ class OnlineADMM(Engine):
         x, y = batch.inputs(idx), batch.y[idx]
         was = net.training
         vecs = [[v.clone() for v in vs] for vs in state.lip_vecs]
-        with (
-            rng_kept(batch.x.device),
-            held_masks(net.blocks),
-        ):  # the masks training would hold; backprop's pass sees them too
+        # the masks training would hold (backprop's pass sees them too), drawn off training's stream
+        with rng_kept(batch.x.device), held_masks(net.blocks):
             z, couplings = self.primal_steps_on(net, state, batch, x, y, step_theta=False, vecs=vecs)
             with norm_mode(net, "train"):
                 inputs = self.theta_inputs(x, z)

@@ -205,10 +205,8 @@ class BlockADMM(Engine):
         Sweep schedule: the Θ-step reads the stored Z, U. Minibatch schedule: it reads the rows
         after their Z-update, so the probe runs that update on copies (nothing in the state moves).
         """
-        with (
-            rng_kept(batch.x.device),
-            held_masks(net.blocks),
-        ):  # the masks training would hold; backprop's pass sees them too
+        # the masks training would hold (backprop's pass sees them too), drawn off training's stream
+        with rng_kept(batch.x.device), held_masks(net.blocks):
             w = batch.shard
             idx = probe_rows(batch.n, batch.batch_size, state.iteration).to(batch.x.device)
             x = batch.inputs(idx)
