@@ -64,9 +64,9 @@ def read_result(path: Path) -> dict | None:
     return d if isinstance(d, dict) else None
 
 
-def is_done(path: Path) -> bool:
-    r = read_result(path)
-    return bool(r) and r.get("status") in DONE
+def finished(out: Path, model: str, method: str, seeds) -> dict[int, dict]:
+    """The measured results (status finished or diverged) of ``model`` × ``method`` in ``out``, by seed."""
+    return {s: r for s in seeds if (r := read_result(result_path(out, model, method, s))) and r.get("status") in DONE}
 
 
 def write_result(path: Path, result: dict) -> None:
@@ -411,13 +411,14 @@ def run_rows(out: Path, rows, methods=METHODS, seeds=SEEDS, launch=_launch, log=
         path = result_path(out, row.name, method, seed)
         paths.append(path)
         tag = f"[{i}/{len(todo)}] {row.name} {method} s{seed}"
-        if is_done(path):
-            had = (read_result(path) or {}).get("settings", {})
+        done = read_result(path)
+        if done and done.get("status") in DONE:  # a measured row: never run again
+            had = done.get("settings", {})
             if had != OVERRIDES.get(method, {}):  # one folder, one reading of the settings
                 raise SystemExit(
                     f"{path}: measured with settings {had}, asked for {OVERRIDES.get(method, {})}; use another --out"
                 )
-            epochs = (read_result(path) or {}).get("epochs")
+            epochs = done.get("epochs")
             if epochs != row.epochs:
                 raise SystemExit(f"{path}: measured over {epochs} epochs, asked for {row.epochs}; use another --out")
             log(f"{tag}: done already ({path.name})")
@@ -587,14 +588,12 @@ def diagnostics(out: Path, rows, methods=METHODS, seeds=SEEDS) -> str:
     out = Path(out)
     lines = []
     for row in rows:
-        adam = [
-            r for s in seeds if (r := read_result(result_path(out, row.name, "adam", s))) and r.get("status") in DONE
-        ]
+        adam = list(finished(out, row.name, "adam", seeds).values())
         if not adam:
             continue
         a_acc = statistics.fmean(r["final_test_accuracy"] for r in adam)
         for m in (x for x in methods if x in SPLIT):
-            rs = [r for s in seeds if (r := read_result(result_path(out, row.name, m, s))) and r.get("status") in DONE]
+            rs = list(finished(out, row.name, m, seeds).values())
             if not rs:
                 continue
             gap = 100 * (a_acc - statistics.fmean(r["final_test_accuracy"] for r in rs))
@@ -647,10 +646,8 @@ def per_seed(out: Path, rows, methods=METHODS, seeds=SEEDS) -> str:
         acc = {
             m: {
                 s: 100 * r["final_test_accuracy"]
-                for s in seeds
-                if (r := read_result(result_path(out, row.name, m, s)))
-                and r.get("status") in DONE
-                and r.get("final_test_accuracy") is not None
+                for s, r in finished(out, row.name, m, seeds).items()
+                if r.get("final_test_accuracy") is not None
             }
             for m in methods
         }
@@ -729,17 +726,15 @@ def main(argv=None) -> int:
     from admm_core.docs import code_version, command_line
 
     cmd, version = command_line(argv, prog="python experiments/zoo.py"), code_version()
+    every = [BY_NAME[r.name] for r in ROWS]  # with --epochs applied
     if a.rows:
         rows = [BY_NAME[n] for n in a.rows]
     else:
-        every = [BY_NAME[r.name] for r in ROWS]
         rows = [r for r in every if not r.optional] + ([r for r in every if r.optional] if a.all else [])
     if not a.table_only:
         print(f"zoo: {len(rows)} models × {len(a.methods)} methods × {len(a.seeds)} seeds into {a.out}", flush=True)
         run_rows(a.out, rows, a.methods, a.seeds, log=lambda s: print(s, flush=True))
-    shown = (
-        [BY_NAME[r.name] for r in ROWS] if a.section == SECTION else rows
-    )  # the main table has every model: the ones not run are listed
+    shown = every if a.section == SECTION else rows  # the main table has every model: the ones not run are listed
     print(table(a.out, shown, a.methods, a.seeds))
     if a.per_seed:
         print(per_seed(a.out, shown, a.methods, a.seeds))
