@@ -36,9 +36,7 @@ from zoo_models import BY_NAME, train_own  # beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = (("adam", 1), ("adam", 2), ("online-admm", 1), ("block-admm", 1), ("gotmare", 1))
-# with dropout on, the reference and the floor draw their masks as the split methods do, and Adam
-# with its own masks shows how far different masks alone move the weights
-HELD = "adam-held"
+HELD = "adam-held"  # with dropout on, the reference (first) and the floor: see the module's docstring
 RUNS_DROPOUT = ((HELD, 1), (HELD, 2), ("adam", 1), ("online-admm", 1), ("block-admm", 1), ("gotmare", 1))
 
 
@@ -113,7 +111,8 @@ def distance(a: dict, b: dict, ref: dict, w0: dict, stats: bool = False) -> floa
 def measure(row: str, minibatches: int, seed: int, workdir: Path, dropout: bool = True) -> list[dict]:
     n = minibatches * BY_NAME[row].batch_size
     got = {}
-    for method, threads in RUNS_DROPOUT if dropout else RUNS:
+    runs = RUNS_DROPOUT if dropout else RUNS  # the first is the reference
+    for method, threads in runs:
         dest = workdir / f"{row}-{method}-t{threads}.safetensors"
         cmd = [
             sys.executable,
@@ -130,7 +129,7 @@ def measure(row: str, minibatches: int, seed: int, workdir: Path, dropout: bool 
         print(f"zoo_drift: {row} {method} on {threads} thread(s), {minibatches} minibatches", flush=True)
         subprocess.run(cmd, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
         got[(method, threads)] = load_file(str(dest))
-    first = RUNS_DROPOUT[0][0] if dropout else "adam"
+    first = runs[0][0]
     w0 = load_file(str(workdir / f"{row}-{first}-t1.w0.safetensors"))
     ref = got[(first, 1)]
     rows = []
