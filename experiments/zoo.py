@@ -224,6 +224,10 @@ def train_checkpointed(model, row: ZooRow, seed: int, dataset, run_dir: Path, de
 
     run_dir.mkdir(parents=True, exist_ok=True)
     lines, wall = [], 0.0
+    # The engine seeds the global generator again just before training (network.setup), after the model
+    # was built: the dropout masks of `adam` start there. Without this the masks here would start where
+    # the model's initialisation left the generator, and the two runs would draw different masks.
+    torch.manual_seed(seed)
 
     @peaks.epoch_clock
     def run_epoch():
