@@ -213,6 +213,45 @@ def test_checkpointed_adam_trains_over_the_rows_blocks(zoo, tmp_path):
         z.blocks_of(zm.BY_NAME["resnet18"].factory(), torch.randn(2, 3, 32, 32), ("layer2.0.conv1",))
 
 
+def test_checkpointed_adam_draws_adams_dropout_masks(zoo, tmp_path):
+    """adam-ckpt is the adam method with its blocks recomputed: on a network with dropout and no batch
+    norm (``mnist-net``) the same seed gives the same weights after an epoch, so it draws the masks
+    that adam draws (checkpointing restores the generator for its recomputation)."""
+    import dataclasses
+
+    from admm_core import data as data_mod
+    from admm_core import own
+
+    z, zm = zoo
+    row = dataclasses.replace(zm.BY_NAME["mnist-net"], epochs=1, batch_size=16)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(48, 1, 28, 28, generator=g), torch.randint(0, 10, (48,), generator=g)
+    ds = data_mod.Dataset("own", x, y, x[:16], y[:16], 10)
+    torch.manual_seed(0)
+    adam = row.factory()
+    own.train(
+        adam,
+        list(row.cuts),
+        (x, y),
+        "adam",
+        test_data=(x[:16], y[:16]),
+        loss="ce",
+        epochs=1,
+        batch_size=16,
+        seed=0,
+        tensorboard=False,
+        out=tmp_path / "a",
+    )
+    torch.manual_seed(0)
+    ckpt = row.factory()
+    z.train_checkpointed(ckpt, row, 0, ds, tmp_path / "c", torch.device("cpu"), z.Peaks())
+    torch.manual_seed(0)
+    init = list(row.factory().parameters())
+    assert not any(torch.equal(a, b) for a, b in zip(adam.parameters(), init))  # trained, not left as built
+    for (name, a), b in zip(adam.named_parameters(), ckpt.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"{name} differs")
+
+
 def test_rows_that_miss_the_goal_say_per_block_where_they_break(zoo, tmp_path):
     z, zm = zoo
     out = tmp_path / "res"
