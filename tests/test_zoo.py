@@ -185,17 +185,24 @@ def test_an_epochs_ablation_reaches_the_child_and_keeps_to_its_own_folder(zoo, t
         z.run_rows(tmp_path, [z.BY_NAME["lenet5-bn"]], methods=("adam",), seeds=(0,), launch=None, log=print)
 
 
-def test_checkpointed_adam_trains_over_the_rows_blocks(zoo, tmp_path):
+def tiny_row(zm, name: str):
+    """(row, x, y, dataset): the zoo row ``name`` for one epoch of batch 16 on 48 random MNIST-sized
+    images (the first 16 also the test set)."""
     import dataclasses
 
     from admm_core import data as data_mod
+
+    row = dataclasses.replace(zm.BY_NAME[name], epochs=1, batch_size=16)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(48, 1, 28, 28, generator=g), torch.randint(0, 10, (48,), generator=g)
+    return row, x, y, data_mod.Dataset("own", x, y, x[:16], y[:16], 10)
+
+
+def test_checkpointed_adam_trains_over_the_rows_blocks(zoo, tmp_path):
     from admm_core.errors import ConfigError
 
     z, zm = zoo
-    row = dataclasses.replace(zm.BY_NAME["lenet5-bn"], epochs=1, batch_size=16)
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(48, 1, 28, 28, generator=g), torch.randint(0, 10, (48,), generator=g)
-    ds = data_mod.Dataset("own", x, y, x[:16], y[:16], 10)
+    row, x, y, ds = tiny_row(zm, "lenet5-bn")
     torch.manual_seed(0)
     model = row.factory()
     before = [p.detach().clone() for p in model.parameters()]
@@ -217,16 +224,10 @@ def test_checkpointed_adam_draws_adams_dropout_masks(zoo, tmp_path):
     """adam-ckpt is the adam method with its blocks recomputed: on a network with dropout and no batch
     norm (``mnist-net``) the same seed gives the same weights after an epoch, so it draws the masks
     that adam draws (checkpointing restores the generator for its recomputation)."""
-    import dataclasses
-
-    from admm_core import data as data_mod
     from admm_core import own
 
     z, zm = zoo
-    row = dataclasses.replace(zm.BY_NAME["mnist-net"], epochs=1, batch_size=16)
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(48, 1, 28, 28, generator=g), torch.randint(0, 10, (48,), generator=g)
-    ds = data_mod.Dataset("own", x, y, x[:16], y[:16], 10)
+    row, x, y, ds = tiny_row(zm, "mnist-net")
     torch.manual_seed(0)
     adam = row.factory()
     own.train(
