@@ -64,9 +64,15 @@ def read_result(path: Path) -> dict | None:
     return d if isinstance(d, dict) else None
 
 
+def measured(path: Path) -> dict | None:
+    """The result at ``path`` if it is a measurement (status finished or diverged), else None."""
+    r = read_result(path)
+    return r if r and r.get("status") in DONE else None
+
+
 def finished(out: Path, model: str, method: str, seeds) -> dict[int, dict]:
-    """The measured results (status finished or diverged) of ``model`` × ``method`` in ``out``, by seed."""
-    return {s: r for s in seeds if (r := read_result(result_path(out, model, method, s))) and r.get("status") in DONE}
+    """The measured results of ``model`` × ``method`` in ``out``, by seed."""
+    return {s: r for s in seeds if (r := measured(result_path(out, model, method, s)))}
 
 
 def write_result(path: Path, result: dict) -> None:
@@ -224,7 +230,7 @@ def train_checkpointed(model, row: ZooRow, seed: int, dataset, run_dir: Path, de
 
     run_dir.mkdir(parents=True, exist_ok=True)
     lines, wall = [], 0.0
-    # The engine seeds the global generator again just before training (network.setup), after the model
+    # The engine seeds the global generator again just before training (network.build), after the model
     # was built: the dropout masks of `adam` start there. Without this the masks here would start where
     # the model's initialisation left the generator, and the two runs would draw different masks.
     torch.manual_seed(seed)
@@ -415,8 +421,7 @@ def run_rows(out: Path, rows, methods=METHODS, seeds=SEEDS, launch=_launch, log=
         path = result_path(out, row.name, method, seed)
         paths.append(path)
         tag = f"[{i}/{len(todo)}] {row.name} {method} s{seed}"
-        done = read_result(path)
-        if done and done.get("status") in DONE:  # a measured row: never run again
+        if done := measured(path):  # a measured row: never run again
             had = done.get("settings", {})
             if had != OVERRIDES.get(method, {}):  # one folder, one reading of the settings
                 raise SystemExit(
